@@ -1,0 +1,67 @@
+"""``python -m runtime node.toml``: run one node until SIGINT/SIGTERM.
+
+Exit status: 0 after a clean stop, 1 when the root supervisor gave up, 2 on a usage or
+configuration error (one line on stderr naming the problem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from functools import partial
+from pathlib import Path
+
+import trio
+
+from runtime import logging as node_logging
+from runtime.app import load_app
+from runtime.errors import ConfigError, RuntimeStartError
+from runtime.node import EXIT_CONFIG, EXIT_GAVE_UP, run_node
+
+USAGE = """\
+Run one Metronome node: the actors named in NODE_TOML, supervised, until SIGINT or SIGTERM.
+
+The first signal stops the node gracefully within [node] shutdown_grace_s (running handlers
+finish, unstarted work is handed back); a second signal stops it at once.
+See deploy/node.toml for an annotated example and README.md for every key.
+"""
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m runtime",
+        description=USAGE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("config", metavar="NODE_TOML", type=Path, help="the node's config file")
+    parser.add_argument(
+        "--check", action="store_true", help="validate the config and exit (0 = valid)"
+    )
+    parser.add_argument(
+        "--log-format", choices=["json", "console"], help="override [log] format"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        app = load_app(args.config)
+        if args.check:
+            print(f"{args.config}: ok")
+            return 0
+        node_logging.configure(
+            node=app.node.name, format=args.log_format or app.log.format, level=app.log.level
+        )
+        root = app.build_tree(app.config)
+        return trio.run(partial(run_node, root, shutdown_grace_s=app.node.shutdown_grace_s))
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except RuntimeStartError as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
+        return EXIT_GAVE_UP
+
+
+if __name__ == "__main__":
+    sys.exit(main())

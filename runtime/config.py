@@ -1,0 +1,157 @@
+"""Node configuration: TOML in, typed frozen classes out, or one clear error.
+
+The runtime owns the sections every node has (``[node]``, ``[log]``, ``[redis]``); the
+application (``actors.app`` by default) owns the rest and names its root config class.
+Unknown keys and wrong types are errors that name the key path, with a suggestion for a
+near miss (``consumers.email.concurency: unknown key; did you mean 'concurrency'?``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import socket
+import tomllib
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import attrs
+import cattrs
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+
+from runtime.errors import ConfigError
+
+T = TypeVar("T")
+
+#: Names that end up inside Redis keys or log paths: no braces, spaces or control characters.
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+
+
+def check_name(kind: str, value: str) -> str:
+    """Return ``value`` if it is a safe name, else raise ValueError naming the rule."""
+    if not NAME_PATTERN.fullmatch(value):
+        raise ValueError(
+            f"{kind} {value!r} must be 1-64 characters of letters, digits, '_', '.', ':' or '-',"
+            " starting with a letter or digit"
+        )
+    return value
+
+
+def _positive(_inst: object, attr: attrs.Attribute[Any], value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"must be > 0, got {value!r}")
+
+
+positive = _positive
+
+
+@attrs.frozen
+class NodeSection:
+    """``[node]``: who this node is and how it stops."""
+
+    name: str = attrs.field(factory=socket.gethostname)
+    app: str = "actors.app"
+    """Module that defines ``Config`` and ``build_tree(config)`` for this node."""
+    shutdown_grace_s: float = attrs.field(default=10.0, validator=_positive)
+    """First SIGTERM/SIGINT: finish work in hand within this many seconds, then cancel."""
+
+
+@attrs.frozen
+class LogSection:
+    """``[log]``: one JSON object per line on stdout, or console lines for humans."""
+
+    format: Literal["json", "console"] = "json"
+    level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+@attrs.frozen
+class RedisSection:
+    """``[redis]``: where Redis is and how to talk to it."""
+
+    url: str = "embedded"
+    """``redis://``, ``rediss://`` (TLS), ``unix://``, or ``embedded`` to start a private
+    server under this node's supervision."""
+    cluster: bool = False
+    username: str | None = None
+    password: str | None = None
+    max_connections: int = attrs.field(default=32, validator=_positive)
+    """Connections in the pool, and threads that may wait on Redis at once."""
+    socket_timeout_s: float = attrs.field(default=5.0, validator=_positive)
+    connect_timeout_s: float = attrs.field(default=2.0, validator=_positive)
+    data_dir: str = "metronome-data"
+    """Embedded server only: its AOF, log and socket live here."""
+    embedded_port: int = 0
+    """Embedded server only: also listen on this loopback TCP port (0 = socket only)."""
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+
+
+def make_converter() -> cattrs.Converter:
+    """The one converter: unknown keys and wrong types are errors carrying their key path.
+
+    Scalars are checked, not coerced: ``concurrency = "10"`` is a mistake worth naming.
+    """
+    conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    for kind in (int, float, str, bool):
+        conv.register_structure_hook(kind, _strict_scalar(kind))
+    return conv
+
+
+def _strict_scalar(kind: type[Any]) -> Any:
+    def structure_scalar(value: Any, _type: Any) -> Any:
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+        return value
+
+    return structure_scalar
+
+
+converter = make_converter()
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+
+
+def structure(data: Any, cls: type[T], source: str) -> T:
+    """Build ``cls`` from plain data or raise ConfigError listing every problem by key path."""
+    try:
+        return converter.structure(data, cls)
+    except (ClassValidationError, IterableValidationError) as exc:
+        problems = cattrs.transform_error(exc, path="", format_exception=_format_problem)
+        raise ConfigError(f"{source}: " + "; ".join(_tidy(p) for p in problems)) from exc
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{source}: {exc}") from exc
+
+
+def _format_problem(exc: BaseException, type_: type | None) -> str:
+    if isinstance(exc, ForbiddenExtraKeysError):
+        known = [a.name for a in attrs.fields(exc.cl)] if attrs.has(exc.cl) else []
+        parts = []
+        for key in sorted(exc.extra_fields):
+            near = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f" (known keys: {', '.join(known)})"
+            parts.append(f"unknown key {key!r}{hint}")
+        return ", ".join(parts)
+    if isinstance(exc, KeyError):
+        return "required key missing"
+    if isinstance(exc, ValueError | TypeError) and str(exc):
+        return str(exc)
+    return cattrs.v.format_exception(exc, type_)
+
+
+def _tidy(problem: str) -> str:
+    """``"msg @ .consumers.email"`` -> ``"consumers.email: msg"``."""
+    message, _, where = problem.rpartition(" @ ")
+    where = where.lstrip(".").replace("['", ".").replace("']", "")
+    return f"{where}: {message}" if where else message

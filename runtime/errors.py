@@ -1,0 +1,32 @@
+"""The runtime's exceptions, named by what the caller must do about them.
+
+- ``ConfigError``: the node cannot start until a human fixes its configuration.
+- ``RuntimeStartError``: a resource the node needs (a Redis binary, a port) is missing.
+- ``RestartIntensityExceeded``: a supervisor gave up; its parent decides what happens next.
+- ``RedisUnavailable``: Redis could not be reached or timed out. It crashes the calling
+  actor on purpose ("let it crash"): the supervisor restarts it with backoff.
+"""
+
+from __future__ import annotations
+
+
+class ConfigError(Exception):
+    """Invalid node configuration. The message names the file, the key path and the problem."""
+
+
+class RuntimeStartError(Exception):
+    """Something the node needs to start is missing; the message says how to get it."""
+
+
+class RestartIntensityExceeded(Exception):
+    """A supervisor saw more restarts within its period than its intensity allows."""
+
+    def __init__(self, path: str, restarts: int, period_s: float) -> None:
+        super().__init__(f"supervisor {path} gave up: more than {restarts} restarts in {period_s:g}s")
+        self.path = path
+        self.restarts = restarts
+        self.period_s = period_s
+
+
+class RedisUnavailable(Exception):
+    """Redis did not answer (connection refused or lost, timeout)."""

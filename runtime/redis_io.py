@@ -1,0 +1,213 @@
+"""All Redis I/O: redis-py, driven from trio through a bounded pool of worker threads.
+
+Why threads: redis-py (the client the design names) has no trio support, and its asyncio
+client cannot run on trio. So every call leaves the trio thread via ``trio.to_thread``:
+
+- a ``CapacityLimiter`` of ``max_connections`` bounds the threads, matching the blocking
+  connection pool, so a burst queues in trio instead of opening sockets without end;
+- every socket has a timeout, so a thread never blocks forever; calls are *abandoned* on
+  cancellation (``abandon_on_cancel=True``), so cancelling an actor is prompt even while its
+  thread still waits for the socket timeout;
+- work is batched (Lua scripts, pipelines): the ~tens of microseconds a thread hop costs are
+  paid per batch, not per task.
+
+Connection loss and timeouts surface as ``RedisUnavailable``, which crashes the calling actor
+so that its supervisor restarts it with backoff: never a hang.
+
+Scripts are called by SHA; on NOSCRIPT (a restarted or failed-over server) the source is sent
+once with EVAL, which also caches it on that server (and on the right shard in a cluster).
+
+This module is the only one that imports ``redis``: a native async client can replace it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ssl
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import attrs
+import redis
+import redis.cluster
+import redis.exceptions
+import trio
+
+from runtime.config import RedisSection
+from runtime.errors import RedisUnavailable
+
+T = TypeVar("T")
+
+Reply = Any
+"""A decoded Redis reply: bytes, int, list, None..."""
+
+ResponseError = redis.exceptions.ResponseError
+
+
+@attrs.frozen
+class Script:
+    """One Lua script, identified by its SHA1. Loaded lazily on first NOSCRIPT."""
+
+    name: str
+    source: str
+    sha: str = attrs.field(init=False)
+
+    @sha.default
+    def _sha(self) -> str:
+        return hashlib.sha1(self.source.encode()).hexdigest()
+
+
+class RedisClient:
+    """The async face of one redis-py client (standalone or cluster)."""
+
+    def __init__(self, raw: Any, max_connections: int, description: str) -> None:
+        self._raw = raw
+        self._limiter = trio.CapacityLimiter(max_connections)
+        self.description = description
+        self.is_cluster = isinstance(raw, redis.cluster.RedisCluster)
+
+    # -- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def from_settings(cls, url: str, settings: RedisSection) -> RedisClient:
+        """Build a client for ``url`` (``settings.url`` resolved: never ``embedded``)."""
+        common: dict[str, Any] = {
+            "username": settings.username,
+            "password": settings.password,
+            "socket_timeout": settings.socket_timeout_s,
+            "socket_connect_timeout": settings.connect_timeout_s,
+            "health_check_interval": 0,
+        }
+        if url.startswith("rediss://"):
+            common.update(_tls_options(settings))
+        if settings.cluster:
+            raw: Any = redis.cluster.RedisCluster.from_url(
+                url, max_connections=settings.max_connections, **common
+            )
+        else:
+            pool = redis.BlockingConnectionPool.from_url(
+                url, max_connections=settings.max_connections, timeout=settings.socket_timeout_s,
+                **common,
+            )
+            raw = redis.Redis(connection_pool=pool)
+        return cls(raw, settings.max_connections, _redact(url))
+
+    # -- calls ----------------------------------------------------------------------------
+
+    async def run_sync(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` (which uses the raw client) on a worker thread; map connection errors."""
+
+        def guarded() -> T:
+            try:
+                return fn()
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                raise RedisUnavailable(f"redis at {self.description}: {exc}") from exc
+            except redis.exceptions.ClusterDownError as exc:
+                raise RedisUnavailable(f"redis cluster at {self.description}: {exc}") from exc
+
+        return await trio.to_thread.run_sync(guarded, abandon_on_cancel=True, limiter=self._limiter)
+
+    async def execute(self, *command: Any) -> Reply:
+        """One command, e.g. ``await client.execute("XLEN", key)``."""
+        return await self.run_sync(lambda: self._raw.execute_command(*command))
+
+    async def pipeline(
+        self, commands: Sequence[Sequence[Any]], *, transaction: bool = False
+    ) -> list[Reply]:
+        """Several commands in one round trip (per shard in a cluster); replies in order.
+
+        A command that fails yields its exception object in the reply list instead of
+        aborting the batch, so a caller can tell which item of a bulk operation failed.
+        """
+
+        def run() -> list[Reply]:
+            pipe = self._raw.pipeline(transaction=transaction) if not self.is_cluster else (
+                self._raw.pipeline()
+            )
+            for command in commands:
+                pipe.execute_command(*command)
+            return list(pipe.execute(raise_on_error=False))
+
+        return await self.run_sync(run)
+
+    async def script(self, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Reply:
+        """Run a Lua script by SHA, sending its source once if the server lacks it."""
+
+        def run() -> Reply:
+            try:
+                return self._raw.evalsha(script.sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                return self._raw.eval(script.source, len(keys), *keys, *args)
+
+        return await self.run_sync(run)
+
+    async def scripts(
+        self, script: Script, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]
+    ) -> list[Reply]:
+        """Many calls of one script pipelined in one round trip; replies in order.
+
+        Each call's keys must share a slot (as always); different calls may hit different
+        shards of a cluster.
+        """
+
+        def run() -> list[Reply]:
+            replies = self._pipelined_evalsha(script, calls)
+            if any(isinstance(r, redis.exceptions.NoScriptError) for r in replies):
+                self._load_everywhere(script)
+                replies = self._pipelined_evalsha(script, calls)
+            return replies
+
+        return await self.run_sync(run)
+
+    def _pipelined_evalsha(
+        self, script: Script, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]
+    ) -> list[Reply]:
+        pipe = self._raw.pipeline(transaction=False) if not self.is_cluster else self._raw.pipeline()
+        for keys, args in calls:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        return list(pipe.execute(raise_on_error=False))
+
+    def _load_everywhere(self, script: Script) -> None:
+        if self.is_cluster:
+            self._raw.script_load(script.source, target_nodes=redis.cluster.RedisCluster.PRIMARIES)
+        else:
+            self._raw.script_load(script.source)
+
+    async def ping(self) -> bool:
+        return bool(await self.run_sync(self._raw.ping))
+
+    async def time_ms(self) -> int:
+        """Redis's own clock, the one that decides due-ness for every node."""
+        seconds, micros = await self.run_sync(self._raw.time)
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    @property
+    def raw(self) -> Any:
+        """The redis-py client, for code that runs inside ``run_sync`` only."""
+        return self._raw
+
+    async def aclose(self) -> None:
+        # Closing sockets can block briefly; it must not be skipped on cancellation.
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self._raw.close)
+
+
+def _tls_options(settings: RedisSection) -> dict[str, Any]:
+    options: dict[str, Any] = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+    if settings.tls_ca_file:
+        options["ssl_ca_certs"] = settings.tls_ca_file
+    if settings.tls_cert_file:
+        options["ssl_certfile"] = settings.tls_cert_file
+    if settings.tls_key_file:
+        options["ssl_keyfile"] = settings.tls_key_file
+    return options
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for logs and errors."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    creds, _, host = rest.rpartition("@")
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user + ':***@' if user else '***@'}{host}"

@@ -1,0 +1,295 @@
+"""Supervisors in the OTP sense: start children in order, watch them, restart them by policy.
+
+Vocabulary (verbatim from OTP's ``supervisor``):
+
+- strategy ``one_for_one``: only the child that exited is restarted;
+  ``one_for_all``: all children are stopped (reverse order) and restarted (in order);
+  ``rest_for_one``: the children started after it are stopped (reverse) and it and they are
+  restarted (in order) — the strategy for "later children depend on earlier ones".
+- restart type ``permanent``: always restarted; ``transient``: restarted only after an
+  abnormal exit (an exception); ``temporary``: never restarted, and dropped when a sibling's
+  restart stops it.
+- intensity: more than ``max_restarts`` restarts within ``period_s`` seconds and the
+  supervisor stops all its children and raises ``RestartIntensityExceeded``: its parent
+  decides. Between restarts it waits an exponential, capped backoff (``runtime.intensity``).
+- shutdown: a child's ``shutdown_s`` is its grace. A ``graceful`` child is first asked to stop
+  (``ctx.stop_requested``) and given that long to finish; then (or at once, for others) its
+  scope is cancelled and its own cleanup runs shielded, again bounded by ``shutdown_s``.
+
+A start that fails (the actor raises before ``task_status.started()``) counts as a crash of
+that child: a Redis that is not up yet at boot is retried with backoff, not fatal.
+
+Every start, crash (with traceback), restart, stop and give-up is one structured log line.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import trio
+import trio_util
+
+from runtime.actor import ActorContext, ActorFn, TaskStatus
+from runtime.errors import RestartIntensityExceeded
+from runtime.intensity import backoff_s, record_restart
+
+
+class Strategy(enum.Enum):
+    ONE_FOR_ONE = "one_for_one"
+    ONE_FOR_ALL = "one_for_all"
+    REST_FOR_ONE = "rest_for_one"
+
+
+class Restart(enum.Enum):
+    PERMANENT = "permanent"
+    TRANSIENT = "transient"
+    TEMPORARY = "temporary"
+
+
+@attrs.frozen
+class ChildSpec:
+    """How to start one child and what to do when it exits."""
+
+    name: str
+    run: ActorFn
+    restart: Restart = Restart.PERMANENT
+    shutdown_s: float = 5.0
+    """Grace: how long a graceful child may take to finish after a stop request, and how
+    long any child's shielded cleanup may take after cancellation."""
+    graceful: bool = False
+    """Whether the child watches ``ctx.stop_requested`` to finish work in hand."""
+
+
+@attrs.frozen
+class SupervisorSpec:
+    """A supervisor's policy. Defaults follow OTP (intensity 1 in 5 s is OTP's; we allow 3)."""
+
+    strategy: Strategy = Strategy.ONE_FOR_ONE
+    max_restarts: int = 3
+    period_s: float = 5.0
+    backoff_base_s: float = 0.1
+    backoff_cap_s: float = 5.0
+
+
+def supervisor(
+    name: str,
+    children: Sequence[ChildSpec],
+    spec: SupervisorSpec | None = None,
+    *,
+    restart: Restart = Restart.PERMANENT,
+) -> ChildSpec:
+    """A child spec that runs a supervisor over ``children``; supervisors nest."""
+    sup = Supervisor(list(children), spec or SupervisorSpec())
+    # A supervisor stops by stopping its children, each bounded by its own grace: it needs
+    # no grace of its own (OTP gives supervisors ``infinity``).
+    return ChildSpec(name, sup.run, restart=restart, shutdown_s=math.inf, graceful=True)
+
+
+@attrs.define(eq=False)
+class _Running:
+    """One started child. Owned by its supervisor."""
+
+    spec: ChildSpec
+    ctx: ActorContext
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    done: trio.Event = attrs.field(factory=trio.Event)
+    stopping: bool = False
+    """Set when the supervisor stops the child on purpose: its exit is not a crash."""
+
+
+@attrs.frozen
+class _Exit:
+    child: _Running
+    error: BaseException | None
+
+
+@attrs.frozen
+class _StartFailed:
+    error: BaseException | None
+
+
+_STOP = object()
+
+
+class Supervisor:
+    """Runs a list of child specs under one policy. Use through ``supervisor()``."""
+
+    def __init__(self, children: list[ChildSpec], spec: SupervisorSpec) -> None:
+        names = [c.name for c in children]
+        if len(set(names)) != len(names):
+            raise ValueError(f"child names must be unique, got {names}")
+        self._initial = children
+        self._policy = spec
+
+    async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        # State for one run of this supervisor; a restart of the supervisor starts afresh.
+        run = _SupervisorRun(ctx, list(self._initial), self._policy)
+        await run.run(task_status)
+
+
+class _SupervisorRun:
+    def __init__(self, ctx: ActorContext, specs: list[ChildSpec], policy: SupervisorSpec) -> None:
+        self._ctx = ctx
+        self._log = ctx.log
+        # Invariant: _specs is in start order; children leave it only when they must not be
+        # restarted again (temporary, or transient after a normal exit).
+        self._specs = specs
+        self._policy = policy
+        self._running: dict[str, _Running] = {}
+        self._history: tuple[float, ...] = ()
+        self._events_send, self._events = trio.open_memory_channel[Any](math.inf)
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, task_status: TaskStatus) -> None:
+        gave_up: RestartIntensityExceeded | None = None
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await self._ensure_started(restarting=None)
+            task_status.started()
+            nursery.start_soon(self._forward_stop_request)
+            try:
+                await self._supervise()
+            except RestartIntensityExceeded as exc:
+                gave_up = exc
+            finally:
+                # Whether we return (stop requested) or give up, children are gone by now;
+                # this only ends _forward_stop_request.
+                nursery.cancel_scope.cancel()
+        if gave_up is not None:
+            # Raised outside the nursery so the parent sees the error itself, not a group.
+            raise gave_up
+
+    async def _forward_stop_request(self) -> None:
+        await self._ctx.wait_stop_requested()
+        self._events_send.send_nowait(_STOP)
+
+    async def _supervise(self) -> None:
+        async for event in self._events:
+            if event is _STOP:
+                await self._stop_all()
+                return
+            await self._on_exit(event)
+
+    # -- starting -------------------------------------------------------------------------
+
+    async def _ensure_started(self, restarting: dict[str, Any] | None) -> None:
+        """Start, in spec order, every child that should run and does not; stop at the first
+        start failure (its crash event is already queued and will be handled next)."""
+        for spec in list(self._specs):
+            if spec.name in self._running:
+                continue
+            if not await self._start(spec, restarting):
+                return
+
+    async def _start(self, spec: ChildSpec, restarting: dict[str, Any] | None) -> bool:
+        assert self._nursery is not None
+        running = _Running(spec, self._ctx.child(spec.name, spec.shutdown_s))
+        self._running[spec.name] = running
+        outcome = await self._nursery.start(self._child_main, running)
+        if isinstance(outcome, _StartFailed):
+            return False
+        if restarting is not None:
+            running.ctx.log.info("actor_restarted", **restarting)
+        else:
+            running.ctx.log.info("actor_started")
+        return True
+
+    async def _child_main(self, running: _Running, task_status: TaskStatus) -> None:
+        started = False
+
+        class _Status:
+            def started(self, value: Any = None) -> None:
+                nonlocal started
+                started = True
+                task_status.started(value)
+
+        error: BaseException | None = None
+        try:
+            with running.scope:
+                await running.spec.run(running.ctx, task_status=_Status())
+        except Exception as exc:
+            error = exc
+        finally:
+            running.done.set()
+        if not started:
+            task_status.started(_StartFailed(error))
+        self._events_send.send_nowait(_Exit(running, error))
+
+    # -- exits and restarts ---------------------------------------------------------------
+
+    async def _on_exit(self, event: _Exit) -> None:
+        child = event.child
+        if self._running.get(child.spec.name) is not child or child.stopping:
+            return  # stopped on purpose, or a stale event from an earlier generation
+        del self._running[child.spec.name]
+        abnormal = event.error is not None
+        if abnormal:
+            child.ctx.log.error("actor_crashed", exc_info=event.error)
+        else:
+            child.ctx.log.info("actor_exited")
+        restart = child.spec.restart is Restart.PERMANENT or (
+            child.spec.restart is Restart.TRANSIENT and abnormal
+        )
+        if not restart:
+            self._specs.remove(child.spec)
+            return
+        self._history, exceeded = record_restart(
+            self._history, trio.current_time(), self._policy.max_restarts, self._policy.period_s
+        )
+        if exceeded:
+            self._log.error(
+                "actor_gave_up",
+                child=child.spec.name,
+                max_restarts=self._policy.max_restarts,
+                period_s=self._policy.period_s,
+            )
+            await self._stop_all()
+            raise RestartIntensityExceeded(
+                self._ctx.path, self._policy.max_restarts, self._policy.period_s
+            ) from event.error
+        await self._stop_for_strategy(child.spec)
+        attempt = len(self._history)
+        delay = backoff_s(attempt, self._policy.backoff_base_s, self._policy.backoff_cap_s)
+        # A stop request during the backoff ends the wait: _supervise sees _STOP next.
+        async with trio_util.move_on_when(self._ctx.wait_stop_requested):
+            await trio.sleep(delay)
+            await self._ensure_started({"attempt": attempt, "backoff_s": delay})
+
+    async def _stop_for_strategy(self, failed: ChildSpec) -> None:
+        if self._policy.strategy is Strategy.ONE_FOR_ONE:
+            return
+        if self._policy.strategy is Strategy.ONE_FOR_ALL:
+            victims = list(self._specs)
+        else:
+            victims = self._specs[self._specs.index(failed) + 1 :]
+        for spec in reversed(victims):
+            if spec.name in self._running:
+                await self._stop(self._running[spec.name])
+            if spec.restart is Restart.TEMPORARY:
+                self._specs.remove(spec)
+
+    # -- stopping -------------------------------------------------------------------------
+
+    async def _stop_all(self) -> None:
+        """Stop running children in reverse start order: later children may depend on
+        earlier ones (a consumer on the embedded Redis), never the other way round."""
+        for spec in reversed(self._specs):
+            if spec.name in self._running:
+                await self._stop(self._running[spec.name])
+        for name in list(self._running):  # children already dropped from _specs
+            await self._stop(self._running[name])
+
+    async def _stop(self, child: _Running) -> None:
+        child.stopping = True
+        if child.spec.graceful:
+            child.ctx.stop_requested.value = True
+            with trio.move_on_after(child.spec.shutdown_s):
+                await child.done.wait()
+        child.scope.cancel()
+        await child.done.wait()
+        del self._running[child.spec.name]
+        child.ctx.log.info("actor_stopped")
