@@ -17,9 +17,9 @@ from runtime.supervisor import ChildSpec, Restart, Strategy, SupervisorSpec, sup
 __all__ = [
     "ActorContext",
     "ActorFn",
-    "Mailbox",
     "ChildSpec",
     "ConfigError",
+    "Mailbox",
     "RedisUnavailable",
     "Restart",
     "RestartIntensityExceeded",

@@ -37,9 +37,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--check", action="store_true", help="validate the config and exit (0 = valid)"
     )
-    parser.add_argument(
-        "--log-format", choices=["json", "console"], help="override [log] format"
-    )
+    parser.add_argument("--log-format", choices=["json", "console"], help="override [log] format")
     return parser.parse_args(argv)
 
 

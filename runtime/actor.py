@@ -26,11 +26,8 @@ import structlog
 import trio
 import trio_util
 
-
-class TaskStatus(Protocol):
-    """The part of ``trio.TaskStatus`` an actor uses."""
-
-    def started(self, value: Any = None) -> None: ...
+TaskStatus = trio.TaskStatus[Any]
+"""What ``nursery.start`` hands an actor: call ``started()`` once ready."""
 
 
 class ActorFn(Protocol):

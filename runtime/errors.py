@@ -22,7 +22,9 @@ class RestartIntensityExceeded(Exception):
     """A supervisor saw more restarts within its period than its intensity allows."""
 
     def __init__(self, path: str, restarts: int, period_s: float) -> None:
-        super().__init__(f"supervisor {path} gave up: more than {restarts} restarts in {period_s:g}s")
+        super().__init__(
+            f"supervisor {path} gave up: more than {restarts} restarts in {period_s:g}s"
+        )
         self.path = path
         self.restarts = restarts
         self.period_s = period_s

@@ -23,7 +23,7 @@ def record_restart(
     ((6.0,), False)
     """
     # Invariant: history is sorted ascending (restarts are recorded in time order).
-    kept = tuple(t for t in history if now - t < period_s) + (now,)
+    kept = (*tuple(t for t in history if now - t < period_s), now)
     return kept, len(kept) > max_restarts
 
 
@@ -35,4 +35,5 @@ def backoff_s(restarts_in_window: int, base_s: float, cap_s: float) -> float:
     """
     if restarts_in_window <= 0:
         return 0.0
-    return min(cap_s, base_s * 2 ** (restarts_in_window - 1))
+    # The exponent is capped so a long crash loop never overflows a float.
+    return float(min(cap_s, base_s * 2.0 ** min(restarts_in_window - 1, 60)))

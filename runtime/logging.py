@@ -12,12 +12,15 @@ import json
 import logging
 import sys
 import time
+from collections.abc import MutableMapping
 from typing import Any, TextIO
 
 import structlog
 
 
-def _epoch_ms(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+def _epoch_ms(
+    _logger: Any, _name: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     event["ts_ms"] = int(time.time() * 1000)
     return event
 
@@ -35,7 +38,9 @@ def configure(
         renderer = structlog.dev.ConsoleRenderer(colors=False)
     else:
         renderer = structlog.processors.JSONRenderer(serializer=_dumps)
-    exc_processors: list[Any] = [] if format == "console" else [structlog.processors.format_exc_info]
+    exc_processors: list[Any] = (
+        [] if format == "console" else [structlog.processors.format_exc_info]
+    )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

@@ -86,7 +86,9 @@ class RedisClient:
             )
         else:
             pool = redis.BlockingConnectionPool.from_url(
-                url, max_connections=settings.max_connections, timeout=settings.socket_timeout_s,
+                url,
+                max_connections=settings.max_connections,
+                timeout=settings.socket_timeout_s,
                 **common,
             )
             raw = redis.Redis(connection_pool=pool)
@@ -121,8 +123,10 @@ class RedisClient:
         """
 
         def run() -> list[Reply]:
-            pipe = self._raw.pipeline(transaction=transaction) if not self.is_cluster else (
-                self._raw.pipeline()
+            pipe = (
+                self._raw.pipeline(transaction=transaction)
+                if not self.is_cluster
+                else (self._raw.pipeline())
             )
             for command in commands:
                 pipe.execute_command(*command)
@@ -162,7 +166,9 @@ class RedisClient:
     def _pipelined_evalsha(
         self, script: Script, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]
     ) -> list[Reply]:
-        pipe = self._raw.pipeline(transaction=False) if not self.is_cluster else self._raw.pipeline()
+        pipe = (
+            self._raw.pipeline(transaction=False) if not self.is_cluster else self._raw.pipeline()
+        )
         for keys, args in calls:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
         return list(pipe.execute(raise_on_error=False))

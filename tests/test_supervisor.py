@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -174,7 +175,7 @@ async def test_backoff_doubles_between_restarts_up_to_the_cap(autojump_clock: An
     await run_for(tree, 20)
     starts = starts_of(journal, "x")
     # Each run lasts 1 s before crashing; the gaps beyond that are the backoff.
-    gaps = [round(b - a - 1.0, 6) for a, b in zip(starts, starts[1:], strict=False)]
+    gaps = [round(b - a - 1.0, 6) for a, b in itertools.pairwise(starts)]
     assert gaps == [0.5, 1.0, 1.5, 1.5]
 
 
@@ -209,7 +210,9 @@ async def test_failed_start_counts_as_a_crash_and_is_retried(autojump_clock: Any
     tree = supervisor(
         "sup",
         [
-            ChildSpec("db", recorder(journal, "db", lambda n: "crash_before_ready" if n < 2 else None)),
+            ChildSpec(
+                "db", recorder(journal, "db", lambda n: "crash_before_ready" if n < 2 else None)
+            ),
             ChildSpec("app", recorder(journal, "app")),
         ],
         SupervisorSpec(Strategy.REST_FOR_ONE),
@@ -378,7 +381,7 @@ def test_restart_window(
 
 def test_backoff_is_exponential_and_capped() -> None:
     assert [backoff_s(n, 0.25, 1.0) for n in range(5)] == [0.0, 0.25, 0.5, 1.0, 1.0]
-    assert backoff_s(200, 0.25, math.inf) > 1e50  # no overflow on long crash loops
+    assert backoff_s(5000, 0.25, math.inf) > 1e17  # no overflow on long crash loops
 
 
 def test_mock_clock_is_in_use(autojump_clock: trio.testing.MockClock) -> None:

@@ -1,0 +1,84 @@
+"""Every Redis key Metronome uses, built in one place, with the hash tags that keep each
+atomic operation inside one cluster slot.
+
+Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
+
+- ``ns:meta``                     hash: partitions, layout version        (new)
+- ``ns:types``                    set: task types ever created            (new)
+- ``{ns:P}:task:<task_id>``       hash: one task                          [task:{id}]
+- ``{ns:P}:schedule``             zset: task_id -> next fire ms           [schedule:zset]
+- ``{ns:P}:type:<type>``          set: task ids of one type               (index for list/clear)
+- ``{ns:P}:retry``                zset: schedule_id -> retry due ms       [retry:zset]
+- ``{ns:P}:retry:<schedule_id>``  hash: retry context                     [retry:task:{id}]
+- ``{ns:q:<type>}:queue``         stream + consumer group of one type     [queue:{type}]
+- ``{ns:q:<type>}:dlq``           stream: dead letters of one type        [dlq:{type}]
+
+``P`` is the task's partition, ``crc32(task_id) % partitions``. All keys of a partition share
+the tag ``{ns:P}``, so claim/commit/update scripts touch one slot; a type's queue and DLQ
+share ``{ns:q:<type>}``, so moving a poison message to the DLQ is one script too.
+Names inside keys are checked by ``runtime.config.check_name``: no braces or colons.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import attrs
+
+from runtime.config import check_name
+
+#: Bumped when the layout changes incompatibly; stored in the meta key.
+LAYOUT_VERSION = 1
+
+
+@attrs.frozen
+class Keys:
+    namespace: str = attrs.field(validator=lambda _i, _a, v: check_name("namespace", v))
+    partitions: int = attrs.field(validator=attrs.validators.ge(1))
+
+    @property
+    def meta(self) -> str:
+        return f"{self.namespace}:meta"
+
+    @property
+    def types(self) -> str:
+        return f"{self.namespace}:types"
+
+    def partition_of(self, task_id: str) -> int:
+        return zlib.crc32(task_id.encode()) % self.partitions
+
+    def tag(self, partition: int) -> str:
+        return f"{{{self.namespace}:{partition}}}"
+
+    def task_prefix(self, partition: int) -> str:
+        """Scripts build a task's key as prefix .. task_id (same slot as the partition)."""
+        return f"{self.tag(partition)}:task:"
+
+    def task(self, task_id: str) -> str:
+        return self.task_prefix(self.partition_of(task_id)) + task_id
+
+    def schedule(self, partition: int) -> str:
+        return f"{self.tag(partition)}:schedule"
+
+    def type_prefix(self, partition: int) -> str:
+        return f"{self.tag(partition)}:type:"
+
+    def by_type(self, partition: int, task_type: str) -> str:
+        return self.type_prefix(partition) + task_type
+
+    def retry(self, partition: int) -> str:
+        return f"{self.tag(partition)}:retry"
+
+    def retry_context_prefix(self, partition: int) -> str:
+        return f"{self.tag(partition)}:retry:"
+
+    def queue(self, task_type: str) -> str:
+        return f"{{{self.namespace}:q:{task_type}}}:queue"
+
+    def dlq(self, task_type: str) -> str:
+        return f"{{{self.namespace}:q:{task_type}}}:dlq"
+
+
+def schedule_id(task_id: str, due_ms: int) -> str:
+    """The deterministic id of one fire: the same fire always has the same id."""
+    return f"{task_id}:{due_ms}"

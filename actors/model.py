@@ -1,0 +1,144 @@
+"""Tasks as clients define them (``TaskSpec``) and as Redis stores them (``Task``).
+
+Stored form: one hash per task with short, flat fields (see ``actors/lua/create_tasks.lua``);
+``payload`` and ``sched`` are compact JSON. Counters that are zero are not stored.
+Validation happens here, before anything is written, and names the field at fault.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any, Literal
+
+import attrs
+import cattrs
+
+from actors.errors import InvalidTask
+from actors.schedules import Schedule
+from runtime.config import check_name, describe, make_converter
+
+Status = Literal["active", "paused", "stopped", "finished"]
+STATUSES: tuple[str, ...] = ("active", "paused", "stopped", "finished")
+
+#: Largest payload, as compact JSON, a task may carry (the handler gets it in every message).
+MAX_PAYLOAD_BYTES = 64 * 1024
+#: Longest client-given task id.
+MAX_TASK_ID = 128
+
+converter = make_converter()
+
+
+def new_task_id() -> str:
+    """A server-generated id: 80 random bits, 20 hex characters (short: it is in every key)."""
+    return secrets.token_hex(10)
+
+
+def encode_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def encode_payload(payload: Any) -> str:
+    """The payload as stored and sent to handlers, or InvalidTask if too big or not JSON."""
+    try:
+        text = encode_json(payload)
+    except (TypeError, ValueError) as exc:
+        raise InvalidTask(f"payload: not JSON-serialisable: {exc}") from exc
+    size = len(text.encode())
+    if size > MAX_PAYLOAD_BYTES:
+        raise InvalidTask(
+            f"payload: {size} bytes as JSON, more than the {MAX_PAYLOAD_BYTES} allowed"
+        )
+    return text
+
+
+@attrs.frozen
+class TaskSpec:
+    """A task definition as a client sends it."""
+
+    type: str
+    schedule: Schedule
+    payload: Any = None
+    task_id: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        try:
+            check_name("type", self.type)
+            if self.task_id is not None:
+                check_name("task_id", self.task_id, MAX_TASK_ID)
+        except ValueError as exc:
+            raise InvalidTask(str(exc)) from exc
+        encode_payload(self.payload)
+
+    def payload_json(self) -> str:
+        return encode_payload(self.payload)
+
+    def schedule_json(self) -> str:
+        return encode_json(self.schedule.to_dict())
+
+
+def parse_spec(data: Any) -> TaskSpec:
+    """A TaskSpec from plain data (an API body), or InvalidTask naming every bad field."""
+    try:
+        return converter.structure(data, TaskSpec)
+    except InvalidTask:
+        raise
+    except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
+        raise InvalidTask(describe(exc)) from exc
+
+
+def parse_schedule(data: Any) -> Schedule:
+    try:
+        return converter.structure(data, Schedule)
+    except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
+        raise InvalidTask(describe(exc, "schedule")) from exc
+
+
+@attrs.frozen
+class Task:
+    """A task as stored, decoded from its hash."""
+
+    task_id: str
+    type: str
+    payload: Any
+    schedule: Schedule
+    status: Status
+    created_ms: int
+    updated_ms: int
+    next_run_ms: int | None
+    fires: int
+    runs: int
+    retries: int
+    last_run_ms: int | None
+    last_status: str | None
+    last_error: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = attrs.asdict(self, recurse=False)
+        out["schedule"] = self.schedule.to_dict()
+        return out
+
+
+def decode_task(task_id: str, fields: dict[bytes, bytes]) -> Task:
+    """Decode a task hash (as HGETALL returns it). Raises ValueError on a foreign hash."""
+    f = {k.decode(): v.decode() for k, v in fields.items()}
+    try:
+        created = int(f["created_ms"])
+        return Task(
+            task_id=task_id,
+            type=f["type"],
+            payload=json.loads(f["payload"]),
+            schedule=converter.structure(json.loads(f["sched"]), Schedule),
+            status=f["status"],  # type: ignore[arg-type]
+            created_ms=created,
+            updated_ms=int(f.get("updated_ms", created)),
+            next_run_ms=int(f["next_ms"]) if "next_ms" in f else None,
+            fires=int(f.get("fires", 0)),
+            runs=int(f.get("runs", 0)),
+            retries=int(f.get("retries", 0)),
+            last_run_ms=int(f["last_run_ms"]) if "last_run_ms" in f else None,
+            last_status=f.get("last_status"),
+            last_error=f.get("last_error"),
+        )
+    except (KeyError, ValueError, TypeError, cattrs.BaseValidationError) as exc:
+        raise ValueError(f"task {task_id!r}: stored hash is not a Metronome task: {exc!r}") from exc

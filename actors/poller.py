@@ -1,0 +1,266 @@
+"""The poller (the seed's "metronome"): moves due tasks into their type's stream.
+
+One tick, for the partitions this poller serves, in three round trips whatever the number
+of due tasks (each a pipeline of one script call per partition):
+
+1. **claim** (``claim_due.lua``): reserve up to ``batch_size`` due tasks per partition for
+   ``claim_lease_ms``, reading Redis's clock, and get their definitions back;
+2. **enqueue**: XADD one message per fire to ``queue:{type}`` (the misfire policy decides
+   how many fires a late task gets);
+3. **commit** (``commit_fires.lua``): advance each task's grid only if this poller's claim
+   still holds.
+
+Invariant: a task's grid time moves only after its message is in the stream. A poller
+killed between 1 and 3 leaves the claim to expire; the task is then claimed again with the
+same grid time, so the fire is late and maybe duplicated (with the same schedule_id) but
+never lost. Competing pollers (on this node or others) never claim the same task at once.
+
+Between ticks the poller sleeps until the earliest due time it saw, at most ``max_tick_s``;
+a full batch means more is due, so it loops at once. Its work per tick is proportional to
+what is due, never to the number of tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections import defaultdict
+from typing import Any
+
+import attrs
+import structlog
+import trio
+
+from actors import scripts
+from actors.keys import Keys, schedule_id
+from actors.model import converter
+from actors.schedules import FirePlan, Schedule, plan_fires
+from actors.store import TaskStore
+from runtime.actor import ActorContext, TaskStatus
+
+
+@attrs.frozen
+class PollerSettings:
+    index: int = 0
+    of: int = 1
+    batch_size: int = 1000
+    max_tick_s: float = 0.25
+    claim_lease_ms: int = 10_000
+
+
+@attrs.frozen
+class Claimed:
+    """One task claimed for this tick, as ``claim_due.lua`` returns it."""
+
+    task_id: str
+    type: str
+    payload: bytes
+    schedule: Schedule
+    due_ms: int
+    fires: int
+
+
+@attrs.frozen
+class PartitionClaim:
+    partition: int
+    now_ms: int
+    earliest_ms: int | None
+    tasks: list[Claimed]
+
+
+@attrs.frozen
+class TickResult:
+    enqueued: int
+    now_ms: int
+    earliest_ms: int | None
+    full: bool
+    """Some partition returned a full batch: more may be due right now."""
+
+
+class Poller:
+    def __init__(self, store: TaskStore, settings: PollerSettings) -> None:
+        self.store = store
+        self.settings = settings
+        self._token_base = secrets.token_hex(6)
+        self._ticks = 0
+        self._schedules: dict[bytes, Schedule] = {}
+
+    async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        """Actor: tick until cancelled."""
+        keys = await self.store.keys()
+        partitions = self.partitions(keys)
+        ctx.log.info("poller_ready", partitions=partitions, of=keys.partitions)
+        task_status.started()
+        while True:
+            result = await self.tick(keys, partitions, ctx.log)
+            if result.full:
+                await trio.lowlevel.checkpoint()
+                continue
+            await trio.sleep(self.sleep_s(result))
+
+    def partitions(self, keys: Keys) -> list[int]:
+        return [p for p in range(keys.partitions) if p % self.settings.of == self.settings.index]
+
+    def sleep_s(self, result: TickResult) -> float:
+        if result.earliest_ms is None:
+            return self.settings.max_tick_s
+        wait_s = (result.earliest_ms - result.now_ms) / 1000
+        return min(self.settings.max_tick_s, max(0.0, wait_s))
+
+    async def tick(
+        self, keys: Keys, partitions: list[int], log: structlog.typing.FilteringBoundLogger
+    ) -> TickResult:
+        """Claim, enqueue and commit everything due now in ``partitions``."""
+        self._ticks += 1
+        token = f"{self._token_base}-{self._ticks}"
+        claims = await self._claim(keys, partitions, token)
+        now = max(c.now_ms for c in claims) if claims else 0
+        plans: dict[int, list[tuple[Claimed, FirePlan]]] = defaultdict(list)
+        messages: list[tuple[Claimed, int]] = []
+        for claim in claims:
+            for task in claim.tasks:
+                log.info("scheduled", task_id=task.task_id, type=task.type, due_ms=task.due_ms)
+                plan = plan_fires(task.schedule, task.due_ms, claim.now_ms, task.fires)
+                plans[claim.partition].append((task, plan))
+                messages += [(task, due) for due in plan.fires]
+                if plan.missed:
+                    log.info(
+                        "misfired",
+                        task_id=task.task_id,
+                        type=task.type,
+                        policy=task.schedule.misfire,
+                        missed=plan.missed,
+                        fired=len(plan.fires),
+                        due_ms=task.due_ms,
+                    )
+        if messages:
+            await self._enqueue(keys, messages, now, log)
+        earliest_by_partition = {c.partition: c.earliest_ms for c in claims}
+        if plans:
+            # After a commit the partition's earliest due time is the committed one.
+            earliest_by_partition |= await self._commit(keys, plans, token, log)
+        earliest = [e for e in earliest_by_partition.values() if e is not None]
+        return TickResult(
+            enqueued=len(messages),
+            now_ms=now,
+            earliest_ms=min(earliest) if earliest else None,
+            full=any(len(c.tasks) >= self.settings.batch_size for c in claims),
+        )
+
+    async def _claim(self, keys: Keys, partitions: list[int], token: str) -> list[PartitionClaim]:
+        calls = [
+            (
+                [keys.schedule(p)],
+                [
+                    keys.task_prefix(p),
+                    token,
+                    self.settings.batch_size,
+                    self.settings.claim_lease_ms,
+                ],
+            )
+            for p in partitions
+        ]
+        replies = await self.store.client.scripts(scripts.CLAIM_DUE, calls)
+        claims = []
+        for partition, reply in zip(partitions, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            claims.append(self._decode_claim(partition, reply))
+        return claims
+
+    def _decode_claim(self, partition: int, reply: list[Any]) -> PartitionClaim:
+        now, earliest, flat = int(reply[0]), int(reply[1]), reply[2:]
+        tasks = [
+            Claimed(
+                task_id=flat[i].decode(),
+                type=flat[i + 1].decode(),
+                payload=flat[i + 2],
+                schedule=self._schedule(flat[i + 3]),
+                due_ms=int(flat[i + 4]),
+                fires=int(flat[i + 5]),
+            )
+            for i in range(0, len(flat), 6)
+        ]
+        return PartitionClaim(partition, now, earliest if earliest >= 0 else None, tasks)
+
+    def _schedule(self, raw: bytes) -> Schedule:
+        """Decode a stored schedule; many tasks share a few distinct schedules, so cache."""
+        schedule = self._schedules.get(raw)
+        if schedule is None:
+            if len(self._schedules) > 10_000:
+                self._schedules.clear()
+            schedule = converter.structure(json.loads(raw), Schedule)
+            self._schedules[raw] = schedule
+        return schedule
+
+    async def _enqueue(
+        self,
+        keys: Keys,
+        messages: list[tuple[Claimed, int]],
+        now_ms: int,
+        log: structlog.typing.FilteringBoundLogger,
+    ) -> None:
+        commands = [
+            (
+                "XADD",
+                keys.queue(task.type),
+                "*",
+                "task_id",
+                task.task_id,
+                "schedule_id",
+                schedule_id(task.task_id, due),
+                "type",
+                task.type,
+                "payload",
+                task.payload,
+                "attempt",
+                0,
+                "due_ms",
+                due,
+                "enq_ms",
+                now_ms,
+            )
+            for task, due in messages
+        ]
+        replies = await self.store.client.pipeline(commands)
+        failed = [r for r in replies if isinstance(r, Exception)]
+        if failed:
+            # Nothing is committed for this tick: the claims expire and the fires are retried.
+            raise failed[0]
+        for (task, due), _ in zip(messages, replies, strict=True):
+            log.info(
+                "queued",
+                task_id=task.task_id,
+                schedule_id=schedule_id(task.task_id, due),
+                type=task.type,
+                due_ms=due,
+                enqueue_lag_ms=now_ms - due,
+            )
+
+    async def _commit(
+        self,
+        keys: Keys,
+        plans: dict[int, list[tuple[Claimed, FirePlan]]],
+        token: str,
+        log: structlog.typing.FilteringBoundLogger,
+    ) -> dict[int, int | None]:
+        """Commit the plans; return each committed partition's earliest due time."""
+        calls = []
+        for partition, items in plans.items():
+            args: list[Any] = [keys.task_prefix(partition), token]
+            for task, plan in items:
+                if plan.next_ms is None:
+                    args += [task.task_id, "", "", len(plan.fires)]
+                else:
+                    score = plan.next_ms + task.schedule.jitter_ms()
+                    args += [task.task_id, plan.next_ms, score, len(plan.fires)]
+            calls.append(([keys.schedule(partition)], args))
+        replies = await self.store.client.scripts(scripts.COMMIT_FIRES, calls)
+        earliest: dict[int, int | None] = {}
+        for partition, reply in zip(plans, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            earliest[partition] = int(reply[0]) if int(reply[0]) >= 0 else None
+            for lost in reply[1:]:
+                log.warning("claim_lost", task_id=lost.decode())
+        return earliest

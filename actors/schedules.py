@@ -1,0 +1,225 @@
+"""When a task fires: interval, cron (with an IANA time zone) and one-shot schedules.
+
+All times are epoch milliseconds (``*_ms``). The functions here are pure: "now" is an
+argument, and it is always Redis's clock (``TIME`` read by a script), so a node with a
+skewed clock never fires early or late.
+
+- **interval**: drift-free; the grid is ``start + k * every``, and the fire after ``due`` is
+  ``due + every``, never ``now + every``.
+- **cron**: five fields, evaluated in ``tz`` by cronsim. Across a DST gap a time that does not
+  exist fires once at the first valid minute after it; across a fold a daily job fires once
+  (the first occurrence) while ``*/30``-style jobs fire on both sides.
+- **once**: fires at ``at_ms``, then the task is finished.
+
+Common options: ``start_ms``/``end_ms`` bound the grid, ``max_runs`` caps the fires,
+``jitter_s`` delays each fire by up to that much (the grid itself is not moved), and
+``misfire`` decides what happens to fires missed while nothing ran:
+``coalesce`` (default: fire once for all of them, then continue on the grid), ``skip``
+(fire none, continue on the grid) or ``fire_all`` (fire each, at most ``misfire_cap``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+import zoneinfo
+from typing import Any, Literal
+
+import attrs
+import cronsim
+
+Kind = Literal["interval", "cron", "once"]
+Misfire = Literal["coalesce", "skip", "fire_all"]
+
+#: Occurrences examined when counting missed cron fires; beyond it, the count is a floor.
+_MAX_CRON_SCAN = 1000
+
+
+def _check(schedule: Schedule) -> None:
+    kind = schedule.kind
+    if kind == "interval":
+        if schedule.every_s is None:
+            raise ValueError("schedule.every_s: required for an interval schedule")
+        if not (math.isfinite(schedule.every_s) and schedule.every_s >= 0.001):
+            raise ValueError(f"schedule.every_s: must be >= 0.001, got {schedule.every_s!r}")
+    if kind == "cron":
+        if not schedule.cron:
+            raise ValueError("schedule.cron: required for a cron schedule")
+        try:
+            cronsim.CronSim(schedule.cron, dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
+        except cronsim.CronSimError as exc:
+            raise ValueError(f"schedule.cron: {schedule.cron!r} is not valid: {exc}") from exc
+    if kind == "once" and schedule.at_ms is None:
+        raise ValueError("schedule.at_ms: required for a one-shot schedule")
+    for name, field, required_kind in (
+        ("every_s", schedule.every_s, "interval"),
+        ("cron", schedule.cron, "cron"),
+        ("at_ms", schedule.at_ms, "once"),
+    ):
+        if field is not None and kind != required_kind:
+            raise ValueError(f"schedule.{name}: only for a {required_kind} schedule, not {kind}")
+    try:
+        zoneinfo.ZoneInfo(schedule.tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"schedule.tz: unknown time zone {schedule.tz!r}") from exc
+    if (
+        schedule.start_ms is not None
+        and schedule.end_ms is not None
+        and schedule.end_ms < schedule.start_ms
+    ):
+        raise ValueError("schedule.end_ms: must not be before start_ms")
+    if schedule.max_runs is not None and schedule.max_runs < 1:
+        raise ValueError(f"schedule.max_runs: must be >= 1, got {schedule.max_runs}")
+    if not (0 <= schedule.jitter_s <= 86_400):
+        raise ValueError(f"schedule.jitter_s: must be within 0..86400, got {schedule.jitter_s}")
+    if schedule.misfire_cap < 1:
+        raise ValueError(f"schedule.misfire_cap: must be >= 1, got {schedule.misfire_cap}")
+
+
+@attrs.frozen
+class Schedule:
+    """A task's schedule, as clients send it and as it is stored (compact JSON)."""
+
+    kind: Kind
+    every_s: float | None = None
+    cron: str | None = None
+    tz: str = "UTC"
+    at_ms: int | None = None
+    start_ms: int | None = None
+    end_ms: int | None = None
+    max_runs: int | None = None
+    jitter_s: float = 0.0
+    misfire: Misfire = "coalesce"
+    misfire_cap: int = 100
+
+    def __attrs_post_init__(self) -> None:
+        _check(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Only the fields that differ from their defaults: small in Redis, stable to compare."""
+        out: dict[str, Any] = {"kind": self.kind}
+        for field in attrs.fields(Schedule)[1:]:
+            value = getattr(self, field.name)
+            if value != field.default:
+                out[field.name] = value
+        return out
+
+    # -- the grid -------------------------------------------------------------------------
+
+    def first_due(self, now_ms: int) -> int | None:
+        """The first grid time for a task created at ``now_ms``; None if it never fires."""
+        if self.kind == "interval":
+            due = self.start_ms if self.start_ms is not None else now_ms
+        elif self.kind == "cron":
+            due = self._cron_after(max(now_ms, self.start_ms or now_ms) - 1)
+        else:
+            assert self.at_ms is not None
+            due = self.at_ms
+        return self._bounded(due)
+
+    def next_after(self, due_ms: int) -> int | None:
+        """The grid time after ``due_ms`` (drift-free), or None past the end."""
+        if self.kind == "interval":
+            assert self.every_s is not None
+            return self._bounded(due_ms + self._every_ms())
+        if self.kind == "cron":
+            return self._bounded(self._cron_after(due_ms))
+        return None
+
+    def first_after(self, due_ms: int, now_ms: int) -> int | None:
+        """The first grid time strictly after ``now_ms``, on the grid through ``due_ms``."""
+        if self.kind == "interval":
+            every = self._every_ms()
+            steps = (now_ms - due_ms) // every + 1 if now_ms >= due_ms else 1
+            return self._bounded(due_ms + steps * every)
+        if self.kind == "cron":
+            return self._bounded(self._cron_after(max(now_ms, due_ms)))
+        return None
+
+    def jitter_ms(self) -> int:
+        return int(random.uniform(0, self.jitter_s) * 1000) if self.jitter_s else 0
+
+    def _every_ms(self) -> int:
+        assert self.every_s is not None
+        return max(1, round(self.every_s * 1000))
+
+    def _bounded(self, due_ms: int | None) -> int | None:
+        if due_ms is None or (self.end_ms is not None and due_ms > self.end_ms):
+            return None
+        return due_ms
+
+    def _cron_after(self, after_ms: int) -> int:
+        assert self.cron is not None
+        zone = zoneinfo.ZoneInfo(self.tz)
+        start = dt.datetime.fromtimestamp(after_ms / 1000, tz=zone)
+        # cronsim works in whole minutes and returns times strictly after ``start``.
+        return int(next(cronsim.CronSim(self.cron, start)).timestamp() * 1000)
+
+
+@attrs.frozen
+class FirePlan:
+    """What to do with one claimed task: the fires to enqueue now and the next grid time."""
+
+    fires: tuple[int, ...]
+    """Due times (grid, ms) to enqueue now, each its own schedule_id."""
+    next_ms: int | None
+    """Next grid time, or None when the task is finished."""
+    missed: int = 0
+    """Grid times that were due but are not fired one by one (coalesced or skipped)."""
+
+
+def plan_fires(schedule: Schedule, due_ms: int, now_ms: int, fires_so_far: int) -> FirePlan:
+    """Apply the misfire policy to a task whose grid time ``due_ms`` has come (``<= now_ms``).
+
+    A misfire is when the grid time after ``due_ms`` has come too: the task was not fired
+    while it should have been (no poller ran, or the task was paused past its time).
+    """
+    nxt = schedule.next_after(due_ms)
+    if nxt is None or nxt > now_ms:
+        fires: tuple[int, ...] = (due_ms,)
+        missed = 0
+        upcoming = nxt
+    else:
+        overdue = _overdue(schedule, due_ms, now_ms, schedule.misfire_cap)
+        upcoming = schedule.first_after(due_ms, now_ms)
+        if schedule.misfire == "coalesce":
+            latest = overdue[-1] if schedule.kind == "interval" else _latest_cron(schedule, now_ms)
+            fires, missed = (latest,), _count_overdue(schedule, due_ms, now_ms) - 1
+        elif schedule.misfire == "skip":
+            fires, missed = (), _count_overdue(schedule, due_ms, now_ms)
+        else:
+            fires = tuple(overdue[: schedule.misfire_cap])
+            missed = _count_overdue(schedule, due_ms, now_ms) - len(fires)
+    if schedule.max_runs is not None:
+        left = max(0, schedule.max_runs - fires_so_far)
+        if len(fires) >= left:
+            fires, upcoming = fires[:left], None
+    return FirePlan(fires, upcoming, missed)
+
+
+def _latest_cron(schedule: Schedule, now_ms: int) -> int:
+    """The last cron time at or before ``now_ms`` (the one a coalesced fire stands for)."""
+    assert schedule.cron is not None
+    start = dt.datetime.fromtimestamp((now_ms + 1) / 1000, tz=zoneinfo.ZoneInfo(schedule.tz))
+    return int(next(cronsim.CronSim(schedule.cron, start, reverse=True)).timestamp() * 1000)
+
+
+def _overdue(schedule: Schedule, due_ms: int, now_ms: int, cap: int) -> list[int]:
+    """Grid times from ``due_ms`` up to ``now_ms``: the first ``cap`` of them and the last."""
+    if schedule.kind == "interval":
+        every = schedule._every_ms()
+        count = (now_ms - due_ms) // every + 1
+        head = [due_ms + k * every for k in range(min(cap, count))]
+        return [*head, due_ms + (count - 1) * every] if count > cap else head
+    out, cur = [due_ms], schedule.next_after(due_ms)
+    while cur is not None and cur <= now_ms and len(out) < max(cap, _MAX_CRON_SCAN):
+        out.append(cur)
+        cur = schedule.next_after(cur)
+    return out
+
+
+def _count_overdue(schedule: Schedule, due_ms: int, now_ms: int) -> int:
+    if schedule.kind == "interval":
+        return (now_ms - due_ms) // schedule._every_ms() + 1
+    return len(_overdue(schedule, due_ms, now_ms, _MAX_CRON_SCAN))

@@ -1,0 +1,27 @@
+"""The Lua scripts, loaded once from ``actors/lua``; nothing else formats EVAL calls.
+
+Each script's header (in its ``.lua`` file) lists its KEYS, ARGV and return value; the
+store and the actors call them through ``RedisClient.script``/``scripts`` with the keys
+built by ``actors.keys``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runtime.redis_io import Script
+
+_LUA_DIR = Path(__file__).parent / "lua"
+
+
+def _load(name: str) -> Script:
+    source = (_LUA_DIR / f"{name}.lua").read_text(encoding="utf-8")
+    return Script(name, source)
+
+
+CREATE_TASKS = _load("create_tasks")
+CLAIM_DUE = _load("claim_due")
+COMMIT_FIRES = _load("commit_fires")
+SET_STATUS = _load("set_status")
+UPDATE_TASK = _load("update_task")
+DELETE_TASKS = _load("delete_tasks")

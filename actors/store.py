@@ -1,0 +1,313 @@
+"""Task store operations: the API, the CLI and the benchmark build on these.
+
+Each operation on one task is one Lua script in the task's partition slot (atomic, safe
+under concurrent updates). Bulk operations group tasks by partition and pipeline one script
+call per partition, so 10,000 creates cost a handful of round trips. Nothing here touches
+more than a batch per Redis call: clearing a million tasks is many short calls.
+
+The namespace's partition count is fixed when the namespace is first used and stored in its
+meta key; every node reads it from there.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from actors import scripts
+from actors.errors import (
+    OK,
+    InvalidTask,
+    LayoutMismatch,
+    TaskConflict,
+    raise_for_code,
+)
+from actors.keys import LAYOUT_VERSION, Keys
+from actors.model import (
+    STATUSES,
+    Task,
+    TaskSpec,
+    decode_task,
+    encode_json,
+    encode_payload,
+    new_task_id,
+)
+from actors.schedules import Schedule
+from runtime.config import check_name
+from runtime.redis_io import RedisClient
+
+#: Ids per delete script call when clearing a type: keeps each call well under a millisecond.
+CLEAR_BATCH = 500
+
+
+@attrs.frozen
+class Created:
+    task_id: str
+    created: bool
+    """False when a task with this id and the same definition already existed."""
+
+
+class _Keep:
+    """Marker: leave this field as it is."""
+
+
+KEEP = _Keep()
+
+
+class TaskStore:
+    def __init__(self, client: RedisClient, namespace: str, default_partitions: int = 16) -> None:
+        self.client = client
+        self.namespace = check_name("namespace", namespace)
+        self._default_partitions = default_partitions
+        self._keys: Keys | None = None
+
+    # -- namespace ------------------------------------------------------------------------
+
+    async def keys(self) -> Keys:
+        """The namespace's keys, creating its meta record on first use."""
+        if self._keys is None:
+            meta = f"{self.namespace}:meta"
+            await self.client.pipeline(
+                [
+                    ("HSETNX", meta, "partitions", self._default_partitions),
+                    ("HSETNX", meta, "layout", LAYOUT_VERSION),
+                ]
+            )
+            partitions, layout = await self.client.execute("HMGET", meta, "partitions", "layout")
+            if layout is None or int(layout) != LAYOUT_VERSION:
+                raise LayoutMismatch(
+                    f"namespace {self.namespace!r} has layout version {layout!r}; this Metronome "
+                    f"reads version {LAYOUT_VERSION}: migrate it or use another namespace"
+                )
+            self._keys = Keys(self.namespace, int(partitions))
+        return self._keys
+
+    async def now_ms(self) -> int:
+        return await self.client.time_ms()
+
+    # -- create ---------------------------------------------------------------------------
+
+    async def create(self, spec: TaskSpec) -> Created:
+        (result,) = await self.create_many([spec])
+        return result
+
+    async def create_many(self, specs: Sequence[TaskSpec]) -> list[Created]:
+        """Create tasks in one round trip per call (scripts pipelined, one per partition).
+
+        Raises TaskConflict (naming the ids) if a client-given id exists with another
+        definition; the other tasks of the call are created all the same.
+        """
+        keys = await self.keys()
+        now = await self.now_ms()
+        ids = [spec.task_id or new_task_id() for spec in specs]
+        if len(set(ids)) != len(ids):
+            raise InvalidTask("task_id: the same id appears twice in one bulk create")
+        groups: dict[int, list[int]] = defaultdict(list)
+        for index, task_id in enumerate(ids):
+            groups[keys.partition_of(task_id)].append(index)
+        calls = []
+        for partition, indexes in groups.items():
+            args: list[Any] = [keys.task_prefix(partition), keys.type_prefix(partition)]
+            for index in indexes:
+                args += _create_args(ids[index], specs[index], now)
+            calls.append(([keys.schedule(partition)], args))
+        replies = await self.client.scripts(scripts.CREATE_TASKS, calls)
+        await self.client.pipeline([("SADD", keys.types, *{spec.type for spec in specs})])
+        codes: dict[int, int] = {}
+        for indexes, reply in zip(groups.values(), replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
+            codes.update(zip(indexes, (int(c) for c in reply), strict=True))
+        conflicts = [ids[i] for i, code in codes.items() if code < 0]
+        if conflicts:
+            raise TaskConflict(
+                f"tasks exist with a different type, payload or schedule: {', '.join(conflicts)}"
+            )
+        return [Created(ids[i], codes[i] == OK) for i in range(len(specs))]
+
+    # -- read -----------------------------------------------------------------------------
+
+    async def get(self, task_id: str) -> Task | None:
+        keys = await self.keys()
+        fields = await self.client.execute("HGETALL", keys.task(task_id))
+        return decode_task(task_id, fields) if fields else None
+
+    async def get_many(self, task_ids: Sequence[str]) -> list[Task | None]:
+        keys = await self.keys()
+        replies = await self.client.pipeline([("HGETALL", keys.task(i)) for i in task_ids])
+        return [decode_task(i, r) if r else None for i, r in zip(task_ids, replies, strict=True)]
+
+    async def list_tasks(
+        self,
+        task_type: str | None = None,
+        status: str | None = None,
+        cursor: str | None = None,
+        limit: int = 100,
+    ) -> tuple[list[Task], str | None]:
+        """A page of tasks, filtered by type and/or status; pass the returned cursor back for
+        the next page (None = done). Pages may be shorter than ``limit`` when filtering."""
+        if status is not None and status not in STATUSES:
+            raise InvalidTask(f"status: must be one of {', '.join(STATUSES)}, got {status!r}")
+        keys = await self.keys()
+        types = [check_name("type", task_type)] if task_type else await self.types()
+        position = _Cursor.parse(cursor, len(types), keys.partitions)
+        tasks: list[Task] = []
+        while position is not None and len(tasks) < limit:
+            set_key = keys.by_type(position.partition, types[position.type_index])
+            scan_cursor, ids = await self.client.execute(
+                "SSCAN", set_key, position.scan, "COUNT", max(10, limit - len(tasks))
+            )
+            found = await self.get_many([i.decode() for i in ids])
+            tasks += [t for t in found if t is not None and (status is None or t.status == status)]
+            position = position.advance(int(scan_cursor), len(types), keys.partitions)
+        return tasks, (position.format() if position is not None else None)
+
+    async def types(self) -> list[str]:
+        keys = await self.keys()
+        return sorted(m.decode() for m in await self.client.execute("SMEMBERS", keys.types))
+
+    # -- change ---------------------------------------------------------------------------
+
+    async def update(
+        self,
+        task_id: str,
+        *,
+        payload: Any = KEEP,
+        schedule: Schedule | None = None,
+    ) -> str:
+        """Replace payload and/or schedule; returns the task's status afterwards."""
+        keys = await self.keys()
+        payload_json = ""
+        if not isinstance(payload, _Keep):
+            payload_json = encode_payload(payload)
+        sched_json, next_ms, score = "", "", ""
+        if schedule is not None:
+            sched_json = encode_json(schedule.to_dict())
+            next_ms, score = _first(schedule, await self.now_ms())
+        partition = keys.partition_of(task_id)
+        code, status = await self.client.script(
+            scripts.UPDATE_TASK,
+            [keys.schedule(partition), keys.task(task_id)],
+            [task_id, payload_json, sched_json, next_ms, score],
+        )
+        raise_for_code(int(code), task_id)
+        return str(status.decode())
+
+    async def pause(self, task_id: str) -> str:
+        return await self._set_status(task_id, "pause")
+
+    async def resume(self, task_id: str) -> str:
+        return await self._set_status(task_id, "resume")
+
+    async def stop(self, task_id: str) -> str:
+        return await self._set_status(task_id, "stop")
+
+    async def _set_status(self, task_id: str, action: str) -> str:
+        keys = await self.keys()
+        next_ms, score = "", ""
+        if action == "resume":
+            task = await self.get(task_id)
+            if task is not None:
+                # Resume on the grid: the next grid time after now, as if it had never paused
+                # (the pause skipped the fires in between, which is what pausing means).
+                now = await self.now_ms()
+                grid = task.next_run_ms or task.schedule.first_due(now)
+                upcoming = (
+                    grid if grid is None or grid > now else task.schedule.first_after(grid, now)
+                )
+                if upcoming is not None:
+                    next_ms, score = str(upcoming), str(upcoming + task.schedule.jitter_ms())
+        partition = keys.partition_of(task_id)
+        code, status = await self.client.script(
+            scripts.SET_STATUS,
+            [keys.schedule(partition), keys.task(task_id)],
+            [task_id, action, next_ms, score],
+        )
+        raise_for_code(int(code), task_id, f"cannot {action} a {status.decode()} task")
+        return str(status.decode())
+
+    async def delete(self, task_id: str) -> bool:
+        return await self.delete_many([task_id]) == 1
+
+    async def delete_many(self, task_ids: Iterable[str]) -> int:
+        keys = await self.keys()
+        groups: dict[int, list[str]] = defaultdict(list)
+        for task_id in task_ids:
+            groups[keys.partition_of(task_id)].append(task_id)
+        calls = [
+            ([keys.schedule(p)], [keys.task_prefix(p), keys.type_prefix(p), *ids])
+            for p, ids in groups.items()
+        ]
+        replies = await self.client.scripts(scripts.DELETE_TASKS, calls) if calls else []
+        return sum(int(r) for r in replies)
+
+    async def clear_type(self, task_type: str) -> int:
+        """Delete every task of a type, ``CLEAR_BATCH`` ids per script call."""
+        keys = await self.keys()
+        check_name("type", task_type)
+        deleted = 0
+        for partition in range(keys.partitions):
+            set_key = keys.by_type(partition, task_type)
+            while True:
+                ids = await self.client.execute("SRANDMEMBER", set_key, CLEAR_BATCH)
+                if not ids:
+                    break
+                deleted += int(
+                    await self.client.script(
+                        scripts.DELETE_TASKS,
+                        [keys.schedule(partition)],
+                        [keys.task_prefix(partition), keys.type_prefix(partition), *ids],
+                    )
+                )
+        return deleted
+
+
+def _first(schedule: Schedule, now_ms: int) -> tuple[str, str]:
+    """(next_ms, score) for a new schedule as script arguments; ('', '') if it never fires."""
+    due = schedule.first_due(now_ms)
+    if due is None:
+        return "", ""
+    return str(due), str(due + schedule.jitter_ms())
+
+
+def _create_args(task_id: str, spec: TaskSpec, now_ms: int) -> list[str]:
+    next_ms, score = _first(spec.schedule, now_ms)
+    return [task_id, spec.type, spec.payload_json(), spec.schedule_json(), next_ms, score]
+
+
+@attrs.frozen
+class _Cursor:
+    """Where a listing stands: type index, partition, SSCAN cursor. Opaque to clients."""
+
+    type_index: int
+    partition: int
+    scan: int
+
+    @classmethod
+    def parse(cls, text: str | None, types: int, partitions: int) -> _Cursor | None:
+        if not types:
+            return None
+        if text is None:
+            return cls(0, 0, 0)
+        try:
+            t, p, s = (int(x) for x in text.split("-"))
+        except ValueError:
+            raise InvalidTask(f"cursor: {text!r} is not a cursor this listing returned") from None
+        if not (0 <= t < types and 0 <= p < partitions and s >= 0):
+            raise InvalidTask(f"cursor: {text!r} is out of range")
+        return cls(t, p, s)
+
+    def advance(self, scan: int, types: int, partitions: int) -> _Cursor | None:
+        if scan:
+            return _Cursor(self.type_index, self.partition, scan)
+        if self.partition + 1 < partitions:
+            return _Cursor(self.type_index, self.partition + 1, 0)
+        if self.type_index + 1 < types:
+            return _Cursor(self.type_index + 1, 0, 0)
+        return None
+
+    def format(self) -> str:
+        return f"{self.type_index}-{self.partition}-{self.scan}"

@@ -1,0 +1,89 @@
+"""Run ``python -m runtime`` as a real process and read its JSON log lines."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class NodeProcess:
+    """A node process whose stdout (JSON lines) is collected by a reader thread."""
+
+    def __init__(self, config: Path, *extra: str, cwd: Path | None = None) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "runtime", str(config), *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd or REPO,
+            env=env,
+            text=True,
+        )
+        self.lines: list[dict[str, Any]] = []
+        self.raw: list[str] = []
+        self._stderr: list[str] = []
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self._err_reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._err_reader.start()
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        with self.proc.stderr:
+            for line in self.proc.stderr:
+                self._stderr.append(line)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with self.proc.stdout:
+            for line in self.proc.stdout:
+                with self._lock:
+                    self.raw.append(line)
+                    with contextlib.suppress(json.JSONDecodeError):
+                        self.lines.append(json.loads(line))
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            return [e for e in self.lines if name is None or e.get("event") == name]
+
+    def wait_for(self, event: str, count: int = 1, timeout_s: float = 20.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = self.events(event)
+            if len(found) >= count:
+                return found
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise AssertionError(
+            f"no {count}x {event!r} within {timeout_s}s; exit={self.proc.poll()}; "
+            f"stderr={self.stderr_text()!r}; last lines={self.raw[-5:]!r}"
+        )
+
+    def signal(self, signum: int = signal.SIGTERM) -> None:
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout_s: float = 30.0) -> int:
+        code = self.proc.wait(timeout_s)
+        self._reader.join(5)
+        self._err_reader.join(5)
+        return code
+
+    def stderr_text(self) -> str:
+        return "".join(self._stderr)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.wait()

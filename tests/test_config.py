@@ -1,0 +1,108 @@
+"""node.toml loading: typed classes, and errors that name the key path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from actors.config import Config
+from runtime.app import load_app
+from runtime.config import structure
+from runtime.errors import ConfigError
+from tests.node_process import REPO
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "node.toml"
+    path.write_text(text)
+    return path
+
+
+def test_example_config_loads() -> None:
+    app = load_app(REPO / "deploy" / "node.toml")
+    assert isinstance(app.config, Config)
+    assert app.config.redis.url == "embedded"
+
+
+def test_defaults_fill_an_empty_file(tmp_path: Path) -> None:
+    app = load_app(write(tmp_path, ""))
+    assert app.config.namespace == "metronome"
+    assert app.node.shutdown_grace_s == 10.0
+    assert app.config.scheduler.partitions == 16
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        (
+            "[scheduler]\npolers = 2\n",
+            "scheduler: unknown key 'polers'; did you mean 'pollers'?",
+        ),
+        ("[redis]\nurl = 5\n", "redis.url: expected str, got int 5"),
+        ('[scheduler]\npollers = "2"\n', "scheduler.pollers: expected int, got str '2'"),
+        ("[node]\nshutdown_grace_s = -1\n", "node.shutdown_grace_s: must be > 0, got -1.0"),
+        ('namespace = "a{b}"\n', "namespace: namespace 'a{b}' must be 1-64 characters"),
+        ('[log]\nformat = "xml"\n', "log.format:"),
+        ("wat = 1\n", "unknown key 'wat'"),
+    ],
+)
+def test_config_errors_name_the_key(tmp_path: Path, toml: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_app(write(tmp_path, toml))
+    assert message in str(info.value)
+    assert str(tmp_path / "node.toml") in str(info.value)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as info:
+        structure({"scheduler": {"pollers": "x", "batch_sise": 1}}, Config, "n.toml")
+    text = str(info.value)
+    assert "scheduler.pollers" in text
+    assert "did you mean 'batch_size'" in text
+
+
+def test_invalid_toml_names_the_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"invalid TOML: .*line 2"):
+        load_app(write(tmp_path, "[node]\nname = \n"))
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_app(tmp_path / "nope.toml")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runtime", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_cli_config_error_is_one_line_and_exit_status_2(tmp_path: Path) -> None:
+    result = run_cli(str(write(tmp_path, "[scheduler]\nconcurency = 3\n")))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("config error: ")
+    assert "scheduler: unknown key 'concurency'" in lines[0]
+
+
+def test_cli_check_validates_without_running() -> None:
+    result = run_cli("--check", "deploy/node.toml")
+    assert result.returncode == 0
+    assert result.stdout.strip() == "deploy/node.toml: ok"
+
+
+def test_cli_help_explains_usage() -> None:
+    result = run_cli("--help")
+    assert result.returncode == 0
+    assert "NODE_TOML" in result.stdout
+    assert "SIGTERM" in result.stdout

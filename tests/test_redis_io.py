@@ -1,0 +1,129 @@
+"""The Redis layer against real servers: calls, scripts, lost connections, cancellation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import structlog
+import trio
+
+from runtime.actor import ActorContext, TaskStatus
+from runtime.config import RedisSection
+from runtime.embedded_redis import find_server_binary
+from runtime.errors import RedisUnavailable
+from runtime.logging import get_logger
+from runtime.redis_io import RedisClient, Script, _redact
+from runtime.supervisor import ChildSpec, SupervisorSpec, supervisor
+from tests.redis_server import RedisProcess
+
+ECHO = Script("echo", "return {KEYS[1], ARGV[1]}")
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisProcess]:
+    """A server of this test alone, which it may kill."""
+    server = RedisProcess(find_server_binary()).start()
+    yield server
+    server.remove()
+
+
+def client_for(url: str, **settings: float) -> RedisClient:
+    return RedisClient.from_settings(url, RedisSection(url=url, **settings))  # type: ignore[arg-type]
+
+
+async def test_execute_and_pipeline(redis_client: RedisClient, namespace: str) -> None:
+    await redis_client.execute("SET", f"{namespace}:a", "1")
+    replies = await redis_client.pipeline(
+        [("INCR", f"{namespace}:a"), ("GET", f"{namespace}:a"), ("INCR", f"{namespace}:missing")]
+    )
+    assert replies == [2, b"2", 1]
+
+
+async def test_pipeline_reports_a_failed_command_in_place(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    await redis_client.execute("SET", f"{namespace}:s", "text")
+    replies = await redis_client.pipeline([("INCR", f"{namespace}:s"), ("PING",)])
+    assert isinstance(replies[0], Exception)
+    assert replies[1] in (True, b"PONG")
+
+
+async def test_script_reloads_after_the_server_forgets_it(redis_client: RedisClient) -> None:
+    assert await redis_client.script(ECHO, ["k"], ["v"]) == [b"k", b"v"]
+    await redis_client.execute("SCRIPT", "FLUSH")
+    assert await redis_client.script(ECHO, ["k2"], ["v2"]) == [b"k2", b"v2"]
+    await redis_client.execute("SCRIPT", "FLUSH")
+    replies = await redis_client.scripts(ECHO, [(["a"], ["1"]), (["b"], ["2"])])
+    assert replies == [[b"a", b"1"], [b"b", b"2"]]
+
+
+async def test_time_ms_is_the_servers_clock(redis_client: RedisClient) -> None:
+    import time
+
+    assert abs(await redis_client.time_ms() - time.time() * 1000) < 5000
+
+
+async def test_refused_connection_raises_redis_unavailable(own_server: RedisProcess) -> None:
+    client = client_for(own_server.url, connect_timeout_s=0.5)
+    own_server.kill()
+    with pytest.raises(RedisUnavailable, match=r"127\.0\.0\.1"):
+        await client.ping()
+
+
+async def test_cancellation_is_prompt_while_a_call_blocks(own_server: RedisProcess) -> None:
+    client = client_for(own_server.url, socket_timeout_s=10)
+    start = trio.current_time()
+    with trio.move_on_after(0.2):
+        await client.execute("BLPOP", "never-pushed", 5)  # blocks 5 s in its thread
+    assert trio.current_time() - start < 1.0
+    await client.aclose()
+
+
+async def test_lost_connection_crashes_the_actor_and_the_restart_recovers(
+    own_server: RedisProcess,
+) -> None:
+    """Kill Redis under a running actor: it crashes (no hang), is restarted with backoff
+    while Redis is down, and works again once Redis is back on the same port."""
+    client = client_for(own_server.url, connect_timeout_s=0.3, socket_timeout_s=0.5)
+    pings: list[float] = []
+
+    async def pinger(ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        await client.ping()  # ready only when Redis answers
+        task_status.started()
+        while True:
+            await client.ping()
+            pings.append(trio.current_time())
+            await trio.sleep(0.02)
+
+    tree = supervisor(
+        "sup",
+        [ChildSpec("pinger", pinger)],
+        SupervisorSpec(max_restarts=50, period_s=60, backoff_base_s=0.05, backoff_cap_s=0.2),
+    )
+    ctx = ActorContext("node", 1.0, get_logger(actor="node"))
+    with structlog.testing.capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(tree.run, ctx)
+            await trio.sleep(0.2)
+            own_server.kill()
+            with trio.fail_after(10):
+                while not any(e["event"] == "actor_crashed" for e in logs):  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+            down_at = len(pings)
+            await trio.to_thread.run_sync(own_server.start, own_server.port)
+            with trio.fail_after(10):
+                while len(pings) <= down_at:  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+            ctx.stop_requested.value = True
+    crashes = [e for e in logs if e["event"] == "actor_crashed"]
+    assert crashes
+    assert all(isinstance(e["exc_info"], RedisUnavailable) for e in crashes)
+    assert any(e["event"] == "actor_restarted" for e in logs)
+    await client.aclose()
+
+
+def test_passwords_never_reach_logs() -> None:
+    assert _redact("redis://user:s3cret@host:6379/0") == "redis://user:***@host:6379/0"
+    assert _redact("redis://:s3cret@host:6379") == "redis://***@host:6379"
+    assert _redact("redis://host:6379") == "redis://host:6379"
