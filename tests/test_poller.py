@@ -1,0 +1,273 @@
+"""The poller against a real Redis: each due time reaches its stream once, claims hold,
+competing pollers do not duplicate, and SIGKILL mid-batch loses nothing."""
+
+from __future__ import annotations
+
+import random
+import signal
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+import trio
+
+from actors import scripts
+from actors.keys import Keys
+from actors.model import TaskSpec
+from actors.poller import Poller, PollerSettings
+from actors.schedules import Schedule
+from actors.store import TaskStore
+from runtime.actor import ActorContext
+from runtime.logging import get_logger
+from runtime.redis_io import RedisClient
+from tests.node_process import NodeProcess
+
+
+@pytest.fixture
+async def store(redis_client: RedisClient, namespace: str) -> TaskStore:
+    return TaskStore(redis_client, namespace, default_partitions=4)
+
+
+async def stream_fires(store: TaskStore, task_type: str) -> list[dict[str, str]]:
+    keys = await store.keys()
+    entries = await store.client.execute("XRANGE", keys.queue(task_type), "-", "+")
+    return [{k.decode(): v.decode() for k, v in fields.items()} for _id, fields in entries]
+
+
+async def run_pollers(store: TaskStore, count: int, seconds: float, **settings: Any) -> None:
+    async with trio.open_nursery() as nursery:
+        for i in range(count):
+            poller = Poller(store, PollerSettings(**settings))
+            ctx = ActorContext(f"node/poller-{i}", 1.0, get_logger(actor=f"node/poller-{i}"))
+            await nursery.start(poller.run, ctx)
+        await trio.sleep(seconds)
+        nursery.cancel_scope.cancel()
+
+
+# -- the scripts, table-driven ------------------------------------------------------------
+
+
+async def claim(store: TaskStore, token: str, limit: int = 100, lease_ms: int = 60_000) -> Any:
+    keys = await store.keys()
+    return await store.client.script(
+        scripts.CLAIM_DUE, [keys.schedule(0)], [keys.task_prefix(0), token, limit, lease_ms]
+    )
+
+
+async def commit(store: TaskStore, token: str, *groups: Any) -> Any:
+    keys = await store.keys()
+    args = [keys.task_prefix(0), token, *[x for g in groups for x in g]]
+    return await store.client.script(scripts.COMMIT_FIRES, [keys.schedule(0)], args)
+
+
+@pytest.fixture
+async def one_partition(redis_client: RedisClient, namespace: str) -> TaskStore:
+    return TaskStore(redis_client, namespace, default_partitions=1)
+
+
+async def test_claim_reserves_due_tasks_for_the_lease(one_partition: TaskStore) -> None:
+    store = one_partition
+    past = await store.now_ms() - 1000
+    await store.create(TaskSpec("t", Schedule("once", at_ms=past), task_id="due"))
+    await store.create(TaskSpec("t", Schedule("once", at_ms=past + 10**7), task_id="later"))
+    reply = await claim(store, "A", lease_ms=60_000)
+    now, earliest, flat = reply[0], reply[1], reply[2:]
+    assert [flat[0], flat[4]] == [b"due", str(past).encode()]
+    assert earliest == now + 60_000  # the claimed task, pushed out to the end of its lease
+    keys = await store.keys()
+    assert float(await store.client.execute("ZSCORE", keys.schedule(0), "due")) == now + 60_000
+    assert await store.client.execute("HGET", keys.task("due"), "claim") == b"A"
+    assert (await claim(store, "B"))[2:] == []  # a competing poller gets nothing
+
+
+async def test_expired_claim_is_taken_over_with_the_same_due_time(one_partition: TaskStore) -> None:
+    store = one_partition
+    past = await store.now_ms() - 1000
+    await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id="x"))
+    assert (await claim(store, "A", lease_ms=100))[2:][4] == str(past).encode()
+    await trio.sleep(0.2)
+    again = await claim(store, "B")
+    assert again[2:][4] == str(past).encode()  # same grid time: same schedule_id
+    # A's late commit is refused; B's goes through.
+    lost = await commit(store, "A", ["x", past + 60_000, past + 60_000, 1])
+    assert lost[1:] == [b"x"]
+    assert (await commit(store, "B", ["x", past + 60_000, past + 60_000, 1]))[1:] == []
+    task = await store.get("x")
+    assert task is not None and (task.next_run_ms, task.fires) == (past + 60_000, 1)
+
+
+async def test_commit_of_a_finished_task_removes_it_from_the_schedule(
+    one_partition: TaskStore,
+) -> None:
+    store = one_partition
+    past = await store.now_ms() - 10
+    await store.create(TaskSpec("t", Schedule("once", at_ms=past), task_id="once"))
+    await claim(store, "A")
+    assert (await commit(store, "A", ["once", "", "", 1]))[0] == -1  # zset now empty
+    task = await store.get("once")
+    assert task is not None and (task.status, task.next_run_ms, task.fires) == ("finished", None, 1)
+
+
+async def test_pausing_a_claimed_task_voids_the_claim(one_partition: TaskStore) -> None:
+    store = one_partition
+    past = await store.now_ms() - 10
+    await store.create(TaskSpec("t", Schedule("interval", every_s=1, start_ms=past), task_id="p"))
+    await claim(store, "A")
+    await store.pause("p")
+    assert (await commit(store, "A", ["p", past + 1000, past + 1000, 1]))[1:] == [b"p"]
+    keys = await store.keys()
+    assert await store.client.execute("ZSCORE", keys.schedule(0), "p") is None
+
+
+async def test_claim_drops_index_entries_of_deleted_tasks(one_partition: TaskStore) -> None:
+    store = one_partition
+    keys = await store.keys()
+    await store.client.execute("ZADD", keys.schedule(0), 1, "ghost")
+    assert (await claim(store, "A"))[2:] == []
+    assert await store.client.execute("ZCARD", keys.schedule(0)) == 0
+
+
+# -- the actor ------------------------------------------------------------------------------
+
+
+async def test_due_tasks_reach_their_stream_once_per_due_time(store: TaskStore) -> None:
+    start = await store.now_ms() + 100
+    specs = [
+        TaskSpec("beat", Schedule("interval", every_s=0.2, start_ms=start), i) for i in range(30)
+    ]
+    ids = {c.task_id for c in await store.create_many(specs)}
+    with structlog.testing.capture_logs() as logs:
+        await run_pollers(store, 1, 1.25, max_tick_s=0.05)
+    by_task: dict[str, list[int]] = defaultdict(list)
+    for fire in await stream_fires(store, "beat"):
+        assert fire["schedule_id"] == f"{fire['task_id']}:{fire['due_ms']}"
+        assert fire["attempt"] == "0"
+        assert int(fire["enq_ms"]) >= int(fire["due_ms"])
+        by_task[fire["task_id"]].append(int(fire["due_ms"]))
+    assert set(by_task) == ids
+    for dues in by_task.values():
+        assert dues == [start + 200 * k for k in range(len(dues))]  # drift-free, no gaps
+        assert len(dues) >= 5
+    queued = [e for e in logs if e["event"] == "queued"]
+    assert len(queued) == sum(len(d) for d in by_task.values())
+    assert all(e["enqueue_lag_ms"] >= 0 for e in queued)
+
+
+async def test_task_payload_and_type_reach_the_message(store: TaskStore) -> None:
+    payload = {"to": "ops@example.com", "n": [1, 2]}
+    await store.create(TaskSpec("mail", Schedule("once", at_ms=0), payload, task_id="m1"))
+    await run_pollers(store, 1, 0.3)
+    (fire,) = await stream_fires(store, "mail")
+    assert fire["payload"] == '{"n":[1,2],"to":"ops@example.com"}'
+    assert fire["type"] == "mail"
+    assert fire["schedule_id"] == "m1:0"
+    task = await store.get("m1")
+    assert task is not None and task.status == "finished"
+
+
+async def test_three_competing_pollers_enqueue_no_duplicates(store: TaskStore) -> None:
+    start = await store.now_ms() + 100
+    await store.create_many(
+        [TaskSpec("hot", Schedule("interval", every_s=0.1, start_ms=start), i) for i in range(200)]
+    )
+    await run_pollers(store, 3, 1.5, max_tick_s=0.02, batch_size=50)
+    fires = await stream_fires(store, "hot")
+    ids = [f["schedule_id"] for f in fires]
+    assert len(ids) > 2000
+    assert len(ids) == len(set(ids))
+
+
+async def test_misfired_tasks_follow_their_policy_after_downtime(store: TaskStore) -> None:
+    now = await store.now_ms()
+    start = now - 10_500  # 11 grid times passed while nothing ran
+    for policy in ("coalesce", "skip", "fire_all"):
+        schedule = Schedule("interval", every_s=1, start_ms=start, misfire=policy)
+        await store.create(TaskSpec(policy, schedule, task_id=policy))
+    with structlog.testing.capture_logs() as logs:
+        keys = await store.keys()
+        poller = Poller(store, PollerSettings())
+        await poller.tick(keys, poller.partitions(keys), get_logger())
+    counts = {p: len(await stream_fires(store, p)) for p in ("coalesce", "skip", "fire_all")}
+    assert counts == {"coalesce": 1, "skip": 0, "fire_all": 11}
+    (coalesced,) = await stream_fires(store, "coalesce")
+    assert int(coalesced["due_ms"]) == start + 10_000
+    misfired = {e["task_id"]: e for e in logs if e["event"] == "misfired"}
+    assert (misfired["coalesce"]["missed"], misfired["skip"]["missed"]) == (10, 11)
+    for policy in ("coalesce", "skip", "fire_all"):
+        task = await store.get(policy)
+        assert task is not None and task.next_run_ms == start + 11_000
+
+
+async def test_sleep_follows_the_earliest_due_time(store: TaskStore) -> None:
+    poller = Poller(store, PollerSettings(max_tick_s=5.0))
+    keys = await store.keys()
+    now = await store.now_ms()
+    await store.create(TaskSpec("s", Schedule("once", at_ms=now + 300)))
+    result = await poller.tick(keys, poller.partitions(keys), get_logger())
+    assert 0.1 < poller.sleep_s(result) <= 0.3
+
+
+def test_pollers_split_partitions_between_them() -> None:
+    keys = Keys("ns", 8)
+    split = [
+        Poller(None, PollerSettings(index=i, of=3)).partitions(keys)  # type: ignore[arg-type]
+        for i in range(3)
+    ]
+    assert split == [[0, 3, 6], [1, 4, 7], [2, 5]]
+
+
+# -- kill -9 ------------------------------------------------------------------------------------
+
+
+def poller_config(tmp_path: Path, redis_url: str, namespace: str) -> Path:
+    path = tmp_path / "poller.toml"
+    path.write_text(
+        f'namespace = "{namespace}"\n'
+        f'[redis]\nurl = "{redis_url}"\n'
+        "[scheduler]\npollers = 1\npartitions = 4\nmax_tick_s = 0.02\nclaim_lease_ms = 300\n"
+        "batch_size = 7\n"
+    )
+    return path
+
+
+async def test_poller_killed_mid_batch_repeatedly_loses_no_fire(
+    store: TaskStore, tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """SIGKILL a real poller process at random moments, 8 times; every grid time up to the
+    end of the run reaches the stream at least once, and duplicates share a schedule_id."""
+    start = await store.now_ms() + 500
+    schedule = Schedule("interval", every_s=0.25, start_ms=start, misfire="fire_all")
+    await store.create_many([TaskSpec("k", schedule, i) for i in range(60)])
+    config = poller_config(tmp_path, redis_url, namespace)
+    rng = random.Random(7)
+    kills = 0
+    for _ in range(8):
+        node = NodeProcess(config)
+        try:
+            await trio.to_thread.run_sync(node.wait_for, "poller_ready")
+            await trio.sleep(rng.uniform(0.05, 0.5))
+            node.signal(signal.SIGKILL)
+            kills += 1
+        finally:
+            await trio.to_thread.run_sync(node.kill)
+    final = NodeProcess(config)
+    try:
+        await trio.to_thread.run_sync(final.wait_for, "poller_ready")
+        await trio.sleep(1.5)
+        window_end = await store.now_ms() - 500
+        final.signal(signal.SIGTERM)
+        assert await trio.to_thread.run_sync(final.wait) == 0
+    finally:
+        await trio.to_thread.run_sync(final.kill)
+    assert kills == 8
+    seen: dict[str, set[int]] = defaultdict(set)
+    for fire in await stream_fires(store, "k"):
+        assert fire["schedule_id"] == f"{fire['task_id']}:{fire['due_ms']}"
+        seen[fire["task_id"]].add(int(fire["due_ms"]))
+    assert len(seen) == 60
+    expected = set(range(start, window_end, 250))
+    assert len(expected) > 20
+    for dues in seen.values():
+        assert expected <= dues, f"missing fires: {sorted(expected - dues)[:5]}"

@@ -1,0 +1,251 @@
+"""Schedules: the grid, DST, bounds and misfire policies (pure functions, no Redis)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import zoneinfo
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from actors.errors import InvalidTask
+from actors.model import parse_schedule
+from actors.schedules import Schedule, plan_fires
+
+T0 = 1_800_000_000_000  # 2027-01-15, a whole second
+
+
+def ms(zone: str, year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> int:
+    when = dt.datetime(year, month, day, hour, minute, tzinfo=zoneinfo.ZoneInfo(zone))
+    return int(when.timestamp() * 1000)
+
+
+def iso(zone: str, when_ms: int) -> str:
+    return dt.datetime.fromtimestamp(when_ms / 1000, zoneinfo.ZoneInfo(zone)).isoformat()
+
+
+def run_grid(schedule: Schedule, first: int, count: int) -> list[int]:
+    out, cur = [first], first
+    for _ in range(count - 1):
+        nxt = schedule.next_after(cur)
+        assert nxt is not None
+        out.append(nxt)
+        cur = nxt
+    return out
+
+
+# -- interval ---------------------------------------------------------------------------
+
+
+def test_interval_first_fire_is_now_or_start() -> None:
+    assert Schedule("interval", every_s=10).first_due(T0) == T0
+    assert Schedule("interval", every_s=10, start_ms=T0 + 5).first_due(T0) == T0 + 5
+
+
+def test_interval_is_drift_free() -> None:
+    schedule = Schedule("interval", every_s=0.1)
+    # A late fire (served 37 ms after its due time) does not move the grid.
+    plan = plan_fires(schedule, T0, T0 + 37, 0)
+    assert plan.fires == (T0,)
+    assert plan.next_ms == T0 + 100
+
+
+def test_interval_respects_end_and_max_runs() -> None:
+    schedule = Schedule("interval", every_s=1, end_ms=T0 + 2500)
+    assert run_grid(schedule, T0, 3) == [T0, T0 + 1000, T0 + 2000]
+    assert schedule.next_after(T0 + 2000) is None
+    capped = Schedule("interval", every_s=1, max_runs=2)
+    assert plan_fires(capped, T0, T0, 0).next_ms == T0 + 1000
+    assert plan_fires(capped, T0 + 1000, T0 + 1000, 1) == plan_fires(
+        capped, T0 + 1000, T0 + 1000, 1
+    )
+    last = plan_fires(capped, T0 + 1000, T0 + 1000, 1)
+    assert last.fires == (T0 + 1000,)
+    assert last.next_ms is None
+
+
+# -- cron and DST -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("zone", "day"),
+    [("Europe/Berlin", (2027, 3, 28)), ("America/New_York", (2027, 3, 14))],
+)
+def test_cron_in_a_spring_forward_gap_fires_once_after_the_gap(
+    zone: str, day: tuple[int, int, int]
+) -> None:
+    schedule = Schedule("cron", cron="30 2 * * *", tz=zone)
+    first = schedule.first_due(ms(zone, day[0], day[1], day[2] - 1, 12, 0))
+    assert first is not None
+    grid = run_grid(schedule, first, 3)
+    # 02:30 does not exist that night: it fires once, at 03:00, then 02:30 again.
+    assert [iso(zone, t)[11:16] for t in grid] == ["03:00", "02:30", "02:30"]
+    assert iso(zone, grid[0])[:10] == dt.date(*day).isoformat()
+
+
+@pytest.mark.parametrize(
+    ("zone", "day", "repeated_hour"),
+    [("Europe/Berlin", (2027, 10, 31), 2), ("America/New_York", (2027, 11, 7), 1)],
+)
+def test_cron_in_a_fall_back_fold(zone: str, day: tuple[int, int, int], repeated_hour: int) -> None:
+    daily = Schedule("cron", cron=f"30 {repeated_hour} * * *", tz=zone)
+    first = daily.first_due(ms(zone, day[0], day[1], day[2] - 1, 12, 0))
+    assert first is not None
+    grid = run_grid(daily, first, 2)
+    # The wall time happens twice that night; a daily job fires once (the first), and the
+    # next fire is 25 real hours later.
+    assert iso(zone, grid[0])[:10] == dt.date(*day).isoformat()
+    assert grid[1] - grid[0] == 25 * 3600 * 1000
+    half_hourly = Schedule("cron", cron="*/30 * * * *", tz=zone)
+    fold = run_grid(half_hourly, half_hourly.first_due(ms(zone, *day, 0, 10)) or 0, 6)
+    # Every 30 real minutes through the fold: nothing skipped, nothing doubled.
+    assert [b - a for a, b in itertools.pairwise(fold)] == [30 * 60 * 1000] * 5
+
+
+def test_cron_grid_is_wall_clock_in_its_zone() -> None:
+    schedule = Schedule("cron", cron="0 9 * * 1-5", tz="Asia/Tokyo")
+    start = ms("Asia/Tokyo", 2027, 1, 15, 10, 0)  # a Friday, after 09:00
+    first = schedule.first_due(start)
+    assert first is not None
+    assert iso("Asia/Tokyo", first) == "2027-01-18T09:00:00+09:00"  # the next Monday
+
+
+# -- one-shot -------------------------------------------------------------------------------
+
+
+def test_one_shot_fires_once_then_finishes() -> None:
+    schedule = Schedule("once", at_ms=T0 + 5000)
+    assert schedule.first_due(T0) == T0 + 5000
+    plan = plan_fires(schedule, T0 + 5000, T0 + 5001, 0)
+    assert plan.fires == (T0 + 5000,)
+    assert plan.next_ms is None
+
+
+def test_one_shot_in_the_past_still_fires() -> None:
+    schedule = Schedule("once", at_ms=T0 - 60_000)
+    assert schedule.first_due(T0) == T0 - 60_000
+    assert plan_fires(schedule, T0 - 60_000, T0, 0).fires == (T0 - 60_000,)
+
+
+# -- misfires -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "fires", "missed"),
+    [
+        ("coalesce", (T0 + 9000,), 9),  # one fire, standing for the latest grid time
+        ("skip", (), 10),
+        ("fire_all", tuple(T0 + k * 1000 for k in range(10)), 0),
+    ],
+)
+def test_misfire_policies_after_a_downtime(
+    policy: str, fires: tuple[int, ...], missed: int
+) -> None:
+    schedule = Schedule("interval", every_s=1, misfire=policy)  # type: ignore[arg-type]
+    plan = plan_fires(schedule, T0, T0 + 9500, 0)  # 10 grid times came and went
+    assert plan.fires == fires
+    assert plan.missed == missed
+    assert plan.next_ms == T0 + 10_000  # back on the grid
+
+
+def test_fire_all_is_capped() -> None:
+    schedule = Schedule("interval", every_s=1, misfire="fire_all", misfire_cap=3)
+    plan = plan_fires(schedule, T0, T0 + 9500, 0)
+    assert plan.fires == (T0, T0 + 1000, T0 + 2000)
+    assert plan.missed == 7
+
+
+def test_cron_coalesce_stands_for_the_latest_missed_time() -> None:
+    schedule = Schedule("cron", cron="*/5 * * * *")
+    due = ms("UTC", 2027, 1, 1, 10, 0)
+    plan = plan_fires(schedule, due, due + 22 * 60_000, 0)
+    assert plan.fires == (due + 20 * 60_000,)
+    assert plan.missed == 4
+    assert plan.next_ms == due + 25 * 60_000
+
+
+# -- validation -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"kind": "interval"}, "schedule.every_s: required"),
+        ({"kind": "interval", "every_s": 0}, "schedule.every_s: must be >= 0.001"),
+        ({"kind": "cron", "cron": "61 * * * *"}, "schedule.cron: '61 * * * *' is not valid"),
+        ({"kind": "cron", "cron": "* * * * *", "tz": "Mars/Base"}, "unknown time zone"),
+        ({"kind": "once"}, "schedule.at_ms: required"),
+        ({"kind": "weekly"}, "schedule.kind"),
+        ({"kind": "interval", "every_s": 1, "cron": "* * * * *"}, "schedule.cron: only for"),
+        ({"kind": "interval", "every_s": 1, "misfire": "later"}, "schedule.misfire"),
+        ({"kind": "interval", "every_s": 1, "evry": 2}, "unknown key 'evry'"),
+        ({"kind": "interval", "every_s": 1, "start_ms": 5, "end_ms": 4}, "end_ms: must not"),
+        ({"kind": "interval", "every_s": 1, "max_runs": 0}, "max_runs: must be >= 1"),
+    ],
+)
+def test_bad_schedules_are_refused_naming_the_field(data: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidTask) as info:
+        parse_schedule(data)
+    assert message in str(info.value)
+
+
+def test_stored_form_keeps_only_non_defaults() -> None:
+    schedule = Schedule("cron", cron="0 * * * *", tz="Europe/Paris")
+    assert schedule.to_dict() == {"kind": "cron", "cron": "0 * * * *", "tz": "Europe/Paris"}
+    assert parse_schedule(schedule.to_dict()) == schedule
+
+
+# -- properties ---------------------------------------------------------------------------
+
+every_ms = st.integers(min_value=1, max_value=86_400_000)
+times = st.integers(min_value=T0 - 10**10, max_value=T0 + 10**10)
+
+
+@given(every=every_ms, due=times, late=st.integers(min_value=0, max_value=10**9))
+def test_interval_next_run_is_after_now_and_on_the_grid(every: int, due: int, late: int) -> None:
+    schedule = Schedule("interval", every_s=every / 1000, misfire="skip")
+    now = due + late
+    plan = plan_fires(schedule, due, now, 0)
+    assert plan.next_ms is not None
+    assert plan.next_ms > now
+    assert plan.next_ms > due
+    assert (plan.next_ms - due) % schedule._every_ms() == 0
+
+
+@given(
+    due=times,
+    late=st.integers(min_value=0, max_value=10**8),
+    policy=st.sampled_from(["coalesce", "skip", "fire_all"]),
+)
+@settings(max_examples=50)
+def test_cron_next_run_is_strictly_after_now(due: int, late: int, policy: str) -> None:
+    schedule = Schedule("cron", cron="*/7 * * * *", tz="Europe/Berlin", misfire=policy)  # type: ignore[arg-type]
+    first = schedule.first_due(due)
+    assert first is not None
+    plan = plan_fires(schedule, first, first + late, 0)
+    assert plan.next_ms is not None
+    assert plan.next_ms > first + late
+    assert all(first <= f <= first + late for f in plan.fires)
+
+
+@given(
+    start=times,
+    span=st.integers(min_value=0, max_value=10**7),
+    every=st.integers(min_value=1000, max_value=10**6),
+    runs=st.integers(min_value=1, max_value=20),
+)
+def test_bounds_and_max_runs_are_honoured(start: int, span: int, every: int, runs: int) -> None:
+    schedule = Schedule(
+        "interval", every_s=every / 1000, start_ms=start, end_ms=start + span, max_runs=runs
+    )
+    due = schedule.first_due(start - 1)
+    fired: list[int] = []
+    while due is not None and len(fired) < 100:
+        plan = plan_fires(schedule, due, due, len(fired))
+        fired += plan.fires
+        due = plan.next_ms
+    assert len(fired) <= runs
+    assert all(start <= f <= start + span for f in fired)
+    assert fired == sorted(set(fired))

@@ -1,0 +1,265 @@
+"""Task store operations against a real Redis: outcomes are read back from Redis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from actors.errors import InvalidTask, InvalidTransition, LayoutMismatch, TaskConflict, TaskNotFound
+from actors.keys import Keys
+from actors.model import TaskSpec, parse_spec
+from actors.schedules import Schedule
+from actors.store import TaskStore
+from runtime.redis_io import RedisClient
+
+EVERY_MINUTE = Schedule("interval", every_s=60)
+
+
+@pytest.fixture
+async def store(redis_client: RedisClient, namespace: str) -> TaskStore:
+    return TaskStore(redis_client, namespace, default_partitions=4)
+
+
+async def namespace_keys(client: RedisClient, namespace: str) -> list[str]:
+    """Every key of the namespace (SCAN is fine in a test)."""
+    cursor, found = 0, []
+    while True:
+        cursor, batch = await client.execute(
+            "SCAN", cursor, "MATCH", f"*{namespace}*", "COUNT", 1000
+        )
+        found += [k.decode() for k in batch]
+        if int(cursor) == 0:
+            return sorted(found)
+
+
+async def in_schedule(store: TaskStore, task_id: str) -> float | None:
+    keys = await store.keys()
+    score = await store.client.execute("ZSCORE", keys.schedule(keys.partition_of(task_id)), task_id)
+    return float(score) if score is not None else None
+
+
+async def test_create_then_get(store: TaskStore) -> None:
+    before = await store.now_ms()
+    created = await store.create(TaskSpec("email", EVERY_MINUTE, {"to": "a@b.c"}))
+    assert created.created
+    task = await store.get(created.task_id)
+    assert task is not None
+    assert (task.type, task.payload, task.status) == ("email", {"to": "a@b.c"}, "active")
+    assert task.next_run_ms is not None and before <= task.next_run_ms <= before + 1000
+    assert task.created_ms == task.updated_ms
+    assert (task.fires, task.runs, task.retries) == (0, 0, 0)
+    assert await in_schedule(store, created.task_id) == task.next_run_ms
+
+
+async def test_create_with_client_id_is_idempotent(store: TaskStore) -> None:
+    spec = TaskSpec("email", EVERY_MINUTE, {"n": 1}, task_id="daily-report")
+    assert (await store.create(spec)).created
+    again = await store.create(spec)
+    assert again.task_id == "daily-report"
+    assert not again.created
+
+
+async def test_create_conflicting_definition_changes_nothing(store: TaskStore) -> None:
+    await store.create(TaskSpec("email", EVERY_MINUTE, {"n": 1}, task_id="t1"))
+    with pytest.raises(TaskConflict, match="t1"):
+        await store.create(TaskSpec("email", EVERY_MINUTE, {"n": 2}, task_id="t1"))
+    task = await store.get("t1")
+    assert task is not None and task.payload == {"n": 1}
+
+
+async def test_bulk_create_spreads_over_partitions(store: TaskStore, namespace: str) -> None:
+    specs = [TaskSpec("sms", EVERY_MINUTE, i) for i in range(2000)]
+    created = await store.create_many(specs)
+    assert len({c.task_id for c in created}) == 2000
+    keys = await store.keys()
+    sizes = [int(await store.client.execute("SCARD", keys.by_type(p, "sms"))) for p in range(4)]
+    assert sum(sizes) == 2000
+    assert min(sizes) > 300  # hashed, not piled into one partition
+    zsizes = [int(await store.client.execute("ZCARD", keys.schedule(p))) for p in range(4)]
+    assert sum(zsizes) == 2000
+    assert await store.types() == ["sms"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"type": "a b", "schedule": {"kind": "once", "at_ms": 1}}, "type 'a b' must be"),
+        ({"type": "x{y}", "schedule": {"kind": "once", "at_ms": 1}}, "type 'x{y}' must be"),
+        (
+            {"type": "ok", "task_id": "../etc", "schedule": {"kind": "once", "at_ms": 1}},
+            "task_id '../etc' must be",
+        ),
+        (
+            {"type": "ok", "schedule": {"kind": "once", "at_ms": 1}, "payload": "x" * 70_000},
+            "payload: 70002 bytes as JSON, more than the 65536 allowed",
+        ),
+        ({"type": "ok", "schedule": {"kind": "interval"}}, "schedule.every_s: required"),
+        ({"type": "ok"}, "schedule: required key missing"),
+        ({"type": "ok", "schedule": {"kind": "once", "at_ms": 1}, "colour": 1}, "unknown key"),
+    ],
+)
+async def test_bad_definitions_are_refused_and_write_nothing(
+    store: TaskStore, redis_client: RedisClient, namespace: str, spec: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidTask) as info:
+        await store.create(parse_spec(spec))
+    assert message in str(info.value)
+    assert await namespace_keys(redis_client, namespace) == []
+
+
+async def test_duplicate_ids_in_one_bulk_write_nothing(
+    store: TaskStore, redis_client: RedisClient, namespace: str
+) -> None:
+    spec = TaskSpec("email", EVERY_MINUTE, task_id="same")
+    with pytest.raises(InvalidTask, match="twice"):
+        await store.create_many([spec, spec])
+    assert await namespace_keys(redis_client, namespace) == [f"{namespace}:meta"]
+
+
+async def test_list_pages_with_a_cursor_and_filters(store: TaskStore) -> None:
+    a = await store.create_many([TaskSpec("a", EVERY_MINUTE, i) for i in range(230)])
+    await store.create_many([TaskSpec("b", EVERY_MINUTE, i) for i in range(40)])
+    for created in a[:7]:
+        await store.pause(created.task_id)
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        page, cursor = await store.list_tasks(task_type="a", cursor=cursor, limit=50)
+        seen += [t.task_id for t in page]
+        pages += 1
+        if cursor is None:
+            break
+    assert pages > 2
+    assert sorted(set(seen)) == sorted(c.task_id for c in a)
+    paused, _ = await store.list_tasks(task_type="a", status="paused", limit=1000)
+    assert sorted(t.task_id for t in paused) == sorted(c.task_id for c in a[:7])
+    everything, cursor = await store.list_tasks(limit=1000)
+    assert cursor is None
+    assert len({t.task_id for t in everything}) == 270
+
+
+async def test_list_refuses_bad_filters(store: TaskStore) -> None:
+    with pytest.raises(InvalidTask, match="status"):
+        await store.list_tasks(status="sleeping")
+    await store.create(TaskSpec("a", EVERY_MINUTE))
+    with pytest.raises(InvalidTask, match="cursor"):
+        await store.list_tasks(cursor="banana")
+
+
+async def test_update_payload_and_schedule(store: TaskStore) -> None:
+    created = await store.create(TaskSpec("email", EVERY_MINUTE, {"v": 1}))
+    await store.update(created.task_id, payload={"v": 2})
+    task = await store.get(created.task_id)
+    assert task is not None and task.payload == {"v": 2} and task.schedule == EVERY_MINUTE
+    later = await store.now_ms() + 3_600_000
+    await store.update(created.task_id, schedule=Schedule("once", at_ms=later))
+    task = await store.get(created.task_id)
+    assert task is not None
+    assert task.next_run_ms == later
+    assert await in_schedule(store, created.task_id) == later
+    assert task.updated_ms >= task.created_ms
+
+
+async def test_update_of_a_missing_task_is_not_found(store: TaskStore) -> None:
+    with pytest.raises(TaskNotFound):
+        await store.update("ghost", payload=1)
+
+
+async def test_pause_resume_stop(store: TaskStore) -> None:
+    task_id = (await store.create(TaskSpec("email", EVERY_MINUTE))).task_id
+    assert await store.pause(task_id) == "paused"
+    assert await in_schedule(store, task_id) is None
+    assert await store.pause(task_id) == "paused"  # idempotent
+    assert await store.resume(task_id) == "active"
+    assert await in_schedule(store, task_id) is not None
+    assert await store.stop(task_id) == "stopped"
+    assert await in_schedule(store, task_id) is None
+    with pytest.raises(InvalidTransition, match="cannot resume a stopped task"):
+        await store.resume(task_id)
+    with pytest.raises(TaskNotFound):
+        await store.pause("ghost")
+
+
+async def test_resume_continues_on_the_grid(store: TaskStore) -> None:
+    start = await store.now_ms() - 10_500
+    task_id = (
+        await store.create(TaskSpec("t", Schedule("interval", every_s=1, start_ms=start)))
+    ).task_id
+    await store.pause(task_id)
+    await store.resume(task_id)
+    task = await store.get(task_id)
+    assert task is not None and task.next_run_ms is not None
+    assert (task.next_run_ms - start) % 1000 == 0
+    assert task.next_run_ms > await store.now_ms() - 1000
+
+
+async def test_delete_removes_the_task_and_its_index_entries(
+    store: TaskStore, redis_client: RedisClient, namespace: str
+) -> None:
+    task_id = (await store.create(TaskSpec("email", EVERY_MINUTE))).task_id
+    assert await store.delete(task_id)
+    assert not await store.delete(task_id)
+    assert await store.get(task_id) is None
+    assert await namespace_keys(redis_client, namespace) == [
+        f"{namespace}:meta",
+        f"{namespace}:types",
+    ]
+
+
+async def test_clear_type_deletes_in_bounded_batches(store: TaskStore) -> None:
+    await store.create_many([TaskSpec("bulk", EVERY_MINUTE, i) for i in range(1300)])
+    keep = await store.create(TaskSpec("other", EVERY_MINUTE))
+    assert await store.clear_type("bulk") == 1300
+    page, _ = await store.list_tasks(task_type="bulk")
+    assert page == []
+    assert await store.get(keep.task_id) is not None
+
+
+async def test_concurrent_updates_keep_the_index_consistent(store: TaskStore) -> None:
+    """Invariant under any interleaving: the task is in the schedule iff it is active."""
+    task_id = (await store.create(TaskSpec("email", EVERY_MINUTE, 0))).task_id
+
+    async def writer(n: int) -> None:
+        for i in range(15):
+            action = (n + i) % 3
+            if action == 0:
+                await store.pause(task_id)
+            elif action == 1:
+                await store.resume(task_id)
+            else:
+                await store.update(task_id, payload={"writer": n, "i": i})
+
+    async with trio.open_nursery() as nursery:
+        for n in range(6):
+            nursery.start_soon(writer, n)
+    task = await store.get(task_id)
+    assert task is not None
+    scheduled = await in_schedule(store, task_id) is not None
+    assert scheduled == (task.status == "active")
+    assert isinstance(task.payload, dict) and set(task.payload) == {"writer", "i"}
+
+
+async def test_namespace_of_another_layout_is_refused(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    await redis_client.execute("HSET", f"{namespace}:meta", "partitions", 8, "layout", 0)
+    with pytest.raises(LayoutMismatch, match="layout version"):
+        await TaskStore(redis_client, namespace).keys()
+
+
+async def test_partition_count_is_fixed_by_the_first_user(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    first = await TaskStore(redis_client, namespace, default_partitions=4).keys()
+    second = await TaskStore(redis_client, namespace, default_partitions=64).keys()
+    assert first == second == Keys(namespace, 4)
+
+
+async def test_a_foreign_hash_is_reported_not_crashed_on(store: TaskStore) -> None:
+    keys = await store.keys()
+    await store.client.execute("HSET", keys.task("legacy"), "interval_sec", "60")
+    with pytest.raises(ValueError, match="'legacy': stored hash is not a Metronome task"):
+        await store.get("legacy")
