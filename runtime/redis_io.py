@@ -3,11 +3,12 @@
 Why threads: redis-py (the client the design names) has no trio support, and its asyncio
 client cannot run on trio. So every call leaves the trio thread via ``trio.to_thread``:
 
-- a ``CapacityLimiter`` of ``max_connections`` bounds the threads, matching the blocking
-  connection pool, so a burst queues in trio instead of opening sockets without end;
+- a fixed set of ``max_connections`` worker threads (``runtime.io_threads``, cheaper per call
+  than ``trio.to_thread``) matches the blocking connection pool, so a burst queues instead of
+  opening sockets without end;
 - every socket has a timeout, so a thread never blocks forever; calls are *abandoned* on
-  cancellation (``abandon_on_cancel=True``), so cancelling an actor is prompt even while its
-  thread still waits for the socket timeout;
+  cancellation, so cancelling an actor is prompt even while its thread still waits for the
+  socket timeout;
 - work is batched (Lua scripts, pipelines): the ~tens of microseconds a thread hop costs are
   paid per batch, not per task.
 
@@ -35,6 +36,7 @@ import trio
 
 from runtime.config import RedisSection
 from runtime.errors import RedisUnavailable
+from runtime.io_threads import IOThreads
 
 T = TypeVar("T")
 
@@ -62,7 +64,7 @@ class RedisClient:
 
     def __init__(self, raw: Any, max_connections: int, description: str) -> None:
         self._raw = raw
-        self._limiter = trio.CapacityLimiter(max_connections)
+        self._threads = IOThreads(max_connections)
         self.description = description
         self.is_cluster = isinstance(raw, redis.cluster.RedisCluster)
 
@@ -107,7 +109,7 @@ class RedisClient:
             except redis.exceptions.ClusterDownError as exc:
                 raise RedisUnavailable(f"redis cluster at {self.description}: {exc}") from exc
 
-        return await trio.to_thread.run_sync(guarded, abandon_on_cancel=True, limiter=self._limiter)
+        return await self._threads.run(guarded)
 
     async def execute(self, *command: Any) -> Reply:
         """One command, e.g. ``await client.execute("XLEN", key)``."""
@@ -195,7 +197,8 @@ class RedisClient:
     async def aclose(self) -> None:
         # Closing sockets can block briefly; it must not be skipped on cancellation.
         with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(self._raw.close)
+            await self._threads.run(self._raw.close)
+        self._threads.close()
 
 
 def _tls_options(settings: RedisSection) -> dict[str, Any]:

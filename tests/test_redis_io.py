@@ -12,10 +12,10 @@ from runtime.actor import ActorContext, TaskStatus
 from runtime.config import RedisSection
 from runtime.embedded_redis import find_server_binary
 from runtime.errors import RedisUnavailable
+from runtime.local_redis import RedisProcess
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient, Script, _redact
 from runtime.supervisor import ChildSpec, SupervisorSpec, supervisor
-from tests.redis_server import RedisProcess
 
 ECHO = Script("echo", "return {KEYS[1], ARGV[1]}")
 

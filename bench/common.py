@@ -1,0 +1,56 @@
+"""What every benchmark mode shares: a Redis to measure against, memory and CPU readings."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+
+from runtime.embedded_redis import find_server_binary
+from runtime.local_redis import RedisProcess
+
+
+@contextlib.contextmanager
+def redis_for_bench(url: str | None) -> Iterator[str]:
+    if url:
+        yield url
+        return
+    server = RedisProcess(find_server_binary()).start()
+    try:
+        yield server.url
+    finally:
+        server.remove()
+
+
+def used_memory(url: str) -> int:
+    client = redis.Redis.from_url(url)
+    try:
+        return int(client.info("memory")["used_memory"])
+    finally:
+        client.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def emit(result: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(result, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
