@@ -37,6 +37,7 @@ from actors.model import converter
 from actors.schedules import FirePlan, Schedule, plan_fires
 from actors.store import TaskStore
 from runtime.actor import ActorContext, TaskStatus
+from runtime.logging import emit_events
 
 
 @attrs.frozen
@@ -77,10 +78,26 @@ class TickResult:
     """Some partition returned a full batch: more may be due right now."""
 
 
+#: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
+ENQUEUE_CHUNK = 500
+
+
+def _misfired(task: Claimed, plan: FirePlan) -> dict[str, Any]:
+    return {
+        "task_id": task.task_id,
+        "type": task.type,
+        "policy": task.schedule.misfire,
+        "missed": plan.missed,
+        "fired": len(plan.fires),
+        "due_ms": task.due_ms,
+    }
+
+
 class Poller:
     def __init__(self, store: TaskStore, settings: PollerSettings) -> None:
         self.store = store
         self.settings = settings
+        self.actor = f"node/scheduler/poller-{settings.index}"
         self._token_base = secrets.token_hex(6)
         self._ticks = 0
         self._schedules: dict[bytes, Schedule] = {}
@@ -89,6 +106,7 @@ class Poller:
         """Actor: tick until cancelled."""
         keys = await self.store.keys()
         partitions = self.partitions(keys)
+        self.actor = ctx.path
         ctx.log.info("poller_ready", partitions=partitions, of=keys.partitions)
         task_status.started()
         while True:
@@ -117,24 +135,23 @@ class Poller:
         now = max(c.now_ms for c in claims) if claims else 0
         plans: dict[int, list[tuple[Claimed, FirePlan]]] = defaultdict(list)
         messages: list[tuple[Claimed, int]] = []
+        events: list[tuple[str, dict[str, Any]]] = []
         for claim in claims:
             for task in claim.tasks:
-                log.info("scheduled", task_id=task.task_id, type=task.type, due_ms=task.due_ms)
+                events.append(
+                    (
+                        "scheduled",
+                        {"task_id": task.task_id, "type": task.type, "due_ms": task.due_ms},
+                    )
+                )
                 plan = plan_fires(task.schedule, task.due_ms, claim.now_ms, task.fires)
                 plans[claim.partition].append((task, plan))
                 messages += [(task, due) for due in plan.fires]
                 if plan.missed:
-                    log.info(
-                        "misfired",
-                        task_id=task.task_id,
-                        type=task.type,
-                        policy=task.schedule.misfire,
-                        missed=plan.missed,
-                        fired=len(plan.fires),
-                        due_ms=task.due_ms,
-                    )
+                    events.append(("misfired", _misfired(task, plan)))
+        emit_events(self.actor, events)
         if messages:
-            await self._enqueue(keys, messages, now, log)
+            await self._enqueue(keys, messages, now)
         earliest_by_partition = {c.partition: c.earliest_ms for c in claims}
         if plans:
             # After a commit the partition's earliest due time is the committed one.
@@ -193,49 +210,37 @@ class Poller:
             self._schedules[raw] = schedule
         return schedule
 
-    async def _enqueue(
-        self,
-        keys: Keys,
-        messages: list[tuple[Claimed, int]],
-        now_ms: int,
-        log: structlog.typing.FilteringBoundLogger,
-    ) -> None:
-        commands = [
-            (
-                "XADD",
-                keys.queue(task.type),
-                "*",
-                "task_id",
-                task.task_id,
-                "schedule_id",
-                schedule_id(task.task_id, due),
-                "type",
-                task.type,
-                "payload",
-                task.payload,
-                "attempt",
-                0,
-                "due_ms",
-                due,
-                "enq_ms",
-                now_ms,
-            )
-            for task, due in messages
+    async def _enqueue(self, keys: Keys, messages: list[tuple[Claimed, int]], now_ms: int) -> None:
+        """XADD every fire (``enqueue.lua``: one call per type per ENQUEUE_CHUNK fires)."""
+        by_type: dict[str, list[Any]] = defaultdict(list)
+        for task, due in messages:
+            by_type[task.type] += [task.task_id, due, task.payload, 0]
+        calls = [
+            ([keys.queue(task_type)], [now_ms, task_type, *args[i : i + ENQUEUE_CHUNK * 4]])
+            for task_type, args in by_type.items()
+            for i in range(0, len(args), ENQUEUE_CHUNK * 4)
         ]
-        replies = await self.store.client.pipeline(commands)
+        replies = await self.store.client.scripts(scripts.ENQUEUE, calls)
         failed = [r for r in replies if isinstance(r, Exception)]
         if failed:
             # Nothing is committed for this tick: the claims expire and the fires are retried.
             raise failed[0]
-        for (task, due), _ in zip(messages, replies, strict=True):
-            log.info(
-                "queued",
-                task_id=task.task_id,
-                schedule_id=schedule_id(task.task_id, due),
-                type=task.type,
-                due_ms=due,
-                enqueue_lag_ms=now_ms - due,
-            )
+        emit_events(
+            self.actor,
+            [
+                (
+                    "queued",
+                    {
+                        "task_id": task.task_id,
+                        "schedule_id": schedule_id(task.task_id, due),
+                        "type": task.type,
+                        "due_ms": due,
+                        "enqueue_lag_ms": now_ms - due,
+                    },
+                )
+                for task, due in messages
+            ],
+        )
 
     async def _commit(
         self,

@@ -2,19 +2,28 @@
 
 Every line carries ``time`` (UTC ISO-8601), ``ts_ms`` (epoch milliseconds), ``level``,
 ``event`` and ``node``; actors bind ``actor`` (their path in the tree). Lifecycle events of
-actors and tasks are the audit trail, so they are written synchronously, one ``write`` per
-line, and never buffered in memory where a crash would lose them.
+actors and tasks are the audit trail, so they are written synchronously and never buffered
+in memory where a crash would lose them.
+
+Two paths to the same stream:
+
+- ``get_logger()``: structlog, for everything (~50 us a line here);
+- ``emit_events()``: for the per-fire lifecycle events that come by the thousand per second
+  (scheduled, queued, running, finished...). It writes the same fields in one ``write``
+  per batch at a few microseconds a line, so an audit trail of every fire stays affordable.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import sys
 import time
-from collections.abc import MutableMapping
+from collections.abc import Iterable, MutableMapping
 from typing import Any, TextIO
 
+import attrs
 import structlog
 
 
@@ -29,10 +38,27 @@ def _dumps(obj: Any, **_kw: Any) -> str:
     return json.dumps(obj, default=str, separators=(",", ":"))
 
 
+@attrs.define
+class _Output:
+    """Where ``emit_events`` writes; set by ``configure``. Owned by this module."""
+
+    stream: TextIO | None = None
+    node_json: str = '"?"'
+    info_enabled: bool = True
+    console: bool = False
+
+
+_output = _Output()
+
+
 def configure(
     *, node: str, format: str = "json", level: str = "info", stream: TextIO | None = None
 ) -> None:
-    """Set up structlog for this process. Call once, before the first actor starts."""
+    """Set up logging for this process. Call once, before the first actor starts."""
+    _output.stream = stream
+    _output.node_json = _encode_str(node)
+    _output.info_enabled = level in ("debug", "info")
+    _output.console = format == "console"
     renderer: Any
     if format == "console":
         renderer = structlog.dev.ConsoleRenderer(colors=False)
@@ -56,6 +82,52 @@ def configure(
     )
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(node=node)
+
+
+_encode_str = json.encoder.encode_basestring
+
+
+def _encode(value: Any) -> str:
+    if isinstance(value, str):
+        return str(_encode_str(value))
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(value, default=str, separators=(",", ":"))
+
+
+def emit_events(actor: str, events: Iterable[tuple[str, dict[str, Any]]]) -> None:
+    """Write info-level lifecycle lines, one per ``(event, fields)``, in one write.
+
+    The lines carry the same keys as structlog's (``event``, fields, ``node``, ``actor``,
+    ``level``, ``time``, ``ts_ms``); the time is taken once for the batch.
+    """
+    if not _output.info_enabled:
+        return
+    if _output.console:
+        logger = get_logger(actor=actor)
+        for event, fields in events:
+            logger.info(event, **fields)
+        return
+    now = time.time()
+    stamp = datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    tail = (
+        f',"node":{_output.node_json},"actor":{_encode_str(actor)},"level":"info",'
+        f'"time":"{stamp}","ts_ms":{int(now * 1000)}}}\n'
+    )
+    lines = [
+        '{"event":"' + event + '"'
+        + "".join(f',"{key}":{_encode(value)}' for key, value in fields.items())
+        + tail
+        for event, fields in events
+    ]  # fmt: skip
+    if lines:
+        stream = _output.stream or sys.stdout
+        stream.write("".join(lines))
+        stream.flush()
 
 
 def get_logger(**bound: Any) -> structlog.typing.FilteringBoundLogger:

@@ -44,6 +44,11 @@ Reply = Any
 """A decoded Redis reply: bytes, int, list, None..."""
 
 ResponseError = redis.exceptions.ResponseError
+NoScriptError = redis.exceptions.NoScriptError
+
+#: How often a pipelined script call is re-sent after NOSCRIPT (a server restarted or had
+#: SCRIPT FLUSH between our load and our call); past that the error is returned in place.
+_NOSCRIPT_RETRIES = 5
 
 
 @attrs.frozen
@@ -158,9 +163,17 @@ class RedisClient:
 
         def run() -> list[Reply]:
             replies = self._pipelined_evalsha(script, calls)
-            if any(isinstance(r, redis.exceptions.NoScriptError) for r in replies):
+            for _ in range(_NOSCRIPT_RETRIES):
+                missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+                if not missing:
+                    break
+                # Only the calls that failed are sent again: the others already ran (a script
+                # can appear mid-pipeline, loaded by a concurrent caller), and running them
+                # twice would, for example, enqueue a fire twice.
                 self._load_everywhere(script)
-                replies = self._pipelined_evalsha(script, calls)
+                retried = self._pipelined_evalsha(script, [calls[i] for i in missing])
+                for i, reply in zip(missing, retried, strict=True):
+                    replies[i] = reply
             return replies
 
         return await self.run_sync(run)

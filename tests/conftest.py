@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 
+from runtime import logging as node_logging
 from runtime.config import RedisSection
 from runtime.redis_io import RedisClient
 from tests.redis_server import redis_url_for_tests
@@ -31,3 +35,12 @@ async def redis_client(redis_url: str) -> AsyncIterator[RedisClient]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+def log_lines() -> Iterator[Callable[[], list[dict[str, Any]]]]:
+    """The JSON log lines this test wrote, as the node would write them to stdout."""
+    buffer = io.StringIO()
+    node_logging.configure(node="test", stream=buffer)
+    yield lambda: [json.loads(line) for line in buffer.getvalue().splitlines()]
+    node_logging.configure(node="test")

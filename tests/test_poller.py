@@ -6,11 +6,11 @@ from __future__ import annotations
 import random
 import signal
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 import trio
 
 from actors import scripts
@@ -132,14 +132,16 @@ async def test_claim_drops_index_entries_of_deleted_tasks(one_partition: TaskSto
 # -- the actor ------------------------------------------------------------------------------
 
 
-async def test_due_tasks_reach_their_stream_once_per_due_time(store: TaskStore) -> None:
+async def test_due_tasks_reach_their_stream_once_per_due_time(
+    store: TaskStore, log_lines: Callable[[], list[dict[str, Any]]]
+) -> None:
     start = await store.now_ms() + 100
     specs = [
         TaskSpec("beat", Schedule("interval", every_s=0.2, start_ms=start), i) for i in range(30)
     ]
     ids = {c.task_id for c in await store.create_many(specs)}
-    with structlog.testing.capture_logs() as logs:
-        await run_pollers(store, 1, 1.25, max_tick_s=0.05)
+    await run_pollers(store, 1, 1.25, max_tick_s=0.05)
+    logs = log_lines()
     by_task: dict[str, list[int]] = defaultdict(list)
     for fire in await stream_fires(store, "beat"):
         assert fire["schedule_id"] == f"{fire['task_id']}:{fire['due_ms']}"
@@ -153,6 +155,12 @@ async def test_due_tasks_reach_their_stream_once_per_due_time(store: TaskStore) 
     queued = [e for e in logs if e["event"] == "queued"]
     assert len(queued) == sum(len(d) for d in by_task.values())
     assert all(e["enqueue_lag_ms"] >= 0 for e in queued)
+    assert {e["actor"] for e in queued} == {"node/poller-0"}
+    assert {(e["task_id"], e["schedule_id"]) for e in queued} == {
+        (task_id, f"{task_id}:{due}") for task_id, dues in by_task.items() for due in dues
+    }
+    scheduled = [e for e in logs if e["event"] == "scheduled"]
+    assert len(scheduled) == len(queued)  # one claim per fire: nothing was late
 
 
 async def test_task_payload_and_type_reach_the_message(store: TaskStore) -> None:
@@ -179,16 +187,18 @@ async def test_three_competing_pollers_enqueue_no_duplicates(store: TaskStore) -
     assert len(ids) == len(set(ids))
 
 
-async def test_misfired_tasks_follow_their_policy_after_downtime(store: TaskStore) -> None:
+async def test_misfired_tasks_follow_their_policy_after_downtime(
+    store: TaskStore, log_lines: Callable[[], list[dict[str, Any]]]
+) -> None:
     now = await store.now_ms()
     start = now - 10_500  # 11 grid times passed while nothing ran
     for policy in ("coalesce", "skip", "fire_all"):
         schedule = Schedule("interval", every_s=1, start_ms=start, misfire=policy)
         await store.create(TaskSpec(policy, schedule, task_id=policy))
-    with structlog.testing.capture_logs() as logs:
-        keys = await store.keys()
-        poller = Poller(store, PollerSettings())
-        await poller.tick(keys, poller.partitions(keys), get_logger())
+    keys = await store.keys()
+    poller = Poller(store, PollerSettings())
+    await poller.tick(keys, poller.partitions(keys), get_logger())
+    logs = log_lines()
     counts = {p: len(await stream_fires(store, p)) for p in ("coalesce", "skip", "fire_all")}
     assert counts == {"coalesce": 1, "skip": 0, "fire_all": 11}
     (coalesced,) = await stream_fires(store, "coalesce")

@@ -58,6 +58,36 @@ async def test_script_reloads_after_the_server_forgets_it(redis_client: RedisCli
     assert replies == [[b"a", b"1"], [b"b", b"2"]]
 
 
+async def test_pipelined_scripts_after_noscript_run_each_call_exactly_once(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A script that appears mid-pipeline (loaded by a concurrent caller) must not make the
+    calls that already succeeded run again. Large pipelines arrive in several reads, so
+    Redis interleaves them with other clients' SCRIPT LOAD/FLUSH."""
+    counter = Script("count", f"return redis.call('INCR', KEYS[1]) -- {namespace}")
+    key = f"{namespace}:n"
+    filler = "x" * 4096
+    done = trio.Event()
+
+    async def flusher() -> None:
+        while not done.is_set():
+            await redis_client.execute("SCRIPT", "FLUSH")
+            await trio.sleep(0.005)
+
+    async def caller() -> None:
+        for _ in range(10):
+            replies = await redis_client.scripts(counter, [([key], [filler])] * 100)
+            assert not [r for r in replies if isinstance(r, Exception)]
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(flusher)
+        async with trio.open_nursery() as callers:
+            for _ in range(4):
+                callers.start_soon(caller)
+        done.set()
+    assert int(await redis_client.execute("GET", key)) == 4 * 10 * 100
+
+
 async def test_time_ms_is_the_servers_clock(redis_client: RedisClient) -> None:
     import time
 
