@@ -9,7 +9,25 @@ from __future__ import annotations
 
 import attrs
 
-from runtime.config import LogSection, NodeSection, RedisSection, positive, safe_name, within
+from typing import Any
+
+from runtime.config import (
+    LogSection,
+    NodeSection,
+    RedisSection,
+    check_name,
+    positive,
+    safe_name,
+    within,
+)
+
+
+def _type_names(_inst: object, attr: attrs.Attribute[Any], value: dict[str, Any]) -> None:
+    for name in value:
+        try:
+            check_name("type", name)
+        except ValueError as exc:
+            raise ValueError(f"{attr.name}.{name}: {exc}") from None
 
 
 @attrs.frozen
@@ -32,6 +50,52 @@ class SchedulerSection:
 
 
 @attrs.frozen
+class ConsumerSection:
+    """``[consumers.<type>]``: run this type's handler on this node, and how."""
+
+    handler: str
+    """``module:function`` that runs one fire; ``async def`` runs on trio, a plain function
+    in a worker thread. Chosen here only: nothing an API client sends can name code."""
+    concurrency: int = attrs.field(default=10, validator=within(1, 10_000))
+    """Handlers of this type running at once on this node; also the most messages it reads."""
+    timeout_s: float = attrs.field(default=60.0, validator=positive)
+    """A handler running longer is cancelled and the attempt counts as failed."""
+    max_attempts: int = attrs.field(default=3, validator=within(1, 1000))
+    """Attempts (the first run included) before a fire goes to the dead-letter queue."""
+    backoff_base_s: float = attrs.field(default=10.0, validator=positive)
+    """Retry n waits ``backoff_base_s * 2**(n-1)``, capped, with jitter."""
+    backoff_cap_s: float = attrs.field(default=300.0, validator=positive)
+    backoff_jitter: float = attrs.field(default=0.1, validator=within(0, 1))
+    """Each delay is stretched by a random fraction up to this (0.1 = up to +10%)."""
+    lease_s: float = attrs.field(default=30.0, validator=within(1))
+    """A message pending this long without renewal is reclaimed by another consumer; live
+    handlers renew theirs every lease_s / 3."""
+    max_deliveries: int = attrs.field(default=5, validator=within(1, 1000))
+    """A message delivered this many times (it keeps killing its consumer) is poison: it
+    goes to the dead-letter queue instead of being reclaimed again."""
+    dedupe_window_s: float = attrs.field(default=120.0, validator=within(0))
+    """A second message for the same fire (schedule_id and attempt) arriving within this
+    window is dropped, not run (0 = off)."""
+    block_ms: int = attrs.field(default=500, validator=within(10, 2000))
+    """Longest XREADGROUP wait; bounds how fast a stop request is noticed."""
+    claimer: bool = True
+    """Run this type's claimer on this node."""
+
+
+@attrs.frozen
+class ExecutionSection:
+    """``[execution]``: what every consumer on this node shares."""
+
+    results_log: str = "metronome-data/results.jsonl"
+    """Handlers' results, one JSON line per finished fire (the seed's business log)."""
+    retry_dispatchers: int = attrs.field(default=1, validator=within(0, 64))
+    """Retry dispatcher actors on this node (partitions split like pollers')."""
+    retry_batch_size: int = attrs.field(default=500, validator=within(1))
+    claimer_interval_s: float = attrs.field(default=1.0, validator=positive)
+    """How often each claimer looks for stuck messages."""
+
+
+@attrs.frozen
 class Config:
     """The whole node.toml."""
 
@@ -40,3 +104,5 @@ class Config:
     redis: RedisSection = attrs.field(factory=RedisSection)
     namespace: str = attrs.field(default="metronome", validator=safe_name("namespace"))
     scheduler: SchedulerSection = attrs.field(factory=SchedulerSection)
+    execution: ExecutionSection = attrs.field(factory=ExecutionSection)
+    consumers: dict[str, ConsumerSection] = attrs.field(factory=dict, validator=_type_names)

@@ -12,6 +12,7 @@ Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
 - ``{ns:P}:retry:<schedule_id>``  hash: retry context                     [retry:task:{id}]
 - ``{ns:q:<type>}:queue``         stream + consumer group of one type     [queue:{type}]
 - ``{ns:q:<type>}:dlq``           stream: dead letters of one type        [dlq:{type}]
+- ``{ns:q:<type>}:seen:<sid>:<n>`` string with expiry: fire n of sid started (dedupe)
 
 ``P`` is the task's partition, ``crc32(task_id) % partitions``. All keys of a partition share
 the tag ``{ns:P}``, so claim/commit/update scripts touch one slot; a type's queue and DLQ
@@ -77,6 +78,14 @@ class Keys:
 
     def dlq(self, task_type: str) -> str:
         return f"{{{self.namespace}:q:{task_type}}}:dlq"
+
+    def seen_prefix(self, task_type: str) -> str:
+        """Dedupe markers of a type's fires, in its queue's slot."""
+        return f"{{{self.namespace}:q:{task_type}}}:seen:"
+
+
+#: The consumer group every node's consumers of a type join.
+GROUP = "metronome"
 
 
 def schedule_id(task_id: str, due_ms: int) -> str:

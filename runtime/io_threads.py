@@ -9,7 +9,7 @@ Semantics:
 - at most ``size`` calls run at once (one per thread); more wait in the queue, in order;
 - cancelling a waiting trio task abandons its call at once: the call may still run (it
   cannot be interrupted; its socket timeout bounds it), and its result is dropped;
-- ``aclose()`` stops the threads after the calls already queued.
+- ``close()`` stops the threads after the calls already queued (abandoned ones included).
 """
 
 from __future__ import annotations
@@ -90,9 +90,11 @@ class IOThreads:
         result: T = await trio.lowlevel.wait_task_rescheduled(abort)
         return result
 
-    def close(self) -> None:
-        """Stop every thread once the calls queued before are done (non-blocking)."""
+    def close(self) -> list[threading.Thread]:
+        """Stop every thread once the calls queued before are done (non-blocking); return
+        the threads, for a caller that wants to join them."""
         with self._lock:
-            for _ in self._threads:
+            threads, self._threads = self._threads, []
+            for _ in threads:
                 self._queue.put(None)
-            self._threads = []
+        return threads

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import ssl
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -49,6 +50,8 @@ NoScriptError = redis.exceptions.NoScriptError
 #: How often a pipelined script call is re-sent after NOSCRIPT (a server restarted or had
 #: SCRIPT FLUSH between our load and our call); past that the error is returned in place.
 _NOSCRIPT_RETRIES = 5
+#: Longest wait in ``aclose`` for calls still running on the I/O threads.
+_CLOSE_WAIT_S = 6.0
 
 
 @attrs.frozen
@@ -158,11 +161,21 @@ class RedisClient:
         """Many calls of one script pipelined in one round trip; replies in order.
 
         Each call's keys must share a slot (as always); different calls may hit different
-        shards of a cluster.
+        shards of a cluster. A failed call yields its exception in place.
+        """
+        return await self.mixed_scripts([(script, keys, args) for keys, args in calls])
+
+    async def mixed_scripts(
+        self, calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
+    ) -> list[Reply]:
+        """Calls of any scripts pipelined in one round trip; replies in order.
+
+        In a cluster, calls to different shards may run in any order relative to each
+        other: a caller that needs one write before another makes two round trips.
         """
 
         def run() -> list[Reply]:
-            replies = self._pipelined_evalsha(script, calls)
+            replies = self._pipelined_evalsha(calls)
             for _ in range(_NOSCRIPT_RETRIES):
                 missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
                 if not missing:
@@ -170,8 +183,9 @@ class RedisClient:
                 # Only the calls that failed are sent again: the others already ran (a script
                 # can appear mid-pipeline, loaded by a concurrent caller), and running them
                 # twice would, for example, enqueue a fire twice.
-                self._load_everywhere(script)
-                retried = self._pipelined_evalsha(script, [calls[i] for i in missing])
+                for script in {calls[i][0] for i in missing}:
+                    self._load_everywhere(script)
+                retried = self._pipelined_evalsha([calls[i] for i in missing])
                 for i, reply in zip(missing, retried, strict=True):
                     replies[i] = reply
             return replies
@@ -179,12 +193,12 @@ class RedisClient:
         return await self.run_sync(run)
 
     def _pipelined_evalsha(
-        self, script: Script, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]
+        self, calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
     ) -> list[Reply]:
         pipe = (
             self._raw.pipeline(transaction=False) if not self.is_cluster else self._raw.pipeline()
         )
-        for keys, args in calls:
+        for script, keys, args in calls:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
         return list(pipe.execute(raise_on_error=False))
 
@@ -208,10 +222,18 @@ class RedisClient:
         return self._raw
 
     async def aclose(self) -> None:
-        # Closing sockets can block briefly; it must not be skipped on cancellation.
+        """Close the pool once in-flight calls (even abandoned ones, each bounded by its
+        socket timeout) are done, so none opens a socket after the pool is closed."""
         with trio.CancelScope(shield=True):
-            await self._threads.run(self._raw.close)
-        self._threads.close()
+            threads = self._threads.close()
+            deadline = time.monotonic() + _CLOSE_WAIT_S
+
+            def drain_and_close() -> None:
+                for thread in threads:
+                    thread.join(max(0.0, deadline - time.monotonic()))
+                self._raw.close()
+
+            await trio.to_thread.run_sync(drain_and_close)
 
 
 def _tls_options(settings: RedisSection) -> dict[str, Any]:

@@ -1,0 +1,83 @@
+"""Task handlers: the user code a fire runs, named in node.toml as ``module:function``.
+
+A handler takes one argument, a ``HandlerContext``, and may return any JSON-able result
+(written to the results log). ``async def`` handlers run on trio; plain functions run in a
+worker thread (at most the type's concurrency at once). To steer retries a handler raises
+``RetryLater(delay_s)`` (retry after that delay instead of the backoff) or
+``Unrecoverable`` (straight to the dead-letter queue, no more attempts); any other
+exception, or the timeout, is a failed attempt.
+
+Handlers are resolved when the node starts: a missing module or function, or a function
+that cannot take one argument, is a configuration error naming the type.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import structlog
+
+from runtime.errors import ConfigError
+
+
+class RetryLater(Exception):
+    """Raised by a handler: retry this fire after ``delay_s`` (counts as an attempt)."""
+
+    def __init__(self, delay_s: float, reason: str = "") -> None:
+        super().__init__(reason or f"retry requested in {delay_s:g}s")
+        self.delay_s = delay_s
+
+
+class Unrecoverable(Exception):
+    """Raised by a handler: this fire can never succeed; dead-letter it now."""
+
+
+@attrs.frozen
+class HandlerContext:
+    """What a handler gets for one fire."""
+
+    task_id: str
+    schedule_id: str
+    type: str
+    payload: Any
+    attempt: int
+    """0 for the first run, n for the n-th retry."""
+    due_ms: int
+    log: structlog.typing.FilteringBoundLogger
+
+
+@attrs.frozen
+class Handler:
+    name: str
+    fn: Callable[[HandlerContext], Any]
+    is_async: bool
+
+
+def resolve(task_type: str, target: str) -> Handler:
+    """Import ``module:function`` for ``task_type`` or raise ConfigError naming the type."""
+    where = f"consumers.{task_type}.handler"
+    module_name, sep, attr_path = target.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise ConfigError(f"{where}: {target!r} must look like 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{where}: cannot import {module_name!r}: {exc}") from exc
+    fn: Any = module
+    for part in attr_path.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise ConfigError(f"{where}: {module_name!r} has no {attr_path!r}")
+    if not callable(fn):
+        raise ConfigError(f"{where}: {target!r} is not callable")
+    try:
+        inspect.signature(fn).bind(None)
+    except TypeError as exc:
+        raise ConfigError(f"{where}: {target!r} must take one argument (the context): {exc}") from exc
+    except ValueError:
+        pass  # no signature available (a builtin): trust it
+    return Handler(target, fn, inspect.iscoroutinefunction(fn))

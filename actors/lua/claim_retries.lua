@@ -1,0 +1,28 @@
+-- claim_retries: reserve due retries of one partition for one retry dispatcher.
+-- KEYS[1]  retry zset of the partition
+-- ARGV[1]  retry-context key prefix   ARGV[2]  claim token   ARGV[3]  limit   ARGV[4]  lease_ms
+-- Returns {now_ms, earliest score after claim or -1,
+--          schedule_id, task_id, type, payload, attempt, due_ms, ...} (6 per retry).
+-- Same claim-then-commit rule as claim_due: a dispatcher killed before commit_retries
+-- leaves the retry to be claimed again after the lease (maybe a duplicate, never a loss).
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local due = redis.call('ZRANGE', KEYS[1], '-inf', string.format('%d', now), 'BYSCORE',
+  'LIMIT', 0, tonumber(ARGV[3]))
+local lease_until = string.format('%d', now + tonumber(ARGV[4]))
+local out = {now, -1}
+for _, sid in ipairs(due) do
+  local key = ARGV[1] .. sid
+  local f = redis.call('HMGET', key, 'task_id', 'type', 'payload', 'attempt', 'due_ms')
+  if not f[1] then
+    redis.call('ZREM', KEYS[1], sid)  -- context gone: nothing to retry
+  else
+    redis.call('HSET', key, 'claim', ARGV[2])
+    redis.call('ZADD', KEYS[1], lease_until, sid)
+    out[#out + 1] = sid
+    for j = 1, 5 do out[#out + 1] = f[j] end
+  end
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if first[2] then out[2] = tonumber(first[2]) end
+return out

@@ -1,0 +1,77 @@
+"""Stream messages: one fire of one task, as the poller or retry dispatcher wrote it.
+
+Fields (all strings in Redis): ``task_id``, ``schedule_id`` (``task_id:due_ms``), ``type``,
+``payload`` (JSON), ``attempt`` (0 = first run), ``due_ms``, ``enq_ms``. A message carries
+everything its handler needs: consumers never read the task hash back.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+
+
+class MalformedMessage(ValueError):
+    """A stream entry that is not a Metronome message (written by hand, or by an older
+    version): it cannot run, so it goes to the DLQ with this error."""
+
+
+@attrs.frozen
+class Message:
+    msg_id: str
+    task_id: str
+    schedule_id: str
+    type: str
+    payload_json: str
+    attempt: int
+    due_ms: int
+    enq_ms: int
+
+    @property
+    def fire_key(self) -> str:
+        """Identifies this attempt of this fire: duplicates share it, retries do not."""
+        return f"{self.schedule_id}:{self.attempt}"
+
+    def payload(self) -> Any:
+        return json.loads(self.payload_json)
+
+    @classmethod
+    def decode(cls, msg_id: bytes | str, fields: dict[bytes, bytes]) -> Message:
+        mid = msg_id.decode() if isinstance(msg_id, bytes) else msg_id
+        try:
+            f = {k.decode(): v.decode() for k, v in fields.items()}
+            message = cls(
+                msg_id=mid,
+                task_id=f["task_id"],
+                schedule_id=f["schedule_id"],
+                type=f["type"],
+                payload_json=f["payload"],
+                attempt=int(f["attempt"]),
+                due_ms=int(f["due_ms"]),
+                enq_ms=int(f.get("enq_ms", f["due_ms"])),
+            )
+            json.loads(message.payload_json)
+        except (KeyError, ValueError, UnicodeDecodeError) as exc:
+            raise MalformedMessage(f"stream entry {mid} is not a Metronome message: {exc!r}") from exc
+        return message
+
+    def fields(self) -> dict[str, str]:
+        return {
+            "task_id": self.task_id,
+            "schedule_id": self.schedule_id,
+            "type": self.type,
+            "payload": self.payload_json,
+            "attempt": str(self.attempt),
+            "due_ms": str(self.due_ms),
+            "enq_ms": str(self.enq_ms),
+        }
+
+
+def flat_fields(raw: Any) -> dict[bytes, bytes]:
+    """A stream entry's fields as a dict, whether redis-py parsed them or a script returned
+    them as a flat list."""
+    if isinstance(raw, dict):
+        return raw
+    return dict(zip(raw[::2], raw[1::2], strict=True))
