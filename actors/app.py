@@ -2,22 +2,35 @@
 
 This is the one place that decides which actors run on a node (asynq's ``NewServer``)::
 
-    node                      rest_for_one: later children need the earlier ones
-    ├── redis                 embedded server, only when [redis] url = "embedded"
-    └── scheduler             one_for_one
-        ├── poller-0          partitions p with p % pollers == 0
-        └── poller-1 ...
+    node                        rest_for_one: later children need the earlier ones
+    ├── redis                   embedded server, only when [redis] url = "embedded"
+    ├── scheduler               one_for_one
+    │   ├── poller-0 …          [scheduler] pollers; poller i serves partitions p % n == i
+    │   └── retry-dispatcher-0 … [execution] retry_dispatchers
+    └── consumers               one_for_one: a failing type never touches another
+        └── <type>              rest_for_one, one per [consumers.<type>]
+            ├── consumer        graceful: drains within [node] shutdown_grace_s
+            └── claimer         hands reclaimed messages to the consumer's mailbox
 
 ``python -m runtime node.toml`` imports this module (``[node] app``) and calls ``build_tree``.
+Handlers are imported here, before anything starts: a bad ``module:function`` is a
+configuration error naming the type.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from actors.config import Config
+from actors.claimer import Claimer, ClaimerSettings
+from actors.config import Config, ConsumerSection
+from actors.consumer import Consumer, ConsumerState
+from actors.handlers import resolve
+from actors.messages import Message
 from actors.poller import Poller, PollerSettings
+from actors.results_log import ResultsLog
+from actors.retry_dispatcher import DispatcherSettings, RetryDispatcher
 from actors.store import TaskStore
+from runtime.channels import Mailbox
 from runtime.embedded_redis import EmbeddedRedis, find_server_binary
 from runtime.redis_io import RedisClient
 from runtime.supervisor import ChildSpec, Strategy, SupervisorSpec, supervisor
@@ -38,11 +51,18 @@ def build_tree(config: Config) -> ChildSpec:
     client = RedisClient.from_settings(url, config.redis)
     store = TaskStore(client, config.namespace, default_partitions=config.scheduler.partitions)
     children.append(_scheduler(config, store))
+    if config.consumers:
+        results = ResultsLog(Path(config.execution.results_log))
+        types = [
+            _consumer_group(config, store, results, task_type, section)
+            for task_type, section in sorted(config.consumers.items())
+        ]
+        children.append(supervisor("consumers", types, SupervisorSpec(Strategy.ONE_FOR_ONE)))
     return supervisor("node", children, SupervisorSpec(Strategy.REST_FOR_ONE))
 
 
 def _scheduler(config: Config, store: TaskStore) -> ChildSpec:
-    section = config.scheduler
+    section, execution = config.scheduler, config.execution
     pollers = [
         ChildSpec(
             f"poller-{i}",
@@ -59,4 +79,45 @@ def _scheduler(config: Config, store: TaskStore) -> ChildSpec:
         )
         for i in range(section.pollers)
     ]
-    return supervisor("scheduler", pollers, SupervisorSpec(Strategy.ONE_FOR_ONE))
+    dispatchers = [
+        ChildSpec(
+            f"retry-dispatcher-{i}",
+            RetryDispatcher(
+                store,
+                DispatcherSettings(
+                    index=i,
+                    of=execution.retry_dispatchers,
+                    batch_size=execution.retry_batch_size,
+                    max_tick_s=section.max_tick_s,
+                    claim_lease_ms=section.claim_lease_ms,
+                ),
+            ).run,
+        )
+        for i in range(execution.retry_dispatchers)
+    ]
+    return supervisor("scheduler", pollers + dispatchers, SupervisorSpec(Strategy.ONE_FOR_ONE))
+
+
+def _consumer_group(
+    config: Config, store: TaskStore, results: ResultsLog, task_type: str, section: ConsumerSection
+) -> ChildSpec:
+    handler = resolve(task_type, section.handler)
+    # Owned here, for the life of the node: restarts of either actor find the same ones.
+    inbox: Mailbox[Message] = Mailbox.open(section.concurrency)
+    state = ConsumerState()
+    consumer = Consumer(store, task_type, section, handler, results, config.node.name, inbox, state)
+    children = [
+        ChildSpec("consumer", consumer.run, graceful=True, shutdown_s=config.node.shutdown_grace_s)
+    ]
+    if section.claimer:
+        claimer = Claimer(
+            store,
+            task_type,
+            section,
+            state,
+            inbox,
+            config.node.name,
+            ClaimerSettings(interval_s=config.execution.claimer_interval_s),
+        )
+        children.append(ChildSpec("claimer", claimer.run))
+    return supervisor(task_type, children, SupervisorSpec(Strategy.REST_FOR_ONE))

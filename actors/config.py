@@ -7,9 +7,9 @@ key path (see ``runtime.config``).
 
 from __future__ import annotations
 
-import attrs
-
 from typing import Any
+
+import attrs
 
 from runtime.config import (
     LogSection,

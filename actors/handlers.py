@@ -77,7 +77,9 @@ def resolve(task_type: str, target: str) -> Handler:
     try:
         inspect.signature(fn).bind(None)
     except TypeError as exc:
-        raise ConfigError(f"{where}: {target!r} must take one argument (the context): {exc}") from exc
+        raise ConfigError(
+            f"{where}: {target!r} must take one argument (the context): {exc}"
+        ) from exc
     except ValueError:
         pass  # no signature available (a builtin): trust it
     return Handler(target, fn, inspect.iscoroutinefunction(fn))

@@ -54,7 +54,9 @@ class Message:
             )
             json.loads(message.payload_json)
         except (KeyError, ValueError, UnicodeDecodeError) as exc:
-            raise MalformedMessage(f"stream entry {mid} is not a Metronome message: {exc!r}") from exc
+            raise MalformedMessage(
+                f"stream entry {mid} is not a Metronome message: {exc!r}"
+            ) from exc
         return message
 
     def fields(self) -> dict[str, str]:

@@ -32,7 +32,8 @@ import structlog
 import trio
 
 from actors import scripts
-from actors.keys import Keys, schedule_id
+from actors.enqueue import Fire, enqueue_fires
+from actors.keys import Keys
 from actors.model import converter
 from actors.schedules import FirePlan, Schedule, plan_fires
 from actors.store import TaskStore
@@ -78,8 +79,18 @@ class TickResult:
     """Some partition returned a full batch: more may be due right now."""
 
 
-#: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
-ENQUEUE_CHUNK = 500
+def partitions_for(index: int, of: int, partitions: int) -> list[int]:
+    """The partitions actor ``index`` of ``of`` serves: p with p % of == index."""
+    return [p for p in range(partitions) if p % of == index]
+
+
+def sleep_s(result: TickResult, max_tick_s: float) -> float:
+    """Until the earliest due time seen, at most ``max_tick_s``; 0 if more is due now."""
+    if result.full:
+        return 0.0
+    if result.earliest_ms is None:
+        return max_tick_s
+    return min(max_tick_s, max(0.0, (result.earliest_ms - result.now_ms) / 1000))
 
 
 def _misfired(task: Claimed, plan: FirePlan) -> dict[str, Any]:
@@ -111,19 +122,13 @@ class Poller:
         task_status.started()
         while True:
             result = await self.tick(keys, partitions, ctx.log)
-            if result.full:
-                await trio.lowlevel.checkpoint()
-                continue
             await trio.sleep(self.sleep_s(result))
 
     def partitions(self, keys: Keys) -> list[int]:
-        return [p for p in range(keys.partitions) if p % self.settings.of == self.settings.index]
+        return partitions_for(self.settings.index, self.settings.of, keys.partitions)
 
     def sleep_s(self, result: TickResult) -> float:
-        if result.earliest_ms is None:
-            return self.settings.max_tick_s
-        wait_s = (result.earliest_ms - result.now_ms) / 1000
-        return min(self.settings.max_tick_s, max(0.0, wait_s))
+        return sleep_s(result, self.settings.max_tick_s)
 
     async def tick(
         self, keys: Keys, partitions: list[int], log: structlog.typing.FilteringBoundLogger
@@ -151,7 +156,9 @@ class Poller:
                     events.append(("misfired", _misfired(task, plan)))
         emit_events(self.actor, events)
         if messages:
-            await self._enqueue(keys, messages, now)
+            # Nothing is committed if this raises: the claims expire and the fires come back.
+            fires = [Fire(t.task_id, t.type, t.payload, due) for t, due in messages]
+            await enqueue_fires(self.store.client, keys, fires, now, self.actor)
         earliest_by_partition = {c.partition: c.earliest_ms for c in claims}
         if plans:
             # After a commit the partition's earliest due time is the committed one.
@@ -209,38 +216,6 @@ class Poller:
             schedule = converter.structure(json.loads(raw), Schedule)
             self._schedules[raw] = schedule
         return schedule
-
-    async def _enqueue(self, keys: Keys, messages: list[tuple[Claimed, int]], now_ms: int) -> None:
-        """XADD every fire (``enqueue.lua``: one call per type per ENQUEUE_CHUNK fires)."""
-        by_type: dict[str, list[Any]] = defaultdict(list)
-        for task, due in messages:
-            by_type[task.type] += [task.task_id, due, task.payload, 0]
-        calls = [
-            ([keys.queue(task_type)], [now_ms, task_type, *args[i : i + ENQUEUE_CHUNK * 4]])
-            for task_type, args in by_type.items()
-            for i in range(0, len(args), ENQUEUE_CHUNK * 4)
-        ]
-        replies = await self.store.client.scripts(scripts.ENQUEUE, calls)
-        failed = [r for r in replies if isinstance(r, Exception)]
-        if failed:
-            # Nothing is committed for this tick: the claims expire and the fires are retried.
-            raise failed[0]
-        emit_events(
-            self.actor,
-            [
-                (
-                    "queued",
-                    {
-                        "task_id": task.task_id,
-                        "schedule_id": schedule_id(task.task_id, due),
-                        "type": task.type,
-                        "due_ms": due,
-                        "enqueue_lag_ms": now_ms - due,
-                    },
-                )
-                for task, due in messages
-            ],
-        )
 
     async def _commit(
         self,

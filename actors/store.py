@@ -37,7 +37,11 @@ from actors.model import (
 )
 from actors.schedules import Schedule
 from runtime.config import check_name
+from runtime.logging import emit_events
 from runtime.redis_io import RedisClient
+
+#: The ``actor`` field of the store's lifecycle lines (it runs inside API or CLI calls).
+STORE_ACTOR = "store"
 
 #: Ids per delete script call when clearing a type: keeps each call well under a millisecond.
 CLEAR_BATCH = 500
@@ -121,6 +125,14 @@ class TaskStore:
             if isinstance(reply, Exception):
                 raise reply
             codes.update(zip(indexes, (int(c) for c in reply), strict=True))
+        emit_events(
+            STORE_ACTOR,
+            [
+                ("created", {"task_id": ids[i], "type": specs[i].type})
+                for i in range(len(specs))
+                if codes[i] == OK
+            ],
+        )
         conflicts = [ids[i] for i, code in codes.items() if code < 0]
         if conflicts:
             raise TaskConflict(
@@ -194,6 +206,8 @@ class TaskStore:
             [task_id, payload_json, sched_json, next_ms, score],
         )
         raise_for_code(int(code), task_id)
+        changed = [f for f, new in (("payload", payload_json), ("schedule", sched_json)) if new]
+        emit_events(STORE_ACTOR, [("updated", {"task_id": task_id, "fields": changed})])
         return str(status.decode())
 
     async def pause(self, task_id: str) -> str:
@@ -227,6 +241,9 @@ class TaskStore:
             [task_id, action, next_ms, score],
         )
         raise_for_code(int(code), task_id, f"cannot {action} a {status.decode()} task")
+        if int(code) == OK:
+            event = {"pause": "paused", "resume": "resumed", "stop": "stopped"}[action]
+            emit_events(STORE_ACTOR, [(event, {"task_id": task_id, "status": status.decode()})])
         return str(status.decode())
 
     async def delete(self, task_id: str) -> bool:
@@ -242,7 +259,9 @@ class TaskStore:
             for p, ids in groups.items()
         ]
         replies = await self.client.scripts(scripts.DELETE_TASKS, calls) if calls else []
-        return sum(int(r) for r in replies)
+        deleted = sum(int(r) for r in replies)
+        emit_events(STORE_ACTOR, [("deleted", {"count": deleted})] if deleted else [])
+        return deleted
 
     async def clear_type(self, task_type: str) -> int:
         """Delete every task of a type, ``CLEAR_BATCH`` ids per script call."""

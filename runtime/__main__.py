@@ -35,7 +35,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("config", metavar="NODE_TOML", type=Path, help="the node's config file")
     parser.add_argument(
-        "--check", action="store_true", help="validate the config and exit (0 = valid)"
+        "--check",
+        action="store_true",
+        help="validate the config (and import its handlers) and exit; 0 = valid",
     )
     parser.add_argument("--log-format", choices=["json", "console"], help="override [log] format")
     return parser.parse_args(argv)
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app = load_app(args.config)
         if args.check:
+            app.build_tree(app.config)  # resolves handlers; starts nothing
             print(f"{args.config}: ok")
             return 0
         node_logging.configure(

@@ -1,19 +1,17 @@
--- release: at shutdown, hand unfinished messages back and leave the group if empty-handed.
+-- release: at shutdown, hand back every message pending under this consumer.
 -- KEYS[1]  the type's stream   ARGV[1]  group   ARGV[2]  this consumer
 -- ARGV[3]  idle ms to set (past any lease, so other claimers take them at once)
--- ARGV[4..] ids still pending here that will not finish
 -- Returns {released ids, 1 if the consumer was removed from the group else 0}.
--- Invariant: a consumer with pending messages is never deleted (they would be lost from
--- the PEL); it is removed only when nothing is pending under its name.
+-- Called when none of this consumer's handlers runs any more: whatever is pending under
+-- its name (unfinished, unstarted, or read by an abandoned call) will not finish here.
+-- Invariant: a consumer with pending messages is never deleted (its PEL entries would be
+-- lost); it is removed only when nothing is pending under its name. Bounded: 10,000 ids.
+local pending = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 10000, ARGV[2])
 local released = {}
-for i = 4, #ARGV do
-  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
-  if p[1] and p[1][2] == ARGV[2] then
-    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'IDLE', ARGV[3], 'JUSTID')
-    released[#released + 1] = ARGV[i]
-  end
+for _, p in ipairs(pending) do
+  redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, p[1], 'IDLE', ARGV[3], 'JUSTID')
+  released[#released + 1] = p[1]
 end
-local mine = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
-if mine[1] then return {released, 0} end
+if #released > 0 then return {released, 0} end
 redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
 return {released, 1}

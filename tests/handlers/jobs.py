@@ -1,0 +1,78 @@
+"""Handlers the tests name in node.toml. Each records what it did in a file named by the
+environment (``METRONOME_TEST_RECORD``), one JSON line per call, so a test process can
+read what a node process ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import trio
+
+from actors.handlers import HandlerContext, RetryLater, Unrecoverable
+
+
+def _record(ctx: HandlerContext, event: str, **extra: Any) -> None:
+    path = os.environ.get("METRONOME_TEST_RECORD")
+    if not path:
+        return
+    line = {
+        "event": event,
+        "task_id": ctx.task_id,
+        "schedule_id": ctx.schedule_id,
+        "attempt": ctx.attempt,
+        "due_ms": ctx.due_ms,
+        "pid": os.getpid(),
+        "t_ms": int(time.time() * 1000),
+        **extra,
+    }
+    with open(path, "a") as out:
+        out.write(json.dumps(line) + "\n")
+
+
+async def noop(ctx: HandlerContext) -> dict[str, Any]:
+    _record(ctx, "ran")
+    return {"ok": True}
+
+
+def sync_noop(ctx: HandlerContext) -> str:
+    _record(ctx, "ran")
+    return "sync-ok"
+
+
+async def sleepy(ctx: HandlerContext) -> str:
+    """Sleeps payload["sleep_s"] seconds."""
+    _record(ctx, "started")
+    await trio.sleep(float(ctx.payload.get("sleep_s", 1.0)))
+    _record(ctx, "ran")
+    return "slept"
+
+
+async def failing(ctx: HandlerContext) -> None:
+    _record(ctx, "failed")
+    raise RuntimeError(f"boom on attempt {ctx.attempt}")
+
+
+async def flaky(ctx: HandlerContext) -> str:
+    """Fails until payload["succeed_on"] attempt."""
+    if ctx.attempt < int(ctx.payload.get("succeed_on", 1)):
+        _record(ctx, "failed")
+        raise RuntimeError("not yet")
+    _record(ctx, "ran")
+    return "finally"
+
+
+async def asks_retry(ctx: HandlerContext) -> None:
+    _record(ctx, "failed")
+    raise RetryLater(0.2, "come back soon")
+
+
+async def hopeless(ctx: HandlerContext) -> None:
+    _record(ctx, "failed")
+    raise Unrecoverable("never going to work")
+
+
+def not_a_handler() -> None:
+    """Takes no context: resolving it must fail."""
