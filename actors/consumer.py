@@ -300,10 +300,16 @@ class Consumer:
             await self._flush(keys)
 
     async def _flush(self, keys: Keys) -> None:
-        """Write outcomes, then acknowledge (see the module's invariant)."""
+        """Write outcomes, then acknowledge (see the module's invariant).
+
+        A batch, once taken, is completed under a shield: cancelled halfway, its finished
+        messages would be released instead of acknowledged and run again elsewhere. Every
+        step is a Redis call bounded by the socket timeout, so the shield cannot hang.
+        """
         while self._done:
             batch, self._done = self._done, []
-            await self._complete(keys, batch)
+            with trio.CancelScope(shield=True):
+                await self._complete(keys, batch)
 
     async def _complete(self, keys: Keys, batch: list[Outcome]) -> None:
         ok = [o for o in batch if o.error is None]

@@ -1,0 +1,77 @@
+"""Run a node's tree in-process against the test Redis, and read what its handlers did."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from actors.app import build_tree
+from actors.config import Config, ConsumerSection, ExecutionSection, SchedulerSection
+from actors.store import TaskStore
+from runtime.actor import ActorContext
+from runtime.config import NodeSection, RedisSection
+from runtime.logging import get_logger
+
+
+def node_config(
+    redis_url: str,
+    namespace: str,
+    tmp_path: Path,
+    consumers: dict[str, ConsumerSection],
+    *,
+    pollers: int = 1,
+    grace_s: float = 5.0,
+    name: str = "n1",
+) -> Config:
+    return Config(
+        node=NodeSection(name=name, shutdown_grace_s=grace_s),
+        redis=RedisSection(url=redis_url),
+        namespace=namespace,
+        scheduler=SchedulerSection(pollers=pollers, partitions=4, max_tick_s=0.05),
+        execution=ExecutionSection(
+            results_log=str(tmp_path / f"results-{name}.jsonl"), claimer_interval_s=0.1
+        ),
+        consumers=consumers,
+    )
+
+
+@asynccontextmanager
+async def running_node(config: Config) -> AsyncIterator[ActorContext]:
+    """The node's tree runs inside the block; leaving it stops the node gracefully."""
+    ctx = ActorContext("node", config.node.shutdown_grace_s, get_logger(actor="node"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(build_tree(config).run, ctx)
+        try:
+            yield ctx
+        finally:
+            ctx.stop_requested.value = True
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    """What the test handlers recorded (``tests.handlers.jobs``)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def record_path(tmp_path: Path) -> Path:
+    path = tmp_path / "handled.jsonl"
+    os.environ["METRONOME_TEST_RECORD"] = str(path)
+    return path
+
+
+async def wait_until(predicate: Any, timeout_s: float = 10.0, poll_s: float = 0.02) -> None:
+    with trio.fail_after(timeout_s):
+        while not await predicate():  # noqa: ASYNC110 - polling an outside process/Redis
+            await trio.sleep(poll_s)
+
+
+async def stream_entries(store: TaskStore, key: str) -> list[dict[str, str]]:
+    entries = await store.client.execute("XRANGE", key, "-", "+")
+    return [{k.decode(): v.decode() for k, v in fields.items()} for _id, fields in entries]

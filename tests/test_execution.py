@@ -1,0 +1,333 @@
+"""Execution against a real Redis: lifecycle, retries, DLQ, dedupe, leases, isolation."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from actors import scripts
+from actors.config import ConsumerSection
+from actors.consumer import backoff_s
+from actors.handlers import resolve
+from actors.keys import GROUP
+from actors.model import TaskSpec
+from actors.schedules import Schedule
+from actors.store import TaskStore
+from runtime.errors import ConfigError
+from runtime.redis_io import RedisClient
+from tests.execution_harness import (
+    node_config,
+    record_path,
+    records,
+    running_node,
+    stream_entries,
+    wait_until,
+)
+
+LogLines = Callable[[], list[dict[str, Any]]]
+
+
+@pytest.fixture
+async def store(redis_client: RedisClient, namespace: str) -> TaskStore:
+    return TaskStore(redis_client, namespace, default_partitions=4)
+
+
+@pytest.fixture
+def record(tmp_path: Path) -> Iterator[Path]:
+    old = os.environ.get("METRONOME_TEST_RECORD")
+    yield record_path(tmp_path)
+    if old is None:
+        os.environ.pop("METRONOME_TEST_RECORD", None)
+    else:
+        os.environ["METRONOME_TEST_RECORD"] = old
+
+
+def consumer(handler: str, **settings: Any) -> ConsumerSection:
+    return ConsumerSection(handler=f"tests.handlers.jobs:{handler}", **settings)
+
+
+async def test_lifecycle_of_one_task_reads_in_order(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path,
+    log_lines: LogLines,
+) -> None:  # fmt: skip
+    config = node_config(
+        redis_url, namespace, tmp_path,
+        {"beat": consumer("noop"), "tick": consumer("sync_noop")},
+    )  # fmt: skip
+    await store.create(TaskSpec("beat", Schedule("interval", every_s=0.3), task_id="b1"))
+    await store.create(TaskSpec("tick", Schedule("interval", every_s=0.3), task_id="t1"))
+    async with running_node(config):
+        await wait_until(
+            lambda: _async(len([r for r in records(record) if r["task_id"] == "t1"]) >= 2)
+        )
+    lines = log_lines()
+    first = f"b1:{next(r['due_ms'] for r in records(record) if r['task_id'] == 'b1')}"
+    story = [
+        e["event"] for e in lines
+        if e.get("task_id") == "b1" and e.get("schedule_id", first) == first
+    ]  # fmt: skip
+    assert story[:5] == ["created", "scheduled", "queued", "running", "finished"]
+    results = [r for r in _jsonl(tmp_path / "results-n1.jsonl") if r["task_id"] == "t1"]
+    assert results[0]["result"] == "sync-ok"
+    task = await store.get("b1")
+    assert task is not None and task.runs >= 1 and task.last_status == "ok"
+
+
+async def test_retries_back_off_then_succeed(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path,
+    log_lines: LogLines,
+) -> None:  # fmt: skip
+    section = consumer("flaky", max_attempts=4, backoff_base_s=0.2, backoff_jitter=0)
+    config = node_config(redis_url, namespace, tmp_path, {"flaky": section})
+    await store.create(TaskSpec("flaky", Schedule("once", at_ms=0), {"succeed_on": 2}, task_id="f"))
+    async with running_node(config):
+        await wait_until(lambda: _async(any(r["event"] == "ran" for r in records(record))))
+    runs = records(record)
+    assert [(r["event"], r["attempt"]) for r in runs] == [
+        ("failed", 0), ("failed", 1), ("ran", 2),
+    ]  # fmt: skip
+    assert {r["schedule_id"] for r in runs} == {"f:0"}  # one fire throughout
+    gaps = [b["t_ms"] - a["t_ms"] for a, b in itertools.pairwise(runs)]
+    assert 180 <= gaps[0] < 1000  # 0.2 s backoff (+ dispatcher tick)
+    assert 380 <= gaps[1] < 1500  # 0.4 s
+    retried = [e for e in log_lines() if e["event"] == "retried"]
+    assert [(e["next_attempt"], e["delay_s"]) for e in retried] == [(1, 0.2), (2, 0.4)]
+    assert "not yet" in retried[0]["error"]
+    task = await store.get("f")
+    assert task is not None and (task.runs, task.retries, task.last_status) == (1, 0, "ok")
+    keys = await store.keys()
+    assert await store.client.execute("ZCARD", keys.retry(keys.partition_of("f"))) == 0
+
+
+async def test_dead_letter_after_max_attempts_has_full_context(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path
+) -> None:
+    section = consumer("failing", max_attempts=3, backoff_base_s=0.05)
+    config = node_config(redis_url, namespace, tmp_path, {"bad": section})
+    await store.create(TaskSpec("bad", Schedule("once", at_ms=0), {"n": 7}, task_id="d"))
+    keys = await store.keys()
+    async with running_node(config):
+        await wait_until(lambda: _stream_len(store, keys.dlq("bad"), 1))
+    (entry,) = await stream_entries(store, keys.dlq("bad"))
+    assert entry["task_id"] == "d"
+    assert entry["schedule_id"] == "d:0"
+    assert entry["attempts"] == "3"
+    assert entry["payload"] == '{"n":7}'
+    assert entry["reason"] == "failed"
+    assert entry["node"] == "n1"
+    assert "RuntimeError: boom on attempt 2" in entry["error"]
+    assert "Traceback" in entry["error"]
+    assert [r["attempt"] for r in records(record)] == [0, 1, 2]
+    assert await store.client.execute("XLEN", keys.queue("bad")) == 0  # acked and deleted
+    task = await store.get("d")
+    assert task is not None and (task.last_status, task.retries) == ("dead", 3)
+
+
+async def test_unrecoverable_and_retry_later_are_honoured(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path
+) -> None:
+    config = node_config(
+        redis_url, namespace, tmp_path,
+        {
+            "hopeless": consumer("hopeless", max_attempts=5),
+            "later": consumer("asks_retry", max_attempts=2, backoff_base_s=100),
+        },
+    )  # fmt: skip
+    await store.create(TaskSpec("hopeless", Schedule("once", at_ms=0), task_id="h"))
+    await store.create(TaskSpec("later", Schedule("once", at_ms=0), task_id="l"))
+    keys = await store.keys()
+    async with running_node(config):
+        await wait_until(lambda: _stream_len(store, keys.dlq("hopeless"), 1))
+        await wait_until(lambda: _stream_len(store, keys.dlq("later"), 1))
+    (hopeless,) = await stream_entries(store, keys.dlq("hopeless"))
+    assert (hopeless["reason"], hopeless["attempts"]) == ("unrecoverable", "1")
+    later = [r for r in records(record) if r["task_id"] == "l"]
+    assert len(later) == 2
+    assert later[1]["t_ms"] - later[0]["t_ms"] < 5000  # its own 0.2 s, not backoff's 100 s
+
+
+async def test_handler_timeout_counts_as_a_failed_attempt(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path
+) -> None:
+    section = consumer("sleepy", timeout_s=0.3, max_attempts=1)
+    config = node_config(redis_url, namespace, tmp_path, {"slow": section})
+    await store.create(TaskSpec("slow", Schedule("once", at_ms=0), {"sleep_s": 30}, task_id="s"))
+    keys = await store.keys()
+    async with running_node(config):
+        await wait_until(lambda: _stream_len(store, keys.dlq("slow"), 1))
+    (entry,) = await stream_entries(store, keys.dlq("slow"))
+    assert "timeout: handler ran longer than 0.3s" in entry["error"]
+    assert [r["event"] for r in records(record)] == ["started"]
+
+
+async def test_duplicate_fire_is_dropped_but_a_reclaimed_message_runs(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path,
+    log_lines: LogLines,
+) -> None:  # fmt: skip
+    keys = await store.keys()
+    stream = keys.queue("dup")
+    fields = ["task_id", "x", "schedule_id", "x:5", "type", "dup", "payload", "null",
+              "attempt", "0", "due_ms", "5", "enq_ms", "5"]  # fmt: skip
+    await store.client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
+    # A message a consumer that then died had started: it is pending under "ghost", and
+    # its fire is marked started under its own id.
+    ghost_id = (await store.client.execute("XADD", stream, "*", *fields)).decode()
+    await store.client.execute(
+        "XREADGROUP", "GROUP", GROUP, "ghost", "COUNT", 1, "STREAMS", stream, ">"
+    )
+    await store.client.script(
+        scripts.BEGIN_RUNS, [stream], [keys.seen_prefix("dup"), 60_000, ghost_id, "x:5:0"]
+    )
+    await _set_idle(store, stream, "ghost", ghost_id)
+    # A second message of the same fire (a poller crashed after XADD, before commit).
+    await store.client.execute("XADD", stream, "*", *fields)
+    config = node_config(redis_url, namespace, tmp_path, {"dup": consumer("noop")}, pollers=0)
+    async with running_node(config):
+        await wait_until(lambda: _async(len(records(record)) >= 1))
+        await wait_until(lambda: _stream_len(store, stream, 0))
+    assert len(records(record)) == 1  # the fire ran once: the reclaimed message
+    events = log_lines()
+    dropped = [e for e in events if e["event"] == "duplicate_dropped"]
+    reclaimed = [e for e in events if e["event"] == "reclaimed"]
+    assert len(dropped) == 1 and dropped[0]["msg_id"] != ghost_id
+    assert [(e["msg_id"], e["from_consumer"]) for e in reclaimed] == [(ghost_id, "ghost")]
+    finished = [e for e in events if e["event"] == "finished"]
+    assert [e["msg_id"] for e in finished] == [ghost_id]
+
+
+async def test_poison_message_goes_to_the_dlq(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path
+) -> None:
+    keys = await store.keys()
+    stream = keys.queue("p")
+    await store.client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
+    msg = await store.client.execute(
+        "XADD", stream, "*", "task_id", "x", "schedule_id", "x:1", "type", "p",
+        "payload", "1", "attempt", "0", "due_ms", "1",
+    )  # fmt: skip
+    await store.client.execute("XREADGROUP", "GROUP", GROUP, "c1", "STREAMS", stream, ">")
+    for owner in ("c2", "c3", "c4"):  # it keeps killing whoever takes it
+        await store.client.execute("XCLAIM", stream, GROUP, owner, 0, msg)
+    await _set_idle(store, stream, "c4", msg.decode())
+    section = consumer("noop", max_deliveries=4)
+    config = node_config(redis_url, namespace, tmp_path, {"p": section}, pollers=0)
+    async with running_node(config):
+        await wait_until(lambda: _stream_len(store, keys.dlq("p"), 1))
+    (entry,) = await stream_entries(store, keys.dlq("p"))
+    assert (entry["reason"], entry["deliveries"], entry["task_id"]) == ("poison", "4", "x")
+    assert records(record) == []
+    assert await store.client.execute("XLEN", stream) == 0
+
+
+async def test_malformed_message_goes_to_the_dlq(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path
+) -> None:
+    keys = await store.keys()
+    await store.client.execute("XADD", keys.queue("m"), "*", "hello", "world")
+    config = node_config(redis_url, namespace, tmp_path, {"m": consumer("noop")}, pollers=0)
+    async with running_node(config):
+        await wait_until(lambda: _stream_len(store, keys.dlq("m"), 1))
+    (entry,) = await stream_entries(store, keys.dlq("m"))
+    assert entry["reason"] == "malformed"
+    assert entry["hello"] == "world"
+    assert "not a Metronome message" in entry["error"]
+
+
+async def test_long_handler_keeps_its_lease(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path
+) -> None:
+    """A handler running 3x the lease is not reclaimed by another consumer's claimer."""
+    section = consumer("sleepy", lease_s=1, timeout_s=30)
+    config = node_config(redis_url, namespace, tmp_path, {"long": section})
+    await store.create(TaskSpec("long", Schedule("once", at_ms=0), {"sleep_s": 3}, task_id="L"))
+    keys = await store.keys()
+    stolen: list[Any] = []
+    async with running_node(config):
+        await wait_until(lambda: _async(len(records(record)) >= 1))
+        for _ in range(12):  # a thief with the same lease tries every 0.25 s
+            await trio.sleep(0.25)
+            claimed, _ = await store.client.script(
+                scripts.RECLAIM, [keys.queue("long"), keys.dlq("long")],
+                [GROUP, "thief", 1000, 10, 5, "other", 0],
+            )  # fmt: skip
+            stolen += claimed
+        await wait_until(lambda: _async(sum(r["event"] == "ran" for r in records(record)) == 1))
+    assert stolen == []
+    assert [r["event"] for r in records(record)] == ["started", "ran"]
+
+
+async def test_a_slow_type_does_not_delay_a_light_one(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path,
+    log_lines: LogLines,
+) -> None:  # fmt: skip
+    config = node_config(
+        redis_url, namespace, tmp_path,
+        {
+            "heavy": consumer("sleepy", concurrency=2, timeout_s=30),
+            "light": consumer("noop", concurrency=4),
+        },
+    )  # fmt: skip
+    await store.create_many(
+        [TaskSpec("heavy", Schedule("once", at_ms=0), {"sleep_s": 5}) for _ in range(40)]
+    )
+    await store.create_many(
+        [TaskSpec("light", Schedule("interval", every_s=0.2)) for _ in range(5)]
+    )
+    async with running_node(config):
+        await trio.sleep(2.5)
+    events = log_lines()
+    light = [e["start_lag_ms"] for e in events if e["event"] == "running" and e["type"] == "light"]
+    heavy_running = [e for e in events if e["event"] == "running" and e["type"] == "heavy"]
+    assert len(heavy_running) == 2  # its two slots are full; 38 wait in its own stream
+    assert len(light) >= 40
+    assert sorted(light)[int(len(light) * 0.99) - 1] < 250  # p99 start lag of the light type
+
+
+def test_backoff_doubles_and_is_capped() -> None:
+    section = consumer("noop", backoff_base_s=10, backoff_cap_s=300, backoff_jitter=0)
+    assert [backoff_s(section, n) for n in (1, 2, 3, 6, 20)] == [10, 20, 40, 300, 300]
+    jittered = consumer("noop", backoff_base_s=10, backoff_jitter=0.5)
+    assert all(10 <= backoff_s(jittered, 1) <= 15 for _ in range(50))
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("tests.handlers.jobs", "must look like 'package.module:function'"),
+        ("tests.handlers.nope:run", "cannot import 'tests.handlers.nope'"),
+        ("tests.handlers.jobs:missing", "has no 'missing'"),
+        ("tests.handlers.jobs:not_a_handler", "must take one argument"),
+    ],
+)
+def test_bad_handlers_are_config_errors_naming_the_type(target: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve("email", target)
+    assert str(info.value).startswith("consumers.email.handler: ")
+    assert message in str(info.value)
+
+
+async def _set_idle(store: TaskStore, stream: str, owner: str, msg_id: str) -> None:
+    """Make a pending message look abandoned (idle far past any lease)."""
+    raw = store.client.raw
+    await store.client.run_sync(
+        lambda: raw.xclaim(stream, GROUP, owner, 0, [msg_id], idle=10**9, justid=True)
+    )
+
+
+async def _stream_len(store: TaskStore, key: str, length: int) -> bool:
+    return int(await store.client.execute("XLEN", key)) == length
+
+
+async def _async(value: bool) -> bool:
+    return value
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
