@@ -74,6 +74,7 @@ def _scheduler(config: Config, store: TaskStore) -> ChildSpec:
                     batch_size=section.batch_size,
                     max_tick_s=section.max_tick_s,
                     claim_lease_ms=section.claim_lease_ms,
+                    dedupe_window_ms=int(section.dedupe_window_s * 1000),
                 ),
             ).run,
         )
@@ -90,6 +91,7 @@ def _scheduler(config: Config, store: TaskStore) -> ChildSpec:
                     batch_size=execution.retry_batch_size,
                     max_tick_s=section.max_tick_s,
                     claim_lease_ms=section.claim_lease_ms,
+                    dedupe_window_ms=int(section.dedupe_window_s * 1000),
                 ),
             ).run,
         )

@@ -47,6 +47,10 @@ class SchedulerSection:
     claim_lease_ms: int = attrs.field(default=10_000, validator=within(100))
     """How long a claimed batch is reserved for its poller; a poller that dies holding a
     claim delays those fires by at most this long."""
+    dedupe_window_s: float = attrs.field(default=60.0, validator=within(0))
+    """A fire (schedule_id and attempt) enqueued again within this window is dropped: the
+    second enqueue after a poller or dispatcher died between enqueue and commit. Keep it
+    above claim_lease_ms; it costs one small key per fire for this long (0 = off)."""
 
 
 @attrs.frozen
@@ -73,9 +77,11 @@ class ConsumerSection:
     max_deliveries: int = attrs.field(default=5, validator=within(1, 1000))
     """A message delivered this many times (it keeps killing its consumer) is poison: it
     goes to the dead-letter queue instead of being reclaimed again."""
-    dedupe_window_s: float = attrs.field(default=120.0, validator=within(0))
-    """A second message for the same fire (schedule_id and attempt) arriving within this
-    window is dropped, not run (0 = off)."""
+    dedupe_window_s: float = attrs.field(default=0.0, validator=within(0))
+    """Also check at start that no other message of this fire (schedule_id and attempt)
+    started within this window; for streams that other producers write to as well.
+    Pollers already drop duplicates at enqueue ([scheduler] dedupe_window_s), so this is
+    off by default: it costs a round trip per read (0 = off)."""
     block_ms: int = attrs.field(default=500, validator=within(10, 2000))
     """Longest XREADGROUP wait; bounds how fast a stop request is noticed."""
     claimer: bool = True

@@ -45,7 +45,7 @@ from actors.store import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.channels import Mailbox
 from runtime.logging import emit_events, get_logger
-from runtime.redis_io import ResponseError
+from runtime.redis_io import ResponseError, Script
 
 #: Idle time given to released messages: past any lease, so any claimer takes them now.
 RELEASED_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
@@ -321,30 +321,40 @@ class Consumer:
         dead = [o for o in failed if o not in retry]
         self.results.append([_result_record(o) for o in ok])
         delays = {o.message.msg_id: self._retry_delay(o) for o in retry}
-        # Step 1 (partition slots): retry contexts, and the tasks' last outcome. A retry
-        # must be saved before its message is acknowledged (step 2).
-        await self._save_retries_and_outcomes(keys, retry, delays, ok, dead)
-        # Step 2 (the type's slot): dead letters (acked in the same script), then the rest.
-        if dead:
-            await self._dead_letter(keys, dead)
-        await self._ack(keys, [o.message.msg_id for o in ok + retry])
+        # A retry must be saved before its message is acknowledged. On one server a single
+        # pipeline runs in order; across cluster shards it need not, so there the partition
+        # writes (retries, outcomes) complete first and the stream writes follow.
+        partition_calls = self._partition_calls(keys, retry, delays, ok, dead)
+        stream_calls = self._stream_calls(keys, ok + retry, dead)
+        if self.store.client.is_cluster:
+            await self._run_calls(partition_calls)
+            await self._run_calls(stream_calls)
+        else:
+            await self._run_calls(partition_calls + stream_calls)
         for o in batch:
             self._in_flight.pop(o.message.msg_id, None)
         emit_events(self.actor, self._outcome_events(ok, retry, dead, delays))
+
+    async def _run_calls(self, calls: list[tuple[Script, list[Any], list[Any]]]) -> None:
+        if calls:
+            for reply in await self.store.client.mixed_scripts(calls):
+                if isinstance(reply, Exception):
+                    raise reply
 
     def _retry_delay(self, outcome: Outcome) -> float:
         if outcome.retry_after_s is not None:
             return max(0.0, outcome.retry_after_s)
         return backoff_s(self.section, outcome.message.attempt + 1)
 
-    async def _save_retries_and_outcomes(
+    def _partition_calls(
         self,
         keys: Keys,
         retry: list[Outcome],
         delays: dict[str, float],
         ok: list[Outcome],
         dead: list[Outcome],
-    ) -> None:
+    ) -> list[tuple[Script, list[Any], list[Any]]]:
+        """Retry contexts, and each task's last outcome, per partition."""
         retry_args: dict[int, list[Any]] = defaultdict(list)
         for o in retry:
             m = o.message
@@ -359,37 +369,40 @@ class Consumer:
                 outcome_args[keys.partition_of(o.message.task_id)] += [
                     o.message.task_id, kind, o.finished_ms, (o.error or "")[:MAX_ERROR_CHARS],
                 ]  # fmt: skip
-        calls = [
+        return [
             (scripts.SCHEDULE_RETRIES, [keys.retry(p)], [keys.retry_context_prefix(p), *args])
             for p, args in retry_args.items()
         ] + [
             (scripts.RECORD_OUTCOMES, [keys.schedule(p)], [keys.task_prefix(p), *args])
             for p, args in outcome_args.items()
         ]
-        if calls:
-            for reply in await self.store.client.mixed_scripts(calls):
-                if isinstance(reply, Exception):
-                    raise reply
 
-    async def _dead_letter(self, keys: Keys, dead: list[Outcome]) -> None:
-        args: list[Any] = [GROUP]
-        for o in dead:
-            m = o.message
-            entry = {
-                **m.fields(),
-                "attempts": str(m.attempt + 1),
-                "reason": "unrecoverable" if o.unrecoverable else "failed",
-                "error": o.error or "",
-                "node": self.node,
-                "dead_ms": str(o.finished_ms),
-                "msg_id": m.msg_id,
-            }
-            args += [m.msg_id, len(entry) * 2]
-            for field, value in entry.items():
-                args += [field, value]
-        await self.store.client.script(
-            scripts.DEAD_LETTER, [keys.queue(self.type), keys.dlq(self.type)], args
-        )
+    def _stream_calls(
+        self, keys: Keys, acked: list[Outcome], dead: list[Outcome]
+    ) -> list[tuple[Script, list[Any], list[Any]]]:
+        """Dead letters (acknowledged in the same script), then the rest acknowledged."""
+        calls: list[tuple[Script, list[Any], list[Any]]] = []
+        if dead:
+            args: list[Any] = [GROUP]
+            for o in dead:
+                m = o.message
+                entry = {
+                    **m.fields(),
+                    "attempts": str(m.attempt + 1),
+                    "reason": "unrecoverable" if o.unrecoverable else "failed",
+                    "error": o.error or "",
+                    "node": self.node,
+                    "dead_ms": str(o.finished_ms),
+                    "msg_id": m.msg_id,
+                }
+                args += [m.msg_id, len(entry) * 2]
+                for field, value in entry.items():
+                    args += [field, value]
+            calls.append((scripts.DEAD_LETTER, [keys.queue(self.type), keys.dlq(self.type)], args))
+        if acked:
+            ids = [o.message.msg_id for o in acked]
+            calls.append((scripts.ACK, [keys.queue(self.type)], [GROUP, *ids]))
+        return calls
 
     async def _dead_letter_malformed(
         self, keys: Keys, malformed: list[tuple[str, dict[bytes, bytes], str]]

@@ -12,7 +12,8 @@ Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
 - ``{ns:P}:retry:<schedule_id>``  hash: retry context                     [retry:task:{id}]
 - ``{ns:q:<type>}:queue``         stream + consumer group of one type     [queue:{type}]
 - ``{ns:q:<type>}:dlq``           stream: dead letters of one type        [dlq:{type}]
-- ``{ns:q:<type>}:seen:<sid>:<n>`` string with expiry: fire n of sid started (dedupe)
+- ``{ns:q:<type>}:enq:<sid>:<n>``  string with expiry: attempt n of fire sid enqueued
+- ``{ns:q:<type>}:seen:<sid>:<n>`` string with expiry: attempt n of fire sid started
 
 ``P`` is the task's partition, ``crc32(task_id) % partitions``. All keys of a partition share
 the tag ``{ns:P}``, so claim/commit/update scripts touch one slot; a type's queue and DLQ
@@ -79,8 +80,12 @@ class Keys:
     def dlq(self, task_type: str) -> str:
         return f"{{{self.namespace}:q:{task_type}}}:dlq"
 
+    def enqueued_prefix(self, task_type: str) -> str:
+        """Markers of fires enqueued recently (enqueue-time dedupe), in the queue's slot."""
+        return f"{{{self.namespace}:q:{task_type}}}:enq:"
+
     def seen_prefix(self, task_type: str) -> str:
-        """Dedupe markers of a type's fires, in its queue's slot."""
+        """Markers of fires started recently (consumer-side dedupe), in the queue's slot."""
         return f"{{{self.namespace}:q:{task_type}}}:seen:"
 
 

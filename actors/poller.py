@@ -48,6 +48,7 @@ class PollerSettings:
     batch_size: int = 1000
     max_tick_s: float = 0.25
     claim_lease_ms: int = 10_000
+    dedupe_window_ms: int = 60_000
 
 
 @attrs.frozen
@@ -158,7 +159,9 @@ class Poller:
         if messages:
             # Nothing is committed if this raises: the claims expire and the fires come back.
             fires = [Fire(t.task_id, t.type, t.payload, due) for t, due in messages]
-            await enqueue_fires(self.store.client, keys, fires, now, self.actor)
+            await enqueue_fires(
+                self.store.client, keys, fires, now, self.actor, self.settings.dedupe_window_ms
+            )
         earliest_by_partition = {c.partition: c.earliest_ms for c in claims}
         if plans:
             # After a commit the partition's earliest due time is the committed one.

@@ -39,6 +39,7 @@ class DispatcherSettings:
     batch_size: int = 500
     max_tick_s: float = 0.25
     claim_lease_ms: int = 10_000
+    dedupe_window_ms: int = 60_000
 
 
 class RetryDispatcher:
@@ -94,7 +95,9 @@ class RetryDispatcher:
                     Fire(task_id.decode(), task_type.decode(), payload, int(due), int(attempt))
                 )
         if fires:
-            await enqueue_fires(self.store.client, keys, fires, now, self.actor)
+            await enqueue_fires(
+                self.store.client, keys, fires, now, self.actor, self.settings.dedupe_window_ms
+            )
             earliest |= await self._commit(keys, claimed, token)
         seen = [e for e in earliest.values() if e is not None]
         return TickResult(len(fires), now, min(seen) if seen else None, full)

@@ -1,8 +1,10 @@
 """``python -m bench MODE ...``: repeatable benchmarks, one JSON line of figures each.
 
 Modes:
-  hop [CALLS]                     one Redis round trip through runtime.redis_io vs redis-py
+  fire N INTERVAL_S DURATION_S    end to end with real nodes: fires/s, lag, missed, duplicates
+  idle N [SECONDS]                CPU of an idle node and Redis bytes per task with N tasks
   schedule [BACKLOG RATE SECONDS] bulk create, bytes/task, poller enqueue rate and lag
+  hop [CALLS]                     one Redis round trip through runtime.redis_io vs redis-py
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import hop, schedule
+from bench import fire, hop, idle, schedule
 from bench.common import emit, redis_for_bench
+from runtime import logging as node_logging
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,10 +31,31 @@ def main(argv: list[str] | None = None) -> int:
     p_sched.add_argument("backlog", type=int, nargs="?", default=100_000)
     p_sched.add_argument("rate", type=int, nargs="?", default=5000)
     p_sched.add_argument("seconds", type=float, nargs="?", default=30.0)
+    p_fire = modes.add_parser("fire", help="end-to-end fires with real node processes")
+    p_fire.add_argument("n", type=int)
+    p_fire.add_argument("interval_s", type=float)
+    p_fire.add_argument("duration_s", type=float)
+    p_fire.add_argument("--nodes", type=int, default=1)
+    p_fire.add_argument("--concurrency", type=int, default=200, help="handler slots per node")
+    p_fire.add_argument("--log-level", default="info", help="the nodes' [log] level")
+    p_idle = modes.add_parser("idle", help="idle node CPU and bytes per task")
+    p_idle.add_argument("n", type=int)
+    p_idle.add_argument("seconds", type=float, nargs="?", default=20.0)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    # Only the one JSON line goes to stdout: the bench's own lifecycle lines (the store logs
+    # "created" per task) would drown it.
+    node_logging.configure(node="bench", level="warning", stream=sys.stderr)
     with redis_for_bench(args.redis_url) as url:
         if args.mode == "hop":
             emit({"mode": "hop", "calls": args.calls, **hop.run(url, args.calls)})
+        elif args.mode == "fire":
+            figures = fire.run(
+                url, args.n, args.interval_s, args.duration_s, args.nodes, args.concurrency,
+                args.log_level,
+            )  # fmt: skip
+            emit({"mode": "fire", **figures})
+        elif args.mode == "idle":
+            emit({"mode": "idle", **idle.run(url, args.n, args.seconds)})
         elif args.mode == "schedule":
             figures = schedule.run(url, args.backlog, args.rate, args.seconds)
             emit({"mode": "schedule", **figures})

@@ -188,7 +188,8 @@ async def test_duplicate_fire_is_dropped_but_a_reclaimed_message_runs(
     await _set_idle(store, stream, "ghost", ghost_id)
     # A second message of the same fire (a poller crashed after XADD, before commit).
     await store.client.execute("XADD", stream, "*", *fields)
-    config = node_config(redis_url, namespace, tmp_path, {"dup": consumer("noop")}, pollers=0)
+    section = consumer("noop", dedupe_window_s=60)
+    config = node_config(redis_url, namespace, tmp_path, {"dup": section}, pollers=0)
     async with running_node(config):
         await wait_until(lambda: _async(len(records(record)) >= 1))
         await wait_until(lambda: _stream_len(store, stream, 0))

@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from actors import scripts
+from actors.enqueue import Fire, enqueue_fires
 from actors.keys import Keys
 from actors.model import TaskSpec
 from actors.poller import Poller, PollerSettings
@@ -127,6 +128,29 @@ async def test_claim_drops_index_entries_of_deleted_tasks(one_partition: TaskSto
     await store.client.execute("ZADD", keys.schedule(0), 1, "ghost")
     assert (await claim(store, "A"))[2:] == []
     assert await store.client.execute("ZCARD", keys.schedule(0)) == 0
+
+
+async def test_a_fire_enqueued_again_after_a_poller_died_is_dropped(
+    one_partition: TaskStore, log_lines: Callable[[], list[dict[str, Any]]]
+) -> None:
+    """A poller appends a fire and dies before committing; when the fire is claimed again
+    after the lease, the second append is dropped: the stream holds it once."""
+    store = one_partition
+    past = await store.now_ms() - 10
+    await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id="x"))
+    keys = await store.keys()
+    await claim(store, "dead-poller", lease_ms=100)
+    fire = Fire("x", "t", b"null", past)
+    await enqueue_fires(store.client, keys, [fire], past, "dead-poller", 60_000)
+    await trio.sleep(0.2)  # the dead poller's claim expires
+    poller = Poller(store, PollerSettings(dedupe_window_ms=60_000))
+    result = await poller.tick(keys, poller.partitions(keys), get_logger())
+    assert result.enqueued == 1  # claimed and handled...
+    assert [f["schedule_id"] for f in await stream_fires(store, "t")] == [f"x:{past}"]  # ...once
+    dropped = [e for e in log_lines() if e["event"] == "duplicate_dropped"]
+    assert [e["schedule_id"] for e in dropped] == [f"x:{past}"]
+    task = await store.get("x")
+    assert task is not None and task.next_run_ms == past + 60_000  # and committed
 
 
 # -- the actor ------------------------------------------------------------------------------

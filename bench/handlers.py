@@ -1,0 +1,29 @@
+"""The benchmark's no-op handler: records when it started each fire, in a local file.
+
+One line per call, ``task_id due_ms start_ms``, in ``$METRONOME_BENCH_DIR/fires-<pid>.txt``
+(never in the Redis under test). Buffered; flushed when the node process exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import time
+from typing import IO
+
+from actors.handlers import HandlerContext
+
+_out: IO[str] | None = None
+
+
+def _file() -> IO[str]:
+    global _out
+    if _out is None:
+        directory = os.environ.get("METRONOME_BENCH_DIR", ".")
+        _out = open(os.path.join(directory, f"fires-{os.getpid()}.txt"), "a", buffering=1 << 16)  # noqa: SIM115
+        atexit.register(_out.close)
+    return _out
+
+
+async def record(ctx: HandlerContext) -> None:
+    _file().write(f"{ctx.task_id} {ctx.due_ms} {time.time() * 1000:.1f}\n")
