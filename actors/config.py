@@ -44,6 +44,9 @@ class SchedulerSection:
     """Most due tasks claimed from one partition in one round trip."""
     max_tick_s: float = attrs.field(default=0.25, validator=positive)
     """Longest sleep between polls: bounds how late a task created for "now" is noticed."""
+    min_tick_s: float = attrs.field(default=0.02, validator=within(0, 1))
+    """Shortest sleep between polls that found nothing more due: fires due within it are
+    handled together (fewer, larger batches) at the cost of up to this much lag."""
     claim_lease_ms: int = attrs.field(default=10_000, validator=within(100))
     """How long a claimed batch is reserved for its poller; a poller that dies holding a
     claim delays those fires by at most this long."""

@@ -44,11 +44,13 @@ from actors.results_log import ResultsLog
 from actors.store import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.channels import Mailbox
-from runtime.logging import emit_events, get_logger
+from runtime.logging import emit_events
 from runtime.redis_io import ResponseError, Script
 
 #: Idle time given to released messages: past any lease, so any claimer takes them now.
 RELEASED_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
+#: How long the flusher waits after the first completion for others to join its batch.
+FLUSH_GATHER_S = 0.005
 #: Longest error text kept (DLQ entry, retry context, task hash).
 MAX_ERROR_CHARS = 2000
 
@@ -278,12 +280,10 @@ class Consumer:
             task_id=message.task_id,
             schedule_id=message.schedule_id,
             type=message.type,
-            payload=message.payload(),
+            payload=message.payload,
             attempt=message.attempt,
             due_ms=message.due_ms,
-            log=get_logger(
-                actor=self.actor, task_id=message.task_id, schedule_id=message.schedule_id
-            ),
+            actor=self.actor,
         )
         if self.handler.is_async:
             return await self.handler.fn(context)
@@ -296,6 +296,8 @@ class Consumer:
     async def _flush_loop(self, keys: Keys) -> None:
         while True:
             await self._done_event.wait()
+            # Handlers started together finish together: gather them into one batch.
+            await trio.sleep(FLUSH_GATHER_S)
             self._done_event = trio.Event()
             await self._flush(keys)
 

@@ -22,6 +22,7 @@ import attrs
 import structlog
 
 from runtime.errors import ConfigError
+from runtime.logging import get_logger
 
 
 class RetryLater(Exception):
@@ -47,7 +48,12 @@ class HandlerContext:
     attempt: int
     """0 for the first run, n for the n-th retry."""
     due_ms: int
-    log: structlog.typing.FilteringBoundLogger
+    actor: str = "handler"
+
+    @property
+    def log(self) -> structlog.typing.FilteringBoundLogger:
+        """A logger bound to this fire (built on use: most handlers never log)."""
+        return get_logger(actor=self.actor, task_id=self.task_id, schedule_id=self.schedule_id)
 
 
 @attrs.frozen

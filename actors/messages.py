@@ -28,21 +28,20 @@ class Message:
     attempt: int
     due_ms: int
     enq_ms: int
+    payload: Any = attrs.field(eq=False, repr=False)
+    """``payload_json`` parsed (once, when the message is decoded)."""
 
     @property
     def fire_key(self) -> str:
         """Identifies this attempt of this fire: duplicates share it, retries do not."""
         return f"{self.schedule_id}:{self.attempt}"
 
-    def payload(self) -> Any:
-        return json.loads(self.payload_json)
-
     @classmethod
     def decode(cls, msg_id: bytes | str, fields: dict[bytes, bytes]) -> Message:
         mid = msg_id.decode() if isinstance(msg_id, bytes) else msg_id
         try:
             f = {k.decode(): v.decode() for k, v in fields.items()}
-            message = cls(
+            return cls(
                 msg_id=mid,
                 task_id=f["task_id"],
                 schedule_id=f["schedule_id"],
@@ -51,13 +50,12 @@ class Message:
                 attempt=int(f["attempt"]),
                 due_ms=int(f["due_ms"]),
                 enq_ms=int(f.get("enq_ms", f["due_ms"])),
+                payload=json.loads(f["payload"]),
             )
-            json.loads(message.payload_json)
         except (KeyError, ValueError, UnicodeDecodeError) as exc:
             raise MalformedMessage(
                 f"stream entry {mid} is not a Metronome message: {exc!r}"
             ) from exc
-        return message
 
     def fields(self) -> dict[str, str]:
         return {

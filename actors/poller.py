@@ -47,6 +47,7 @@ class PollerSettings:
     of: int = 1
     batch_size: int = 1000
     max_tick_s: float = 0.25
+    min_tick_s: float = 0.02
     claim_lease_ms: int = 10_000
     dedupe_window_ms: int = 60_000
 
@@ -85,13 +86,15 @@ def partitions_for(index: int, of: int, partitions: int) -> list[int]:
     return [p for p in range(partitions) if p % of == index]
 
 
-def sleep_s(result: TickResult, max_tick_s: float) -> float:
-    """Until the earliest due time seen, at most ``max_tick_s``; 0 if more is due now."""
+def sleep_s(result: TickResult, max_tick_s: float, min_tick_s: float = 0.0) -> float:
+    """Until the earliest due time seen, within [min_tick_s, max_tick_s]; 0 if a batch was
+    full (more is due now)."""
     if result.full:
         return 0.0
     if result.earliest_ms is None:
         return max_tick_s
-    return min(max_tick_s, max(0.0, (result.earliest_ms - result.now_ms) / 1000))
+    wait_s = (result.earliest_ms - result.now_ms) / 1000
+    return min(max_tick_s, max(min_tick_s, wait_s))
 
 
 def _misfired(task: Claimed, plan: FirePlan) -> dict[str, Any]:
@@ -129,7 +132,7 @@ class Poller:
         return partitions_for(self.settings.index, self.settings.of, keys.partitions)
 
     def sleep_s(self, result: TickResult) -> float:
-        return sleep_s(result, self.settings.max_tick_s)
+        return sleep_s(result, self.settings.max_tick_s, self.settings.min_tick_s)
 
     async def tick(
         self, keys: Keys, partitions: list[int], log: structlog.typing.FilteringBoundLogger

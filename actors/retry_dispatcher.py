@@ -38,6 +38,7 @@ class DispatcherSettings:
     of: int = 1
     batch_size: int = 500
     max_tick_s: float = 0.25
+    min_tick_s: float = 0.02
     claim_lease_ms: int = 10_000
     dedupe_window_ms: int = 60_000
 
@@ -58,7 +59,7 @@ class RetryDispatcher:
         task_status.started()
         while True:
             result = await self.tick(keys, partitions)
-            await trio.sleep(sleep_s(result, self.settings.max_tick_s))
+            await trio.sleep(sleep_s(result, self.settings.max_tick_s, self.settings.min_tick_s))
 
     async def tick(self, keys: Keys, partitions: list[int]) -> TickResult:
         self._ticks += 1

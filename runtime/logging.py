@@ -88,6 +88,11 @@ _encode_str = json.encoder.encode_basestring
 
 
 def _encode(value: Any) -> str:
+    kind = type(value)
+    if kind is str:
+        return str(_encode_str(value))
+    if kind is int:
+        return str(value)
     if isinstance(value, str):
         return str(_encode_str(value))
     if value is None:
