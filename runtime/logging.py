@@ -43,7 +43,7 @@ class _Output:
     """Where ``emit_events`` writes; set by ``configure``. Owned by this module."""
 
     stream: TextIO | None = None
-    node_json: str = '"?"'
+    node: str = "?"
     info_enabled: bool = True
     console: bool = False
 
@@ -56,7 +56,7 @@ def configure(
 ) -> None:
     """Set up logging for this process. Call once, before the first actor starts."""
     _output.stream = stream
-    _output.node_json = _encode_str(node)
+    _output.node = node
     _output.info_enabled = level in ("debug", "info")
     _output.console = format == "console"
     renderer: Any
@@ -85,23 +85,9 @@ def configure(
 
 
 _encode_str = json.encoder.encode_basestring
-
-
-def _encode(value: Any) -> str:
-    kind = type(value)
-    if kind is str:
-        return str(_encode_str(value))
-    if kind is int:
-        return str(value)
-    if isinstance(value, str):
-        return str(_encode_str(value))
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    return json.dumps(value, default=str, separators=(",", ":"))
+# One C-accelerated encoder for every fast-path line: a dict per line is encoded in C,
+# several times faster than assembling the line field by field in Python.
+_encode_line = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
 
 
 def emit_events(actor: str, events: Iterable[tuple[str, dict[str, Any]]]) -> None:
@@ -118,20 +104,19 @@ def emit_events(actor: str, events: Iterable[tuple[str, dict[str, Any]]]) -> Non
             logger.info(event, **fields)
         return
     now = time.time()
-    stamp = datetime.datetime.fromtimestamp(now, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    tail = (
-        f',"node":{_output.node_json},"actor":{_encode_str(actor)},"level":"info",'
-        f'"time":"{stamp}","ts_ms":{int(now * 1000)}}}\n'
-    )
-    lines = [
-        '{"event":"' + event + '"'
-        + "".join(f',"{key}":{_encode(value)}' for key, value in fields.items())
-        + tail
-        for event, fields in events
-    ]  # fmt: skip
+    tail = {
+        "node": _output.node,
+        "actor": actor,
+        "level": "info",
+        "time": datetime.datetime.fromtimestamp(now, datetime.UTC).strftime(
+            "%Y-%m-%dT%H:%M:%S.%fZ"
+        ),
+        "ts_ms": int(now * 1000),
+    }
+    lines = [_encode_line({"event": event, **fields, **tail}) for event, fields in events]
     if lines:
         stream = _output.stream or sys.stdout
-        stream.write("".join(lines))
+        stream.write("\n".join(lines) + "\n")
         stream.flush()
 
 

@@ -1,0 +1,54 @@
+"""Each benchmark mode at tiny scale, as a real command: the JSON shape holds and work
+was done. Figures are not checked here (performance claims come from full runs)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.node_process import REPO
+
+
+def bench(*args: str) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", *args],
+        capture_output=True, text=True, cwd=REPO, timeout=180, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1, f"one JSON line expected, got {len(lines)}: {lines[:3]}"
+    figures: dict[str, Any] = json.loads(lines[0])
+    return figures
+
+
+def test_fire_mode_reports_every_figure() -> None:
+    figures = bench("fire", "60", "1", "4")
+    assert set(figures) >= {
+        "n", "interval_s", "duration_s", "nodes", "register_s", "expected", "executed",
+        "exec_per_s", "lag_p50_ms", "lag_p99_ms", "lag_max_ms", "missed", "duplicates",
+        "redis_bytes_per_task", "node_cpu_pct",
+    }  # fmt: skip
+    assert figures["executed"] > 0
+    assert figures["expected"] > 0
+
+
+def test_idle_mode() -> None:
+    figures = bench("idle", "200", "1")
+    assert figures["n"] == 200
+    assert figures["redis_bytes_per_task"] > 0
+    assert figures["node_cpu_pct"] >= 0
+
+
+@pytest.mark.parametrize(("mode", "args"), [("schedule", ["500", "50", "2"]), ("hop", ["200"])])
+def test_scheduling_and_hop_modes(mode: str, args: list[str]) -> None:
+    figures = bench(mode, *args)
+    assert figures["mode"] == mode
+    if mode == "schedule":
+        assert figures["bulk_create_per_s"] > 0
+        assert figures["sustained_fires"] > 0
+    else:
+        assert figures["layer_us_per_call"] > 0
