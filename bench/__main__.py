@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     p_fire.add_argument("--nodes", type=int, default=1)
     p_fire.add_argument("--concurrency", type=int, default=200, help="handler slots per node")
     p_fire.add_argument("--log-level", default="info", help="the nodes' [log] level")
+    p_fire.add_argument(
+        "--split", action="store_true", help="node 0 only polls; the other nodes only consume"
+    )
     p_idle = modes.add_parser("idle", help="idle node CPU and bytes per task")
     p_idle.add_argument("n", type=int)
     p_idle.add_argument("seconds", type=float, nargs="?", default=20.0)
@@ -51,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.mode == "fire":
             figures = fire.run(
                 url, args.n, args.interval_s, args.duration_s, args.nodes, args.concurrency,
-                args.log_level,
+                args.log_level, args.split,
             )  # fmt: skip
             emit({"mode": "fire", **figures})
         elif args.mode == "idle":

@@ -36,28 +36,39 @@ REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
 
 
-def node_toml(workdir: Path, url: str, index: int, concurrency: int, log_level: str) -> Path:
+def node_toml(
+    workdir: Path, url: str, index: int, concurrency: int, log_level: str, role: str = "all"
+) -> Path:
+    """A node's config; ``role`` is "all" (poller and consumer), "poller" or "consumer"."""
     path = workdir / f"node-{index}.toml"
+    pollers = 0 if role == "consumer" else 1
+    consumers = (
+        ""
+        if role == "poller"
+        else f'[consumers.bench]\nhandler = "bench.handlers:record"\nconcurrency = {concurrency}\n'
+    )
     path.write_text(
         f'namespace = "{NAMESPACE}"\n'
         f'[node]\nname = "bench-{index}"\nshutdown_grace_s = 10\n'
         f'[log]\nlevel = "{log_level}"\n'
         f'[redis]\nurl = "{url}"\n'
-        "[scheduler]\npollers = 1\n"
+        f"[scheduler]\npollers = {pollers}\n"
         f'[execution]\nresults_log = "{workdir / f"results-{index}.jsonl"}"\n'
-        f'[consumers.bench]\nhandler = "bench.handlers:record"\nconcurrency = {concurrency}\n'
-        "dedupe_window_s = 30\n"
+        f"{consumers}"
     )
     return path
 
 
 def start_nodes(
-    workdir: Path, url: str, nodes: int, concurrency: int, log_level: str
+    workdir: Path, url: str, nodes: int, concurrency: int, log_level: str, split: bool = False
 ) -> list[subprocess.Popen[bytes]]:
+    """``nodes`` node processes; with ``split``, node 0 only polls and the others only
+    consume (each role gets its own process, so its own GIL)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "METRONOME_BENCH_DIR": str(workdir)}
     procs = []
     for i in range(nodes):
-        config = node_toml(workdir, url, i, concurrency, log_level)
+        role = ("poller" if i == 0 else "consumer") if split else "all"
+        config = node_toml(workdir, url, i, concurrency, log_level, role)
         with (workdir / f"node-{i}.log").open("wb") as log:  # the child keeps its own copy
             procs.append(
                 subprocess.Popen(
@@ -81,13 +92,15 @@ def stop_nodes(procs: list[subprocess.Popen[bytes]]) -> None:
 
 def run(
     url: str, n: int, interval_s: float, duration_s: float, nodes: int, concurrency: int,
-    log_level: str,
+    log_level: str, split: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     workdir = Path(tempfile.mkdtemp(prefix="metronome-bench-"))
     baseline = used_memory(url)
     t0_ms, register_s = trio.run(_register, url, n, interval_s)
     bytes_per_task = (used_memory(url) - baseline) / n
-    procs = start_nodes(workdir, url, nodes, concurrency, log_level)
+    if split and nodes < 2:
+        raise SystemExit("--split needs --nodes 2 or more (one poller node, consumer nodes)")
+    procs = start_nodes(workdir, url, nodes, concurrency, log_level, split)
     try:
         end_s = t0_ms / 1000 + duration_s
         time.sleep(max(0.0, t0_ms / 1000 - time.time()))
@@ -101,6 +114,7 @@ def run(
     figures = _analyse(workdir, n, interval_s, duration_s, t0_ms)
     return {
         "n": n, "interval_s": interval_s, "duration_s": duration_s, "nodes": nodes,
+        "split": split,
         "register_s": round(register_s, 2), **figures,
         "redis_bytes_per_task": round(bytes_per_task), "node_cpu_pct": round(cpu_pct, 1),
         "workdir": str(workdir),

@@ -21,10 +21,15 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_example_config_loads() -> None:
+def test_example_configs_load() -> None:
     app = load_app(REPO / "deploy" / "node.toml")
     assert isinstance(app.config, Config)
     assert app.config.redis.url == "embedded"
+    assert set(app.config.consumers) == {"demo"}
+    poller = load_app(REPO / "deploy" / "poller.toml").config
+    consumer = load_app(REPO / "deploy" / "consumer.toml").config
+    assert (poller.scheduler.pollers, poller.consumers) == (1, {})
+    assert (consumer.scheduler.pollers, set(consumer.consumers)) == (0, {"demo"})
 
 
 def test_defaults_fill_an_empty_file(tmp_path: Path) -> None:
