@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -89,3 +90,49 @@ class RedisProcess:
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class LocalCluster:
+    """A Redis Cluster of ``size`` primaries, each a local process on a free port, formed
+    with CLUSTER ADDSLOTSRANGE and CLUSTER MEET (no redis-cli needed)."""
+
+    SLOTS = 16384
+
+    def __init__(self, binary: str, size: int = 3) -> None:
+        self.nodes = [
+            RedisProcess(
+                binary, ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+            )
+            for _ in range(size)
+        ]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self, timeout_s: float = 20.0) -> LocalCluster:
+        for node in self.nodes:
+            node.start()
+        # Any: redis-py's execute_command is untyped.
+        clients: list[Any] = [redis.Redis(port=node.port, socket_timeout=2) for node in self.nodes]
+        try:
+            per = self.SLOTS // len(self.nodes)
+            for i, client in enumerate(clients):
+                last = self.SLOTS - 1 if i == len(clients) - 1 else (i + 1) * per - 1
+                client.execute_command("CLUSTER", "ADDSLOTSRANGE", i * per, last)
+            for node in self.nodes[1:]:
+                clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                states = [c.execute_command("CLUSTER", "INFO") for c in clients]
+                if all(b"cluster_state:ok" in s for s in states):
+                    return self
+                time.sleep(0.05)
+            raise RuntimeError("local Redis Cluster did not reach cluster_state:ok")
+        finally:
+            for client in clients:
+                client.close()
+
+    def remove(self) -> None:
+        for node in self.nodes:
+            node.remove()

@@ -199,12 +199,16 @@ class RedisClient:
             self._raw.pipeline(transaction=False) if not self.is_cluster else self._raw.pipeline()
         )
         for script, keys, args in calls:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            # execute_command, not pipe.evalsha: redis-py's cluster pipeline refuses the
+            # evalsha method by name, but routes a raw EVALSHA by its keys' slot.
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
         return list(pipe.execute(raise_on_error=False))
 
     def _load_everywhere(self, script: Script) -> None:
         if self.is_cluster:
-            self._raw.script_load(script.source, target_nodes=redis.cluster.RedisCluster.PRIMARIES)
+            self._raw.execute_command(
+                "SCRIPT", "LOAD", script.source, target_nodes=redis.cluster.RedisCluster.PRIMARIES
+            )
         else:
             self._raw.script_load(script.source)
 

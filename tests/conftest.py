@@ -44,3 +44,16 @@ def log_lines() -> Iterator[Callable[[], list[dict[str, Any]]]]:
     node_logging.configure(node="test", stream=buffer)
     yield lambda: [json.loads(line) for line in buffer.getvalue().splitlines()]
     node_logging.configure(node="test")
+
+
+@pytest.fixture(scope="session")
+def cluster_url() -> Iterator[str]:
+    """A real Redis Cluster of three local processes, started by the suite."""
+    from runtime.embedded_redis import find_server_binary
+    from runtime.local_redis import LocalCluster
+
+    cluster = LocalCluster(find_server_binary()).start()
+    try:
+        yield cluster.url
+    finally:
+        cluster.remove()

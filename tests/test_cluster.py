@@ -1,0 +1,111 @@
+"""The same store, poller and consumers against a real Redis Cluster (three local primaries):
+every script's keys share a slot, pipelines split by shard, scripts load on every primary."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+from actors.config import ConsumerSection
+from actors.model import TaskSpec
+from actors.poller import Poller, PollerSettings
+from actors.schedules import Schedule
+from actors.store import TaskStore
+from runtime.config import RedisSection
+from runtime.logging import get_logger
+from runtime.redis_io import RedisClient
+from tests.execution_harness import node_config, record_path, records, running_node, wait_until
+
+
+@pytest.fixture
+async def cluster_client(cluster_url: str) -> AsyncIterator[RedisClient]:
+    client = RedisClient.from_settings(cluster_url, RedisSection(url=cluster_url, cluster=True))
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def store(cluster_client: RedisClient, namespace: str) -> TaskStore:
+    return TaskStore(cluster_client, namespace, default_partitions=8)
+
+
+@pytest.fixture
+def record(tmp_path: Path) -> Iterator[Path]:
+    old = os.environ.get("METRONOME_TEST_RECORD")
+    yield record_path(tmp_path)
+    if old is None:
+        os.environ.pop("METRONOME_TEST_RECORD", None)
+    else:
+        os.environ["METRONOME_TEST_RECORD"] = old
+
+
+async def test_partitions_really_spread_over_the_shards(store: TaskStore) -> None:
+    keys = await store.keys()
+    raw = store.client.raw
+    owners = {raw.get_node_from_key(keys.schedule(p)).port for p in range(keys.partitions)}
+    assert len(owners) >= 2  # the test would prove nothing on one shard
+
+
+async def test_store_operations_on_a_cluster(store: TaskStore) -> None:
+    created = await store.create_many(
+        [TaskSpec("w", Schedule("interval", every_s=60), i) for i in range(300)]
+    )
+    first = created[0].task_id
+    assert await store.pause(first) == "paused"
+    assert await store.resume(first) == "active"
+    await store.update(created[1].task_id, payload={"v": 2})
+    task = await store.get(created[1].task_id)
+    assert task is not None and task.payload == {"v": 2}
+    page, cursor = await store.list_tasks(task_type="w", limit=1000)
+    assert cursor is None and len(page) == 300
+    assert await store.clear_type("w") == 300
+
+
+async def test_competing_pollers_on_a_cluster_enqueue_each_fire_once(store: TaskStore) -> None:
+    now = await store.now_ms()
+    start = now - 5_500
+    schedule = Schedule("interval", every_s=1, start_ms=start, misfire="fire_all")
+    ids = [c.task_id for c in await store.create_many([TaskSpec("c", schedule) for _ in range(40)])]
+    keys = await store.keys()
+    pollers = [Poller(store, PollerSettings(batch_size=7)) for _ in range(3)]
+    for _ in range(12):
+        for poller in pollers:
+            await poller.tick(keys, poller.partitions(keys), get_logger())
+    entries = await store.client.execute("XRANGE", keys.queue("c"), "-", "+")
+    fires = Counter(fields[b"schedule_id"].decode() for _id, fields in entries)
+    assert set(fires.values()) == {1}
+    assert {f"{t}:{start + k * 1000}" for t in ids for k in range(6)} <= set(fires)
+
+
+async def test_execution_on_a_cluster_runs_retries_and_dead_letters(
+    store: TaskStore, cluster_url: str, namespace: str, tmp_path: Path, record: Path
+) -> None:
+    config = node_config(
+        cluster_url, namespace, tmp_path,
+        {
+            "ok": ConsumerSection(handler="tests.handlers.jobs:noop"),
+            "bad": ConsumerSection(
+                handler="tests.handlers.jobs:failing", max_attempts=2, backoff_base_s=0.05
+            ),
+        },
+    )  # fmt: skip
+    config = attrs.evolve(config, redis=RedisSection(url=cluster_url, cluster=True))
+    await store.create_many([TaskSpec("ok", Schedule("once", at_ms=0)) for _ in range(30)])
+    await store.create(TaskSpec("bad", Schedule("once", at_ms=0), task_id="b"))
+    keys = await store.keys()
+
+    async def done() -> bool:
+        dlq = int(await store.client.execute("XLEN", keys.dlq("bad")))
+        return dlq == 1 and sum(r["event"] == "ran" for r in records(record)) == 30
+
+    async with running_node(config):
+        await wait_until(done, timeout_s=20)
+    assert [r["attempt"] for r in records(record) if r["task_id"] == "b"] == [0, 1]
+    assert await store.client.execute("XLEN", keys.queue("ok")) == 0
