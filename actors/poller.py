@@ -33,7 +33,7 @@ import trio
 
 from actors import scripts
 from actors.enqueue import Fire, enqueue_fires
-from actors.keys import Keys
+from actors.keys import Keys, schedule_id
 from actors.model import converter
 from actors.schedules import FirePlan, Schedule, plan_fires
 from actors.store import TaskStore
@@ -100,6 +100,7 @@ def sleep_s(result: TickResult, max_tick_s: float, min_tick_s: float = 0.0) -> f
 def _misfired(task: Claimed, plan: FirePlan) -> dict[str, Any]:
     return {
         "task_id": task.task_id,
+        "schedule_id": schedule_id(task.task_id, task.due_ms),
         "type": task.type,
         "policy": task.schedule.misfire,
         "missed": plan.missed,
@@ -150,7 +151,12 @@ class Poller:
                 events.append(
                     (
                         "scheduled",
-                        {"task_id": task.task_id, "type": task.type, "due_ms": task.due_ms},
+                        {
+                            "task_id": task.task_id,
+                            "schedule_id": schedule_id(task.task_id, task.due_ms),
+                            "type": task.type,
+                            "due_ms": task.due_ms,
+                        },
                     )
                 )
                 plan = plan_fires(task.schedule, task.due_ms, claim.now_ms, task.fires)

@@ -6,6 +6,7 @@ import io
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -57,3 +58,12 @@ def cluster_url() -> Iterator[str]:
         yield cluster.url
     finally:
         cluster.remove()
+
+
+@pytest.fixture
+def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the test handlers (``tests.handlers.jobs``) record each call, one JSON line
+    per call; node processes the test starts inherit the variable."""
+    path = tmp_path / "handled.jsonl"
+    monkeypatch.setenv("METRONOME_TEST_RECORD", str(path))
+    return path

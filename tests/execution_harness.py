@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -58,12 +57,6 @@ def records(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def record_path(tmp_path: Path) -> Path:
-    path = tmp_path / "handled.jsonl"
-    os.environ["METRONOME_TEST_RECORD"] = str(path)
-    return path
 
 
 async def wait_until(predicate: Any, timeout_s: float = 10.0, poll_s: float = 0.02) -> None:

@@ -3,9 +3,8 @@ every script's keys share a slot, pipelines split by shard, scripts load on ever
 
 from __future__ import annotations
 
-import os
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import attrs
@@ -19,7 +18,7 @@ from actors.store import TaskStore
 from runtime.config import RedisSection
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
-from tests.execution_harness import node_config, record_path, records, running_node, wait_until
+from tests.execution_harness import node_config, records, running_node, wait_until
 
 
 @pytest.fixture
@@ -34,16 +33,6 @@ async def cluster_client(cluster_url: str) -> AsyncIterator[RedisClient]:
 @pytest.fixture
 def store(cluster_client: RedisClient, namespace: str) -> TaskStore:
     return TaskStore(cluster_client, namespace, default_partitions=8)
-
-
-@pytest.fixture
-def record(tmp_path: Path) -> Iterator[Path]:
-    old = os.environ.get("METRONOME_TEST_RECORD")
-    yield record_path(tmp_path)
-    if old is None:
-        os.environ.pop("METRONOME_TEST_RECORD", None)
-    else:
-        os.environ["METRONOME_TEST_RECORD"] = old
 
 
 async def test_partitions_really_spread_over_the_shards(store: TaskStore) -> None:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +22,6 @@ from tests.node_process import NodeProcess
 @pytest.fixture
 async def store(redis_client: RedisClient, namespace: str) -> TaskStore:
     return TaskStore(redis_client, namespace, default_partitions=4)
-
-
-@pytest.fixture
-def record(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "handled.jsonl"
-    old = os.environ.get("METRONOME_TEST_RECORD")
-    os.environ["METRONOME_TEST_RECORD"] = str(path)  # inherited by the node processes
-    yield path
-    if old is None:
-        del os.environ["METRONOME_TEST_RECORD"]
-    else:
-        os.environ["METRONOME_TEST_RECORD"] = old
 
 
 def write_config(
