@@ -47,7 +47,7 @@ class PollerSettings:
     of: int = 1
     batch_size: int = 1000
     max_tick_s: float = 0.25
-    min_tick_s: float = 0.02
+    min_tick_s: float = 0.0
     claim_lease_ms: int = 10_000
     dedupe_window_ms: int = 60_000
 
