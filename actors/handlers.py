@@ -5,7 +5,9 @@ A handler takes one argument, a ``HandlerContext``, and may return any JSON-able
 worker thread (at most the type's concurrency at once). To steer retries a handler raises
 ``RetryLater(delay_s)`` (retry after that delay instead of the backoff) or
 ``Unrecoverable`` (straight to the dead-letter queue, no more attempts); any other
-exception, or the timeout, is a failed attempt.
+exception, or the timeout, is a failed attempt. A timeout cancels an ``async`` handler;
+a plain function cannot be interrupted, so its attempt is failed and abandoned, but it
+keeps its worker thread (one of the type's ``concurrency``) until it returns.
 
 Handlers are resolved when the node starts: a missing module or function, or a function
 that cannot take one argument, is a configuration error naming the type.
