@@ -39,23 +39,39 @@ class RedisProcess:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    def _spawn(self, port: int) -> None:
+        self.port = port
+        self.process = subprocess.Popen(
+            [
+                self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", str(self.dir), "--save", "", "--appendonly", "no",
+                "--logfile", "redis.log", *self.extra_args,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
     def start(self, port: int | None = None) -> RedisProcess:
         for _ in range(5):
-            self.port = port or free_port()
-            self.process = subprocess.Popen(
-                [
-                    self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-                    "--dir", str(self.dir), "--save", "", "--appendonly", "no",
-                    "--logfile", "redis.log", *self.extra_args,
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+            self._spawn(port or free_port())
             if self._wait_ready():
                 return self
             self.stop()
         log = (self.dir / "redis.log").read_text(errors="replace")[-1000:]
         raise RuntimeError(f"could not start {self.binary}: {log}")
+
+    def start_without_ping(self) -> RedisProcess:
+        """Start a server that needs credentials: ready once its port accepts connections."""
+        self._spawn(free_port())
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), 0.2),
+            ):
+                return self
+            time.sleep(0.02)
+        raise RuntimeError(f"{self.binary} did not open port {self.port}")
 
     def _wait_ready(self) -> bool:
         client = redis.Redis(port=self.port, socket_timeout=0.5)

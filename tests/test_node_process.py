@@ -162,3 +162,20 @@ def test_embedded_node_runs_on_the_bundled_valkey_when_present(tmp_path: Path) -
         assert node.wait(timeout_s=20) == 0
     finally:
         node.kill()
+
+
+def test_console_log_format_is_for_humans(tmp_path: Path) -> None:
+    node = NodeProcess(sleepy(tmp_path, finish_s=0.1), "--log-format", "console")
+    try:
+        deadline = time.monotonic() + 20
+        while not any("actor_started" in line for line in node.raw):
+            assert time.monotonic() < deadline, node.stderr_text()
+            time.sleep(0.05)
+        node.signal(signal.SIGTERM)
+        assert node.wait(timeout_s=20) == 0
+    finally:
+        node.kill()
+    started = next(line for line in node.raw if "actor_started" in line)
+    assert not started.lstrip().startswith("{")  # not JSON
+    assert "node/worker" in started
+    assert node.lines == []  # no line parsed as JSON

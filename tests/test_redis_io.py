@@ -160,3 +160,29 @@ def test_passwords_never_reach_logs() -> None:
     assert _redact("redis://user:s3cret@host:6379/0") == "redis://user:***@host:6379/0"
     assert _redact("redis://:s3cret@host:6379") == "redis://***@host:6379"
     assert _redact("redis://host:6379") == "redis://host:6379"
+
+
+async def test_password_and_acl_user(tmp_path: object) -> None:
+    server = RedisProcess(
+        find_server_binary(),
+        ["--requirepass", "s3cret", "--user", "metro", "on", ">m3tro", "~*", "&*", "+@all"],
+    ).start_without_ping()
+    try:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        as_default = client_for_auth(url, None, "s3cret")
+        as_user = client_for_auth(url, "metro", "m3tro")
+        wrong = client_for_auth(url, "metro", "nope")
+        assert await as_default.ping()
+        assert await as_user.ping()
+        with pytest.raises(Exception, match=r"(?i)invalid username-password|WRONGPASS"):
+            await wrong.ping()
+        for client in (as_default, as_user, wrong):
+            await client.aclose()
+    finally:
+        server.remove()
+
+
+def client_for_auth(url: str, username: str | None, password: str) -> RedisClient:
+    return RedisClient.from_settings(
+        url, RedisSection(url=url, username=username, password=password)
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -263,3 +264,31 @@ async def test_a_foreign_hash_is_reported_not_crashed_on(store: TaskStore) -> No
     await store.client.execute("HSET", keys.task("legacy"), "interval_sec", "60")
     with pytest.raises(ValueError, match="'legacy': stored hash is not a Metronome task"):
         await store.get("legacy")
+
+
+async def test_jitter_delays_the_fire_but_not_the_grid(store: TaskStore) -> None:
+    start = await store.now_ms() + 60_000
+    schedule = Schedule("interval", every_s=60, start_ms=start, jitter_s=5)
+    ids = [c.task_id for c in await store.create_many([TaskSpec("j", schedule) for _ in range(40)])]
+    scores = [await in_schedule(store, i) for i in ids]
+    assert all(s is not None and start <= s <= start + 5000 for s in scores)
+    assert len(set(scores)) > 1  # spread, not one value
+    for task_id in ids:
+        task = await store.get(task_id)
+        assert task is not None and task.next_run_ms == start  # the grid is untouched
+
+
+async def test_store_operations_write_lifecycle_lines(
+    store: TaskStore, log_lines: Callable[[], list[dict[str, Any]]]
+) -> None:
+    task_id = (await store.create(TaskSpec("email", EVERY_MINUTE))).task_id
+    await store.update(task_id, payload=2)
+    await store.pause(task_id)
+    await store.resume(task_id)
+    await store.stop(task_id)
+    await store.delete(task_id)
+    events = [(e["event"], e.get("task_id")) for e in log_lines() if e["actor"] == "store"]
+    assert events == [
+        ("created", task_id), ("updated", task_id), ("paused", task_id),
+        ("resumed", task_id), ("stopped", task_id), ("deleted", None),
+    ]  # fmt: skip
