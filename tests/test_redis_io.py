@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import structlog
@@ -12,7 +15,7 @@ from runtime.actor import ActorContext, TaskStatus
 from runtime.config import RedisSection
 from runtime.embedded_redis import find_server_binary
 from runtime.errors import RedisUnavailable
-from runtime.local_redis import RedisProcess
+from runtime.local_redis import RedisProcess, free_port
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient, Script, _redact
 from runtime.supervisor import ChildSpec, SupervisorSpec, supervisor
@@ -186,3 +189,46 @@ def client_for_auth(url: str, username: str | None, password: str) -> RedisClien
     return RedisClient.from_settings(
         url, RedisSection(url=url, username=username, password=password)
     )
+
+
+def make_tls_files(directory: Path) -> None:
+    """A throwaway CA and a server certificate for 127.0.0.1 (openssl CLI)."""
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+        "-days", "2", "-subj", "/CN=metronome-test-ca")  # fmt: skip
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+        "-subj", "/CN=127.0.0.1")  # fmt: skip
+    (directory / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "ext.cnf")  # fmt: skip
+
+
+async def test_tls_connection_verifies_the_server(tmp_path: Path) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make test certificates")
+    make_tls_files(tmp_path)
+    tls_port = free_port()
+    server = RedisProcess(
+        find_server_binary(),
+        [
+            "--tls-port", str(tls_port), "--tls-cert-file", str(tmp_path / "server.crt"),
+            "--tls-key-file", str(tmp_path / "server.key"),
+            "--tls-ca-cert-file", str(tmp_path / "ca.crt"), "--tls-auth-clients", "no",
+        ],
+    ).start()  # fmt: skip
+    try:
+        url = f"rediss://127.0.0.1:{tls_port}/0"
+        trusted = RedisClient.from_settings(
+            url, RedisSection(url=url, tls_ca_file=str(tmp_path / "ca.crt"))
+        )
+        assert await trusted.ping()
+        await trusted.aclose()
+        untrusted = RedisClient.from_settings(url, RedisSection(url=url))
+        with pytest.raises(RedisUnavailable, match=r"(?i)certificate"):
+            await untrusted.ping()
+        await untrusted.aclose()
+    finally:
+        server.remove()
