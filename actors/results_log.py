@@ -15,6 +15,9 @@ from typing import Any
 
 import attrs
 
+# One encoder for every line (json.dumps would build a new one per call).
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+
 
 @attrs.frozen
 class ResultsLog:
@@ -27,7 +30,7 @@ class ResultsLog:
         """Append records, one JSON line each, in one write; flushed before returning."""
         if not records:
             return
-        text = "".join(json.dumps(r, separators=(",", ":"), default=str) + "\n" for r in records)
+        text = "\n".join(_encode(r) for r in records) + "\n"
         with self.path.open("a", encoding="utf-8") as out:
             out.write(text)
             out.flush()
