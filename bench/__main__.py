@@ -3,6 +3,7 @@
 Modes:
   fire N INTERVAL_S DURATION_S    end to end with real nodes: fires/s, lag, missed, duplicates
   idle N [SECONDS]                CPU of an idle node and Redis bytes per task with N tasks
+  reclaim [K LEASE_S]             time from kill -9 of a node to its messages running elsewhere
   schedule [BACKLOG RATE SECONDS] bulk create, bytes/task, poller enqueue rate and lag
   hop [CALLS]                     one Redis round trip through runtime.redis_io vs redis-py
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import fire, hop, idle, schedule
+from bench import fire, hop, idle, reclaim, schedule
 from bench.common import emit, redis_for_bench
 from runtime import logging as node_logging
 
@@ -41,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     p_fire.add_argument(
         "--split", action="store_true", help="node 0 only polls; the other nodes only consume"
     )
+    p_reclaim = modes.add_parser("reclaim", help="reclaim latency after kill -9")
+    p_reclaim.add_argument("k", type=int, nargs="?", default=20)
+    p_reclaim.add_argument("lease_s", type=float, nargs="?", default=5.0)
     p_idle = modes.add_parser("idle", help="idle node CPU and bytes per task")
     p_idle.add_argument("n", type=int)
     p_idle.add_argument("seconds", type=float, nargs="?", default=20.0)
@@ -57,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.log_level, args.split,
             )  # fmt: skip
             emit({"mode": "fire", **figures})
+        elif args.mode == "reclaim":
+            emit({"mode": "reclaim", **reclaim.run(url, args.k, args.lease_s)})
         elif args.mode == "idle":
             emit({"mode": "idle", **idle.run(url, args.n, args.seconds)})
         elif args.mode == "schedule":

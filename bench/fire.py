@@ -37,15 +37,17 @@ NAMESPACE = "bench"
 
 
 def node_toml(
-    workdir: Path, url: str, index: int, concurrency: int, log_level: str, role: str = "all"
-) -> Path:
+    workdir: Path, url: str, index: int, concurrency: int, log_level: str, role: str = "all",
+    handler: str = "bench.handlers:record", lease_s: float = 30.0,
+) -> Path:  # fmt: skip
     """A node's config; ``role`` is "all" (poller and consumer), "poller" or "consumer"."""
     path = workdir / f"node-{index}.toml"
     pollers = 0 if role == "consumer" else 1
     consumers = (
         ""
         if role == "poller"
-        else f'[consumers.bench]\nhandler = "bench.handlers:record"\nconcurrency = {concurrency}\n'
+        else f'[consumers.bench]\nhandler = "{handler}"\nconcurrency = {concurrency}\n'
+        f"lease_s = {lease_s}\n"
     )
     path.write_text(
         f'namespace = "{NAMESPACE}"\n'
@@ -60,15 +62,16 @@ def node_toml(
 
 
 def start_nodes(
-    workdir: Path, url: str, nodes: int, concurrency: int, log_level: str, split: bool = False
-) -> list[subprocess.Popen[bytes]]:
+    workdir: Path, url: str, nodes: int, concurrency: int, log_level: str, split: bool = False,
+    first: int = 0, **node_options: Any,
+) -> list[subprocess.Popen[bytes]]:  # fmt: skip
     """``nodes`` node processes; with ``split``, node 0 only polls and the others only
     consume (each role gets its own process, so its own GIL)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "METRONOME_BENCH_DIR": str(workdir)}
     procs = []
-    for i in range(nodes):
+    for i in range(first, first + nodes):
         role = ("poller" if i == 0 else "consumer") if split else "all"
-        config = node_toml(workdir, url, i, concurrency, log_level, role)
+        config = node_toml(workdir, url, i, concurrency, log_level, role, **node_options)
         with (workdir / f"node-{i}.log").open("wb") as log:  # the child keeps its own copy
             procs.append(
                 subprocess.Popen(

@@ -11,6 +11,8 @@ import os
 import time
 from typing import IO
 
+import trio
+
 from actors.handlers import HandlerContext
 
 _out: IO[str] | None = None
@@ -27,3 +29,12 @@ def _file() -> IO[str]:
 
 async def record(ctx: HandlerContext) -> None:
     _file().write(f"{ctx.task_id} {ctx.due_ms} {time.time() * 1000:.1f}\n")
+
+
+async def hold(ctx: HandlerContext) -> None:
+    """Records its start (flushed at once: the process may be killed), then sleeps
+    payload["sleep_s"] seconds."""
+    out = _file()
+    out.write(f"{ctx.task_id} {ctx.due_ms} {time.time() * 1000:.1f}\n")
+    out.flush()
+    await trio.sleep(float(ctx.payload.get("sleep_s", 60)))

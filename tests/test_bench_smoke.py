@@ -36,6 +36,12 @@ def test_fire_mode_reports_every_figure() -> None:
     assert figures["expected"] > 0
 
 
+def test_reclaim_mode() -> None:
+    figures = bench("reclaim", "2", "1")
+    assert figures["reclaimed"] == 2
+    assert figures["reclaim_max_ms"] > 0
+
+
 def test_idle_mode() -> None:
     figures = bench("idle", "200", "1")
     assert figures["n"] == 200
