@@ -32,6 +32,7 @@ from actors.retry_dispatcher import DispatcherSettings, RetryDispatcher
 from actors.store import TaskStore
 from runtime.channels import Mailbox
 from runtime.embedded_redis import EmbeddedRedis, find_server_binary
+from runtime.errors import ConfigError
 from runtime.redis_io import RedisClient
 from runtime.supervisor import ChildSpec, Strategy, SupervisorSpec, supervisor
 
@@ -40,6 +41,11 @@ __all__ = ["Config", "build_tree"]
 
 def build_tree(config: Config) -> ChildSpec:
     children: list[ChildSpec] = []
+    if config.redis.url == "embedded" and config.redis.cluster:
+        raise ConfigError(
+            "redis.cluster: the embedded server is a single standalone Redis; set redis.url "
+            "to a node of your cluster, or cluster = false"
+        )
     if config.redis.url == "embedded":
         # No binary: one clear error line now, not a crash loop later.
         binary = find_server_binary(config.redis.server_binary)

@@ -100,6 +100,12 @@ def test_cli_config_error_is_one_line_and_exit_status_2(tmp_path: Path) -> None:
     assert "scheduler: unknown key 'concurency'" in lines[0]
 
 
+def test_embedded_redis_cannot_be_a_cluster(tmp_path: Path) -> None:
+    result = run_cli("--check", str(write(tmp_path, '[redis]\nurl = "embedded"\ncluster = true\n')))
+    assert result.returncode == 2
+    assert "redis.cluster: the embedded server is a single standalone Redis" in result.stderr
+
+
 def test_cli_check_validates_without_running() -> None:
     result = run_cli("--check", "deploy/node.toml")
     assert result.returncode == 0
