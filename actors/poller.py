@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -84,6 +85,19 @@ class TickResult:
 def partitions_for(index: int, of: int, partitions: int) -> list[int]:
     """The partitions actor ``index`` of ``of`` serves: p with p % of == index."""
     return [p for p in range(partitions) if p % of == index]
+
+
+def claim_calls(
+    partitions: list[int],
+    zset_of: Callable[[int], str],
+    prefix_of: Callable[[int], str],
+    token: str,
+    limit: int,
+    lease_ms: int,
+) -> list[tuple[list[str], list[Any]]]:
+    """One claim script call per partition (claim_due.lua and claim_retries.lua share this
+    form): KEYS = the partition's zset; ARGV = its hash prefix, token, limit, lease."""
+    return [([zset_of(p)], [prefix_of(p), token, limit, lease_ms]) for p in partitions]
 
 
 def sleep_s(result: TickResult, max_tick_s: float, min_tick_s: float = 0.0) -> float:
@@ -184,18 +198,10 @@ class Poller:
         )
 
     async def _claim(self, keys: Keys, partitions: list[int], token: str) -> list[PartitionClaim]:
-        calls = [
-            (
-                [keys.schedule(p)],
-                [
-                    keys.task_prefix(p),
-                    token,
-                    self.settings.batch_size,
-                    self.settings.claim_lease_ms,
-                ],
-            )
-            for p in partitions
-        ]
+        calls = claim_calls(
+            partitions, keys.schedule, keys.task_prefix, token,
+            self.settings.batch_size, self.settings.claim_lease_ms,
+        )  # fmt: skip
         replies = await self.store.client.scripts(scripts.CLAIM_DUE, calls)
         claims = []
         for partition, reply in zip(partitions, replies, strict=True):

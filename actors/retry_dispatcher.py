@@ -26,7 +26,7 @@ import trio
 from actors import scripts
 from actors.enqueue import Fire, enqueue_fires
 from actors.keys import Keys
-from actors.poller import TickResult, partitions_for, sleep_s
+from actors.poller import TickResult, claim_calls, partitions_for, sleep_s
 from actors.store import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.logging import emit_events
@@ -64,18 +64,10 @@ class RetryDispatcher:
     async def tick(self, keys: Keys, partitions: list[int]) -> TickResult:
         self._ticks += 1
         token = f"{self._token_base}-{self._ticks}"
-        calls = [
-            (
-                [keys.retry(p)],
-                [
-                    keys.retry_context_prefix(p),
-                    token,
-                    self.settings.batch_size,
-                    self.settings.claim_lease_ms,
-                ],
-            )
-            for p in partitions
-        ]
+        calls = claim_calls(
+            partitions, keys.retry, keys.retry_context_prefix, token,
+            self.settings.batch_size, self.settings.claim_lease_ms,
+        )  # fmt: skip
         replies = await self.store.client.scripts(scripts.CLAIM_RETRIES, calls)
         fires: list[Fire] = []
         claimed: dict[int, list[str]] = defaultdict(list)
