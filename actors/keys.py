@@ -5,6 +5,7 @@ Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
 
 - ``ns:meta``                     hash: partitions, layout version        (new)
 - ``ns:types``                    set: task types ever created            (new)
+- ``ns:nonce:<key_id>:<nonce>``   string with expiry: a used API nonce    [anti-replay nonces]
 - ``{ns:P}:task:<task_id>``       hash: one task                          [task:{id}]
 - ``{ns:P}:schedule``             zset: task_id -> next fire ms           [schedule:zset]
 - ``{ns:P}:type:<type>``          set: task ids of one type               (index for list/clear)
@@ -45,6 +46,11 @@ class Keys:
     @property
     def types(self) -> str:
         return f"{self.namespace}:types"
+
+    @property
+    def nonce_prefix(self) -> str:
+        """API nonces (``actors.signing``): prefix .. key_id:nonce, each with an expiry."""
+        return f"{self.namespace}:nonce:"
 
     def partition_of(self, task_id: str) -> int:
         return zlib.crc32(task_id.encode()) % self.partitions

@@ -1,0 +1,134 @@
+"""Request signatures and the anti-replay nonce store, against a real Redis.
+
+Each refusal says what was wrong, and nothing is written in Redis for a request that is
+not authentic (only an authentic request's nonce is stored)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from actors.keys import Keys
+from actors.signing import (
+    KEY_HEADER,
+    NONCE_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    ApiKey,
+    AuthError,
+    Verifier,
+    sign,
+)
+from runtime.redis_io import RedisClient
+
+WRITER = ApiKey("ops", b"s3cret-writer")
+READER = ApiKey("dash", b"s3cret-reader", read_only=True)
+BODY = b'{"type":"email","schedule":{"kind":"interval","every_s":60}}'
+
+
+@pytest.fixture
+def verifier(redis_client: RedisClient, namespace: str) -> Verifier:
+    keys = Keys(namespace, 16)
+    return Verifier(redis_client, keys.nonce_prefix, {"ops": WRITER, "dash": READER}, 60_000)
+
+
+async def nonces(client: RedisClient, namespace: str) -> list[bytes]:
+    _cursor, found = await client.execute("SCAN", 0, "MATCH", f"{namespace}:nonce:*", "COUNT", 1000)
+    return list(found)
+
+
+async def signed(client: RedisClient, key: ApiKey = WRITER, **overrides: Any) -> dict[str, str]:
+    now = await client.time_ms()
+    return sign(key, "POST", "/v1/tasks?dry=1", BODY, overrides.pop("now_ms", now), **overrides)
+
+
+async def test_a_signed_request_passes_once(
+    verifier: Verifier, redis_client: RedisClient, namespace: str
+) -> None:
+    headers = await signed(redis_client)
+    key = await verifier.verify("POST", "/v1/tasks?dry=1", headers, BODY)
+    assert key.key_id == "ops"
+    assert len(await nonces(redis_client, namespace)) == 1
+    with pytest.raises(AuthError) as info:
+        await verifier.verify("POST", "/v1/tasks?dry=1", headers, BODY)
+    assert (info.value.status, info.value.code) == (401, "replay")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "code", "message"),
+    [
+        (lambda h: h.pop(SIGNATURE_HEADER), "missing_header", "X-Metronome-Signature is missing"),
+        (lambda h: h.pop(KEY_HEADER), "missing_header", "X-Metronome-Key is missing"),
+        (lambda h: h.update({TIMESTAMP_HEADER: "soon"}), "malformed", "not Unix milliseconds"),
+        (lambda h: h.update({NONCE_HEADER: "short"}), "malformed", "16-64"),
+        (lambda h: h.update({SIGNATURE_HEADER: "zz"}), "malformed", "64 hex digits"),
+        (lambda h: h.update({KEY_HEADER: "nobody"}), "unknown_key", "no key 'nobody'"),
+        (lambda h: h.update({SIGNATURE_HEADER: "0" * 64}), "bad_signature", "does not match"),
+    ],
+)
+async def test_bad_headers_are_refused_and_nothing_is_written(
+    verifier: Verifier, redis_client: RedisClient, namespace: str,
+    mutate: Any, code: str, message: str,
+) -> None:  # fmt: skip
+    headers = await signed(redis_client)
+    mutate(headers)
+    with pytest.raises(AuthError) as info:
+        await verifier.verify("POST", "/v1/tasks?dry=1", headers, BODY)
+    assert (info.value.status, info.value.code) == (401, code)
+    assert message in info.value.detail
+    assert "s3cret" not in str(info.value)
+    assert await nonces(redis_client, namespace) == []
+
+
+@pytest.mark.parametrize(
+    ("offset_ms", "message"),
+    [(-61_000, "the request expired"), (61_000, "the request is from the future")],
+)
+async def test_timestamps_outside_the_skew_are_refused(
+    verifier: Verifier, redis_client: RedisClient, namespace: str, offset_ms: int, message: str
+) -> None:
+    headers = await signed(redis_client, now_ms=await redis_client.time_ms() + offset_ms)
+    with pytest.raises(AuthError) as info:
+        await verifier.verify("POST", "/v1/tasks?dry=1", headers, BODY)
+    assert (info.value.code, message in info.value.detail) == ("skew", True)
+    assert await nonces(redis_client, namespace) == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("PUT", "/v1/tasks?dry=1", BODY),  # another method
+        ("POST", "/v1/tasks?dry=0", BODY),  # another query
+        ("POST", "/v1/tasks?dry=1", BODY + b" "),  # another body
+    ],
+)
+async def test_any_change_to_the_request_breaks_the_signature(
+    verifier: Verifier, redis_client: RedisClient, method: str, path: str, body: bytes
+) -> None:
+    headers = await signed(redis_client)
+    with pytest.raises(AuthError, match="bad_signature"):
+        await verifier.verify(method, path, headers, body)
+
+
+async def test_a_wrong_secret_is_refused_like_any_bad_signature(
+    verifier: Verifier, redis_client: RedisClient
+) -> None:
+    headers = await signed(redis_client, key=ApiKey("ops", b"s3cret-writeR"))
+    with pytest.raises(AuthError) as info:
+        await verifier.verify("POST", "/v1/tasks?dry=1", headers, BODY)
+    assert info.value.detail == "the signature does not match the request"
+
+
+async def test_read_only_keys_may_only_read(verifier: Verifier, redis_client: RedisClient) -> None:
+    now = await redis_client.time_ms()
+    get = sign(READER, "GET", "/v1/tasks", b"", now)
+    assert (await verifier.verify("GET", "/v1/tasks", get, b"")).read_only
+    post = sign(READER, "POST", "/v1/tasks", BODY, now)
+    with pytest.raises(AuthError) as info:
+        await verifier.verify("POST", "/v1/tasks", post, BODY)
+    assert (info.value.status, info.value.code) == (403, "read_only")
+
+
+def test_secrets_stay_out_of_reprs() -> None:
+    assert "s3cret" not in repr(WRITER)
