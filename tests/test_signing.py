@@ -34,8 +34,15 @@ def verifier(redis_client: RedisClient, namespace: str) -> Verifier:
 
 
 async def nonces(client: RedisClient, namespace: str) -> list[bytes]:
-    _cursor, found = await client.execute("SCAN", 0, "MATCH", f"{namespace}:nonce:*", "COUNT", 1000)
-    return list(found)
+    """Every nonce key of the namespace (the whole SCAN: the server is shared by the suite)."""
+    cursor, found = 0, []
+    while True:
+        cursor, batch = await client.execute(
+            "SCAN", cursor, "MATCH", f"{namespace}:nonce:*", "COUNT", 1000
+        )
+        found += batch
+        if int(cursor) == 0:
+            return found
 
 
 async def signed(client: RedisClient, key: ApiKey = WRITER, **overrides: Any) -> dict[str, str]:
