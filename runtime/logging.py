@@ -84,7 +84,6 @@ def configure(
     structlog.contextvars.bind_contextvars(node=node)
 
 
-_encode_str = json.encoder.encode_basestring
 # One C-accelerated encoder for every fast-path line: a dict per line is encoded in C,
 # several times faster than assembling the line field by field in Python.
 _encode_line = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
