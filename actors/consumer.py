@@ -385,7 +385,7 @@ class Consumer:
         """Dead letters (acknowledged in the same script), then the rest acknowledged."""
         calls: list[tuple[Script, list[Any], list[Any]]] = []
         if dead:
-            args: list[Any] = [GROUP]
+            entries = []
             for o in dead:
                 m = o.message
                 entry = {
@@ -397,26 +397,33 @@ class Consumer:
                     "dead_ms": str(o.finished_ms),
                     "msg_id": m.msg_id,
                 }
-                args += [m.msg_id, len(entry) * 2]
-                for field, value in entry.items():
-                    args += [field, value]
-            calls.append((scripts.DEAD_LETTER, [keys.queue(self.type), keys.dlq(self.type)], args))
+                entries.append((m.msg_id, [x for kv in entry.items() for x in kv]))
+            calls.append(self._dead_letter_call(keys, entries))
         if acked:
-            ids = [o.message.msg_id for o in acked]
-            calls.append((scripts.ACK, [keys.queue(self.type)], [GROUP, *ids]))
+            calls.append(self._ack_call(keys, [o.message.msg_id for o in acked]))
         return calls
+
+    def _dead_letter_call(
+        self, keys: Keys, entries: list[tuple[str, list[Any]]]
+    ) -> tuple[Script, list[Any], list[Any]]:
+        """``dead_letter.lua`` for (message id, flat field/value list of its DLQ entry)."""
+        args: list[Any] = [GROUP]
+        for msg_id, fields in entries:
+            args += [msg_id, len(fields), *fields]
+        return (scripts.DEAD_LETTER, [keys.queue(self.type), keys.dlq(self.type)], args)
+
+    def _ack_call(self, keys: Keys, ids: list[str]) -> tuple[Script, list[Any], list[Any]]:
+        return (scripts.ACK, [keys.queue(self.type)], [GROUP, *ids])
 
     async def _dead_letter_malformed(
         self, keys: Keys, malformed: list[tuple[str, dict[bytes, bytes], str]]
     ) -> None:
-        args: list[Any] = [GROUP]
-        for msg_id, fields, error in malformed:
-            entry: list[Any] = [x for kv in fields.items() for x in kv]
-            entry += ["reason", "malformed", "error", error, "node", self.node, "msg_id", msg_id]
-            args += [msg_id, len(entry), *entry]
-        await self.store.client.script(
-            scripts.DEAD_LETTER, [keys.queue(self.type), keys.dlq(self.type)], args
-        )
+        entries = [
+            (msg_id, [*(x for kv in fields.items() for x in kv),
+                      "reason", "malformed", "error", error, "node", self.node, "msg_id", msg_id])
+            for msg_id, fields, error in malformed
+        ]  # fmt: skip
+        await self._run_calls([self._dead_letter_call(keys, entries)])
         emit_events(
             self.actor,
             [("dead", {"msg_id": m, "type": self.type, "reason": "malformed", "error": e})
@@ -425,7 +432,7 @@ class Consumer:
 
     async def _ack(self, keys: Keys, ids: list[str]) -> None:
         if ids:
-            await self.store.client.script(scripts.ACK, [keys.queue(self.type)], [GROUP, *ids])
+            await self._run_calls([self._ack_call(keys, ids)])
 
     def _outcome_events(
         self, ok: list[Outcome], retry: list[Outcome], dead: list[Outcome], delays: dict[str, float]
