@@ -28,7 +28,7 @@ from actors.handlers import resolve
 from actors.messages import Message
 from actors.poller import Poller, PollerSettings
 from actors.results_log import ResultsLog
-from actors.retry_dispatcher import DispatcherSettings, RetryDispatcher
+from actors.retry_dispatcher import RetryDispatcher
 from actors.store import TaskStore
 from runtime.channels import Mailbox
 from runtime.embedded_redis import EmbeddedRedis, find_server_binary
@@ -72,18 +72,7 @@ def _scheduler(config: Config, store: TaskStore) -> ChildSpec:
     pollers = [
         ChildSpec(
             f"poller-{i}",
-            Poller(
-                store,
-                PollerSettings(
-                    index=i,
-                    of=section.pollers,
-                    batch_size=section.batch_size,
-                    max_tick_s=section.max_tick_s,
-                    min_tick_s=section.min_tick_s,
-                    claim_lease_ms=section.claim_lease_ms,
-                    dedupe_window_ms=int(section.dedupe_window_s * 1000),
-                ),
-            ).run,
+            Poller(store, _loop_settings(config, i, section.pollers, section.batch_size)).run,
         )
         for i in range(section.pollers)
     ]
@@ -92,20 +81,26 @@ def _scheduler(config: Config, store: TaskStore) -> ChildSpec:
             f"retry-dispatcher-{i}",
             RetryDispatcher(
                 store,
-                DispatcherSettings(
-                    index=i,
-                    of=execution.retry_dispatchers,
-                    batch_size=execution.retry_batch_size,
-                    max_tick_s=section.max_tick_s,
-                    min_tick_s=section.min_tick_s,
-                    claim_lease_ms=section.claim_lease_ms,
-                    dedupe_window_ms=int(section.dedupe_window_s * 1000),
-                ),
+                _loop_settings(config, i, execution.retry_dispatchers, execution.retry_batch_size),
             ).run,
         )
         for i in range(execution.retry_dispatchers)
     ]
     return supervisor("scheduler", pollers + dispatchers, SupervisorSpec(Strategy.ONE_FOR_ONE))
+
+
+def _loop_settings(config: Config, index: int, of: int, batch_size: int) -> PollerSettings:
+    """A claim loop's settings (poller or retry dispatcher): timing from [scheduler]."""
+    section = config.scheduler
+    return PollerSettings(
+        index=index,
+        of=of,
+        batch_size=batch_size,
+        max_tick_s=section.max_tick_s,
+        min_tick_s=section.min_tick_s,
+        claim_lease_ms=section.claim_lease_ms,
+        dedupe_window_ms=int(section.dedupe_window_s * 1000),
+    )
 
 
 def _consumer_group(

@@ -44,6 +44,9 @@ from runtime.logging import emit_events
 
 @attrs.frozen
 class PollerSettings:
+    """Settings of a claim loop over partitions: the poller's, and the retry dispatcher's
+    (``actors.retry_dispatcher``), which ticks the same way over retry zsets."""
+
     index: int = 0
     of: int = 1
     batch_size: int = 1000

@@ -20,31 +20,19 @@ import secrets
 from collections import defaultdict
 from typing import Any
 
-import attrs
 import trio
 
 from actors import scripts
 from actors.enqueue import Fire, enqueue_fires
 from actors.keys import Keys
-from actors.poller import TickResult, claim_calls, partitions_for, sleep_s
+from actors.poller import PollerSettings, TickResult, claim_calls, partitions_for, sleep_s
 from actors.store import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.logging import emit_events
 
 
-@attrs.frozen
-class DispatcherSettings:
-    index: int = 0
-    of: int = 1
-    batch_size: int = 500
-    max_tick_s: float = 0.25
-    min_tick_s: float = 0.0
-    claim_lease_ms: int = 10_000
-    dedupe_window_ms: int = 60_000
-
-
 class RetryDispatcher:
-    def __init__(self, store: TaskStore, settings: DispatcherSettings) -> None:
+    def __init__(self, store: TaskStore, settings: PollerSettings) -> None:
         self.store = store
         self.settings = settings
         self.actor = f"node/scheduler/retry-dispatcher-{settings.index}"
