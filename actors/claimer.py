@@ -70,13 +70,12 @@ class Claimer:
         name, free = self.state.name, self.state.free.value
         if name is None or free <= 0:
             return 0
-        now = await self.store.client.time_ms()
         claimed, poisoned = await self.store.client.script(
             scripts.RECLAIM,
             [keys.queue(self.type), keys.dlq(self.type)],
             [
                 GROUP, name, int(self.section.lease_s * 1000), free,
-                self.section.max_deliveries, self.node, now,
+                self.section.max_deliveries, self.node,
             ],
         )  # fmt: skip
         events = [

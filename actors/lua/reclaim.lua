@@ -2,11 +2,12 @@
 -- KEYS[1]  the type's stream   KEYS[2]  its dead-letter stream (same slot)
 -- ARGV[1]  group   ARGV[2]  this node's consumer   ARGV[3]  min idle ms (the lease)
 -- ARGV[4]  most messages to take   ARGV[5]  max deliveries   ARGV[6]  node name
--- ARGV[7]  now ms (for the DLQ entry)
 -- Returns {claimed, poisoned}: claimed is a list of {id, previous owner, idle ms,
 -- deliveries, {field, value, ...}}; poisoned is a list of message ids moved to the DLQ.
 -- A message delivered max-deliveries times already is not claimed again: it keeps
 -- killing its consumers, so it goes to the DLQ with its fields and the reason.
+local t = redis.call('TIME')
+local now = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[3], '-', '+', ARGV[4])
 local claimed, poisoned = {}, {}
 for _, p in ipairs(pending) do
@@ -25,7 +26,7 @@ for _, p in ipairs(pending) do
         fields[#fields + 1] = 'node'
         fields[#fields + 1] = ARGV[6]
         fields[#fields + 1] = 'dead_ms'
-        fields[#fields + 1] = ARGV[7]
+        fields[#fields + 1] = now
         redis.call('XADD', KEYS[2], '*', unpack(fields))
       end
       redis.call('XACK', KEYS[1], ARGV[1], id)
