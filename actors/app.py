@@ -7,10 +7,11 @@ This is the one place that decides which actors run on a node (asynq's ``NewServ
     ├── scheduler               one_for_one
     │   ├── poller-0 …          [scheduler] pollers; poller i serves partitions p % n == i
     │   └── retry-dispatcher-0 … [execution] retry_dispatchers
-    └── consumers               one_for_one: a failing type never touches another
-        └── <type>              rest_for_one, one per [consumers.<type>]
-            ├── consumer        graceful: drains within [node] shutdown_grace_s
-            └── claimer         hands reclaimed messages to the consumer's mailbox
+    ├── consumers               one_for_one: a failing type never touches another
+    │   └── <type>              rest_for_one, one per [consumers.<type>]
+    │       ├── consumer        graceful: drains within [node] shutdown_grace_s
+    │       └── claimer         hands reclaimed messages to the consumer's mailbox
+    └── api                     only with [api]: HTTP on hypercorn; graceful, stops first
 
 ``python -m runtime node.toml`` imports this module (``[node] app``) and calls ``build_tree``.
 Handlers are imported here, before anything starts: a bad ``module:function`` is a
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from actors.api.server import ApiServer
 from actors.claimer import Claimer, ClaimerSettings
 from actors.config import Config, ConsumerSection
 from actors.consumer import Consumer, ConsumerState
@@ -64,6 +66,11 @@ def build_tree(config: Config) -> ChildSpec:
             for task_type, section in sorted(config.consumers.items())
         ]
         children.append(supervisor("consumers", types, SupervisorSpec(Strategy.ONE_FOR_ONE)))
+    if config.api is not None:
+        keys = [key.resolve() for key in config.api.keys]
+        api = ApiServer(store, config.api, keys)
+        grace = config.node.shutdown_grace_s
+        children.append(ChildSpec("api", api.run, graceful=True, shutdown_s=grace))
     return supervisor("node", children, SupervisorSpec(Strategy.REST_FOR_ONE))
 
 

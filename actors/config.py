@@ -7,10 +7,12 @@ key path (see ``runtime.config``).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import attrs
 
+from actors.signing import KEY_ID_PATTERN, ApiKey
 from runtime.config import (
     LogSection,
     NodeSection,
@@ -20,6 +22,18 @@ from runtime.config import (
     safe_name,
     within,
 )
+from runtime.errors import ConfigError
+
+#: Shortest API secret accepted.
+MIN_SECRET_CHARS = 16
+
+
+def _type_list(_inst: object, attr: attrs.Attribute[Any], value: list[str]) -> None:
+    for name in value:
+        try:
+            check_name("type", name)
+        except ValueError as exc:
+            raise ValueError(f"{attr.name}: {exc}") from None
 
 
 def _type_names(_inst: object, attr: attrs.Attribute[Any], value: dict[str, Any]) -> None:
@@ -106,6 +120,76 @@ class ExecutionSection:
     """How often each claimer looks for stuck messages."""
 
 
+def _key_id(_inst: object, attr: attrs.Attribute[Any], value: str) -> None:
+    if not KEY_ID_PATTERN.fullmatch(value):
+        raise ValueError(f"{attr.name}: {value!r} must be 1-64 of letters, digits, '_', '.', '-'")
+
+
+def _unique_keys(_inst: object, attr: attrs.Attribute[Any], value: list[ApiKeySection]) -> None:
+    ids = [k.id for k in value]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ValueError(f"{attr.name}: key ids must be unique; repeated: {', '.join(duplicates)}")
+
+
+def _bind(_inst: object, attr: attrs.Attribute[Any], value: str) -> None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{attr.name}: {value!r} must be host:port, e.g. 127.0.0.1:8080")
+
+
+@attrs.frozen
+class ApiKeySection:
+    """``[[api.keys]]``: one key that may sign requests."""
+
+    id: str = attrs.field(validator=_key_id)
+    secret: str | None = attrs.field(default=None, repr=False)
+    """The shared secret itself (at least 16 characters). Prefer ``secret_env``."""
+    secret_env: str | None = None
+    """Name of an environment variable holding the secret: keeps it out of the file."""
+    read_only: bool = False
+    """May only GET: for dashboards and monitoring."""
+
+    def __attrs_post_init__(self) -> None:
+        if (self.secret is None) == (self.secret_env is None):
+            raise ValueError(f"key {self.id!r}: set exactly one of secret or secret_env")
+
+    def resolve(self) -> ApiKey:
+        """The key with its secret; ConfigError when the secret is missing or too short."""
+        secret = self.secret
+        if self.secret_env is not None:
+            secret = os.environ.get(self.secret_env)
+            if not secret:
+                raise ConfigError(
+                    f"api.keys {self.id!r}: environment variable {self.secret_env} is not set"
+                )
+        assert secret is not None
+        if len(secret) < MIN_SECRET_CHARS:
+            raise ConfigError(
+                f"api.keys {self.id!r}: the secret must be at least {MIN_SECRET_CHARS} characters"
+            )
+        return ApiKey(self.id, secret.encode(), self.read_only)
+
+
+@attrs.frozen
+class ApiSection:
+    """``[api]``: serve the HTTP API from this node."""
+
+    keys: list[ApiKeySection] = attrs.field(validator=_unique_keys)
+    """Who may call it; every request is signed with one of these (``actors.signing``)."""
+    bind: str = attrs.field(default="127.0.0.1:8080", validator=_bind)
+    """``host:port`` to listen on (port 0 picks a free one and logs it)."""
+    skew_s: float = attrs.field(default=300.0, validator=within(1, 3600))
+    """A request signed further than this from Redis's clock is refused."""
+    max_body_bytes: int = attrs.field(default=8 * 1024 * 1024, validator=within(1024))
+    """Larger request bodies are refused with 413 before they are read."""
+    max_bulk: int = attrs.field(default=10_000, validator=within(1, 100_000))
+    """Most tasks in one bulk create."""
+    task_types: list[str] = attrs.field(factory=list, validator=_type_list)
+    """The namespace's task types: when set, creating a task of any other type is refused
+    (catches typos that would otherwise queue fires nobody consumes)."""
+
+
 @attrs.frozen
 class Config:
     """The whole node.toml."""
@@ -117,3 +201,5 @@ class Config:
     scheduler: SchedulerSection = attrs.field(factory=SchedulerSection)
     execution: ExecutionSection = attrs.field(factory=ExecutionSection)
     consumers: dict[str, ConsumerSection] = attrs.field(factory=dict, validator=_type_names)
+    api: ApiSection | None = None
+    """``[api]``: absent = this node serves no API."""

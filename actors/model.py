@@ -62,12 +62,15 @@ class TaskSpec:
     task_id: str | None = None
 
     def __attrs_post_init__(self) -> None:
-        try:
-            check_name("type", self.type)
-            if self.task_id is not None:
-                check_name("task_id", self.task_id, MAX_TASK_ID)
-        except ValueError as exc:
-            raise InvalidTask(str(exc)) from exc
+        for field, value, max_len in (
+            ("type", self.type, 64),
+            ("task_id", self.task_id, MAX_TASK_ID),
+        ):
+            if value is not None:
+                try:
+                    check_name(field, value, max_len)
+                except ValueError as exc:
+                    raise InvalidTask(f"{field}: {exc}") from exc
         encode_payload(self.payload)
 
     def payload_json(self) -> str:
@@ -79,6 +82,8 @@ class TaskSpec:
 
 def parse_spec(data: Any) -> TaskSpec:
     """A TaskSpec from plain data (an API body), or InvalidTask naming every bad field."""
+    if not isinstance(data, dict):
+        raise InvalidTask(f"a task must be a JSON object, got {type(data).__name__}")
     try:
         return converter.structure(data, TaskSpec)
     except InvalidTask:
@@ -88,6 +93,8 @@ def parse_spec(data: Any) -> TaskSpec:
 
 
 def parse_schedule(data: Any) -> Schedule:
+    if not isinstance(data, dict):
+        raise InvalidTask(f"schedule: must be a JSON object, got {type(data).__name__}")
     try:
         return converter.structure(data, Schedule)
     except (cattrs.BaseValidationError, ValueError, TypeError) as exc:

@@ -18,14 +18,16 @@ from typing import Any
 import attrs
 
 from actors import scripts
+from actors.enqueue import Fire, enqueue_fires
 from actors.errors import (
     OK,
     InvalidTask,
     LayoutMismatch,
     TaskConflict,
+    TaskNotFound,
     raise_for_code,
 )
-from actors.keys import LAYOUT_VERSION, Keys
+from actors.keys import LAYOUT_VERSION, Keys, schedule_id
 from actors.model import (
     STATUSES,
     Task,
@@ -52,6 +54,8 @@ class Created:
     task_id: str
     created: bool
     """False when a task with this id and the same definition already existed."""
+    conflict: bool = False
+    """True when a task with this id exists with another definition (nothing changed)."""
 
 
 class _Keep:
@@ -98,11 +102,14 @@ class TaskStore:
         (result,) = await self.create_many([spec])
         return result
 
-    async def create_many(self, specs: Sequence[TaskSpec]) -> list[Created]:
+    async def create_many(
+        self, specs: Sequence[TaskSpec], *, raise_conflicts: bool = True
+    ) -> list[Created]:
         """Create tasks in one round trip per call (scripts pipelined, one per partition).
 
         Raises TaskConflict (naming the ids) if a client-given id exists with another
-        definition; the other tasks of the call are created all the same.
+        definition; the other tasks of the call are created all the same. With
+        ``raise_conflicts=False`` conflicts are reported per task (``Created.conflict``).
         """
         keys = await self.keys()
         now = await self.now_ms()
@@ -134,11 +141,11 @@ class TaskStore:
             ],
         )
         conflicts = [ids[i] for i, code in codes.items() if code < 0]
-        if conflicts:
+        if conflicts and raise_conflicts:
             raise TaskConflict(
                 f"tasks exist with a different type, payload or schedule: {', '.join(conflicts)}"
             )
-        return [Created(ids[i], codes[i] == OK) for i in range(len(specs))]
+        return [Created(ids[i], codes[i] == OK, codes[i] < 0) for i in range(len(specs))]
 
     # -- read -----------------------------------------------------------------------------
 
@@ -158,16 +165,21 @@ class TaskStore:
         status: str | None = None,
         cursor: str | None = None,
         limit: int = 100,
+        max_calls: int = 64,
     ) -> tuple[list[Task], str | None]:
         """A page of tasks, filtered by type and/or status; pass the returned cursor back for
-        the next page (None = done). Pages may be shorter than ``limit`` when filtering."""
+        the next page (None = done). Pages may be shorter than ``limit`` (even empty) when
+        filtering: one call reads at most ``max_calls`` index pages, so a rare status over a
+        million tasks costs many short calls, never one long one."""
         if status is not None and status not in STATUSES:
             raise InvalidTask(f"status: must be one of {', '.join(STATUSES)}, got {status!r}")
         keys = await self.keys()
         types = [check_name("type", task_type)] if task_type else await self.types()
         position = _Cursor.parse(cursor, len(types), keys.partitions)
         tasks: list[Task] = []
-        while position is not None and len(tasks) < limit:
+        calls = 0
+        while position is not None and len(tasks) < limit and calls < max_calls:
+            calls += 1
             set_key = keys.by_type(position.partition, types[position.type_index])
             scan_cursor, ids = await self.client.execute(
                 "SSCAN", set_key, position.scan, "COUNT", max(10, limit - len(tasks))
@@ -182,6 +194,19 @@ class TaskStore:
         return sorted(m.decode() for m in await self.client.execute("SMEMBERS", keys.types))
 
     # -- change ---------------------------------------------------------------------------
+
+    async def trigger(self, task_id: str) -> str:
+        """Run a task now, once, outside its schedule (which is left as it is); returns the
+        fire's schedule_id. Works in any status: a manual run is an explicit request."""
+        keys = await self.keys()
+        fields = await self.client.execute("HMGET", keys.task(task_id), "type", "payload")
+        if fields[0] is None:
+            raise TaskNotFound(task_id)
+        now = await self.now_ms()
+        fire = Fire(task_id, fields[0].decode(), fields[1], now)
+        await enqueue_fires(self.client, keys, [fire], now, STORE_ACTOR, dedupe_window_ms=0)
+        emit_events(STORE_ACTOR, [("triggered", {"task_id": task_id})])
+        return schedule_id(task_id, now)
 
     async def update(
         self,

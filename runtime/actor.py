@@ -26,6 +26,8 @@ import structlog
 import trio
 import trio_util
 
+from runtime.health import Health
+
 TaskStatus = trio.TaskStatus[Any]
 """What ``nursery.start`` hands an actor: call ``started()`` once ready."""
 
@@ -48,6 +50,8 @@ class ActorContext:
     """A logger bound to ``actor=path``."""
     stop_requested: trio_util.AsyncBool = attrs.field(factory=lambda: trio_util.AsyncBool(False))
     """Set by the supervisor to ask a graceful actor to wind down (see module docstring)."""
+    health: Health = attrs.field(factory=Health)
+    """The node's record of which actors run (shared by the whole tree; ``/readyz``)."""
 
     @property
     def name(self) -> str:
@@ -56,7 +60,7 @@ class ActorContext:
     def child(self, name: str, cleanup_grace_s: float) -> ActorContext:
         """The context of a child of this actor in the tree."""
         path = f"{self.path}/{name}"
-        return ActorContext(path, cleanup_grace_s, self.log.bind(actor=path))
+        return ActorContext(path, cleanup_grace_s, self.log.bind(actor=path), health=self.health)
 
     @contextmanager
     def cleanup(self) -> Iterator[trio.CancelScope]:

@@ -192,6 +192,7 @@ class _SupervisorRun:
         outcome = await self._nursery.start(self._child_main, running)
         if isinstance(outcome, _StartFailed):
             return False
+        running.ctx.health.mark_up(running.ctx.path)
         if restarting is not None:
             running.ctx.log.info("actor_restarted", **restarting)
         else:
@@ -236,7 +237,9 @@ class _SupervisorRun:
         )
         if not restart:
             self._specs.remove(child.spec)
+            child.ctx.health.forget(child.ctx.path)
             return
+        child.ctx.health.mark_down(child.ctx.path, "crashed" if abnormal else "exited")
         self._history, exceeded = record_restart(
             self._history, trio.current_time(), self._policy.max_restarts, self._policy.period_s
         )
@@ -271,6 +274,7 @@ class _SupervisorRun:
                 await self._stop(self._running[spec.name])
             if spec.restart is Restart.TEMPORARY:
                 self._specs.remove(spec)
+                self._ctx.health.forget(f"{self._ctx.path}/{spec.name}")
 
     # -- stopping -------------------------------------------------------------------------
 
@@ -285,6 +289,7 @@ class _SupervisorRun:
 
     async def _stop(self, child: _Running) -> None:
         child.stopping = True
+        child.ctx.health.mark_down(child.ctx.path, "stopped")
         if child.spec.graceful:
             child.ctx.stop_requested.value = True
             with trio.move_on_after(child.spec.shutdown_s):

@@ -1,0 +1,114 @@
+"""Request bodies and parameters: parsed and checked before anything is read or written.
+
+Bodies are JSON objects structured with the project's one strict cattrs converter (unknown
+keys and wrong types are errors naming the field); path and query parameters that end up
+in keys are checked against the same name pattern as everything else.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, TypeVar
+
+import attrs
+import cattrs
+
+from actors.api.problems import Problem, invalid
+from actors.model import MAX_TASK_ID, STATUSES, converter
+from runtime.config import check_name, describe
+
+T = TypeVar("T")
+
+ENTRY_ID_PATTERN = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+MAX_PAGE = 1000
+
+
+@attrs.frozen
+class ClearBody:
+    confirm: str
+    """Must repeat the type's name: clearing is not undoable."""
+
+
+@attrs.frozen
+class EntriesBody:
+    """Dead letters to replay or purge: some ids, or ``all`` of the type."""
+
+    entry_ids: list[str] | None = None
+    all: bool = False
+    confirm: str | None = None
+    """Purging all: must repeat the type's name."""
+
+    def __attrs_post_init__(self) -> None:
+        if (self.entry_ids is None) == (not self.all):
+            raise ValueError("entry_ids: give either entry_ids or all = true")
+        for i, entry_id in enumerate(self.entry_ids or []):
+            if not ENTRY_ID_PATTERN.fullmatch(entry_id):
+                raise ValueError(f"entry_ids[{i}]: {entry_id!r} is not a stream entry id")
+        if self.entry_ids is not None and not 1 <= len(self.entry_ids) <= MAX_PAGE:
+            raise ValueError(f"entry_ids: give 1-{MAX_PAGE} ids per request")
+
+
+def json_body(body: bytes, *, required: bool = True) -> Any:
+    if not body:
+        if required:
+            raise Problem(400, "bad_json", "the request needs a JSON body")
+        return None
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Problem(400, "bad_json", f"the body is not valid JSON: {exc}") from None
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    data = json_body(body)
+    if not isinstance(data, dict):
+        raise invalid(f"body: must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def structure(body: bytes, cls: type[T]) -> T:
+    data = json_object(body)
+    try:
+        return converter.structure(data, cls)
+    except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
+        raise invalid(describe(exc)) from None
+
+
+def name_param(kind: str, value: str, max_len: int = 64) -> str:
+    try:
+        return check_name(kind, value, max_len)
+    except ValueError as exc:
+        raise invalid(f"{kind}: {exc}") from None
+
+
+def task_id_param(value: str) -> str:
+    return name_param("task_id", value, MAX_TASK_ID)
+
+
+def entry_id_param(value: str) -> str:
+    if not ENTRY_ID_PATTERN.fullmatch(value):
+        raise invalid(f"entry_id: {value!r} is not a stream entry id (like 1700000000000-0)")
+    return value
+
+
+def limit_param(query: Any, default: int) -> int:
+    raw = query.get("limit")
+    if raw is None:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+        raise invalid(f"limit: must be an integer within 1..{MAX_PAGE}, got {raw!r}")
+    return int(raw)
+
+
+def status_param(query: Any) -> str | None:
+    raw = query.get("status")
+    if raw is not None and raw not in STATUSES:
+        raise invalid(f"status: must be one of {', '.join(STATUSES)}, got {raw!r}")
+    return raw  # type: ignore[no-any-return]
+
+
+def only_keys(query: Any, allowed: set[str]) -> None:
+    unknown = sorted(set(query.keys()) - allowed)
+    if unknown:
+        raise invalid("; ".join(f"{k}: unknown query parameter" for k in unknown))

@@ -1,0 +1,106 @@
+"""Errors as RFC 9457 problem details (``application/problem+json``).
+
+Every refusal the API makes is a ``Problem``: a status, a stable ``code`` (also the last
+part of ``type``) scripts can branch on, a human ``detail``, and for validation errors an
+``errors`` list naming each field. ``from_exception`` is the one table from the store's
+typed errors to HTTP statuses; anything not in it is a 500 that reveals nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+from starlette.responses import Response
+
+from actors.errors import (
+    InvalidTask,
+    InvalidTransition,
+    LayoutMismatch,
+    TaskConflict,
+    TaskNotFound,
+)
+from actors.signing import AuthError
+from runtime.errors import RedisUnavailable
+
+MEDIA_TYPE = "application/problem+json"
+TYPE_PREFIX = "urn:metronome:problem:"
+
+_TITLES = {
+    400: "Bad request",
+    401: "Not authenticated",
+    403: "Forbidden",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict",
+    413: "Request body too large",
+    415: "Unsupported media type",
+    422: "Invalid input",
+    500: "Internal error",
+    503: "Unavailable",
+}
+
+
+@attrs.frozen
+class Problem(Exception):
+    status: int
+    code: str
+    detail: str
+    errors: list[dict[str, str]] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": TYPE_PREFIX + self.code,
+            "title": _TITLES.get(self.status, "Error"),
+            "status": self.status,
+            "code": self.code,
+            "detail": self.detail,
+        }
+        if self.errors is not None:
+            out["errors"] = self.errors
+        return out
+
+    def response(self) -> Response:
+        headers = {"WWW-Authenticate": "Metronome-HMAC"} if self.status == 401 else None
+        return Response(
+            json.dumps(self.to_dict()), self.status, headers=headers, media_type=MEDIA_TYPE
+        )
+
+
+def invalid(detail: str) -> Problem:
+    """A 422 whose ``errors`` split ``detail`` (``field: message; ...``) by field."""
+    errors = []
+    for part in detail.split("; "):
+        field, sep, message = part.partition(": ")
+        if not sep:
+            field, message = "", part
+        inner, sep, rest = message.partition(": ")
+        if sep and inner.startswith(f"{field}."):  # "schedule: schedule.cron: ..." nests
+            field, message = inner, rest
+        errors.append({"field": field, "message": message})
+    text = "; ".join(
+        f"{e['field']}: {e['message']}" if e["field"] else e["message"] for e in errors
+    )
+    return Problem(422, "invalid", text, errors)
+
+
+def from_exception(exc: Exception) -> Problem | None:
+    """The problem a known error means, or None for an unexpected one (a bug: 500)."""
+    if isinstance(exc, Problem):
+        return exc
+    if isinstance(exc, AuthError):
+        return Problem(exc.status, exc.code, exc.detail)
+    if isinstance(exc, InvalidTask):
+        return invalid(str(exc))
+    if isinstance(exc, TaskNotFound):
+        return Problem(404, "not_found", str(exc))
+    if isinstance(exc, TaskConflict):
+        return Problem(409, "conflict", str(exc))
+    if isinstance(exc, InvalidTransition):
+        return Problem(409, "invalid_transition", str(exc))
+    if isinstance(exc, RedisUnavailable):
+        return Problem(503, "redis_unavailable", "Redis is unreachable; retry later")
+    if isinstance(exc, LayoutMismatch):
+        return Problem(503, "layout_mismatch", str(exc))
+    return None

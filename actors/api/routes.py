@@ -1,0 +1,375 @@
+"""The API's endpoints: each checks its input, calls the store, queues or explain, and
+answers JSON. ``build_app`` wraps every endpoint in the same steps, in this order:
+
+1. refuse a body over ``max_body_bytes`` (413) before reading it;
+2. verify the request's signature and nonce (``actors.signing``; 401/403) — every ``/v1``
+   endpoint, reads included; only ``/healthz``, ``/readyz`` and ``/openapi.json`` are open;
+3. run the endpoint; a typed error becomes its problem details (``problems``), anything
+   else a 500 that is logged with its traceback and reveals nothing.
+
+Nothing is written before steps 1-2 pass and the whole input is valid.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import structlog
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from actors.api import bodies
+from actors.api.openapi import openapi_document
+from actors.api.problems import Problem, from_exception, invalid
+from actors.config import ApiSection
+from actors.explain import explain
+from actors.model import TaskSpec, parse_schedule, parse_spec
+from actors.queues import Queues
+from actors.signing import Verifier
+from actors.store import KEEP, TaskStore
+from runtime.health import Health
+
+Handler = Callable[["Call"], Awaitable[Response]]
+
+
+@attrs.frozen
+class ApiServices:
+    """What the endpoints need, built once per API actor start."""
+
+    store: TaskStore
+    queues: Queues
+    verifier: Verifier
+    settings: ApiSection
+    health: Health
+    log: Any = attrs.field(factory=lambda: structlog.get_logger().bind(actor="node/api"))
+
+
+@attrs.frozen
+class Call:
+    """One authenticated request, as an endpoint sees it."""
+
+    request: Request
+    body: bytes
+    services: ApiServices
+    key_id: str | None
+
+    @property
+    def store(self) -> TaskStore:
+        return self.services.store
+
+    def path(self, name: str) -> str:
+        return str(self.request.path_params[name])
+
+
+def ok(data: Any, status: int = 200) -> Response:
+    return JSONResponse(data, status)
+
+
+# -- tasks ------------------------------------------------------------------------------
+
+
+def _check_type(call: Call, spec: TaskSpec, where: str) -> str | None:
+    declared = call.services.settings.task_types
+    if declared and spec.type not in declared:
+        return f"{where}type: unknown task type {spec.type!r}; this namespace declares: " + (
+            ", ".join(declared)
+        )
+    return None
+
+
+async def create_task(call: Call) -> Response:
+    spec = parse_spec(bodies.json_body(call.body))
+    problem = _check_type(call, spec, "")
+    if problem:
+        raise invalid(problem)
+    created = await call.store.create(spec)
+    return ok(
+        {"task_id": created.task_id, "created": created.created}, 201 if created.created else 200
+    )
+
+
+async def bulk_create(call: Call) -> Response:
+    data = bodies.json_object(call.body)
+    unknown = sorted(set(data) - {"tasks"})
+    if unknown or not isinstance(data.get("tasks"), list):
+        raise invalid('tasks: the body must be {"tasks": [task, ...]} and nothing else')
+    items = data["tasks"]
+    limit = call.services.settings.max_bulk
+    if not 1 <= len(items) <= limit:
+        raise invalid(f"tasks: give 1-{limit} tasks per request, got {len(items)}")
+    specs, problems = [], []
+    for i, item in enumerate(items):
+        try:
+            spec = parse_spec(item)
+        except ValueError as exc:
+            problems += [f"tasks[{i}].{p}" for p in str(exc).split("; ")]
+            continue
+        problem = _check_type(call, spec, f"tasks[{i}].")
+        if problem:
+            problems.append(problem)
+        specs.append(spec)
+    if problems:
+        raise invalid("; ".join(problems[:100]))
+    created = await call.store.create_many(specs, raise_conflicts=False)
+    results = [
+        {"task_id": c.task_id, "created": c.created, "conflict": c.conflict} for c in created
+    ]
+    return ok(
+        {
+            "created": sum(c.created for c in created),
+            "existing": sum(not c.created and not c.conflict for c in created),
+            "conflicts": sum(c.conflict for c in created),
+            "results": results,
+        }
+    )
+
+
+async def list_tasks(call: Call) -> Response:
+    query = call.request.query_params
+    bodies.only_keys(query, {"type", "status", "cursor", "limit"})
+    task_type = query.get("type")
+    if task_type is not None:
+        bodies.name_param("type", task_type)
+    tasks, cursor = await call.store.list_tasks(
+        task_type, bodies.status_param(query), query.get("cursor"), bodies.limit_param(query, 100)
+    )
+    return ok({"tasks": [t.to_dict() for t in tasks], "next_cursor": cursor})
+
+
+async def get_task(call: Call) -> Response:
+    task_id = bodies.task_id_param(call.path("task_id"))
+    task = await call.store.get(task_id)
+    if task is None:
+        raise Problem(404, "not_found", f"task {task_id!r} not found")
+    return ok(task.to_dict())
+
+
+async def update_task(call: Call) -> Response:
+    task_id = bodies.task_id_param(call.path("task_id"))
+    data = bodies.json_object(call.body)
+    unknown = sorted(set(data) - {"payload", "schedule"})
+    if unknown:
+        raise invalid(
+            "; ".join(f"{k}: unknown key (known keys: payload, schedule)" for k in unknown)
+        )
+    if not data:
+        raise invalid("body: give payload and/or schedule")
+    schedule = parse_schedule(data["schedule"]) if "schedule" in data else None
+    status = await call.store.update(task_id, payload=data.get("payload", KEEP), schedule=schedule)
+    return ok({"task_id": task_id, "status": status})
+
+
+def _transition(action: str) -> Handler:
+    async def endpoint(call: Call) -> Response:
+        task_id = bodies.task_id_param(call.path("task_id"))
+        status = await getattr(call.store, action)(task_id)
+        return ok({"task_id": task_id, "status": status})
+
+    return endpoint
+
+
+async def trigger_task(call: Call) -> Response:
+    task_id = bodies.task_id_param(call.path("task_id"))
+    schedule_id = await call.store.trigger(task_id)
+    return ok({"task_id": task_id, "schedule_id": schedule_id}, 202)
+
+
+async def delete_task(call: Call) -> Response:
+    task_id = bodies.task_id_param(call.path("task_id"))
+    if not await call.store.delete(task_id):
+        raise Problem(404, "not_found", f"task {task_id!r} not found")
+    return ok({"task_id": task_id, "deleted": True})
+
+
+async def explain_task(call: Call) -> Response:
+    return ok(await explain(call.store, bodies.task_id_param(call.path("task_id"))))
+
+
+async def clear_type(call: Call) -> Response:
+    task_type = bodies.name_param("type", call.path("type"))
+    body = bodies.structure(call.body, bodies.ClearBody)
+    if body.confirm != task_type:
+        raise invalid(f"confirm: must repeat the type {task_type!r} to clear it")
+    return ok({"type": task_type, "deleted": await call.store.clear_type(task_type)})
+
+
+# -- queues and dead letters ------------------------------------------------------------
+
+
+async def queues(call: Call) -> Response:
+    bodies.only_keys(call.request.query_params, set())
+    return ok(await call.services.queues.stats())
+
+
+async def queue(call: Call) -> Response:
+    task_type = bodies.name_param("type", call.path("type"))
+    stats = await call.services.queues.stats([task_type])
+    return ok({"now_ms": stats["now_ms"], **stats["queues"][0]})
+
+
+async def list_dead(call: Call) -> Response:
+    task_type = bodies.name_param("type", call.path("type"))
+    query = call.request.query_params
+    bodies.only_keys(query, {"before", "limit"})
+    before = query.get("before")
+    if before is not None:
+        bodies.entry_id_param(before)
+    page, cursor = await call.services.queues.dead_letters(
+        task_type, before, bodies.limit_param(query, 50)
+    )
+    return ok({"dead_letters": [d.to_dict() for d in page], "next_cursor": cursor})
+
+
+async def show_dead(call: Call) -> Response:
+    task_type = bodies.name_param("type", call.path("type"))
+    entry_id = bodies.entry_id_param(call.path("entry_id"))
+    entry = await call.services.queues.dead_letter(task_type, entry_id)
+    if entry is None:
+        raise Problem(404, "not_found", f"no dead letter {entry_id} of type {task_type!r}")
+    return ok(entry.to_dict())
+
+
+async def replay_dead(call: Call) -> Response:
+    task_type = bodies.name_param("type", call.path("type"))
+    body = bodies.structure(call.body, bodies.EntriesBody)
+    if body.all:
+        return ok({"type": task_type, **await call.services.queues.replay_all(task_type)})
+    results = await call.services.queues.replay(task_type, body.entry_ids or [])
+    counts = {"replayed": 0, "malformed": 0, "missing": 0}
+    for outcome in results.values():
+        counts[outcome if outcome in counts else "replayed"] += 1
+    return ok({"type": task_type, **counts, "results": results})
+
+
+async def purge_dead(call: Call) -> Response:
+    task_type = bodies.name_param("type", call.path("type"))
+    body = bodies.structure(call.body, bodies.EntriesBody)
+    if body.all and body.confirm != task_type:
+        raise invalid(f"confirm: must repeat the type {task_type!r} to purge its whole DLQ")
+    purged = await call.services.queues.purge(task_type, None if body.all else body.entry_ids)
+    return ok({"type": task_type, "purged": purged})
+
+
+# -- probes -----------------------------------------------------------------------------
+
+
+async def healthz(call: Call) -> Response:
+    return ok({"status": "ok"})
+
+
+async def readyz(call: Call) -> Response:
+    down = call.services.health.down()
+    try:
+        redis_ok = await call.store.client.ping()
+    except Exception:
+        redis_ok = False
+    ready = redis_ok and not down
+    return ok({"ready": ready, "redis": redis_ok, "actors_down": down}, 200 if ready else 503)
+
+
+# -- the app ----------------------------------------------------------------------------
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise Problem(413, "too_large", f"the body may be at most {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Problem(413, "too_large", f"the body may be at most {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _path_with_query(request: Request) -> str:
+    """Exactly what the client sent on the request line: that is what it signed."""
+    path = request.scope.get("raw_path") or request.url.path.encode()
+    query = request.scope.get("query_string", b"")
+    return (path + (b"?" + query if query else b"")).decode("latin-1")
+
+
+def _endpoint(services: ApiServices, handler: Handler, *, public: bool) -> Any:
+    async def endpoint(request: Request) -> Response:
+        started = time.perf_counter()
+        key_id = None
+        try:
+            body = await _read_body(request, services.settings.max_body_bytes)
+            if not public:
+                key = await services.verifier.verify(
+                    request.method, _path_with_query(request), dict(request.headers), body
+                )
+                key_id = key.key_id
+            response = await handler(Call(request, body, services, key_id))
+        except Exception as exc:
+            problem = from_exception(exc)
+            if problem is None:
+                services.log.error("api_error", method=request.method, path=request.url.path,
+                                   exc_info=exc)  # fmt: skip
+                problem = Problem(500, "internal", "an internal error occurred; see the node log")
+            response = problem.response()
+        if not public:
+            log = services.log.info if request.method not in ("GET", "HEAD") else services.log.debug
+            log(
+                "api_request",
+                method=request.method,
+                path=request.url.path,
+                status=response.status_code,
+                key=key_id,
+                ms=round((time.perf_counter() - started) * 1000, 2),
+            )
+        return response
+
+    return endpoint
+
+
+#: (method, path, handler, public). Order matters where paths overlap (bulk before {task_id}).
+ROUTES: list[tuple[str, str, Handler, bool]] = [
+    ("GET", "/healthz", healthz, True),
+    ("GET", "/readyz", readyz, True),
+    ("POST", "/v1/tasks", create_task, False),
+    ("GET", "/v1/tasks", list_tasks, False),
+    ("POST", "/v1/tasks/bulk", bulk_create, False),
+    ("GET", "/v1/tasks/{task_id}", get_task, False),
+    ("PATCH", "/v1/tasks/{task_id}", update_task, False),
+    ("DELETE", "/v1/tasks/{task_id}", delete_task, False),
+    ("POST", "/v1/tasks/{task_id}/pause", _transition("pause"), False),
+    ("POST", "/v1/tasks/{task_id}/resume", _transition("resume"), False),
+    ("POST", "/v1/tasks/{task_id}/stop", _transition("stop"), False),
+    ("POST", "/v1/tasks/{task_id}/trigger", trigger_task, False),
+    ("GET", "/v1/tasks/{task_id}/explain", explain_task, False),
+    ("POST", "/v1/types/{type}/clear", clear_type, False),
+    ("GET", "/v1/queues", queues, False),
+    ("GET", "/v1/queues/{type}", queue, False),
+    ("GET", "/v1/dlq/{type}", list_dead, False),
+    ("POST", "/v1/dlq/{type}/replay", replay_dead, False),
+    ("POST", "/v1/dlq/{type}/purge", purge_dead, False),
+    ("GET", "/v1/dlq/{type}/{entry_id}", show_dead, False),
+]
+
+
+def build_app(services: ApiServices) -> Starlette:
+    document = openapi_document()
+
+    async def serve_openapi(_request: Request) -> Response:
+        return JSONResponse(document)
+
+    routes = [
+        Route(path, _endpoint(services, handler, public=public), methods=[method])
+        for method, path, handler, public in ROUTES
+    ]
+    routes.append(Route("/openapi.json", serve_openapi, methods=["GET"]))
+
+    async def not_found(_request: Request, _exc: Exception) -> Response:
+        return Problem(404, "no_route", "no such endpoint; see /openapi.json").response()
+
+    async def not_allowed(_request: Request, _exc: Exception) -> Response:
+        return Problem(405, "method_not_allowed", "method not allowed on this path").response()
+
+    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})

@@ -1,0 +1,55 @@
+"""The API actor: serves ``actors.api.routes`` with hypercorn on trio.
+
+It is the last child of the node (``rest_for_one``): it starts once Redis, the scheduler and
+the consumers are up, and stops first. Stopping is graceful: a stop request makes hypercorn
+refuse new connections and finish requests in flight within the node's grace.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import hypercorn.config
+import hypercorn.trio
+import trio
+
+from actors.api.routes import ApiServices, build_app
+from actors.config import ApiSection
+from actors.queues import Queues
+from actors.signing import ApiKey, Verifier
+from actors.store import TaskStore
+from runtime.actor import ActorContext, TaskStatus
+
+
+class ApiServer:
+    def __init__(self, store: TaskStore, section: ApiSection, keys: list[ApiKey]) -> None:
+        self.store = store
+        self.section = section
+        self.keys = {key.key_id: key for key in keys}
+
+    async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        keys = await self.store.keys()
+        verifier = Verifier(
+            self.store.client, keys.nonce_prefix, self.keys, skew_ms=int(self.section.skew_s * 1000)
+        )
+        services = ApiServices(
+            self.store, Queues(self.store), verifier, self.section, ctx.health, ctx.log
+        )
+        config = hypercorn.config.Config()
+        config.bind = [self.section.bind]
+        config.accesslog = None  # every signed request is logged by the app, as JSON
+        # Hypercorn's own errors (protocol-level only: the app catches its own) go to the
+        # standard logging module, which prints warnings and worse to stderr.
+        config.errorlog = logging.getLogger("hypercorn.error")
+        config.graceful_timeout = ctx.cleanup_grace_s
+        serve = functools.partial(
+            hypercorn.trio.serve,
+            build_app(services),  # type: ignore[arg-type]  # ASGI typing differs, same protocol
+            config,
+            shutdown_trigger=ctx.wait_stop_requested,
+        )
+        async with trio.open_nursery() as nursery:
+            urls = await nursery.start(serve)
+            ctx.log.info("api_listening", urls=urls, keys=sorted(self.keys))
+            task_status.started(urls)

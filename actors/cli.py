@@ -1,0 +1,450 @@
+"""``metronome``: the admin CLI. Talks to a node's API with signed requests.
+
+    metronome tasks add --type report --cron "0 9 * * 1-5" --tz Europe/Paris --id daily
+    metronome tasks explain daily
+    metronome queues
+    metronome dlq replay report --all
+    metronome serve deploy/node.toml          # = python -m runtime deploy/node.toml
+
+Credentials come from flags or the environment: ``--url``/``METRONOME_URL`` (default
+http://127.0.0.1:8080), ``--key-id``/``METRONOME_KEY_ID``, ``--secret``/``METRONOME_SECRET``.
+Tables by default, ``--json`` for scripts (the API's JSON answer, unchanged).
+
+Exit status: 0 done; 2 usage error; 3 not found; 4 conflict (exists with another
+definition, or a transition not allowed); 5 invalid input; 6 not authenticated or not
+allowed; 7 the API is unreachable or unavailable; 1 any other refusal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from actors.client import ApiError, ApiUnavailable, Client
+
+EXIT_OK, EXIT_OTHER, EXIT_USAGE = 0, 1, 2
+EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_INVALID, EXIT_AUTH, EXIT_UNAVAILABLE = 3, 4, 5, 6, 7
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def exit_code(error: ApiError) -> int:
+    if error.status == 404:
+        return EXIT_NOT_FOUND
+    if error.status == 409:
+        return EXIT_CONFLICT
+    if error.status in (400, 413, 422):
+        return EXIT_INVALID
+    if error.status in (401, 403):
+        return EXIT_AUTH
+    if error.status >= 500:
+        return EXIT_UNAVAILABLE
+    return EXIT_OTHER
+
+
+class UsageError(Exception):
+    pass
+
+
+# -- formatting -------------------------------------------------------------------------
+
+
+def when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def schedule_text(schedule: dict[str, Any]) -> str:
+    kind = schedule.get("kind")
+    if kind == "interval":
+        return f"every {schedule.get('every_s')}s"
+    if kind == "cron":
+        return f"cron {schedule.get('cron')} {schedule.get('tz', 'UTC')}"
+    return f"once {when(schedule.get('at_ms'))}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(c) for c in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+def show_task(task: dict[str, Any]) -> str:
+    lines = [
+        ("task_id", task["task_id"]),
+        ("type", task["type"]),
+        ("status", task["status"]),
+        ("schedule", schedule_text(task["schedule"])),
+        ("next run", when(task["next_run_ms"])),
+        ("fires / runs / retries", f"{task['fires']} / {task['runs']} / {task['retries']}"),
+        ("last run", f"{when(task['last_run_ms'])} {task['last_status'] or ''}".strip()),
+        ("last error", task["last_error"] or "-"),
+        ("payload", json.dumps(task["payload"])),
+    ]
+    return "\n".join(f"{k + ':':<24}{v}" for k, v in lines)
+
+
+def task_rows(tasks: list[dict[str, Any]]) -> str:
+    return table(
+        ["TASK_ID", "TYPE", "STATUS", "SCHEDULE", "NEXT_RUN", "RUNS", "LAST"],
+        [
+            [t["task_id"], t["type"], t["status"], schedule_text(t["schedule"]),
+             when(t["next_run_ms"]), t["runs"], t["last_status"]]
+            for t in tasks
+        ],
+    )  # fmt: skip
+
+
+def queue_rows(queues: list[dict[str, Any]]) -> str:
+    return table(
+        ["TYPE", "LENGTH", "UNDELIVERED", "PENDING", "OLDEST_PENDING", "CONSUMERS", "RETRYING",
+         "DLQ"],
+        [
+            [q["type"], q["length"], q["undelivered"], q["pending"],
+             f"{q['oldest_pending_age_ms'] / 1000:.1f}s" if q["oldest_pending_age_ms"] else "-",
+             len(q["consumers"]), q["retrying"], q["dead_letters"]]
+            for q in queues
+        ],
+    )  # fmt: skip
+
+
+# -- schedule flags ---------------------------------------------------------------------
+
+
+def add_schedule_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("schedule (one of --every, --cron, --at)")
+    group.add_argument("--every", type=float, metavar="SECONDS", help="fire every N seconds")
+    group.add_argument("--cron", metavar="EXPR", help="five-field cron expression")
+    group.add_argument("--tz", help="time zone of --cron (default UTC)")
+    group.add_argument("--at", metavar="TIME", help="once, at an ISO 8601 time or Unix ms")
+    group.add_argument("--jitter", type=float, metavar="SECONDS", help="random delay up to N s")
+    group.add_argument("--start", metavar="TIME", help="no fires before (ISO 8601 or Unix ms)")
+    group.add_argument("--end", metavar="TIME", help="no fires after (ISO 8601 or Unix ms)")
+    group.add_argument("--max-runs", type=int, metavar="N", help="finish after N fires")
+    group.add_argument("--misfire", choices=["coalesce", "skip", "fire_all"])
+
+
+def parse_time(text: str, flag: str) -> int:
+    if text.isdigit():
+        return int(text)
+    try:
+        parsed = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{flag}: {text!r} is neither ISO 8601 nor Unix milliseconds") from None
+    if parsed.tzinfo is None:
+        raise UsageError(f"{flag}: {text!r} needs a time zone offset, e.g. +00:00 or Z")
+    return int(parsed.timestamp() * 1000)
+
+
+def schedule_from(args: argparse.Namespace, required: bool) -> dict[str, Any] | None:
+    kinds = [k for k in ("every", "cron", "at") if getattr(args, k) is not None]
+    if len(kinds) > 1:
+        raise UsageError(f"give one of --every, --cron, --at (got {', '.join(kinds)})")
+    if not kinds:
+        extras = [f for f in ("tz", "jitter", "start", "end", "max_runs", "misfire")
+                  if getattr(args, f) is not None]  # fmt: skip
+        if required or extras:
+            raise UsageError("give a schedule: --every SECONDS, --cron EXPR or --at TIME")
+        return None
+    schedule: dict[str, Any]
+    if args.every is not None:
+        schedule = {"kind": "interval", "every_s": args.every}
+    elif args.cron is not None:
+        schedule = {"kind": "cron", "cron": args.cron}
+    else:
+        schedule = {"kind": "once", "at_ms": parse_time(args.at, "--at")}
+    if args.tz is not None:
+        schedule["tz"] = args.tz
+    if args.jitter is not None:
+        schedule["jitter_s"] = args.jitter
+    if args.start is not None:
+        schedule["start_ms"] = parse_time(args.start, "--start")
+    if args.end is not None:
+        schedule["end_ms"] = parse_time(args.end, "--end")
+    if args.max_runs is not None:
+        schedule["max_runs"] = args.max_runs
+    if args.misfire is not None:
+        schedule["misfire"] = args.misfire
+    return schedule
+
+
+def payload_from(text: str | None) -> Any:
+    if text is None:
+        return None
+    if text.startswith("@"):
+        text = Path(text[1:]).read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--payload: not JSON: {exc}") from None
+
+
+# -- commands ---------------------------------------------------------------------------
+
+Result = tuple[Any, str]
+"""(the API's JSON answer, its human rendering)."""
+
+
+def cmd_tasks_add(api: Client, args: argparse.Namespace) -> Result:
+    if args.file is not None:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text("utf-8")
+        try:
+            tasks = json.loads(text) if text.lstrip().startswith("[") else [
+                json.loads(line) for line in text.splitlines() if line.strip()
+            ]  # fmt: skip
+        except ValueError as exc:
+            raise UsageError(f"--file: not a JSON list or JSON lines: {exc}") from None
+        created: dict[str, Any] = {"created": 0, "existing": 0, "conflicts": 0, "results": []}
+        for i in range(0, len(tasks), args.batch):
+            part = api.create_tasks(tasks[i : i + args.batch])
+            for key in ("created", "existing", "conflicts"):
+                created[key] += part[key]
+            created["results"] += part["results"]
+        human = (
+            f"{created['created']} created, {created['existing']} already existed, "
+            f"{created['conflicts']} conflicts"
+        )
+        return created, human
+    if args.type is None:
+        raise UsageError("tasks add: give --type (or --file for bulk)")
+    schedule = schedule_from(args, required=True)
+    assert schedule is not None
+    result = api.create_task(args.type, schedule, payload_from(args.payload), args.id)
+    verb = "created" if result["created"] else "already exists (same definition)"
+    return result, f"{result['task_id']} {verb}"
+
+
+def cmd_tasks_get(api: Client, args: argparse.Namespace) -> Result:
+    task = api.get_task(args.task_id)
+    return task, show_task(task)
+
+
+def cmd_tasks_ls(api: Client, args: argparse.Namespace) -> Result:
+    if args.all:
+        tasks = list(api.iter_tasks(args.type, args.status))
+        return {"tasks": tasks, "next_cursor": None}, task_rows(tasks)
+    page = api.list_tasks(args.type, args.status, args.cursor, args.limit)
+    human = task_rows(page["tasks"])
+    if page["next_cursor"]:
+        human += f"\n(more: --cursor {page['next_cursor']}, or --all)"
+    return page, human
+
+
+def cmd_tasks_update(api: Client, args: argparse.Namespace) -> Result:
+    changes: dict[str, Any] = {}
+    schedule = schedule_from(args, required=False)
+    if schedule is not None:
+        changes["schedule"] = schedule
+    if args.payload is not None:
+        changes["payload"] = payload_from(args.payload)
+    if not changes:
+        raise UsageError("tasks update: give --payload and/or a schedule")
+    result = api.update_task(args.task_id, **changes)
+    return result, f"{result['task_id']} updated ({result['status']})"
+
+
+def _simple(action: str, verb: str) -> Callable[[Client, argparse.Namespace], Result]:
+    def command(api: Client, args: argparse.Namespace) -> Result:
+        result: dict[str, Any] = getattr(api, action)(args.task_id)
+        return result, f"{args.task_id} {verb}" + (
+            f" ({result['status']})" if "status" in result else ""
+        )
+
+    return command
+
+
+def cmd_tasks_trigger(api: Client, args: argparse.Namespace) -> Result:
+    result = api.trigger(args.task_id)
+    return result, f"{args.task_id} triggered: fire {result['schedule_id']} queued"
+
+
+def cmd_tasks_explain(api: Client, args: argparse.Namespace) -> Result:
+    facts = api.explain(args.task_id)
+    return facts, "\n".join(f"- {line}" for line in facts["summary"])
+
+
+def cmd_tasks_clear(api: Client, args: argparse.Namespace) -> Result:
+    if not args.yes:
+        raise UsageError(f"tasks clear deletes every task of {args.type!r}: add --yes to confirm")
+    result = api.clear_type(args.type)
+    return result, f"{result['deleted']} tasks of {args.type} deleted"
+
+
+def cmd_queues(api: Client, args: argparse.Namespace) -> Result:
+    if args.type:
+        q = api.queues(args.type)
+        return q, queue_rows([q])
+    stats = api.queues()
+    human = queue_rows(stats["queues"]) if stats["queues"] else "no task types yet"
+    return stats, human
+
+
+def cmd_dlq_ls(api: Client, args: argparse.Namespace) -> Result:
+    page = api.dead_letters(args.type, args.before, args.limit)
+    human = table(
+        ["ENTRY_ID", "DEAD_AT", "TASK_ID", "ATTEMPTS", "REASON", "ERROR"],
+        [
+            [d["entry_id"], when(d["dead_ms"]), d.get("task_id"), d.get("attempts"),
+             d.get("reason"), (d.get("error") or "")[:60]]
+            for d in page["dead_letters"]
+        ],
+    )  # fmt: skip
+    if page["next_cursor"]:
+        human += f"\n(more: --before {page['next_cursor']})"
+    return page, human
+
+
+def cmd_dlq_show(api: Client, args: argparse.Namespace) -> Result:
+    entry = api.dead_letter(args.type, args.entry_id)
+    return entry, "\n".join(f"{k + ':':<14}{v}" for k, v in entry.items())
+
+
+def cmd_dlq_replay(api: Client, args: argparse.Namespace) -> Result:
+    if args.all == bool(args.entry_ids):
+        raise UsageError("dlq replay: give entry ids or --all")
+    result = api.replay(args.type, None if args.all else args.entry_ids)
+    human = f"{result['replayed']} replayed, {result['missing']} missing, " + (
+        f"{result['malformed']} malformed (kept)"
+    )
+    return result, human
+
+
+def cmd_dlq_purge(api: Client, args: argparse.Namespace) -> Result:
+    if args.all == bool(args.entry_ids):
+        raise UsageError("dlq purge: give entry ids or --all")
+    if args.all and not args.yes:
+        raise UsageError(f"dlq purge --all deletes every dead letter of {args.type!r}: add --yes")
+    result = api.purge(args.type, None if args.all else args.entry_ids)
+    return result, f"{result['purged']} dead letters purged"
+
+
+# -- parser -----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="metronome",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--url", default=os.environ.get("METRONOME_URL", DEFAULT_URL))
+    parser.add_argument("--key-id", default=os.environ.get("METRONOME_KEY_ID"))
+    parser.add_argument("--secret", default=os.environ.get("METRONOME_SECRET"),
+                        help="prefer METRONOME_SECRET: flags show in process lists")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run a node (python -m runtime NODE_TOML)")
+    serve.add_argument("node_args", nargs=argparse.REMAINDER, metavar="NODE_TOML [--check ...]")
+
+    tasks = commands.add_parser("tasks", help="manage tasks").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    add = tasks.add_parser("add", help="create a task (or many with --file)")
+    add.add_argument("--type", help="the task type (a [consumers.<type>] handles it)")
+    add.add_argument("--id", help="your task id: makes the create idempotent")
+    add.add_argument("--payload", help="JSON given to the handler (@file reads a file)")
+    add.add_argument("--file", help="bulk: a JSON list or JSON lines of tasks ('-' = stdin)")
+    add.add_argument("--batch", type=int, default=5000, help="tasks per bulk request")
+    add_schedule_flags(add)
+    add.set_defaults(run=cmd_tasks_add)
+    for name, run, text in [
+        ("get", cmd_tasks_get, "show one task"),
+        ("pause", _simple("pause", "paused"), "pause a task"),
+        ("resume", _simple("resume", "resumed"), "resume a paused task"),
+        ("stop", _simple("stop", "stopped"), "stop a task for good"),
+        ("rm", _simple("delete_task", "deleted"), "delete a task"),
+        ("trigger", cmd_tasks_trigger, "run a task now, once"),
+        ("explain", cmd_tasks_explain, "why is this task (not) running"),
+    ]:
+        sub = tasks.add_parser(name, help=text)
+        sub.add_argument("task_id")
+        sub.set_defaults(run=run)
+    ls = tasks.add_parser("ls", help="list tasks")
+    ls.add_argument("--type")
+    ls.add_argument("--status", choices=["active", "paused", "stopped", "finished"])
+    ls.add_argument("--limit", type=int, default=100)
+    ls.add_argument("--cursor")
+    ls.add_argument("--all", action="store_true", help="follow the cursor to the end")
+    ls.set_defaults(run=cmd_tasks_ls)
+    update = tasks.add_parser("update", help="replace a task's payload and/or schedule")
+    update.add_argument("task_id")
+    update.add_argument("--payload", help="JSON (@file reads a file)")
+    add_schedule_flags(update)
+    update.set_defaults(run=cmd_tasks_update)
+    clear = tasks.add_parser("clear", help="delete every task of a type")
+    clear.add_argument("type")
+    clear.add_argument("--yes", action="store_true")
+    clear.set_defaults(run=cmd_tasks_clear)
+
+    queues = commands.add_parser("queues", help="backlog per type")
+    queues.add_argument("type", nargs="?")
+    queues.set_defaults(run=cmd_queues)
+
+    dlq = commands.add_parser("dlq", help="dead letters").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    dls = dlq.add_parser("ls", help="list dead letters of a type, newest first")
+    dls.add_argument("type")
+    dls.add_argument("--limit", type=int, default=50)
+    dls.add_argument("--before", help="page cursor from the previous listing")
+    dls.set_defaults(run=cmd_dlq_ls)
+    show = dlq.add_parser("show", help="one dead letter")
+    show.add_argument("type")
+    show.add_argument("entry_id")
+    show.set_defaults(run=cmd_dlq_show)
+    for name, run in (("replay", cmd_dlq_replay), ("purge", cmd_dlq_purge)):
+        sub = dlq.add_parser(name, help=f"{name} dead letters (ids, or --all)")
+        sub.add_argument("type")
+        sub.add_argument("entry_ids", nargs="*")
+        sub.add_argument("--all", action="store_true")
+        if name == "purge":
+            sub.add_argument("--yes", action="store_true")
+        sub.set_defaults(run=run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        from runtime.__main__ import main as serve
+
+        return serve(args.node_args)
+    if not args.key_id or not args.secret:
+        print("metronome: give --key-id and --secret (or METRONOME_KEY_ID, METRONOME_SECRET)",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    try:
+        with Client(args.url, args.key_id, args.secret, timeout_s=args.timeout) as api:
+            data, human = args.run(api, args)
+    except UsageError as exc:
+        print(f"metronome: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ApiError as exc:
+        if args.json:
+            print(json.dumps({"status": exc.status, "code": exc.code, "detail": exc.detail,
+                              "errors": exc.errors}))  # fmt: skip
+        print(f"metronome: {exc}", file=sys.stderr)
+        for error in exc.errors:
+            print(f"  {error.get('field') or 'body'}: {error.get('message')}", file=sys.stderr)
+        return exit_code(exc)
+    except ApiUnavailable as exc:
+        print(f"metronome: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    print(json.dumps(data, indent=2) if args.json else human)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""Why is this task (not) running: everything Redis knows about one task, in one answer.
+
+The seed's hardest support question was "my task did not run — why?". ``explain`` reads the
+task hash, its place in the schedule index, any retry waiting for it, its messages in the
+type's stream (queued, or pending on which consumer, idle how long, delivered how often)
+and its dead letters, then states the answer as sentences an operator can act on.
+
+Streams are scanned only up to ``STREAM_SCAN_CAP`` entries (the answer says when it
+stopped short): a stream holds only the backlog and in-flight messages, since finished ones
+are deleted, so the cap is rarely reached.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from actors.errors import TaskNotFound
+from actors.keys import GROUP
+from actors.messages import flat_fields
+from actors.model import Task
+from actors.queues import as_text, read_range, stream_id_ms
+from actors.schedules import Schedule
+from actors.store import TaskStore
+
+#: Most stream (and dead-letter) entries read to find one task's messages.
+STREAM_SCAN_CAP = 10_000
+_PAGE = 1000
+#: A fire this late while its task is active means nothing is serving its partition.
+OVERDUE_MS = 5_000
+
+
+def iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+
+
+def describe_schedule(schedule: Schedule) -> str:
+    """The schedule in words: ``every 60s``, ``cron '0 9 * * 1-5' in Europe/Paris``."""
+    if schedule.kind == "interval":
+        text = f"every {schedule.every_s:g}s"
+    elif schedule.kind == "cron":
+        text = f"cron {schedule.cron!r} in {schedule.tz}"
+    else:
+        text = f"once at {iso(schedule.at_ms)}"
+    if schedule.start_ms is not None:
+        text += f", from {iso(schedule.start_ms)}"
+    if schedule.end_ms is not None:
+        text += f", until {iso(schedule.end_ms)}"
+    if schedule.max_runs is not None:
+        text += f", at most {schedule.max_runs} runs"
+    if schedule.jitter_s:
+        text += f", jitter up to {schedule.jitter_s:g}s"
+    return text
+
+
+async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
+    """The explanation of one task, or TaskNotFound."""
+    keys = await store.keys()
+    task = await store.get(task_id)
+    if task is None:
+        raise TaskNotFound(task_id)
+    now = await store.now_ms()
+    partition = keys.partition_of(task_id)
+    score, claim = await store.client.pipeline(
+        [("ZSCORE", keys.schedule(partition), task_id), ("HGET", keys.task(task_id), "claim")]
+    )
+    retries = await _retries(store, partition, task_id)
+    stream, stream_complete = await _stream_messages(store, task)
+    dead, dead_complete = await _dead_letters(store, task)
+    facts: dict[str, Any] = {
+        "task_id": task_id,
+        "now_ms": now,
+        "status": task.status,
+        "schedule": task.schedule.to_dict(),
+        "schedule_text": describe_schedule(task.schedule),
+        "next_run_ms": task.next_run_ms,
+        "next_run": iso(task.next_run_ms),
+        "partition": partition,
+        "in_schedule_index": score is not None,
+        "index_score_ms": int(float(score)) if score is not None else None,
+        "claimed_by_poller": claim is not None,
+        "retries": retries,
+        "stream": stream,
+        "stream_scan_complete": stream_complete,
+        "dead_letters": dead,
+        "dead_letter_scan_complete": dead_complete,
+        "fires": task.fires,
+        "runs": task.runs,
+        "last_run_ms": task.last_run_ms,
+        "last_status": task.last_status,
+        "last_error": task.last_error,
+    }
+    facts["summary"] = _summary(task, facts, now)
+    return facts
+
+
+async def _retries(store: TaskStore, partition: int, task_id: str) -> list[dict[str, Any]]:
+    keys = await store.keys()
+    sids: list[str] = []
+    cursor = 0
+    for _ in range(STREAM_SCAN_CAP // _PAGE):
+        cursor, page = await store.client.execute(
+            "ZSCAN", keys.retry(partition), cursor, "MATCH", f"{task_id}:*", "COUNT", _PAGE
+        )
+        sids += [as_text(m) for m in page[::2]]
+        if int(cursor) == 0:
+            break
+    prefix = keys.retry_context_prefix(partition)
+    contexts = await store.client.pipeline([("HGETALL", prefix + sid) for sid in sids])
+    out = []
+    for sid, raw in zip(sids, contexts, strict=True):
+        f = {as_text(k): as_text(v) for k, v in (raw or {}).items()}
+        out.append(
+            {
+                "schedule_id": sid,
+                "attempt": int(f.get("attempt", 0)),
+                "retry_at_ms": int(f["retry_at_ms"]) if "retry_at_ms" in f else None,
+                "last_error": f.get("last_error"),
+            }
+        )
+    return out
+
+
+async def _stream_messages(store: TaskStore, task: Task) -> tuple[list[dict[str, Any]], bool]:
+    keys = await store.keys()
+    queue = keys.queue(task.type)
+    found, start, read = [], "-", 0
+    while read < STREAM_SCAN_CAP:
+        entries = await read_range(store.client, queue, start, "+", _PAGE)
+        read += len(entries)
+        for entry_id, raw in entries:
+            f = {as_text(k): as_text(v) for k, v in flat_fields(raw).items()}
+            if f.get("task_id") == task.task_id:
+                found.append((as_text(entry_id), f))
+        if len(entries) < _PAGE:
+            break
+        start = f"({as_text(entries[-1][0])}"
+    else:
+        return await _with_pending(store, queue, found), False
+    return await _with_pending(store, queue, found), True
+
+
+async def _with_pending(
+    store: TaskStore, queue: str, found: list[tuple[str, dict[str, str]]]
+) -> list[dict[str, Any]]:
+    def read() -> list[Any]:
+        pipe = store.client.raw.pipeline(transaction=False)
+        for entry_id, _ in found:
+            pipe.xpending_range(queue, GROUP, entry_id, entry_id, 1)
+        return list(pipe.execute(raise_on_error=False))
+
+    pending = await store.client.run_sync(read) if found else []
+    out = []
+    for (entry_id, f), p in zip(found, pending, strict=True):
+        info = p[0] if isinstance(p, list) and p else None
+        out.append(
+            {
+                "msg_id": entry_id,
+                "schedule_id": f.get("schedule_id"),
+                "attempt": int(f.get("attempt", 0)),
+                "enqueued_ms": stream_id_ms(entry_id),
+                "delivered": info is not None,
+                "consumer": as_text(info["consumer"]) if info else None,
+                "idle_ms": int(info["time_since_delivered"]) if info else None,
+                "deliveries": int(info["times_delivered"]) if info else 0,
+            }
+        )
+    return out
+
+
+async def _dead_letters(store: TaskStore, task: Task) -> tuple[dict[str, Any], bool]:
+    keys = await store.keys()
+    dlq = keys.dlq(task.type)
+    count, newest, start, read = 0, None, "+", 0
+    complete = True
+    while True:
+        if read >= STREAM_SCAN_CAP:
+            complete = False
+            break
+        entries = await read_range(store.client, dlq, start, "-", _PAGE, newest_first=True)
+        read += len(entries)
+        for entry_id, raw in entries:
+            f = {as_text(k): as_text(v) for k, v in flat_fields(raw).items()}
+            if f.get("task_id") == task.task_id:
+                count += 1
+                if newest is None:
+                    newest = {"entry_id": as_text(entry_id), **f}
+        if len(entries) < _PAGE:
+            break
+        start = f"({as_text(entries[-1][0])}"
+    return {"count": count, "newest": newest}, complete
+
+
+def _summary(task: Task, facts: dict[str, Any], now: int) -> list[str]:
+    """The explanation as sentences, most important first."""
+    lines: list[str] = []
+    if task.status == "paused":
+        lines.append("paused: it will not fire until resumed (fires in between are skipped)")
+    elif task.status == "stopped":
+        lines.append("stopped: it will never fire again; delete it or create a new task")
+    elif task.status == "finished":
+        lines.append(
+            "finished: its schedule has no further fires (one-shot done, end passed "
+            "or max_runs reached)"
+        )
+    elif task.next_run_ms is None:
+        lines.append("active but without a next fire time: its stored schedule has no future")
+    elif not facts["in_schedule_index"]:
+        lines.append(
+            "active but missing from the schedule index, so no poller will fire it; "
+            "update or pause and resume it to re-index it"
+        )
+    elif facts["claimed_by_poller"]:
+        lines.append("claimed by a poller right now: its due fire is being enqueued")
+    elif task.next_run_ms < now - OVERDUE_MS:
+        lines.append(
+            f"overdue by {(now - task.next_run_ms) / 1000:.1f}s: no poller seems to serve "
+            f"partition {facts['partition']} (check [scheduler] pollers on your nodes)"
+        )
+    else:
+        lines.append(
+            f"active: next fire at {facts['next_run']} "
+            f"(in {max(0, task.next_run_ms - now) / 1000:.1f}s), {facts['schedule_text']}"
+        )
+    for retry in facts["retries"]:
+        lines.append(
+            f"fire {retry['schedule_id']} waits for retry attempt {retry['attempt'] + 1} at "
+            f"{iso(retry['retry_at_ms'])} after: {retry['last_error']}"
+        )
+    for msg in facts["stream"]:
+        if msg["delivered"]:
+            lines.append(
+                f"fire {msg['schedule_id']} attempt {msg['attempt'] + 1} is running on "
+                f"consumer {msg['consumer']} (idle {msg['idle_ms']} ms, delivered "
+                f"{msg['deliveries']} times)"
+            )
+        else:
+            lines.append(
+                f"fire {msg['schedule_id']} is queued, waiting "
+                f"{(now - msg['enqueued_ms']) / 1000:.1f}s for a consumer of type {task.type}"
+            )
+    dead = facts["dead_letters"]
+    if dead["count"]:
+        lines.append(
+            f"{dead['count']} dead letter(s) in the {task.type} DLQ; newest: "
+            f"{dead['newest'].get('reason')}: {dead['newest'].get('error')}"
+        )
+    if task.last_run_ms is not None:
+        lines.append(
+            f"last run at {iso(task.last_run_ms)}: {task.last_status}"
+            + (f" ({task.last_error})" if task.last_error else "")
+        )
+    else:
+        lines.append("has not run yet")
+    return lines

@@ -1,0 +1,29 @@
+-- replay_dead: move dead letters back to their type's stream as fresh first attempts.
+-- KEYS[1]  the type's stream   KEYS[2]  its dead-letter stream (same slot)
+-- ARGV[1]  the type   ARGV[2..]  dead-letter entry ids
+-- Returns one reply per id: the new stream id, 'missing' (no such entry: already replayed
+-- or purged) or 'malformed' (not a Metronome message: kept in the DLQ for a human).
+-- Moving is atomic per entry: XADD to the stream and XDEL from the DLQ in one script, so a
+-- replay can neither lose an entry nor run it twice. The fire keeps its schedule_id and
+-- due_ms (so its log lines join up with the original's) and starts again at attempt 0.
+local t = redis.call('TIME')
+local now = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
+local out = {}
+for i = 2, #ARGV do
+  local entry = redis.call('XRANGE', KEYS[2], ARGV[i], ARGV[i])
+  if entry[1] then
+    local raw, f = entry[1][2], {}
+    for j = 1, #raw, 2 do f[raw[j]] = raw[j + 1] end
+    if f.task_id and f.schedule_id and f.payload and f.due_ms then
+      out[#out + 1] = redis.call('XADD', KEYS[1], '*', 'task_id', f.task_id,
+        'schedule_id', f.schedule_id, 'type', ARGV[1], 'payload', f.payload, 'attempt', '0',
+        'due_ms', f.due_ms, 'enq_ms', now, 'replay_of', ARGV[i])
+      redis.call('XDEL', KEYS[2], ARGV[i])
+    else
+      out[#out + 1] = 'malformed'
+    end
+  else
+    out[#out + 1] = 'missing'
+  end
+end
+return out

@@ -1,0 +1,215 @@
+"""Queues and dead letters as operators see them: backlog per type, and DLQ list/replay/purge.
+
+The seed had no backlog view; this is it. Everything here reads or moves stream entries of
+one type (``{ns:q:<type>}``), so each operation is one slot. Reads are bounded: a page of
+dead letters, a capped count of retries. Replaying is ``replay_dead.lua`` (atomic per entry).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from actors import scripts
+from actors.keys import GROUP, Keys
+from actors.messages import flat_fields
+from actors.store import TaskStore
+from runtime.logging import emit_events
+from runtime.redis_io import RedisClient
+
+#: Retry contexts read to count retries per type; beyond this the count is left out.
+RETRY_COUNT_CAP = 10_000
+#: Dead letters moved per replay script call.
+REPLAY_BATCH = 200
+#: The ``actor`` field of log lines written from API or CLI calls.
+ADMIN_ACTOR = "admin"
+
+
+def stream_id_ms(entry_id: bytes | str) -> int:
+    """When a stream entry was added (the millisecond part of its id)."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(text.split("-", 1)[0])
+
+
+def as_text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def read_range(
+    client: RedisClient, key: str, start: str, end: str, count: int, *, newest_first: bool = False
+) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """One page of a stream: XRANGE start..end, or XREVRANGE from ``start`` down to ``end``."""
+
+    def read() -> list[tuple[bytes, dict[bytes, bytes]]]:
+        if newest_first:
+            return list(client.raw.xrevrange(key, start, end, count=count))
+        return list(client.raw.xrange(key, start, end, count=count))
+
+    return await client.run_sync(read)
+
+
+@attrs.frozen
+class DeadLetter:
+    entry_id: str
+    dead_ms: int
+    fields: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"entry_id": self.entry_id, "dead_ms": self.dead_ms, **self.fields}
+
+
+def _dead_letter(entry_id: bytes, raw: Any) -> DeadLetter:
+    fields = {as_text(k): as_text(v) for k, v in flat_fields(raw).items()}
+    dead_ms = fields.pop("dead_ms", None)
+    when = int(dead_ms) if dead_ms and dead_ms.isdigit() else stream_id_ms(entry_id)
+    return DeadLetter(as_text(entry_id), when, fields)
+
+
+def _queue_row(
+    task_type: str, row: list[Any], now_ms: int, retrying: dict[str, int] | None
+) -> dict[str, Any]:
+    """One type's backlog from its pipelined replies (a missing stream reads as empty)."""
+    length, dlq, groups, consumers, pending = row
+    groups = groups if isinstance(groups, list) else []
+    group = next((g for g in groups if as_text(g["name"]) == GROUP), None)
+    lag = group.get("lag") if group else None
+    summary: dict[str, Any] = pending if isinstance(pending, dict) else {"pending": 0}
+    oldest: bytes | None = summary.get("min")
+    return {
+        "type": task_type,
+        "length": length if isinstance(length, int) else 0,
+        "undelivered": int(lag) if lag is not None else None,
+        "pending": int(summary["pending"]),
+        "oldest_pending_age_ms": now_ms - stream_id_ms(oldest) if oldest else None,
+        "consumers": [
+            {"name": as_text(c["name"]), "pending": int(c["pending"]), "idle_ms": int(c["idle"])}
+            for c in (consumers if isinstance(consumers, list) else [])
+        ],
+        "retrying": retrying.get(task_type, 0) if retrying is not None else None,
+        "dead_letters": dlq if isinstance(dlq, int) else 0,
+    }
+
+
+class Queues:
+    """Backlog and dead letters of a namespace's types."""
+
+    def __init__(self, store: TaskStore) -> None:
+        self.store = store
+        self.client = store.client
+
+    async def stats(self, task_types: list[str] | None = None) -> dict[str, Any]:
+        """Per type: stream length, undelivered, pending, oldest pending age, consumers
+        (pending, idle), DLQ length, retries waiting. Types default to every known type."""
+        keys = await self.store.keys()
+        types = task_types if task_types is not None else await self.store.types()
+        now = await self.store.now_ms()
+        retrying, retry_total = await self._retries_by_type(keys)
+
+        def read() -> list[list[Any]]:
+            pipe = self.client.raw.pipeline(transaction=False)
+            for t in types:
+                pipe.xlen(keys.queue(t))
+                pipe.xlen(keys.dlq(t))
+                pipe.xinfo_groups(keys.queue(t))
+                pipe.xinfo_consumers(keys.queue(t), GROUP)
+                pipe.xpending(keys.queue(t), GROUP)
+            replies = list(pipe.execute(raise_on_error=False))
+            return [replies[i : i + 5] for i in range(0, len(replies), 5)]
+
+        rows = await self.client.run_sync(read) if types else []
+        out = [
+            _queue_row(task_type, row, now, retrying)
+            for task_type, row in zip(types, rows, strict=True)
+        ]
+        return {"now_ms": now, "retrying_total": retry_total, "queues": out}
+
+    async def _retries_by_type(self, keys: Keys) -> tuple[dict[str, int] | None, int]:
+        """(retries per type or None when more than RETRY_COUNT_CAP wait, total waiting)."""
+        cards = await self.client.pipeline(
+            [("ZCARD", keys.retry(p)) for p in range(keys.partitions)]
+        )
+        total = sum(int(c) for c in cards if isinstance(c, int))
+        if total > RETRY_COUNT_CAP:
+            return None, total
+        by_type: dict[str, int] = {}
+        for p in range(keys.partitions):
+            if not cards[p]:
+                continue
+            sids = await self.client.execute("ZRANGE", keys.retry(p), 0, -1)
+            prefix = keys.retry_context_prefix(p)
+            kinds = await self.client.pipeline(
+                [("HGET", prefix + as_text(i), "type") for i in sids]
+            )
+            for kind in kinds:
+                if isinstance(kind, bytes):
+                    by_type[kind.decode()] = by_type.get(kind.decode(), 0) + 1
+        return by_type, total
+
+    # -- dead letters ---------------------------------------------------------------------
+
+    async def dead_letters(
+        self, task_type: str, before: str | None = None, limit: int = 50
+    ) -> tuple[list[DeadLetter], str | None]:
+        """Newest first; pass the returned cursor as ``before`` for the next page."""
+        keys = await self.store.keys()
+        top = f"({before}" if before else "+"
+        entries = await read_range(
+            self.client, keys.dlq(task_type), top, "-", limit + 1, newest_first=True
+        )
+        page = [_dead_letter(i, f) for i, f in entries[:limit]]
+        return page, (page[-1].entry_id if len(entries) > limit else None)
+
+    async def dead_letter(self, task_type: str, entry_id: str) -> DeadLetter | None:
+        keys = await self.store.keys()
+        entries = await read_range(self.client, keys.dlq(task_type), entry_id, entry_id, 1)
+        return _dead_letter(*entries[0]) if entries else None
+
+    async def replay(self, task_type: str, entry_ids: list[str]) -> dict[str, str]:
+        """Move dead letters back to the stream; entry id -> new stream id, 'missing' or
+        'malformed' (kept)."""
+        keys = await self.store.keys()
+        results: dict[str, str] = {}
+        for i in range(0, len(entry_ids), REPLAY_BATCH):
+            batch = entry_ids[i : i + REPLAY_BATCH]
+            replies = await self.client.script(
+                scripts.REPLAY_DEAD,
+                [keys.queue(task_type), keys.dlq(task_type)],
+                [task_type, *batch],
+            )
+            results.update(zip(batch, (as_text(r) for r in replies), strict=True))
+        replayed = [(e, r) for e, r in results.items() if r not in ("missing", "malformed")]
+        emit_events(
+            ADMIN_ACTOR,
+            [("replayed", {"type": task_type, "entry_id": e, "msg_id": r}) for e, r in replayed],
+        )
+        return results
+
+    async def replay_all(self, task_type: str) -> dict[str, int]:
+        """Replay every dead letter of a type present when the call starts (not ones that
+        arrive meanwhile: a handler failing again must not make this loop forever)."""
+        keys = await self.store.keys()
+        newest = await read_range(self.client, keys.dlq(task_type), "+", "-", 1, newest_first=True)
+        counts = {"replayed": 0, "malformed": 0, "missing": 0}
+        if not newest:
+            return counts
+        last, start = as_text(newest[0][0]), "-"
+        while True:
+            entries = await read_range(self.client, keys.dlq(task_type), start, last, REPLAY_BATCH)
+            if not entries:
+                return counts
+            results = await self.replay(task_type, [as_text(i) for i, _ in entries])
+            for outcome in results.values():
+                counts[outcome if outcome in counts else "replayed"] += 1
+            start = f"({as_text(entries[-1][0])}"
+
+    async def purge(self, task_type: str, entry_ids: list[str] | None = None) -> int:
+        """Delete the given dead letters, or (None) the whole DLQ of the type."""
+        keys = await self.store.keys()
+        if entry_ids is None:
+            count = int(await self.client.execute("XLEN", keys.dlq(task_type)))
+            await self.client.execute("UNLINK", keys.dlq(task_type))
+        else:
+            count = int(await self.client.execute("XDEL", keys.dlq(task_type), *entry_ids))
+        emit_events(ADMIN_ACTOR, [("purged", {"type": task_type, "count": count})] if count else [])
+        return count
