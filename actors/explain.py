@@ -104,7 +104,7 @@ async def _retries(store: TaskStore, partition: int, task_id: str) -> list[dict[
         cursor, page = await store.client.execute(
             "ZSCAN", keys.retry(partition), cursor, "MATCH", f"{task_id}:*", "COUNT", _PAGE
         )
-        sids += [as_text(m) for m in page[::2]]
+        sids += [as_text(member) for member, _score in page]
         if int(cursor) == 0:
             break
     prefix = keys.retry_context_prefix(partition)

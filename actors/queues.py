@@ -153,6 +153,8 @@ class Queues:
     ) -> tuple[list[DeadLetter], str | None]:
         """Newest first; pass the returned cursor as ``before`` for the next page."""
         keys = await self.store.keys()
+        if before == "0-0":  # nothing is older than the first possible id
+            return [], None
         top = f"({before}" if before else "+"
         entries = await read_range(
             self.client, keys.dlq(task_type), top, "-", limit + 1, newest_first=True

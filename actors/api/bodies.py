@@ -21,7 +21,17 @@ from runtime.config import check_name, describe
 T = TypeVar("T")
 
 ENTRY_ID_PATTERN = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+_U64 = 2**64
 MAX_PAGE = 1000
+
+
+def entry_id(text: str) -> str | None:
+    """A stream entry id Redis accepts (``ms-seq``, both unsigned 64-bit) in canonical form
+    (``007-0`` -> ``7-0``), or None."""
+    if not ENTRY_ID_PATTERN.fullmatch(text):
+        return None
+    ms, seq = (int(part) for part in text.split("-"))
+    return f"{ms}-{seq}" if ms < _U64 and seq < _U64 else None
 
 
 @attrs.frozen
@@ -42,9 +52,9 @@ class EntriesBody:
     def __attrs_post_init__(self) -> None:
         if (self.entry_ids is None) == (not self.all):
             raise ValueError("entry_ids: give either entry_ids or all = true")
-        for i, entry_id in enumerate(self.entry_ids or []):
-            if not ENTRY_ID_PATTERN.fullmatch(entry_id):
-                raise ValueError(f"entry_ids[{i}]: {entry_id!r} is not a stream entry id")
+        for i, given in enumerate(self.entry_ids or []):
+            if entry_id(given) is None:
+                raise ValueError(f"entry_ids[{i}]: {given!r} is not a stream entry id")
         if self.entry_ids is not None and not 1 <= len(self.entry_ids) <= MAX_PAGE:
             raise ValueError(f"entry_ids: give 1-{MAX_PAGE} ids per request")
 
@@ -86,10 +96,11 @@ def task_id_param(value: str) -> str:
     return name_param("task_id", value, MAX_TASK_ID)
 
 
-def entry_id_param(value: str) -> str:
-    if not ENTRY_ID_PATTERN.fullmatch(value):
-        raise invalid(f"entry_id: {value!r} is not a stream entry id (like 1700000000000-0)")
-    return value
+def entry_id_param(value: str, name: str = "entry_id") -> str:
+    canonical = entry_id(value)
+    if canonical is None:
+        raise invalid(f"{name}: {value!r} is not a stream entry id (like 1700000000000-0)")
+    return canonical
 
 
 def limit_param(query: Any, default: int) -> int:

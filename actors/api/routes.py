@@ -218,7 +218,7 @@ async def list_dead(call: Call) -> Response:
     bodies.only_keys(query, {"before", "limit"})
     before = query.get("before")
     if before is not None:
-        bodies.entry_id_param(before)
+        before = bodies.entry_id_param(before, "before")
     page, cursor = await call.services.queues.dead_letters(
         task_type, before, bodies.limit_param(query, 50)
     )
@@ -239,7 +239,8 @@ async def replay_dead(call: Call) -> Response:
     body = bodies.structure(call.body, bodies.EntriesBody)
     if body.all:
         return ok({"type": task_type, **await call.services.queues.replay_all(task_type)})
-    results = await call.services.queues.replay(task_type, body.entry_ids or [])
+    ids = [bodies.entry_id_param(i) for i in body.entry_ids or []]
+    results = await call.services.queues.replay(task_type, ids)
     counts = {"replayed": 0, "malformed": 0, "missing": 0}
     for outcome in results.values():
         counts[outcome if outcome in counts else "replayed"] += 1
@@ -251,7 +252,8 @@ async def purge_dead(call: Call) -> Response:
     body = bodies.structure(call.body, bodies.EntriesBody)
     if body.all and body.confirm != task_type:
         raise invalid(f"confirm: must repeat the type {task_type!r} to purge its whole DLQ")
-    purged = await call.services.queues.purge(task_type, None if body.all else body.entry_ids)
+    ids = [bodies.entry_id_param(i) for i in body.entry_ids or []]
+    purged = await call.services.queues.purge(task_type, None if body.all else ids)
     return ok({"type": task_type, "purged": purged})
 
 

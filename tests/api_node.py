@@ -1,0 +1,77 @@
+"""A real node process serving the API, for the API, client and CLI tests.
+
+The node binds port 0 and logs ``api_listening`` with its URL; tests talk to it with the
+signing client (``actors.client``) or the CLI, and check Redis with a plain redis-py
+client on the same server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+
+from tests.node_process import NodeProcess
+
+ADMIN = ("admin", "admin-secret-0123456789")
+READER = ("reader", "reader-secret-0123456789")
+
+
+@attrs.frozen
+class ApiNode:
+    url: str
+    namespace: str
+    node: NodeProcess
+
+
+def write_api_config(
+    path: Path,
+    redis_url: str,
+    namespace: str,
+    *,
+    consumers: str = "",
+    api_extra: str = "",
+) -> Path:
+    path.write_text(
+        f"""
+namespace = "{namespace}"
+[node]
+name = "api-node"
+shutdown_grace_s = 5
+[redis]
+url = "{redis_url}"
+[scheduler]
+max_tick_s = 0.05
+[execution]
+results_log = "{path.parent / "results.jsonl"}"
+{consumers}
+[api]
+bind = "127.0.0.1:0"
+{api_extra}
+[[api.keys]]
+id = "{ADMIN[0]}"
+secret = "{ADMIN[1]}"
+[[api.keys]]
+id = "{READER[0]}"
+secret_env = "TEST_READER_SECRET"
+read_only = true
+"""
+    )
+    return path
+
+
+@contextlib.contextmanager
+def api_node(config: Path, namespace: str) -> Iterator[ApiNode]:
+    """Run the node; the caller sets TEST_READER_SECRET (and any record file) beforehand."""
+    node = NodeProcess(config)
+    try:
+        (listening,) = node.wait_for("api_listening")
+        yield ApiNode(listening["urls"][0], namespace, node)
+    finally:
+        node.signal()
+        try:
+            node.wait(15)
+        finally:
+            node.kill()

@@ -1,0 +1,477 @@
+"""The HTTP API against a real node process and a real Redis: every endpoint, validation,
+problem details, body limit, concurrency on one task; what is in Redis afterwards is the
+judge. Authentication has its own module (test_api_auth.py), the CLI too (test_cli.py)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from actors.client import ApiError, Client
+from actors.keys import Keys
+from tests.api_node import ADMIN, READER, ApiNode, api_node, write_api_config
+
+CONSUMERS = """
+[consumers.work]
+handler = "tests.handlers.jobs:noop"
+[consumers.doomed]
+handler = "tests.handlers.jobs:hopeless"
+max_attempts = 1
+[consumers.flaky]
+handler = "tests.handlers.jobs:failing"
+max_attempts = 3
+backoff_base_s = 60
+"""
+TYPES = 'task_types = ["work", "doomed", "flaky", "idle"]\nmax_body_bytes = 1048576'
+#: First fire in 2100: tasks that must not fire while a test looks at them.
+LATER = 4102444800000
+EVERY_HOUR = {"kind": "interval", "every_s": 3600, "start_ms": LATER}
+
+
+@pytest.fixture(scope="module")
+def record_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("record") / "handled.jsonl"
+
+
+@pytest.fixture(scope="module")
+def api(
+    redis_url: str, tmp_path_factory: pytest.TempPathFactory, record_file: Path
+) -> Iterator[ApiNode]:
+    namespace = f"api{time.monotonic_ns() % 10**9}"
+    config = write_api_config(
+        tmp_path_factory.mktemp("api") / "node.toml",
+        redis_url,
+        namespace,
+        consumers=CONSUMERS,
+        api_extra=TYPES,
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TEST_READER_SECRET", READER[1])
+        patch.setenv("METRONOME_TEST_RECORD", str(record_file))
+        with api_node(config, namespace) as node:
+            yield node
+            # Every 500 is a bug: the node logs it with its traceback.
+            errors = [e.get("exception", e) for e in node.node.events("api_error")]
+            assert not errors, "\n".join(map(str, errors))
+
+
+@pytest.fixture
+def client(api: ApiNode) -> Iterator[Client]:
+    with Client(api.url, *ADMIN) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def db(redis_url: str) -> Iterator[redis.Redis]:
+    r = redis.Redis.from_url(redis_url)
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def keys(api: ApiNode) -> Keys:
+    return Keys(api.namespace, 16)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{time.monotonic_ns()}"
+
+
+def wait_until(predicate: Any, timeout_s: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def records(path: Path, task_id: str) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [line for line in lines if line["task_id"] == task_id]
+
+
+# -- create, get, list ----------------------------------------------------------------
+
+
+def test_create_is_idempotent_with_a_client_id_and_conflicts_on_another_definition(
+    client: Client, db: redis.Redis, keys: Keys
+) -> None:
+    task_id = unique("report")
+    first = client.create_task("idle", EVERY_HOUR, {"to": "ops"}, task_id)
+    again = client.create_task("idle", EVERY_HOUR, {"to": "ops"}, task_id)
+    assert first == {"task_id": task_id, "created": True}
+    assert again == {"task_id": task_id, "created": False}
+    with pytest.raises(ApiError) as refused:
+        client.create_task("idle", EVERY_HOUR, {"to": "someone else"}, task_id)
+    assert refused.value.status == 409 and refused.value.code == "conflict"
+    stored = db.hgetall(keys.task(task_id))
+    assert json.loads(stored[b"payload"]) == {"to": "ops"}
+    assert db.zscore(keys.schedule(keys.partition_of(task_id)), task_id) is not None
+    task = client.get_task(task_id)
+    assert task["status"] == "active" and task["payload"] == {"to": "ops"}
+    assert task["schedule"] == {"kind": "interval", "every_s": 3600.0, "start_ms": LATER}
+
+
+def test_create_refuses_bad_input_naming_the_field_and_writes_nothing(
+    api: ApiNode, client: Client, db: redis.Redis, keys: Keys
+) -> None:
+    bad_id = unique("bad")
+    cases = [
+        ({"type": "idle", "schedule": {"kind": "interval"}, "task_id": bad_id}, "schedule"),
+        ({"type": "idle", "schedule": {"kind": "cron", "cron": "61 * * * *"}, "task_id": bad_id},
+         "schedule.cron"),
+        ({"type": "nobody", "schedule": EVERY_HOUR, "task_id": bad_id}, "type"),
+        ({"type": "bad type", "schedule": EVERY_HOUR, "task_id": bad_id}, "type"),
+        ({"type": "idle", "schedule": EVERY_HOUR, "task_id": "has{brace}"}, "task_id"),
+        ({"type": "idle", "schedule": EVERY_HOUR, "task_id": bad_id, "colour": 1}, ""),
+        ({"type": "idle", "schedule": EVERY_HOUR, "task_id": bad_id, "payload": "x" * 70_000},
+         "payload"),
+    ]  # fmt: skip
+    for body, field in cases:
+        with pytest.raises(ApiError) as refused:
+            client.request("POST", "/v1/tasks", body=body)
+        assert refused.value.status == 422, body
+        assert refused.value.code == "invalid"
+        assert any(e["field"].startswith(field) for e in refused.value.errors), refused.value.errors
+    assert "colour" in str(_problem(client, {"type": "idle", "schedule": EVERY_HOUR, "colour": 1}))
+    for raw, status in [(b"{not json", 400), (b"[1, 2]", 422), (b"", 400)]:
+        response = _raw_post(api, client, "/v1/tasks", raw)
+        assert response.status_code == status
+        assert response.headers["content-type"] == "application/problem+json"
+    assert not db.exists(keys.task(bad_id))
+    assert not db.exists(keys.task("has{brace}"))
+
+
+def _problem(client: Client, body: Any) -> ApiError:
+    with pytest.raises(ApiError) as refused:
+        client.request("POST", "/v1/tasks", body=body)
+    return refused.value
+
+
+def _raw_post(api: ApiNode, client: Client, path: str, raw: bytes) -> httpx.Response:
+    from actors.signing import sign
+
+    headers = sign(client.key, "POST", path, raw, int(time.time() * 1000))
+    return httpx.post(api.url + path, content=raw, headers=headers)
+
+
+def test_bulk_create_is_all_or_nothing_on_invalid_input_and_reports_each_task(
+    client: Client, db: redis.Redis, keys: Keys
+) -> None:
+    tag = unique("bulk")
+    tasks = [
+        {"type": "idle", "schedule": EVERY_HOUR, "task_id": f"{tag}-{i}", "payload": {"i": i}}
+        for i in range(2000)
+    ]
+    broken = [*tasks[:5], {"type": "idle", "schedule": {"kind": "weekly"}}, *tasks[5:10]]
+    with pytest.raises(ApiError) as refused:
+        client.create_tasks(broken)
+    assert refused.value.status == 422
+    assert refused.value.errors[0]["field"].startswith("tasks[5]")
+    assert not any(db.exists(keys.task(f"{tag}-{i}")) for i in range(10))
+
+    result = client.create_tasks(tasks)
+    assert (result["created"], result["existing"], result["conflicts"]) == (2000, 0, 0)
+    assert all(db.exists(keys.task(f"{tag}-{i}")) for i in (0, 999, 1999))
+
+    again = [*tasks[:3], {**tasks[3], "payload": {"i": "changed"}}]
+    result = client.create_tasks(again)
+    assert (result["created"], result["existing"], result["conflicts"]) == (0, 3, 1)
+    assert result["results"][3] == {"task_id": f"{tag}-3", "created": False, "conflict": True}
+    assert json.loads(db.hget(keys.task(f"{tag}-3"), "payload") or b"null") == {"i": 3}
+
+
+def test_bulk_create_refuses_more_than_max_bulk_and_a_body_over_the_limit(
+    api: ApiNode, client: Client
+) -> None:
+    with pytest.raises(ApiError) as refused:
+        client.create_tasks([])
+    assert refused.value.status == 422
+    response = _raw_post(api, client, "/v1/tasks/bulk", b"[" + b" " * 1_100_000 + b"]")
+    assert response.status_code == 413
+    assert response.json()["code"] == "too_large"
+    # Refused before reading, so before authentication too: an unsigned flood costs nothing.
+    unsigned = httpx.post(api.url + "/v1/tasks/bulk", content=b"x" * 1_100_000)
+    assert unsigned.status_code == 413
+
+
+def test_list_filters_by_type_and_status_and_pages_with_a_cursor(client: Client) -> None:
+    tag = unique("page")
+    client.create_tasks(
+        [{"type": "idle", "schedule": EVERY_HOUR, "task_id": f"{tag}-{i}"} for i in range(25)]
+    )
+    for i in range(5):
+        client.pause(f"{tag}-{i}")
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        page = client.list_tasks("idle", "paused", cursor, 2)
+        seen += [t["task_id"] for t in page["tasks"]]
+        assert all(t["status"] == "paused" for t in page["tasks"])
+        cursor = page["next_cursor"]
+        pages += 1
+        if cursor is None:
+            break
+    assert sorted(t for t in seen if t.startswith(tag)) == sorted(f"{tag}-{i}" for i in range(5))
+    assert pages >= 3
+    everything = [t["task_id"] for t in client.iter_tasks("idle")]
+    assert {f"{tag}-{i}" for i in range(25)} <= set(everything)
+    assert len(everything) == len(set(everything))
+    bad_queries = [
+        ({"limit": "0"}, "limit"),
+        ({"status": "sleeping"}, "status"),
+        ({"cursor": "nonsense"}, "cursor"),
+        ({"colour": "red"}, "colour"),
+    ]
+    for params, field in bad_queries:
+        with pytest.raises(ApiError) as refused:
+            client.request("GET", "/v1/tasks", params=params)
+        assert refused.value.status == 422
+        assert refused.value.errors[0]["field"] == field
+
+
+# -- change ---------------------------------------------------------------------------
+
+
+def test_update_pause_resume_stop_and_delete(client: Client, db: redis.Redis, keys: Keys) -> None:
+    task_id = unique("life")
+    client.create_task("idle", EVERY_HOUR, {"v": 1}, task_id)
+    assert client.update_task(task_id, payload={"v": 2})["status"] == "active"
+    client.update_task(task_id, schedule={"kind": "interval", "every_s": 7200, "start_ms": LATER})
+    task = client.get_task(task_id)
+    assert task["payload"] == {"v": 2} and task["schedule"]["every_s"] == 7200.0
+    score = db.zscore(keys.schedule(keys.partition_of(task_id)), task_id)
+    assert score == task["next_run_ms"]
+
+    with pytest.raises(ApiError) as refused:
+        client.update_task(task_id, colour="red")
+    assert refused.value.status == 422 and refused.value.errors[0]["field"] == "colour"
+    with pytest.raises(ApiError) as refused:
+        client.update_task(task_id)
+    assert refused.value.status == 422
+
+    assert client.pause(task_id)["status"] == "paused"
+    assert db.zscore(keys.schedule(keys.partition_of(task_id)), task_id) is None
+    assert client.resume(task_id)["status"] == "active"
+    assert client.stop(task_id)["status"] == "stopped"
+    with pytest.raises(ApiError) as refused:
+        client.resume(task_id)
+    assert (refused.value.status, refused.value.code) == (409, "invalid_transition")
+
+    assert client.delete_task(task_id) == {"task_id": task_id, "deleted": True}
+    assert not db.exists(keys.task(task_id))
+    for call in (client.get_task, client.delete_task, client.pause, client.explain):
+        with pytest.raises(ApiError) as refused:
+            call(task_id)
+        assert refused.value.status == 404
+
+
+def test_concurrent_updates_to_one_task_leave_it_consistent(
+    client: Client, api: ApiNode, db: redis.Redis, keys: Keys
+) -> None:
+    task_id = unique("race")
+    client.create_task("idle", EVERY_HOUR, {"writer": -1}, task_id)
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            with Client(api.url, *ADMIN) as mine:
+                for i in range(10):
+                    every = 60 * (n + 1) + i
+                    mine.update_task(
+                        task_id,
+                        payload={"writer": n, "i": i},
+                        schedule={"kind": "interval", "every_s": every, "start_ms": LATER},
+                    )
+                    (mine.pause if i % 2 else mine.resume)(task_id)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    task = client.get_task(task_id)
+    assert task["payload"]["writer"] in range(6)
+    # Whatever order the writes landed in, the index agrees with the hash.
+    score = db.zscore(keys.schedule(keys.partition_of(task_id)), task_id)
+    if task["status"] == "active":
+        assert score == task["next_run_ms"]
+    else:
+        assert task["status"] == "paused" and score is None
+
+
+def test_trigger_runs_the_task_once_now_without_moving_its_schedule(
+    client: Client, record_file: Path
+) -> None:
+    task_id = unique("now")
+    client.create_task("work", EVERY_HOUR,
+                       {"x": 1}, task_id)  # fmt: skip
+    before = client.get_task(task_id)["next_run_ms"]
+    triggered = client.trigger(task_id)
+    assert triggered["schedule_id"].startswith(f"{task_id}:")
+    ran = wait_until(lambda: records(record_file, task_id))
+    assert [r["schedule_id"] for r in ran] == [triggered["schedule_id"]]
+    assert client.get_task(task_id)["next_run_ms"] == before
+
+
+def test_clear_needs_the_type_repeated(client: Client, db: redis.Redis, keys: Keys) -> None:
+    kind = unique("scratch").replace("-", "x")
+    tasks = [{"type": kind, "schedule": EVERY_HOUR, "task_id": f"{kind}-{i}"} for i in range(30)]
+    # "scratch" types are not declared by this node's [api] task_types: declared types only.
+    with pytest.raises(ApiError) as refused:
+        client.create_tasks(tasks)
+    assert "unknown task type" in refused.value.detail
+    client.create_tasks([{**t, "type": "idle"} for t in tasks])
+    with pytest.raises(ApiError) as refused:
+        client.request("POST", "/v1/types/idle/clear", body={"confirm": "idl"})
+    assert refused.value.status == 422 and refused.value.errors[0]["field"] == "confirm"
+    assert db.exists(keys.task(f"{kind}-0"))
+    deleted = client.clear_type("idle")["deleted"]
+    assert deleted >= 30
+    assert not any(db.exists(keys.task(f"{kind}-{i}")) for i in range(30))
+
+
+# -- explain, queues, dead letters ----------------------------------------------------
+
+
+def test_explain_says_why_a_task_is_or_is_not_running(client: Client, record_file: Path) -> None:
+    paused = unique("why")
+    client.create_task("idle", EVERY_HOUR, None, paused)
+    client.pause(paused)
+    facts = client.explain(paused)
+    assert facts["status"] == "paused" and facts["in_schedule_index"] is False
+    assert facts["summary"][0].startswith("paused")
+
+    waiting = unique("why")
+    client.create_task("flaky", {"kind": "once", "at_ms": int(time.time() * 1000)}, None, waiting)
+    facts = wait_until(lambda: (f := client.explain(waiting))["retries"] and f)
+    (retry,) = facts["retries"]
+    assert retry["attempt"] == 1 and "boom on attempt 0" in retry["last_error"]
+    assert any("waits for retry attempt 2" in line for line in facts["summary"])
+    assert facts["last_status"] == "retrying" or facts["last_error"]
+
+    dead = unique("why")
+    client.create_task("doomed", {"kind": "once", "at_ms": int(time.time() * 1000)}, None, dead)
+    facts = wait_until(lambda: (f := client.explain(dead))["dead_letters"]["count"] and f)
+    assert facts["dead_letters"]["newest"]["reason"] == "unrecoverable"
+    assert any("dead letter" in line for line in facts["summary"])
+
+
+def test_queues_show_backlog_consumers_retries_and_dead_letters(client: Client) -> None:
+    task_id = unique("q")
+    client.create_task("doomed", {"kind": "once", "at_ms": int(time.time() * 1000)}, None, task_id)
+    wait_until(lambda: client.explain(task_id)["dead_letters"]["count"])
+    stats = client.queues()
+    by_type = {q["type"]: q for q in stats["queues"]}
+    assert {"work", "doomed", "flaky"} <= set(by_type)
+    doomed = by_type["doomed"]
+    assert doomed["dead_letters"] >= 1
+    assert [c["name"].startswith("api-node") for c in doomed["consumers"]] == [True]
+    one = client.queues("doomed")
+    assert one["type"] == "doomed" and one["dead_letters"] == doomed["dead_letters"]
+
+
+def test_dead_letters_list_show_replay_and_purge(
+    client: Client, db: redis.Redis, keys: Keys, record_file: Path
+) -> None:
+    ids = [unique("dlq") for _ in range(3)]
+    now = int(time.time() * 1000)
+    client.create_tasks([{"type": "doomed", "schedule": {"kind": "once", "at_ms": now},
+                          "task_id": i} for i in ids])  # fmt: skip
+
+    def entries() -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        before = None
+        while True:
+            page = client.dead_letters("doomed", before, 2)
+            for d in page["dead_letters"]:
+                if d["task_id"] in ids:
+                    found.setdefault(d["task_id"], d)
+            before = page["next_cursor"]
+            if before is None:
+                return found
+
+    dead = wait_until(lambda: len(e := entries()) == 3 and e)
+    first = dead[ids[0]]
+    assert "never going to work" in client.dead_letter("doomed", first["entry_id"])["error"]
+
+    replayed = client.replay("doomed", [first["entry_id"], "1-1"])
+    assert (replayed["replayed"], replayed["missing"]) == (1, 1)
+    assert not db.xrange(keys.dlq("doomed"), first["entry_id"], first["entry_id"])
+    # It ran again (and, hopeless as it is, died again: a new dead letter).
+    wait_until(lambda: len(records(record_file, ids[0])) == 2)
+    with pytest.raises(ApiError) as refused:
+        client.dead_letter("doomed", first["entry_id"])
+    assert refused.value.status == 404
+
+    second = dead[ids[1]]
+    assert client.purge("doomed", [second["entry_id"]])["purged"] == 1
+    with pytest.raises(ApiError) as refused:
+        client.request("POST", "/v1/dlq/doomed/purge", body={"all": True})
+    assert refused.value.status == 422
+    assert db.xlen(keys.dlq("doomed")) >= 1
+    client.purge("doomed")
+    assert db.xlen(keys.dlq("doomed")) == 0
+
+
+def test_replay_all_moves_every_dead_letter_back(
+    client: Client, db: redis.Redis, keys: Keys, record_file: Path
+) -> None:
+    ids = [unique("all") for _ in range(4)]
+    now = int(time.time() * 1000)
+    client.create_tasks([{"type": "doomed", "schedule": {"kind": "once", "at_ms": now},
+                          "task_id": i} for i in ids])  # fmt: skip
+    wait_until(lambda: all(client.explain(i)["dead_letters"]["count"] for i in ids))
+    present = db.xlen(keys.dlq("doomed"))
+    result = client.replay("doomed")
+    assert result["replayed"] == present
+    # Each ran a second time (the replay), and failed into the DLQ once more.
+    wait_until(lambda: all(len(records(record_file, i)) == 2 for i in ids))
+    wait_until(lambda: all(client.explain(i)["dead_letters"]["count"] == 1 for i in ids))
+
+
+# -- probes and routing -----------------------------------------------------------------
+
+
+def test_health_readiness_and_openapi_are_open(api: ApiNode) -> None:
+    assert httpx.get(api.url + "/healthz").json() == {"status": "ok"}
+    ready = httpx.get(api.url + "/readyz")
+    assert ready.status_code == 200
+    assert ready.json() == {"ready": True, "redis": True, "actors_down": {}}
+    document = httpx.get(api.url + "/openapi.json").json()
+    assert document["openapi"].startswith("3.1")
+    assert "/v1/tasks/{task_id}/explain" in document["paths"]
+
+
+def test_unknown_routes_and_methods_are_problem_details(api: ApiNode, client: Client) -> None:
+    missing = httpx.get(api.url + "/v2/everything")
+    assert missing.status_code == 404 and missing.json()["code"] == "no_route"
+    wrong = httpx.put(api.url + "/v1/tasks")
+    assert wrong.status_code == 405
+    assert wrong.headers["content-type"] == "application/problem+json"
+
+
+def test_read_only_key_reads_but_cannot_write(api: ApiNode, db: redis.Redis, keys: Keys) -> None:
+    task_id = unique("ro")
+    with Client(api.url, *READER) as reader:
+        assert "queues" in reader.queues()
+        with pytest.raises(ApiError) as refused:
+            reader.create_task("idle", EVERY_HOUR, None, task_id)
+    assert (refused.value.status, refused.value.code) == (403, "read_only")
+    assert not db.exists(keys.task(task_id))
