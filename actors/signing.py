@@ -23,10 +23,12 @@ import hashlib
 import hmac
 import re
 import secrets
+from typing import TYPE_CHECKING
 
 import attrs
 
-from runtime.redis_io import RedisClient
+if TYPE_CHECKING:  # the client side (sign) must not pay for importing redis and trio
+    from runtime.redis_io import RedisClient
 
 KEY_HEADER = "X-Metronome-Key"
 TIMESTAMP_HEADER = "X-Metronome-Timestamp"
