@@ -105,7 +105,7 @@ class Verifier:
     ) -> ApiKey:
         """The request's key, or AuthError saying what was wrong (nothing written then)."""
         key, timestamp, nonce, signature = self._parse(headers)
-        now_ms = await self.client.time_ms()
+        now_ms = await self.client.clock_ms()
         self._check_time(int(timestamp), now_ms)
         expected = hmac.new(
             key.secret, canonical(method, path_with_query, timestamp, nonce, body), "sha256"

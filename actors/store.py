@@ -71,6 +71,7 @@ class TaskStore:
         self.namespace = check_name("namespace", namespace)
         self._default_partitions = default_partitions
         self._keys: Keys | None = None
+        self._known_types: set[str] = set()
 
     # -- namespace ------------------------------------------------------------------------
 
@@ -94,7 +95,9 @@ class TaskStore:
         return self._keys
 
     async def now_ms(self) -> int:
-        return await self.client.time_ms()
+        """Redis's clock (``RedisClient.clock_ms``: at most a second-old reading carried
+        forward), to place new grid times; the scripts decide due-ness with TIME."""
+        return await self.client.clock_ms()
 
     # -- create ---------------------------------------------------------------------------
 
@@ -120,13 +123,19 @@ class TaskStore:
         for index, task_id in enumerate(ids):
             groups[keys.partition_of(task_id)].append(index)
         calls = []
+        placed = _Placement(now)
         for partition, indexes in groups.items():
             args: list[Any] = [keys.task_prefix(partition), keys.type_prefix(partition)]
             for index in indexes:
-                args += _create_args(ids[index], specs[index], now)
+                spec = specs[index]
+                sched_json, next_ms, score = placed.of(spec.schedule)
+                args += [ids[index], spec.type, spec.payload_json(), sched_json, next_ms, score]
             calls.append(([keys.schedule(partition)], args))
         replies = await self.client.scripts(scripts.CREATE_TASKS, calls)
-        await self.client.pipeline([("SADD", keys.types, *{spec.type for spec in specs})])
+        new_types = {spec.type for spec in specs} - self._known_types
+        if new_types:  # types are never removed from the set: remembering them is safe
+            await self.client.execute("SADD", keys.types, *new_types)
+            self._known_types |= new_types
         codes: dict[int, int] = {}
         for indexes, reply in zip(groups.values(), replies, strict=True):
             if isinstance(reply, Exception):
@@ -317,9 +326,25 @@ def _first(schedule: Schedule, now_ms: int) -> tuple[str, str]:
     return str(due), str(due + schedule.jitter_ms())
 
 
-def _create_args(task_id: str, spec: TaskSpec, now_ms: int) -> list[str]:
-    next_ms, score = _first(spec.schedule, now_ms)
-    return [task_id, spec.type, spec.payload_json(), spec.schedule_json(), next_ms, score]
+class _Placement:
+    """Stored schedule JSON and first grid time of each distinct schedule in one bulk create:
+    thousands of tasks usually share a handful of schedules, so each is encoded and placed
+    once (the jitter is still drawn per task)."""
+
+    def __init__(self, now_ms: int) -> None:
+        self.now_ms = now_ms
+        self._seen: dict[Schedule, tuple[str, int | None]] = {}
+
+    def of(self, schedule: Schedule) -> tuple[str, str, str]:
+        """(schedule JSON, next_ms, score) as script arguments; '' when it never fires."""
+        known = self._seen.get(schedule)
+        if known is None:
+            known = (encode_json(schedule.to_dict()), schedule.first_due(self.now_ms))
+            self._seen[schedule] = known
+        sched_json, due = known
+        if due is None:
+            return sched_json, "", ""
+        return sched_json, str(due), str(due + schedule.jitter_ms())
 
 
 @attrs.frozen

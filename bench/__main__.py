@@ -6,6 +6,7 @@ Modes:
   reclaim [K LEASE_S]             time from kill -9 of a node to its messages running elsewhere
   schedule [BACKLOG RATE SECONDS] bulk create, bytes/task, poller enqueue rate and lag
   hop [CALLS]                     one Redis round trip through runtime.redis_io vs redis-py
+  api [--rate R --seconds S ...]  HTTP API: bulk and single creates/s, p99 at a steady rate
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import fire, hop, idle, reclaim, schedule
+from bench import api, fire, hop, idle, reclaim, schedule
 from bench.common import emit, redis_for_bench
 from runtime import logging as node_logging
 
@@ -48,6 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     p_idle = modes.add_parser("idle", help="idle node CPU and bytes per task")
     p_idle.add_argument("n", type=int)
     p_idle.add_argument("seconds", type=float, nargs="?", default=20.0)
+    p_api = modes.add_parser("api", help="HTTP API throughput and latency")
+    p_api.add_argument("--rate", type=int, default=1000, help="steady single creates/s")
+    p_api.add_argument("--seconds", type=float, default=20.0)
+    p_api.add_argument("--bulk-total", type=int, default=100_000)
+    p_api.add_argument("--bulk-size", type=int, default=5000)
+    p_api.add_argument("--workers", type=int, default=32, help="client threads")
+    p_api.add_argument("--log-level", default="info", help="the node's [log] level")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     # Only the one JSON line goes to stdout: the bench's own lifecycle lines (the store logs
     # "created" per task) would drown it.
@@ -65,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
             emit({"mode": "reclaim", **reclaim.run(url, args.k, args.lease_s)})
         elif args.mode == "idle":
             emit({"mode": "idle", **idle.run(url, args.n, args.seconds)})
+        elif args.mode == "api":
+            figures = api.run(
+                url, args.rate, args.seconds, args.bulk_total, args.bulk_size, args.workers,
+                args.log_level,
+            )  # fmt: skip
+            emit({"mode": "api", **figures})
         elif args.mode == "schedule":
             figures = schedule.run(url, args.backlog, args.rate, args.seconds)
             emit({"mode": "schedule", **figures})

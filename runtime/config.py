@@ -12,6 +12,7 @@ import difflib
 import re
 import socket
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -175,6 +176,9 @@ def _format_problem(exc: BaseException, type_: type | None) -> str:
         return ", ".join(parts)
     if isinstance(exc, KeyError):
         return "required key missing"
+    if type_ is not None and typing.get_origin(type_) is Literal:
+        allowed = ", ".join(repr(a) for a in typing.get_args(type_))
+        return f"must be one of {allowed}"
     if isinstance(exc, ValueError | TypeError) and str(exc):
         return str(exc)
     return cattrs.v.format_exception(exc, type_)

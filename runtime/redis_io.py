@@ -75,6 +75,7 @@ class RedisClient:
         self._threads = IOThreads(max_connections)
         self.description = description
         self.is_cluster = isinstance(raw, redis.cluster.RedisCluster)
+        self._clock: tuple[float, int] | None = None  # (local monotonic s, Redis ms) at reading
 
     # -- construction ---------------------------------------------------------------------
 
@@ -219,6 +220,21 @@ class RedisClient:
         """Redis's own clock, the one that decides due-ness for every node."""
         seconds, micros = await self.run_sync(self._raw.time)
         return int(seconds) * 1000 + int(micros) // 1000
+
+    async def clock_ms(self, max_age_s: float = 1.0) -> int:
+        """Redis's clock without a round trip: the last ``TIME`` reading carried forward on
+        the local monotonic clock, read again once older than ``max_age_s``. Off by at most
+        a round trip; for placing things (a new task's first grid time, a signature's skew
+        window), never for deciding due-ness, which the scripts do with ``TIME`` themselves."""
+        now = time.monotonic()
+        if self._clock is None or now - self._clock[0] > max_age_s:
+            before = time.monotonic()
+            redis_ms = await self.time_ms()
+            # The reading is from somewhere within the round trip: take its middle.
+            self._clock = ((before + time.monotonic()) / 2, redis_ms)
+            return redis_ms
+        at, redis_ms = self._clock
+        return redis_ms + int((now - at) * 1000)
 
     @property
     def raw(self) -> Any:

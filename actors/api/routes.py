@@ -28,7 +28,7 @@ from actors.api.openapi import openapi_document
 from actors.api.problems import Problem, from_exception, invalid
 from actors.config import ApiSection
 from actors.explain import explain
-from actors.model import TaskSpec, parse_schedule, parse_spec
+from actors.model import TaskSpec, parse_schedule, parse_spec, parse_specs
 from actors.queues import Queues
 from actors.signing import Verifier
 from actors.store import KEEP, TaskStore
@@ -102,17 +102,12 @@ async def bulk_create(call: Call) -> Response:
     limit = call.services.settings.max_bulk
     if not 1 <= len(items) <= limit:
         raise invalid(f"tasks: give 1-{limit} tasks per request, got {len(items)}")
-    specs, problems = [], []
-    for i, item in enumerate(items):
-        try:
-            spec = parse_spec(item)
-        except ValueError as exc:
-            problems += [f"tasks[{i}].{p}" for p in str(exc).split("; ")]
-            continue
+    specs, problems = parse_specs(items)
+    problems = [f"tasks{p}" for p in problems]
+    for i, spec in enumerate(specs if not problems else []):
         problem = _check_type(call, spec, f"tasks[{i}].")
         if problem:
             problems.append(problem)
-        specs.append(spec)
     if problems:
         raise invalid("; ".join(problems[:100]))
     created = await call.store.create_many(specs, raise_conflicts=False)

@@ -1,0 +1,185 @@
+"""``python -m bench api``: the HTTP API under load, from a second process on loopback.
+
+Starts one node process serving the API (``[api]``, no consumers; tasks are created with
+a first fire in 2100 so the scheduler stays idle), then, from this process, with signed
+requests through ``actors.client`` (what users and the CLI use):
+
+1. bulk: ``--bulk-total`` tasks in requests of ``--bulk-size``, one after another → tasks/s;
+2. single, flat out: ``--workers`` threads creating one task per request for
+   ``--seconds`` / 2 → creates/s;
+3. single, steady: an open-loop load of ``--rate`` creates/s for ``--seconds``; latency is
+   measured from each request's *scheduled* send time, so a stall delays every request
+   behind it and shows in the percentiles (no coordinated omission) → p50/p99/max.
+
+Issue 5's targets: bulk >= 20,000 tasks/s; single >= 1,000/s with p99 <= 50 ms.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from actors.client import ApiError, Client
+from bench.common import cpu_seconds, percentile
+from bench.fire import REPO, stop_nodes
+
+KEY = ("bench", "bench-secret-0123456789")
+SCHEDULE = {"kind": "interval", "every_s": 3600, "start_ms": 4102444800000}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_node(workdir: Path, url: str, port: int, log_level: str) -> subprocess.Popen[bytes]:
+    config = workdir / "api-node.toml"
+    config.write_text(
+        f'namespace = "benchapi"\n[node]\nname = "bench-api"\n[log]\nlevel = "{log_level}"\n'
+        f'[redis]\nurl = "{url}"\n[api]\nbind = "127.0.0.1:{port}"\nmax_bulk = 20000\n'
+        f'[[api.keys]]\nid = "{KEY[0]}"\nsecret = "{KEY[1]}"\n'
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with (workdir / "api-node.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runtime", str(config)],
+            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+        )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"the API node did not become ready; see {workdir / 'api-node.log'}")
+
+
+def run(
+    url: str, rate: int, seconds: float, bulk_total: int, bulk_size: int, workers: int,
+    log_level: str,
+) -> dict[str, Any]:  # fmt: skip
+    workdir = Path(tempfile.mkdtemp(prefix="metronome-bench-api-"))
+    port = _free_port()
+    node = _start_node(workdir, url, port, log_level)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        cpu0 = cpu_seconds(node.pid)
+        bulk = _bulk(base, bulk_total, bulk_size)
+        flat_out = _closed_loop(base, workers, seconds / 2)
+        steady = _open_loop(base, rate, seconds, workers)
+        cpu = cpu_seconds(node.pid) - cpu0
+    finally:
+        stop_nodes([node])
+    return {"bulk": bulk, "single_max": flat_out, "single_steady": steady,
+            "node_cpu_s": round(cpu, 1), "log_level": log_level}  # fmt: skip
+
+
+def _bulk(base: str, total: int, size: int) -> dict[str, Any]:
+    tag = f"bulk{time.monotonic_ns()}"
+    latencies = []
+    with Client(base, *KEY) as api:
+        started = time.perf_counter()
+        for first in range(0, total, size):
+            tasks = [
+                {
+                    "type": "bench",
+                    "schedule": SCHEDULE,
+                    "task_id": f"{tag}-{i}",
+                    "payload": {"i": i},
+                }
+                for i in range(first, min(total, first + size))
+            ]
+            t = time.perf_counter()
+            result = api.create_tasks(tasks)
+            latencies.append(time.perf_counter() - t)
+            assert result["created"] == len(tasks), result
+        elapsed = time.perf_counter() - started
+    return {
+        "tasks": total,
+        "per_request": size,
+        "tasks_per_s": round(total / elapsed),
+        "request_p50_ms": round(percentile(latencies, 50) * 1000, 1),
+        "request_max_ms": round(max(latencies) * 1000, 1),
+    }
+
+
+def _closed_loop(base: str, workers: int, seconds: float) -> dict[str, Any]:
+    counts = [0] * workers
+    errors: list[str] = []
+    deadline = time.perf_counter() + seconds
+
+    def worker(index: int) -> None:
+        with Client(base, *KEY) as api:
+            while time.perf_counter() < deadline:
+                try:
+                    api.create_task("bench", SCHEDULE, {"w": index})
+                    counts[index] += 1
+                except ApiError as exc:
+                    errors.append(str(exc))
+
+    started = time.perf_counter()
+    _run_threads(worker, workers)
+    elapsed = time.perf_counter() - started
+    return {
+        "workers": workers,
+        "creates_per_s": round(sum(counts) / elapsed),
+        "errors": len(errors),
+    }
+
+
+def _open_loop(base: str, rate: int, seconds: float, workers: int) -> dict[str, Any]:
+    total = int(rate * seconds)
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    t0 = time.perf_counter() + 0.5
+
+    def worker(index: int) -> None:
+        mine: list[float] = []
+        with Client(base, *KEY) as api:
+            for j in range(index, total, workers):
+                due = t0 + j / rate
+                pause = due - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+                try:
+                    api.create_task("bench", SCHEDULE, {"j": j})
+                except ApiError as exc:
+                    with lock:
+                        errors.append(str(exc))
+                mine.append(time.perf_counter() - due)
+        with lock:
+            latencies.extend(mine)
+
+    _run_threads(worker, workers)
+    elapsed = time.perf_counter() - t0
+    return {
+        "target_per_s": rate,
+        "achieved_per_s": round(len(latencies) / elapsed),
+        "requests": len(latencies),
+        "errors": len(errors),
+        "p50_ms": round(percentile(latencies, 50) * 1000, 1),
+        "p99_ms": round(percentile(latencies, 99) * 1000, 1),
+        "max_ms": round(max(latencies) * 1000, 1) if latencies else None,
+    }
+
+
+def _run_threads(target: Any, count: int) -> None:
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
