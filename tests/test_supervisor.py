@@ -386,3 +386,28 @@ def test_backoff_is_exponential_and_capped() -> None:
 
 def test_mock_clock_is_in_use(autojump_clock: trio.testing.MockClock) -> None:
     assert autojump_clock.autojump_threshold == 0
+
+
+async def test_health_shows_a_crashed_child_down_until_its_restart(autojump_clock: Any) -> None:
+    journal: Journal = []
+    children = [
+        ChildSpec("a", recorder(journal, "a")),
+        ChildSpec("b", recorder(journal, "b", crash_first)),
+        ChildSpec("t", recorder(journal, "t", lambda n: "exit"), restart=Restart.TEMPORARY),
+    ]
+    tree = supervisor("sup", children, SupervisorSpec(Strategy.ONE_FOR_ONE, backoff_base_s=5.0))
+    ctx = root_ctx()
+    seen: dict[int, tuple[dict[str, str], list[str]]] = {}
+    async with trio.open_nursery() as nursery:
+        await nursery.start(tree.run, ctx)
+        for second in range(8):
+            seen[second] = (ctx.health.down(), ctx.health.up())
+            await trio.sleep(1)
+        ctx.stop_requested.value = True
+    # b crashes at t=1 and is down through its 5 s backoff; t, temporary, ended on purpose
+    # at t=1 and is forgotten, not "down".
+    assert seen[0] == ({}, ["node/a", "node/b", "node/t"])
+    assert seen[2][0] == {"node/b": "crashed"} and "node/b" not in seen[2][1]
+    assert seen[7] == ({}, ["node/a", "node/b"])
+    # A stopping node is not ready: stopped children are down.
+    assert ctx.health.down() == {"node/a": "stopped", "node/b": "stopped"}
