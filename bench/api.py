@@ -9,7 +9,9 @@ requests through ``actors.client`` (what users and the CLI use):
    ``--seconds`` / 2 → creates/s;
 3. single, steady: an open-loop load of ``--rate`` creates/s for ``--seconds``; latency is
    measured from each request's *scheduled* send time, so a stall delays every request
-   behind it and shows in the percentiles (no coordinated omission) → p50/p99/max.
+   behind it and shows in the percentiles (no coordinated omission) → p50/p99/max;
+4. the HTTP floor: ``GET /healthz`` flat out (no signature, no Redis) → requests/s and the
+   node's CPU per request, what the server costs before any work is done.
 
 Issue 5's targets: bulk >= 20,000 tasks/s; single >= 1,000/s with p99 <= 50 ms.
 """
@@ -79,12 +81,17 @@ def run(
         cpu0 = cpu_seconds(node.pid)
         bulk = _bulk(base, bulk_total, bulk_size)
         flat_out = _closed_loop(base, workers, seconds / 2)
+        cpu1 = cpu_seconds(node.pid)
         steady = _open_loop(base, rate, seconds, workers)
+        steady["node_cpu_ms_per_request"] = round(
+            (cpu_seconds(node.pid) - cpu1) / max(1, steady["requests"]) * 1000, 2
+        )
         cpu = cpu_seconds(node.pid) - cpu0
+        floor = _healthz(base, workers, min(5.0, seconds / 2), node.pid)
     finally:
         stop_nodes([node])
     return {"bulk": bulk, "single_max": flat_out, "single_steady": steady,
-            "node_cpu_s": round(cpu, 1), "log_level": log_level}  # fmt: skip
+            "healthz_max": floor, "node_cpu_s": round(cpu, 1), "log_level": log_level}  # fmt: skip
 
 
 def _bulk(base: str, total: int, size: int) -> dict[str, Any]:
@@ -138,6 +145,24 @@ def _closed_loop(base: str, workers: int, seconds: float) -> dict[str, Any]:
         "creates_per_s": round(sum(counts) / elapsed),
         "errors": len(errors),
     }
+
+
+def _healthz(base: str, workers: int, seconds: float, pid: int) -> dict[str, Any]:
+    counts = [0] * workers
+    deadline = time.perf_counter() + seconds
+
+    def worker(index: int) -> None:
+        with httpx.Client() as http:
+            while time.perf_counter() < deadline:
+                http.get(base + "/healthz")
+                counts[index] += 1
+
+    cpu0, started = cpu_seconds(pid), time.perf_counter()
+    _run_threads(worker, workers)
+    elapsed, cpu = time.perf_counter() - started, cpu_seconds(pid) - cpu0
+    total = sum(counts)
+    return {"requests_per_s": round(total / elapsed), "node_cpu_ms_per_request":
+            round(cpu / total * 1000, 2)}  # fmt: skip
 
 
 def _open_loop(base: str, rate: int, seconds: float, workers: int) -> dict[str, Any]:

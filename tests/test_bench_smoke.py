@@ -58,3 +58,13 @@ def test_scheduling_and_hop_modes(mode: str, args: list[str]) -> None:
         assert figures["sustained_fires"] > 0
     else:
         assert figures["layer_us_per_call"] > 0
+
+
+def test_api_mode() -> None:
+    figures = bench("api", "--rate", "20", "--seconds", "2", "--bulk-total", "1000",
+                    "--bulk-size", "500", "--workers", "2")  # fmt: skip
+    assert figures["bulk"]["tasks_per_s"] > 0
+    assert figures["single_max"]["creates_per_s"] > 0
+    assert figures["single_steady"]["requests"] == 40
+    assert figures["single_steady"]["errors"] == 0
+    assert figures["healthz_max"]["requests_per_s"] > 0
