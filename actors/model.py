@@ -93,7 +93,6 @@ def parse_spec(data: Any) -> TaskSpec:
 
 
 _SPEC_KEYS = frozenset({"type", "schedule", "payload", "task_id"})
-_SCALARS = (str, int, float, bool, type(None))
 _FIELD = re.compile(r"[A-Za-z_][\w.\[\]]*: ")
 
 
@@ -106,7 +105,7 @@ def parse_specs(items: list[Any]) -> tuple[list[TaskSpec], list[str]]:
     """
     specs: list[TaskSpec] = []
     problems: list[str] = []
-    schedules: dict[tuple[tuple[str, str, Any], ...], Schedule] = {}
+    schedules: dict[tuple[Any, ...], Schedule] = {}
     for i, item in enumerate(items):
         try:
             specs.append(_fast_spec(item, schedules) or parse_spec(item))
@@ -116,9 +115,7 @@ def parse_specs(items: list[Any]) -> tuple[list[TaskSpec], list[str]]:
     return specs, problems
 
 
-def _fast_spec(
-    item: Any, schedules: dict[tuple[tuple[str, str, Any], ...], Schedule]
-) -> TaskSpec | None:
+def _fast_spec(item: Any, schedules: dict[tuple[Any, ...], Schedule]) -> TaskSpec | None:
     if not isinstance(item, dict) or not item.keys() <= _SPEC_KEYS:
         return None
     task_type, schedule, task_id = item.get("type"), item.get("schedule"), item.get("task_id")
@@ -126,11 +123,14 @@ def _fast_spec(
         return None
     if task_id is not None and not isinstance(task_id, str):
         return None
-    if not all(isinstance(v, _SCALARS) for v in schedule.values()):
+    # The value's type is part of the key (1 == 1.0 == True, but only some are valid). Key
+    # order is not normalised: a client sends its schedules alike, and a different order
+    # only costs a cache entry. A nested value is unhashable: the general path takes it.
+    try:
+        key = tuple((k, type(v), v) for k, v in schedule.items())
+        built = schedules.get(key)
+    except TypeError:
         return None
-    # The type is part of the key: 1 == 1.0 == True, but only some of them are valid.
-    key = tuple(sorted((k, type(v).__name__, v) for k, v in schedule.items()))
-    built = schedules.get(key)
     if built is None:
         built = parse_schedule(schedule)
         schedules[key] = built

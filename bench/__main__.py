@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     p_api.add_argument("--seconds", type=float, default=20.0)
     p_api.add_argument("--bulk-total", type=int, default=100_000)
     p_api.add_argument("--bulk-size", type=int, default=5000)
-    p_api.add_argument("--workers", type=int, default=32, help="client threads")
+    p_api.add_argument("--bulk-senders", type=int, default=2, help="concurrent bulk senders")
+    p_api.add_argument("--workers", type=int, default=8, help="client threads")
     p_api.add_argument("--log-level", default="info", help="the node's [log] level")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     # Only the one JSON line goes to stdout: the bench's own lifecycle lines (the store logs
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.mode == "api":
             figures = api.run(
                 url, args.rate, args.seconds, args.bulk_total, args.bulk_size, args.workers,
-                args.log_level,
+                args.log_level, args.bulk_senders,
             )  # fmt: skip
             emit({"mode": "api", **figures})
         elif args.mode == "schedule":

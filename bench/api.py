@@ -4,7 +4,8 @@ Starts one node process serving the API (``[api]``, no consumers; tasks are crea
 a first fire in 2100 so the scheduler stays idle), then, from this process, with signed
 requests through ``actors.client`` (what users and the CLI use):
 
-1. bulk: ``--bulk-total`` tasks in requests of ``--bulk-size``, one after another → tasks/s;
+1. bulk: ``--bulk-total`` tasks in requests of ``--bulk-size`` from ``--bulk-senders``
+   threads (each sends its next request when its last is answered) → tasks/s;
 2. single, flat out: ``--workers`` threads creating one task per request for
    ``--seconds`` / 2 → creates/s;
 3. single, steady: an open-loop load of ``--rate`` creates/s for ``--seconds``; latency is
@@ -71,7 +72,7 @@ def _start_node(workdir: Path, url: str, port: int, log_level: str) -> subproces
 
 def run(
     url: str, rate: int, seconds: float, bulk_total: int, bulk_size: int, workers: int,
-    log_level: str,
+    log_level: str, bulk_senders: int = 2,
 ) -> dict[str, Any]:  # fmt: skip
     workdir = Path(tempfile.mkdtemp(prefix="metronome-bench-api-"))
     port = _free_port()
@@ -79,7 +80,7 @@ def run(
     base = f"http://127.0.0.1:{port}"
     try:
         cpu0 = cpu_seconds(node.pid)
-        bulk = _bulk(base, bulk_total, bulk_size)
+        bulk = _bulk(base, bulk_total, bulk_size, bulk_senders)
         flat_out = _closed_loop(base, workers, seconds / 2)
         cpu1 = cpu_seconds(node.pid)
         steady = _open_loop(base, rate, seconds, workers)
@@ -94,29 +95,31 @@ def run(
             "healthz_max": floor, "node_cpu_s": round(cpu, 1), "log_level": log_level}  # fmt: skip
 
 
-def _bulk(base: str, total: int, size: int) -> dict[str, Any]:
+def _bulk(base: str, total: int, size: int, senders: int) -> dict[str, Any]:
     tag = f"bulk{time.monotonic_ns()}"
-    latencies = []
-    with Client(base, *KEY) as api:
-        started = time.perf_counter()
-        for first in range(0, total, size):
-            tasks = [
-                {
-                    "type": "bench",
-                    "schedule": SCHEDULE,
-                    "task_id": f"{tag}-{i}",
-                    "payload": {"i": i},
-                }
-                for i in range(first, min(total, first + size))
-            ]
-            t = time.perf_counter()
-            result = api.create_tasks(tasks)
-            latencies.append(time.perf_counter() - t)
-            assert result["created"] == len(tasks), result
-        elapsed = time.perf_counter() - started
+    latencies: list[float] = []
+    starts = list(range(0, total, size))
+
+    def sender(index: int) -> None:
+        with Client(base, *KEY) as api:
+            for first in starts[index::senders]:
+                tasks = [
+                    {"type": "bench", "schedule": SCHEDULE, "task_id": f"{tag}-{i}",
+                     "payload": {"i": i}}
+                    for i in range(first, min(total, first + size))
+                ]  # fmt: skip
+                t = time.perf_counter()
+                result = api.create_tasks(tasks)
+                latencies.append(time.perf_counter() - t)
+                assert result["created"] == len(tasks), result
+
+    started = time.perf_counter()
+    _run_threads(sender, senders)
+    elapsed = time.perf_counter() - started
     return {
         "tasks": total,
         "per_request": size,
+        "senders": senders,
         "tasks_per_s": round(total / elapsed),
         "request_p50_ms": round(percentile(latencies, 50) * 1000, 1),
         "request_max_ms": round(max(latencies) * 1000, 1),
