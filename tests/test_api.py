@@ -25,12 +25,15 @@ handler = "tests.handlers.jobs:noop"
 [consumers.doomed]
 handler = "tests.handlers.jobs:hopeless"
 max_attempts = 1
+[consumers.slow]
+handler = "tests.handlers.jobs:sleepy"
+concurrency = 1
 [consumers.flaky]
 handler = "tests.handlers.jobs:failing"
 max_attempts = 3
 backoff_base_s = 60
 """
-TYPES = 'task_types = ["work", "doomed", "flaky", "idle"]\nmax_body_bytes = 1048576'
+TYPES = 'task_types = ["work", "doomed", "flaky", "idle", "slow"]\nmax_body_bytes = 1048576'
 #: First fire in 2100: tasks that must not fire while a test looks at them.
 LATER = 4102444800000
 EVERY_HOUR = {"kind": "interval", "every_s": 3600, "start_ms": LATER}
@@ -371,6 +374,31 @@ def test_explain_says_why_a_task_is_or_is_not_running(client: Client, record_fil
     facts = wait_until(lambda: (f := client.explain(dead))["dead_letters"]["count"] and f)
     assert facts["dead_letters"]["newest"]["reason"] == "unrecoverable"
     assert any("dead letter" in line for line in facts["summary"])
+
+
+def test_explain_and_queues_show_a_running_fire_and_the_one_queued_behind_it(
+    client: Client,
+) -> None:
+    now = int(time.time() * 1000)
+    running, waiting = unique("busy"), unique("busy")
+    # One handler slot: the first fire runs for 3 s, the second waits in the stream.
+    client.create_task("slow", {"kind": "once", "at_ms": now}, {"sleep_s": 3}, running)
+    wait_until(lambda: client.explain(running)["stream"])
+    client.create_task("slow", {"kind": "once", "at_ms": now}, {"sleep_s": 0}, waiting)
+    facts = wait_until(lambda: (f := client.explain(running))["stream"][0]["delivered"] and f)
+    (msg,) = facts["stream"]
+    assert msg["consumer"].startswith("api-node") and msg["deliveries"] == 1
+    assert any("is running on consumer" in line for line in facts["summary"])
+    queued = wait_until(lambda: (f := client.explain(waiting))["stream"] and f)
+    assert queued["stream"][0]["delivered"] is False
+    assert any("is queued, waiting" in line for line in queued["summary"])
+    stats = client.queues("slow")
+    assert stats["pending"] == 1 and stats["length"] == 2 and stats["undelivered"] == 1
+    assert stats["oldest_pending_age_ms"] >= 0
+    assert stats["consumers"][0]["pending"] == 1
+    # Both drain: the stream empties and explain says when each ran.
+    wait_until(lambda: not client.explain(waiting)["stream"], timeout_s=20)
+    assert client.explain(running)["summary"][-1].startswith("last run at")
 
 
 def test_queues_show_backlog_consumers_retries_and_dead_letters(client: Client) -> None:
