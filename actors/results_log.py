@@ -9,14 +9,12 @@ since at-least-once can write a line twice.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-# One encoder for every line (json.dumps would build a new one per call).
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+from runtime.logging import encode_object
 
 
 @attrs.frozen
@@ -30,7 +28,7 @@ class ResultsLog:
         """Append records, one JSON line each, in one write; flushed before returning."""
         if not records:
             return
-        text = "\n".join(_encode(r) for r in records) + "\n"
+        text = "\n".join(encode_object(r) for r in records) + "\n"
         with self.path.open("a", encoding="utf-8") as out:
             out.write(text)
             out.flush()

@@ -117,6 +117,11 @@ def _encode_fields(fields: dict[str, Any]) -> str:
     return "".join(out)
 
 
+def encode_object(fields: dict[str, Any]) -> str:
+    """One JSON object, encoded the fast way lifecycle lines are (see ``_encode_fields``)."""
+    return "{" + _encode_fields(fields)[1:] + "}" if fields else "{}"
+
+
 def emit_events(actor: str, events: Iterable[tuple[str, dict[str, Any]]]) -> None:
     """Write info-level lifecycle lines, one per ``(event, fields)``, in one write.
 
