@@ -8,8 +8,10 @@ client on the same server.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -75,3 +77,14 @@ def api_node(config: Path, namespace: str) -> Iterator[ApiNode]:
             node.wait(15)
         finally:
             node.kill()
+
+
+def wait_until(predicate: Any, timeout_s: float = 15.0) -> Any:
+    """Poll ``predicate`` until it returns something true; return that, or fail."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"condition not met within {timeout_s}s")

@@ -29,6 +29,17 @@ def namespace() -> str:
     return f"t{uuid.uuid4().hex[:10]}"
 
 
+@pytest.fixture(scope="module")
+def db(redis_url: str) -> Iterator[Any]:
+    """A plain (blocking) redis-py client on the suite's server, for tests that check what
+    is in Redis from outside a trio run (tests of node processes and their API)."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
 @pytest.fixture
 async def redis_client(redis_url: str) -> AsyncIterator[RedisClient]:
     client = RedisClient.from_settings(redis_url, RedisSection(url=redis_url))

@@ -17,7 +17,7 @@ import redis
 
 from actors.client import ApiError, Client
 from actors.keys import Keys
-from tests.api_node import ADMIN, READER, ApiNode, api_node, write_api_config
+from tests.api_node import ADMIN, READER, ApiNode, api_node, wait_until, write_api_config
 
 CONSUMERS = """
 [consumers.work]
@@ -72,13 +72,6 @@ def client(api: ApiNode) -> Iterator[Client]:
         yield c
 
 
-@pytest.fixture(scope="module")
-def db(redis_url: str) -> Iterator[redis.Redis]:
-    r = redis.Redis.from_url(redis_url)
-    yield r
-    r.close()
-
-
 @pytest.fixture
 def keys(api: ApiNode) -> Keys:
     return Keys(api.namespace, 16)
@@ -86,16 +79,6 @@ def keys(api: ApiNode) -> Keys:
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{time.monotonic_ns()}"
-
-
-def wait_until(predicate: Any, timeout_s: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def records(path: Path, task_id: str) -> list[dict[str, Any]]:

@@ -33,13 +33,6 @@ def api(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ap
             yield node
 
 
-@pytest.fixture(scope="module")
-def db(redis_url: str) -> Iterator[redis.Redis]:
-    r = redis.Redis.from_url(redis_url)
-    yield r
-    r.close()
-
-
 def now_ms() -> int:
     return int(time.time() * 1000)
 

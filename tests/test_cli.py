@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.api_node import ADMIN, READER, ApiNode, api_node, write_api_config
+from tests.api_node import ADMIN, READER, ApiNode, api_node, wait_until, write_api_config
 from tests.node_process import REPO
 
 METRONOME = Path(sys.executable).parent / "metronome"
@@ -64,16 +64,6 @@ def ok_json(api: ApiNode, *args: str) -> Any:
     done = run(api, "--json", *args)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
-
-
-def wait_until(predicate: Any, timeout_s: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 def test_the_console_script_is_installed() -> None:
