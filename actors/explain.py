@@ -214,15 +214,18 @@ def _summary(task: Task, facts: dict[str, Any], now: int) -> list[str]:
         )
     elif facts["claimed_by_poller"]:
         lines.append("claimed by a poller right now: its due fire is being enqueued")
-    elif task.next_run_ms < now - OVERDUE_MS:
+    elif facts["index_score_ms"] < now - OVERDUE_MS:
+        # The index score is when the fire is really due (grid time plus its jitter).
         lines.append(
-            f"overdue by {(now - task.next_run_ms) / 1000:.1f}s: no poller seems to serve "
-            f"partition {facts['partition']} (check [scheduler] pollers on your nodes)"
+            f"overdue by {(now - facts['index_score_ms']) / 1000:.1f}s: no poller seems to "
+            f"serve partition {facts['partition']} (check [scheduler] pollers on your nodes)"
         )
     else:
+        due = facts["index_score_ms"]
+        jitter = f" (jittered to {iso(due)})" if due != task.next_run_ms else ""
         lines.append(
-            f"active: next fire at {facts['next_run']} "
-            f"(in {max(0, task.next_run_ms - now) / 1000:.1f}s), {facts['schedule_text']}"
+            f"active: next fire at {facts['next_run']}{jitter} "
+            f"(in {max(0, due - now) / 1000:.1f}s), {facts['schedule_text']}"
         )
     for retry in facts["retries"]:
         lines.append(

@@ -1,0 +1,62 @@
+"""``explain`` in process, against a real Redis with no poller running: each state of a task
+comes out as the right first sentence, from what is really in Redis."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.errors import TaskNotFound
+from actors.explain import explain
+from actors.model import TaskSpec
+from actors.schedules import Schedule
+from actors.store import TaskStore
+from runtime.redis_io import RedisClient
+
+
+@pytest.fixture
+async def store(redis_client: RedisClient, namespace: str) -> TaskStore:
+    return TaskStore(redis_client, namespace)
+
+
+async def test_a_task_past_due_with_no_poller_is_overdue(store: TaskStore) -> None:
+    now = await store.now_ms()
+    await store.create(TaskSpec("t", Schedule("once", at_ms=now - 60_000), task_id="late"))
+    facts = await explain(store, "late")
+    assert facts["in_schedule_index"] and facts["index_score_ms"] == now - 60_000
+    assert facts["summary"][0].startswith("overdue by 6")
+    assert "partition" in facts["summary"][0]
+    assert facts["summary"][-1] == "has not run yet"
+
+
+async def test_jitter_moves_the_real_due_time_and_is_not_overdue(store: TaskStore) -> None:
+    now = await store.now_ms()
+    schedule = Schedule("interval", every_s=3600, start_ms=now + 600_000, jitter_s=30)
+    await store.create(TaskSpec("t", schedule, task_id="jittery"))
+    facts = await explain(store, "jittery")
+    assert facts["next_run_ms"] == now + 600_000
+    assert now + 600_000 <= facts["index_score_ms"] <= now + 630_000
+    first = facts["summary"][0]
+    assert first.startswith("active: next fire at") and "every 3600s" in first
+    assert "jitter up to 30s" in facts["schedule_text"]
+
+
+async def test_paused_finished_and_unindexed_tasks(store: TaskStore) -> None:
+    now = await store.now_ms()
+    later = Schedule("interval", every_s=60, start_ms=now + 600_000)
+    await store.create(TaskSpec("t", later, task_id="p"))
+    await store.pause("p")
+    assert (await explain(store, "p"))["summary"][0].startswith("paused")
+
+    await store.create(TaskSpec("t", Schedule("once", at_ms=now - 1, end_ms=now - 2),
+                                task_id="done"))  # fmt: skip
+    assert (await explain(store, "done"))["summary"][0].startswith("finished")
+
+    await store.create(TaskSpec("t", later, task_id="lost"))
+    keys = await store.keys()
+    await store.client.execute("ZREM", keys.schedule(keys.partition_of("lost")), "lost")
+    facts = await explain(store, "lost")
+    assert facts["in_schedule_index"] is False
+    assert facts["summary"][0].startswith("active but missing from the schedule index")
+
+    with pytest.raises(TaskNotFound):
+        await explain(store, "nobody")
