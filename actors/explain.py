@@ -33,7 +33,10 @@ OVERDUE_MS = 5_000
 def iso(ms: int | None) -> str | None:
     if ms is None:
         return None
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+    except (ValueError, OverflowError, OSError):  # beyond what a date can say
+        return str(ms)
 
 
 def describe_schedule(schedule: Schedule) -> str:

@@ -36,7 +36,10 @@ def new_task_id() -> str:
 
 
 def encode_json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    # allow_nan=False: NaN and Infinity are not JSON; stored, they would break every reader.
+    return json.dumps(
+        value, separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False
+    )
 
 
 def encode_payload(payload: Any) -> str:

@@ -36,6 +36,10 @@ Misfire = Literal["coalesce", "skip", "fire_all"]
 _MAX_CRON_SCAN = 1000
 
 
+#: The last millisecond of year 9999: later times cannot be dates (or cron grid points).
+MAX_MS = 253_402_300_799_999
+
+
 def _check(schedule: Schedule) -> None:
     kind = schedule.kind
     if kind == "interval":
@@ -63,6 +67,15 @@ def _check(schedule: Schedule) -> None:
         zoneinfo.ZoneInfo(schedule.tz)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
         raise ValueError(f"schedule.tz: unknown time zone {schedule.tz!r}") from exc
+    for name, ms in (
+        ("at_ms", schedule.at_ms),
+        ("start_ms", schedule.start_ms),
+        ("end_ms", schedule.end_ms),
+    ):
+        if ms is not None and not 0 <= ms <= MAX_MS:
+            raise ValueError(
+                f"schedule.{name}: must be Unix milliseconds within 0..{MAX_MS} (year 9999)"
+            )
     if (
         schedule.start_ms is not None
         and schedule.end_ms is not None
@@ -109,6 +122,7 @@ class Schedule:
 
     def first_due(self, now_ms: int) -> int | None:
         """The first grid time for a task created at ``now_ms``; None if it never fires."""
+        due: int | None
         if self.kind == "interval":
             due = self.start_ms if self.start_ms is not None else now_ms
         elif self.kind == "cron":
@@ -145,16 +159,22 @@ class Schedule:
         return max(1, round(self.every_s * 1000))
 
     def _bounded(self, due_ms: int | None) -> int | None:
-        if due_ms is None or (self.end_ms is not None and due_ms > self.end_ms):
+        if due_ms is None or due_ms > MAX_MS:
+            return None
+        if self.end_ms is not None and due_ms > self.end_ms:
             return None
         return due_ms
 
-    def _cron_after(self, after_ms: int) -> int:
+    def _cron_after(self, after_ms: int) -> int | None:
+        """The cron time strictly after ``after_ms``; None past year 9999."""
         assert self.cron is not None
         zone = zoneinfo.ZoneInfo(self.tz)
-        start = dt.datetime.fromtimestamp(after_ms / 1000, tz=zone)
-        # cronsim works in whole minutes and returns times strictly after ``start``.
-        return int(next(cronsim.CronSim(self.cron, start)).timestamp() * 1000)
+        try:
+            start = dt.datetime.fromtimestamp(after_ms / 1000, tz=zone)
+            # cronsim works in whole minutes and returns times strictly after ``start``.
+            return int(next(cronsim.CronSim(self.cron, start)).timestamp() * 1000)
+        except (OverflowError, ValueError, StopIteration):
+            return None
 
 
 @attrs.frozen

@@ -132,7 +132,8 @@ def test_create_refuses_bad_input_naming_the_field_and_writes_nothing(
         assert refused.value.code == "invalid"
         assert any(e["field"].startswith(field) for e in refused.value.errors), refused.value.errors
     assert "colour" in str(_problem(client, {"type": "idle", "schedule": EVERY_HOUR, "colour": 1}))
-    for raw, status in [(b"{not json", 400), (b"[1, 2]", 422), (b"", 400)]:
+    nan = b'{"type": "idle", "schedule": {"kind": "interval", "every_s": 60}, "payload": NaN}'
+    for raw, status in [(b"{not json", 400), (b"[1, 2]", 422), (b"", 400), (nan, 400)]:
         response = _raw_post(api, client, "/v1/tasks", raw)
         assert response.status_code == status
         assert response.headers["content-type"] == "application/problem+json"

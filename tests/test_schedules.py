@@ -249,3 +249,25 @@ def test_bounds_and_max_runs_are_honoured(start: int, span: int, every: int, run
     assert len(fired) <= runs
     assert all(start <= f <= start + span for f in fired)
     assert fired == sorted(set(fired))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"kind": "once", "at_ms": -1},
+        {"kind": "once", "at_ms": 10**18},
+        {"kind": "cron", "cron": "* * * * *", "start_ms": 10**18},
+        {"kind": "interval", "every_s": 60, "end_ms": 253_402_300_800_000},
+    ],
+)
+def test_times_beyond_what_a_date_can_say_are_refused(data: dict[str, object]) -> None:
+    with pytest.raises(InvalidTask, match="year 9999"):
+        parse_schedule(data)
+
+
+def test_a_grid_that_runs_past_year_9999_ends_there() -> None:
+    last_ms = 253_402_300_799_999
+    cron = Schedule("cron", cron="* * * * *", start_ms=last_ms)
+    assert cron.first_due(0) is None
+    interval = Schedule("interval", every_s=1e12)
+    assert interval.next_after(1_000) is None

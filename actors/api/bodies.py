@@ -59,13 +59,17 @@ class EntriesBody:
             raise ValueError(f"entry_ids: give 1-{MAX_PAGE} ids per request")
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def json_body(body: bytes, *, required: bool = True) -> Any:
     if not body:
         if required:
             raise Problem(400, "bad_json", "the request needs a JSON body")
         return None
     try:
-        return json.loads(body)
+        return json.loads(body, parse_constant=_not_json)
     except (ValueError, UnicodeDecodeError) as exc:
         raise Problem(400, "bad_json", f"the body is not valid JSON: {exc}") from None
 
