@@ -1,0 +1,53 @@
+"""The API when Redis goes away under it: clear 503s, never a 500 or a hang, and readiness
+that says so."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from actors.client import ApiError, Client
+from runtime.embedded_redis import find_server_binary
+from runtime.local_redis import RedisProcess
+from tests.api_node import ADMIN, READER, api_node, wait_until, write_api_config
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisProcess]:
+    server = RedisProcess(find_server_binary()).start()
+    yield server
+    server.remove()
+
+
+def test_requests_get_503_while_redis_is_down_and_readyz_tells(
+    own_server: RedisProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TEST_READER_SECRET", READER[1])
+    config = write_api_config(tmp_path / "node.toml", own_server.url, "outage")
+    with api_node(config, "outage") as api, Client(api.url, *ADMIN, timeout_s=10) as client:
+        client.create_task("idle", {"kind": "interval", "every_s": 3600}, None, "before")
+        own_server.kill()
+        started = time.monotonic()
+        with pytest.raises(ApiError) as refused:
+            client.get_task("before")
+        assert (refused.value.status, refused.value.code) == (503, "redis_unavailable")
+        assert time.monotonic() - started < 5  # refused at once, not after a hang
+        ready = httpx.get(api.url + "/readyz", timeout=10)
+        assert ready.status_code == 503 and ready.json()["redis"] is False
+        # Whatever the supervisors did meanwhile, nothing answered 500.
+        assert not api.node.events("api_error")
+        own_server.start(port=own_server.port)
+        # Back: the node either recovers and serves again, or has given up meanwhile (exit
+        # 1, for its service manager to restart it).
+        wait_until(lambda: serving_again(api.url) or api.node.proc.poll() is not None, 20)
+
+
+def serving_again(url: str) -> bool:
+    try:
+        return httpx.get(url + "/readyz").status_code == 200
+    except httpx.TransportError:
+        return False
