@@ -7,6 +7,7 @@ Modes:
   schedule [BACKLOG RATE SECONDS] bulk create, bytes/task, poller enqueue rate and lag
   hop [CALLS]                     one Redis round trip through runtime.redis_io vs redis-py
   api [--rate R --seconds S ...]  HTTP API: bulk and single creates/s, p99 at a steady rate
+  layout [N]                      Redis bytes per task: the current layout and leaner variants
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import api, fire, hop, idle, reclaim, schedule
+from bench import api, fire, hop, idle, layout, reclaim, schedule
 from bench.common import emit, redis_for_bench
 from runtime import logging as node_logging
 
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     p_api.add_argument("--bulk-senders", type=int, default=2, help="concurrent bulk senders")
     p_api.add_argument("--workers", type=int, default=8, help="client threads")
     p_api.add_argument("--log-level", default="info", help="the node's [log] level")
+    p_layout = modes.add_parser("layout", help="bytes per task of layout variants")
+    p_layout.add_argument("n", type=int, nargs="?", default=100_000)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     # Only the one JSON line goes to stdout: the bench's own lifecycle lines (the store logs
     # "created" per task) would drown it.
@@ -74,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             emit({"mode": "reclaim", **reclaim.run(url, args.k, args.lease_s)})
         elif args.mode == "idle":
             emit({"mode": "idle", **idle.run(url, args.n, args.seconds)})
+        elif args.mode == "layout":
+            emit({"mode": "layout", "n": args.n, **layout.run(url, args.n)})
         elif args.mode == "api":
             figures = api.run(
                 url, args.rate, args.seconds, args.bulk_total, args.bulk_size, args.workers,

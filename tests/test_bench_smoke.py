@@ -68,3 +68,8 @@ def test_api_mode() -> None:
     assert figures["single_steady"]["requests"] == 40
     assert figures["single_steady"]["errors"] == 0
     assert figures["healthz_max"]["requests_per_s"] > 0
+
+
+def test_layout_mode() -> None:
+    figures = bench("layout", "300")
+    assert figures["current"] > figures["hash_only"] > 0

@@ -1,0 +1,77 @@
+"""``python -m bench layout [N]``: Redis bytes per task for the current key layout and for
+leaner variants, written with plain commands (no Metronome code), to show what a layout
+change could save before anyone builds it.
+
+Variants, each N tasks with server-style 20-hex ids, 16 partitions, an interval schedule
+and a small payload: the current layout (task hash + schedule ZSet entry + per-type set
+entry); without the per-type set; the hash alone; short field names without ``status``;
+plus schedules interned (the hash holds a 4-character reference); and that without the
+per-type set.
+"""
+
+from __future__ import annotations
+
+import secrets
+import zlib
+from collections.abc import Callable
+
+import redis
+
+PAYLOAD = '{"to":"a@example.com"}'
+SCHED = '{"every_s":60.0,"kind":"interval"}'
+T0 = 1_796_025_522_080
+
+
+def _full(i: int) -> dict[str, str | int]:
+    return {"type": "email", "payload": PAYLOAD, "sched": SCHED, "status": "active",
+            "created_ms": T0, "next_ms": T0 + i}  # fmt: skip
+
+
+def _short(i: int) -> dict[str, str | int]:
+    return {"t": "email", "p": PAYLOAD, "s": SCHED, "c": T0, "n": T0 + i}
+
+
+def _interned(i: int) -> dict[str, str | int]:
+    return {"t": "email", "p": PAYLOAD, "s": "3f2a", "c": T0, "n": T0 + i}
+
+
+VARIANTS: list[tuple[str, Callable[[int], dict[str, str | int]], bool, bool]] = [
+    ("current", _full, True, True),
+    ("no_type_set", _full, True, False),
+    ("hash_only", _full, False, False),
+    ("short_fields_no_status", _short, True, True),
+    ("short_fields_interned_schedule", _interned, True, True),
+    ("short_interned_no_type_set", _interned, True, False),
+]
+
+
+def run(url: str, n: int) -> dict[str, int]:
+    client = redis.Redis.from_url(url)
+    try:
+        return {name: _bytes_per_task(client, n, fields, zset, typeset)
+                for name, fields, zset, typeset in VARIANTS}  # fmt: skip
+    finally:
+        client.close()
+
+
+def _bytes_per_task(
+    client: redis.Redis, n: int, fields: Callable[[int], dict[str, str | int]], zset: bool,
+    typeset: bool,
+) -> int:  # fmt: skip
+    client.flushall()
+    base = int(client.info("memory")["used_memory"])
+    pipe = client.pipeline(transaction=False)
+    for i in range(n):
+        task_id = secrets.token_hex(10)
+        tag = f"{{metronome:{zlib.crc32(task_id.encode()) % 16}}}"
+        pipe.hset(f"{tag}:task:{task_id}", mapping=fields(i))  # type: ignore[arg-type]
+        if zset:
+            pipe.zadd(f"{tag}:schedule", {task_id: T0 + i})
+        if typeset:
+            pipe.sadd(f"{tag}:type:email", task_id)
+        if i % 5000 == 4999:
+            pipe.execute()
+    pipe.execute()
+    used = int(client.info("memory")["used_memory"]) - base
+    client.flushall()
+    return round(used / n)
