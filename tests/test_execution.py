@@ -61,7 +61,11 @@ async def test_lifecycle_of_one_task_reads_in_order(
         e["event"] for e in lines
         if e.get("task_id") == "b1" and (e["event"] == "created" or e.get("schedule_id") == first)
     ]  # fmt: skip
-    assert story == ["created", "scheduled", "queued", "running", "finished"]
+    # The poller logs "queued" when its append returns, the consumer "running" when its read
+    # does: in one process the two lines of a fire may land in either order, within a
+    # millisecond (README, Logs). Every other step is causally ordered.
+    assert story[:2] == ["created", "scheduled"] and story[-1] == "finished"
+    assert sorted(story[2:4]) == ["queued", "running"] and len(story) == 5
     results = [r for r in _jsonl(tmp_path / "results-n1.jsonl") if r["task_id"] == "t1"]
     assert results[0]["result"] == "sync-ok"
     task = await store.get("b1")
