@@ -11,8 +11,10 @@ import attrs
 import pytest
 
 from actors.config import ConsumerSection
+from actors.explain import explain
 from actors.model import TaskSpec
 from actors.poller import Poller, PollerSettings
+from actors.queues import Queues
 from actors.schedules import Schedule
 from actors.store import TaskStore
 from runtime.config import RedisSection
@@ -98,3 +100,29 @@ async def test_execution_on_a_cluster_runs_retries_and_dead_letters(
         await wait_until(done, timeout_s=20)
     assert [r["attempt"] for r in records(record) if r["task_id"] == "b"] == [0, 1]
     assert await store.client.execute("XLEN", keys.queue("ok")) == 0
+
+
+async def test_inspection_and_dead_letter_operations_on_a_cluster(store: TaskStore) -> None:
+    """What the API's explain, queues and DLQ endpoints run, on a real cluster (pipelines
+    there cannot be transactions and split by shard)."""
+    keys = await store.keys()
+    await store.create(TaskSpec("w", Schedule("interval", every_s=3600), task_id="x"))
+    schedule_id = await store.trigger("x")
+    # A dead letter as a consumer would write it (dead_letter.lua is tested elsewhere).
+    dead_id = await store.client.execute(
+        "XADD", keys.dlq("w"), "*", "task_id", "x", "schedule_id", schedule_id, "type", "w",
+        "payload", "null", "attempt", "2", "due_ms", "1", "reason", "failed", "error", "boom",
+    )  # fmt: skip
+    queues = Queues(store)
+    (stats,) = (await queues.stats(["w"]))["queues"]
+    assert (stats["length"], stats["dead_letters"]) == (1, 1)
+    facts = await explain(store, "x")
+    assert [m["schedule_id"] for m in facts["stream"]] == [schedule_id]
+    assert facts["dead_letters"]["count"] == 1
+    page, cursor = await queues.dead_letters("w")
+    assert [d.entry_id for d in page] == [dead_id.decode()] and cursor is None
+    assert (await queues.replay("w", [dead_id.decode()]))[dead_id.decode()] not in (
+        "missing", "malformed",
+    )  # fmt: skip
+    assert await store.client.execute("XLEN", keys.queue("w")) == 2
+    assert await queues.purge("w") == 0
