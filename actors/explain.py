@@ -126,23 +126,30 @@ async def _retries(store: TaskStore, partition: int, task_id: str) -> list[dict[
     return out
 
 
+async def _entries_of(
+    store: TaskStore, key: str, task_id: str, *, newest_first: bool = False
+) -> tuple[list[tuple[str, dict[str, str]]], bool]:
+    """The entries of one task in a stream, in scan order, reading at most STREAM_SCAN_CAP
+    entries; and whether the scan reached the end."""
+    found: list[tuple[str, dict[str, str]]] = []
+    start, end = ("+", "-") if newest_first else ("-", "+")
+    for _ in range(STREAM_SCAN_CAP // _PAGE):
+        entries = await read_range(store.client, key, start, end, _PAGE, newest_first=newest_first)
+        for entry_id, raw in entries:
+            fields = {as_text(k): as_text(v) for k, v in flat_fields(raw).items()}
+            if fields.get("task_id") == task_id:
+                found.append((as_text(entry_id), fields))
+        if len(entries) < _PAGE:
+            return found, True
+        start = f"({as_text(entries[-1][0])}"
+    return found, False
+
+
 async def _stream_messages(store: TaskStore, task: Task) -> tuple[list[dict[str, Any]], bool]:
     keys = await store.keys()
     queue = keys.queue(task.type)
-    found, start, read = [], "-", 0
-    while read < STREAM_SCAN_CAP:
-        entries = await read_range(store.client, queue, start, "+", _PAGE)
-        read += len(entries)
-        for entry_id, raw in entries:
-            f = {as_text(k): as_text(v) for k, v in flat_fields(raw).items()}
-            if f.get("task_id") == task.task_id:
-                found.append((as_text(entry_id), f))
-        if len(entries) < _PAGE:
-            break
-        start = f"({as_text(entries[-1][0])}"
-    else:
-        return await _with_pending(store, queue, found), False
-    return await _with_pending(store, queue, found), True
+    found, complete = await _entries_of(store, queue, task.task_id)
+    return await _with_pending(store, queue, found), complete
 
 
 async def _with_pending(
@@ -175,25 +182,9 @@ async def _with_pending(
 
 async def _dead_letters(store: TaskStore, task: Task) -> tuple[dict[str, Any], bool]:
     keys = await store.keys()
-    dlq = keys.dlq(task.type)
-    count, newest, start, read = 0, None, "+", 0
-    complete = True
-    while True:
-        if read >= STREAM_SCAN_CAP:
-            complete = False
-            break
-        entries = await read_range(store.client, dlq, start, "-", _PAGE, newest_first=True)
-        read += len(entries)
-        for entry_id, raw in entries:
-            f = {as_text(k): as_text(v) for k, v in flat_fields(raw).items()}
-            if f.get("task_id") == task.task_id:
-                count += 1
-                if newest is None:
-                    newest = {"entry_id": as_text(entry_id), **f}
-        if len(entries) < _PAGE:
-            break
-        start = f"({as_text(entries[-1][0])}"
-    return {"count": count, "newest": newest}, complete
+    found, complete = await _entries_of(store, keys.dlq(task.type), task.task_id, newest_first=True)
+    newest = {"entry_id": found[0][0], **found[0][1]} if found else None
+    return {"count": len(found), "newest": newest}, complete
 
 
 def _summary(task: Task, facts: dict[str, Any], now: int) -> list[str]:
