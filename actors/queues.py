@@ -91,6 +91,14 @@ def _queue_row(
     }
 
 
+def tally(results: dict[str, str]) -> dict[str, int]:
+    """Counts of ``replay`` outcomes: 'missing', 'malformed', or a new stream id (replayed)."""
+    counts = {"replayed": 0, "malformed": 0, "missing": 0}
+    for outcome in results.values():
+        counts[outcome if outcome in counts else "replayed"] += 1
+    return counts
+
+
 class Queues:
     """Backlog and dead letters of a namespace's types."""
 
@@ -192,7 +200,7 @@ class Queues:
         arrive meanwhile: a handler failing again must not make this loop forever)."""
         keys = await self.store.keys()
         newest = await read_range(self.client, keys.dlq(task_type), "+", "-", 1, newest_first=True)
-        counts = {"replayed": 0, "malformed": 0, "missing": 0}
+        counts = tally({})
         if not newest:
             return counts
         last, start = as_text(newest[0][0]), "-"
@@ -201,8 +209,8 @@ class Queues:
             if not entries:
                 return counts
             results = await self.replay(task_type, [as_text(i) for i, _ in entries])
-            for outcome in results.values():
-                counts[outcome if outcome in counts else "replayed"] += 1
+            for outcome, n in tally(results).items():
+                counts[outcome] += n
             start = f"({as_text(entries[-1][0])}"
 
     async def purge(self, task_type: str, entry_ids: list[str] | None = None) -> int:

@@ -42,7 +42,7 @@ class ClearBody:
 
 @attrs.frozen
 class EntriesBody:
-    """Dead letters to replay or purge: some ids, or ``all`` of the type."""
+    """Dead letters to replay or purge: some ids (kept in canonical form), or ``all``."""
 
     entry_ids: list[str] | None = None
     all: bool = False
@@ -52,11 +52,17 @@ class EntriesBody:
     def __attrs_post_init__(self) -> None:
         if (self.entry_ids is None) == (not self.all):
             raise ValueError("entry_ids: give either entry_ids or all = true")
-        for i, given in enumerate(self.entry_ids or []):
-            if entry_id(given) is None:
-                raise ValueError(f"entry_ids[{i}]: {given!r} is not a stream entry id")
-        if self.entry_ids is not None and not 1 <= len(self.entry_ids) <= MAX_PAGE:
+        if self.entry_ids is None:
+            return
+        if not 1 <= len(self.entry_ids) <= MAX_PAGE:
             raise ValueError(f"entry_ids: give 1-{MAX_PAGE} ids per request")
+        canonical = []
+        for i, given in enumerate(self.entry_ids):
+            checked = entry_id(given)
+            if checked is None:
+                raise ValueError(f"entry_ids[{i}]: {given!r} is not a stream entry id")
+            canonical.append(checked)
+        object.__setattr__(self, "entry_ids", canonical)
 
 
 def _not_json(name: str) -> Any:

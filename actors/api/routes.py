@@ -29,7 +29,7 @@ from actors.api.problems import Problem, from_exception, invalid
 from actors.config import ApiSection
 from actors.explain import explain
 from actors.model import TaskSpec, parse_schedule, parse_spec, parse_specs
-from actors.queues import Queues
+from actors.queues import Queues, tally
 from actors.signing import Verifier
 from actors.store import KEEP, TaskStore
 from runtime.health import Health
@@ -234,12 +234,8 @@ async def replay_dead(call: Call) -> Response:
     body = bodies.structure(call.body, bodies.EntriesBody)
     if body.all:
         return ok({"type": task_type, **await call.services.queues.replay_all(task_type)})
-    ids = [bodies.entry_id_param(i) for i in body.entry_ids or []]
-    results = await call.services.queues.replay(task_type, ids)
-    counts = {"replayed": 0, "malformed": 0, "missing": 0}
-    for outcome in results.values():
-        counts[outcome if outcome in counts else "replayed"] += 1
-    return ok({"type": task_type, **counts, "results": results})
+    results = await call.services.queues.replay(task_type, body.entry_ids or [])
+    return ok({"type": task_type, **tally(results), "results": results})
 
 
 async def purge_dead(call: Call) -> Response:
@@ -247,8 +243,7 @@ async def purge_dead(call: Call) -> Response:
     body = bodies.structure(call.body, bodies.EntriesBody)
     if body.all and body.confirm != task_type:
         raise invalid(f"confirm: must repeat the type {task_type!r} to purge its whole DLQ")
-    ids = [bodies.entry_id_param(i) for i in body.entry_ids or []]
-    purged = await call.services.queues.purge(task_type, None if body.all else ids)
+    purged = await call.services.queues.purge(task_type, None if body.all else body.entry_ids)
     return ok({"type": task_type, "purged": purged})
 
 
