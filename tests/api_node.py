@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 
 from tests.node_process import NodeProcess
 
@@ -65,12 +66,19 @@ read_only = true
 
 
 @contextlib.contextmanager
-def api_node(config: Path, namespace: str) -> Iterator[ApiNode]:
-    """Run the node; the caller sets TEST_READER_SECRET (and any record file) beforehand."""
-    node = NodeProcess(config)
+def api_node(config: Path, namespace: str, env: dict[str, str] | None = None) -> Iterator[ApiNode]:
+    """Run the node (with the reader key's secret and ``env`` in its environment), and
+    afterwards fail if it answered any request with a 500: every 500 is a bug, and the
+    node logs it as ``api_error`` with its traceback."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {"TEST_READER_SECRET": READER[1], **(env or {})}.items():
+            patch.setenv(name, value)
+        node = NodeProcess(config)  # takes its environment now
     try:
         (listening,) = node.wait_for("api_listening")
         yield ApiNode(listening["urls"][0], namespace, node)
+        errors = [e.get("exception", e) for e in node.events("api_error")]
+        assert not errors, "\n".join(map(str, errors))
     finally:
         node.signal()
         try:

@@ -27,10 +27,8 @@ TASK: dict[str, Any] = {"type": "idle", "schedule": SCHEDULE}
 def api(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiNode]:
     namespace = f"auth{time.monotonic_ns() % 10**9}"
     config = write_api_config(tmp_path_factory.mktemp("auth") / "node.toml", redis_url, namespace)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TEST_READER_SECRET", READER[1])
-        with api_node(config, namespace) as node:
-            yield node
+    with api_node(config, namespace) as node:
+        yield node
 
 
 def now_ms() -> int:

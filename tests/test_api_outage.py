@@ -13,7 +13,7 @@ import pytest
 from actors.client import ApiError, Client
 from runtime.embedded_redis import find_server_binary
 from runtime.local_redis import RedisProcess
-from tests.api_node import ADMIN, READER, api_node, wait_until, write_api_config
+from tests.api_node import ADMIN, api_node, wait_until, write_api_config
 
 
 @pytest.fixture
@@ -24,9 +24,8 @@ def own_server() -> Iterator[RedisProcess]:
 
 
 def test_requests_get_503_while_redis_is_down_and_readyz_tells(
-    own_server: RedisProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    own_server: RedisProcess, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("TEST_READER_SECRET", READER[1])
     config = write_api_config(tmp_path / "node.toml", own_server.url, "outage")
     with api_node(config, "outage") as api, Client(api.url, *ADMIN, timeout_s=10) as client:
         client.create_task("idle", {"kind": "interval", "every_s": 3600}, None, "before")

@@ -21,7 +21,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from actors.signing import ApiKey, sign
-from tests.api_node import ADMIN, READER, ApiNode, api_node, write_api_config
+from tests.api_node import ADMIN, ApiNode, api_node, write_api_config
 
 CONSUMERS = """
 [consumers.work]
@@ -50,12 +50,8 @@ def api(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ap
     config = write_api_config(
         tmp_path_factory.mktemp("schema") / "node.toml", redis_url, namespace, consumers=CONSUMERS
     )
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TEST_READER_SECRET", READER[1])
-        with api_node(config, namespace) as node:
-            yield node
-            errors = [e.get("exception", e) for e in node.node.events("api_error")]
-            assert not errors, "\n".join(map(str, errors))
+    with api_node(config, namespace) as node:
+        yield node
 
 
 @pytest.fixture(scope="module")

@@ -28,20 +28,23 @@ max_attempts = 1
 
 
 @pytest.fixture(scope="module")
-def node_config(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    namespace = f"cli{time.monotonic_ns() % 10**9}"
+def cli_namespace() -> str:
+    return f"cli{time.monotonic_ns() % 10**9}"
+
+
+@pytest.fixture(scope="module")
+def node_config(
+    redis_url: str, tmp_path_factory: pytest.TempPathFactory, cli_namespace: str
+) -> Path:
     return write_api_config(
-        tmp_path_factory.mktemp("cli") / "node.toml", redis_url, namespace, consumers=CONSUMERS
+        tmp_path_factory.mktemp("cli") / "node.toml", redis_url, cli_namespace, consumers=CONSUMERS
     )
 
 
 @pytest.fixture(scope="module")
-def api(node_config: Path) -> Iterator[ApiNode]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TEST_READER_SECRET", READER[1])
-        namespace = node_config.read_text().split('"')[1]
-        with api_node(node_config, namespace) as node:
-            yield node
+def api(node_config: Path, cli_namespace: str) -> Iterator[ApiNode]:
+    with api_node(node_config, cli_namespace) as node:
+        yield node
 
 
 def run(
@@ -169,6 +172,7 @@ def test_exit_codes_for_bad_input_bad_credentials_and_no_server(api: ApiNode) ->
 
 
 def test_serve_is_python_m_runtime(api: ApiNode, node_config: Path) -> None:
-    checked = run(api, "serve", str(node_config), "--check")
+    # --check resolves every key, so the reader key's secret must be in the environment.
+    checked = run(api, "serve", str(node_config), "--check", env={"TEST_READER_SECRET": READER[1]})
     assert checked.returncode == 0, checked.stderr
     assert checked.stdout.strip().endswith(": ok")
