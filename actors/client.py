@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, urlencode
 
 import httpx
@@ -86,6 +86,10 @@ class Client:
                 raise ApiError(response.status_code, "error", response.text[:500]) from None
         return response.json()
 
+    def _object(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """``request`` typed for the endpoints, which all answer a JSON object."""
+        return cast(dict[str, Any], self.request(method, path, **kwargs))
+
     # -- tasks ----------------------------------------------------------------------------
 
     def create_task(
@@ -98,17 +102,14 @@ class Client:
         body: dict[str, Any] = {"type": task_type, "schedule": schedule, "payload": payload}
         if task_id is not None:
             body["task_id"] = task_id
-        result: dict[str, Any] = self.request("POST", "/v1/tasks", body=body)
-        return result
+        return self._object("POST", "/v1/tasks", body=body)
 
     def create_tasks(self, tasks: list[dict[str, Any]]) -> dict[str, Any]:
         """Bulk create: each item like ``create_task``'s body (type, schedule, payload, task_id)."""
-        result: dict[str, Any] = self.request("POST", "/v1/tasks/bulk", body={"tasks": tasks})
-        return result
+        return self._object("POST", "/v1/tasks/bulk", body={"tasks": tasks})
 
     def get_task(self, task_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self.request("GET", f"/v1/tasks/{_seg(task_id)}")
-        return result
+        return self._object("GET", f"/v1/tasks/{_seg(task_id)}")
 
     def list_tasks(
         self,
@@ -118,8 +119,7 @@ class Client:
         limit: int | None = None,
     ) -> dict[str, Any]:
         params = {"type": task_type, "status": status, "cursor": cursor, "limit": limit}
-        result: dict[str, Any] = self.request("GET", "/v1/tasks", params=params)
-        return result
+        return self._object("GET", "/v1/tasks", params=params)
 
     def iter_tasks(
         self, task_type: str | None = None, status: str | None = None
@@ -135,12 +135,10 @@ class Client:
 
     def update_task(self, task_id: str, **changes: Any) -> dict[str, Any]:
         """``payload=...`` and/or ``schedule={...}``."""
-        result: dict[str, Any] = self.request("PATCH", f"/v1/tasks/{_seg(task_id)}", body=changes)
-        return result
+        return self._object("PATCH", f"/v1/tasks/{_seg(task_id)}", body=changes)
 
     def _action(self, task_id: str, action: str) -> dict[str, Any]:
-        result: dict[str, Any] = self.request("POST", f"/v1/tasks/{_seg(task_id)}/{action}")
-        return result
+        return self._object("POST", f"/v1/tasks/{_seg(task_id)}/{action}")
 
     def pause(self, task_id: str) -> dict[str, Any]:
         return self._action(task_id, "pause")
@@ -155,53 +153,43 @@ class Client:
         return self._action(task_id, "trigger")
 
     def delete_task(self, task_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self.request("DELETE", f"/v1/tasks/{_seg(task_id)}")
-        return result
+        return self._object("DELETE", f"/v1/tasks/{_seg(task_id)}")
 
     def explain(self, task_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self.request("GET", f"/v1/tasks/{_seg(task_id)}/explain")
-        return result
+        return self._object("GET", f"/v1/tasks/{_seg(task_id)}/explain")
 
     def clear_type(self, task_type: str) -> dict[str, Any]:
-        result: dict[str, Any] = self.request(
+        return self._object(
             "POST", f"/v1/types/{_seg(task_type)}/clear", body={"confirm": task_type}
         )
-        return result
 
     # -- queues and dead letters ----------------------------------------------------------
 
     def queues(self, task_type: str | None = None) -> dict[str, Any]:
         path = "/v1/queues" + (f"/{_seg(task_type)}" if task_type else "")
-        result: dict[str, Any] = self.request("GET", path)
-        return result
+        return self._object("GET", path)
 
     def dead_letters(
         self, task_type: str, before: str | None = None, limit: int | None = None
     ) -> dict[str, Any]:
-        result: dict[str, Any] = self.request(
+        return self._object(
             "GET", f"/v1/dlq/{_seg(task_type)}", params={"before": before, "limit": limit}
         )
-        return result
 
     def dead_letter(self, task_type: str, entry_id: str) -> dict[str, Any]:
-        result: dict[str, Any] = self.request("GET", f"/v1/dlq/{_seg(task_type)}/{_seg(entry_id)}")
-        return result
+        return self._object("GET", f"/v1/dlq/{_seg(task_type)}/{_seg(entry_id)}")
 
     def replay(self, task_type: str, entry_ids: list[str] | None = None) -> dict[str, Any]:
         """Replay the given dead letters, or all of the type when ``entry_ids`` is None."""
         body = {"all": True} if entry_ids is None else {"entry_ids": entry_ids}
-        result: dict[str, Any] = self.request(
-            "POST", f"/v1/dlq/{_seg(task_type)}/replay", body=body
-        )
-        return result
+        return self._object("POST", f"/v1/dlq/{_seg(task_type)}/replay", body=body)
 
     def purge(self, task_type: str, entry_ids: list[str] | None = None) -> dict[str, Any]:
         """Delete the given dead letters, or all of the type when ``entry_ids`` is None."""
         body: dict[str, Any] = (
             {"all": True, "confirm": task_type} if entry_ids is None else {"entry_ids": entry_ids}
         )
-        result: dict[str, Any] = self.request("POST", f"/v1/dlq/{_seg(task_type)}/purge", body=body)
-        return result
+        return self._object("POST", f"/v1/dlq/{_seg(task_type)}/purge", body=body)
 
 
 def _seg(value: str) -> str:
