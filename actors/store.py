@@ -231,8 +231,7 @@ class TaskStore:
             payload_json = encode_payload(payload)
         sched_json, next_ms, score = "", "", ""
         if schedule is not None:
-            sched_json = encode_json(schedule.to_dict())
-            next_ms, score = _first(schedule, await self.now_ms())
+            sched_json, next_ms, score = _Placement(await self.now_ms()).of(schedule)
         partition = keys.partition_of(task_id)
         code, status = await self.client.script(
             scripts.UPDATE_TASK,
@@ -318,18 +317,10 @@ class TaskStore:
         return deleted
 
 
-def _first(schedule: Schedule, now_ms: int) -> tuple[str, str]:
-    """(next_ms, score) for a new schedule as script arguments; ('', '') if it never fires."""
-    due = schedule.first_due(now_ms)
-    if due is None:
-        return "", ""
-    return str(due), str(due + schedule.jitter_ms())
-
-
 class _Placement:
-    """Stored schedule JSON and first grid time of each distinct schedule in one bulk create:
-    thousands of tasks usually share a handful of schedules, so each is encoded and placed
-    once (the jitter is still drawn per task)."""
+    """A schedule's stored JSON and first grid time as script arguments (creates, updates).
+    In one bulk create thousands of tasks usually share a handful of schedules, so each
+    distinct one is encoded and placed once (the jitter is still drawn per task)."""
 
     def __init__(self, now_ms: int) -> None:
         self.now_ms = now_ms
