@@ -140,18 +140,19 @@ class Queues:
         total = sum(int(c) for c in cards if isinstance(c, int))
         if total > RETRY_COUNT_CAP:
             return None, total
+        busy = [p for p in range(keys.partitions) if cards[p]]
+        members = await self.client.pipeline([("ZRANGE", keys.retry(p), 0, -1) for p in busy])
+        kinds = await self.client.pipeline(
+            [
+                ("HGET", keys.retry_context_prefix(p) + as_text(sid), "type")
+                for p, sids in zip(busy, members, strict=True)
+                for sid in sids
+            ]
+        )
         by_type: dict[str, int] = {}
-        for p in range(keys.partitions):
-            if not cards[p]:
-                continue
-            sids = await self.client.execute("ZRANGE", keys.retry(p), 0, -1)
-            prefix = keys.retry_context_prefix(p)
-            kinds = await self.client.pipeline(
-                [("HGET", prefix + as_text(i), "type") for i in sids]
-            )
-            for kind in kinds:
-                if isinstance(kind, bytes):
-                    by_type[kind.decode()] = by_type.get(kind.decode(), 0) + 1
+        for kind in kinds:
+            if isinstance(kind, bytes):
+                by_type[kind.decode()] = by_type.get(kind.decode(), 0) + 1
         return by_type, total
 
     # -- dead letters ---------------------------------------------------------------------

@@ -349,6 +349,7 @@ def test_explain_says_why_a_task_is_or_is_not_running(client: Client, record_fil
     assert retry["attempt"] == 1 and "boom on attempt 0" in retry["last_error"]
     assert any("waits for retry attempt 2" in line for line in facts["summary"])
     assert "boom on attempt 0" in facts["last_error"]
+    assert client.queues("flaky")["retrying"] >= 1  # counted per type from retry contexts
 
     dead = unique("why")
     client.create_task("doomed", {"kind": "once", "at_ms": int(time.time() * 1000)}, None, dead)
