@@ -13,6 +13,12 @@ This is the one place that decides which actors run on a node (asynq's ``NewServ
     │       └── claimer         hands reclaimed messages to the consumer's mailbox
     └── api                     only with [api]: HTTP on hypercorn; graceful, stops first
 
+With ``[processes]``, a part (``scheduler``, ``consumers-1`` … ``consumers-N``, ``api``)
+leaves the main process's tree for a ``ChildProcess`` actor under a last, one-for-one
+supervisor ``processes``; the child process runs ``python -m runtime node.toml --part
+NAME``, whose tree is ``node`` over that one subtree, so every actor keeps its path. The
+embedded server always stays in the main process.
+
 ``python -m runtime node.toml`` imports this module (``[node] app``) and calls ``build_tree``.
 Handlers are imported here, before anything starts: a bad ``module:function`` is a
 configuration error naming the type.
@@ -32,46 +38,110 @@ from actors.poller import Poller, PollerSettings
 from actors.results_log import ResultsLog
 from actors.retry_dispatcher import RetryDispatcher
 from actors.store import TaskStore
+from runtime.app import Invocation
 from runtime.channels import Mailbox
 from runtime.embedded_redis import EmbeddedRedis, find_server_binary
 from runtime.errors import ConfigError
+from runtime.process import ChildProcess, part_argv
 from runtime.redis_io import RedisClient
 from runtime.supervisor import ChildSpec, Strategy, SupervisorSpec, supervisor
 
 __all__ = ["Config", "build_tree"]
 
 
-def build_tree(config: Config) -> ChildSpec:
-    children: list[ChildSpec] = []
+def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
+    """The node's tree, or with ``invocation.part`` the tree of that one child process."""
     if config.redis.url == "embedded" and config.redis.cluster:
         raise ConfigError(
             "redis.cluster: the embedded server is a single standalone Redis; set redis.url "
             "to a node of your cluster, or cluster = false"
         )
-    if config.redis.url == "embedded":
-        # No binary: one clear error line now, not a crash loop later.
-        binary = find_server_binary(config.redis.server_binary)
-        embedded = EmbeddedRedis(Path(config.redis.data_dir), config.redis.embedded_port, binary)
+    if invocation.part is not None:
+        return _part_tree(config, invocation.part)
+    children: list[ChildSpec] = []
+    url = config.redis.url
+    if url == "embedded":
+        embedded = _embedded(config)
         children.append(ChildSpec("redis", embedded.run, shutdown_s=10))
         url = embedded.url
+    roles = _Roles(config, url)
+    grace = config.node.shutdown_grace_s
+    parts = config.processes.parts()
+    if parts:  # what a child process would fail on is a config error here, at once
+        for task_type, section in config.consumers.items():
+            resolve(task_type, section.handler)
+        for key in config.api.keys if config.api is not None else []:
+            key.resolve()
+    if "scheduler" not in parts:
+        children.append(roles.scheduler())
+    if config.consumers and not config.processes.consumers:
+        children.append(roles.consumers())
+    if config.api is not None and "api" not in parts:
+        children.append(roles.api())
+    if parts:
+        # One for one: a child process that dies is restarted alone; the others go on.
+        processes = [_process(part, invocation, grace) for part in parts]
+        children.append(supervisor("processes", processes, SupervisorSpec(Strategy.ONE_FOR_ONE)))
+    return supervisor("node", children, SupervisorSpec(Strategy.REST_FOR_ONE))
+
+
+def _part_tree(config: Config, part: str) -> ChildSpec:
+    """One child process's tree: the same actors, under the same paths, as in a one-process
+    node, minus the embedded server, which the main process runs."""
+    if part not in config.processes.parts():
+        raise ConfigError(f"--part {part!r}: not a part of this node's [processes]")
+    url = _embedded(config).url if config.redis.url == "embedded" else config.redis.url
+    roles = _Roles(config, url)
+    if part == "scheduler":
+        child = roles.scheduler()
+    elif part == "api":
+        child = roles.api()
     else:
-        url = config.redis.url
-    client = RedisClient.from_settings(url, config.redis)
-    store = TaskStore(client, config.namespace, default_partitions=config.scheduler.partitions)
-    children.append(_scheduler(config, store))
-    if config.consumers:
+        child = roles.consumers()
+    return supervisor("node", [child], SupervisorSpec(Strategy.ONE_FOR_ONE))
+
+
+def _embedded(config: Config) -> EmbeddedRedis:
+    # No binary: one clear error line now, not a crash loop later.
+    binary = find_server_binary(config.redis.server_binary)
+    return EmbeddedRedis(Path(config.redis.data_dir), config.redis.embedded_port, binary)
+
+
+def _process(part: str, invocation: Invocation, grace_s: float) -> ChildSpec:
+    """A child process running ``part``; it drains within its own (shorter) grace."""
+    process = ChildProcess(part_argv(invocation.config_path, part))
+    return ChildSpec(part, process.run, graceful=True, shutdown_s=grace_s)
+
+
+class _Roles:
+    """Builds the subtrees of a node's roles, in whichever process runs them."""
+
+    def __init__(self, config: Config, url: str) -> None:
+        self.config = config
+        client = RedisClient.from_settings(url, config.redis)
+        self.store = TaskStore(
+            client, config.namespace, default_partitions=config.scheduler.partitions
+        )
+
+    def scheduler(self) -> ChildSpec:
+        return _scheduler(self.config, self.store)
+
+    def consumers(self) -> ChildSpec:
+        config = self.config
         results = ResultsLog(Path(config.execution.results_log))
         types = [
-            _consumer_group(config, store, results, task_type, section)
+            _consumer_group(config, self.store, results, task_type, section)
             for task_type, section in sorted(config.consumers.items())
         ]
-        children.append(supervisor("consumers", types, SupervisorSpec(Strategy.ONE_FOR_ONE)))
-    if config.api is not None:
+        return supervisor("consumers", types, SupervisorSpec(Strategy.ONE_FOR_ONE))
+
+    def api(self) -> ChildSpec:
+        config = self.config
+        assert config.api is not None
         keys = [key.resolve() for key in config.api.keys]
-        api = ApiServer(store, config.api, keys)
+        api = ApiServer(self.store, config.api, keys)
         grace = config.node.shutdown_grace_s
-        children.append(ChildSpec("api", api.run, graceful=True, shutdown_s=grace))
-    return supervisor("node", children, SupervisorSpec(Strategy.REST_FOR_ONE))
+        return ChildSpec("api", api.run, graceful=True, shutdown_s=grace)
 
 
 def _scheduler(config: Config, store: TaskStore) -> ChildSpec:

@@ -120,6 +120,35 @@ class ExecutionSection:
     """How often each claimer looks for stuck messages."""
 
 
+@attrs.frozen
+class ProcessesSection:
+    """``[processes]``: run parts of this node in child processes, one core each.
+
+    One Python process uses one core at a time (the GIL): a node that polls, consumes and
+    serves the API in one process tops out near one core. Each part named here runs in
+    child processes of its own instead, started, supervised (restarted when they die) and
+    stopped by the node's main process (``runtime.process``). 0 keeps a part in the main
+    process. Run at most about as many busy processes as the host has cores.
+    """
+
+    scheduler: int = attrs.field(default=0, validator=within(0, 1))
+    """1: the pollers and retry dispatchers run in a child process ``scheduler``."""
+    consumers: int = attrs.field(default=0, validator=within(0, 64))
+    """N > 0: N child processes ``consumers-1`` … ``consumers-N`` each run every
+    ``[consumers.<type>]`` of this node (N consumers per type in the group)."""
+    api: int = attrs.field(default=0, validator=within(0, 1))
+    """1: the HTTP API runs in a child process ``api`` (its ``/readyz`` then reports on
+    that process)."""
+
+    def parts(self) -> list[str]:
+        """The child processes' part names, in start order."""
+        return (
+            ["scheduler"] * self.scheduler
+            + [f"consumers-{i}" for i in range(1, self.consumers + 1)]
+            + ["api"] * self.api
+        )
+
+
 def _key_id(_inst: object, attr: attrs.Attribute[Any], value: str) -> None:
     if not KEY_ID_PATTERN.fullmatch(value):
         raise ValueError(f"{attr.name}: {value!r} must be 1-64 of letters, digits, '_', '.', '-'")
@@ -203,3 +232,10 @@ class Config:
     consumers: dict[str, ConsumerSection] = attrs.field(factory=dict, validator=_type_names)
     api: ApiSection | None = None
     """``[api]``: absent = this node serves no API."""
+    processes: ProcessesSection = attrs.field(factory=ProcessesSection)
+
+    def __attrs_post_init__(self) -> None:
+        if self.processes.api and self.api is None:
+            raise ValueError("processes.api: 1 needs an [api] section to serve")
+        if self.processes.consumers and not self.consumers:
+            raise ValueError("processes.consumers: needs at least one [consumers.<type>] section")

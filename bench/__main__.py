@@ -44,6 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     p_fire.add_argument(
         "--split", action="store_true", help="node 0 only polls; the other nodes only consume"
     )
+    p_fire.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        metavar="K",
+        help="[processes] of each node: the poller in a child process, K consumer processes",
+    )
     p_reclaim = modes.add_parser("reclaim", help="reclaim latency after kill -9")
     p_reclaim.add_argument("k", type=int, nargs="?", default=20)
     p_reclaim.add_argument("lease_s", type=float, nargs="?", default=5.0)
@@ -70,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.mode == "fire":
             figures = fire.run(
                 url, args.n, args.interval_s, args.duration_s, args.nodes, args.concurrency,
-                args.log_level, args.split,
+                args.log_level, args.split, args.processes,
             )  # fmt: skip
             emit({"mode": "fire", **figures})
         elif args.mode == "reclaim":

@@ -43,6 +43,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """``cpu_seconds`` of a process and its live child processes (a node's ``[processes]``)."""
+    total = cpu_seconds(pid)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            if ppid == pid:
+                total += cpu_seconds(int(entry))
+        except (OSError, ValueError):
+            continue  # exited meanwhile
+    return total
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")

@@ -27,7 +27,7 @@ import trio
 from actors.model import TaskSpec
 from actors.schedules import Schedule
 from actors.store import TaskStore
-from bench.common import cpu_seconds, percentile, used_memory
+from bench.common import percentile, tree_cpu_seconds, used_memory
 from bench.schedule import register
 from runtime.config import RedisSection
 from runtime.redis_io import RedisClient
@@ -38,9 +38,10 @@ NAMESPACE = "bench"
 
 def node_toml(
     workdir: Path, url: str, index: int, concurrency: int, log_level: str, role: str = "all",
-    handler: str = "bench.handlers:record", lease_s: float = 30.0,
+    handler: str = "bench.handlers:record", lease_s: float = 30.0, processes: int = 0,
 ) -> Path:  # fmt: skip
-    """A node's config; ``role`` is "all" (poller and consumer), "poller" or "consumer"."""
+    """A node's config; ``role`` is "all" (poller and consumer), "poller" or "consumer";
+    ``processes`` > 0: the poller in a child process and that many consumer processes."""
     path = workdir / f"node-{index}.toml"
     pollers = 0 if role == "consumer" else 1
     consumers = (
@@ -57,6 +58,7 @@ def node_toml(
         f"[scheduler]\npollers = {pollers}\n"
         f'[execution]\nresults_log = "{workdir / f"results-{index}.jsonl"}"\n'
         f"{consumers}"
+        + (f"[processes]\nscheduler = 1\nconsumers = {processes}\n" if processes else "")
     )
     return path
 
@@ -66,7 +68,8 @@ def start_nodes(
     first: int = 0, **node_options: Any,
 ) -> list[subprocess.Popen[bytes]]:  # fmt: skip
     """``nodes`` node processes; with ``split``, node 0 only polls and the others only
-    consume (each role gets its own process, so its own GIL)."""
+    consume (each role gets its own node, so its own GIL); ``processes=K`` in
+    ``node_options`` gives each node a scheduler process and K consumer processes."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "METRONOME_BENCH_DIR": str(workdir)}
     procs = []
     for i in range(first, first + nodes):
@@ -95,7 +98,7 @@ def stop_nodes(procs: list[subprocess.Popen[bytes]]) -> None:
 
 def run(
     url: str, n: int, interval_s: float, duration_s: float, nodes: int, concurrency: int,
-    log_level: str, split: bool = False,
+    log_level: str, split: bool = False, processes: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
     workdir = Path(tempfile.mkdtemp(prefix="metronome-bench-"))
     baseline = used_memory(url)
@@ -103,21 +106,23 @@ def run(
     bytes_per_task = (used_memory(url) - baseline) / n
     if split and nodes < 2:
         raise SystemExit("--split needs --nodes 2 or more (one poller node, consumer nodes)")
-    procs = start_nodes(workdir, url, nodes, concurrency, log_level, split)
+    if split and processes:
+        raise SystemExit("--split and --processes are two ways to split roles: pick one")
+    procs = start_nodes(workdir, url, nodes, concurrency, log_level, split, processes=processes)
     try:
         end_s = t0_ms / 1000 + duration_s
         time.sleep(max(0.0, t0_ms / 1000 - time.time()))
-        cpu_start = {p.pid: cpu_seconds(p.pid) for p in procs}
+        cpu_start = {p.pid: tree_cpu_seconds(p.pid) for p in procs}
         cpu_t = time.time()
         time.sleep(max(0.0, end_s - time.time()))
-        cpu_used = sum(cpu_seconds(p.pid) - cpu_start[p.pid] for p in procs)
+        cpu_used = sum(tree_cpu_seconds(p.pid) - cpu_start[p.pid] for p in procs)
         cpu_pct = 100 * cpu_used / max(1e-9, time.time() - cpu_t)
     finally:
         stop_nodes(procs)
     figures = _analyse(workdir, n, interval_s, duration_s, t0_ms)
     return {
         "n": n, "interval_s": interval_s, "duration_s": duration_s, "nodes": nodes,
-        "split": split,
+        "split": split, "processes": processes,
         "register_s": round(register_s, 2), **figures,
         "redis_bytes_per_task": round(bytes_per_task), "node_cpu_pct": round(cpu_pct, 1),
         "workdir": str(workdir),

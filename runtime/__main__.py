@@ -14,9 +14,10 @@ from pathlib import Path
 import trio
 
 from runtime import logging as node_logging
-from runtime.app import load_app
+from runtime.app import Invocation, load_app
 from runtime.errors import ConfigError, RuntimeStartError
 from runtime.node import EXIT_CONFIG, EXIT_GAVE_UP, run_node
+from runtime.process import child_grace_s
 
 USAGE = """\
 Run one Metronome node: the actors named in NODE_TOML, supervised, until SIGINT or SIGTERM.
@@ -40,6 +41,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="validate the config (and import its handlers) and exit; 0 = valid",
     )
     parser.add_argument("--log-format", choices=["json", "console"], help="override [log] format")
+    parser.add_argument(
+        "--part",
+        metavar="NAME",
+        help="run only part NAME of the node, as a child process of it (the node starts these "
+        "itself for [processes]; see runtime/process.py)",
+    )
     return parser.parse_args(argv)
 
 
@@ -47,15 +54,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         app = load_app(args.config)
+        invocation = Invocation(args.config.resolve(), args.part)
         if args.check:
-            app.build_tree(app.config)  # resolves handlers; starts nothing
+            app.build_tree(app.config, invocation)  # resolves handlers; starts nothing
             print(f"{args.config}: ok")
             return 0
+        name = app.node.name if args.part is None else f"{app.node.name}/{args.part}"
         node_logging.configure(
-            node=app.node.name, format=args.log_format or app.log.format, level=app.log.level
+            node=name, format=args.log_format or app.log.format, level=app.log.level
         )
-        root = app.build_tree(app.config)
-        return trio.run(partial(run_node, root, shutdown_grace_s=app.node.shutdown_grace_s))
+        root = app.build_tree(app.config, invocation)
+        grace_s = app.node.shutdown_grace_s
+        if args.part is not None:
+            grace_s = child_grace_s(grace_s)
+        return trio.run(
+            partial(run_node, root, shutdown_grace_s=grace_s, child=args.part is not None)
+        )
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -52,6 +52,11 @@ class ActorContext:
     """Set by the supervisor to ask a graceful actor to wind down (see module docstring)."""
     health: Health = attrs.field(factory=Health)
     """The node's record of which actors run (shared by the whole tree; ``/readyz``)."""
+    node_stopping: trio_util.AsyncBool = attrs.field(factory=lambda: trio_util.AsyncBool(False))
+    """Set once for the whole tree when the node itself begins to stop (shared like
+    ``health``). Supervisors stop children one by one, in reverse order; an actor whose
+    wind-down is slow and independent of its siblings (a child process draining its
+    handlers) may start it on this instead of waiting for its turn."""
 
     @property
     def name(self) -> str:
@@ -60,7 +65,13 @@ class ActorContext:
     def child(self, name: str, cleanup_grace_s: float) -> ActorContext:
         """The context of a child of this actor in the tree."""
         path = f"{self.path}/{name}"
-        return ActorContext(path, cleanup_grace_s, self.log.bind(actor=path), health=self.health)
+        return ActorContext(
+            path,
+            cleanup_grace_s,
+            self.log.bind(actor=path),
+            health=self.health,
+            node_stopping=self.node_stopping,
+        )
 
     @contextmanager
     def cleanup(self) -> Iterator[trio.CancelScope]:

@@ -4,7 +4,9 @@
 
 - ``Config``: an attrs class for the whole node.toml, with ``node: NodeSection`` and
   ``log: LogSection`` fields (and whatever else the application needs);
-- ``build_tree(config) -> ChildSpec``: the root supervisor of the node.
+- ``build_tree(config, invocation) -> ChildSpec``: the root supervisor of the node, or of
+  the part of it named by ``invocation.part`` when the node runs parts of itself in child
+  processes (``runtime.process``).
 
 This keeps ``runtime`` free of any knowledge of tasks, and lets tests run the real
 ``python -m runtime`` with a tiny application of their own.
@@ -27,11 +29,21 @@ DEFAULT_APP = "actors.app"
 
 
 @attrs.frozen
+class Invocation:
+    """How this process was started: what ``build_tree`` needs beyond the config."""
+
+    config_path: Path
+    """The node's config file, resolved: child processes are started with the same one."""
+    part: str | None = None
+    """``--part NAME``: this process is a child of a node and runs only part ``NAME``."""
+
+
+@attrs.frozen
 class LoadedApp:
     config: Any
     node: NodeSection
     log: LogSection
-    build_tree: Callable[[Any], ChildSpec]
+    build_tree: Callable[[Any, Invocation], ChildSpec]
 
 
 def load_app(path: Path) -> LoadedApp:

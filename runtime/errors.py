@@ -3,6 +3,8 @@
 - ``ConfigError``: the node cannot start until a human fixes its configuration.
 - ``RuntimeStartError``: a resource the node needs (a Redis binary, a port) is missing.
 - ``RestartIntensityExceeded``: a supervisor gave up; its parent decides what happens next.
+- ``ChildProcessFailed``: a part of the node running as a child process exited with an
+  error status; like any crash, its supervisor restarts it.
 - ``RedisUnavailable``: Redis could not be reached or timed out. It crashes the calling
   actor on purpose ("let it crash"): the supervisor restarts it with backoff.
 """
@@ -28,6 +30,10 @@ class RestartIntensityExceeded(Exception):
         self.path = path
         self.restarts = restarts
         self.period_s = period_s
+
+
+class ChildProcessFailed(Exception):
+    """A child process of the node (``runtime.process``) exited with a non-zero status."""
 
 
 class RedisUnavailable(Exception):

@@ -4,10 +4,15 @@ Shutdown order: the first SIGINT/SIGTERM asks the root supervisor to stop, which
 children in reverse start order, each within its own grace; if the whole node is not down
 within ``shutdown_grace_s`` everything left is cancelled (cleanups still run, shielded and
 bounded). A second signal cancels at once.
+
+A node's child process (``--part``, see ``runtime.process``) follows its parent instead:
+SIGTERM (any number of them) or the end of its stdin (the parent is gone) stops it
+gracefully, SIGINT is ignored, and an immediate stop is the parent's SIGKILL.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 
 import trio
@@ -22,13 +27,19 @@ EXIT_GAVE_UP = 1
 EXIT_CONFIG = 2
 
 
-async def run_node(root: ChildSpec, *, shutdown_grace_s: float) -> int:
-    """Run the tree under ``root`` until a signal stops it or it gives up; return the exit code."""
+async def run_node(root: ChildSpec, *, shutdown_grace_s: float, child: bool = False) -> int:
+    """Run the tree under ``root`` until a signal stops it or it gives up; return the exit code.
+
+    ``child``: this process is a part of a node, started by it (module docstring).
+    """
     log = get_logger(actor=root.name)
     ctx = ActorContext(root.name, shutdown_grace_s, log)
     finished = False
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_handle_signals, ctx, nursery.cancel_scope, shutdown_grace_s)
+        if child:
+            nursery.start_soon(_follow_parent, ctx, nursery.cancel_scope, shutdown_grace_s)
+        else:
+            nursery.start_soon(_handle_signals, ctx, nursery.cancel_scope, shutdown_grace_s)
         try:
             await root.run(ctx, task_status=trio.TASK_STATUS_IGNORED)
             finished = True
@@ -36,11 +47,19 @@ async def run_node(root: ChildSpec, *, shutdown_grace_s: float) -> int:
             log.critical("node_gave_up", error=str(exc))
             return EXIT_GAVE_UP
         finally:
-            nursery.cancel_scope.cancel()  # ends _handle_signals
+            nursery.cancel_scope.cancel()  # ends the signal handler
     if not finished:
         log.warning("shutdown_forced", grace_s=shutdown_grace_s)
     log.info("node_stopped")
     return EXIT_OK
+
+
+def _request_stop(ctx: ActorContext, scope: trio.CancelScope, grace_s: float, **why: str) -> None:
+    ctx.log.info("shutdown_requested", grace_s=grace_s, **why)
+    ctx.stop_requested.value = True
+    ctx.node_stopping.value = True
+    # Hard stop once the grace is over, whatever is still running.
+    scope.deadline = min(scope.deadline, trio.current_time() + grace_s)
 
 
 async def _handle_signals(ctx: ActorContext, scope: trio.CancelScope, grace_s: float) -> None:
@@ -48,10 +67,26 @@ async def _handle_signals(ctx: ActorContext, scope: trio.CancelScope, grace_s: f
         async for signum in signals:
             name = signal.Signals(signum).name
             if not ctx.stop_requested.value:
-                ctx.log.info("shutdown_requested", signal=name, grace_s=grace_s)
-                ctx.stop_requested.value = True
-                # Hard stop once the grace is over, whatever is still running.
-                scope.deadline = min(scope.deadline, trio.current_time() + grace_s)
+                _request_stop(ctx, scope, grace_s, signal=name)
             else:
                 ctx.log.warning("shutdown_immediate", signal=name)
                 scope.cancel()
+
+
+async def _follow_parent(ctx: ActorContext, scope: trio.CancelScope, grace_s: float) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_watch_parent, ctx, scope, grace_s)
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                if signum == signal.SIGTERM and not ctx.stop_requested.value:
+                    _request_stop(ctx, scope, grace_s, signal="SIGTERM")
+
+
+async def _watch_parent(ctx: ActorContext, scope: trio.CancelScope, grace_s: float) -> None:
+    """Stop when stdin ends: only the parent holds the pipe's other end."""
+    stdin = trio.lowlevel.FdStream(os.dup(0))
+    async with stdin:
+        while await stdin.receive_some(64):
+            pass  # the parent never writes; anything read is ignored
+    if not ctx.stop_requested.value:
+        _request_stop(ctx, scope, grace_s, reason="parent_gone")

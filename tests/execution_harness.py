@@ -14,6 +14,7 @@ from actors.app import build_tree
 from actors.config import Config, ConsumerSection, ExecutionSection, SchedulerSection
 from actors.store import TaskStore
 from runtime.actor import ActorContext
+from runtime.app import Invocation
 from runtime.config import NodeSection, RedisSection
 from runtime.logging import get_logger
 
@@ -45,7 +46,7 @@ async def running_node(config: Config) -> AsyncIterator[ActorContext]:
     """The node's tree runs inside the block; leaving it stops the node gracefully."""
     ctx = ActorContext("node", config.node.shutdown_grace_s, get_logger(actor="node"))
     async with trio.open_nursery() as nursery:
-        await nursery.start(build_tree(config).run, ctx)
+        await nursery.start(build_tree(config, Invocation(Path("node.toml"))).run, ctx)
         try:
             yield ctx
         finally:

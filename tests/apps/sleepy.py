@@ -10,6 +10,7 @@ import attrs
 import trio
 
 from runtime.actor import ActorContext, TaskStatus
+from runtime.app import Invocation
 from runtime.config import LogSection, NodeSection
 from runtime.supervisor import ChildSpec, SupervisorSpec, supervisor
 
@@ -27,7 +28,7 @@ class Config:
     sleepy: SleepySection = attrs.field(factory=SleepySection)
 
 
-def build_tree(config: Config) -> ChildSpec:
+def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
     section = config.sleepy
 
     async def worker(ctx: ActorContext, *, task_status: TaskStatus) -> None:

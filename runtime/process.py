@@ -1,0 +1,97 @@
+"""Child processes: one node, several OS processes, one supervision tree.
+
+A Python process runs on one core at a time (the GIL), so a node that must use more than
+one core runs parts of its tree in child processes: ``python -m runtime node.toml --part
+NAME`` runs only the part ``NAME`` of the same config. In the parent, each child process
+is an ordinary actor (``ChildProcess``) under an ordinary supervisor: a child that dies is
+restarted with the supervisor's backoff and intensity, like any actor that crashed.
+
+The contract between the two, all of it here:
+
+- **Stopping.** The parent sends SIGTERM when it stops the child, or as soon as the whole
+  node begins to stop (``ctx.node_stopping``), so every child drains at once rather than
+  one after the other. The child stops gracefully within its grace (the node's, less a
+  margin, so that it is done before the parent's own grace runs out); past the parent's
+  grace the child is killed (SIGKILL). In a child, SIGINT is ignored (a terminal's Ctrl-C
+  reaches the whole process group; the parent relays it) and repeated SIGTERMs are one
+  request (systemd signals every process of the unit), so only the parent decides when a
+  stop becomes immediate.
+- **Orphans.** The child's stdin is a pipe whose other end only the parent holds. If the
+  parent dies, even by SIGKILL, the kernel closes it, the child reads end-of-file and
+  stops gracefully: a child never outlives its node for long.
+- **Output.** The child inherits stdout and stderr: its log lines go where the parent's
+  go, each line written whole. Its lines name the part in ``node`` (``host-1/consumers-1``).
+- **Exit.** Status 0 after a stop the parent asked for is a normal stop; 0 otherwise (the
+  child was stopped by someone else) is a normal exit, restarted if permanent; anything
+  else is a crash, except death by our SIGTERM while it was still starting up.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+import trio
+import trio_util
+
+from runtime.actor import ActorContext, TaskStatus
+from runtime.errors import ChildProcessFailed
+
+#: How much sooner than its parent a child must be done stopping: at most 1 s, or a tenth
+#: of the grace when that is shorter.
+GRACE_MARGIN_S = 1.0
+
+
+def child_grace_s(grace_s: float) -> float:
+    """The grace a child process gets when its node has ``grace_s``."""
+    return grace_s - min(GRACE_MARGIN_S, grace_s / 10)
+
+
+def part_argv(config_path: Path, part: str) -> list[str]:
+    """The command that runs part ``part`` of the node configured by ``config_path``."""
+    return [sys.executable, "-m", "runtime", str(config_path.resolve()), "--part", part]
+
+
+class ChildProcess:
+    """An actor that runs one part of the node as a child process (see module docstring)."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+
+    async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        process = await trio.lowlevel.open_process(self.argv, stdin=subprocess.PIPE)
+        ctx.log.info("process_started", pid=process.pid)
+        stop_asked = False
+        try:
+            task_status.started()
+            async with trio.open_nursery() as nursery:
+
+                async def relay_stop() -> None:
+                    nonlocal stop_asked
+                    await trio_util.wait_any(
+                        ctx.wait_stop_requested, partial(ctx.node_stopping.wait_value, True)
+                    )
+                    stop_asked = True
+                    process.send_signal(signal.SIGTERM)
+
+                nursery.start_soon(relay_stop)
+                await process.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                with trio.CancelScope(shield=True):
+                    await process.wait()
+                ctx.log.warning("process_killed", pid=process.pid)
+            if process.stdin is not None:
+                with trio.CancelScope(shield=True):
+                    await process.stdin.aclose()
+        status = process.returncode
+        if status == 0 or (stop_asked and status == -signal.SIGTERM):
+            # -SIGTERM: stopped before it had set up its own handling (still starting).
+            ctx.log.info("process_exited", pid=process.pid, asked=stop_asked)
+            return
+        raise ChildProcessFailed(f"{ctx.path}: process {process.pid} exited with status {status}")

@@ -1,0 +1,267 @@
+"""One node, several processes (``[processes]``): real processes, real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import redis
+import trio
+
+from actors.model import TaskSpec
+from actors.schedules import Schedule
+from actors.store import TaskStore
+from runtime.redis_io import RedisClient
+from tests.execution_harness import records
+from tests.node_process import REPO, NodeProcess
+
+
+@pytest.fixture
+async def store(redis_client: RedisClient, namespace: str) -> TaskStore:
+    return TaskStore(redis_client, namespace, default_partitions=4)
+
+
+def write_config(
+    tmp_path: Path, redis_url: str, namespace: str, *, processes: str, grace_s: float = 5.0,
+    handler: str = "noop", extra: str = "",
+) -> Path:  # fmt: skip
+    path = tmp_path / "node.toml"
+    path.write_text(
+        f'namespace = "{namespace}"\n'
+        f'[node]\nname = "n1"\nshutdown_grace_s = {grace_s}\n'
+        f'[redis]\nurl = "{redis_url}"\n'
+        "[scheduler]\npartitions = 4\nmax_tick_s = 0.05\n"
+        f'[execution]\nresults_log = "{tmp_path / "results.jsonl"}"\n'
+        "claimer_interval_s = 0.2\n"
+        f'[consumers.work]\nhandler = "tests.handlers.jobs:{handler}"\n'
+        "concurrency = 4\nlease_s = 2\nbackoff_base_s = 0.1\n"
+        f"[processes]\n{processes}\n{extra}"
+    )
+    return path
+
+
+def children(node: NodeProcess) -> dict[str, int]:
+    """Each part's pid as the main process last started it."""
+    return {e["actor"].rsplit("/", 1)[1]: e["pid"] for e in node.events("process_started")}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped) counts as gone.
+    status = Path(f"/proc/{pid}/stat")
+    return status.exists() and status.read_text().split()[2] != "Z"
+
+
+def wait_gone(pids: list[int], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(alive(p) for p in pids):
+        assert time.monotonic() < deadline, f"still running: {[p for p in pids if alive(p)]}"
+        time.sleep(0.05)
+
+
+async def test_parts_run_in_child_processes_and_stop_with_the_node(
+    store: TaskStore, tmp_path: Path, redis_url: str, namespace: str, record: Path
+) -> None:
+    """Scheduler and two consumer processes: fires are enqueued by the scheduler process,
+    run by both consumer processes (two consumers in the group), and SIGTERM to the node
+    stops every process gracefully with status 0."""
+    config = write_config(tmp_path, redis_url, namespace, processes="scheduler = 1\nconsumers = 2")
+    await store.create_many(
+        [TaskSpec("work", Schedule("interval", every_s=0.2)) for _ in range(20)]
+    )
+    node = NodeProcess(config)
+    try:
+        await trio.to_thread.run_sync(node.wait_for, "consumer_ready", 2)
+        pids = children(node)
+        assert set(pids) == {"scheduler", "consumers-1", "consumers-2"}
+        with trio.fail_after(20):
+            while True:
+                if len({r["pid"] for r in records(record) if r["event"] == "ran"}) == 2:
+                    break
+                await trio.sleep(0.1)
+        node.signal(signal.SIGTERM)
+        assert await trio.to_thread.run_sync(node.wait) == 0
+        wait_gone(list(pids.values()), 5)
+    finally:
+        await trio.to_thread.run_sync(node.kill)
+    ran_by = {r["pid"] for r in records(record) if r["event"] == "ran"}
+    assert ran_by == {pids["consumers-1"], pids["consumers-2"]}
+    # Lines of every process reach the node's stdout, each naming its part.
+    stopped = {e["node"] for e in node.events("node_stopped")}
+    assert stopped == {"n1", "n1/scheduler", "n1/consumers-1", "n1/consumers-2"}
+    queued = {e["node"] for e in node.events("queued")}
+    assert queued == {"n1/scheduler"}
+    assert {e["actor"] for e in node.events("running")} == {"node/consumers/work/consumer"}
+    assert [e["asked"] for e in node.events("process_exited")] == [True, True, True]
+    assert not node.events("process_killed")
+    assert "shutdown_forced" not in {e["event"] for e in node.events()}
+
+
+async def test_a_killed_child_is_restarted_alone_and_loses_no_fire(
+    store: TaskStore, tmp_path: Path, redis_url: str, namespace: str, record: Path
+) -> None:
+    """kill -9 one consumer process: the node restarts that process only (the other
+    processes keep their pids) and every fire due in the window runs."""
+    config = write_config(tmp_path, redis_url, namespace, processes="scheduler = 1\nconsumers = 2")
+    start_ms = await store.now_ms() + 1500
+    schedule = Schedule("interval", every_s=0.3, start_ms=start_ms, misfire="fire_all")
+    ids = [c.task_id for c in await store.create_many([TaskSpec("work", schedule)] * 6)]
+    node = NodeProcess(config)
+    try:
+        await trio.to_thread.run_sync(node.wait_for, "consumer_ready", 2)
+        before = children(node)
+        await trio.sleep(2.0)
+        os.kill(before["consumers-1"], signal.SIGKILL)
+        await trio.to_thread.run_sync(node.wait_for, "actor_restarted")
+        await trio.to_thread.run_sync(node.wait_for, "consumer_ready", 3)
+        after = children(node)
+        await trio.sleep(3.5)  # the lease (2 s) passes: the dead process's messages rerun
+        window_end = await store.now_ms() - 1500
+        node.signal(signal.SIGTERM)
+        assert await trio.to_thread.run_sync(node.wait) == 0
+    finally:
+        await trio.to_thread.run_sync(node.kill)
+    assert after["consumers-1"] != before["consumers-1"]
+    assert after["consumers-2"] == before["consumers-2"]
+    assert after["scheduler"] == before["scheduler"]
+    crashed = node.events("actor_crashed")
+    assert [e["actor"] for e in crashed] == ["node/processes/consumers-1"]
+    ran = Counter(r["schedule_id"] for r in records(record) if r["event"] == "ran")
+    expected = {f"{t}:{due}" for t in ids for due in range(start_ms, window_end, 300)}
+    assert len(expected) >= 30
+    missing = expected - set(ran)
+    assert not missing, f"{len(missing)} fires never ran, e.g. {sorted(missing)[:3]}"
+
+
+def test_children_stop_when_the_node_is_killed(
+    tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """SIGKILL the main process: its children see their stdin end and stop gracefully
+    instead of running on as orphans."""
+    config = write_config(tmp_path, redis_url, namespace, processes="scheduler = 1\nconsumers = 1")
+    node = NodeProcess(config)
+    try:
+        node.wait_for("consumer_ready")
+        node.wait_for("poller_ready")
+        pids = list(children(node).values())
+        node.signal(signal.SIGKILL)
+        wait_gone(pids, 8)
+    finally:
+        node.kill()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    gone = [e for e in node.events("shutdown_requested") if e.get("reason") == "parent_gone"]
+    assert {e["node"] for e in gone} == {"n1/scheduler", "n1/consumers-1"}
+    assert {e["node"] for e in node.events("node_stopped")} == {"n1/scheduler", "n1/consumers-1"}
+
+
+def test_a_child_ignores_sigint_and_repeated_sigterm(
+    tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """Only the parent decides when a child's stop becomes immediate: SIGINT (a terminal's
+    Ctrl-C reaches the whole group) is ignored, and a second SIGTERM (systemd signals every
+    process of the unit) does not cut the child's graceful stop short."""
+    config = write_config(
+        tmp_path, redis_url, namespace, processes="consumers = 1", handler="sleepy"
+    )
+    node = NodeProcess(config)
+    try:
+        node.wait_for("consumer_ready")
+        child = children(node)["consumers-1"]
+        os.kill(child, signal.SIGINT)
+        time.sleep(0.5)
+        assert alive(child)
+        os.kill(child, signal.SIGTERM)
+        os.kill(child, signal.SIGTERM)
+        node.wait_for("node_stopped")
+        # The child exited 0 on a stop it was not asked for by the node: a normal exit,
+        # and the node restarts it (permanent).
+        node.wait_for("process_started", 2)
+        node.wait_for("consumer_ready", 2)
+        node.signal(signal.SIGTERM)
+        assert node.wait() == 0
+    finally:
+        node.kill()
+    child_lines = [e for e in node.events() if e["node"] == "n1/consumers-1"]
+    assert [e["event"] for e in child_lines].count("shutdown_requested") == 2  # two runs
+    assert "shutdown_immediate" not in {e["event"] for e in node.events()}
+
+
+@pytest.mark.parametrize(
+    ("processes", "extra", "message"),
+    [
+        ("api = 1", "", "processes.api: 1 needs an [api] section"),
+        ("consumers = 65", "", "processes.consumers: must be within 0..64"),
+        ("scheduler = 2", "", "processes.scheduler: must be within 0..1"),
+    ],
+)
+def test_bad_processes_config_is_named(
+    tmp_path: Path, redis_url: str, namespace: str, processes: str, extra: str, message: str
+) -> None:
+    config = write_config(tmp_path, redis_url, namespace, processes=processes, extra=extra)
+    done = subprocess.run(
+        [sys.executable, "-m", "runtime", str(config), "--check"],
+        capture_output=True, text=True, cwd=REPO, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+
+
+def test_a_bad_handler_fails_the_main_process_not_a_child(
+    tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """A handler the consumer processes could not import is a config error of the node,
+    before any child starts, not a crash loop of children."""
+    config = write_config(
+        tmp_path, redis_url, namespace, processes="consumers = 2", handler="missing"
+    )
+    node = NodeProcess(config)
+    assert node.wait(timeout_s=30) == 2
+    assert "consumers.work.handler: 'tests.handlers.jobs' has no 'missing'" in node.stderr_text()
+    assert not node.events("process_started")
+
+
+def test_unknown_part_is_refused(tmp_path: Path, redis_url: str, namespace: str) -> None:
+    config = write_config(tmp_path, redis_url, namespace, processes="consumers = 1")
+    done = subprocess.run(
+        [sys.executable, "-m", "runtime", str(config), "--part", "consumers-2", "--check"],
+        capture_output=True, text=True, cwd=REPO, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--part 'consumers-2': not a part of this node's [processes]" in done.stderr
+
+
+def test_embedded_redis_is_shared_by_the_children(tmp_path: Path) -> None:
+    """With the embedded server, the main process runs it and the children use it."""
+    config = tmp_path / "node.toml"
+    config.write_text(
+        f'[node]\nname = "n1"\nshutdown_grace_s = 5\n'
+        f'[redis]\nurl = "embedded"\ndata_dir = "{tmp_path / "data"}"\n'
+        f'[execution]\nresults_log = "{tmp_path / "results.jsonl"}"\n'
+        '[consumers.work]\nhandler = "tests.handlers.jobs:noop"\n'
+        "[processes]\nscheduler = 1\nconsumers = 1\n"
+    )
+    node = NodeProcess(config)
+    try:
+        node.wait_for("consumer_ready")
+        node.wait_for("poller_ready")
+        client = redis.Redis(unix_socket_path=str(tmp_path / "data" / "redis.sock"))
+        clients = len(client.client_list())
+        client.close()
+        node.signal(signal.SIGTERM)
+        assert node.wait() == 0
+    finally:
+        node.kill()
+    assert clients >= 3  # this test's, the scheduler process's and the consumer process's
+    assert not node.events("actor_crashed")
+    assert node.events("redis_stopped") or node.events("node_stopped")
