@@ -13,7 +13,7 @@ This is the one place that decides which actors run on a node (asynq's ``NewServ
     │       └── claimer         hands reclaimed messages to the consumer's mailbox
     └── api                     only with [api]: HTTP on hypercorn; graceful, stops first
 
-With ``[processes]``, a part (``scheduler``, ``consumers-1`` … ``consumers-N``, ``api``)
+With ``[processes]``, a part (``scheduler``, ``consumers-1`` … ``consumers-N``, ``api-1`` …)
 leaves the main process's tree for a ``ChildProcess`` actor under a last, one-for-one
 supervisor ``processes``; the child process runs ``python -m runtime node.toml --part
 NAME``, whose tree is ``node`` over that one subtree, so every actor keeps its path. The
@@ -76,7 +76,7 @@ def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
         children.append(roles.scheduler())
     if config.consumers and not config.processes.consumers:
         children.append(roles.consumers())
-    if config.api is not None and "api" not in parts:
+    if config.api is not None and not config.processes.api:
         children.append(roles.api())
     if parts:
         # One for one: a child process that dies is restarted alone; the others go on.
@@ -94,7 +94,7 @@ def _part_tree(config: Config, part: str) -> ChildSpec:
     roles = _Roles(config, url)
     if part == "scheduler":
         child = roles.scheduler()
-    elif part == "api":
+    elif part.startswith("api-"):
         child = roles.api()
     else:
         child = roles.consumers()
@@ -139,7 +139,7 @@ class _Roles:
         config = self.config
         assert config.api is not None
         keys = [key.resolve() for key in config.api.keys]
-        api = ApiServer(self.store, config.api, keys)
+        api = ApiServer(self.store, config.api, keys, shared_port=config.processes.api > 1)
         grace = config.node.shutdown_grace_s
         return ChildSpec("api", api.run, graceful=True, shutdown_s=grace)
 

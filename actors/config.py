@@ -136,16 +136,17 @@ class ProcessesSection:
     consumers: int = attrs.field(default=0, validator=within(0, 64))
     """N > 0: N child processes ``consumers-1`` … ``consumers-N`` each run every
     ``[consumers.<type>]`` of this node (N consumers per type in the group)."""
-    api: int = attrs.field(default=0, validator=within(0, 1))
-    """1: the HTTP API runs in a child process ``api`` (its ``/readyz`` then reports on
-    that process)."""
+    api: int = attrs.field(default=0, validator=within(0, 64))
+    """N > 0: N child processes ``api-1`` … ``api-N`` serve the HTTP API on ``[api] bind``
+    (with N > 1 they share the port through ``SO_REUSEPORT``, so it must not be 0). Each
+    one's ``/readyz`` reports on its own process."""
 
     def parts(self) -> list[str]:
         """The child processes' part names, in start order."""
         return (
             ["scheduler"] * self.scheduler
             + [f"consumers-{i}" for i in range(1, self.consumers + 1)]
-            + ["api"] * self.api
+            + [f"api-{i}" for i in range(1, self.api + 1)]
         )
 
 
@@ -236,6 +237,8 @@ class Config:
 
     def __attrs_post_init__(self) -> None:
         if self.processes.api and self.api is None:
-            raise ValueError("processes.api: 1 needs an [api] section to serve")
+            raise ValueError("processes.api: needs an [api] section to serve")
+        if self.processes.api > 1 and self.api is not None and self.api.bind.endswith(":0"):
+            raise ValueError("processes.api: several API processes share one port: set api.bind")
         if self.processes.consumers and not self.consumers:
             raise ValueError("processes.consumers: needs at least one [consumers.<type>] section")

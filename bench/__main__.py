@@ -65,6 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     p_api.add_argument("--bulk-senders", type=int, default=2, help="concurrent bulk senders")
     p_api.add_argument("--workers", type=int, default=8, help="client threads")
     p_api.add_argument("--log-level", default="info", help="the node's [log] level")
+    p_api.add_argument(
+        "--client",
+        choices=["lean", "httpx"],
+        default="lean",
+        help="single creates through a lean http.client (default) or actors.client (httpx)",
+    )
+    p_api.add_argument(
+        "--processes", type=int, default=0, metavar="N", help="[processes] api = N (0: in the node)"
+    )
     p_layout = modes.add_parser("layout", help="bytes per task of layout variants")
     p_layout.add_argument("n", type=int, nargs="?", default=100_000)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -89,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.mode == "api":
             figures = api.run(
                 url, args.rate, args.seconds, args.bulk_total, args.bulk_size, args.workers,
-                args.log_level, args.bulk_senders,
+                args.log_level, args.bulk_senders, args.processes, args.client,
             )  # fmt: skip
             emit({"mode": "api", **figures})
         elif args.mode == "schedule":

@@ -1,6 +1,7 @@
 """``python -m bench api``: the HTTP API under load, from a second process on loopback.
 
-Starts one node process serving the API (``[api]``, no consumers; tasks are created with
+Starts one node serving the API (``[api]``, no consumers; ``--processes N``: N API
+processes sharing the port, ``[processes] api = N``; tasks are created with
 a first fire in 2100 so the scheduler stays idle), then, from this process, with signed
 requests through ``actors.client`` (what users and the CLI use):
 
@@ -19,6 +20,8 @@ Issue 5's targets: bulk >= 20,000 tasks/s; single >= 1,000/s with p99 <= 50 ms.
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import socket
 import subprocess
@@ -32,11 +35,45 @@ from typing import Any
 import httpx
 
 from actors.client import ApiError, Client
-from bench.common import cpu_seconds, percentile
+from actors.signing import ApiKey, sign
+from bench.common import percentile, tree_cpu_seconds
 from bench.fire import REPO, stop_nodes
 
 KEY = ("bench", "bench-secret-0123456789")
 SCHEDULE = {"kind": "interval", "every_s": 3600, "start_ms": 4102444800000}
+
+
+class LeanClient:
+    """Signed single creates over one keep-alive ``http.client`` connection.
+
+    The load generator shares the 2 cores with the node; httpx (what ``actors.client``
+    uses) costs the generator about as much CPU per request as the server spends, so the
+    single-create phases measure the server with this: the same signature
+    (``actors.signing.sign``), a tenth of the client overhead. ``--client httpx`` measures
+    with ``actors.client`` instead.
+    """
+
+    def __init__(self, base: str, key_id: str, secret: str) -> None:
+        host, _, port = base.removeprefix("http://").rpartition(":")
+        self.http = http.client.HTTPConnection(host, int(port), timeout=30)
+        self.key = ApiKey(key_id, secret.encode())
+
+    def __enter__(self) -> LeanClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.http.close()
+
+    def create_task(self, task_type: str, schedule: dict[str, Any], payload: Any) -> None:
+        body = {"type": task_type, "schedule": schedule, "payload": payload}
+        data = json.dumps(body, separators=(",", ":")).encode()
+        headers = sign(self.key, "POST", "/v1/tasks", data, int(time.time() * 1000))
+        headers["Content-Type"] = "application/json"
+        self.http.request("POST", "/v1/tasks", body=data, headers=headers)
+        response = self.http.getresponse()
+        answer = response.read()
+        if response.status != 201:
+            raise ApiError(response.status, "error", answer[:300].decode(errors="replace"))
 
 
 def _free_port() -> int:
@@ -45,12 +82,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_node(workdir: Path, url: str, port: int, log_level: str) -> subprocess.Popen[bytes]:
+def _start_node(
+    workdir: Path, url: str, port: int, log_level: str, processes: int
+) -> subprocess.Popen[bytes]:
     config = workdir / "api-node.toml"
     config.write_text(
         f'namespace = "benchapi"\n[node]\nname = "bench-api"\n[log]\nlevel = "{log_level}"\n'
         f'[redis]\nurl = "{url}"\n[api]\nbind = "127.0.0.1:{port}"\nmax_bulk = 20000\n'
         f'[[api.keys]]\nid = "{KEY[0]}"\nsecret = "{KEY[1]}"\n'
+        + (f"[processes]\napi = {processes}\n" if processes else "")
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with (workdir / "api-node.log").open("wb") as log:
@@ -72,27 +112,33 @@ def _start_node(workdir: Path, url: str, port: int, log_level: str) -> subproces
 
 def run(
     url: str, rate: int, seconds: float, bulk_total: int, bulk_size: int, workers: int,
-    log_level: str, bulk_senders: int = 2,
+    log_level: str, bulk_senders: int = 2, processes: int = 0, client: str = "lean",
 ) -> dict[str, Any]:  # fmt: skip
     workdir = Path(tempfile.mkdtemp(prefix="metronome-bench-api-"))
     port = _free_port()
-    node = _start_node(workdir, url, port, log_level)
+    node = _start_node(workdir, url, port, log_level, processes)
     base = f"http://127.0.0.1:{port}"
     try:
-        cpu0 = cpu_seconds(node.pid)
+        cpu0 = tree_cpu_seconds(node.pid)
         bulk = _bulk(base, bulk_total, bulk_size, bulk_senders)
-        flat_out = _closed_loop(base, workers, seconds / 2)
-        cpu1 = cpu_seconds(node.pid)
-        steady = _open_loop(base, rate, seconds, workers)
+        single = LeanClient if client == "lean" else Client
+        flat_out = _closed_loop(base, workers, seconds / 2, single)
+        cpu1, client_cpu = tree_cpu_seconds(node.pid), time.process_time()
+        steady = _open_loop(base, rate, seconds, workers, single)
+        requests = max(1, steady["requests"])
         steady["node_cpu_ms_per_request"] = round(
-            (cpu_seconds(node.pid) - cpu1) / max(1, steady["requests"]) * 1000, 2
+            (tree_cpu_seconds(node.pid) - cpu1) / requests * 1000, 2
         )
-        cpu = cpu_seconds(node.pid) - cpu0
+        steady["client_cpu_ms_per_request"] = round(
+            (time.process_time() - client_cpu) / requests * 1000, 2
+        )
+        cpu = tree_cpu_seconds(node.pid) - cpu0
         floor = _healthz(base, workers, min(5.0, seconds / 2), node.pid)
     finally:
         stop_nodes([node])
     return {"bulk": bulk, "single_max": flat_out, "single_steady": steady,
-            "healthz_max": floor, "node_cpu_s": round(cpu, 1), "log_level": log_level}  # fmt: skip
+            "healthz_max": floor, "node_cpu_s": round(cpu, 1), "log_level": log_level,
+            "api_processes": processes, "client": client}  # fmt: skip
 
 
 def _bulk(base: str, total: int, size: int, senders: int) -> dict[str, Any]:
@@ -126,13 +172,13 @@ def _bulk(base: str, total: int, size: int, senders: int) -> dict[str, Any]:
     }
 
 
-def _closed_loop(base: str, workers: int, seconds: float) -> dict[str, Any]:
+def _closed_loop(base: str, workers: int, seconds: float, single: Any) -> dict[str, Any]:
     counts = [0] * workers
     errors: list[str] = []
     deadline = time.perf_counter() + seconds
 
     def worker(index: int) -> None:
-        with Client(base, *KEY) as api:
+        with single(base, *KEY) as api:
             while time.perf_counter() < deadline:
                 try:
                     api.create_task("bench", SCHEDULE, {"w": index})
@@ -160,15 +206,15 @@ def _healthz(base: str, workers: int, seconds: float, pid: int) -> dict[str, Any
                 http.get(base + "/healthz")
                 counts[index] += 1
 
-    cpu0, started = cpu_seconds(pid), time.perf_counter()
+    cpu0, started = tree_cpu_seconds(pid), time.perf_counter()
     _run_threads(worker, workers)
-    elapsed, cpu = time.perf_counter() - started, cpu_seconds(pid) - cpu0
+    elapsed, cpu = time.perf_counter() - started, tree_cpu_seconds(pid) - cpu0
     total = sum(counts)
     return {"requests_per_s": round(total / elapsed), "node_cpu_ms_per_request":
             round(cpu / total * 1000, 2)}  # fmt: skip
 
 
-def _open_loop(base: str, rate: int, seconds: float, workers: int) -> dict[str, Any]:
+def _open_loop(base: str, rate: int, seconds: float, workers: int, single: Any) -> dict[str, Any]:
     total = int(rate * seconds)
     latencies: list[float] = []
     errors: list[str] = []
@@ -177,7 +223,7 @@ def _open_loop(base: str, rate: int, seconds: float, workers: int) -> dict[str, 
 
     def worker(index: int) -> None:
         mine: list[float] = []
-        with Client(base, *KEY) as api:
+        with single(base, *KEY) as api:
             for j in range(index, total, workers):
                 due = t0 + j / rate
                 pause = due - time.perf_counter()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,10 +15,12 @@ import pytest
 import redis
 import trio
 
+from actors.client import Client
 from actors.model import TaskSpec
 from actors.schedules import Schedule
 from actors.store import TaskStore
 from runtime.redis_io import RedisClient
+from tests.api_node import ADMIN
 from tests.execution_harness import records
 from tests.node_process import REPO, NodeProcess
 
@@ -200,7 +203,7 @@ def test_a_child_ignores_sigint_and_repeated_sigterm(
 @pytest.mark.parametrize(
     ("processes", "extra", "message"),
     [
-        ("api = 1", "", "processes.api: 1 needs an [api] section"),
+        ("api = 1", "", "processes.api: needs an [api] section"),
         ("consumers = 65", "", "processes.consumers: must be within 0..64"),
         ("scheduler = 2", "", "processes.scheduler: must be within 0..1"),
     ],
@@ -265,3 +268,41 @@ def test_embedded_redis_is_shared_by_the_children(tmp_path: Path) -> None:
     assert clients >= 3  # this test's, the scheduler process's and the consumer process's
     assert not node.events("actor_crashed")
     assert node.events("redis_stopped") or node.events("node_stopped")
+
+
+def test_api_processes_share_one_port(tmp_path: Path, redis_url: str, namespace: str) -> None:
+    """``api = 2``: two processes serve the one port (SO_REUSEPORT); the kernel gives new
+    connections to both, and each request is answered whole by one of them."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    api = (
+        f'[api]\nbind = "127.0.0.1:{port}"\n'
+        f'[[api.keys]]\nid = "{ADMIN[0]}"\nsecret = "{ADMIN[1]}"\n'
+    )
+    config = write_config(tmp_path, redis_url, namespace, processes="api = 2", extra=api)
+    node = NodeProcess(config)
+    try:
+        node.wait_for("api_listening", 2)
+        for i in range(24):  # a fresh connection each: the kernel picks a process per one
+            with Client(f"http://127.0.0.1:{port}", *ADMIN) as client:
+                created = client.create_task("work", {"kind": "once", "at_ms": 0}, {"i": i})
+                assert client.get_task(created["task_id"])["payload"] == {"i": i}
+        node.signal(signal.SIGTERM)
+        assert node.wait() == 0
+    finally:
+        node.kill()
+    served_by = Counter(e["node"] for e in node.events("api_request"))
+    assert set(served_by) == {"n1/api-1", "n1/api-2"}
+    assert not node.events("api_error")
+
+
+def test_api_processes_need_a_fixed_port(tmp_path: Path, redis_url: str, namespace: str) -> None:
+    api = f'[api]\nbind = "127.0.0.1:0"\n[[api.keys]]\nid = "{ADMIN[0]}"\nsecret = "{ADMIN[1]}"\n'
+    config = write_config(tmp_path, redis_url, namespace, processes="api = 2", extra=api)
+    done = subprocess.run(
+        [sys.executable, "-m", "runtime", str(config), "--check"],
+        capture_output=True, text=True, cwd=REPO, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "processes.api: several API processes share one port: set api.bind" in done.stderr
