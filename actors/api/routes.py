@@ -33,6 +33,10 @@ from actors.queues import Queues, tally
 from actors.signing import Verifier
 from actors.store import KEEP, TaskStore
 from runtime.health import Health
+from runtime.logging import emit_events
+
+#: The API actor's path in the tree (its lines carry it as ``actor``).
+API_ACTOR = "node/api"
 
 Handler = Callable[["Call"], Awaitable[Response]]
 
@@ -46,7 +50,7 @@ class ApiServices:
     verifier: Verifier
     settings: ApiSection
     health: Health
-    log: Any = attrs.field(factory=lambda: structlog.get_logger().bind(actor="node/api"))
+    log: Any = attrs.field(factory=lambda: structlog.get_logger().bind(actor=API_ACTOR))
 
 
 @attrs.frozen
@@ -307,15 +311,17 @@ def _endpoint(services: ApiServices, handler: Handler, *, public: bool) -> Any:
                 problem = Problem(500, "internal", "an internal error occurred; see the node log")
             response = problem.response()
         if not public:
-            log = services.log.info if request.method not in ("GET", "HEAD") else services.log.debug
-            log(
-                "api_request",
-                method=request.method,
-                path=request.url.path,
-                status=response.status_code,
-                key=key_id,
-                ms=round((time.perf_counter() - started) * 1000, 2),
-            )
+            fields = {
+                "method": request.method,
+                "path": request.url.path,
+                "status": response.status_code,
+                "key": key_id,
+                "ms": round((time.perf_counter() - started) * 1000, 2),
+            }
+            if request.method in ("GET", "HEAD"):
+                services.log.debug("api_request", **fields)
+            else:  # writes come by the thousand per second: the lifecycle lines' fast path
+                emit_events(API_ACTOR, [("api_request", fields)])
         return response
 
     return endpoint
