@@ -25,8 +25,10 @@ def bench(*args: str) -> dict[str, Any]:
     return figures
 
 
-def test_fire_mode_reports_every_figure() -> None:
-    figures = bench("fire", "60", "1", "4")
+@pytest.mark.parametrize("processes", [0, 1])
+def test_fire_mode_reports_every_figure(processes: int) -> None:
+    figures = bench("fire", "60", "1", "4", "--processes", str(processes))
+    assert figures["processes"] == processes
     assert set(figures) >= {
         "n", "interval_s", "duration_s", "nodes", "register_s", "expected", "executed",
         "exec_per_s", "lag_p50_ms", "lag_p99_ms", "lag_max_ms", "missed", "duplicates",
@@ -60,9 +62,12 @@ def test_scheduling_and_hop_modes(mode: str, args: list[str]) -> None:
         assert figures["layer_us_per_call"] > 0
 
 
-def test_api_mode() -> None:
+@pytest.mark.parametrize("processes", [0, 2])
+def test_api_mode(processes: int) -> None:
     figures = bench("api", "--rate", "20", "--seconds", "2", "--bulk-total", "1000",
-                    "--bulk-size", "500", "--workers", "2")  # fmt: skip
+                    "--bulk-size", "500", "--workers", "2",
+                    "--processes", str(processes))  # fmt: skip
+    assert figures["api_processes"] == processes
     assert figures["bulk"]["tasks_per_s"] > 0
     assert figures["single_max"]["creates_per_s"] > 0
     assert figures["single_steady"]["requests"] == 40
