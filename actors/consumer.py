@@ -24,6 +24,7 @@ nodes reclaim it at once (``release.lua``), and leave the group if nothing is pe
 
 from __future__ import annotations
 
+import functools
 import random
 import secrets
 import time
@@ -132,14 +133,18 @@ class Consumer:
         self.results.prepare()
         ctx.log.info("consumer_ready", consumer=name, stream=keys.queue(self.type))
         task_status.started()
+        # Wind down on our stop request, or as soon as the whole node stops: supervisors
+        # stop their children one at a time, and every type should stop reading at once.
+        stopping = trio_util.AsyncBool(False)
         try:
             async with trio.open_nursery() as handlers, trio.open_nursery() as helpers:
                 helpers.start_soon(self._renew_leases, keys, name)
                 helpers.start_soon(self._flush_loop, keys)
+                helpers.start_soon(self._watch_stop, ctx, stopping)
                 async with trio.open_nursery() as readers:
-                    readers.start_soon(self._read_stream, keys, name, handlers, ctx)
-                    readers.start_soon(self._read_inbox, keys, handlers, ctx)
-                # Stop requested: no more reads. Running handlers finish (the supervisor
+                    readers.start_soon(self._read_stream, keys, name, handlers, stopping)
+                    readers.start_soon(self._read_inbox, keys, handlers, stopping)
+                # Stopping: no more reads. Running handlers finish (the supervisor
                 # cancels us when the grace is over); then the last flush.
                 await self.state.free.wait_value(lambda free: free >= self.section.concurrency)
                 helpers.cancel_scope.cancel()
@@ -149,6 +154,16 @@ class Consumer:
                 await self._flush(keys)
                 await self._release(keys, name, ctx)
             self.state.free.value = 0
+        # Drained because the node is stopping: wait for our turn (returning now would
+        # read as an exit to restart).
+        await ctx.wait_stop_requested()
+
+    @staticmethod
+    async def _watch_stop(ctx: ActorContext, stopping: trio_util.AsyncBool) -> None:
+        await trio_util.wait_any(
+            ctx.wait_stop_requested, functools.partial(ctx.node_stopping.wait_value, True)
+        )
+        stopping.value = True
 
     async def _ensure_group(self, keys: Keys) -> None:
         try:
@@ -162,16 +177,16 @@ class Consumer:
     # -- reading ----------------------------------------------------------------------------
 
     async def _read_stream(
-        self, keys: Keys, name: str, handlers: trio.Nursery, ctx: ActorContext
+        self, keys: Keys, name: str, handlers: trio.Nursery, stopping: trio_util.AsyncBool
     ) -> None:
         """Read while not stopping. A read in progress is not abandoned on a stop request
         (what it returns would sit in our PEL unseen): its messages are kept unstarted and
         released at the end."""
         stream = keys.queue(self.type)
-        while not ctx.stop_requested.value:
-            async with trio_util.move_on_when(ctx.wait_stop_requested):
+        while not stopping.value:
+            async with trio_util.move_on_when(stopping.wait_value, True):
                 await self.state.free.wait_value(lambda free: free > 0)
-            if ctx.stop_requested.value:
+            if stopping.value:
                 return
             reply = await self.store.client.execute(
                 "XREADGROUP", "GROUP", GROUP, name, "COUNT", self.state.free.value,
@@ -180,11 +195,13 @@ class Consumer:
             if not reply:
                 continue
             entries = reply[0][1] if isinstance(reply, list) else reply[stream.encode()][0]
-            await self._start(keys, entries, handlers, start=not ctx.stop_requested.value)
+            await self._start(keys, entries, handlers, start=not stopping.value)
 
-    async def _read_inbox(self, keys: Keys, handlers: trio.Nursery, ctx: ActorContext) -> None:
+    async def _read_inbox(
+        self, keys: Keys, handlers: trio.Nursery, stopping: trio_util.AsyncBool
+    ) -> None:
         """Messages the claimer took over for us: already pending under our name."""
-        async with trio_util.move_on_when(ctx.wait_stop_requested):
+        async with trio_util.move_on_when(stopping.wait_value, True):
             async for message in self.inbox.receive:
                 await self.state.free.wait_value(lambda free: free > 0)
                 self._in_flight[message.msg_id] = message

@@ -204,3 +204,44 @@ async def test_handlers_cut_by_the_grace_are_released_at_once(
     assert len(released) == 2
     assert not by_pid(found, a.proc.pid, "ran")
     assert len(by_pid(found, b.proc.pid, "started")) == 2
+
+
+async def test_every_type_stops_reading_at_the_first_sigterm(
+    store: TaskStore, tmp_path: Path, redis_url: str, namespace: str, record: Path
+) -> None:
+    """Supervisors stop children one at a time; a type whose handlers take long to drain
+    must not let the other types go on starting fires meanwhile: each consumer stops
+    reading when the node begins to stop, and waits for its turn to end."""
+    config = tmp_path / "two.toml"
+    config.write_text(
+        f'namespace = "{namespace}"\n'
+        '[node]\nname = "two"\nshutdown_grace_s = 10\n'
+        f'[redis]\nurl = "{redis_url}"\n'
+        "[scheduler]\npartitions = 4\nmax_tick_s = 0.05\n"
+        f'[execution]\nresults_log = "{tmp_path / "results.jsonl"}"\n'
+        # "slow" stops first (reverse order of names) and drains for ~2 s.
+        '[consumers.fast]\nhandler = "tests.handlers.jobs:noop"\n'
+        '[consumers.slow]\nhandler = "tests.handlers.jobs:sleepy"\nconcurrency = 1\n'
+    )
+    await store.create_many(
+        [TaskSpec("fast", Schedule("interval", every_s=0.1)) for _ in range(5)]
+        + [TaskSpec("slow", Schedule("once", at_ms=0), {"sleep_s": 2.0})]
+    )
+    node = NodeProcess(config)
+    try:
+        await trio.to_thread.run_sync(node.wait_for, "consumer_ready", 2)
+        await wait_records(record, lambda r: any(e["event"] == "started" for e in r))
+        node.signal(signal.SIGTERM)
+        assert await trio.to_thread.run_sync(node.wait) == 0
+    finally:
+        await stop(node)
+    signalled = node.events("shutdown_requested")[0]["ts_ms"]
+    fast_starts = [e["ts_ms"] for e in node.events("running") if e["type"] == "fast"]
+    assert fast_starts, "the fast type ran before the signal"
+    assert max(fast_starts) <= signalled + 250, "the fast type kept starting fires"
+    slow = [e for e in node.events("finished") if e["type"] == "slow"]
+    assert len(slow) == 1 and slow[0]["ts_ms"] > signalled  # drained, not cut
+    stopped = [e["actor"] for e in node.events("actor_stopped")]
+    assert stopped.index("node/consumers/slow/consumer") < stopped.index(
+        "node/consumers/fast/consumer"
+    )
