@@ -74,7 +74,7 @@ class NodeSection:
 
     name: str = attrs.field(factory=socket.gethostname)
     app: str = "actors.app"
-    """Module that defines ``Config`` and ``build_tree(config)`` for this node."""
+    """Module that defines ``Config`` and ``build_tree(config, invocation)`` for this node."""
     shutdown_grace_s: float = attrs.field(default=10.0, validator=positive)
     """First SIGTERM/SIGINT: finish work in hand within this many seconds, then cancel."""
 
