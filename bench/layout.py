@@ -6,7 +6,9 @@ Variants, each N tasks with server-style 20-hex ids, 16 partitions, an interval 
 and a small payload: the current layout (task hash + schedule ZSet entry + per-type set
 entry); without the per-type set; the hash alone; short field names without ``status``;
 plus schedules interned (the hash holds a 4-character reference); and that without the
-per-type set.
+per-type set; and records packed ~100 to a bucket hash (field = task id, value = one
+compact string under Redis's 64-byte listpack limit), with the ZSet and type set, and
+without the type set: the layout-v2 idea, measured before it is built.
 """
 
 from __future__ import annotations
@@ -44,14 +46,42 @@ VARIANTS: list[tuple[str, Callable[[int], dict[str, str | int]], bool, bool]] = 
     ("short_interned_no_type_set", _interned, True, False),
 ]
 
+#: Tasks per bucket hash: under Redis's default hash-max-listpack-entries (128).
+PER_BUCKET = 100
+
 
 def run(url: str, n: int) -> dict[str, int]:
     client = redis.Redis.from_url(url)
     try:
-        return {name: _bytes_per_task(client, n, fields, zset, typeset)
-                for name, fields, zset, typeset in VARIANTS}  # fmt: skip
+        figures = {name: _bytes_per_task(client, n, fields, zset, typeset)
+                   for name, fields, zset, typeset in VARIANTS}  # fmt: skip
+        figures["bucketed"] = _bucketed(client, n, typeset=True)
+        figures["bucketed_no_type_set"] = _bucketed(client, n, typeset=False)
+        return figures
     finally:
         client.close()
+
+
+def _bucketed(client: redis.Redis, n: int, *, typeset: bool) -> int:
+    client.flushall()
+    base = int(client.info("memory")["used_memory"])
+    buckets = max(1, n // PER_BUCKET)
+    pipe = client.pipeline(transaction=False)
+    for i in range(n):
+        task_id = secrets.token_hex(10)
+        slot = zlib.crc32(task_id.encode()) % buckets
+        tag = f"{{metronome:{slot % 16}}}"
+        record = "\x1f".join(str(v) for v in _interned(i).values())
+        pipe.hset(f"{tag}:tasks:{slot}", task_id, record)
+        pipe.zadd(f"{tag}:schedule", {task_id: T0 + i})
+        if typeset:
+            pipe.sadd(f"{tag}:type:email", task_id)
+        if i % 5000 == 4999:
+            pipe.execute()
+    pipe.execute()
+    used = int(client.info("memory")["used_memory"]) - base
+    client.flushall()
+    return round(used / n)
 
 
 def _bytes_per_task(
