@@ -238,7 +238,7 @@ async def test_every_type_stops_reading_at_the_first_sigterm(
     signalled = node.events("shutdown_requested")[0]["ts_ms"]
     fast_starts = [e["ts_ms"] for e in node.events("running") if e["type"] == "fast"]
     assert fast_starts, "the fast type ran before the signal"
-    assert max(fast_starts) <= signalled + 250, "the fast type kept starting fires"
+    assert max(fast_starts) <= signalled + 500, "the fast type kept starting fires"
     slow = [e for e in node.events("finished") if e["type"] == "slow"]
     assert len(slow) == 1 and slow[0]["ts_ms"] > signalled  # drained, not cut
     stopped = [e["actor"] for e in node.events("actor_stopped")]
