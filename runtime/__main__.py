@@ -61,7 +61,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         name = app.node.name if args.part is None else f"{app.node.name}/{args.part}"
         node_logging.configure(
-            node=name, format=args.log_format or app.log.format, level=app.log.level
+            node=name,
+            format=args.log_format or app.log.format,
+            level=app.log.level,
+            stream=None if args.part is None else node_logging.to_parent(sys.stdout),
         )
         root = app.build_tree(app.config, invocation)
         grace_s = app.node.shutdown_grace_s

@@ -22,7 +22,7 @@ import re
 import sys
 import time
 from collections.abc import Iterable, MutableMapping
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import attrs
 import structlog
@@ -83,6 +83,44 @@ def configure(
     )
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(node=node)
+
+
+def write_lines(text: str) -> None:
+    """Write complete lines that are already formatted (a child process's, relayed by its
+    node: one writer per stream, so lines of different processes never interleave)."""
+    stream = _output.stream or sys.stdout
+    stream.write(text)
+    stream.flush()
+
+
+class ToParent:
+    """A child process's stdout, a pipe to its node: once the node is gone (the pipe is
+    broken) lines have nowhere to go, and are dropped instead of failing the work that
+    logs them (a consumer completing its fires while it stops). ``to_parent()`` gives it
+    the ``TextIO`` type ``configure`` takes (it only writes and flushes)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream: TextIO | None = stream
+
+    def write(self, text: str) -> int:
+        if self._stream is not None:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._stream = None
+        return len(text)
+
+    def flush(self) -> None:
+        if self._stream is not None:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._stream = None
+
+
+def to_parent(stream: TextIO) -> TextIO:
+    """``stream`` wrapped in ``ToParent``."""
+    return cast(TextIO, ToParent(stream))
 
 
 # One C-accelerated encoder for every fast-path line: a dict per line is encoded in C,

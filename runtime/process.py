@@ -19,8 +19,11 @@ The contract between the two, all of it here:
 - **Orphans.** The child's stdin is a pipe whose other end only the parent holds. If the
   parent dies, even by SIGKILL, the kernel closes it, the child reads end-of-file and
   stops gracefully: a child never outlives its node for long.
-- **Output.** The child inherits stdout and stderr: its log lines go where the parent's
-  go, each line written whole. Its lines name the part in ``node`` (``host-1/consumers-1``).
+- **Output.** The child's stdout is a pipe to the parent, which relays it to its own
+  stdout in whole lines: one writer, so lines of different processes never interleave
+  however large a batch (writes to a shared pipe or socket are atomic only up to 4 KiB).
+  Its lines name the part in ``node`` (``host-1/consumers-1``). Once the parent is gone,
+  the child drops its lines (``runtime.logging.ToParent``). Stderr is inherited.
 - **Exit.** Status 0 after a stop the parent asked for is a normal stop; 0 otherwise (the
   child was stopped by someone else) is a normal exit, restarted if permanent; anything
   else is a crash, except death by our SIGTERM while it was still starting up.
@@ -39,10 +42,15 @@ import trio_util
 
 from runtime.actor import ActorContext, TaskStatus
 from runtime.errors import ChildProcessFailed
+from runtime.logging import write_lines
 
 #: How much sooner than its parent a child must be done stopping: at most 1 s, or a tenth
 #: of the grace when that is shorter.
 GRACE_MARGIN_S = 1.0
+
+
+#: After a child exits, how long its output may take to reach end-of-file.
+RELAY_DRAIN_S = 1.0
 
 
 def child_grace_s(grace_s: float) -> float:
@@ -62,12 +70,17 @@ class ChildProcess:
         self.argv = argv
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
-        process = await trio.lowlevel.open_process(self.argv, stdin=subprocess.PIPE)
+        process = await trio.lowlevel.open_process(
+            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
         ctx.log.info("process_started", pid=process.pid)
         stop_asked = False
+        relayed = trio.Event()
         try:
             task_status.started()
             async with trio.open_nursery() as nursery:
+                assert process.stdout is not None
+                nursery.start_soon(_relay_lines, process.stdout, relayed)
 
                 async def relay_stop() -> None:
                     nonlocal stop_asked
@@ -79,6 +92,9 @@ class ChildProcess:
 
                 nursery.start_soon(relay_stop)
                 await process.wait()
+                # Its last lines; bounded, in case a process it started holds the pipe.
+                with trio.move_on_after(RELAY_DRAIN_S):
+                    await relayed.wait()
                 nursery.cancel_scope.cancel()
         finally:
             if process.returncode is None:
@@ -95,3 +111,17 @@ class ChildProcess:
             ctx.log.info("process_exited", pid=process.pid, asked=stop_asked)
             return
         raise ChildProcessFailed(f"{ctx.path}: process {process.pid} exited with status {status}")
+
+
+async def _relay_lines(stdout: trio.abc.ReceiveStream, done: trio.Event) -> None:
+    """Copy a child's output to ours in whole lines, until it ends."""
+    pending = b""
+    async for chunk in stdout:
+        pending += chunk
+        cut = pending.rfind(b"\n") + 1
+        if cut:
+            write_lines(pending[:cut].decode("utf-8", "replace"))
+            pending = pending[cut:]
+    if pending:
+        write_lines(pending.decode("utf-8", "replace") + "\n")
+    done.set()
