@@ -8,7 +8,9 @@ entry); without the per-type set; the hash alone; short field names without ``st
 plus schedules interned (the hash holds a 4-character reference); and that without the
 per-type set; and records packed ~100 to a bucket hash (field = task id, value = one
 compact string under Redis's 64-byte listpack limit), with the ZSet and type set, and
-without the type set: the layout-v2 idea, measured before it is built.
+without the type set: the layout-v2 idea, measured before it is built; and buckets of
+today's full records, whose values pass the 64-byte listpack limit, with the server's
+default and with ``hash-max-listpack-value`` 256.
 """
 
 from __future__ import annotations
@@ -57,12 +59,24 @@ def run(url: str, n: int) -> dict[str, int]:
                    for name, fields, zset, typeset in VARIANTS}  # fmt: skip
         figures["bucketed"] = _bucketed(client, n, typeset=True)
         figures["bucketed_no_type_set"] = _bucketed(client, n, typeset=False)
+        # The same with today's full record (every field, schedule JSON not interned): its
+        # values exceed the 64-byte listpack limit, so buckets become hash tables unless
+        # the server allows longer listpack values (CONFIG SET, restored after).
+        figures["bucketed_full_no_type_set"] = _bucketed(client, n, typeset=False, full=True)
+        limit = str(client.config_get("hash-max-listpack-value")["hash-max-listpack-value"])
+        client.config_set("hash-max-listpack-value", 256)
+        try:
+            figures["bucketed_full_no_type_set_listpack_256"] = _bucketed(
+                client, n, typeset=False, full=True
+            )
+        finally:
+            client.config_set("hash-max-listpack-value", limit)
         return figures
     finally:
         client.close()
 
 
-def _bucketed(client: redis.Redis, n: int, *, typeset: bool) -> int:
+def _bucketed(client: redis.Redis, n: int, *, typeset: bool, full: bool = False) -> int:
     client.flushall()
     base = int(client.info("memory")["used_memory"])
     buckets = max(1, n // PER_BUCKET)
@@ -71,7 +85,7 @@ def _bucketed(client: redis.Redis, n: int, *, typeset: bool) -> int:
         task_id = secrets.token_hex(10)
         slot = zlib.crc32(task_id.encode()) % buckets
         tag = f"{{metronome:{slot % 16}}}"
-        record = "\x1f".join(str(v) for v in _interned(i).values())
+        record = "\x1f".join(str(v) for v in (_full(i) if full else _interned(i)).values())
         pipe.hset(f"{tag}:tasks:{slot}", task_id, record)
         pipe.zadd(f"{tag}:schedule", {task_id: T0 + i})
         if typeset:
