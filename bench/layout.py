@@ -10,7 +10,8 @@ per-type set; and records packed ~100 to a bucket hash (field = task id, value =
 compact string under Redis's 64-byte listpack limit), with the ZSet and type set, and
 without the type set: the layout-v2 idea, measured before it is built; and buckets of
 today's full records, whose values pass the 64-byte listpack limit, with the server's
-default and with ``hash-max-listpack-value`` 256.
+default and with ``hash-max-listpack-value`` 256; and compact buckets with the type index
+bucketed too (small hashes instead of a set).
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ def run(url: str, n: int) -> dict[str, int]:
                    for name, fields, zset, typeset in VARIANTS}  # fmt: skip
         figures["bucketed"] = _bucketed(client, n, typeset=True)
         figures["bucketed_no_type_set"] = _bucketed(client, n, typeset=False)
+        figures["bucketed_bucketed_type_index"] = _bucketed(
+            client, n, typeset=False, type_buckets=True
+        )
         # The same with today's full record (every field, schedule JSON not interned): its
         # values exceed the 64-byte listpack limit, so buckets become hash tables unless
         # the server allows longer listpack values (CONFIG SET, restored after).
@@ -76,7 +80,9 @@ def run(url: str, n: int) -> dict[str, int]:
         client.close()
 
 
-def _bucketed(client: redis.Redis, n: int, *, typeset: bool, full: bool = False) -> int:
+def _bucketed(
+    client: redis.Redis, n: int, *, typeset: bool, full: bool = False, type_buckets: bool = False
+) -> int:
     client.flushall()
     base = int(client.info("memory")["used_memory"])
     buckets = max(1, n // PER_BUCKET)
@@ -90,6 +96,8 @@ def _bucketed(client: redis.Redis, n: int, *, typeset: bool, full: bool = False)
         pipe.zadd(f"{tag}:schedule", {task_id: T0 + i})
         if typeset:
             pipe.sadd(f"{tag}:type:email", task_id)
+        if type_buckets:  # the type index as small hashes, listpack-encoded
+            pipe.hset(f"{tag}:type:email:{slot}", task_id, "")
         if i % 5000 == 4999:
             pipe.execute()
     pipe.execute()
