@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     p_idle = modes.add_parser("idle", help="idle node CPU and bytes per task")
     p_idle.add_argument("n", type=int)
     p_idle.add_argument("seconds", type=float, nargs="?", default=20.0)
+    p_idle.add_argument(
+        "--processes", type=int, default=0, metavar="K", help="[processes]: scheduler + K consumers"
+    )
     p_api = modes.add_parser("api", help="HTTP API throughput and latency")
     p_api.add_argument("--rate", type=int, default=1000, help="steady single creates/s")
     p_api.add_argument("--seconds", type=float, default=20.0)
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.mode == "reclaim":
             emit({"mode": "reclaim", **reclaim.run(url, args.k, args.lease_s)})
         elif args.mode == "idle":
-            emit({"mode": "idle", **idle.run(url, args.n, args.seconds)})
+            emit({"mode": "idle", **idle.run(url, args.n, args.seconds, args.processes)})
         elif args.mode == "layout":
             emit({"mode": "layout", "n": args.n, **layout.run(url, args.n)})
         elif args.mode == "api":

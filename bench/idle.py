@@ -1,5 +1,6 @@
 """``python -m bench idle N``: a node's CPU share and Redis bytes per task with N tasks
-registered and none due (all first due in a day)."""
+registered and none due (all first due in a day). ``--processes K``: the node runs its
+scheduler and K consumer processes as children; the CPU is the whole process tree's."""
 
 from __future__ import annotations
 
@@ -13,30 +14,30 @@ import trio
 from actors.model import TaskSpec
 from actors.schedules import Schedule
 from actors.store import TaskStore
-from bench.common import cpu_seconds, used_memory
+from bench.common import tree_cpu_seconds, used_memory
 from bench.fire import NAMESPACE, start_nodes, stop_nodes
 from bench.schedule import register
 from runtime.config import RedisSection
 from runtime.redis_io import RedisClient
 
 
-def run(url: str, n: int, seconds: float) -> dict[str, Any]:
+def run(url: str, n: int, seconds: float, processes: int = 0) -> dict[str, Any]:
     baseline = used_memory(url)
     register_s = trio.run(_register, url, n)
     bytes_per_task = (used_memory(url) - baseline) / n
     workdir = Path(tempfile.mkdtemp(prefix="metronome-bench-idle-"))
-    procs = start_nodes(workdir, url, 1, 10, "info")
+    procs = start_nodes(workdir, url, 1, 10, "info", processes=processes)
     try:
         time.sleep(3.0)  # start-up
-        before, t = cpu_seconds(procs[0].pid), time.time()
+        before, t = tree_cpu_seconds(procs[0].pid), time.time()
         time.sleep(seconds)
-        cpu_pct = 100 * (cpu_seconds(procs[0].pid) - before) / (time.time() - t)
+        cpu_pct = 100 * (tree_cpu_seconds(procs[0].pid) - before) / (time.time() - t)
     finally:
         stop_nodes(procs)
     return {
         "n": n, "seconds": seconds, "register_s": round(register_s, 2),
         "register_per_s": round(n / register_s), "redis_bytes_per_task": round(bytes_per_task),
-        "node_cpu_pct": round(cpu_pct, 2),
+        "node_cpu_pct": round(cpu_pct, 2), "processes": processes,
     }  # fmt: skip
 
 
