@@ -138,8 +138,8 @@ class ProcessesSection:
     ``[consumers.<type>]`` of this node (N consumers per type in the group)."""
     api: int = attrs.field(default=0, validator=within(0, 64))
     """N > 0: N child processes ``api-1`` … ``api-N`` serve the HTTP API on ``[api] bind``
-    (with N > 1 they share the port through ``SO_REUSEPORT``, so it must not be 0). Each
-    one's ``/readyz`` reports on its own process."""
+    (with N > 1 they share the port through ``SO_REUSEPORT``, so it must not be 0). Their
+    ``/readyz`` covers their own process and what the main process reports down."""
 
     def parts(self) -> list[str]:
         """The child processes' part names, in start order."""

@@ -2,35 +2,54 @@
 
 The supervisors keep it: an actor is *up* once it has started, *down* from a crash until its
 restart succeeds, or from the moment it is stopped. A child that exits for good (temporary,
-or transient after a normal exit) is forgotten: it was meant to end. One ``Health`` per node,
-shared by every ``ActorContext`` of the tree.
+or transient after a normal exit) is forgotten: it was meant to end. One ``Health`` per
+process, shared by every ``ActorContext`` of its tree.
+
+A node that runs parts of itself in child processes (``runtime.process``) sends each child
+what is down in the main process (its own actors, and each child process as one actor),
+so a child's ``/readyz`` reports on the whole node, not only on itself.
 """
 
 from __future__ import annotations
 
 import attrs
+import trio_util
 
 
 @attrs.define
 class Health:
     _down: dict[str, str] = attrs.field(factory=dict)
     _up: set[str] = attrs.field(factory=set)
+    _elsewhere: dict[str, str] = attrs.field(factory=dict)
+    """Down in the node's main process, as its last report said (child processes only)."""
+    changes: trio_util.AsyncValue[int] = attrs.field(factory=lambda: trio_util.AsyncValue(0))
+    """Counts changes to this process's own record: wait on it to report them."""
 
     def mark_up(self, path: str) -> None:
         self._down.pop(path, None)
         self._up.add(path)
+        self.changes.value += 1
 
     def mark_down(self, path: str, reason: str) -> None:
         self._up.discard(path)
         self._down[path] = reason
+        self.changes.value += 1
 
     def forget(self, path: str) -> None:
         self._up.discard(path)
         self._down.pop(path, None)
+        self.changes.value += 1
 
-    def down(self) -> dict[str, str]:
-        """Actors that should be running and are not, with why (``crashed``, ``stopped``)."""
-        return dict(self._down)
+    def set_elsewhere(self, down: dict[str, str]) -> None:
+        """What the node's main process reported down (replaces the previous report)."""
+        self._elsewhere = dict(down)
+
+    def down(self, *, local_only: bool = False) -> dict[str, str]:
+        """Actors that should be running and are not, with why (``crashed``, ``stopped``);
+        with the main process's report unless ``local_only``."""
+        if local_only or not self._elsewhere:
+            return dict(self._down)
+        return {**self._elsewhere, **self._down}
 
     def up(self) -> list[str]:
         return sorted(self._up)

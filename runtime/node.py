@@ -7,11 +7,13 @@ bounded). A second signal cancels at once.
 
 A node's child process (``--part``, see ``runtime.process``) follows its parent instead:
 SIGTERM (any number of them) or the end of its stdin (the parent is gone) stops it
-gracefully, SIGINT is ignored, and an immediate stop is the parent's SIGKILL.
+gracefully, SIGINT is ignored, and an immediate stop is the parent's SIGKILL. Its stdin
+also carries the parent's health reports (what is down in the main process).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -83,10 +85,23 @@ async def _follow_parent(ctx: ActorContext, scope: trio.CancelScope, grace_s: fl
 
 
 async def _watch_parent(ctx: ActorContext, scope: trio.CancelScope, grace_s: float) -> None:
-    """Stop when stdin ends: only the parent holds the pipe's other end."""
-    stdin = trio.lowlevel.FdStream(os.dup(0))
-    async with stdin:
-        while await stdin.receive_some(64):
-            pass  # the parent never writes; anything read is ignored
+    """Take the parent's health reports from stdin, and stop when it ends: only the parent
+    holds the pipe's other end."""
+    pending = b""
+    async with trio.lowlevel.FdStream(os.dup(0)) as stdin:
+        async for chunk in stdin:
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                _take_report(ctx, line)
     if not ctx.stop_requested.value:
         _request_stop(ctx, scope, grace_s, reason="parent_gone")
+
+
+def _take_report(ctx: ActorContext, line: bytes) -> None:
+    try:
+        down = json.loads(line)["down"]
+    except (ValueError, KeyError, TypeError):
+        ctx.log.warning("parent_report_unreadable", line=line[:200].decode(errors="replace"))
+        return
+    if isinstance(down, dict):
+        ctx.health.set_elsewhere({str(k): str(v) for k, v in down.items()})

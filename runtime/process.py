@@ -24,6 +24,9 @@ The contract between the two, all of it here:
   however large a batch (writes to a shared pipe or socket are atomic only up to 4 KiB).
   Its lines name the part in ``node`` (``host-1/consumers-1``). Once the parent is gone,
   the child drops its lines (``runtime.logging.ToParent``). Stderr is inherited.
+- **Health.** The parent writes to the child's stdin, one JSON line per change, what is
+  down in the main process (``{"down": {path: reason}}``; the child's own actor left
+  out), so a child serving the API reports on the whole node in ``/readyz``.
 - **Exit.** Status 0 after a stop the parent asked for is a normal stop; 0 otherwise (the
   child was stopped by someone else) is a normal exit, restarted if permanent; anything
   else is a crash, except death by our SIGTERM while it was still starting up.
@@ -31,6 +34,7 @@ The contract between the two, all of it here:
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -91,6 +95,8 @@ class ChildProcess:
                     process.send_signal(signal.SIGTERM)
 
                 nursery.start_soon(relay_stop)
+                assert process.stdin is not None
+                nursery.start_soon(_report_health, ctx, process.stdin)
                 await process.wait()
                 # Its last lines; bounded, in case a process it started holds the pipe.
                 with trio.move_on_after(RELAY_DRAIN_S):
@@ -111,6 +117,20 @@ class ChildProcess:
             ctx.log.info("process_exited", pid=process.pid, asked=stop_asked)
             return
         raise ChildProcessFailed(f"{ctx.path}: process {process.pid} exited with status {status}")
+
+
+async def _report_health(ctx: ActorContext, stdin: trio.abc.SendStream) -> None:
+    """Tell the child what is down here, now and after every change."""
+    sent: dict[str, str] | None = None
+    while True:
+        down = {p: r for p, r in ctx.health.down(local_only=True).items() if p != ctx.path}
+        if down != sent:
+            try:
+                await stdin.send_all(json.dumps({"down": down}).encode() + b"\n")
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return  # the child is gone; its exit is handled by run()
+            sent = down
+        await ctx.health.changes.wait_transition()
 
 
 async def _relay_lines(stdout: trio.abc.ReceiveStream, done: trio.Event) -> None:

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
 import trio
@@ -49,6 +50,17 @@ def write_config(
         f"[processes]\n{processes}\n{extra}"
     )
     return path
+
+
+def api_section(port: int) -> str:
+    key = f'[[api.keys]]\nid = "{ADMIN[0]}"\nsecret = "{ADMIN[1]}"\n'
+    return f'[api]\nbind = "127.0.0.1:{port}"\n{key}'
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def children(node: NodeProcess) -> dict[str, int]:
@@ -290,14 +302,10 @@ def test_embedded_redis_is_shared_by_the_children(tmp_path: Path) -> None:
 def test_api_processes_share_one_port(tmp_path: Path, redis_url: str, namespace: str) -> None:
     """``api = 2``: two processes serve the one port (SO_REUSEPORT); the kernel gives new
     connections to both, and each request is answered whole by one of them."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    api = (
-        f'[api]\nbind = "127.0.0.1:{port}"\n'
-        f'[[api.keys]]\nid = "{ADMIN[0]}"\nsecret = "{ADMIN[1]}"\n'
+    port = free_port()
+    config = write_config(
+        tmp_path, redis_url, namespace, processes="api = 2", extra=api_section(port)
     )
-    config = write_config(tmp_path, redis_url, namespace, processes="api = 2", extra=api)
     node = NodeProcess(config)
     try:
         node.wait_for("api_listening", 2)
@@ -315,11 +323,44 @@ def test_api_processes_share_one_port(tmp_path: Path, redis_url: str, namespace:
 
 
 def test_api_processes_need_a_fixed_port(tmp_path: Path, redis_url: str, namespace: str) -> None:
-    api = f'[api]\nbind = "127.0.0.1:0"\n[[api.keys]]\nid = "{ADMIN[0]}"\nsecret = "{ADMIN[1]}"\n'
-    config = write_config(tmp_path, redis_url, namespace, processes="api = 2", extra=api)
+    config = write_config(tmp_path, redis_url, namespace, processes="api = 2", extra=api_section(0))
     done = subprocess.run(
         [sys.executable, "-m", "runtime", str(config), "--check"],
         capture_output=True, text=True, cwd=REPO, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2
     assert "processes.api: several API processes share one port: set api.bind" in done.stderr
+
+
+def test_an_api_process_reports_the_whole_node_in_readyz(
+    tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """The API runs in a child process: when another part of the node dies, that child's
+    /readyz says so (the node sends each child what is down in the main process) until the
+    node has restarted it."""
+    port = free_port()
+    config = write_config(
+        tmp_path, redis_url, namespace, processes="consumers = 1\napi = 1", extra=api_section(port)
+    )
+    node = NodeProcess(config)
+    url = f"http://127.0.0.1:{port}/readyz"
+    try:
+        node.wait_for("api_listening")
+        node.wait_for("consumer_ready")
+        assert httpx.get(url).json() == {"ready": True, "redis": True, "actors_down": {}}
+        os.kill(children(node)["consumers-1"], signal.SIGKILL)
+        seen = []
+        deadline = time.monotonic() + 10
+        with httpx.Client() as http:
+            while time.monotonic() < deadline:
+                answer = http.get(url)
+                seen.append((answer.status_code, answer.json()["actors_down"]))
+                if seen[-1][0] == 200 and len(seen) > 1 and seen[-2][0] == 503:
+                    break  # down, then ready again after the restart
+                # No pause: the restart's backoff (0.1 s) is the window to see it in.
+        node.signal(signal.SIGTERM)
+        assert node.wait() == 0
+    finally:
+        node.kill()
+    assert (503, {"node/processes/consumers-1": "crashed"}) in seen
+    assert seen[-1] == (200, {})
