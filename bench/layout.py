@@ -21,6 +21,7 @@ import zlib
 from collections.abc import Callable
 
 import redis
+from redis.client import Pipeline
 
 PAYLOAD = '{"to":"a@example.com"}'
 SCHED = '{"every_s":60.0,"kind":"interval"}'
@@ -83,12 +84,9 @@ def run(url: str, n: int) -> dict[str, int]:
 def _bucketed(
     client: redis.Redis, n: int, *, typeset: bool, full: bool = False, type_buckets: bool = False
 ) -> int:
-    client.flushall()
-    base = int(client.info("memory")["used_memory"])
     buckets = max(1, n // PER_BUCKET)
-    pipe = client.pipeline(transaction=False)
-    for i in range(n):
-        task_id = secrets.token_hex(10)
+
+    def write(pipe: Pipeline, i: int, task_id: str) -> None:
         slot = zlib.crc32(task_id.encode()) % buckets
         tag = f"{{metronome:{slot % 16}}}"
         record = "\x1f".join(str(v) for v in (_full(i) if full else _interned(i)).values())
@@ -98,29 +96,32 @@ def _bucketed(
             pipe.sadd(f"{tag}:type:email", task_id)
         if type_buckets:  # the type index as small hashes, listpack-encoded
             pipe.hset(f"{tag}:type:email:{slot}", task_id, "")
-        if i % 5000 == 4999:
-            pipe.execute()
-    pipe.execute()
-    used = int(client.info("memory")["used_memory"]) - base
-    client.flushall()
-    return round(used / n)
+
+    return _measure(client, n, write)
 
 
 def _bytes_per_task(
     client: redis.Redis, n: int, fields: Callable[[int], dict[str, str | int]], zset: bool,
     typeset: bool,
 ) -> int:  # fmt: skip
-    client.flushall()
-    base = int(client.info("memory")["used_memory"])
-    pipe = client.pipeline(transaction=False)
-    for i in range(n):
-        task_id = secrets.token_hex(10)
+    def write(pipe: Pipeline, i: int, task_id: str) -> None:
         tag = f"{{metronome:{zlib.crc32(task_id.encode()) % 16}}}"
         pipe.hset(f"{tag}:task:{task_id}", mapping=fields(i))  # type: ignore[arg-type]
         if zset:
             pipe.zadd(f"{tag}:schedule", {task_id: T0 + i})
         if typeset:
             pipe.sadd(f"{tag}:type:email", task_id)
+
+    return _measure(client, n, write)
+
+
+def _measure(client: redis.Redis, n: int, write: Callable[[Pipeline, int, str], None]) -> int:
+    """Bytes of ``used_memory`` per task after ``write`` stored n tasks (from empty)."""
+    client.flushall()
+    base = int(client.info("memory")["used_memory"])
+    pipe = client.pipeline(transaction=False)
+    for i in range(n):
+        write(pipe, i, secrets.token_hex(10))
         if i % 5000 == 4999:
             pipe.execute()
     pipe.execute()
