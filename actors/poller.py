@@ -66,6 +66,9 @@ class Claimed:
     schedule: Schedule
     due_ms: int
     fires: int
+    owed: bool = False
+    """It still held an earlier poller's claim: that poller died before committing, so
+    ``due_ms`` is fired whatever the misfire policy (``plan_fires(owed=True)``)."""
 
 
 @attrs.frozen
@@ -176,7 +179,9 @@ class Poller:
                         },
                     )
                 )
-                plan = plan_fires(task.schedule, task.due_ms, claim.now_ms, task.fires)
+                plan = plan_fires(
+                    task.schedule, task.due_ms, claim.now_ms, task.fires, owed=task.owed
+                )
                 plans[claim.partition].append((task, plan))
                 messages += [(task, due) for due in plan.fires]
                 if plan.missed:
@@ -223,8 +228,9 @@ class Poller:
                 schedule=self._schedule(flat[i + 3]),
                 due_ms=int(flat[i + 4]),
                 fires=int(flat[i + 5]),
+                owed=flat[i + 6] == 1,
             )
-            for i in range(0, len(flat), 6)
+            for i in range(0, len(flat), 7)
         ]
         return PartitionClaim(partition, now, earliest if earliest >= 0 else None, tasks)
 

@@ -189,17 +189,27 @@ class FirePlan:
     """Grid times that were due but are not fired one by one (coalesced or skipped)."""
 
 
-def plan_fires(schedule: Schedule, due_ms: int, now_ms: int, fires_so_far: int) -> FirePlan:
+def plan_fires(
+    schedule: Schedule, due_ms: int, now_ms: int, fires_so_far: int, *, owed: bool = False
+) -> FirePlan:
     """Apply the misfire policy to a task whose grid time ``due_ms`` has come (``<= now_ms``).
 
     A misfire is when the grid time after ``due_ms`` has come too: the task was not fired
     while it should have been (no poller ran, or the task was paused past its time).
+
+    ``owed``: a poller claimed ``due_ms`` and died before committing it. That fire was
+    already promised (logged ``scheduled``) and is late only because of the crash, so it is
+    fired as is, and the policy applies to the grid times after it; otherwise a claim lease
+    longer than the interval would let a poller crash coalesce a fire away.
     """
     nxt = schedule.next_after(due_ms)
     if nxt is None or nxt > now_ms:
         fires: tuple[int, ...] = (due_ms,)
         missed = 0
         upcoming = nxt
+    elif owed:
+        rest = plan_fires(schedule, nxt, now_ms, fires_so_far + 1)
+        fires, missed, upcoming = (due_ms, *rest.fires), rest.missed, rest.next_ms
     else:
         overdue = _overdue(schedule, due_ms, now_ms, schedule.misfire_cap)
         upcoming = schedule.first_after(due_ms, now_ms)

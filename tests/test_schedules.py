@@ -150,6 +150,29 @@ def test_misfire_policies_after_a_downtime(
     assert plan.next_ms == T0 + 10_000  # back on the grid
 
 
+@pytest.mark.parametrize(
+    ("policy", "fires", "missed"),
+    [
+        ("coalesce", (T0, T0 + 9000), 8),
+        ("skip", (T0,), 9),
+        ("fire_all", tuple(T0 + k * 1000 for k in range(10)), 0),
+    ],
+)
+def test_an_owed_fire_is_fired_whatever_the_policy(
+    policy: str, fires: tuple[int, ...], missed: int
+) -> None:
+    """A grid time a dead poller had claimed is fired as is; the policy governs the rest."""
+    schedule = Schedule("interval", every_s=1, misfire=policy)  # type: ignore[arg-type]
+    plan = plan_fires(schedule, T0, T0 + 9500, 0, owed=True)
+    assert (plan.fires, plan.missed, plan.next_ms) == (fires, missed, T0 + 10_000)
+
+
+def test_an_owed_fire_respects_max_runs() -> None:
+    schedule = Schedule("interval", every_s=1, max_runs=3)
+    plan = plan_fires(schedule, T0, T0 + 9500, 2, owed=True)
+    assert (plan.fires, plan.next_ms) == ((T0,), None)  # the third run, then finished
+
+
 def test_fire_all_is_capped() -> None:
     schedule = Schedule("interval", every_s=1, misfire="fire_all", misfire_cap=3)
     plan = plan_fires(schedule, T0, T0 + 9500, 0)
