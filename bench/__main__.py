@@ -45,6 +45,13 @@ def main(argv: list[str] | None = None) -> int:
         "--split", action="store_true", help="node 0 only polls; the other nodes only consume"
     )
     p_fire.add_argument(
+        "--chaos",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="SIGKILL a random child process of the node every S seconds (needs --processes)",
+    )
+    p_fire.add_argument(
         "--processes",
         type=int,
         default=0,
@@ -89,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.mode == "fire":
             figures = fire.run(
                 url, args.n, args.interval_s, args.duration_s, args.nodes, args.concurrency,
-                args.log_level, args.split, args.processes,
+                args.log_level, args.split, args.processes, args.chaos,
             )  # fmt: skip
             emit({"mode": "fire", **figures})
         elif args.mode == "reclaim":

@@ -43,18 +43,29 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """``cpu_seconds`` of a process and its live child processes (a node's ``[processes]``)."""
-    total = cpu_seconds(pid)
+def child_pids(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (a node's ``[processes]``)."""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as stat:
-                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-            if ppid == pid:
-                total += cpu_seconds(int(entry))
-        except (OSError, ValueError):
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """``cpu_seconds`` of a process and its live child processes (a node's ``[processes]``)."""
+    total = cpu_seconds(pid)
+    for child in child_pids(pid):
+        try:
+            total += cpu_seconds(child)
+        except OSError:
             continue  # exited meanwhile
     return total
 

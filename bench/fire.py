@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ import trio
 from actors.model import TaskSpec
 from actors.schedules import Schedule
 from actors.store import TaskStore
-from bench.common import percentile, tree_cpu_seconds, used_memory
+from bench.common import child_pids, percentile, tree_cpu_seconds, used_memory
 from bench.schedule import register
 from runtime.config import RedisSection
 from runtime.redis_io import RedisClient
@@ -98,8 +99,14 @@ def stop_nodes(procs: list[subprocess.Popen[bytes]]) -> None:
 
 def run(
     url: str, n: int, interval_s: float, duration_s: float, nodes: int, concurrency: int,
-    log_level: str, split: bool = False, processes: int = 0,
+    log_level: str, split: bool = False, processes: int = 0, chaos_every_s: float = 0.0,
 ) -> dict[str, Any]:  # fmt: skip
+    """``chaos_every_s`` > 0: SIGKILL a random child process of the node that often (it is
+    restarted by the node), until the last kill's fires can no longer miss the window."""
+    if chaos_every_s and not processes:
+        raise SystemExit("--chaos kills a node's child processes: it needs --processes")
+    if chaos_every_s and chaos_every_s < 2:
+        raise SystemExit("--chaos: at most one kill per 2 s (the node gives up past 3 in 5 s)")
     workdir = Path(tempfile.mkdtemp(prefix="metronome-bench-"))
     baseline = used_memory(url)
     t0_ms, register_s = trio.run(_register, url, n, interval_s)
@@ -108,12 +115,23 @@ def run(
         raise SystemExit("--split needs --nodes 2 or more (one poller node, consumer nodes)")
     if split and processes:
         raise SystemExit("--split and --processes are two ways to split roles: pick one")
-    procs = start_nodes(workdir, url, nodes, concurrency, log_level, split, processes=processes)
+    chaos: dict[str, Any] = {"handler": "bench.handlers:record_flushed", "lease_s": 2.0}
+    procs = start_nodes(
+        workdir, url, nodes, concurrency, log_level, split, processes=processes,
+        **(chaos if chaos_every_s else {}),
+    )  # fmt: skip
+    kills: list[int] = []
     try:
         end_s = t0_ms / 1000 + duration_s
         time.sleep(max(0.0, t0_ms / 1000 - time.time()))
         cpu_start = {p.pid: tree_cpu_seconds(p.pid) for p in procs}
         cpu_t = time.time()
+        # A killed poller's claims come back after claim_lease_ms (10 s): stop killing early
+        # enough that every fire in the window can still start before the end.
+        last_kill_s = end_s - interval_s - 12
+        while chaos_every_s and time.time() + chaos_every_s < last_kill_s:
+            time.sleep(chaos_every_s)
+            kills.append(_kill_a_child(procs[0].pid))
         time.sleep(max(0.0, end_s - time.time()))
         cpu_used = sum(tree_cpu_seconds(p.pid) - cpu_start[p.pid] for p in procs)
         cpu_pct = 100 * cpu_used / max(1e-9, time.time() - cpu_t)
@@ -124,9 +142,20 @@ def run(
         "n": n, "interval_s": interval_s, "duration_s": duration_s, "nodes": nodes,
         "split": split, "processes": processes,
         "register_s": round(register_s, 2), **figures,
+        **({"chaos_every_s": chaos_every_s, "kills": len(kills)} if chaos_every_s else {}),
         "redis_bytes_per_task": round(bytes_per_task), "node_cpu_pct": round(cpu_pct, 1),
         "workdir": str(workdir),
     }  # fmt: skip
+
+
+def _kill_a_child(node_pid: int) -> int:
+    """SIGKILL one child process of the node, chosen at random; its pid."""
+    children = child_pids(node_pid)
+    if not children:
+        return 0
+    victim = random.choice(children)
+    os.kill(victim, signal.SIGKILL)
+    return victim
 
 
 async def _register(url: str, n: int, interval_s: float) -> tuple[int, float]:

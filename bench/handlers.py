@@ -31,6 +31,13 @@ async def record(ctx: HandlerContext) -> None:
     _file().write(f"{ctx.task_id} {ctx.due_ms} {time.time() * 1000:.1f}\n")
 
 
+async def record_flushed(ctx: HandlerContext) -> None:
+    """``record``, flushed at once: for runs that kill node processes (``--chaos``)."""
+    out = _file()
+    out.write(f"{ctx.task_id} {ctx.due_ms} {time.time() * 1000:.1f}\n")
+    out.flush()
+
+
 async def hold(ctx: HandlerContext) -> None:
     """Records its start (flushed at once: the process may be killed), then sleeps
     payload["sleep_s"] seconds."""
