@@ -66,9 +66,10 @@ class Claimed:
     schedule: Schedule
     due_ms: int
     fires: int
-    owed: bool = False
-    """It still held an earlier poller's claim: that poller died before committing, so
-    ``due_ms`` is fired whatever the misfire policy (``plan_fires(owed=True)``)."""
+    owed_until_ms: int | None = None
+    """It still held an earlier poller's claim, which blocked it until then: that poller
+    died before committing, so the grid times due meanwhile are owed fires
+    (``plan_fires(owed_until_ms=...)``)."""
 
 
 @attrs.frozen
@@ -115,6 +116,12 @@ def sleep_s(result: TickResult, max_tick_s: float, min_tick_s: float = 0.0) -> f
         return max_tick_s
     wait_s = (result.earliest_ms - result.now_ms) / 1000
     return min(max_tick_s, max(min_tick_s, wait_s))
+
+
+def _owed_until(raw: Any) -> int | None:
+    """claim_due.lua's owed_until: a score (bytes, maybe "1e+12"-style) or the integer -1."""
+    value = int(float(raw))
+    return None if value < 0 else value
 
 
 def _misfired(task: Claimed, plan: FirePlan) -> dict[str, Any]:
@@ -180,7 +187,11 @@ class Poller:
                     )
                 )
                 plan = plan_fires(
-                    task.schedule, task.due_ms, claim.now_ms, task.fires, owed=task.owed
+                    task.schedule,
+                    task.due_ms,
+                    claim.now_ms,
+                    task.fires,
+                    owed_until_ms=task.owed_until_ms,
                 )
                 plans[claim.partition].append((task, plan))
                 messages += [(task, due) for due in plan.fires]
@@ -228,7 +239,7 @@ class Poller:
                 schedule=self._schedule(flat[i + 3]),
                 due_ms=int(flat[i + 4]),
                 fires=int(flat[i + 5]),
-                owed=flat[i + 6] == 1,
+                owed_until_ms=_owed_until(flat[i + 6]),
             )
             for i in range(0, len(flat), 7)
         ]

@@ -190,26 +190,39 @@ class FirePlan:
 
 
 def plan_fires(
-    schedule: Schedule, due_ms: int, now_ms: int, fires_so_far: int, *, owed: bool = False
+    schedule: Schedule,
+    due_ms: int,
+    now_ms: int,
+    fires_so_far: int,
+    *,
+    owed_until_ms: int | None = None,
 ) -> FirePlan:
     """Apply the misfire policy to a task whose grid time ``due_ms`` has come (``<= now_ms``).
 
     A misfire is when the grid time after ``due_ms`` has come too: the task was not fired
     while it should have been (no poller ran, or the task was paused past its time).
 
-    ``owed``: a poller claimed ``due_ms`` and died before committing it. That fire was
-    already promised (logged ``scheduled``) and is late only because of the crash, so it is
-    fired as is, and the policy applies to the grid times after it; otherwise a claim lease
-    longer than the interval would let a poller crash coalesce a fire away.
+    ``owed_until_ms``: a poller claimed ``due_ms`` and died before committing; its claim
+    blocked the task until then. The grid times that came due while it did are late only
+    because of the crash, not missed while nothing ran, so they are all fired (at most
+    ``misfire_cap``); the policy applies to the grid times after it.
     """
     nxt = schedule.next_after(due_ms)
     if nxt is None or nxt > now_ms:
         fires: tuple[int, ...] = (due_ms,)
         missed = 0
         upcoming = nxt
-    elif owed:
-        rest = plan_fires(schedule, nxt, now_ms, fires_so_far + 1)
-        fires, missed, upcoming = (due_ms, *rest.fires), rest.missed, rest.next_ms
+    elif owed_until_ms is not None:
+        until = max(due_ms, min(owed_until_ms, now_ms))
+        blocked = _overdue(schedule, due_ms, until, schedule.misfire_cap)  # head and last
+        owed = tuple(blocked[: schedule.misfire_cap])
+        after = schedule.next_after(blocked[-1])
+        if after is None or after > now_ms:
+            rest = FirePlan((), after)
+        else:
+            rest = plan_fires(schedule, after, now_ms, fires_so_far + len(owed))
+        fires, upcoming = owed + rest.fires, rest.next_ms
+        missed = _count_overdue(schedule, due_ms, until) - len(owed) + rest.missed
     else:
         overdue = _overdue(schedule, due_ms, now_ms, schedule.misfire_cap)
         upcoming = schedule.first_after(due_ms, now_ms)

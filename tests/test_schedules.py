@@ -153,24 +153,35 @@ def test_misfire_policies_after_a_downtime(
 @pytest.mark.parametrize(
     ("policy", "fires", "missed"),
     [
-        ("coalesce", (T0, T0 + 9000), 8),
-        ("skip", (T0,), 9),
+        ("coalesce", (T0, T0 + 1000, T0 + 2000, T0 + 3000, T0 + 9000), 5),
+        ("skip", (T0, T0 + 1000, T0 + 2000, T0 + 3000), 6),
         ("fire_all", tuple(T0 + k * 1000 for k in range(10)), 0),
     ],
 )
-def test_an_owed_fire_is_fired_whatever_the_policy(
+def test_grid_times_a_dead_claim_blocked_are_owed_whatever_the_policy(
     policy: str, fires: tuple[int, ...], missed: int
 ) -> None:
-    """A grid time a dead poller had claimed is fired as is; the policy governs the rest."""
+    """A dead poller's claim blocked the task until T0 + 3500: the grid times due until
+    then are fired as they are; the policy governs the ones after (downtime)."""
     schedule = Schedule("interval", every_s=1, misfire=policy)  # type: ignore[arg-type]
-    plan = plan_fires(schedule, T0, T0 + 9500, 0, owed=True)
+    plan = plan_fires(schedule, T0, T0 + 9500, 0, owed_until_ms=T0 + 3500)
     assert (plan.fires, plan.missed, plan.next_ms) == (fires, missed, T0 + 10_000)
 
 
-def test_an_owed_fire_respects_max_runs() -> None:
-    schedule = Schedule("interval", every_s=1, max_runs=3)
-    plan = plan_fires(schedule, T0, T0 + 9500, 2, owed=True)
+def test_owed_fires_are_capped_and_respect_max_runs() -> None:
+    capped = Schedule("interval", every_s=1, misfire_cap=2)
+    plan = plan_fires(capped, T0, T0 + 9500, 0, owed_until_ms=T0 + 9500)
+    assert (plan.fires, plan.missed, plan.next_ms) == ((T0, T0 + 1000), 8, T0 + 10_000)
+    limited = Schedule("interval", every_s=1, max_runs=3)
+    plan = plan_fires(limited, T0, T0 + 9500, 2, owed_until_ms=T0 + 9500)
     assert (plan.fires, plan.next_ms) == ((T0,), None)  # the third run, then finished
+
+
+def test_an_owed_fire_due_alone_is_just_a_fire() -> None:
+    schedule = Schedule("interval", every_s=10)
+    assert plan_fires(schedule, T0, T0 + 500, 0, owed_until_ms=T0 + 400) == plan_fires(
+        schedule, T0, T0 + 500, 0
+    )
 
 
 def test_fire_all_is_capped() -> None:
