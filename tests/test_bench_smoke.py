@@ -38,6 +38,21 @@ def test_fire_mode_reports_every_figure(processes: int) -> None:
     assert figures["expected"] > 0
 
 
+def test_fire_mode_with_chaos_kills_a_child_process() -> None:
+    figures = bench("fire", "200", "1", "16", "--processes", "1", "--chaos", "2")
+    assert (figures["chaos_every_s"], figures["kills"]) == (2.0, 1)
+    assert figures["executed"] > 0
+
+
+def test_chaos_needs_child_processes() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "fire", "10", "1", "4", "--chaos", "2"],
+        capture_output=True, text=True, cwd=REPO, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "--chaos kills a node's child processes: it needs --processes" in result.stderr
+
+
 def test_reclaim_mode() -> None:
     figures = bench("reclaim", "2", "1")
     assert figures["reclaimed"] == 2
