@@ -45,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
         "--split", action="store_true", help="node 0 only polls; the other nodes only consume"
     )
     p_fire.add_argument(
+        "--flaky",
+        action="store_true",
+        help="one fire in ten fails its first attempt; its retry must run (retries_lost)",
+    )
+    p_fire.add_argument(
         "--chaos",
         type=float,
         default=0.0,
@@ -96,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.mode == "fire":
             figures = fire.run(
                 url, args.n, args.interval_s, args.duration_s, args.nodes, args.concurrency,
-                args.log_level, args.split, args.processes, args.chaos,
+                args.log_level, args.split, args.processes, args.chaos, args.flaky,
             )  # fmt: skip
             emit({"mode": "fire", **figures})
         elif args.mode == "reclaim":

@@ -29,6 +29,7 @@ from actors.model import TaskSpec
 from actors.schedules import Schedule
 from actors.store import TaskStore
 from bench.common import child_pids, percentile, tree_cpu_seconds, used_memory
+from bench.handlers import is_flaky
 from bench.schedule import register
 from runtime.config import RedisSection
 from runtime.redis_io import RedisClient
@@ -40,6 +41,7 @@ NAMESPACE = "bench"
 def node_toml(
     workdir: Path, url: str, index: int, concurrency: int, log_level: str, role: str = "all",
     handler: str = "bench.handlers:record", lease_s: float = 30.0, processes: int = 0,
+    backoff_base_s: float = 10.0,
 ) -> Path:  # fmt: skip
     """A node's config; ``role`` is "all" (poller and consumer), "poller" or "consumer";
     ``processes`` > 0: the poller in a child process and that many consumer processes."""
@@ -49,7 +51,7 @@ def node_toml(
         ""
         if role == "poller"
         else f'[consumers.bench]\nhandler = "{handler}"\nconcurrency = {concurrency}\n'
-        f"lease_s = {lease_s}\n"
+        f"lease_s = {lease_s}\nbackoff_base_s = {backoff_base_s}\n"
     )
     path.write_text(
         f'namespace = "{NAMESPACE}"\n'
@@ -100,9 +102,12 @@ def stop_nodes(procs: list[subprocess.Popen[bytes]]) -> None:
 def run(
     url: str, n: int, interval_s: float, duration_s: float, nodes: int, concurrency: int,
     log_level: str, split: bool = False, processes: int = 0, chaos_every_s: float = 0.0,
+    flaky: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     """``chaos_every_s`` > 0: SIGKILL a random child process of the node that often (it is
-    restarted by the node), until the last kill's fires can no longer miss the window."""
+    restarted by the node), until the last kill's fires can no longer miss the window.
+    ``flaky``: one fire in ten fails its first attempt and must succeed on its retry
+    (0.2 s backoff): the retry path under the same conditions."""
     if chaos_every_s and not processes:
         raise SystemExit("--chaos kills a node's child processes: it needs --processes")
     if chaos_every_s and chaos_every_s < 2:
@@ -115,11 +120,15 @@ def run(
         raise SystemExit("--split needs --nodes 2 or more (one poller node, consumer nodes)")
     if split and processes:
         raise SystemExit("--split and --processes are two ways to split roles: pick one")
-    chaos: dict[str, Any] = {"handler": "bench.handlers:record_flushed", "lease_s": 2.0}
+    options: dict[str, Any] = {}
+    if chaos_every_s:
+        options = {"handler": "bench.handlers:record_flushed", "lease_s": 2.0}
+    if flaky:
+        options["handler"] = "bench.handlers:record_flaky"
+        options["backoff_base_s"] = 0.2
     procs = start_nodes(
-        workdir, url, nodes, concurrency, log_level, split, processes=processes,
-        **(chaos if chaos_every_s else {}),
-    )  # fmt: skip
+        workdir, url, nodes, concurrency, log_level, split, processes=processes, **options
+    )
     kills: list[int] = []
     try:
         end_s = t0_ms / 1000 + duration_s
@@ -137,12 +146,13 @@ def run(
         cpu_pct = 100 * cpu_used / max(1e-9, time.time() - cpu_t)
     finally:
         stop_nodes(procs)
-    figures = _analyse(workdir, n, interval_s, duration_s, t0_ms)
+    figures = _analyse(workdir, n, interval_s, duration_s, t0_ms, flaky)
     return {
         "n": n, "interval_s": interval_s, "duration_s": duration_s, "nodes": nodes,
         "split": split, "processes": processes,
         "register_s": round(register_s, 2), **figures,
         **({"chaos_every_s": chaos_every_s, "kills": len(kills)} if chaos_every_s else {}),
+        **({"flaky": True} if flaky else {}),
         "redis_bytes_per_task": round(bytes_per_task), "node_cpu_pct": round(cpu_pct, 1),
         "workdir": str(workdir),
     }  # fmt: skip
@@ -179,19 +189,21 @@ async def _register(url: str, n: int, interval_s: float) -> tuple[int, float]:
 
 
 def _analyse(
-    workdir: Path, n: int, interval_s: float, duration_s: float, t0: int
+    workdir: Path, n: int, interval_s: float, duration_s: float, t0: int, flaky: bool = False
 ) -> dict[str, Any]:
     interval_ms = int(interval_s * 1000)
     lo, hi = t0 + interval_ms, t0 + int(duration_s * 1000) - interval_ms
     starts: Counter[tuple[str, int]] = Counter()
+    attempts: Counter[tuple[str, int, int]] = Counter()
     lags: list[float] = []
     for path in glob.glob(str(workdir / "fires-*.txt")):
         with open(path) as lines:
             for line in lines:
-                task_id, due_text, start = line.split()
+                task_id, due_text, start, *attempt = line.split()
                 due_ms = int(due_text)
                 if lo <= due_ms <= hi:
                     starts[(task_id, due_ms)] += 1
+                    attempts[(task_id, due_ms, int(attempt[0]) if attempt else 0)] += 1
                     if starts[(task_id, due_ms)] == 1:
                         lags.append(float(start) - due_ms)
     expected = 0
@@ -215,5 +227,15 @@ def _analyse(
         "lag_p99_ms": round(percentile(lags, 99), 1),
         "lag_max_ms": round(max(lags), 1) if lags else None,
         "missed": missed,
-        "duplicates": sum(1 for c in starts.values() if c > 1),
+        # The same attempt of a fire started twice (a retry is another attempt, not one).
+        "duplicates": sum(1 for c in attempts.values() if c > 1),
+        **(_retries(attempts) if flaky else {}),
     }
+
+
+def _retries(attempts: Counter[tuple[str, int, int]]) -> dict[str, Any]:
+    """With ``--flaky``: how many fires failed their first attempt, and how many of those
+    never started their retry (lost in the retry path)."""
+    failed = {(t, d) for (t, d, a) in attempts if a == 0 and is_flaky(t, d)}
+    retried = {(t, d) for (t, d, a) in attempts if a > 0}
+    return {"failed_first": len(failed), "retries_lost": len(failed - retried)}

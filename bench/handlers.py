@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import os
 import time
+import zlib
 from typing import IO
 
 import trio
@@ -36,6 +37,20 @@ async def record_flushed(ctx: HandlerContext) -> None:
     out = _file()
     out.write(f"{ctx.task_id} {ctx.due_ms} {time.time() * 1000:.1f}\n")
     out.flush()
+
+
+def is_flaky(task_id: str, due_ms: int) -> bool:
+    """One fire in ten, chosen by its schedule_id: fails its first attempt (``--flaky``)."""
+    return zlib.crc32(f"{task_id}:{due_ms}".encode()) % 10 == 0
+
+
+async def record_flaky(ctx: HandlerContext) -> None:
+    """``record_flushed`` with the attempt; the ``is_flaky`` fires fail their first."""
+    out = _file()
+    out.write(f"{ctx.task_id} {ctx.due_ms} {time.time() * 1000:.1f} {ctx.attempt}\n")
+    out.flush()
+    if ctx.attempt == 0 and is_flaky(ctx.task_id, ctx.due_ms):
+        raise RuntimeError("flaky on purpose: the retry must run it")
 
 
 async def hold(ctx: HandlerContext) -> None:

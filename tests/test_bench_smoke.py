@@ -39,9 +39,10 @@ def test_fire_mode_reports_every_figure(processes: int) -> None:
 
 
 def test_fire_mode_with_chaos_kills_a_child_process() -> None:
-    figures = bench("fire", "200", "1", "16", "--processes", "1", "--chaos", "2")
+    figures = bench("fire", "200", "1", "16", "--processes", "1", "--chaos", "2", "--flaky")
     assert (figures["chaos_every_s"], figures["kills"]) == (2.0, 1)
     assert figures["executed"] > 0
+    assert figures["failed_first"] > 0 and "retries_lost" in figures
 
 
 def test_chaos_needs_child_processes() -> None:
