@@ -119,7 +119,7 @@ def sleep_s(result: TickResult, max_tick_s: float, min_tick_s: float = 0.0) -> f
 
 
 def _owed_until(raw: Any) -> int | None:
-    """claim_due.lua's owed_until: a score (bytes, maybe "1e+12"-style) or the integer -1."""
+    """claim_due.lua's owed_until: a score (bytes, as Redis formats it) or the integer -1."""
     value = int(float(raw))
     return None if value < 0 else value
 

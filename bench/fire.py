@@ -108,6 +108,10 @@ def run(
     restarted by the node), until the last kill's fires can no longer miss the window.
     ``flaky``: one fire in ten fails its first attempt and must succeed on its retry
     (0.2 s backoff): the retry path under the same conditions."""
+    if split and nodes < 2:
+        raise SystemExit("--split needs --nodes 2 or more (one poller node, consumer nodes)")
+    if split and processes:
+        raise SystemExit("--split and --processes are two ways to split roles: pick one")
     if chaos_every_s and not processes:
         raise SystemExit("--chaos kills a node's child processes: it needs --processes")
     if chaos_every_s and chaos_every_s < 2:
@@ -116,10 +120,6 @@ def run(
     baseline = used_memory(url)
     t0_ms, register_s = trio.run(_register, url, n, interval_s)
     bytes_per_task = (used_memory(url) - baseline) / n
-    if split and nodes < 2:
-        raise SystemExit("--split needs --nodes 2 or more (one poller node, consumer nodes)")
-    if split and processes:
-        raise SystemExit("--split and --processes are two ways to split roles: pick one")
     options: dict[str, Any] = {}
     if chaos_every_s:
         options = {"handler": "bench.handlers:record_flushed", "lease_s": 2.0}
