@@ -18,6 +18,15 @@ import pytest
 
 from tests.node_process import NodeProcess
 
+#: Consumer sections most API node tests need: a type that succeeds, one that always fails
+#: at once (its fires go straight to the dead-letter queue).
+WORK_AND_DOOMED = """
+[consumers.work]
+handler = "tests.handlers.jobs:noop"
+[consumers.doomed]
+handler = "tests.handlers.jobs:hopeless"
+max_attempts = 1
+"""
 ADMIN = ("admin", "admin-secret-0123456789")
 READER = ("reader", "reader-secret-0123456789")
 

@@ -69,3 +69,13 @@ async def wait_until(predicate: Any, timeout_s: float = 10.0, poll_s: float = 0.
 async def stream_entries(store: TaskStore, key: str) -> list[dict[str, str]]:
     entries = await store.client.execute("XRANGE", key, "-", "+")
     return [{k.decode(): v.decode() for k, v in fields.items()} for _id, fields in entries]
+
+
+async def wait_records(path: Path, predicate: Any, timeout_s: float = 30.0) -> list[dict[str, Any]]:
+    """The handlers' records once ``predicate`` holds for them (fails after ``timeout_s``)."""
+    with trio.fail_after(timeout_s):
+        while True:
+            found = records(path)
+            if predicate(found):
+                return found
+            await trio.sleep(0.05)

@@ -17,15 +17,19 @@ import redis
 
 from actors.client import ApiError, Client
 from actors.keys import Keys
-from tests.api_node import ADMIN, READER, ApiNode, api_node, wait_until, write_api_config
+from tests.api_node import (
+    ADMIN,
+    READER,
+    WORK_AND_DOOMED,
+    ApiNode,
+    api_node,
+    wait_until,
+    write_api_config,
+)
 
-CONSUMERS = """
-[consumers.work]
-handler = "tests.handlers.jobs:noop"
-[consumers.doomed]
-handler = "tests.handlers.jobs:hopeless"
-max_attempts = 1
-[consumers.slow]
+CONSUMERS = (
+    WORK_AND_DOOMED
+    + """[consumers.slow]
 handler = "tests.handlers.jobs:sleepy"
 concurrency = 1
 [consumers.flaky]
@@ -33,6 +37,7 @@ handler = "tests.handlers.jobs:failing"
 max_attempts = 3
 backoff_base_s = 60
 """
+)
 TYPES = 'task_types = ["work", "doomed", "flaky", "idle", "slow"]\nmax_body_bytes = 1048576'
 #: First fire in 2100: tasks that must not fire while a test looks at them.
 LATER = 4102444800000
@@ -399,13 +404,18 @@ def test_queues_show_backlog_consumers_retries_and_dead_letters(client: Client) 
     assert one["type"] == "doomed" and one["dead_letters"] == doomed["dead_letters"]
 
 
+def create_doomed(client: Client, ids: list[str]) -> None:
+    """Tasks of the always-failing type, due now: each fire goes to the dead-letter queue."""
+    now = int(time.time() * 1000)
+    schedule = {"kind": "once", "at_ms": now}
+    client.create_tasks([{"type": "doomed", "schedule": schedule, "task_id": i} for i in ids])
+
+
 def test_dead_letters_list_show_replay_and_purge(
     client: Client, db: redis.Redis, keys: Keys, record_file: Path
 ) -> None:
     ids = [unique("dlq") for _ in range(3)]
-    now = int(time.time() * 1000)
-    client.create_tasks([{"type": "doomed", "schedule": {"kind": "once", "at_ms": now},
-                          "task_id": i} for i in ids])  # fmt: skip
+    create_doomed(client, ids)
 
     def entries() -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}
@@ -446,9 +456,7 @@ def test_replay_all_moves_every_dead_letter_back(
     client: Client, db: redis.Redis, keys: Keys, record_file: Path
 ) -> None:
     ids = [unique("all") for _ in range(4)]
-    now = int(time.time() * 1000)
-    client.create_tasks([{"type": "doomed", "schedule": {"kind": "once", "at_ms": now},
-                          "task_id": i} for i in ids])  # fmt: skip
+    create_doomed(client, ids)
     wait_until(lambda: all(client.explain(i)["dead_letters"]["count"] for i in ids))
     present = db.xlen(keys.dlq("doomed"))
     result = client.replay("doomed")

@@ -14,17 +14,18 @@ from typing import Any
 
 import pytest
 
-from tests.api_node import ADMIN, READER, ApiNode, api_node, wait_until, write_api_config
+from tests.api_node import (
+    ADMIN,
+    READER,
+    WORK_AND_DOOMED,
+    ApiNode,
+    api_node,
+    wait_until,
+    write_api_config,
+)
 from tests.node_process import REPO
 
 METRONOME = Path(sys.executable).parent / "metronome"
-CONSUMERS = """
-[consumers.work]
-handler = "tests.handlers.jobs:noop"
-[consumers.doomed]
-handler = "tests.handlers.jobs:hopeless"
-max_attempts = 1
-"""
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,10 @@ def node_config(
     redis_url: str, tmp_path_factory: pytest.TempPathFactory, cli_namespace: str
 ) -> Path:
     return write_api_config(
-        tmp_path_factory.mktemp("cli") / "node.toml", redis_url, cli_namespace, consumers=CONSUMERS
+        tmp_path_factory.mktemp("cli") / "node.toml",
+        redis_url,
+        cli_namespace,
+        consumers=WORK_AND_DOOMED,
     )
 
 

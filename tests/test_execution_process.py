@@ -15,7 +15,7 @@ from actors.model import TaskSpec
 from actors.schedules import Schedule
 from actors.store import TaskStore
 from runtime.redis_io import RedisClient
-from tests.execution_harness import records
+from tests.execution_harness import records, wait_records
 from tests.node_process import NodeProcess
 
 
@@ -42,15 +42,6 @@ def write_config(
         "backoff_base_s = 0.1\n"
     )
     return path
-
-
-async def wait_records(path: Path, predicate: Any, timeout_s: float = 30.0) -> list[dict[str, Any]]:
-    with trio.fail_after(timeout_s):
-        while True:
-            found = records(path)
-            if predicate(found):
-                return found
-            await trio.sleep(0.05)
 
 
 def by_pid(found: list[dict[str, Any]], pid: int, event: str) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from actors.schedules import Schedule
 from actors.store import TaskStore
 from runtime.redis_io import RedisClient
 from tests.api_node import ADMIN
-from tests.execution_harness import records
+from tests.execution_harness import records, wait_records
 from tests.node_process import REPO, NodeProcess
 
 
@@ -100,11 +100,8 @@ async def test_parts_run_in_child_processes_and_stop_with_the_node(
         await trio.to_thread.run_sync(node.wait_for, "consumer_ready", 2)
         pids = children(node)
         assert set(pids) == {"scheduler", "consumers-1", "consumers-2"}
-        with trio.fail_after(20):
-            while True:
-                if len({r["pid"] for r in records(record) if r["event"] == "ran"}) == 2:
-                    break
-                await trio.sleep(0.1)
+        two_pids = lambda r: len({e["pid"] for e in r if e["event"] == "ran"}) == 2  # noqa: E731
+        await wait_records(record, two_pids, timeout_s=20)
         node.signal(signal.SIGTERM)
         assert await trio.to_thread.run_sync(node.wait) == 0
         wait_gone(list(pids.values()), 5)
@@ -177,7 +174,7 @@ async def test_children_stop_when_the_node_is_killed(
     try:
         await trio.to_thread.run_sync(node.wait_for, "consumer_ready")
         pids = list(children(node).values())
-        await wait_records(record, "started")
+        await wait_records(record, lambda r: any(e["event"] == "started" for e in r), 20)
         node.signal(signal.SIGKILL)
         await trio.to_thread.run_sync(wait_gone, pids, 8)
     finally:
@@ -187,14 +184,6 @@ async def test_children_stop_when_the_node_is_killed(
                 os.kill(pid, signal.SIGKILL)
     assert [r["event"] for r in records(record)] == ["started", "ran"]
     assert db.xpending(f"{{{namespace}:q:work}}:queue", GROUP)["pending"] == 0
-
-
-async def wait_records(path: Path, event: str) -> None:
-    with trio.fail_after(20):
-        while True:
-            if any(r["event"] == event for r in records(path)):
-                return
-            await trio.sleep(0.05)
 
 
 def test_a_child_ignores_sigint_and_repeated_sigterm(
