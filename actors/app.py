@@ -26,6 +26,7 @@ configuration error naming the type.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from actors.api.server import ApiServer
@@ -118,9 +119,15 @@ class _Roles:
 
     def __init__(self, config: Config, url: str) -> None:
         self.config = config
-        client = RedisClient.from_settings(url, config.redis)
-        self.store = TaskStore(
-            client, config.namespace, default_partitions=config.scheduler.partitions
+        self.url = url
+
+    @functools.cached_property
+    def store(self) -> TaskStore:
+        """Built with the first role this process runs: a main process whose roles all run
+        in child processes needs no Redis client (a cluster client connects when built)."""
+        client = RedisClient.from_settings(self.url, self.config.redis)
+        return TaskStore(
+            client, self.config.namespace, default_partitions=self.config.scheduler.partitions
         )
 
     def scheduler(self) -> ChildSpec:
