@@ -127,7 +127,10 @@ class _Roles:
         in child processes needs no Redis client (a cluster client connects when built)."""
         client = RedisClient.from_settings(self.url, self.config.redis)
         return TaskStore(
-            client, self.config.namespace, default_partitions=self.config.scheduler.partitions
+            client,
+            self.config.namespace,
+            default_partitions=self.config.scheduler.partitions,
+            default_buckets=self.config.scheduler.buckets,
         )
 
     def scheduler(self) -> ChildSpec:

@@ -5,6 +5,7 @@
     metronome queues
     metronome dlq replay report --all
     metronome serve deploy/node.toml          # = python -m runtime deploy/node.toml
+    metronome migrate --redis redis://host:6379/0 --namespace metronome   # after an upgrade
 
 Credentials come from flags or the environment: ``--url``/``METRONOME_URL`` (default
 http://127.0.0.1:8080), ``--key-id``/``METRONOME_KEY_ID``, ``--secret``/``METRONOME_SECRET``.
@@ -329,6 +330,30 @@ def cmd_dlq_purge(api: Client, args: argparse.Namespace) -> Result:
 # -- parser -----------------------------------------------------------------------------
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    import trio
+
+    from actors.errors import LayoutMismatch
+    from actors.migrate import migrate
+    from runtime.config import RedisSection
+    from runtime.redis_io import RedisClient
+
+    async def run() -> int:
+        client = RedisClient.from_settings(args.redis, RedisSection(url=args.redis))
+        try:
+            return await migrate(client, args.namespace, buckets=args.buckets)
+        finally:
+            await client.aclose()
+
+    try:
+        moved = trio.run(run)
+    except LayoutMismatch as exc:
+        print(f"metronome: {exc}", file=sys.stderr)
+        return EXIT_OTHER
+    print(f"{args.namespace}: {moved} tasks migrated; the namespace is at the current layout")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="metronome",
@@ -345,6 +370,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run a node (python -m runtime NODE_TOML)")
     serve.add_argument("node_args", nargs=argparse.REMAINDER, metavar="NODE_TOML [--check ...]")
+
+    migrate = commands.add_parser(
+        "migrate",
+        help="convert a namespace an older Metronome wrote to this version's Redis layout "
+        "(stop its nodes first; talks to Redis, not to the API)",
+    )
+    migrate.add_argument("--redis", required=True, metavar="URL", help="the namespace's Redis")
+    migrate.add_argument("--namespace", default="metronome")
+    migrate.add_argument("--buckets", type=int, default=1024,
+                         help="buckets per partition ([scheduler] buckets)")  # fmt: skip
 
     tasks = commands.add_parser("tasks", help="manage tasks").add_subparsers(
         dest="action", required=True, metavar="ACTION"
@@ -421,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
         from runtime.__main__ import main as serve
 
         return serve(args.node_args)
+    if args.command == "migrate":
+        return cmd_migrate(args)
     if not args.key_id or not args.secret:
         print("metronome: give --key-id and --secret (or METRONOME_KEY_ID, METRONOME_SECRET)",
               file=sys.stderr)  # fmt: skip

@@ -54,6 +54,12 @@ class SchedulerSection:
     partitions: int = attrs.field(default=16, validator=within(1, 1024))
     """Partitions of a new namespace. Fixed once the namespace exists (stored in its meta
     key); a node whose value differs uses the stored one and says so in its log."""
+    buckets: int = attrs.field(default=1024, validator=within(1, 65536))
+    """Buckets per partition of a new namespace (fixed once it exists, like partitions).
+    Tasks are stored ~``tasks / (partitions * buckets)`` to a bucket hash; up to 128 a
+    bucket stays in Redis's compact encoding, which is what makes a task cost ~250 bytes.
+    The default suits up to ~1.5 million tasks with 16 partitions; for more, raise it to
+    about ``tasks / (partitions * 64)`` before the namespace is first used."""
     batch_size: int = attrs.field(default=1000, validator=within(1))
     """Most due tasks claimed from one partition in one round trip."""
     max_tick_s: float = attrs.field(default=0.25, validator=positive)

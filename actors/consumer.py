@@ -41,6 +41,7 @@ from actors.config import ConsumerSection
 from actors.handlers import Handler, HandlerContext, RetryLater, Unrecoverable
 from actors.keys import GROUP, Keys
 from actors.messages import MalformedMessage, Message
+from actors.records import OUTCOME_NAMES
 from actors.results_log import ResultsLog
 from actors.store import TaskStore
 from runtime.actor import ActorContext, TaskStatus
@@ -388,14 +389,16 @@ class Consumer:
         outcome_args: dict[int, list[Any]] = defaultdict(list)
         for kind, outcomes in (("ok", ok), ("retry", retry), ("dead", dead)):
             for o in outcomes:
-                outcome_args[keys.partition_of(o.message.task_id)] += [
-                    o.message.task_id, kind, o.finished_ms, (o.error or "")[:MAX_ERROR_CHARS],
+                task_id = o.message.task_id
+                outcome_args[keys.partition_of(task_id)] += [
+                    task_id, keys.bucket_of(task_id), OUTCOME_NAMES.index(kind), o.finished_ms,
+                    (o.error or "")[:MAX_ERROR_CHARS],
                 ]  # fmt: skip
         return [
             (scripts.SCHEDULE_RETRIES, [keys.retry(p)], [keys.retry_context_prefix(p), *args])
             for p, args in retry_args.items()
         ] + [
-            (scripts.RECORD_OUTCOMES, [keys.schedule(p)], [keys.task_prefix(p), *args])
+            (scripts.RECORD_OUTCOMES, [keys.schedule(p)], [keys.tag(p), *args])
             for p, args in outcome_args.items()
         ]
 

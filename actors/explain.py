@@ -20,6 +20,7 @@ from actors.keys import GROUP
 from actors.messages import flat_fields
 from actors.model import Task
 from actors.queues import as_text, read_range, stream_id_ms
+from actors.records import claim_of
 from actors.schedules import Schedule
 from actors.store import TaskStore
 
@@ -66,8 +67,11 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
         raise TaskNotFound(task_id)
     now = await store.now_ms()
     partition = keys.partition_of(task_id)
-    score, claim = await store.client.pipeline(
-        [("ZSCORE", keys.schedule(partition), task_id), ("HGET", keys.task(task_id), "claim")]
+    score, state = await store.client.pipeline(
+        [
+            ("ZSCORE", keys.schedule(partition), task_id),
+            ("HGET", keys.states(partition, keys.bucket_of(task_id)), task_id),
+        ]
     )
     retries = await _retries(store, partition, task_id)
     stream, stream_complete = await _stream_messages(store, task)
@@ -83,7 +87,7 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
         "partition": partition,
         "in_schedule_index": score is not None,
         "index_score_ms": int(float(score)) if score is not None else None,
-        "claimed_by_poller": claim is not None,
+        "claimed_by_poller": state is not None and claim_of(state) is not None,
         "retries": retries,
         "stream": stream,
         "stream_scan_complete": stream_complete,

@@ -6,9 +6,11 @@ Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
 - ``ns:meta``                     hash: partitions, layout version        (new)
 - ``ns:types``                    set: task types ever created            (new)
 - ``ns:nonce:<key_id>:<nonce>``   string with expiry: a used API nonce    [anti-replay nonces]
-- ``{ns:P}:task:<task_id>``       hash: one task                          [task:{id}]
+- ``{ns:P}:def:<B>``              hash: task_id -> definition record      [task:{id}, part 1]
+- ``{ns:P}:state:<B>``            hash: task_id -> state record           [task:{id}, part 2]
+- ``{ns:P}:errors``               hash: task_id -> last error (failing tasks only)
 - ``{ns:P}:schedule``             zset: task_id -> next fire ms           [schedule:zset]
-- ``{ns:P}:type:<type>``          set: task ids of one type               (index for list/clear)
+- ``{ns:P}:type:<type>:<B>``      hash: task_id -> '' of one type         (index for list/clear)
 - ``{ns:P}:retry``                zset: schedule_id -> retry due ms       [retry:zset]
 - ``{ns:P}:retry:<schedule_id>``  hash: retry context                     [retry:task:{id}]
 - ``{ns:q:<type>}:queue``         stream + consumer group of one type     [queue:{type}]
@@ -16,7 +18,12 @@ Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
 - ``{ns:q:<type>}:enq:<sid>:<n>``  string with expiry: attempt n of fire sid enqueued
 - ``{ns:q:<type>}:seen:<sid>:<n>`` string with expiry: attempt n of fire sid started
 
-``P`` is the task's partition, ``crc32(task_id) % partitions``. All keys of a partition share
+``P`` is the task's partition, ``crc32(task_id) % partitions``; ``B`` its bucket,
+``bucket_hash(task_id) % buckets`` (both counts fixed per namespace, in the meta key). A
+task is not a key of its own: its two records are fields of bucket hashes that hold ~60
+tasks each at a million tasks, small enough for Redis's compact listpack encoding, which
+costs a fraction of a hash per task (``actors/records.py``, docs/PERFORMANCE.md).
+All keys of a partition share
 the tag ``{ns:P}``, so claim/commit/update scripts touch one slot; a type's queue and DLQ
 share ``{ns:q:<type>}``, so moving a poison message to the DLQ is one script too.
 Names inside keys are checked by ``runtime.config.check_name``: no braces or colons.
@@ -31,13 +38,28 @@ import attrs
 from runtime.config import check_name
 
 #: Bumped when the layout changes incompatibly; stored in the meta key.
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
+
+
+#: The modulus of ``bucket_hash``: a prime below 2**32, so every step of the hash is exact
+#: in a Lua number (a double) as in Python.
+_BUCKET_PRIME = 4_294_967_291
+
+
+def bucket_hash(task_id: str) -> int:
+    """The hash that picks a task's bucket. ``actors/lua/records.lua`` computes the same in
+    Lua (a claim finds a task's records from its id alone); a test holds the two equal."""
+    h = 0
+    for byte in task_id.encode():
+        h = (h * 33 + byte) % _BUCKET_PRIME
+    return h
 
 
 @attrs.frozen
 class Keys:
     namespace: str = attrs.field(validator=lambda _i, _a, v: check_name("namespace", v))
     partitions: int = attrs.field(validator=attrs.validators.ge(1))
+    buckets: int = attrs.field(default=1024, validator=attrs.validators.ge(1))
 
     @property
     def meta(self) -> str:
@@ -58,21 +80,24 @@ class Keys:
     def tag(self, partition: int) -> str:
         return f"{{{self.namespace}:{partition}}}"
 
-    def task_prefix(self, partition: int) -> str:
-        """Scripts build a task's key as prefix .. task_id (same slot as the partition)."""
-        return f"{self.tag(partition)}:task:"
+    def bucket_of(self, task_id: str) -> int:
+        return bucket_hash(task_id) % self.buckets
 
-    def task(self, task_id: str) -> str:
-        return self.task_prefix(self.partition_of(task_id)) + task_id
+    def definitions(self, partition: int, bucket: int) -> str:
+        """Scripts build this from the tag (``records.lua``); the same names here."""
+        return f"{self.tag(partition)}:def:{bucket}"
+
+    def states(self, partition: int, bucket: int) -> str:
+        return f"{self.tag(partition)}:state:{bucket}"
+
+    def errors(self, partition: int) -> str:
+        return f"{self.tag(partition)}:errors"
+
+    def by_type(self, partition: int, task_type: str, bucket: int) -> str:
+        return f"{self.tag(partition)}:type:{task_type}:{bucket}"
 
     def schedule(self, partition: int) -> str:
         return f"{self.tag(partition)}:schedule"
-
-    def type_prefix(self, partition: int) -> str:
-        return f"{self.tag(partition)}:type:"
-
-    def by_type(self, partition: int, task_type: str) -> str:
-        return self.type_prefix(partition) + task_type
 
     def retry(self, partition: int) -> str:
         return f"{self.tag(partition)}:retry"

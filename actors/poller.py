@@ -22,7 +22,6 @@ what is due, never to the number of tasks.
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections import defaultdict
 from collections.abc import Callable
@@ -35,7 +34,7 @@ import trio
 from actors import scripts
 from actors.enqueue import Fire, enqueue_fires
 from actors.keys import Keys, schedule_id
-from actors.model import converter
+from actors.records import decode_schedule
 from actors.schedules import FirePlan, Schedule, plan_fires
 from actors.store import TaskStore
 from runtime.actor import ActorContext, TaskStatus
@@ -61,6 +60,7 @@ class Claimed:
     """One task claimed for this tick, as ``claim_due.lua`` returns it."""
 
     task_id: str
+    bucket: int
     type: str
     payload: bytes
     schedule: Schedule
@@ -101,10 +101,11 @@ def claim_calls(
     token: str,
     limit: int,
     lease_ms: int,
+    *extra: Any,
 ) -> list[tuple[list[str], list[Any]]]:
     """One claim script call per partition (claim_due.lua and claim_retries.lua share this
-    form): KEYS = the partition's zset; ARGV = its hash prefix, token, limit, lease."""
-    return [([zset_of(p)], [prefix_of(p), token, limit, lease_ms]) for p in partitions]
+    form): KEYS = the partition's zset; ARGV = its prefix, token, limit, lease, extra..."""
+    return [([zset_of(p)], [prefix_of(p), token, limit, lease_ms, *extra]) for p in partitions]
 
 
 def sleep_s(result: TickResult, max_tick_s: float, min_tick_s: float = 0.0) -> float:
@@ -141,7 +142,8 @@ class Poller:
         self.store = store
         self.settings = settings
         self.actor = f"node/scheduler/poller-{settings.index}"
-        self._token_base = secrets.token_hex(6)
+        # Short: the token sits in each claimed task's state record (under 64 bytes)
+        self._token_base = secrets.token_hex(4)
         self._ticks = 0
         self._schedules: dict[bytes, Schedule] = {}
 
@@ -150,7 +152,9 @@ class Poller:
         keys = await self.store.keys()
         partitions = self.partitions(keys)
         self.actor = ctx.path
-        ctx.log.info("poller_ready", partitions=partitions, of=keys.partitions)
+        ctx.log.info(
+            "poller_ready", partitions=partitions, of=keys.partitions, buckets=keys.buckets
+        )
         task_status.started()
         while True:
             result = await self.tick(keys, partitions, ctx.log)
@@ -218,8 +222,8 @@ class Poller:
 
     async def _claim(self, keys: Keys, partitions: list[int], token: str) -> list[PartitionClaim]:
         calls = claim_calls(
-            partitions, keys.schedule, keys.task_prefix, token,
-            self.settings.batch_size, self.settings.claim_lease_ms,
+            partitions, keys.schedule, keys.tag, token,
+            self.settings.batch_size, self.settings.claim_lease_ms, keys.buckets,
         )  # fmt: skip
         replies = await self.store.client.scripts(scripts.CLAIM_DUE, calls)
         claims = []
@@ -234,14 +238,15 @@ class Poller:
         tasks = [
             Claimed(
                 task_id=flat[i].decode(),
-                type=flat[i + 1].decode(),
-                payload=flat[i + 2],
-                schedule=self._schedule(flat[i + 3]),
-                due_ms=int(flat[i + 4]),
-                fires=int(flat[i + 5]),
-                owed_until_ms=_owed_until(flat[i + 6]),
+                bucket=int(flat[i + 1]),
+                type=flat[i + 2].decode(),
+                payload=flat[i + 3],
+                schedule=self._schedule(flat[i + 4]),
+                due_ms=int(flat[i + 5]),
+                fires=int(flat[i + 6]),
+                owed_until_ms=_owed_until(flat[i + 7]),
             )
-            for i in range(0, len(flat), 7)
+            for i in range(0, len(flat), 8)
         ]
         return PartitionClaim(partition, now, earliest if earliest >= 0 else None, tasks)
 
@@ -251,7 +256,7 @@ class Poller:
         if schedule is None:
             if len(self._schedules) > 10_000:
                 self._schedules.clear()
-            schedule = converter.structure(json.loads(raw), Schedule)
+            schedule = decode_schedule(raw)
             self._schedules[raw] = schedule
         return schedule
 
@@ -265,13 +270,13 @@ class Poller:
         """Commit the plans; return each committed partition's earliest due time."""
         calls = []
         for partition, items in plans.items():
-            args: list[Any] = [keys.task_prefix(partition), token]
+            args: list[Any] = [keys.tag(partition), token]
             for task, plan in items:
                 if plan.next_ms is None:
-                    args += [task.task_id, "", "", len(plan.fires)]
+                    args += [task.task_id, task.bucket, "", "", len(plan.fires)]
                 else:
                     score = plan.next_ms + task.schedule.jitter_ms()
-                    args += [task.task_id, plan.next_ms, score, len(plan.fires)]
+                    args += [task.task_id, task.bucket, plan.next_ms, score, len(plan.fires)]
             calls.append(([keys.schedule(partition)], args))
         replies = await self.store.client.scripts(scripts.COMMIT_FIRES, calls)
         earliest: dict[int, int | None] = {}

@@ -5,8 +5,8 @@ under concurrent updates). Bulk operations group tasks by partition and pipeline
 call per partition, so 10,000 creates cost a handful of round trips. Nothing here touches
 more than a batch per Redis call: clearing a million tasks is many short calls.
 
-The namespace's partition count is fixed when the namespace is first used and stored in its
-meta key; every node reads it from there.
+The namespace's partition and bucket counts are fixed when the namespace is first used and
+stored in its meta key; every node reads them from there.
 """
 
 from __future__ import annotations
@@ -28,15 +28,8 @@ from actors.errors import (
     raise_for_code,
 )
 from actors.keys import LAYOUT_VERSION, Keys, schedule_id
-from actors.model import (
-    STATUSES,
-    Task,
-    TaskSpec,
-    decode_task,
-    encode_json,
-    encode_payload,
-    new_task_id,
-)
+from actors.model import STATUSES, Task, TaskSpec, encode_payload, new_task_id
+from actors.records import decode_task, definition_type_and_payload, encode_schedule
 from actors.schedules import Schedule
 from runtime.config import check_name
 from runtime.logging import emit_events
@@ -47,6 +40,12 @@ STORE_ACTOR = "store"
 
 #: Ids per delete script call when clearing a type: keeps each call well under a millisecond.
 CLEAR_BATCH = 500
+#: Type-index buckets read in one pipelined round trip when clearing a type.
+CLEAR_SPAN = 256
+#: Most type-index buckets one listing round trip reads (it starts at one and doubles while
+#: the buckets it reads hold fewer tasks than the page still needs: a rare type is found in
+#: a few round trips, a common one costs no read-ahead).
+MAX_LIST_SPAN = 256
 
 
 @attrs.frozen
@@ -66,10 +65,17 @@ KEEP = _Keep()
 
 
 class TaskStore:
-    def __init__(self, client: RedisClient, namespace: str, default_partitions: int = 16) -> None:
+    def __init__(
+        self,
+        client: RedisClient,
+        namespace: str,
+        default_partitions: int = 16,
+        default_buckets: int = 1024,
+    ) -> None:
         self.client = client
         self.namespace = check_name("namespace", namespace)
         self._default_partitions = default_partitions
+        self._default_buckets = default_buckets
         self._keys: Keys | None = None
         self._known_types: set[str] = set()
 
@@ -79,19 +85,28 @@ class TaskStore:
         """The namespace's keys, creating its meta record on first use."""
         if self._keys is None:
             meta = f"{self.namespace}:meta"
+            # The layout first: a namespace written by an older version keeps its number
+            # (it has no buckets field until ``metronome migrate`` gives it one).
+            await self.client.execute("HSETNX", meta, "layout", LAYOUT_VERSION)
+            layout = await self.client.execute("HGET", meta, "layout")
+            if layout is None or int(layout) != LAYOUT_VERSION:
+                hint = (
+                    "run `metronome migrate` (with every node stopped) to convert it"
+                    if layout is not None and int(layout) < LAYOUT_VERSION
+                    else "use a Metronome that reads it, or another namespace"
+                )
+                raise LayoutMismatch(
+                    f"namespace {self.namespace!r} has layout version {layout!r}; this Metronome "
+                    f"reads version {LAYOUT_VERSION}: {hint}"
+                )
             await self.client.pipeline(
                 [
                     ("HSETNX", meta, "partitions", self._default_partitions),
-                    ("HSETNX", meta, "layout", LAYOUT_VERSION),
+                    ("HSETNX", meta, "buckets", self._default_buckets),
                 ]
             )
-            partitions, layout = await self.client.execute("HMGET", meta, "partitions", "layout")
-            if layout is None or int(layout) != LAYOUT_VERSION:
-                raise LayoutMismatch(
-                    f"namespace {self.namespace!r} has layout version {layout!r}; this Metronome "
-                    f"reads version {LAYOUT_VERSION}: migrate it or use another namespace"
-                )
-            self._keys = Keys(self.namespace, int(partitions))
+            partitions, buckets = await self.client.execute("HMGET", meta, "partitions", "buckets")
+            self._keys = Keys(self.namespace, int(partitions), int(buckets))
         return self._keys
 
     async def now_ms(self) -> int:
@@ -125,11 +140,15 @@ class TaskStore:
         calls = []
         placed = _Placement(now)
         for partition, indexes in groups.items():
-            args: list[Any] = [keys.task_prefix(partition), keys.type_prefix(partition)]
+            args: list[Any] = [keys.tag(partition)]
             for index in indexes:
                 spec = specs[index]
-                sched_json, next_ms, score = placed.of(spec.schedule)
-                args += [ids[index], spec.type, spec.payload_json(), sched_json, next_ms, score]
+                sched, next_ms, score = placed.of(spec.schedule)
+                task_id = ids[index]
+                args += [
+                    task_id, keys.bucket_of(task_id), spec.type, spec.payload_json(), sched,
+                    next_ms, score,
+                ]  # fmt: skip
             calls.append(([keys.schedule(partition)], args))
         replies = await self.client.scripts(scripts.CREATE_TASKS, calls)
         new_types = {spec.type for spec in specs} - self._known_types
@@ -159,14 +178,27 @@ class TaskStore:
     # -- read -----------------------------------------------------------------------------
 
     async def get(self, task_id: str) -> Task | None:
-        keys = await self.keys()
-        fields = await self.client.execute("HGETALL", keys.task(task_id))
-        return decode_task(task_id, fields) if fields else None
+        (task,) = await self.get_many([task_id])
+        return task
 
     async def get_many(self, task_ids: Sequence[str]) -> list[Task | None]:
+        """Tasks by id, None for those that do not exist; one round trip."""
         keys = await self.keys()
-        replies = await self.client.pipeline([("HGETALL", keys.task(i)) for i in task_ids])
-        return [decode_task(i, r) if r else None for i, r in zip(task_ids, replies, strict=True)]
+        commands: list[tuple[Any, ...]] = []
+        for task_id in task_ids:
+            partition, bucket = keys.partition_of(task_id), keys.bucket_of(task_id)
+            commands += [
+                ("HGET", keys.definitions(partition, bucket), task_id),
+                ("HGET", keys.states(partition, bucket), task_id),
+                ("HGET", keys.errors(partition), task_id),
+            ]
+        replies = await self.client.pipeline(commands) if commands else []
+        tasks: list[Task | None] = []
+        for i, task_id in enumerate(task_ids):
+            definition, state, error = replies[3 * i : 3 * i + 3]
+            # Both records or neither: the scripts write and delete them together.
+            tasks.append(decode_task(task_id, definition, state, error) if definition else None)
+        return tasks
 
     async def list_tasks(
         self,
@@ -184,19 +216,47 @@ class TaskStore:
             raise InvalidTask(f"status: must be one of {', '.join(STATUSES)}, got {status!r}")
         keys = await self.keys()
         types = [check_name("type", task_type)] if task_type else await self.types()
-        position = _Cursor.parse(cursor, len(types), keys.partitions)
+        position = _Cursor.parse(cursor, len(types), keys.partitions, keys.buckets)
         tasks: list[Task] = []
-        calls = 0
+        calls, span = 0, 1
         while position is not None and len(tasks) < limit and calls < max_calls:
             calls += 1
-            set_key = keys.by_type(position.partition, types[position.type_index])
-            scan_cursor, ids = await self.client.execute(
-                "SSCAN", set_key, position.scan, "COUNT", max(10, limit - len(tasks))
+            # A cursor stands between buckets: whole buckets are read (~60 tasks each when
+            # the namespace is sized for its tasks), so a page may pass ``limit`` by one.
+            end = min(position.bucket + span, keys.buckets)
+            members = await self._type_members(
+                keys, position.partition, types[position.type_index], range(position.bucket, end)
             )
-            found = await self.get_many([i.decode() for i in ids])
+            found = await self.get_many([task_id for task_id, _ in members])
             tasks += [t for t in found if t is not None and (status is None or t.status == status)]
-            position = position.advance(int(scan_cursor), len(types), keys.partitions)
+            position = position.advance(end, len(types), keys.partitions, keys.buckets)
+            if len(members) < limit - len(tasks):
+                span = min(span * 2, MAX_LIST_SPAN)
         return tasks, (position.format() if position is not None else None)
+
+    async def _type_members(
+        self, keys: Keys, partition: int, task_type: str, buckets: range
+    ) -> list[tuple[str, int]]:
+        """Every (task id, bucket) in these buckets of a type's index: one pipelined round
+        trip, more only for a bucket grown past the compact encoding (HSCAN pages it)."""
+        members: list[tuple[str, int]] = []
+        scans = [(bucket, 0) for bucket in buckets]
+        while scans:
+            replies = await self.client.pipeline(
+                [
+                    ("HSCAN", keys.by_type(partition, task_type, bucket), scan, "COUNT", 1000)
+                    for bucket, scan in scans
+                ]
+            )
+            following = []
+            for (bucket, _), (scan, fields) in zip(scans, replies, strict=True):
+                # redis-py answers HSCAN with a dict (field -> value)
+                names = fields if isinstance(fields, dict) else fields[::2]
+                members += [(task_id.decode(), bucket) for task_id in names]
+                if int(scan):
+                    following.append((bucket, int(scan)))
+            scans = following
+        return members
 
     async def types(self) -> list[str]:
         keys = await self.keys()
@@ -208,11 +268,16 @@ class TaskStore:
         """Run a task now, once, outside its schedule (which is left as it is); returns the
         fire's schedule_id. Works in any status: a manual run is an explicit request."""
         keys = await self.keys()
-        fields = await self.client.execute("HMGET", keys.task(task_id), "type", "payload")
-        if fields[0] is None:
+        definition = await self.client.execute(
+            "HGET",
+            keys.definitions(keys.partition_of(task_id), keys.bucket_of(task_id)),
+            task_id,
+        )
+        if definition is None:
             raise TaskNotFound(task_id)
+        task_type, payload = definition_type_and_payload(definition)
         now = await self.now_ms()
-        fire = Fire(task_id, fields[0].decode(), fields[1], now)
+        fire = Fire(task_id, task_type, payload, now)
         await enqueue_fires(self.client, keys, [fire], now, STORE_ACTOR, dedupe_window_ms=0)
         emit_events(STORE_ACTOR, [("triggered", {"task_id": task_id})])
         return schedule_id(task_id, now)
@@ -229,17 +294,21 @@ class TaskStore:
         payload_json = ""
         if not isinstance(payload, _Keep):
             payload_json = encode_payload(payload)
-        sched_json, next_ms, score = "", "", ""
+        sched: bytes | str = ""
+        next_ms, score = "", ""
         if schedule is not None:
-            sched_json, next_ms, score = _Placement(await self.now_ms()).of(schedule)
+            sched, next_ms, score = _Placement(await self.now_ms()).of(schedule)
         partition = keys.partition_of(task_id)
         code, status = await self.client.script(
             scripts.UPDATE_TASK,
-            [keys.schedule(partition), keys.task(task_id)],
-            [task_id, payload_json, sched_json, next_ms, score],
-        )
+            [keys.schedule(partition)],
+            [
+                keys.tag(partition), task_id, keys.bucket_of(task_id), payload_json, sched,
+                next_ms, score,
+            ],
+        )  # fmt: skip
         raise_for_code(int(code), task_id)
-        changed = [f for f, new in (("payload", payload_json), ("schedule", sched_json)) if new]
+        changed = [f for f, new in (("payload", payload_json), ("schedule", sched)) if new]
         emit_events(STORE_ACTOR, [("updated", {"task_id": task_id, "fields": changed})])
         return str(status.decode())
 
@@ -270,8 +339,8 @@ class TaskStore:
         partition = keys.partition_of(task_id)
         code, status = await self.client.script(
             scripts.SET_STATUS,
-            [keys.schedule(partition), keys.task(task_id)],
-            [task_id, action, next_ms, score],
+            [keys.schedule(partition)],
+            [keys.tag(partition), task_id, keys.bucket_of(task_id), action, next_ms, score],
         )
         raise_for_code(int(code), task_id, f"cannot {action} a {status.decode()} task")
         if int(code) == OK:
@@ -284,13 +353,10 @@ class TaskStore:
 
     async def delete_many(self, task_ids: Iterable[str]) -> int:
         keys = await self.keys()
-        groups: dict[int, list[str]] = defaultdict(list)
+        groups: dict[int, list[Any]] = defaultdict(list)
         for task_id in task_ids:
-            groups[keys.partition_of(task_id)].append(task_id)
-        calls = [
-            ([keys.schedule(p)], [keys.task_prefix(p), keys.type_prefix(p), *ids])
-            for p, ids in groups.items()
-        ]
+            groups[keys.partition_of(task_id)] += [task_id, keys.bucket_of(task_id)]
+        calls = [([keys.schedule(p)], [keys.tag(p), *args]) for p, args in groups.items()]
         replies = await self.client.scripts(scripts.DELETE_TASKS, calls) if calls else []
         deleted = sum(int(r) for r in replies)
         emit_events(STORE_ACTOR, [("deleted", {"count": deleted})] if deleted else [])
@@ -302,67 +368,68 @@ class TaskStore:
         check_name("type", task_type)
         deleted = 0
         for partition in range(keys.partitions):
-            set_key = keys.by_type(partition, task_type)
-            while True:
-                ids = await self.client.execute("SRANDMEMBER", set_key, CLEAR_BATCH)
-                if not ids:
-                    break
-                deleted += int(
-                    await self.client.script(
-                        scripts.DELETE_TASKS,
-                        [keys.schedule(partition)],
-                        [keys.task_prefix(partition), keys.type_prefix(partition), *ids],
+            for start in range(0, keys.buckets, CLEAR_SPAN):
+                buckets = range(start, min(start + CLEAR_SPAN, keys.buckets))
+                members = await self._type_members(keys, partition, task_type, buckets)
+                for i in range(0, len(members), CLEAR_BATCH):
+                    args = [x for member in members[i : i + CLEAR_BATCH] for x in member]
+                    deleted += int(
+                        await self.client.script(
+                            scripts.DELETE_TASKS,
+                            [keys.schedule(partition)],
+                            [keys.tag(partition), *args],
+                        )
                     )
-                )
         return deleted
 
 
 class _Placement:
-    """A schedule's stored JSON and first grid time as script arguments (creates, updates).
+    """A schedule as stored and its first grid time as script arguments (creates, updates).
     In one bulk create thousands of tasks usually share a handful of schedules, so each
     distinct one is encoded and placed once (the jitter is still drawn per task)."""
 
     def __init__(self, now_ms: int) -> None:
         self.now_ms = now_ms
-        self._seen: dict[Schedule, tuple[str, int | None]] = {}
+        self._seen: dict[Schedule, tuple[bytes, int | None]] = {}
 
-    def of(self, schedule: Schedule) -> tuple[str, str, str]:
-        """(schedule JSON, next_ms, score) as script arguments; '' when it never fires."""
+    def of(self, schedule: Schedule) -> tuple[bytes, str, str]:
+        """(stored schedule, next_ms, score) as script arguments; '' when it never fires."""
         known = self._seen.get(schedule)
         if known is None:
-            known = (encode_json(schedule.to_dict()), schedule.first_due(self.now_ms))
+            known = (encode_schedule(schedule), schedule.first_due(self.now_ms))
             self._seen[schedule] = known
-        sched_json, due = known
+        sched, due = known
         if due is None:
-            return sched_json, "", ""
-        return sched_json, str(due), str(due + schedule.jitter_ms())
+            return sched, "", ""
+        return sched, str(due), str(due + schedule.jitter_ms())
 
 
 @attrs.frozen
 class _Cursor:
-    """Where a listing stands: type index, partition, SSCAN cursor. Opaque to clients."""
+    """Where a listing stands: type index, partition, next bucket. Opaque to clients."""
 
     type_index: int
     partition: int
-    scan: int
+    bucket: int
 
     @classmethod
-    def parse(cls, text: str | None, types: int, partitions: int) -> _Cursor | None:
+    def parse(cls, text: str | None, types: int, partitions: int, buckets: int) -> _Cursor | None:
         if not types:
             return None
         if text is None:
             return cls(0, 0, 0)
         try:
-            t, p, s = (int(x) for x in text.split("-"))
+            t, p, b = (int(x) for x in text.split("-"))
         except ValueError:
             raise InvalidTask(f"cursor: {text!r} is not a cursor this listing returned") from None
-        if not (0 <= t < types and 0 <= p < partitions and s >= 0):
+        if not (0 <= t < types and 0 <= p < partitions and 0 <= b < buckets):
             raise InvalidTask(f"cursor: {text!r} is out of range")
-        return cls(t, p, s)
+        return cls(t, p, b)
 
-    def advance(self, scan: int, types: int, partitions: int) -> _Cursor | None:
-        if scan:
-            return _Cursor(self.type_index, self.partition, scan)
+    def advance(self, bucket: int, types: int, partitions: int, buckets: int) -> _Cursor | None:
+        """The position after reading up to ``bucket`` (exclusive), or None at the end."""
+        if bucket < buckets:
+            return _Cursor(self.type_index, self.partition, bucket)
         if self.partition + 1 < partitions:
             return _Cursor(self.type_index, self.partition + 1, 0)
         if self.type_index + 1 < types:
@@ -370,4 +437,4 @@ class _Cursor:
         return None
 
     def format(self) -> str:
-        return f"{self.type_index}-{self.partition}-{self.scan}"
+        return f"{self.type_index}-{self.partition}-{self.bucket}"

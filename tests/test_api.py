@@ -17,6 +17,7 @@ import redis
 
 from actors.client import ApiError, Client
 from actors.keys import Keys
+from tests import stored
 from tests.api_node import (
     ADMIN,
     READER,
@@ -101,8 +102,7 @@ def test_create_is_idempotent_with_a_client_id_and_conflicts_on_another_definiti
     with pytest.raises(ApiError) as refused:
         client.create_task("idle", EVERY_HOUR, {"to": "someone else"}, task_id)
     assert refused.value.status == 409 and refused.value.code == "conflict"
-    stored = db.hgetall(keys.task(task_id))
-    assert json.loads(stored[b"payload"]) == {"to": "ops"}
+    assert stored.payload(db, keys, task_id) == {"to": "ops"}
     assert db.zscore(keys.schedule(keys.partition_of(task_id)), task_id) is not None
     task = client.get_task(task_id)
     assert task["status"] == "active" and task["payload"] == {"to": "ops"}
@@ -136,8 +136,8 @@ def test_create_refuses_bad_input_naming_the_field_and_writes_nothing(
         response = _raw_post(api, client, "/v1/tasks", raw)
         assert response.status_code == status
         assert response.headers["content-type"] == "application/problem+json"
-    assert not db.exists(keys.task(bad_id))
-    assert not db.exists(keys.task("has{brace}"))
+    assert not stored.exists(db, keys, bad_id)
+    assert not stored.exists(db, keys, "has{brace}")
 
 
 def _problem(client: Client, body: Any) -> ApiError:
@@ -166,17 +166,17 @@ def test_bulk_create_is_all_or_nothing_on_invalid_input_and_reports_each_task(
         client.create_tasks(broken)
     assert refused.value.status == 422
     assert refused.value.errors[0]["field"].startswith("tasks[5]")
-    assert not any(db.exists(keys.task(f"{tag}-{i}")) for i in range(10))
+    assert not any(stored.exists(db, keys, f"{tag}-{i}") for i in range(10))
 
     result = client.create_tasks(tasks)
     assert (result["created"], result["existing"], result["conflicts"]) == (2000, 0, 0)
-    assert all(db.exists(keys.task(f"{tag}-{i}")) for i in (0, 999, 1999))
+    assert all(stored.exists(db, keys, f"{tag}-{i}") for i in (0, 999, 1999))
 
     again = [*tasks[:3], {**tasks[3], "payload": {"i": "changed"}}]
     result = client.create_tasks(again)
     assert (result["created"], result["existing"], result["conflicts"]) == (0, 3, 1)
     assert result["results"][3] == {"task_id": f"{tag}-3", "created": False, "conflict": True}
-    assert json.loads(db.hget(keys.task(f"{tag}-3"), "payload") or b"null") == {"i": 3}
+    assert stored.payload(db, keys, f"{tag}-3") == {"i": 3}
 
 
 def test_bulk_create_refuses_more_than_max_bulk_and_a_body_over_the_limit(
@@ -258,7 +258,7 @@ def test_update_pause_resume_stop_and_delete(client: Client, db: redis.Redis, ke
     assert (refused.value.status, refused.value.code) == (409, "invalid_transition")
 
     assert client.delete_task(task_id) == {"task_id": task_id, "deleted": True}
-    assert not db.exists(keys.task(task_id))
+    assert not stored.exists(db, keys, task_id)
     for call in (client.get_task, client.delete_task, client.pause, client.explain):
         with pytest.raises(ApiError) as refused:
             call(task_id)
@@ -327,10 +327,10 @@ def test_clear_needs_the_type_repeated(client: Client, db: redis.Redis, keys: Ke
     with pytest.raises(ApiError) as refused:
         client.request("POST", "/v1/types/idle/clear", body={"confirm": "idl"})
     assert refused.value.status == 422 and refused.value.errors[0]["field"] == "confirm"
-    assert db.exists(keys.task(f"{kind}-0"))
+    assert stored.exists(db, keys, f"{kind}-0")
     deleted = client.clear_type("idle")["deleted"]
     assert deleted >= 30
-    assert not any(db.exists(keys.task(f"{kind}-{i}")) for i in range(30))
+    assert not any(stored.exists(db, keys, f"{kind}-{i}") for i in range(30))
 
 
 # -- explain, queues, dead letters ----------------------------------------------------
@@ -494,4 +494,4 @@ def test_read_only_key_reads_but_cannot_write(api: ApiNode, db: redis.Redis, key
         with pytest.raises(ApiError) as refused:
             reader.create_task("idle", EVERY_HOUR, None, task_id)
     assert (refused.value.status, refused.value.code) == (403, "read_only")
-    assert not db.exists(keys.task(task_id))
+    assert not stored.exists(db, keys, task_id)

@@ -16,6 +16,7 @@ import redis
 from actors.client import Client
 from actors.keys import Keys
 from actors.signing import ApiKey, sign
+from tests import stored
 from tests.api_node import ADMIN, READER, ApiNode, api_node, write_api_config
 
 ADMIN_KEY = ApiKey(ADMIN[0], ADMIN[1].encode())
@@ -105,7 +106,7 @@ def test_each_bad_request_is_refused_with_its_reason_and_changes_nothing(
     detail = refused(post(api, body, headers), status, code)
     assert detail
     keys = Keys(api.namespace, 16)
-    assert not db.exists(keys.task(task_id))
+    assert not stored.exists(db, keys, task_id)
     assert nonces(db, api.namespace) == before  # no nonce stored for a refused request
 
 
@@ -124,7 +125,7 @@ def test_a_replayed_request_is_refused_even_inside_the_window(
         client.update_task(task_id, payload={"v": 3})
         again = httpx.patch(api.url + path, content=change, headers=headers)
         refused(again, 401, "replay")
-    assert json.loads(db.hget(keys.task(task_id), "payload") or b"null") == {"v": 3}
+    assert stored.payload(db, keys, task_id) == {"v": 3}
 
 
 def test_reads_are_signed_too(api: ApiNode) -> None:
@@ -138,7 +139,7 @@ def test_a_read_only_key_is_refused_writes_with_403(api: ApiNode, db: redis.Redi
     body = body_for(task_id)
     headers = sign(ApiKey(READER[0], READER[1].encode()), "POST", "/v1/tasks", body, now_ms())
     refused(post(api, body, headers), 403, "read_only")
-    assert not db.exists(Keys(api.namespace, 16).task(task_id))
+    assert not stored.exists(db, Keys(api.namespace, 16), task_id)
 
 
 def test_keys_never_reach_the_log(api: ApiNode, tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ def test_defaults_fill_an_empty_file(tmp_path: Path) -> None:
     assert app.config.namespace == "metronome"
     assert app.node.shutdown_grace_s == 10.0
     assert app.config.scheduler.partitions == 16
+    assert app.config.scheduler.buckets == 1024
 
 
 @pytest.mark.parametrize(
@@ -52,6 +53,7 @@ def test_defaults_fill_an_empty_file(tmp_path: Path) -> None:
         ('namespace = "a{b}"\n', "namespace: namespace 'a{b}' must be 1-64 characters"),
         ('[log]\nformat = "xml"\n', "log.format:"),
         ("wat = 1\n", "unknown key 'wat'"),
+        ("[scheduler]\nbuckets = 0\n", "scheduler.buckets: must be within 1..65536, got 0"),
     ],
 )
 def test_config_errors_name_the_key(tmp_path: Path, toml: str, message: str) -> None:

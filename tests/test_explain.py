@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from actors import scripts
 from actors.errors import TaskNotFound
 from actors.explain import explain
 from actors.model import TaskSpec
@@ -60,3 +61,16 @@ async def test_paused_finished_and_unindexed_tasks(store: TaskStore) -> None:
 
     with pytest.raises(TaskNotFound):
         await explain(store, "nobody")
+
+
+async def test_a_task_a_poller_holds_is_explained_as_claimed(store: TaskStore) -> None:
+    now = await store.now_ms()
+    await store.create(TaskSpec("t", Schedule("once", at_ms=now - 10), task_id="held"))
+    assert (await explain(store, "held"))["claimed_by_poller"] is False
+    keys = await store.keys()
+    p = keys.partition_of("held")
+    args = [keys.tag(p), "poller-token", 10, 60_000, keys.buckets]
+    await store.client.script(scripts.CLAIM_DUE, [keys.schedule(p)], args)
+    facts = await explain(store, "held")
+    assert facts["claimed_by_poller"] is True
+    assert "claimed by a poller right now: its due fire is being enqueued" in facts["summary"]

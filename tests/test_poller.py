@@ -18,6 +18,7 @@ from actors.enqueue import Fire, enqueue_fires
 from actors.keys import Keys
 from actors.model import TaskSpec
 from actors.poller import Poller, PollerSettings
+from actors.records import claim_of
 from actors.schedules import Schedule
 from actors.store import TaskStore
 from runtime.actor import ActorContext
@@ -53,13 +54,16 @@ async def run_pollers(store: TaskStore, count: int, seconds: float, **settings: 
 async def claim(store: TaskStore, token: str, limit: int = 100, lease_ms: int = 60_000) -> Any:
     keys = await store.keys()
     return await store.client.script(
-        scripts.CLAIM_DUE, [keys.schedule(0)], [keys.task_prefix(0), token, limit, lease_ms]
+        scripts.CLAIM_DUE,
+        [keys.schedule(0)],
+        [keys.tag(0), token, limit, lease_ms, keys.buckets],
     )
 
 
 async def commit(store: TaskStore, token: str, *groups: Any) -> Any:
+    """Groups as (task_id, next_ms, score, fired): the helper puts in each task's bucket."""
     keys = await store.keys()
-    args = [keys.task_prefix(0), token, *[x for g in groups for x in g]]
+    args = [keys.tag(0), token, *[x for g in groups for x in (g[0], keys.bucket_of(g[0]), *g[1:])]]
     return await store.client.script(scripts.COMMIT_FIRES, [keys.schedule(0)], args)
 
 
@@ -75,11 +79,12 @@ async def test_claim_reserves_due_tasks_for_the_lease(one_partition: TaskStore) 
     await store.create(TaskSpec("t", Schedule("once", at_ms=past + 10**7), task_id="later"))
     reply = await claim(store, "A", lease_ms=60_000)
     now, earliest, flat = reply[0], reply[1], reply[2:]
-    assert [flat[0], flat[4]] == [b"due", str(past).encode()]
-    assert earliest == now + 60_000  # the claimed task, pushed out to the end of its lease
     keys = await store.keys()
+    assert [flat[0], flat[1], flat[5]] == [b"due", keys.bucket_of("due"), str(past).encode()]
+    assert earliest == now + 60_000  # the claimed task, pushed out to the end of its lease
     assert float(await store.client.execute("ZSCORE", keys.schedule(0), "due")) == now + 60_000
-    assert await store.client.execute("HGET", keys.task("due"), "claim") == b"A"
+    state = await store.client.execute("HGET", keys.states(0, keys.bucket_of("due")), "due")
+    assert claim_of(state) == "A"  # the claim is in the task's state record
     assert (await claim(store, "B"))[2:] == []  # a competing poller gets nothing
 
 
@@ -87,10 +92,10 @@ async def test_expired_claim_is_taken_over_with_the_same_due_time(one_partition:
     store = one_partition
     past = await store.now_ms() - 1000
     await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id="x"))
-    assert (await claim(store, "A", lease_ms=100))[2:][4] == str(past).encode()
+    assert (await claim(store, "A", lease_ms=100))[2:][5] == str(past).encode()
     await trio.sleep(0.2)
     again = await claim(store, "B")
-    assert again[2:][4] == str(past).encode()  # same grid time: same schedule_id
+    assert again[2:][5] == str(past).encode()  # same grid time: same schedule_id
     # A's late commit is refused; B's goes through.
     lost = await commit(store, "A", ["x", past + 60_000, past + 60_000, 1])
     assert lost[1:] == [b"x"]
@@ -111,7 +116,7 @@ async def test_a_dead_pollers_claimed_fires_are_not_coalesced_away(
     schedule = Schedule("interval", every_s=0.4, start_ms=start)  # misfire: coalesce
     await store.create(TaskSpec("owed", schedule, task_id="x"))
     first = await claim(store, "dead", lease_ms=1000)
-    assert first[2:][4] == str(start).encode() and first[2:][6] == -1  # a fresh claim
+    assert first[2:][5] == str(start).encode() and first[2:][7] == -1  # a fresh claim
     lease_end = int(first[0]) + 1000
     await trio.sleep(1.1)  # the claim expires
     keys = await store.keys()

@@ -75,7 +75,14 @@ async def test_bulk_create_spreads_over_partitions(store: TaskStore, namespace: 
     created = await store.create_many(specs)
     assert len({c.task_id for c in created}) == 2000
     keys = await store.keys()
-    sizes = [int(await store.client.execute("SCARD", keys.by_type(p, "sms"))) for p in range(4)]
+    sizes = [
+        sum(
+            await store.client.pipeline(
+                [("HLEN", keys.by_type(p, "sms", b)) for b in range(keys.buckets)]
+            )
+        )
+        for p in range(4)
+    ]
     assert sum(sizes) == 2000
     assert min(sizes) > 300  # hashed, not piled into one partition
     zsizes = [int(await store.client.execute("ZCARD", keys.schedule(p))) for p in range(4)]
@@ -259,10 +266,20 @@ async def test_partition_count_is_fixed_by_the_first_user(
     assert first == second == Keys(namespace, 4)
 
 
-async def test_a_foreign_hash_is_reported_not_crashed_on(store: TaskStore) -> None:
+async def test_a_layout_1_namespace_is_refused_with_the_migration_named(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    await redis_client.execute("HSET", f"{namespace}:meta", "partitions", 8, "layout", 1)
+    with pytest.raises(LayoutMismatch, match="run `metronome migrate`"):
+        await TaskStore(redis_client, namespace).keys()
+
+
+async def test_a_foreign_record_is_reported_not_crashed_on(store: TaskStore) -> None:
     keys = await store.keys()
-    await store.client.execute("HSET", keys.task("legacy"), "interval_sec", "60")
-    with pytest.raises(ValueError, match="'legacy': stored hash is not a Metronome task"):
+    p, b = keys.partition_of("legacy"), keys.bucket_of("legacy")
+    await store.client.execute("HSET", keys.definitions(p, b), "legacy", "interval_sec=60")
+    await store.client.execute("HSET", keys.states(p, b), "legacy", "active")
+    with pytest.raises(ValueError, match="'legacy': stored records are not a Metronome task"):
         await store.get("legacy")
 
 

@@ -8,6 +8,9 @@ import pytest
 
 from actors import scripts
 from actors.keys import GROUP, Keys
+from actors.model import TaskSpec
+from actors.schedules import Schedule
+from actors.store import TaskStore
 from runtime.redis_io import RedisClient
 
 
@@ -158,13 +161,26 @@ async def test_retry_contexts_claim_and_commit(redis_client: RedisClient, keys: 
 async def test_record_outcomes_counts_runs_and_failures(
     redis_client: RedisClient, keys: Keys
 ) -> None:
-    key = keys.task_prefix(0) + "x"
-    await redis_client.execute("HSET", key, "type", "t", "retries", 2, "last_error", "old")
-    args = [keys.task_prefix(0), "x", "retry", 5, "boom", "x", "ok", 6, "", "ghost", "ok", 7, ""]
-    updated = await redis_client.script(scripts.RECORD_OUTCOMES, [keys.schedule(0)], args)
-    assert updated == 2  # the ghost task (deleted) is skipped
-    fields = await redis_client.execute("HGETALL", key)
-    assert fields[b"runs"] == b"1"
-    assert b"retries" not in fields  # a success resets the consecutive count
-    assert (fields[b"last_status"], fields[b"last_run_ms"]) == (b"ok", b"6")
-    assert await redis_client.execute("EXISTS", keys.task_prefix(0) + "ghost") == 0
+    store = TaskStore(redis_client, keys.namespace, default_partitions=keys.partitions)
+    await store.create(TaskSpec("t", Schedule("interval", every_s=60), task_id="x"))
+    b = keys.bucket_of("x")
+    tag = keys.tag(keys.partition_of("x"))
+    zset = [keys.schedule(keys.partition_of("x"))]
+    failed = [tag, "x", b, 1, 4, "old", "x", b, 1, 5, "boom"]  # two retries
+    assert await redis_client.script(scripts.RECORD_OUTCOMES, zset, failed) == 2
+    task = await store.get("x")
+    assert task is not None
+    assert (task.runs, task.retries, task.last_status, task.last_run_ms, task.last_error) == (
+        0, 2, "retry", 5, "boom",
+    )  # fmt: skip
+    ghost = keys.bucket_of("ghost")
+    args = [tag, "x", b, 0, 6, "", "ghost", ghost, 0, 7, ""]
+    updated = await redis_client.script(scripts.RECORD_OUTCOMES, zset, args)
+    assert updated == 1  # the ghost task (never created) is skipped
+    task = await store.get("x")
+    assert task is not None
+    assert (task.runs, task.retries, task.last_status, task.last_run_ms, task.last_error) == (
+        1, 0, "ok", 6, None,
+    )  # fmt: skip
+    # a success reset the consecutive count and forgot the error
+    assert await store.get("ghost") is None

@@ -1,32 +1,32 @@
 -- create_tasks: create tasks of one partition; idempotent for a repeated definition.
 -- KEYS[1]  schedule zset of the partition
--- ARGV[1]  task key prefix         ARGV[2]  type-set key prefix
--- ARGV[3..] groups of 6: task_id, type, payload (JSON), sched (JSON), next_ms ('' = never), score
+-- ARGV[1]  partition tag ({ns:P})
+-- ARGV[2..] groups of 7: task_id, bucket, type, payload (JSON), sched (encoded),
+--           next_ms ('' = never), score
 -- Returns one code per task: 1 created, 0 existed with the same definition, -1 conflict.
--- Absent counters (fires, runs, retries) read as 0: saves memory per task.
-local t = redis.call('TIME')
-local now = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
+local tag = ARGV[1]
+local now = now_ms()
 local out = {}
-for i = 3, #ARGV, 6 do
-  local id, typ, payload, sched, nxt, score = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5]
-  local key = ARGV[1] .. id
-  local cur = redis.call('HMGET', key, 'type', 'payload', 'sched')
-  if cur[1] then
-    if cur[1] == typ and cur[2] == payload and cur[3] == sched then
+for i = 2, #ARGV, 7 do
+  local id, b, typ, payload, sched, nxt, score =
+    ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5], ARGV[i+6]
+  local cur = redis.call('HGET', tag .. ':def:' .. b, id)
+  if cur then
+    local typ0, payload0, sched0 = cmsgpack.unpack(cur)
+    if typ0 == typ and payload0 == payload and sched0 == sched then
       out[#out + 1] = 0
     else
       out[#out + 1] = -1
     end
   else
+    redis.call('HSET', tag .. ':def:' .. b, id, cmsgpack.pack(typ, payload, sched, now))
     if nxt == '' then
-      redis.call('HSET', key, 'type', typ, 'payload', payload, 'sched', sched,
-        'status', 'finished', 'created_ms', now)
+      put_state(tag, b, id, {FINISHED, nil, 0, nil, 0})
     else
-      redis.call('HSET', key, 'type', typ, 'payload', payload, 'sched', sched,
-        'status', 'active', 'created_ms', now, 'next_ms', nxt)
+      put_state(tag, b, id, {ACTIVE, tonumber(nxt), 0, nil, 0})
       redis.call('ZADD', KEYS[1], score, id)
     end
-    redis.call('SADD', ARGV[2] .. typ, id)
+    redis.call('HSET', tag .. ':type:' .. typ .. ':' .. b, id, '')
     out[#out + 1] = 1
   end
 end

@@ -1,17 +1,20 @@
 -- delete_tasks: delete tasks of one partition and their index entries.
 -- KEYS[1]  schedule zset of the partition
--- ARGV[1]  task key prefix   ARGV[2]  type-set key prefix   ARGV[3..]  task ids
+-- ARGV[1]  partition tag   ARGV[2..]  pairs: task_id, bucket
 -- Returns the number of tasks deleted. Callers bound the ids per call (a clear of a million
 -- tasks is many short calls, never one long one).
+local tag = ARGV[1]
 local n = 0
-for i = 3, #ARGV do
-  local id = ARGV[i]
-  local key = ARGV[1] .. id
-  local typ = redis.call('HGET', key, 'type')
-  if typ then
-    redis.call('DEL', key)
+for i = 2, #ARGV, 2 do
+  local id, b = ARGV[i], ARGV[i + 1]
+  local def = redis.call('HGET', tag .. ':def:' .. b, id)
+  if def then
+    local typ = cmsgpack.unpack(def)
+    redis.call('HDEL', tag .. ':def:' .. b, id)
+    redis.call('HDEL', tag .. ':state:' .. b, id)
+    redis.call('HDEL', tag .. ':type:' .. typ .. ':' .. b, id)
+    redis.call('HDEL', tag .. ':errors', id)
     redis.call('ZREM', KEYS[1], id)
-    redis.call('SREM', ARGV[2] .. typ, id)
     n = n + 1
   end
 end

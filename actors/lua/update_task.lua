@@ -1,30 +1,32 @@
 -- update_task: replace a task's payload and/or schedule.
--- KEYS[1]  schedule zset of the task's partition   KEYS[2]  the task hash
--- ARGV[1]  task_id   ARGV[2]  payload JSON or '' (keep)   ARGV[3]  sched JSON or '' (keep)
--- ARGV[4]  next_ms for the new schedule ('' = never)      ARGV[5]  score
+-- KEYS[1]  schedule zset of the task's partition
+-- ARGV[1]  partition tag   ARGV[2]  task_id   ARGV[3]  bucket
+-- ARGV[4]  payload JSON or '' (keep)   ARGV[5]  sched (encoded) or '' (keep)
+-- ARGV[6]  next_ms for the new schedule ('' = never)   ARGV[7]  score
 -- Returns {code, status}: 1 updated, -2 not found.
 -- A new schedule takes effect at once: the claim (if any) is dropped so a poller holding it
 -- cannot commit the old grid; a finished task with a new schedule becomes active again.
-local status = redis.call('HGET', KEYS[2], 'status')
-if not status then return {-2, ''} end
-local t = redis.call('TIME')
-local now = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
-redis.call('HSET', KEYS[2], 'updated_ms', now)
-if ARGV[2] ~= '' then redis.call('HSET', KEYS[2], 'payload', ARGV[2]) end
-if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[2], 'sched', ARGV[3])
-  redis.call('HDEL', KEYS[2], 'claim', 'fires')
-  if status == 'finished' then status = 'active' end
-  if ARGV[4] == '' then
-    if status == 'active' then status = 'finished' end
-    redis.call('HDEL', KEYS[2], 'next_ms')
-    redis.call('ZREM', KEYS[1], ARGV[1])
+local tag, id, b = ARGV[1], ARGV[2], ARGV[3]
+local def = redis.call('HGET', tag .. ':def:' .. b, id)
+local s = get_state(tag, b, id)
+if not (def and s) then return {-2, ''} end
+local typ, payload, sched, created = cmsgpack.unpack(def)
+if ARGV[4] ~= '' then payload = ARGV[4] end
+if ARGV[5] ~= '' then
+  sched = ARGV[5]
+  s[9] = nil  -- the claim
+  s[3] = 0  -- fires count against max_runs of the schedule they were made by
+  if s[1] == FINISHED then s[1] = ACTIVE end
+  if ARGV[6] == '' then
+    if s[1] == ACTIVE then s[1] = FINISHED end
+    s[2] = nil
+    redis.call('ZREM', KEYS[1], id)
   else
-    redis.call('HSET', KEYS[2], 'next_ms', ARGV[4])
-    if status == 'active' then
-      redis.call('ZADD', KEYS[1], ARGV[5], ARGV[1])
-    end
+    s[2] = tonumber(ARGV[6])
+    if s[1] == ACTIVE then redis.call('ZADD', KEYS[1], ARGV[7], id) end
   end
-  redis.call('HSET', KEYS[2], 'status', status)
 end
-return {1, status}
+redis.call('HSET', tag .. ':def:' .. b, id, cmsgpack.pack(typ, payload, sched, created))
+s[4] = now_ms()
+put_state(tag, b, id, s)
+return {1, STATUS_NAMES[s[1]]}

@@ -1,0 +1,24 @@
+-- migrate_tasks: move tasks of one partition from layout 1 (a hash per task) to layout 2
+-- (records in bucket hashes, actors/records.py). The schedule zset is the same in both.
+-- KEYS[1]  schedule zset of the partition (only for its slot)
+-- ARGV[1]  partition tag   ARGV[2]  the layout-1 type set these ids came from
+-- ARGV[3..] groups of 6: task_id, bucket, type, definition, state, last error ('' = none);
+--           definition '' = the layout-1 hash was gone (only the
+--           type set's entry is dropped)
+-- Returns the number of tasks moved. Each task moves whole (written, then its old hash
+-- deleted) in this one script: an interrupted migration resumes where it stopped.
+local tag = ARGV[1]
+local n = 0
+for i = 3, #ARGV, 6 do
+  local id, b, typ, def, state, err = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5]
+  if def ~= '' then
+    redis.call('HSET', tag .. ':def:' .. b, id, def)
+    redis.call('HSET', tag .. ':state:' .. b, id, state)
+    redis.call('HSET', tag .. ':type:' .. typ .. ':' .. b, id, '')
+    if err ~= '' then redis.call('HSET', tag .. ':errors', id, err) end
+    redis.call('DEL', tag .. ':task:' .. id)
+    n = n + 1
+  end
+  redis.call('SREM', ARGV[2], id)
+end
+return n

@@ -1,0 +1,39 @@
+-- records.lua: prepended to every script that reads or writes a task (actors/scripts.py).
+-- A task is two values in bucket hashes of its partition (actors/records.py has the why):
+--   <tag>:def:<b>    id -> cmsgpack(type, payload, sched, created_ms)
+--   <tag>:state:<b>  id -> cmsgpack(status, next_ms, fires, updated_ms, runs, retries,
+--                                   last_run_ms, last_status, claim)
+--   <tag>:errors     id -> last error (failing tasks only)
+--   <tag>:type:<type>:<b>  id -> ''   (the type index)
+-- Status and outcome codes: actors/records.py STATUS_NAMES, OUTCOME_NAMES.
+local ACTIVE, PAUSED, STOPPED, FINISHED = 0, 1, 2, 3
+local STATUS_NAMES = {[0] = 'active', 'paused', 'stopped', 'finished'}
+
+-- The bucket of a task id: actors.keys.bucket_hash, the same arithmetic (exact in doubles).
+local function bucket_of(id, buckets)
+  local h = 0
+  local bytes = {string.byte(id, 1, -1)}  -- one call for all bytes: ~40 % faster
+  for i = 1, #bytes do h = (h * 33 + bytes[i]) % 4294967291 end
+  return h % buckets
+end
+
+local function ms(n) return string.format('%d', n) end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return t[1] * 1000 + math.floor(t[2] / 1000)
+end
+
+-- The state as a table {status, next, fires, updated, runs, retries, last_run, last_status,
+-- claim}, or nil when the task does not exist. claim: the token of the poller that claimed
+-- the task's due fire and has not committed it yet.
+local function get_state(tag, b, id)
+  local raw = redis.call('HGET', tag .. ':state:' .. b, id)
+  if not raw then return nil end
+  return {cmsgpack.unpack(raw)}
+end
+
+local function put_state(tag, b, id, s)
+  redis.call('HSET', tag .. ':state:' .. b, id,
+    cmsgpack.pack(s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9]))
+end

@@ -1,0 +1,167 @@
+"""How a task is stored: two compact records in bucket hashes (layout version 2).
+
+A task is not a Redis key of its own. Its **definition** (type, payload, schedule, created)
+and its **state** (status, next grid time, counters, last run) are two values, each a
+field named by the task id in a bucket hash of its partition (``actors.keys``). A hash of
+at most 128 fields with values under 64 bytes is kept by Redis as one flat listpack, so a
+task costs its id and its two values, not a key, a hash table and field names: about 100
+bytes instead of 266 (docs/PERFORMANCE.md). Splitting the two keeps both short and means
+the hot path (claim, commit, outcome) rewrites a ~30-byte state, never the payload. A
+payload too long for a listpack value turns its bucket into an ordinary hash table: it
+costs memory, never correctness.
+
+Both records are concatenated MessagePack values, written by the Lua scripts with
+``cmsgpack.pack`` and read there with ``cmsgpack.unpack``, and here with ``msgpack``:
+
+- definition: type, payload (JSON text), schedule (``encode_schedule``), created_ms
+- state: status code, next_ms or nil, fires, updated_ms or nil, runs, retries or nil,
+  last_run_ms or nil, last status code or nil, claim token or nil (a poller's, while it
+  has the task's due fire in flight: claim and commit read and write only this record)
+
+The last error lives in the partition's ``errors`` hash (only failing tasks have one), so an
+error message cannot push a state past the listpack limit. Codes are small integers; their
+names are below and in ``actors/lua/records.lua``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgpack
+
+from actors.model import Task
+from actors.schedules import Schedule
+from runtime.config import make_converter
+
+#: Status codes as stored; index = code.
+STATUS_NAMES: tuple[str, ...] = ("active", "paused", "stopped", "finished")
+#: Last-outcome codes as stored; index = code.
+OUTCOME_NAMES: tuple[str, ...] = ("ok", "retry", "dead")
+
+_converter = make_converter()
+
+#: Schedule fields in the order of their stored codes (a stored schedule is a map of code to
+#: value, only the fields that differ from their defaults, as ``Schedule.to_dict`` gives).
+#: Append only: a stored code never changes meaning.
+_SCHEDULE_FIELDS: tuple[str, ...] = (
+    "kind", "every_s", "cron", "tz", "at_ms", "start_ms", "end_ms", "max_runs", "jitter_s",
+    "misfire", "misfire_cap",
+)  # fmt: skip
+_FIELD_CODE = {name: code for code, name in enumerate(_SCHEDULE_FIELDS)}
+#: Enumerated string values stored as codes.
+_VALUE_CODES: dict[str, tuple[str, ...]] = {
+    "kind": ("interval", "cron", "once"),
+    "misfire": ("coalesce", "skip", "fire_all"),
+}
+
+
+#: Values in a state record.
+STATE_VALUES = 9
+
+
+class RecordError(ValueError):
+    """Stored bytes that are not a record this version wrote."""
+
+
+def encode_schedule(schedule: Schedule) -> bytes:
+    """A schedule in a few bytes (an interval of 60 s: 5), deterministic for equal
+    schedules: create compares stored and given bytes to detect a changed definition."""
+    out: dict[int, Any] = {}
+    for name, value in schedule.to_dict().items():
+        if name in _VALUE_CODES:
+            value = _VALUE_CODES[name].index(value)
+        elif isinstance(value, float) and value.is_integer():
+            value = int(value)  # 60 packs in one byte, 60.0 in nine
+        out[_FIELD_CODE[name]] = value
+    return bytes(msgpack.packb(out))
+
+
+def decode_schedule(raw: bytes) -> Schedule:
+    try:
+        stored = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        data: dict[str, Any] = {}
+        for code, value in stored.items():
+            name = _SCHEDULE_FIELDS[code]
+            data[name] = _VALUE_CODES[name][value] if name in _VALUE_CODES else value
+        return _converter.structure(data, Schedule)
+    except Exception as exc:
+        raise RecordError(f"stored schedule {raw!r} is not one Metronome wrote: {exc!r}") from exc
+
+
+def encode_definition(task_type: str, payload_json: str, schedule: bytes, created_ms: int) -> bytes:
+    """The definition as ``create_tasks.lua`` writes it (used by the layout migration)."""
+    return b"".join(msgpack.packb(v) for v in (task_type, payload_json, schedule, created_ms))
+
+
+def encode_state(
+    status: str,
+    next_ms: int | None,
+    fires: int,
+    updated_ms: int | None,
+    runs: int,
+    retries: int,
+    last_run_ms: int | None,
+    last_status: str | None,
+    claim: str | None = None,
+) -> bytes:
+    """The state as the scripts write it (used by the layout migration)."""
+    values = (
+        STATUS_NAMES.index(status), next_ms, fires, updated_ms, runs, retries or None,
+        last_run_ms, None if last_status is None else OUTCOME_NAMES.index(last_status), claim,
+    )  # fmt: skip
+    return b"".join(msgpack.packb(v) for v in values)
+
+
+def unpack(raw: bytes, count: int) -> list[Any]:
+    """The ``count`` values of a record; strings come back as bytes. Raises RecordError."""
+    unpacker = msgpack.Unpacker(raw=True)
+    unpacker.feed(raw)
+    try:
+        values = list(unpacker)
+    except Exception as exc:
+        raise RecordError(f"record {raw[:80]!r} is not MessagePack: {exc!r}") from exc
+    if len(values) != count:
+        raise RecordError(f"record {raw[:80]!r} has {len(values)} values, not {count}")
+    return values
+
+
+def claim_of(state: bytes) -> str | None:
+    """The token of the poller holding the task's due fire, if any (explain shows it)."""
+    claim = unpack(state, STATE_VALUES)[-1]
+    return None if claim is None else claim.decode()
+
+
+def definition_type_and_payload(raw: bytes) -> tuple[str, bytes]:
+    """(type, payload JSON) of a stored definition: what a manual trigger sends."""
+    task_type, payload, _sched, _created = unpack(raw, 4)
+    return task_type.decode(), payload
+
+
+def decode_task(task_id: str, definition: bytes, state: bytes, error: bytes | None) -> Task:
+    """A task from its two records (and last error, if any). Raises RecordError."""
+    try:
+        task_type, payload, sched, created = unpack(definition, 4)
+        status, next_ms, fires, updated, runs, retries, last_run, last_status, _ = unpack(
+            state, STATE_VALUES
+        )
+        return Task(
+            task_id=task_id,
+            type=task_type.decode(),
+            payload=json.loads(payload),
+            schedule=decode_schedule(sched),
+            status=STATUS_NAMES[status],
+            created_ms=created,
+            updated_ms=created if updated is None else updated,
+            next_run_ms=next_ms,
+            fires=fires,
+            runs=runs,
+            retries=retries or 0,
+            last_run_ms=last_run,
+            last_status=None if last_status is None else OUTCOME_NAMES[last_status],
+            last_error=None if error is None else error.decode(errors="replace"),
+        )
+    except (RecordError, ValueError, TypeError, IndexError, AttributeError) as exc:
+        raise RecordError(
+            f"task {task_id!r}: stored records are not a Metronome task: {exc}"
+        ) from exc

@@ -1,0 +1,191 @@
+"""Layout version 2: a task as two compact records in bucket hashes (actors/records.py),
+the Lua and Python halves agreeing on them, and the migration from layout 1."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from structlog import get_logger
+
+from actors import scripts
+from actors.errors import LayoutMismatch
+from actors.keys import LAYOUT_VERSION, Keys, bucket_hash
+from actors.migrate import migrate
+from actors.model import TaskSpec
+from actors.poller import Poller, PollerSettings
+from actors.records import claim_of, decode_schedule, encode_schedule
+from actors.schedules import Schedule
+from actors.store import TaskStore
+from runtime.redis_io import RedisClient, Script
+
+BUCKET_OF = Script(
+    "bucket_of_test",
+    scripts.CREATE_TASKS.source.split("-- create_tasks:")[0]  # records.lua alone
+    + "local out = {} for i = 2, #ARGV do out[#out + 1] = bucket_of(ARGV[i], tonumber(ARGV[1]))"
+    " end return out",
+)
+
+
+@given(st.lists(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}", fullmatch=True), min_size=1,
+                max_size=50),
+       st.sampled_from([1, 7, 1024, 65536]))  # fmt: skip
+@settings(max_examples=30, deadline=None)
+def test_lua_and_python_pick_the_same_bucket(redis_url: str, ids: list[str], buckets: int) -> None:
+    db = redis.Redis.from_url(redis_url)
+    try:
+        got = db.eval(BUCKET_OF.source, 0, buckets, *ids)
+    finally:
+        db.close()
+    assert got == [bucket_hash(i) % buckets for i in ids]
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        Schedule("interval", every_s=60),
+        Schedule("interval", every_s=0.25, start_ms=1_796_025_522_080, end_ms=1_896_025_522_080),
+        Schedule("cron", cron="*/5 9-17 * * 1-5", tz="Europe/Paris", jitter_s=2.5, max_runs=9),
+        Schedule("once", at_ms=1_796_025_522_080, misfire="fire_all", misfire_cap=7),
+        Schedule("interval", every_s=3600, misfire="skip"),
+    ],
+)
+def test_a_stored_schedule_reads_back_equal(schedule: Schedule) -> None:
+    assert decode_schedule(encode_schedule(schedule)) == schedule
+
+
+def test_a_stored_schedule_is_a_few_bytes() -> None:
+    assert len(encode_schedule(Schedule("interval", every_s=60))) <= 5
+
+
+def test_a_stored_schedule_of_another_format_is_named() -> None:
+    with pytest.raises(ValueError, match="is not one Metronome wrote"):
+        decode_schedule(b'{"kind":"interval","every_s":60}')
+
+
+async def test_records_stay_compact_through_a_tasks_life(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """What makes a task cheap: its buckets keep Redis's listpack encoding (records under
+    64 bytes) after creation, claim, commit and a failed and a good run."""
+    store = TaskStore(redis_client, namespace, default_partitions=1, default_buckets=2)
+    now = await store.now_ms()
+    schedule = Schedule("interval", every_s=60, start_ms=now - 1000)
+    ids = [c.task_id for c in await store.create_many(
+        [TaskSpec("email", schedule, {"to": f"user{i}@example.com"}) for i in range(100)]
+    )]  # fmt: skip
+    keys = await store.keys()
+    poller = Poller(store, PollerSettings())
+    assert (await poller.tick(keys, [0], get_logger())).enqueued == 100
+    outcomes: list[Any] = [keys.tag(0)]
+    for n, task_id in enumerate(ids):
+        outcomes += [task_id, keys.bucket_of(task_id), n % 2, now + 1_000_000 + n, "boom" * 50]
+    await store.client.script(scripts.RECORD_OUTCOMES, [keys.schedule(0)], outcomes)
+    outcomes[3::5] = [0] * 100  # then every one succeeds
+    await store.client.script(scripts.RECORD_OUTCOMES, [keys.schedule(0)], outcomes)
+    for b in range(2):
+        for key in (keys.definitions(0, b), keys.states(0, b), keys.by_type(0, "email", b)):
+            assert await store.client.execute("OBJECT", "ENCODING", key) == b"listpack", key
+    task = await store.get(ids[1])
+    assert task is not None
+    assert (task.fires, task.runs, task.retries, task.last_status, task.last_error) == (
+        1, 1, 0, "ok", None,
+    )  # fmt: skip
+    assert task.next_run_ms == now - 1000 + 60_000
+
+
+# -- migration from layout 1 ----------------------------------------------------------------
+
+
+def write_layout_1(db: Any, namespace: str, partitions: int = 2) -> Keys:
+    """A namespace as Metronome wrote it before layout 2 (a hash per task), by hand."""
+    keys = Keys(namespace, partitions)
+    db.hset(f"{namespace}:meta", mapping={"partitions": partitions, "layout": 1})
+    db.sadd(keys.types, "email", "report")
+    tasks = {
+        "t-active": {"type": "email", "payload": '{"to":"a@example.com"}',
+                     "sched": '{"every_s":60.0,"kind":"interval"}', "status": "active",
+                     "created_ms": 1000, "next_ms": 61_000, "fires": 3, "runs": 2,
+                     "last_run_ms": 5000, "last_status": "ok", "claim": "poller-x"},
+        "t-failing": {"type": "email", "payload": "null",
+                      "sched": '{"cron":"0 9 * * *","kind":"cron","tz":"Europe/Paris"}',
+                      "status": "paused", "created_ms": 2000, "updated_ms": 3000,
+                      "next_ms": 90_000, "retries": 4, "last_status": "retry",
+                      "last_run_ms": 7000, "last_error": "timeout talking to smtp"},
+        "t-done": {"type": "report", "payload": "[1,2]", "sched": '{"at_ms":5,"kind":"once"}',
+                   "status": "finished", "created_ms": 4000, "fires": 1},
+    }  # fmt: skip
+    for task_id, fields in tasks.items():
+        tag = keys.tag(keys.partition_of(task_id))
+        db.hset(f"{tag}:task:{task_id}", mapping=fields)
+        db.sadd(f"{tag}:type:{fields['type']}", task_id)
+        if "next_ms" in fields and fields["status"] == "active":
+            db.zadd(keys.schedule(keys.partition_of(task_id)), {task_id: fields["next_ms"]})
+    return keys
+
+
+async def test_migration_moves_every_task_and_loses_nothing(
+    db: Any, redis_client: RedisClient, namespace: str
+) -> None:
+    keys = Keys(namespace, 2, 8)
+    write_layout_1(db, namespace)
+    with pytest.raises(LayoutMismatch, match="metronome migrate"):
+        await TaskStore(redis_client, namespace).keys()
+    assert await migrate(redis_client, namespace, buckets=8, batch=2) == 3
+    assert db.hget(f"{namespace}:meta", "layout") == str(LAYOUT_VERSION).encode()
+    store = TaskStore(redis_client, namespace)
+    assert (await store.keys()).buckets == 8
+    active, failing, done = await store.get_many(["t-active", "t-failing", "t-done"])
+    assert active is not None and failing is not None and done is not None
+    assert (active.type, active.payload, active.schedule, active.status) == (
+        "email", {"to": "a@example.com"}, Schedule("interval", every_s=60), "active",
+    )  # fmt: skip
+    assert (active.next_run_ms, active.fires, active.runs, active.last_status) == (
+        61_000, 3, 2, "ok",
+    )  # fmt: skip
+    assert (failing.status, failing.updated_ms, failing.retries, failing.last_error) == (
+        "paused", 3000, 4, "timeout talking to smtp",
+    )  # fmt: skip
+    assert failing.schedule == Schedule("cron", cron="0 9 * * *", tz="Europe/Paris")
+    assert (done.status, done.next_run_ms, done.payload) == ("finished", None, [1, 2])
+    p = keys.partition_of("t-active")
+    state = db.hget(keys.states(p, keys.bucket_of("t-active")), "t-active")
+    assert claim_of(state) == "poller-x"
+    assert db.zscore(keys.schedule(p), "t-active") == 61_000  # the schedule is untouched
+    assert not db.keys(f"*{namespace}*:task:*") and not db.keys(f"*{namespace}*:type:email")
+    listed, _ = await store.list_tasks(task_type="email")
+    assert {t.task_id for t in listed} == {"t-active", "t-failing"}
+    assert await migrate(redis_client, namespace) == 0  # already current
+
+
+async def test_a_task_migration_cannot_read_stops_it_with_the_key_named(
+    db: Any, redis_client: RedisClient, namespace: str
+) -> None:
+    keys = write_layout_1(db, namespace, partitions=1)
+    db.hset(f"{keys.tag(0)}:task:t-done", "sched", "every minute")
+    with pytest.raises(LayoutMismatch, match=r"task:t-done: not a task Metronome 1 wrote"):
+        await migrate(redis_client, namespace)
+    assert db.hget(f"{namespace}:meta", "layout") == b"1"  # nodes still refuse it
+    assert db.hget(f"{keys.tag(0)}:task:t-done", "type") == b"report"  # nothing lost
+    db.hset(f"{keys.tag(0)}:task:t-done", "sched", '{"at_ms":5,"kind":"once"}')
+    assert await migrate(redis_client, namespace) == 1  # resumes: the others had moved
+    assert (await TaskStore(redis_client, namespace).get("t-done")) is not None
+
+
+def test_the_cli_migrates_a_namespace(db: Any, redis_url: str, namespace: str) -> None:
+    write_layout_1(db, namespace)
+    command = [sys.executable, "-m", "actors.cli", "migrate", "--redis", redis_url]
+    done = subprocess.run([*command, "--namespace", namespace], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"{namespace}: 3 tasks migrated" in done.stdout
+    missing = subprocess.run([*command, "--namespace", namespace + "-none"], capture_output=True,
+                             text=True, timeout=60)  # fmt: skip
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    assert json.loads(db.hget(f"{namespace}:meta", "layout")) == LAYOUT_VERSION
