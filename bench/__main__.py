@@ -7,7 +7,7 @@ Modes:
   schedule [BACKLOG RATE SECONDS] bulk create, bytes/task, poller enqueue rate and lag
   hop [CALLS]                     one Redis round trip through runtime.redis_io vs redis-py
   api [--rate R --seconds S ...]  HTTP API: bulk and single creates/s, p99 at a steady rate
-  layout [N]                      Redis bytes per task: the current layout and leaner variants
+  layout [N]                      Redis bytes per task: this layout against the previous one
 """
 
 from __future__ import annotations

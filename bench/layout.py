@@ -1,130 +1,125 @@
-"""``python -m bench layout [N]``: Redis bytes per task for the current key layout and for
-leaner variants, written with plain commands (no Metronome code), to show what a layout
-change could save before anyone builds it.
+"""``python -m bench layout [N]``: Redis bytes per task (``used_memory`` from an empty
+server, divided by N) of this version's layout against the one before it.
 
-Variants, each N tasks with server-style 20-hex ids, 16 partitions, an interval schedule
-and a small payload: the current layout (task hash + schedule ZSet entry + per-type set
-entry); without the per-type set; the hash alone; short field names without ``status``;
-plus schedules interned (the hash holds a 4-character reference); and that without the
-per-type set; and records packed ~100 to a bucket hash (field = task id, value = one
-compact string under Redis's 64-byte listpack limit), with the ZSet and type set, and
-without the type set: the layout-v2 idea, measured before it is built; and buckets of
-today's full records, whose values pass the 64-byte listpack limit, with the server's
-default and with ``hash-max-listpack-value`` 256; and compact buckets with the type index
-bucketed too (small hashes instead of a set).
+Every variant stores N tasks with server-generated ids, type ``email``, payload
+``{"to": "a@example.com"}`` and a 60 s interval schedule first due in a day, 16 partitions:
+
+- ``layout_1``: the previous layout (a hash per task with every field, the schedule zset,
+  a set of ids per type), written with plain commands as Metronome 1 wrote it, with its
+  20-hex ids;
+- ``layout_2``: this version, written by ``TaskStore.create_many`` (two compact records in
+  bucket hashes, the schedule zset, the bucketed type index), default buckets (1024 per
+  partition);
+- ``layout_2_after_a_run``: the same after every task's run is recorded (counters, last run
+  time and status: the state as it stays);
+- ``layout_2_sized``: buckets sized for N (``N / (16 * 64)``), as docs/PERFORMANCE.md
+  advises for a namespace far from a million tasks; at N = 1,000,000 it is the default.
 """
 
 from __future__ import annotations
 
 import secrets
 import zlib
-from collections.abc import Callable
+from collections import defaultdict
+from typing import Any
 
 import redis
-from redis.client import Pipeline
+import trio
 
-PAYLOAD = '{"to":"a@example.com"}'
-SCHED = '{"every_s":60.0,"kind":"interval"}'
-T0 = 1_796_025_522_080
+from actors import scripts
+from actors.model import TaskSpec
+from actors.schedules import Schedule
+from actors.store import TaskStore
+from runtime.config import RedisSection
+from runtime.redis_io import RedisClient
 
-
-def _full(i: int) -> dict[str, str | int]:
-    return {"type": "email", "payload": PAYLOAD, "sched": SCHED, "status": "active",
-            "created_ms": T0, "next_ms": T0 + i}  # fmt: skip
-
-
-def _short(i: int) -> dict[str, str | int]:
-    return {"t": "email", "p": PAYLOAD, "s": SCHED, "c": T0, "n": T0 + i}
-
-
-def _interned(i: int) -> dict[str, str | int]:
-    return {"t": "email", "p": PAYLOAD, "s": "3f2a", "c": T0, "n": T0 + i}
+PAYLOAD = {"to": "a@example.com"}
+PARTITIONS = 16
+#: How long connections idle before a memory reading.
+SETTLE_S = 2.0
+#: The target fill of a bucket when sized for N (listpack up to 128).
+FILL = 64
 
 
-VARIANTS: list[tuple[str, Callable[[int], dict[str, str | int]], bool, bool]] = [
-    ("current", _full, True, True),
-    ("no_type_set", _full, True, False),
-    ("hash_only", _full, False, False),
-    ("short_fields_no_status", _short, True, True),
-    ("short_fields_interned_schedule", _interned, True, True),
-    ("short_interned_no_type_set", _interned, True, False),
-]
-
-#: Tasks per bucket hash: under Redis's default hash-max-listpack-entries (128).
-PER_BUCKET = 100
-
-
-def run(url: str, n: int) -> dict[str, int]:
+def run(url: str, n: int) -> dict[str, Any]:
     client = redis.Redis.from_url(url)
     try:
-        figures = {name: _bytes_per_task(client, n, fields, zset, typeset)
-                   for name, fields, zset, typeset in VARIANTS}  # fmt: skip
-        figures["bucketed"] = _bucketed(client, n, typeset=True)
-        figures["bucketed_no_type_set"] = _bucketed(client, n, typeset=False)
-        figures["bucketed_bucketed_type_index"] = _bucketed(
-            client, n, typeset=False, type_buckets=True
-        )
-        # The same with today's full record (every field, schedule JSON not interned): its
-        # values exceed the 64-byte listpack limit, so buckets become hash tables unless
-        # the server allows longer listpack values (CONFIG SET, restored after).
-        figures["bucketed_full_no_type_set"] = _bucketed(client, n, typeset=False, full=True)
-        limit = str(client.config_get("hash-max-listpack-value")["hash-max-listpack-value"])
-        client.config_set("hash-max-listpack-value", 256)
-        try:
-            figures["bucketed_full_no_type_set_listpack_256"] = _bucketed(
-                client, n, typeset=False, full=True
-            )
-        finally:
-            client.config_set("hash-max-listpack-value", limit)
+        client.flushall()
+        # What a first use allocates once and keeps (loaded scripts, which FLUSHALL keeps,
+        # and the server's own first-use structures: ~150 KB) is not a task's: a warm-up
+        # run pays for it before any base is read.
+        trio.run(_layout_2, client, url, min(n, 1000), 1024, True)
+        client.flushall()
+        figures: dict[str, Any] = {"layout_1": _layout_1(client, n)}
+        sized = max(1, n // (PARTITIONS * FILL))
+        for name, buckets, after_run in (
+            ("layout_2", 1024, False),
+            ("layout_2_after_a_run", 1024, True),
+            ("layout_2_sized", sized, False),
+        ):
+            figures[name] = round(trio.run(_layout_2, client, url, n, buckets, after_run) / n)
+            client.flushall()
+        figures["sized_buckets"] = sized
         return figures
     finally:
         client.close()
 
 
-def _bucketed(
-    client: redis.Redis, n: int, *, typeset: bool, full: bool = False, type_buckets: bool = False
-) -> int:
-    buckets = max(1, n // PER_BUCKET)
-
-    def write(pipe: Pipeline, i: int, task_id: str) -> None:
-        slot = zlib.crc32(task_id.encode()) % buckets
-        tag = f"{{metronome:{slot % 16}}}"
-        record = "\x1f".join(str(v) for v in (_full(i) if full else _interned(i)).values())
-        pipe.hset(f"{tag}:tasks:{slot}", task_id, record)
-        pipe.zadd(f"{tag}:schedule", {task_id: T0 + i})
-        if typeset:
-            pipe.sadd(f"{tag}:type:email", task_id)
-        if type_buckets:  # the type index as small hashes, listpack-encoded
-            pipe.hset(f"{tag}:type:email:{slot}", task_id, "")
-
-    return _measure(client, n, write)
-
-
-def _bytes_per_task(
-    client: redis.Redis, n: int, fields: Callable[[int], dict[str, str | int]], zset: bool,
-    typeset: bool,
-) -> int:  # fmt: skip
-    def write(pipe: Pipeline, i: int, task_id: str) -> None:
-        tag = f"{{metronome:{zlib.crc32(task_id.encode()) % 16}}}"
-        pipe.hset(f"{tag}:task:{task_id}", mapping=fields(i))  # type: ignore[arg-type]
-        if zset:
-            pipe.zadd(f"{tag}:schedule", {task_id: T0 + i})
-        if typeset:
-            pipe.sadd(f"{tag}:type:email", task_id)
-
-    return _measure(client, n, write)
-
-
-def _measure(client: redis.Redis, n: int, write: Callable[[Pipeline, int, str], None]) -> int:
-    """Bytes of ``used_memory`` per task after ``write`` stored n tasks (from empty)."""
-    client.flushall()
+def _layout_1(client: redis.Redis, n: int) -> int:
     base = int(client.info("memory")["used_memory"])
     pipe = client.pipeline(transaction=False)
     for i in range(n):
-        write(pipe, i, secrets.token_hex(10))
+        task_id = secrets.token_hex(10)
+        tag = f"{{metronome:{zlib.crc32(task_id.encode()) % PARTITIONS}}}"
+        pipe.hset(f"{tag}:task:{task_id}", mapping={
+            "type": "email", "payload": '{"to":"a@example.com"}',
+            "sched": '{"every_s":60.0,"kind":"interval"}', "status": "active",
+            "created_ms": 1_796_025_522_080, "next_ms": 1_796_111_922_080 + i,
+        })  # fmt: skip
+        pipe.zadd(f"{tag}:schedule", {task_id: 1_796_111_922_080 + i})
+        pipe.sadd(f"{tag}:type:email", task_id)
         if i % 5000 == 4999:
             pipe.execute()
     pipe.execute()
     used = int(client.info("memory")["used_memory"]) - base
     client.flushall()
     return round(used / n)
+
+
+async def _layout_2(probe: redis.Redis, url: str, n: int, buckets: int, after_run: bool) -> int:
+    """Bytes used by the n tasks, measured while the store's connections are open and idle
+    (a connection's buffers are Redis memory too; Redis shrinks an idle connection's query
+    buffer within a second or two, so both readings wait for that)."""
+    client = RedisClient.from_settings(url, RedisSection(url=url))
+    try:
+        store = TaskStore(client, "metronome", PARTITIONS, buckets)
+        await store.keys()
+        await trio.sleep(SETTLE_S)
+        base = int(probe.info("memory")["used_memory"])
+        start = await store.now_ms() + 86_400_000
+        schedule = Schedule("interval", every_s=60, start_ms=start)
+        ids: list[str] = []
+        for offset in range(0, n, 5000):
+            specs = [TaskSpec("email", schedule, PAYLOAD) for _ in range(min(5000, n - offset))]
+            ids += [c.task_id for c in await store.create_many(specs)]
+        if after_run:
+            await _record_runs(store, ids, start)
+        await trio.sleep(SETTLE_S)
+        return int(probe.info("memory")["used_memory"]) - base
+    finally:
+        await client.aclose()
+
+
+async def _record_runs(store: TaskStore, ids: list[str], finished_ms: int) -> None:
+    """Record an ok run for every task (as consumers do, through record_outcomes.lua)."""
+    keys = await store.keys()
+    args: dict[int, list[Any]] = defaultdict(list)
+    for task_id in ids:
+        args[keys.partition_of(task_id)] += [task_id, keys.bucket_of(task_id), 0, finished_ms, ""]
+    for partition, flat in args.items():
+        for i in range(0, len(flat), 5000):
+            await store.client.script(
+                scripts.RECORD_OUTCOMES,
+                [keys.schedule(partition)],
+                [keys.tag(partition), *flat[i : i + 5000]],
+            )
