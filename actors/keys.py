@@ -47,12 +47,11 @@ _BUCKET_PRIME = 4_294_967_291
 
 
 def bucket_hash(task_id: str) -> int:
-    """The hash that picks a task's bucket. ``actors/lua/records.lua`` computes the same in
-    Lua (a claim finds a task's records from its id alone); a test holds the two equal."""
-    h = 0
-    for byte in task_id.encode():
-        h = (h * 33 + byte) % _BUCKET_PRIME
-    return h
+    """The hash that picks a task's bucket: the id's bytes as a big-endian number, modulo a
+    prime (one C call here; consecutive ids land in consecutive buckets). Lua computes the
+    same byte by byte (``actors/lua/records.lua``: a claim finds a task's records from its
+    id alone); a test holds the two equal."""
+    return int.from_bytes(task_id.encode(), "big") % _BUCKET_PRIME
 
 
 @attrs.frozen
