@@ -92,12 +92,13 @@ class TaskStore:
             if layout is None or int(layout) != LAYOUT_VERSION:
                 hint = (
                     "run `metronome migrate` (with every node stopped) to convert it"
-                    if layout is not None and int(layout) < LAYOUT_VERSION
+                    if layout == b"1"
                     else "use a Metronome that reads it, or another namespace"
                 )
+                found = "no layout version" if layout is None else f"layout {layout.decode()}"
                 raise LayoutMismatch(
-                    f"namespace {self.namespace!r} has layout version {layout!r}; this Metronome "
-                    f"reads version {LAYOUT_VERSION}: {hint}"
+                    f"namespace {self.namespace!r} has {found}; this Metronome reads layout "
+                    f"{LAYOUT_VERSION}: {hint}"
                 )
             await self.client.pipeline(
                 [
