@@ -42,10 +42,11 @@ STORE_ACTOR = "store"
 CLEAR_BATCH = 500
 #: Type-index buckets read in one pipelined round trip when clearing a type.
 CLEAR_SPAN = 256
-#: Most type-index buckets one listing round trip reads (it starts at one and doubles while
-#: the buckets it reads hold fewer tasks than the page still needs: a rare type is found in
-#: a few round trips, a common one costs no read-ahead).
-MAX_LIST_SPAN = 256
+#: Most type-index buckets one listing round trip reads: a partition's worth by default.
+#: It starts at one and grows fourfold while the buckets it reads hold fewer tasks than the
+#: page still needs: a common type costs no read-ahead, and a small namespace (16
+#: partitions of 1024 mostly empty buckets) is listed in ~20 round trips, one page.
+MAX_LIST_SPAN = 1024
 
 
 @attrs.frozen
@@ -232,7 +233,7 @@ class TaskStore:
             tasks += [t for t in found if t is not None and (status is None or t.status == status)]
             position = position.advance(end, len(types), keys.partitions, keys.buckets)
             if len(members) < limit - len(tasks):
-                span = min(span * 2, MAX_LIST_SPAN)
+                span = min(span * 4, MAX_LIST_SPAN)
         return tasks, (position.format() if position is not None else None)
 
     async def _type_members(

@@ -141,12 +141,26 @@ async def test_list_pages_with_a_cursor_and_filters(store: TaskStore) -> None:
         if cursor is None:
             break
     assert pages > 2
-    assert sorted(set(seen)) == sorted(c.task_id for c in a)
+    assert sorted(seen) == sorted(c.task_id for c in a)  # each once: pages end between buckets
     paused, _ = await store.list_tasks(task_type="a", status="paused", limit=1000)
     assert sorted(t.task_id for t in paused) == sorted(c.task_id for c in a[:7])
     everything, cursor = await store.list_tasks(limit=1000)
     assert cursor is None
     assert len({t.task_id for t in everything}) == 270
+
+
+async def test_a_few_tasks_are_listed_in_one_page_with_the_default_buckets(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """16 partitions x 1024 buckets, nearly all empty: still one page, no cursor."""
+    store = TaskStore(redis_client, namespace)
+    ids = [c.task_id for c in await store.create_many(
+        [TaskSpec(kind, EVERY_MINUTE) for kind in ("a", "b", "b")]
+    )]  # fmt: skip
+    everything, cursor = await store.list_tasks()
+    assert cursor is None and sorted(t.task_id for t in everything) == sorted(ids)
+    only_b, cursor = await store.list_tasks(task_type="b")
+    assert cursor is None and sorted(t.task_id for t in only_b) == sorted(ids[1:])
 
 
 async def test_list_refuses_bad_filters(store: TaskStore) -> None:
