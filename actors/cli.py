@@ -13,7 +13,7 @@ Tables by default, ``--json`` for scripts (the API's JSON answer, unchanged).
 
 Exit status: 0 done; 2 usage error; 3 not found; 4 conflict (exists with another
 definition, or a transition not allowed); 5 invalid input; 6 not authenticated or not
-allowed; 7 the API is unreachable or unavailable; 1 any other refusal.
+allowed; 7 the API (for `migrate`: Redis) is unreachable or unavailable; 1 any other refusal.
 """
 
 from __future__ import annotations
@@ -336,10 +336,16 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from actors.errors import LayoutMismatch
     from actors.migrate import migrate
     from runtime.config import RedisSection
+    from runtime.errors import RedisUnavailable
     from runtime.redis_io import RedisClient
 
+    if not 1 <= args.buckets <= 65536:
+        print(f"metronome: --buckets must be within 1..65536, got {args.buckets}", file=sys.stderr)
+        return EXIT_USAGE
+
     async def run() -> int:
-        client = RedisClient.from_settings(args.redis, RedisSection(url=args.redis))
+        settings = RedisSection(url=args.redis, cluster=args.cluster)
+        client = RedisClient.from_settings(args.redis, settings)
         try:
             return await migrate(client, args.namespace, buckets=args.buckets)
         finally:
@@ -350,6 +356,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     except LayoutMismatch as exc:
         print(f"metronome: {exc}", file=sys.stderr)
         return EXIT_OTHER
+    except RedisUnavailable as exc:
+        print(f"metronome: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     print(f"{args.namespace}: {moved} tasks migrated; the namespace is at the current layout")
     return EXIT_OK
 
@@ -380,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("--namespace", default="metronome")
     migrate.add_argument("--buckets", type=int, default=1024,
                          help="buckets per partition ([scheduler] buckets)")  # fmt: skip
+    migrate.add_argument("--cluster", action="store_true", help="the Redis is a Redis Cluster")
 
     tasks = commands.add_parser("tasks", help="manage tasks").add_subparsers(
         dest="action", required=True, metavar="ACTION"

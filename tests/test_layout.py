@@ -188,4 +188,8 @@ def test_the_cli_migrates_a_namespace(db: Any, redis_url: str, namespace: str) -
     missing = subprocess.run([*command, "--namespace", namespace + "-none"], capture_output=True,
                              text=True, timeout=60)  # fmt: skip
     assert missing.returncode == 1 and "does not exist" in missing.stderr
+    down = subprocess.run([*command[:-1], "redis://127.0.0.1:1"], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert down.returncode == 7 and "Connection refused" in down.stderr  # one line, no traceback
+    assert "Traceback" not in down.stderr
     assert json.loads(db.hget(f"{namespace}:meta", "layout")) == LAYOUT_VERSION
