@@ -21,6 +21,7 @@ from actors.schedules import Schedule
 from runtime.config import check_name, describe, make_converter
 
 Status = Literal["active", "paused", "stopped", "finished"]
+#: A status is stored as its index here (``actors/records.py``, ``records.lua``): append only.
 STATUSES: tuple[str, ...] = ("active", "paused", "stopped", "finished")
 
 #: Largest payload, as compact JSON, a task may carry (the handler gets it in every message).

@@ -30,16 +30,13 @@ from typing import Any
 
 import msgpack
 
-from actors.model import Task
+from actors.model import STATUSES, Task, converter
 from actors.schedules import Schedule
-from runtime.config import make_converter
 
-#: Status codes as stored; index = code.
-STATUS_NAMES: tuple[str, ...] = ("active", "paused", "stopped", "finished")
+#: Status codes as stored: a status is stored as its index in ``model.STATUSES``.
+STATUS_NAMES = STATUSES
 #: Last-outcome codes as stored; index = code.
 OUTCOME_NAMES: tuple[str, ...] = ("ok", "retry", "dead")
-
-_converter = make_converter()
 
 #: Schedule fields in the order of their stored codes (a stored schedule is a map of code to
 #: value, only the fields that differ from their defaults, as ``Schedule.to_dict`` gives).
@@ -84,7 +81,7 @@ def decode_schedule(raw: bytes) -> Schedule:
         for code, value in stored.items():
             name = _SCHEDULE_FIELDS[code]
             data[name] = _VALUE_CODES[name][value] if name in _VALUE_CODES else value
-        return _converter.structure(data, Schedule)
+        return converter.structure(data, Schedule)
     except Exception as exc:
         raise RecordError(f"stored schedule {raw!r} is not one Metronome wrote: {exc!r}") from exc
 
