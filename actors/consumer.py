@@ -53,7 +53,7 @@ from runtime.redis_io import ResponseError, Script
 RELEASED_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
 #: How long the flusher waits after the first completion for others to join its batch.
 FLUSH_GATHER_S = 0.005
-#: Longest error text kept (DLQ entry, retry context, task hash).
+#: Longest error text kept (DLQ entry, retry context, the task's last error).
 MAX_ERROR_CHARS = 2000
 
 

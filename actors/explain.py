@@ -1,7 +1,7 @@
 """Why is this task (not) running: everything Redis knows about one task, in one answer.
 
 The seed's hardest support question was "my task did not run — why?". ``explain`` reads the
-task hash, its place in the schedule index, any retry waiting for it, its messages in the
+task records, its place in the schedule index, any retry waiting for it, its messages in the
 type's stream (queued, or pending on which consumer, idle how long, delivered how often)
 and its dead letters, then states the answer as sentences an operator can act on.
 

@@ -2,7 +2,7 @@
 
 Fields (all strings in Redis): ``task_id``, ``schedule_id`` (``task_id:due_ms``), ``type``,
 ``payload`` (JSON), ``attempt`` (0 = first run), ``due_ms``, ``enq_ms``. A message carries
-everything its handler needs: consumers never read the task hash back.
+everything its handler needs: consumers never read the task's records back.
 """
 
 from __future__ import annotations
