@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.client import ApiError, ApiUnavailable, Client
+from actors.keys import DEFAULT_BUCKETS, MAX_BUCKETS
 
 EXIT_OK, EXIT_OTHER, EXIT_USAGE = 0, 1, 2
 EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_INVALID, EXIT_AUTH, EXIT_UNAVAILABLE = 3, 4, 5, 6, 7
@@ -339,8 +340,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from runtime.errors import RedisUnavailable
     from runtime.redis_io import RedisClient
 
-    if not 1 <= args.buckets <= 65536:
-        print(f"metronome: --buckets must be within 1..65536, got {args.buckets}", file=sys.stderr)
+    if not 1 <= args.buckets <= MAX_BUCKETS:
+        print(f"metronome: --buckets must be within 1..{MAX_BUCKETS}, got {args.buckets}",
+              file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
 
     async def run() -> int:
@@ -387,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     migrate.add_argument("--redis", required=True, metavar="URL", help="the namespace's Redis")
     migrate.add_argument("--namespace", default="metronome")
-    migrate.add_argument("--buckets", type=int, default=1024,
+    migrate.add_argument("--buckets", type=int, default=DEFAULT_BUCKETS,
                          help="buckets per partition ([scheduler] buckets)")  # fmt: skip
     migrate.add_argument("--cluster", action="store_true", help="the Redis is a Redis Cluster")
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from actors.keys import DEFAULT_BUCKETS, MAX_BUCKETS
 from actors.signing import KEY_ID_PATTERN, ApiKey
 from runtime.config import (
     LogSection,
@@ -54,7 +55,7 @@ class SchedulerSection:
     partitions: int = attrs.field(default=16, validator=within(1, 1024))
     """Partitions of a new namespace. Fixed once the namespace exists (stored in its meta
     key); a node whose value differs uses the stored one and says so in its log."""
-    buckets: int = attrs.field(default=1024, validator=within(1, 65536))
+    buckets: int = attrs.field(default=DEFAULT_BUCKETS, validator=within(1, MAX_BUCKETS))
     """Buckets per partition of a new namespace (fixed once it exists, like partitions).
     Tasks are stored ~``tasks / (partitions * buckets)`` to a bucket hash; up to 128 a
     bucket stays in Redis's compact encoding, which is what makes a task cost ~250 bytes.

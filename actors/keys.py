@@ -3,7 +3,7 @@ atomic operation inside one cluster slot.
 
 Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
 
-- ``ns:meta``                     hash: partitions, layout version        (new)
+- ``ns:meta``                     hash: partitions, buckets, layout       (new)
 - ``ns:types``                    set: task types ever created            (new)
 - ``ns:nonce:<key_id>:<nonce>``   string with expiry: a used API nonce    [anti-replay nonces]
 - ``{ns:P}:def:<B>``              hash: task_id -> definition record      [task:{id}, part 1]
@@ -41,6 +41,10 @@ from runtime.config import check_name
 LAYOUT_VERSION = 2
 
 
+#: Buckets per partition of a new namespace (``[scheduler] buckets``), and the most allowed.
+DEFAULT_BUCKETS = 1024
+MAX_BUCKETS = 65536
+
 #: The modulus of ``bucket_hash``: a prime below 2**32, so every step of the hash is exact
 #: in a Lua number (a double) as in Python.
 _BUCKET_PRIME = 4_294_967_291
@@ -58,7 +62,7 @@ def bucket_hash(task_id: str) -> int:
 class Keys:
     namespace: str = attrs.field(validator=lambda _i, _a, v: check_name("namespace", v))
     partitions: int = attrs.field(validator=attrs.validators.ge(1))
-    buckets: int = attrs.field(default=1024, validator=attrs.validators.ge(1))
+    buckets: int = attrs.field(default=DEFAULT_BUCKETS, validator=attrs.validators.ge(1))
 
     @property
     def meta(self) -> str:

@@ -23,7 +23,7 @@ import cattrs
 
 from actors import scripts
 from actors.errors import LayoutMismatch
-from actors.keys import LAYOUT_VERSION, Keys
+from actors.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, Keys
 from actors.model import converter
 from actors.records import encode_definition, encode_schedule, encode_state
 from actors.schedules import Schedule
@@ -31,7 +31,7 @@ from runtime.redis_io import RedisClient
 
 
 async def migrate(
-    client: RedisClient, namespace: str, *, buckets: int = 1024, batch: int = 500
+    client: RedisClient, namespace: str, *, buckets: int = DEFAULT_BUCKETS, batch: int = 500
 ) -> int:
     """Migrate ``namespace`` to the current layout; returns the number of tasks moved
     (0 when it is already current). Raises LayoutMismatch when there is nothing this
@@ -64,11 +64,12 @@ async def _migrate_set(
     type_set = f"{tag}:type:{task_type}"
     moved = 0
     while ids := [i.decode() for i in await client.execute("SRANDMEMBER", type_set, batch)]:
-        hashes = await client.pipeline([("HGETALL", f"{tag}:task:{i}") for i in ids])
+        old_keys = [f"{tag}:task:{i}" for i in ids]
+        hashes = await client.pipeline([("HGETALL", key) for key in old_keys])
         args: list[Any] = [tag, type_set]
-        for task_id, fields in zip(ids, hashes, strict=True):
+        for task_id, key, fields in zip(ids, old_keys, hashes, strict=True):
             args += [task_id, keys.bucket_of(task_id), task_type]
-            args += _convert(f"{tag}:task:{task_id}", fields) if fields else ["", "", ""]
+            args += _convert(key, fields) if fields else ["", "", ""]
         moved += int(await client.script(scripts.MIGRATE_TASKS, [keys.schedule(partition)], args))
     return moved
 

@@ -53,8 +53,8 @@ _VALUE_CODES: dict[str, tuple[str, ...]] = {
 }
 
 
-#: Values in a state record.
-STATE_VALUES = 9
+#: Values in a definition record and in a state record.
+DEFINITION_VALUES, STATE_VALUES = 4, 9
 
 
 class RecordError(ValueError):
@@ -131,14 +131,14 @@ def claim_of(state: bytes) -> str | None:
 
 def definition_type_and_payload(raw: bytes) -> tuple[str, bytes]:
     """(type, payload JSON) of a stored definition: what a manual trigger sends."""
-    task_type, payload, _sched, _created = unpack(raw, 4)
+    task_type, payload, _sched, _created = unpack(raw, DEFINITION_VALUES)
     return task_type.decode(), payload
 
 
 def decode_task(task_id: str, definition: bytes, state: bytes, error: bytes | None) -> Task:
     """A task from its two records (and last error, if any). Raises RecordError."""
     try:
-        task_type, payload, sched, created = unpack(definition, 4)
+        task_type, payload, sched, created = unpack(definition, DEFINITION_VALUES)
         status, next_ms, fires, updated, runs, retries, last_run, last_status, _ = unpack(
             state, STATE_VALUES
         )

@@ -27,7 +27,7 @@ from actors.errors import (
     TaskNotFound,
     raise_for_code,
 )
-from actors.keys import LAYOUT_VERSION, Keys, schedule_id
+from actors.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, Keys, schedule_id
 from actors.model import STATUSES, Task, TaskSpec, encode_payload, new_task_id
 from actors.records import decode_task, definition_type_and_payload, encode_schedule
 from actors.schedules import Schedule
@@ -71,7 +71,7 @@ class TaskStore:
         client: RedisClient,
         namespace: str,
         default_partitions: int = 16,
-        default_buckets: int = 1024,
+        default_buckets: int = DEFAULT_BUCKETS,
     ) -> None:
         self.client = client
         self.namespace = check_name("namespace", namespace)

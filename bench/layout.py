@@ -27,6 +27,7 @@ import redis
 import trio
 
 from actors import scripts
+from actors.keys import DEFAULT_BUCKETS
 from actors.model import TaskSpec
 from actors.schedules import Schedule
 from actors.store import TaskStore
@@ -48,13 +49,13 @@ def run(url: str, n: int) -> dict[str, Any]:
         # What a first use allocates once and keeps (loaded scripts, which FLUSHALL keeps,
         # and the server's own first-use structures: ~150 KB) is not a task's: a warm-up
         # run pays for it before any base is read.
-        trio.run(_layout_2, client, url, min(n, 1000), 1024, True)
+        trio.run(_layout_2, client, url, min(n, 1000), DEFAULT_BUCKETS, True)
         client.flushall()
         figures: dict[str, Any] = {"layout_1": _layout_1(client, n)}
         sized = max(1, n // (PARTITIONS * FILL))
         for name, buckets, after_run in (
-            ("layout_2", 1024, False),
-            ("layout_2_after_a_run", 1024, True),
+            ("layout_2", DEFAULT_BUCKETS, False),
+            ("layout_2_after_a_run", DEFAULT_BUCKETS, True),
             ("layout_2_sized", sized, False),
         ):
             figures[name] = round(trio.run(_layout_2, client, url, n, buckets, after_run) / n)

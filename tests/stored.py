@@ -6,13 +6,13 @@ import json
 from typing import Any
 
 from actors.keys import Keys
-from actors.records import unpack
+from actors.records import DEFINITION_VALUES, unpack
 
 
 def definition(db: Any, keys: Keys, task_id: str) -> list[Any] | None:
     """The stored definition (type, payload JSON, schedule, created_ms), or None."""
     raw = db.hget(keys.definitions(keys.partition_of(task_id), keys.bucket_of(task_id)), task_id)
-    return None if raw is None else unpack(raw, 4)
+    return None if raw is None else unpack(raw, DEFINITION_VALUES)
 
 
 def exists(db: Any, keys: Keys, task_id: str) -> bool:
