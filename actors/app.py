@@ -30,15 +30,15 @@ import functools
 from pathlib import Path
 
 from actors.api.server import ApiServer
-from actors.claimer import Claimer, ClaimerSettings
 from actors.config import Config, ConsumerSection
-from actors.consumer import Consumer, ConsumerState
-from actors.handlers import resolve
-from actors.messages import Message
-from actors.poller import Poller, PollerSettings
-from actors.results_log import ResultsLog
-from actors.retry_dispatcher import RetryDispatcher
-from actors.store import TaskStore
+from actors.execution.claimer import Claimer, ClaimerSettings
+from actors.execution.consumer import Consumer, ConsumerState
+from actors.execution.handlers import resolve
+from actors.execution.results_log import ResultsLog
+from actors.scheduling.poller import Poller, PollerSettings
+from actors.scheduling.retry_dispatcher import RetryDispatcher
+from actors.store.messages import Message
+from actors.store.tasks import TaskStore
 from runtime.app import Invocation
 from runtime.channels import Mailbox
 from runtime.embedded_redis import EmbeddedRedis, find_server_binary

@@ -12,8 +12,8 @@ from typing import Any
 
 import attrs
 
-from actors.keys import DEFAULT_BUCKETS, MAX_BUCKETS
-from actors.signing import KEY_ID_PATTERN, ApiKey
+from actors.api.signing import KEY_ID_PATTERN, ApiKey
+from actors.store.keys import DEFAULT_BUCKETS, MAX_BUCKETS
 from runtime.config import (
     LogSection,
     NodeSection,
@@ -213,7 +213,7 @@ class ApiSection:
     """``[api]``: serve the HTTP API from this node."""
 
     keys: list[ApiKeySection] = attrs.field(validator=_unique_keys)
-    """Who may call it; every request is signed with one of these (``actors.signing``)."""
+    """Who may call it; every request is signed with one of these (``actors.api.signing``)."""
     bind: str = attrs.field(default="127.0.0.1:8080", validator=_bind)
     """``host:port`` to listen on (port 0 picks a free one and logs it)."""
     skew_s: float = attrs.field(default=300.0, validator=within(1, 3600))

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         "--client",
         choices=["lean", "httpx"],
         default="lean",
-        help="single creates through a lean http.client (default) or actors.client (httpx)",
+        help="single creates through a lean http.client (default) or actors.admin.client (httpx)",
     )
     p_api.add_argument(
         "--processes", type=int, default=0, metavar="N", help="[processes] api = N (0: in the node)"

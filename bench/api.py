@@ -3,7 +3,7 @@
 Starts one node serving the API (``[api]``, no consumers; ``--processes N``: N API
 processes sharing the port, ``[processes] api = N``; tasks are created with
 a first fire in 2100 so the scheduler stays idle), then, from this process, with signed
-requests through ``actors.client`` (what users and the CLI use):
+requests through ``actors.admin.client`` (what users and the CLI use):
 
 1. bulk: ``--bulk-total`` tasks in requests of ``--bulk-size`` from ``--bulk-senders``
    threads (each sends its next request when its last is answered) → tasks/s;
@@ -34,8 +34,8 @@ from typing import Any
 
 import httpx
 
-from actors.client import ApiError, Client
-from actors.signing import ApiKey, sign
+from actors.admin.client import ApiError, Client
+from actors.api.signing import ApiKey, sign
 from bench.common import percentile, tree_cpu_seconds
 from bench.fire import REPO, stop_nodes
 
@@ -46,11 +46,11 @@ SCHEDULE = {"kind": "interval", "every_s": 3600, "start_ms": 4102444800000}
 class LeanClient:
     """Signed single creates over one keep-alive ``http.client`` connection.
 
-    The load generator shares the 2 cores with the node; httpx (what ``actors.client``
+    The load generator shares the 2 cores with the node; httpx (what ``actors.admin.client``
     uses) costs the generator about as much CPU per request as the server spends, so the
     single-create phases measure the server with this: the same signature
-    (``actors.signing.sign``), a tenth of the client overhead. ``--client httpx`` measures
-    with ``actors.client`` instead.
+    (``actors.api.signing.sign``), a tenth of the client overhead. ``--client httpx`` measures
+    with ``actors.admin.client`` instead.
     """
 
     def __init__(self, base: str, key_id: str, secret: str) -> None:

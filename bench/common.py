@@ -12,7 +12,7 @@ from typing import Any
 import redis
 
 from runtime.embedded_redis import find_server_binary
-from runtime.local_redis import RedisProcess
+from runtime.testing.local_redis import RedisProcess
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from typing import IO
 
 import trio
 
-from actors.handlers import HandlerContext
+from actors.execution.handlers import HandlerContext
 
 _out: IO[str] | None = None
 

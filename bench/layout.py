@@ -26,11 +26,11 @@ from typing import Any
 import redis
 import trio
 
-from actors import scripts
-from actors.keys import DEFAULT_BUCKETS
-from actors.model import TaskSpec
-from actors.schedules import Schedule
-from actors.store import TaskStore
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.store import scripts
+from actors.store.keys import DEFAULT_BUCKETS
+from actors.store.tasks import TaskStore
 from runtime.config import RedisSection
 from runtime.redis_io import RedisClient
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import trio
 
-from actors.model import TaskSpec
-from actors.schedules import Schedule
-from actors.store import TaskStore
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.store.tasks import TaskStore
 from bench.common import percentile
 from bench.fire import NAMESPACE, start_nodes, stop_nodes
 from runtime.config import RedisSection

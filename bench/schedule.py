@@ -15,10 +15,10 @@ from typing import Any
 
 import trio
 
-from actors.model import TaskSpec
-from actors.poller import Poller, PollerSettings
-from actors.schedules import Schedule
-from actors.store import TaskStore
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.scheduling.poller import Poller, PollerSettings
+from actors.store.tasks import TaskStore
 from bench.common import percentile, used_memory
 from runtime import logging as node_logging
 from runtime.actor import ActorContext

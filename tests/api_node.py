@@ -1,7 +1,7 @@
 """A real node process serving the API, for the API, client and CLI tests.
 
 The node binds port 0 and logs ``api_listening`` with its URL; tests talk to it with the
-signing client (``actors.client``) or the CLI, and check Redis with a plain redis-py
+signing client (``actors.admin.client``) or the CLI, and check Redis with a plain redis-py
 client on the same server.
 """
 

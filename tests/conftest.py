@@ -62,7 +62,7 @@ def log_lines() -> Iterator[Callable[[], list[dict[str, Any]]]]:
 def cluster_url() -> Iterator[str]:
     """A real Redis Cluster of three local processes, started by the suite."""
     from runtime.embedded_redis import find_server_binary
-    from runtime.local_redis import LocalCluster
+    from runtime.testing.local_redis import LocalCluster
 
     cluster = LocalCluster(find_server_binary()).start()
     try:

@@ -12,7 +12,7 @@ import trio
 
 from actors.app import build_tree
 from actors.config import Config, ConsumerSection, ExecutionSection, SchedulerSection
-from actors.store import TaskStore
+from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext
 from runtime.app import Invocation
 from runtime.config import NodeSection, RedisSection

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from runtime.embedded_redis import find_server_binary
 from runtime.errors import RuntimeStartError
-from runtime.local_redis import RedisProcess
+from runtime.testing.local_redis import RedisProcess
 
 
 @contextlib.contextmanager

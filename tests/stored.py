@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from actors.keys import Keys
-from actors.records import DEFINITION_VALUES, unpack
+from actors.store.keys import Keys
+from actors.store.records import DEFINITION_VALUES, unpack
 
 
 def definition(db: Any, keys: Keys, task_id: str) -> list[Any] | None:

@@ -15,8 +15,8 @@ import httpx
 import pytest
 import redis
 
-from actors.client import ApiError, Client
-from actors.keys import Keys
+from actors.admin.client import ApiError, Client
+from actors.store.keys import Keys
 from tests import stored
 from tests.api_node import (
     ADMIN,
@@ -147,7 +147,7 @@ def _problem(client: Client, body: Any) -> ApiError:
 
 
 def _raw_post(api: ApiNode, client: Client, path: str, raw: bytes) -> httpx.Response:
-    from actors.signing import sign
+    from actors.api.signing import sign
 
     headers = sign(client.key, "POST", path, raw, int(time.time() * 1000))
     return httpx.post(api.url + path, content=raw, headers=headers)

@@ -13,9 +13,9 @@ import httpx
 import pytest
 import redis
 
-from actors.client import Client
-from actors.keys import Keys
-from actors.signing import ApiKey, sign
+from actors.admin.client import Client
+from actors.api.signing import ApiKey, sign
+from actors.store.keys import Keys
 from tests import stored
 from tests.api_node import ADMIN, READER, ApiNode, api_node, write_api_config
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from actors.client import ApiError, Client
+from actors.admin.client import ApiError, Client
 from runtime.embedded_redis import find_server_binary
-from runtime.local_redis import RedisProcess
+from runtime.testing.local_redis import RedisProcess
 from tests.api_node import ADMIN, api_node, wait_until, write_api_config
 
 

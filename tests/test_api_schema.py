@@ -20,7 +20,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from actors.signing import ApiKey, sign
+from actors.api.signing import ApiKey, sign
 from tests.api_node import ADMIN, ApiNode, api_node, write_api_config
 
 CONSUMERS = """

@@ -10,13 +10,13 @@ from pathlib import Path
 import attrs
 import pytest
 
+from actors.api.explain import explain
+from actors.api.queues import Queues
 from actors.config import ConsumerSection
-from actors.explain import explain
-from actors.model import TaskSpec
-from actors.poller import Poller, PollerSettings
-from actors.queues import Queues
-from actors.schedules import Schedule
-from actors.store import TaskStore
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.scheduling.poller import Poller, PollerSettings
+from actors.store.tasks import TaskStore
 from runtime.config import RedisSection
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 import trio
 
-from actors import scripts
 from actors.config import ConsumerSection
-from actors.consumer import backoff_s
-from actors.handlers import resolve
-from actors.keys import GROUP
-from actors.model import TaskSpec
-from actors.schedules import Schedule
-from actors.store import TaskStore
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.execution.consumer import backoff_s
+from actors.execution.handlers import resolve
+from actors.store import scripts
+from actors.store.keys import GROUP
+from actors.store.tasks import TaskStore
 from runtime.errors import ConfigError
 from runtime.redis_io import RedisClient
 from tests.execution_harness import (

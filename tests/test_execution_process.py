@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import trio
 
-from actors.model import TaskSpec
-from actors.schedules import Schedule
-from actors.store import TaskStore
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
 from tests.execution_harness import records, wait_records
 from tests.node_process import NodeProcess

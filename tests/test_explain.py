@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from actors import scripts
-from actors.errors import TaskNotFound
-from actors.explain import explain
-from actors.model import TaskSpec
-from actors.schedules import Schedule
-from actors.store import TaskStore
+from actors.api.explain import explain
+from actors.domain.errors import TaskNotFound
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.store import scripts
+from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
 
 

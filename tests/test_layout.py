@@ -1,4 +1,4 @@
-"""Layout version 2: a task as two compact records in bucket hashes (actors/records.py),
+"""Layout version 2: a task as two compact records in bucket hashes (actors/store/records.py),
 the Lua and Python halves agreeing on them, and the migration from layout 1."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from structlog import get_logger
 
-from actors import scripts
-from actors.errors import LayoutMismatch
-from actors.keys import LAYOUT_VERSION, Keys, bucket_hash
-from actors.migrate import migrate
-from actors.model import TaskSpec
-from actors.poller import Poller, PollerSettings
-from actors.records import claim_of, decode_schedule, encode_schedule
-from actors.schedules import Schedule
-from actors.store import TaskStore
+from actors.domain.errors import LayoutMismatch
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.scheduling.poller import Poller, PollerSettings
+from actors.store import scripts
+from actors.store.keys import LAYOUT_VERSION, Keys, bucket_hash
+from actors.store.migrate import migrate
+from actors.store.records import claim_of, decode_schedule, encode_schedule
+from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient, Script
 
 BUCKET_OF = Script(
@@ -180,7 +180,7 @@ async def test_a_task_migration_cannot_read_stops_it_with_the_key_named(
 
 def test_the_cli_migrates_a_namespace(db: Any, redis_url: str, namespace: str) -> None:
     write_layout_1(db, namespace)
-    command = [sys.executable, "-m", "actors.cli", "migrate", "--redis", redis_url]
+    command = [sys.executable, "-m", "actors.admin.cli", "migrate", "--redis", redis_url]
     done = subprocess.run([*command, "--namespace", namespace], capture_output=True, text=True,
                           timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 import trio
 
-from actors import scripts
-from actors.enqueue import Fire, enqueue_fires
-from actors.keys import Keys
-from actors.model import TaskSpec
-from actors.poller import Poller, PollerSettings
-from actors.records import claim_of
-from actors.schedules import Schedule
-from actors.store import TaskStore
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.scheduling.poller import Poller, PollerSettings
+from actors.store import scripts
+from actors.store.enqueue import Fire, enqueue_fires
+from actors.store.keys import Keys
+from actors.store.records import claim_of
+from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient

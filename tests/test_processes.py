@@ -17,11 +17,11 @@ import pytest
 import redis
 import trio
 
-from actors.client import Client
-from actors.keys import GROUP
-from actors.model import TaskSpec
-from actors.schedules import Schedule
-from actors.store import TaskStore
+from actors.admin.client import Client
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.store.keys import GROUP
+from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
 from tests.api_node import ADMIN
 from tests.execution_harness import records, wait_records

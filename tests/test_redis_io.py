@@ -16,10 +16,10 @@ from runtime.actor import ActorContext, TaskStatus
 from runtime.config import RedisSection
 from runtime.embedded_redis import find_server_binary
 from runtime.errors import RedisUnavailable
-from runtime.local_redis import RedisProcess, free_port
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient, Script, _redact
 from runtime.supervisor import ChildSpec, SupervisorSpec, supervisor
+from runtime.testing.local_redis import RedisProcess, free_port
 
 ECHO = Script("echo", "return {KEYS[1], ARGV[1]}")
 

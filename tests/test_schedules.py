@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.errors import InvalidTask
-from actors.model import parse_schedule
-from actors.schedules import Schedule, plan_fires
+from actors.domain.errors import InvalidTask
+from actors.domain.model import parse_schedule
+from actors.domain.schedules import Schedule, plan_fires
 
 T0 = 1_800_000_000_000  # 2027-01-15, a whole second
 

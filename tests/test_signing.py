@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from actors.keys import Keys
-from actors.signing import (
+from actors.api.signing import (
     KEY_HEADER,
     NONCE_HEADER,
     SIGNATURE_HEADER,
@@ -20,6 +19,7 @@ from actors.signing import (
     Verifier,
     sign,
 )
+from actors.store.keys import Keys
 from runtime.redis_io import RedisClient
 
 WRITER = ApiKey("ops", b"s3cret-writer")

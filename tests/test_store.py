@@ -8,11 +8,17 @@ from typing import Any
 import pytest
 import trio
 
-from actors.errors import InvalidTask, InvalidTransition, LayoutMismatch, TaskConflict, TaskNotFound
-from actors.keys import Keys
-from actors.model import TaskSpec, parse_spec
-from actors.schedules import Schedule
-from actors.store import TaskStore
+from actors.domain.errors import (
+    InvalidTask,
+    InvalidTransition,
+    LayoutMismatch,
+    TaskConflict,
+    TaskNotFound,
+)
+from actors.domain.model import TaskSpec, parse_spec
+from actors.domain.schedules import Schedule
+from actors.store.keys import Keys
+from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
 
 EVERY_MINUTE = Schedule("interval", every_s=60)

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from actors import scripts
-from actors.keys import GROUP, Keys
-from actors.model import TaskSpec
-from actors.schedules import Schedule
-from actors.store import TaskStore
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.store import scripts
+from actors.store.keys import GROUP, Keys
+from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
 
 

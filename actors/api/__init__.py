@@ -1,9 +1,7 @@
-"""The HTTP API: an actor of the node serving signed JSON endpoints (issue 5).
+"""The HTTP API actor and what it serves: routes (the one route table, from which the
+OpenAPI document is generated), request bodies, problem details, request signatures, and
+the operator views (``explain``: why a task is or is not running; ``queues``: backlog and
+dead letters).
 
-- ``problems``: errors as RFC 9457 problem details, and the one table mapping store errors
-  to HTTP statuses;
-- ``bodies``: request bodies and query parameters, validated with cattrs;
-- ``routes``: the endpoints, each a thin call into ``actors.store``/``queues``/``explain``;
-- ``openapi``: the OpenAPI document the app serves;
-- ``server``: the API actor (hypercorn on trio).
+May import: ``actors.store``, ``actors.domain``, ``runtime``. Never the roles.
 """

@@ -15,7 +15,7 @@ import attrs
 import cattrs
 
 from actors.api.problems import Problem, invalid
-from actors.model import MAX_TASK_ID, STATUSES, converter
+from actors.domain.model import MAX_TASK_ID, STATUSES, converter
 from runtime.config import check_name, describe
 
 T = TypeVar("T")

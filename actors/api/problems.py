@@ -14,14 +14,14 @@ from typing import Any
 import attrs
 from starlette.responses import Response
 
-from actors.errors import (
+from actors.api.signing import AuthError
+from actors.domain.errors import (
     InvalidTask,
     InvalidTransition,
     LayoutMismatch,
     TaskConflict,
     TaskNotFound,
 )
-from actors.signing import AuthError
 from runtime.errors import RedisUnavailable
 
 MEDIA_TYPE = "application/problem+json"

@@ -2,7 +2,7 @@
 answers JSON. ``build_app`` wraps every endpoint in the same steps, in this order:
 
 1. refuse a body over ``max_body_bytes`` (413) before reading it;
-2. verify the request's signature and nonce (``actors.signing``; 401/403) — every ``/v1``
+2. verify the request's signature and nonce (``actors.api.signing``; 401/403) — every ``/v1``
    endpoint, reads included; only ``/healthz``, ``/readyz`` and ``/openapi.json`` are open;
 3. run the endpoint; a typed error becomes its problem details (``problems``), anything
    else a 500 that is logged with its traceback and reveals nothing.
@@ -24,14 +24,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from actors.api import bodies
+from actors.api.explain import explain
 from actors.api.openapi import openapi_document
 from actors.api.problems import Problem, from_exception, invalid
+from actors.api.queues import Queues, tally
+from actors.api.signing import Verifier
 from actors.config import ApiSection
-from actors.explain import explain
-from actors.model import TaskSpec, parse_schedule, parse_spec, parse_specs
-from actors.queues import Queues, tally
-from actors.signing import Verifier
-from actors.store import KEEP, TaskStore
+from actors.domain.model import TaskSpec, parse_schedule, parse_spec, parse_specs
+from actors.store.tasks import KEEP, TaskStore
 from runtime.health import Health
 from runtime.logging import emit_events
 

@@ -19,11 +19,11 @@ import hypercorn.config
 import hypercorn.trio
 import trio
 
+from actors.api.queues import Queues
 from actors.api.routes import ApiServices, build_app
+from actors.api.signing import ApiKey, Verifier
 from actors.config import ApiSection
-from actors.queues import Queues
-from actors.signing import ApiKey, Verifier
-from actors.store import TaskStore
+from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from actors.handlers import HandlerContext, RetryLater, Unrecoverable
+from actors.execution.handlers import HandlerContext, RetryLater, Unrecoverable
 
 
 def _record(ctx: HandlerContext, event: str, **extra: Any) -> None:

@@ -15,14 +15,14 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from actors.errors import TaskNotFound
-from actors.keys import GROUP
-from actors.messages import flat_fields
-from actors.model import Task
-from actors.queues import as_text, read_range, stream_id_ms
-from actors.records import claim_of
-from actors.schedules import Schedule
-from actors.store import TaskStore
+from actors.api.queues import as_text, read_range, stream_id_ms
+from actors.domain.errors import TaskNotFound
+from actors.domain.model import Task
+from actors.domain.schedules import Schedule
+from actors.store.keys import GROUP
+from actors.store.messages import flat_fields
+from actors.store.records import claim_of
+from actors.store.tasks import TaskStore
 
 #: Most stream (and dead-letter) entries read to find one task's messages.
 STREAM_SCAN_CAP = 10_000

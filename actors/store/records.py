@@ -2,7 +2,7 @@
 
 A task is not a Redis key of its own. Its **definition** (type, payload, schedule, created)
 and its **state** (status, next grid time, counters, last run) are two values, each a
-field named by the task id in a bucket hash of its partition (``actors.keys``). A hash of
+field named by the task id in a bucket hash of its partition (``actors.store.keys``). A hash of
 at most 128 fields with values under 64 bytes is kept by Redis as one flat listpack, so a
 task costs its id and its two values, not a key, a hash table and field names: about 100
 bytes instead of 266 (docs/PERFORMANCE.md). Splitting the two keeps both short and means
@@ -20,7 +20,7 @@ Both records are concatenated MessagePack values, written by the Lua scripts wit
 
 The last error lives in the partition's ``errors`` hash (only failing tasks have one), so an
 error message cannot push a state past the listpack limit. Codes are small integers; their
-names are below and in ``actors/lua/records.lua``.
+names are below and in ``actors/store/lua/records.lua``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Any
 
 import msgpack
 
-from actors.model import STATUSES, Task, converter
-from actors.schedules import Schedule
+from actors.domain.model import STATUSES, Task, converter
+from actors.domain.schedules import Schedule
 
 #: Status codes as stored: a status is stored as its index in ``model.STATUSES``.
 STATUS_NAMES = STATUSES

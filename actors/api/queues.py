@@ -11,10 +11,10 @@ from typing import Any
 
 import attrs
 
-from actors import scripts
-from actors.keys import GROUP, Keys
-from actors.messages import flat_fields
-from actors.store import TaskStore
+from actors.store import scripts
+from actors.store.keys import GROUP, Keys
+from actors.store.messages import flat_fields
+from actors.store.tasks import TaskStore
 from runtime.logging import emit_events
 from runtime.redis_io import RedisClient
 

@@ -17,9 +17,7 @@ from typing import Any
 
 import attrs
 
-from actors import scripts
-from actors.enqueue import Fire, enqueue_fires
-from actors.errors import (
+from actors.domain.errors import (
     OK,
     InvalidTask,
     LayoutMismatch,
@@ -27,10 +25,12 @@ from actors.errors import (
     TaskNotFound,
     raise_for_code,
 )
-from actors.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, Keys, schedule_id
-from actors.model import STATUSES, Task, TaskSpec, encode_payload, new_task_id
-from actors.records import decode_task, definition_type_and_payload, encode_schedule
-from actors.schedules import Schedule
+from actors.domain.model import STATUSES, Task, TaskSpec, encode_payload, new_task_id
+from actors.domain.schedules import Schedule
+from actors.store import scripts
+from actors.store.enqueue import Fire, enqueue_fires
+from actors.store.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, Keys, schedule_id
+from actors.store.records import decode_task, definition_type_and_payload, encode_schedule
 from runtime.config import check_name
 from runtime.logging import emit_events
 from runtime.redis_io import RedisClient

@@ -1,15 +1,15 @@
--- records.lua: prepended to every script that reads or writes a task (actors/scripts.py).
--- A task is two values in bucket hashes of its partition (actors/records.py has the why):
+-- records.lua: prepended to every script that reads or writes a task (actors/store/scripts.py).
+-- A task is two values in bucket hashes of its partition (actors/store/records.py has the why):
 --   <tag>:def:<b>    id -> cmsgpack(type, payload, sched, created_ms)
 --   <tag>:state:<b>  id -> cmsgpack(status, next_ms, fires, updated_ms, runs, retries,
 --                                   last_run_ms, last_status, claim)
 --   <tag>:errors     id -> last error (failing tasks only)
 --   <tag>:type:<type>:<b>  id -> ''   (the type index)
--- Status and outcome codes: actors/records.py STATUS_NAMES, OUTCOME_NAMES.
+-- Status and outcome codes: actors/store/records.py STATUS_NAMES, OUTCOME_NAMES.
 local ACTIVE, PAUSED, STOPPED, FINISHED = 0, 1, 2, 3
 local STATUS_NAMES = {[0] = 'active', 'paused', 'stopped', 'finished'}
 
--- The bucket of a task id: actors.keys.bucket_hash, the same arithmetic (exact in doubles).
+-- The bucket of a task id: actors.store.keys.bucket_hash, the same arithmetic (exact in doubles).
 local function bucket_of(id, buckets)
   local h = 0
   local bytes = {string.byte(id, 1, -1)}  -- one call for all bytes: ~40 % faster

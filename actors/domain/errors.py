@@ -32,7 +32,7 @@ class LayoutMismatch(TaskError):
     """The namespace was written by an incompatible version of Metronome."""
 
 
-#: Script return codes (see the header of each script in ``actors/lua``).
+#: Script return codes (see the header of each script in ``actors/store/lua``).
 OK = 1
 UNCHANGED = 0
 CONFLICT = -1

@@ -31,12 +31,12 @@ import attrs
 import structlog
 import trio
 
-from actors import scripts
-from actors.enqueue import Fire, enqueue_fires
-from actors.keys import Keys, schedule_id
-from actors.records import decode_schedule
-from actors.schedules import FirePlan, Schedule, plan_fires
-from actors.store import TaskStore
+from actors.domain.schedules import FirePlan, Schedule, plan_fires
+from actors.store import scripts
+from actors.store.enqueue import Fire, enqueue_fires
+from actors.store.keys import Keys, schedule_id
+from actors.store.records import decode_schedule
+from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.logging import emit_events
 
@@ -44,7 +44,7 @@ from runtime.logging import emit_events
 @attrs.frozen
 class PollerSettings:
     """Settings of a claim loop over partitions: the poller's, and the retry dispatcher's
-    (``actors.retry_dispatcher``), which ticks the same way over retry zsets."""
+    (``actors.scheduling.retry_dispatcher``), which ticks the same way over retry zsets."""
 
     index: int = 0
     of: int = 1

@@ -22,7 +22,7 @@ Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
 ``bucket_hash(task_id) % buckets`` (both counts fixed per namespace, in the meta key). A
 task is not a key of its own: its two records are fields of bucket hashes that hold ~60
 tasks each at a million tasks, small enough for Redis's compact listpack encoding, which
-costs a fraction of a hash per task (``actors/records.py``, docs/PERFORMANCE.md).
+costs a fraction of a hash per task (``actors/store/records.py``, docs/PERFORMANCE.md).
 All keys of a partition share
 the tag ``{ns:P}``, so claim/commit/update scripts touch one slot; a type's queue and DLQ
 share ``{ns:q:<type>}``, so moving a poison message to the DLQ is one script too.
@@ -53,7 +53,7 @@ _BUCKET_PRIME = 4_294_967_291
 def bucket_hash(task_id: str) -> int:
     """The hash that picks a task's bucket: the id's bytes as a big-endian number, modulo a
     prime (one C call here; consecutive ids land in consecutive buckets). Lua computes the
-    same byte by byte (``actors/lua/records.lua``: a claim finds a task's records from its
+    same byte by byte (``actors/store/lua/records.lua``: a claim finds a task's records from its
     id alone); a test holds the two equal."""
     return int.from_bytes(task_id.encode(), "big") % _BUCKET_PRIME
 
@@ -74,7 +74,7 @@ class Keys:
 
     @property
     def nonce_prefix(self) -> str:
-        """API nonces (``actors.signing``): prefix .. key_id:nonce, each with an expiry."""
+        """API nonces (``actors.api.signing``): prefix .. key_id:nonce, each with an expiry."""
         return f"{self.namespace}:nonce:"
 
     def partition_of(self, task_id: str) -> int:

@@ -1,6 +1,6 @@
 """Tasks as clients define them (``TaskSpec``) and as Redis stores them (``Task``).
 
-Stored form: two compact records in bucket hashes (``actors.records``). Validation happens
+Stored form: two compact records in bucket hashes (``actors.store.records``). Validation happens
 here, before anything is written, and names the field at fault.
 """
 
@@ -16,12 +16,12 @@ from typing import Any, Literal
 import attrs
 import cattrs
 
-from actors.errors import InvalidTask
-from actors.schedules import Schedule
+from actors.domain.errors import InvalidTask
+from actors.domain.schedules import Schedule
 from runtime.config import check_name, describe, make_converter
 
 Status = Literal["active", "paused", "stopped", "finished"]
-#: A status is stored as its index here (``actors/records.py``, ``records.lua``): append only.
+#: A status is stored as its index here (``actors/store/records.py``, ``records.lua``): append only.
 STATUSES: tuple[str, ...] = ("active", "paused", "stopped", "finished")
 
 #: Largest payload, as compact JSON, a task may carry (the handler gets it in every message).

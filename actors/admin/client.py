@@ -1,6 +1,6 @@
-"""A Python client for the Metronome API that signs every request (``actors.signing``).
+"""A Python client for the Metronome API that signs every request (``actors.api.signing``).
 
-    from actors.client import Client
+    from actors.admin.client import Client
 
     with Client("http://127.0.0.1:8080", "admin", secret) as api:
         api.create_task("report", {"kind": "cron", "cron": "0 9 * * 1-5", "tz": "Europe/Paris"},
@@ -22,7 +22,7 @@ from urllib.parse import quote, urlencode
 
 import httpx
 
-from actors.signing import ApiKey, sign
+from actors.api.signing import ApiKey, sign
 
 
 class ApiError(Exception):

@@ -1,8 +1,8 @@
-"""The Lua scripts, loaded once from ``actors/lua``; nothing else formats EVAL calls.
+"""The Lua scripts, loaded once from ``actors/store/lua``; nothing else formats EVAL calls.
 
 Each script's header (in its ``.lua`` file) lists its KEYS, ARGV and return value; the
 store and the actors call them through ``RedisClient.script``/``scripts`` with the keys
-built by ``actors.keys``.
+built by ``actors.store.keys``.
 """
 
 from __future__ import annotations

@@ -22,11 +22,17 @@ from typing import Any
 
 import trio
 
-from actors import scripts
-from actors.enqueue import Fire, enqueue_fires
-from actors.keys import Keys
-from actors.poller import PollerSettings, TickResult, claim_calls, partitions_for, sleep_s
-from actors.store import TaskStore
+from actors.scheduling.poller import (
+    PollerSettings,
+    TickResult,
+    claim_calls,
+    partitions_for,
+    sleep_s,
+)
+from actors.store import scripts
+from actors.store.enqueue import Fire, enqueue_fires
+from actors.store.keys import Keys
+from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.logging import emit_events
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import attrs
 
-from actors import scripts
-from actors.keys import Keys, schedule_id
+from actors.store import scripts
+from actors.store.keys import Keys, schedule_id
 from runtime.logging import emit_events
 from runtime.redis_io import RedisClient
 

@@ -1,5 +1,5 @@
 -- migrate_tasks: move tasks of one partition from layout 1 (a hash per task) to layout 2
--- (records in bucket hashes, actors/records.py). The schedule zset is the same in both.
+-- (records in bucket hashes, actors/store/records.py). The schedule zset is the same in both.
 -- KEYS[1]  schedule zset of the partition (only for its slot)
 -- ARGV[1]  partition tag   ARGV[2]  the layout-1 type set these ids came from
 -- ARGV[3..] groups of 6: task_id, bucket, type, definition, state, last error ('' = none);

@@ -15,12 +15,12 @@ from __future__ import annotations
 import attrs
 import trio
 
-from actors import scripts
 from actors.config import ConsumerSection
-from actors.consumer import ConsumerState
-from actors.keys import GROUP, Keys
-from actors.messages import MalformedMessage, Message, flat_fields
-from actors.store import TaskStore
+from actors.execution.consumer import ConsumerState
+from actors.store import scripts
+from actors.store.keys import GROUP, Keys
+from actors.store.messages import MalformedMessage, Message, flat_fields
+from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.channels import Mailbox
 from runtime.logging import emit_events

@@ -96,7 +96,7 @@ class Verifier:
 
     client: RedisClient
     nonce_prefix: str
-    """Key prefix of the nonce store (``actors.keys.Keys.nonce_prefix``)."""
+    """Key prefix of the nonce store (``actors.store.keys.Keys.nonce_prefix``)."""
     keys: dict[str, ApiKey]
     skew_ms: int = 300_000
 

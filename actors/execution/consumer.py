@@ -36,14 +36,14 @@ import attrs
 import trio
 import trio_util
 
-from actors import scripts
 from actors.config import ConsumerSection
-from actors.handlers import Handler, HandlerContext, RetryLater, Unrecoverable
-from actors.keys import GROUP, Keys
-from actors.messages import MalformedMessage, Message
-from actors.records import OUTCOME_NAMES
-from actors.results_log import ResultsLog
-from actors.store import TaskStore
+from actors.execution.handlers import Handler, HandlerContext, RetryLater, Unrecoverable
+from actors.execution.results_log import ResultsLog
+from actors.store import scripts
+from actors.store.keys import GROUP, Keys
+from actors.store.messages import MalformedMessage, Message
+from actors.store.records import OUTCOME_NAMES
+from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.channels import Mailbox
 from runtime.logging import emit_events

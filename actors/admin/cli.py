@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from actors.client import ApiError, ApiUnavailable, Client
-from actors.keys import DEFAULT_BUCKETS, MAX_BUCKETS
+from actors.admin.client import ApiError, ApiUnavailable, Client
+from actors.store.keys import DEFAULT_BUCKETS, MAX_BUCKETS
 
 EXIT_OK, EXIT_OTHER, EXIT_USAGE = 0, 1, 2
 EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_INVALID, EXIT_AUTH, EXIT_UNAVAILABLE = 3, 4, 5, 6, 7
@@ -334,8 +334,8 @@ def cmd_dlq_purge(api: Client, args: argparse.Namespace) -> Result:
 def cmd_migrate(args: argparse.Namespace) -> int:
     import trio
 
-    from actors.errors import LayoutMismatch
-    from actors.migrate import migrate
+    from actors.domain.errors import LayoutMismatch
+    from actors.store.migrate import migrate
     from runtime.config import RedisSection
     from runtime.errors import RedisUnavailable
     from runtime.redis_io import RedisClient

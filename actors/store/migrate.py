@@ -3,7 +3,7 @@ version's Redis layout, in place, with every node of the namespace stopped.
 
 Layout 1 (before this version) kept a hash per task (``{ns:P}:task:<id>``) and a set of ids
 per type (``{ns:P}:type:<type>``); layout 2 keeps each task as two records in bucket
-hashes (``actors.records``). The schedule zset, queues, retries and dead letters are the
+hashes (``actors.store.records``). The schedule zset, queues, retries and dead letters are the
 same in both and are not touched.
 
 Tasks move in batches of ``batch`` per script call (each call a few milliseconds), each
@@ -21,12 +21,12 @@ from typing import Any
 
 import cattrs
 
-from actors import scripts
-from actors.errors import LayoutMismatch
-from actors.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, Keys
-from actors.model import converter
-from actors.records import encode_definition, encode_schedule, encode_state
-from actors.schedules import Schedule
+from actors.domain.errors import LayoutMismatch
+from actors.domain.model import converter
+from actors.domain.schedules import Schedule
+from actors.store import scripts
+from actors.store.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, Keys
+from actors.store.records import encode_definition, encode_schedule, encode_state
 from runtime.redis_io import RedisClient
 
 

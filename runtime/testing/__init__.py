@@ -1,0 +1,1 @@
+"""Test and benchmark helpers: throwaway Redis servers. Not used by a running node."""
