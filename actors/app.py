@@ -28,15 +28,18 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import TypeVar
 
 from actors.api.server import ApiServer
 from actors.config import Config, ConsumerSection
 from actors.execution.claimer import Claimer, ClaimerSettings
-from actors.execution.consumer import Consumer, ConsumerState
+from actors.execution.completion import RetryPolicy
+from actors.execution.consumer import Consumer, ConsumerSettings, ConsumerState
 from actors.execution.handlers import resolve
 from actors.execution.results_log import ResultsLog
+from actors.scheduling.claim_loop import ClaimLoopSettings
 from actors.scheduling.poller import Poller, PollerSettings
-from actors.scheduling.retry_dispatcher import RetryDispatcher
+from actors.scheduling.retry_dispatcher import RetryDispatcher, RetryDispatcherSettings
 from actors.store.messages import Message
 from actors.store.tasks import TaskStore
 from runtime.app import Invocation
@@ -114,6 +117,9 @@ def _process(part: str, invocation: Invocation, grace_s: float) -> ChildSpec:
     return ChildSpec(part, process.run, graceful=True, shutdown_s=grace_s)
 
 
+LoopSettings = TypeVar("LoopSettings", bound=ClaimLoopSettings)
+
+
 class _Roles:
     """Builds the subtrees of a node's roles, in whichever process runs them."""
 
@@ -159,7 +165,10 @@ def _scheduler(config: Config, store: TaskStore) -> ChildSpec:
     pollers = [
         ChildSpec(
             f"poller-{i}",
-            Poller(store, _loop_settings(config, i, section.pollers, section.batch_size)).run,
+            Poller(
+                store,
+                _loop_settings(PollerSettings, config, i, section.pollers, section.batch_size),
+            ).run,
         )
         for i in range(section.pollers)
     ]
@@ -168,7 +177,13 @@ def _scheduler(config: Config, store: TaskStore) -> ChildSpec:
             f"retry-dispatcher-{i}",
             RetryDispatcher(
                 store,
-                _loop_settings(config, i, execution.retry_dispatchers, execution.retry_batch_size),
+                _loop_settings(
+                    RetryDispatcherSettings,
+                    config,
+                    i,
+                    execution.retry_dispatchers,
+                    execution.retry_batch_size,
+                ),
             ).run,
         )
         for i in range(execution.retry_dispatchers)
@@ -176,10 +191,12 @@ def _scheduler(config: Config, store: TaskStore) -> ChildSpec:
     return supervisor("scheduler", pollers + dispatchers, SupervisorSpec(Strategy.ONE_FOR_ONE))
 
 
-def _loop_settings(config: Config, index: int, of: int, batch_size: int) -> PollerSettings:
+def _loop_settings(
+    cls: type[LoopSettings], config: Config, index: int, of: int, batch_size: int
+) -> LoopSettings:
     """A claim loop's settings (poller or retry dispatcher): timing from [scheduler]."""
     section = config.scheduler
-    return PollerSettings(
+    return cls(
         index=index,
         of=of,
         batch_size=batch_size,
@@ -197,7 +214,10 @@ def _consumer_group(
     # Owned here, for the life of the node: restarts of either actor find the same ones.
     inbox: Mailbox[Message] = Mailbox.open(section.concurrency)
     state = ConsumerState()
-    consumer = Consumer(store, task_type, section, handler, results, config.node.name, inbox, state)
+    consumer = Consumer(
+        store, task_type, consumer_settings(section), handler, results, config.node.name, inbox,
+        state,
+    )  # fmt: skip
     children = [
         ChildSpec("consumer", consumer.run, graceful=True, shutdown_s=config.node.shutdown_grace_s)
     ]
@@ -205,11 +225,31 @@ def _consumer_group(
         claimer = Claimer(
             store,
             task_type,
-            section,
             state,
             inbox,
             config.node.name,
-            ClaimerSettings(interval_s=config.execution.claimer_interval_s),
+            ClaimerSettings(
+                interval_s=config.execution.claimer_interval_s,
+                lease_s=section.lease_s,
+                max_deliveries=section.max_deliveries,
+            ),
         )
         children.append(ChildSpec("claimer", claimer.run))
     return supervisor(task_type, children, SupervisorSpec(Strategy.REST_FOR_ONE))
+
+
+def consumer_settings(section: ConsumerSection) -> ConsumerSettings:
+    """A type's consumer settings from its ``[consumers.<type>]`` section."""
+    return ConsumerSettings(
+        concurrency=section.concurrency,
+        timeout_s=section.timeout_s,
+        retry=RetryPolicy(
+            max_attempts=section.max_attempts,
+            backoff_base_s=section.backoff_base_s,
+            backoff_cap_s=section.backoff_cap_s,
+            backoff_jitter=section.backoff_jitter,
+        ),
+        lease_s=section.lease_s,
+        dedupe_window_s=section.dedupe_window_s,
+        block_ms=section.block_ms,
+    )

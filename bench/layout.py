@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import secrets
 import zlib
-from collections import defaultdict
 from typing import Any
 
 import redis
@@ -28,8 +27,8 @@ import trio
 
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
-from actors.store import scripts
 from actors.store.keys import DEFAULT_BUCKETS
+from actors.store.replies import OutcomeWrite
 from actors.store.tasks import TaskStore
 from runtime.config import RedisSection
 from runtime.redis_io import RedisClient
@@ -113,14 +112,8 @@ async def _layout_2(probe: redis.Redis, url: str, n: int, buckets: int, after_ru
 
 async def _record_runs(store: TaskStore, ids: list[str], finished_ms: int) -> None:
     """Record an ok run for every task (as consumers do, through record_outcomes.lua)."""
-    keys = await store.keys()
-    args: dict[int, list[Any]] = defaultdict(list)
-    for task_id in ids:
-        args[keys.partition_of(task_id)] += [task_id, keys.bucket_of(task_id), 0, finished_ms, ""]
-    for partition, flat in args.items():
-        for i in range(0, len(flat), 5000):
-            await store.client.script(
-                scripts.RECORD_OUTCOMES,
-                [keys.schedule(partition)],
-                [keys.tag(partition), *flat[i : i + 5000]],
-            )
+    scripts = await store.scripts()
+    for i in range(0, len(ids), 5000):
+        await scripts.record_outcomes(
+            [OutcomeWrite(t, 0, finished_ms, "") for t in ids[i : i + 5000]]
+        )

@@ -83,7 +83,7 @@ async def _enqueue_backlog(client: RedisClient, n: int) -> dict[str, Any]:
     started = time.perf_counter()
     done = 0
     while done < n:
-        done += (await poller.tick(keys, poller.partitions(keys), log)).enqueued
+        done += (await poller.tick(await store.scripts(), poller.partitions(keys), log)).enqueued
     took = time.perf_counter() - started
     await client.execute("FLUSHDB")
     return {"backlog_enqueue_per_s": round(n / took)}

@@ -68,7 +68,7 @@ async def test_competing_pollers_on_a_cluster_enqueue_each_fire_once(store: Task
     pollers = [Poller(store, PollerSettings(batch_size=7)) for _ in range(3)]
     for _ in range(12):
         for poller in pollers:
-            await poller.tick(keys, poller.partitions(keys), get_logger())
+            await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
     entries = await store.client.execute("XRANGE", keys.queue("c"), "-", "+")
     fires = Counter(fields[b"schedule_id"].decode() for _id, fields in entries)
     assert set(fires.values()) == {1}

@@ -14,10 +14,10 @@ import trio
 from actors.config import ConsumerSection
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
-from actors.execution.consumer import backoff_s
+from actors.execution.completion import RetryPolicy
 from actors.execution.handlers import resolve
-from actors.store import scripts
 from actors.store.keys import GROUP
+from actors.store.messages import Message
 from actors.store.tasks import TaskStore
 from runtime.errors import ConfigError
 from runtime.redis_io import RedisClient
@@ -174,9 +174,10 @@ async def test_duplicate_fire_is_dropped_but_a_reclaimed_message_runs(
     await store.client.execute(
         "XREADGROUP", "GROUP", GROUP, "ghost", "COUNT", 1, "STREAMS", stream, ">"
     )
-    await store.client.script(
-        scripts.BEGIN_RUNS, [stream], [keys.seen_prefix("dup"), 60_000, ghost_id, "x:5:0"]
+    ghost = Message.decode(
+        ghost_id, dict(zip(*[iter(f.encode() for f in fields)] * 2, strict=True))
     )
+    assert await (await store.scripts()).begin_runs("dup", [ghost], 60_000) == [True]
     await _set_idle(store, stream, "ghost", ghost_id)
     # A second message of the same fire (a poller crashed after XADD, before commit).
     await store.client.execute("XADD", stream, "*", *fields)
@@ -241,17 +242,13 @@ async def test_long_handler_keeps_its_lease(
     section = consumer("sleepy", lease_s=1, timeout_s=30)
     config = node_config(redis_url, namespace, tmp_path, {"long": section})
     await store.create(TaskSpec("long", Schedule("once", at_ms=0), {"sleep_s": 3}, task_id="L"))
-    keys = await store.keys()
     stolen: list[Any] = []
     async with running_node(config):
         await wait_until(lambda: _async(len(records(record)) >= 1))
         for _ in range(12):  # a thief with the same lease tries every 0.25 s
             await trio.sleep(0.25)
-            claimed, _ = await store.client.script(
-                scripts.RECLAIM, [keys.queue("long"), keys.dlq("long")],
-                [GROUP, "thief", 1000, 10, 5, "other"],
-            )  # fmt: skip
-            stolen += claimed
+            reclaim = await (await store.scripts()).reclaim("long", "thief", 1000, 10, 5, "other")
+            stolen += reclaim.claimed
         await wait_until(lambda: _async(sum(r["event"] == "ran" for r in records(record)) == 1))
     assert stolen == []
     assert [r["event"] for r in records(record)] == ["started", "ran"]
@@ -285,10 +282,11 @@ async def test_a_slow_type_does_not_delay_a_light_one(
 
 
 def test_backoff_doubles_and_is_capped() -> None:
-    section = consumer("noop", backoff_base_s=10, backoff_cap_s=300, backoff_jitter=0)
-    assert [backoff_s(section, n) for n in (1, 2, 3, 6, 20)] == [10, 20, 40, 300, 300]
-    jittered = consumer("noop", backoff_base_s=10, backoff_jitter=0.5)
-    assert all(10 <= backoff_s(jittered, 1) <= 15 for _ in range(50))
+    policy = RetryPolicy(backoff_base_s=10, backoff_cap_s=300, backoff_jitter=0)
+    assert [policy.backoff_s(n) for n in (1, 2, 3, 6, 20)] == [10, 20, 40, 300, 300]
+    jittered = RetryPolicy(backoff_base_s=10, backoff_jitter=0.5)
+    assert all(10 <= jittered.backoff_s(1) <= 15 for _ in range(50))
+    assert jittered.backoff_s(1, draw=lambda: 1.0) == 15
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,6 @@ from actors.api.explain import explain
 from actors.domain.errors import TaskNotFound
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
-from actors.store import scripts
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
 
@@ -68,9 +67,7 @@ async def test_a_task_a_poller_holds_is_explained_as_claimed(store: TaskStore) -
     await store.create(TaskSpec("t", Schedule("once", at_ms=now - 10), task_id="held"))
     assert (await explain(store, "held"))["claimed_by_poller"] is False
     keys = await store.keys()
-    p = keys.partition_of("held")
-    args = [keys.tag(p), "poller-token", 10, 60_000, keys.buckets]
-    await store.client.script(scripts.CLAIM_DUE, [keys.schedule(p)], args)
+    await (await store.scripts()).claim_due([keys.partition_of("held")], "poller-token", 10, 60_000)
     facts = await explain(store, "held")
     assert facts["claimed_by_poller"] is True
     assert "claimed by a poller right now: its due fire is being enqueued" in facts["summary"]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from typing import Any
 
+import attrs
 import pytest
 import redis
 from hypothesis import given, settings
@@ -18,16 +19,17 @@ from actors.domain.errors import LayoutMismatch
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.scheduling.poller import Poller, PollerSettings
-from actors.store import scripts
 from actors.store.keys import LAYOUT_VERSION, Keys, bucket_hash
+from actors.store.lua import records_prelude
 from actors.store.migrate import migrate
 from actors.store.records import claim_of, decode_schedule, encode_schedule
+from actors.store.replies import OutcomeWrite
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient, Script
 
 BUCKET_OF = Script(
     "bucket_of_test",
-    scripts.CREATE_TASKS.source.split("-- create_tasks:")[0]  # records.lua alone
+    records_prelude()
     + "local out = {} for i = 2, #ARGV do out[#out + 1] = bucket_of(ARGV[i], tonumber(ARGV[1]))"
     " end return out",
 )
@@ -82,13 +84,15 @@ async def test_records_stay_compact_through_a_tasks_life(
     )]  # fmt: skip
     keys = await store.keys()
     poller = Poller(store, PollerSettings())
-    assert (await poller.tick(keys, [0], get_logger())).enqueued == 100
-    outcomes: list[Any] = [keys.tag(0)]
-    for n, task_id in enumerate(ids):
-        outcomes += [task_id, keys.bucket_of(task_id), n % 2, now + 1_000_000 + n, "boom" * 50]
-    await store.client.script(scripts.RECORD_OUTCOMES, [keys.schedule(0)], outcomes)
-    outcomes[3::5] = [0] * 100  # then every one succeeds
-    await store.client.script(scripts.RECORD_OUTCOMES, [keys.schedule(0)], outcomes)
+    scripts = await store.scripts()
+    assert (await poller.tick(scripts, [0], get_logger())).enqueued == 100
+    outcomes = [
+        OutcomeWrite(task_id, n % 2, now + 1_000_000 + n, "boom" * 50)
+        for n, task_id in enumerate(ids)
+    ]
+    await scripts.record_outcomes(outcomes)
+    # then every one succeeds
+    await scripts.record_outcomes([attrs.evolve(o, outcome=0) for o in outcomes])
     for b in range(2):
         for key in (keys.definitions(0, b), keys.states(0, b), keys.by_type(0, "email", b)):
             assert await store.client.execute("OBJECT", "ENCODING", key) == b"listpack", key

@@ -16,10 +16,10 @@ import trio
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.scheduling.poller import Poller, PollerSettings
-from actors.store import scripts
-from actors.store.enqueue import Fire, enqueue_fires
+from actors.store.enqueue import enqueue_fires
 from actors.store.keys import Keys
 from actors.store.records import claim_of
+from actors.store.replies import Commit, Fire, FireCommit, PartitionClaim
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext
 from runtime.logging import get_logger
@@ -51,20 +51,18 @@ async def run_pollers(store: TaskStore, count: int, seconds: float, **settings: 
 # -- the scripts, table-driven ------------------------------------------------------------
 
 
-async def claim(store: TaskStore, token: str, limit: int = 100, lease_ms: int = 60_000) -> Any:
-    keys = await store.keys()
-    return await store.client.script(
-        scripts.CLAIM_DUE,
-        [keys.schedule(0)],
-        [keys.tag(0), token, limit, lease_ms, keys.buckets],
-    )
+async def claim(
+    store: TaskStore, token: str, limit: int = 100, lease_ms: int = 60_000
+) -> PartitionClaim:
+    (partition,) = await (await store.scripts()).claim_due([0], token, limit, lease_ms)
+    return partition
 
 
-async def commit(store: TaskStore, token: str, *groups: Any) -> Any:
+async def commit(store: TaskStore, token: str, *groups: Any) -> Commit:
     """Groups as (task_id, next_ms, score, fired): the helper puts in each task's bucket."""
     keys = await store.keys()
-    args = [keys.tag(0), token, *[x for g in groups for x in (g[0], keys.bucket_of(g[0]), *g[1:])]]
-    return await store.client.script(scripts.COMMIT_FIRES, [keys.schedule(0)], args)
+    commits = [FireCommit(g[0], keys.bucket_of(g[0]), *g[1:]) for g in groups]
+    return (await (await store.scripts()).commit_fires(token, {0: commits}))[0]
 
 
 @pytest.fixture
@@ -78,28 +76,28 @@ async def test_claim_reserves_due_tasks_for_the_lease(one_partition: TaskStore) 
     await store.create(TaskSpec("t", Schedule("once", at_ms=past), task_id="due"))
     await store.create(TaskSpec("t", Schedule("once", at_ms=past + 10**7), task_id="later"))
     reply = await claim(store, "A", lease_ms=60_000)
-    now, earliest, flat = reply[0], reply[1], reply[2:]
+    now, earliest, (task,) = reply.now_ms, reply.earliest_ms, reply.tasks
     keys = await store.keys()
-    assert [flat[0], flat[1], flat[5]] == [b"due", keys.bucket_of("due"), str(past).encode()]
+    assert (task.task_id, task.bucket, task.due_ms) == ("due", keys.bucket_of("due"), past)
     assert earliest == now + 60_000  # the claimed task, pushed out to the end of its lease
     assert float(await store.client.execute("ZSCORE", keys.schedule(0), "due")) == now + 60_000
     state = await store.client.execute("HGET", keys.states(0, keys.bucket_of("due")), "due")
     assert claim_of(state) == "A"  # the claim is in the task's state record
-    assert (await claim(store, "B"))[2:] == []  # a competing poller gets nothing
+    assert (await claim(store, "B")).tasks == []  # a competing poller gets nothing
 
 
 async def test_expired_claim_is_taken_over_with_the_same_due_time(one_partition: TaskStore) -> None:
     store = one_partition
     past = await store.now_ms() - 1000
     await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id="x"))
-    assert (await claim(store, "A", lease_ms=100))[2:][5] == str(past).encode()
+    assert (await claim(store, "A", lease_ms=100)).tasks[0].due_ms == past
     await trio.sleep(0.2)
     again = await claim(store, "B")
-    assert again[2:][5] == str(past).encode()  # same grid time: same schedule_id
+    assert again.tasks[0].due_ms == past  # same grid time: same schedule_id
     # A's late commit is refused; B's goes through.
     lost = await commit(store, "A", ["x", past + 60_000, past + 60_000, 1])
-    assert lost[1:] == [b"x"]
-    assert (await commit(store, "B", ["x", past + 60_000, past + 60_000, 1]))[1:] == []
+    assert lost.lost == ["x"]
+    assert (await commit(store, "B", ["x", past + 60_000, past + 60_000, 1])).lost == []
     task = await store.get("x")
     assert task is not None and (task.next_run_ms, task.fires) == (past + 60_000, 1)
 
@@ -116,12 +114,13 @@ async def test_a_dead_pollers_claimed_fires_are_not_coalesced_away(
     schedule = Schedule("interval", every_s=0.4, start_ms=start)  # misfire: coalesce
     await store.create(TaskSpec("owed", schedule, task_id="x"))
     first = await claim(store, "dead", lease_ms=1000)
-    assert first[2:][5] == str(start).encode() and first[2:][7] == -1  # a fresh claim
-    lease_end = int(first[0]) + 1000
+    fresh = first.tasks[0]
+    assert fresh.due_ms == start and fresh.owed_until_ms is None  # a fresh claim
+    lease_end = first.now_ms + 1000
     await trio.sleep(1.1)  # the claim expires
     keys = await store.keys()
     poller = Poller(store, PollerSettings())
-    await poller.tick(keys, poller.partitions(keys), get_logger())
+    await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
     dues = [int(f["due_ms"]) for f in await stream_fires(store, "owed")]
     blocked = list(range(start, lease_end + 1, 400))
     assert dues[: len(blocked)] == blocked and len(blocked) >= 3
@@ -135,7 +134,7 @@ async def test_commit_of_a_finished_task_removes_it_from_the_schedule(
     past = await store.now_ms() - 10
     await store.create(TaskSpec("t", Schedule("once", at_ms=past), task_id="once"))
     await claim(store, "A")
-    assert (await commit(store, "A", ["once", "", "", 1]))[0] == -1  # zset now empty
+    assert (await commit(store, "A", ["once", None, None, 1])).earliest_ms is None  # zset empty
     task = await store.get("once")
     assert task is not None and (task.status, task.next_run_ms, task.fires) == ("finished", None, 1)
 
@@ -146,7 +145,7 @@ async def test_pausing_a_claimed_task_voids_the_claim(one_partition: TaskStore) 
     await store.create(TaskSpec("t", Schedule("interval", every_s=1, start_ms=past), task_id="p"))
     await claim(store, "A")
     await store.pause("p")
-    assert (await commit(store, "A", ["p", past + 1000, past + 1000, 1]))[1:] == [b"p"]
+    assert (await commit(store, "A", ["p", past + 1000, past + 1000, 1])).lost == ["p"]
     keys = await store.keys()
     assert await store.client.execute("ZSCORE", keys.schedule(0), "p") is None
 
@@ -155,7 +154,7 @@ async def test_claim_drops_index_entries_of_deleted_tasks(one_partition: TaskSto
     store = one_partition
     keys = await store.keys()
     await store.client.execute("ZADD", keys.schedule(0), 1, "ghost")
-    assert (await claim(store, "A"))[2:] == []
+    assert (await claim(store, "A")).tasks == []
     assert await store.client.execute("ZCARD", keys.schedule(0)) == 0
 
 
@@ -170,10 +169,10 @@ async def test_a_fire_enqueued_again_after_a_poller_died_is_dropped(
     keys = await store.keys()
     await claim(store, "dead-poller", lease_ms=100)
     fire = Fire("x", "t", b"null", past)
-    await enqueue_fires(store.client, keys, [fire], past, "dead-poller", 60_000)
+    await enqueue_fires(await store.scripts(), [fire], past, "dead-poller", 60_000)
     await trio.sleep(0.2)  # the dead poller's claim expires
     poller = Poller(store, PollerSettings(dedupe_window_ms=60_000))
-    result = await poller.tick(keys, poller.partitions(keys), get_logger())
+    result = await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
     assert result.enqueued == 1  # claimed and handled...
     assert [f["schedule_id"] for f in await stream_fires(store, "t")] == [f"x:{past}"]  # ...once
     dropped = [e for e in log_lines() if e["event"] == "duplicate_dropped"]
@@ -250,7 +249,7 @@ async def test_misfired_tasks_follow_their_policy_after_downtime(
         await store.create(TaskSpec(policy, schedule, task_id=policy))
     keys = await store.keys()
     poller = Poller(store, PollerSettings())
-    await poller.tick(keys, poller.partitions(keys), get_logger())
+    await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
     logs = log_lines()
     counts = {p: len(await stream_fires(store, p)) for p in ("coalesce", "skip", "fire_all")}
     assert counts == {"coalesce": 1, "skip": 0, "fire_all": 11}
@@ -268,7 +267,7 @@ async def test_sleep_follows_the_earliest_due_time(store: TaskStore) -> None:
     keys = await store.keys()
     now = await store.now_ms()
     await store.create(TaskSpec("s", Schedule("once", at_ms=now + 300)))
-    result = await poller.tick(keys, poller.partitions(keys), get_logger())
+    result = await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
     assert 0.1 < poller.sleep_s(result) <= 0.3
 
 

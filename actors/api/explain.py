@@ -15,11 +15,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from actors.api.queues import as_text, read_range, stream_id_ms
+from actors.api.queues import as_text, stream_id_ms
 from actors.domain.errors import TaskNotFound
 from actors.domain.model import Task
 from actors.domain.schedules import Schedule
-from actors.store.keys import GROUP
 from actors.store.messages import flat_fields
 from actors.store.records import claim_of
 from actors.store.tasks import TaskStore
@@ -138,7 +137,8 @@ async def _entries_of(
     found: list[tuple[str, dict[str, str]]] = []
     start, end = ("+", "-") if newest_first else ("-", "+")
     for _ in range(STREAM_SCAN_CAP // _PAGE):
-        entries = await read_range(store.client, key, start, end, _PAGE, newest_first=newest_first)
+        streams = await store.streams()
+        entries = await streams.read_range(key, start, end, _PAGE, newest_first=newest_first)
         for entry_id, raw in entries:
             fields = {as_text(k): as_text(v) for k, v in flat_fields(raw).items()}
             if fields.get("task_id") == task_id:
@@ -153,22 +153,16 @@ async def _stream_messages(store: TaskStore, task: Task) -> tuple[list[dict[str,
     keys = await store.keys()
     queue = keys.queue(task.type)
     found, complete = await _entries_of(store, queue, task.task_id)
-    return await _with_pending(store, queue, found), complete
+    return await _with_pending(store, task.type, found), complete
 
 
 async def _with_pending(
-    store: TaskStore, queue: str, found: list[tuple[str, dict[str, str]]]
+    store: TaskStore, task_type: str, found: list[tuple[str, dict[str, str]]]
 ) -> list[dict[str, Any]]:
-    def read() -> list[Any]:
-        pipe = store.client.raw.pipeline(transaction=False)
-        for entry_id, _ in found:
-            pipe.xpending_range(queue, GROUP, entry_id, entry_id, 1)
-        return list(pipe.execute(raise_on_error=False))
-
-    pending = await store.client.run_sync(read) if found else []
+    streams = await store.streams()
+    pending = await streams.pending_of(task_type, [entry_id for entry_id, _ in found])
     out = []
-    for (entry_id, f), p in zip(found, pending, strict=True):
-        info = p[0] if isinstance(p, list) and p else None
+    for (entry_id, f), info in zip(found, pending, strict=True):
         out.append(
             {
                 "msg_id": entry_id,

@@ -11,12 +11,11 @@ from typing import Any
 
 import attrs
 
-from actors.store import scripts
+from actors.store.codes import REPLAY_MALFORMED, REPLAY_MISSING
 from actors.store.keys import GROUP, Keys
 from actors.store.messages import flat_fields
 from actors.store.tasks import TaskStore
 from runtime.logging import emit_events
-from runtime.redis_io import RedisClient
 
 #: Retry contexts read to count retries per type; beyond this the count is left out.
 RETRY_COUNT_CAP = 10_000
@@ -34,19 +33,6 @@ def stream_id_ms(entry_id: bytes | str) -> int:
 
 def as_text(value: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else value
-
-
-async def read_range(
-    client: RedisClient, key: str, start: str, end: str, count: int, *, newest_first: bool = False
-) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    """One page of a stream: XRANGE start..end, or XREVRANGE from ``start`` down to ``end``."""
-
-    def read() -> list[tuple[bytes, dict[bytes, bytes]]]:
-        if newest_first:
-            return list(client.raw.xrevrange(key, start, end, count=count))
-        return list(client.raw.xrange(key, start, end, count=count))
-
-    return await client.run_sync(read)
 
 
 @attrs.frozen
@@ -93,7 +79,7 @@ def _queue_row(
 
 def tally(results: dict[str, str]) -> dict[str, int]:
     """Counts of ``replay`` outcomes: 'missing', 'malformed', or a new stream id (replayed)."""
-    counts = {"replayed": 0, "malformed": 0, "missing": 0}
+    counts = {"replayed": 0, REPLAY_MALFORMED: 0, REPLAY_MISSING: 0}
     for outcome in results.values():
         counts[outcome if outcome in counts else "replayed"] += 1
     return counts
@@ -114,18 +100,7 @@ class Queues:
         now = await self.store.now_ms()
         retrying, retry_total = await self._retries_by_type(keys)
 
-        def read() -> list[list[Any]]:
-            pipe = self.client.raw.pipeline(transaction=False)
-            for t in types:
-                pipe.xlen(keys.queue(t))
-                pipe.xlen(keys.dlq(t))
-                pipe.xinfo_groups(keys.queue(t))
-                pipe.xinfo_consumers(keys.queue(t), GROUP)
-                pipe.xpending(keys.queue(t), GROUP)
-            replies = list(pipe.execute(raise_on_error=False))
-            return [replies[i : i + 5] for i in range(0, len(replies), 5)]
-
-        rows = await self.client.run_sync(read) if types else []
+        rows = await (await self.store.streams()).queue_infos(types)
         out = [
             _queue_row(task_type, row, now, retrying)
             for task_type, row in zip(types, rows, strict=True)
@@ -165,31 +140,31 @@ class Queues:
         if before == "0-0":  # nothing is older than the first possible id
             return [], None
         top = f"({before}" if before else "+"
-        entries = await read_range(
-            self.client, keys.dlq(task_type), top, "-", limit + 1, newest_first=True
+        streams = await self.store.streams()
+        entries = await streams.read_range(
+            keys.dlq(task_type), top, "-", limit + 1, newest_first=True
         )
         page = [_dead_letter(i, f) for i, f in entries[:limit]]
         return page, (page[-1].entry_id if len(entries) > limit else None)
 
     async def dead_letter(self, task_type: str, entry_id: str) -> DeadLetter | None:
         keys = await self.store.keys()
-        entries = await read_range(self.client, keys.dlq(task_type), entry_id, entry_id, 1)
+        streams = await self.store.streams()
+        entries = await streams.read_range(keys.dlq(task_type), entry_id, entry_id, 1)
         return _dead_letter(*entries[0]) if entries else None
 
     async def replay(self, task_type: str, entry_ids: list[str]) -> dict[str, str]:
         """Move dead letters back to the stream; entry id -> new stream id, 'missing' or
         'malformed' (kept)."""
-        keys = await self.store.keys()
+        scripts = await self.store.scripts()
         results: dict[str, str] = {}
         for i in range(0, len(entry_ids), REPLAY_BATCH):
             batch = entry_ids[i : i + REPLAY_BATCH]
-            replies = await self.client.script(
-                scripts.REPLAY_DEAD,
-                [keys.queue(task_type), keys.dlq(task_type)],
-                [task_type, *batch],
-            )
-            results.update(zip(batch, (as_text(r) for r in replies), strict=True))
-        replayed = [(e, r) for e, r in results.items() if r not in ("missing", "malformed")]
+            replies = await scripts.replay_dead(task_type, batch)
+            results.update(zip(batch, replies, strict=True))
+        replayed = [
+            (e, r) for e, r in results.items() if r not in (REPLAY_MISSING, REPLAY_MALFORMED)
+        ]
         emit_events(
             ADMIN_ACTOR,
             [("replayed", {"type": task_type, "entry_id": e, "msg_id": r}) for e, r in replayed],
@@ -200,13 +175,14 @@ class Queues:
         """Replay every dead letter of a type present when the call starts (not ones that
         arrive meanwhile: a handler failing again must not make this loop forever)."""
         keys = await self.store.keys()
-        newest = await read_range(self.client, keys.dlq(task_type), "+", "-", 1, newest_first=True)
+        streams = await self.store.streams()
+        newest = await streams.read_range(keys.dlq(task_type), "+", "-", 1, newest_first=True)
         counts = tally({})
         if not newest:
             return counts
         last, start = as_text(newest[0][0]), "-"
         while True:
-            entries = await read_range(self.client, keys.dlq(task_type), start, last, REPLAY_BATCH)
+            entries = await streams.read_range(keys.dlq(task_type), start, last, REPLAY_BATCH)
             if not entries:
                 return counts
             results = await self.replay(task_type, [as_text(i) for i, _ in entries])
@@ -216,11 +192,6 @@ class Queues:
 
     async def purge(self, task_type: str, entry_ids: list[str] | None = None) -> int:
         """Delete the given dead letters, or (None) the whole DLQ of the type."""
-        keys = await self.store.keys()
-        if entry_ids is None:
-            count = int(await self.client.execute("XLEN", keys.dlq(task_type)))
-            await self.client.execute("UNLINK", keys.dlq(task_type))
-        else:
-            count = int(await self.client.execute("XDEL", keys.dlq(task_type), *entry_ids))
+        count = await (await self.store.streams()).purge_dead(task_type, entry_ids)
         emit_events(ADMIN_ACTOR, [("purged", {"type": task_type, "count": count})] if count else [])
         return count

@@ -12,14 +12,14 @@ Every minute it also removes consumers that are gone and hold nothing
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import trio
 
-from actors.config import ConsumerSection
 from actors.execution.consumer import ConsumerState
-from actors.store import scripts
-from actors.store.keys import GROUP, Keys
-from actors.store.messages import MalformedMessage, Message, flat_fields
+from actors.store.messages import MalformedMessage, Message
+from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.channels import Mailbox
@@ -30,7 +30,13 @@ PRUNE_EVERY_S = 60.0
 
 @attrs.frozen
 class ClaimerSettings:
+    """One type's claimer (built from ``[consumers.<type>]`` and ``[execution]``)."""
+
     interval_s: float = 1.0
+    lease_s: float = 30.0
+    """A message pending this long without renewal is taken over."""
+    max_deliveries: int = 5
+    """A message delivered this often is poison: to the DLQ instead."""
 
 
 class Claimer:
@@ -38,7 +44,6 @@ class Claimer:
         self,
         store: TaskStore,
         task_type: str,
-        section: ConsumerSection,
         state: ConsumerState,
         inbox: Mailbox[Message],
         node: str,
@@ -46,7 +51,6 @@ class Claimer:
     ) -> None:
         self.store = store
         self.type = task_type
-        self.section = section
         self.state = state
         self.inbox = inbox
         self.node = node
@@ -54,38 +58,33 @@ class Claimer:
         self.actor = f"node/consumers/{task_type}/claimer"
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
-        keys = await self.store.keys()
+        scripts = await self.store.scripts()
         self.actor = ctx.path
         task_status.started()
         last_prune = trio.current_time()
         while True:
             await trio.sleep(self.settings.interval_s)
-            await self.tick(keys)
+            await self.tick(scripts)
             if trio.current_time() - last_prune >= PRUNE_EVERY_S:
-                await self.prune(keys)
+                await self.prune(scripts)
                 last_prune = trio.current_time()
 
-    async def tick(self, keys: Keys) -> int:
+    async def tick(self, scripts: Scripts) -> int:
         """Reclaim up to the consumer's free slots; return how many were handed over."""
         name, free = self.state.name, self.state.free.value
         if name is None or free <= 0:
             return 0
-        claimed, poisoned = await self.store.client.script(
-            scripts.RECLAIM,
-            [keys.queue(self.type), keys.dlq(self.type)],
-            [
-                GROUP, name, int(self.section.lease_s * 1000), free,
-                self.section.max_deliveries, self.node,
-            ],
-        )  # fmt: skip
-        events = [
-            ("dead", {"msg_id": m.decode(), "type": self.type, "reason": "poison"})
-            for m in poisoned
+        s = self.settings
+        reclaim = await scripts.reclaim(
+            self.type, name, int(s.lease_s * 1000), free, s.max_deliveries, self.node
+        )
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("dead", {"msg_id": m, "type": self.type, "reason": "poison"}) for m in reclaim.poisoned
         ]
         messages = []
-        for msg_id, owner, idle, deliveries, fields in claimed:
+        for r in reclaim.claimed:
             try:
-                message = Message.decode(msg_id, flat_fields(fields))
+                message = Message.decode(r.msg_id, r.fields)
             except MalformedMessage:
                 continue  # the consumer dead-letters what it cannot decode when it reads it
             messages.append(message)
@@ -97,9 +96,9 @@ class Claimer:
                         "schedule_id": message.schedule_id,
                         "type": self.type,
                         "msg_id": message.msg_id,
-                        "from_consumer": owner.decode(),
-                        "idle_ms": int(idle),
-                        "deliveries": int(deliveries),
+                        "from_consumer": r.owner,
+                        "idle_ms": r.idle_ms,
+                        "deliveries": r.deliveries,
                     },
                 )
             )
@@ -108,14 +107,9 @@ class Claimer:
             await self.inbox.send.send(message)
         return len(messages)
 
-    async def prune(self, keys: Keys) -> list[str]:
-        min_idle_ms = int(max(10 * self.section.lease_s, 60) * 1000)
-        removed = await self.store.client.script(
-            scripts.PRUNE_CONSUMERS,
-            [keys.queue(self.type)],
-            [GROUP, min_idle_ms, self.state.name or ""],
-        )
-        names = [r.decode() for r in removed]
+    async def prune(self, scripts: Scripts) -> list[str]:
+        min_idle_ms = int(max(10 * self.settings.lease_s, 60) * 1000)
+        names = await scripts.prune_consumers(self.type, min_idle_ms, self.state.name or "")
         emit_events(
             self.actor, [("consumer_removed", {"type": self.type, "consumer": n}) for n in names]
         )

@@ -18,27 +18,32 @@ from __future__ import annotations
 
 import secrets
 from collections import defaultdict
-from typing import Any
 
+import attrs
 import trio
 
-from actors.scheduling.poller import (
-    PollerSettings,
+from actors.scheduling.claim_loop import (
+    ClaimLoopSettings,
     TickResult,
-    claim_calls,
+    earliest,
     partitions_for,
     sleep_s,
 )
-from actors.store import scripts
-from actors.store.enqueue import Fire, enqueue_fires
-from actors.store.keys import Keys
+from actors.store.enqueue import enqueue_fires
+from actors.store.replies import Fire
+from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.logging import emit_events
 
 
+@attrs.frozen
+class RetryDispatcherSettings(ClaimLoopSettings):
+    """The retry dispatcher's settings: ``index`` of ``of`` dispatchers, batch, leases."""
+
+
 class RetryDispatcher:
-    def __init__(self, store: TaskStore, settings: PollerSettings) -> None:
+    def __init__(self, store: TaskStore, settings: RetryDispatcherSettings) -> None:
         self.store = store
         self.settings = settings
         self.actor = f"node/scheduler/retry-dispatcher-{settings.index}"
@@ -47,62 +52,37 @@ class RetryDispatcher:
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         keys = await self.store.keys()
+        scripts = await self.store.scripts()
         partitions = partitions_for(self.settings.index, self.settings.of, keys.partitions)
         self.actor = ctx.path
         ctx.log.info("retry_dispatcher_ready", partitions=partitions)
         task_status.started()
         while True:
-            result = await self.tick(keys, partitions)
+            result = await self.tick(scripts, partitions)
             await trio.sleep(sleep_s(result, self.settings.max_tick_s, self.settings.min_tick_s))
 
-    async def tick(self, keys: Keys, partitions: list[int]) -> TickResult:
+    async def tick(self, scripts: Scripts, partitions: list[int]) -> TickResult:
         self._ticks += 1
         token = f"{self._token_base}-{self._ticks}"
-        calls = claim_calls(
-            partitions, keys.retry, keys.retry_context_prefix, token,
-            self.settings.batch_size, self.settings.claim_lease_ms,
-        )  # fmt: skip
-        replies = await self.store.client.scripts(scripts.CLAIM_RETRIES, calls)
+        s = self.settings
+        claims = await scripts.claim_retries(partitions, token, s.batch_size, s.claim_lease_ms)
         fires: list[Fire] = []
         claimed: dict[int, list[str]] = defaultdict(list)
-        earliest: dict[int, int | None] = {}
-        now = 0
-        full = False
-        for partition, reply in zip(partitions, replies, strict=True):
-            if isinstance(reply, Exception):
-                raise reply
-            now = max(now, int(reply[0]))
-            earliest[partition] = int(reply[1]) if int(reply[1]) >= 0 else None
-            flat = reply[2:]
-            full |= len(flat) // 6 >= self.settings.batch_size
-            for i in range(0, len(flat), 6):
-                sid, task_id, task_type, payload, attempt, due = flat[i : i + 6]
-                claimed[partition].append(sid.decode())
-                fires.append(
-                    Fire(task_id.decode(), task_type.decode(), payload, int(due), int(attempt))
-                )
+        earliest_ms = {c.partition: c.earliest_ms for c in claims}
+        for claim in claims:
+            for sid, fire in claim.retries:
+                claimed[claim.partition].append(sid)
+                fires.append(fire)
+        now = max((c.now_ms for c in claims), default=0)
         if fires:
-            await enqueue_fires(
-                self.store.client, keys, fires, now, self.actor, self.settings.dedupe_window_ms
-            )
-            earliest |= await self._commit(keys, claimed, token)
-        seen = [e for e in earliest.values() if e is not None]
-        return TickResult(len(fires), now, min(seen) if seen else None, full)
-
-    async def _commit(
-        self, keys: Keys, claimed: dict[int, list[str]], token: str
-    ) -> dict[int, int | None]:
-        calls = [
-            ([keys.retry(p)], [keys.retry_context_prefix(p), token, *sids])
-            for p, sids in claimed.items()
-        ]
-        replies = await self.store.client.scripts(scripts.COMMIT_RETRIES, calls)
-        earliest: dict[int, int | None] = {}
-        lost: list[tuple[str, dict[str, Any]]] = []
-        for partition, reply in zip(claimed, replies, strict=True):
-            if isinstance(reply, Exception):
-                raise reply
-            earliest[partition] = int(reply[0]) if int(reply[0]) >= 0 else None
-            lost += [("retry_claim_lost", {"schedule_id": sid.decode()}) for sid in reply[1:]]
-        emit_events(self.actor, lost)
-        return earliest
+            await enqueue_fires(scripts, fires, now, self.actor, s.dedupe_window_ms)
+            commits = await scripts.commit_retries(token, claimed)
+            lost = [
+                ("retry_claim_lost", {"schedule_id": sid})
+                for c in commits.values()
+                for sid in c.lost
+            ]
+            emit_events(self.actor, lost)
+            earliest_ms |= {p: c.earliest_ms for p, c in commits.items()}
+        full = any(len(c.retries) >= s.batch_size for c in claims)
+        return TickResult(len(fires), now, earliest(list(earliest_ms.values())), full)

@@ -17,16 +17,15 @@ batch is written, nothing is lost.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import cattrs
 
 from actors.domain.errors import LayoutMismatch
 from actors.domain.model import converter
 from actors.domain.schedules import Schedule
-from actors.store import scripts
 from actors.store.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, Keys
 from actors.store.records import encode_definition, encode_schedule, encode_state
+from actors.store.scripts import Scripts
 from runtime.redis_io import RedisClient
 
 
@@ -66,11 +65,11 @@ async def _migrate_set(
     while ids := [i.decode() for i in await client.execute("SRANDMEMBER", type_set, batch)]:
         old_keys = [f"{tag}:task:{i}" for i in ids]
         hashes = await client.pipeline([("HGETALL", key) for key in old_keys])
-        args: list[Any] = [tag, type_set]
-        for task_id, key, fields in zip(ids, old_keys, hashes, strict=True):
-            args += [task_id, keys.bucket_of(task_id), task_type]
-            args += _convert(key, fields) if fields else ["", "", ""]
-        moved += int(await client.script(scripts.MIGRATE_TASKS, [keys.schedule(partition)], args))
+        rows = [
+            (task_id, _convert(key, fields) if fields else ["", "", ""])
+            for task_id, key, fields in zip(ids, old_keys, hashes, strict=True)
+        ]
+        moved += await Scripts(client, keys).migrate_tasks(partition, type_set, task_type, rows)
     return moved
 
 

@@ -1,45 +1,426 @@
-"""The Lua scripts, loaded once from ``actors/store/lua``; nothing else formats EVAL calls.
+"""The typed door to the Lua scripts: one method per script, keys built inside.
 
-Each script's header (in its ``.lua`` file) lists its KEYS, ARGV and return value; the
-store and the actors call them through ``RedisClient.script``/``scripts`` with the keys
-built by ``actors.store.keys``.
+Each script's header (in ``lua/<name>.lua``) lists its KEYS, ARGV and reply; the methods
+here are the only code that builds those lists or decodes those replies. Callers pass
+typed values (partitions, task ids, messages) and get typed results (``actors.store.replies``)
+or typed errors (``actors.store.codes``). Calls that cover several partitions or types are
+pipelined in one round trip, one script call per partition or per chunk.
+
+The roles depend on ``Scripts`` alone, so a test can subclass it to fail at a chosen step
+(``tests/test_poller.py`` fails a commit and checks that the fire still runs).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
 
-from runtime.redis_io import Script
+from actors.store import lua
+from actors.store.codes import optional_ms
+from actors.store.keys import GROUP, Keys
+from actors.store.messages import Message, flat_fields
+from actors.store.replies import (
+    Commit,
+    DeadLetterWrite,
+    Fire,
+    FireCommit,
+    OutcomeWrite,
+    PartitionClaim,
+    Reclaim,
+    Reclaimed,
+    RetryClaim,
+    RetryWrite,
+    TaskRow,
+    decode_claimed,
+)
+from runtime.redis_io import RedisClient, Reply, Script
 
-_LUA_DIR = Path(__file__).parent / "lua"
+#: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
+ENQUEUE_CHUNK = 500
+
+Call = tuple[Script, list[Any], list[Any]]
 
 
-def _load(name: str, *, records: bool = False) -> Script:
-    """``records=True``: a task script, which gets ``records.lua`` (how a task is stored)
-    put before its own source; Redis 7.0 scripts cannot import one another."""
-    source = (_LUA_DIR / f"{name}.lua").read_text(encoding="utf-8")
-    if records:
-        source = (_LUA_DIR / "records.lua").read_text(encoding="utf-8") + source
-    return Script(name, source)
+def _ok(replies: list[Reply]) -> list[Reply]:
+    """Raise the first failed call of a pipeline (its error object), else the replies."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
-CREATE_TASKS = _load("create_tasks", records=True)
-CLAIM_DUE = _load("claim_due", records=True)
-COMMIT_FIRES = _load("commit_fires", records=True)
-SET_STATUS = _load("set_status", records=True)
-UPDATE_TASK = _load("update_task", records=True)
-DELETE_TASKS = _load("delete_tasks", records=True)
-MIGRATE_TASKS = _load("migrate_tasks")
-ENQUEUE = _load("enqueue")
-BEGIN_RUNS = _load("begin_runs")
-ACK = _load("ack")
-DEAD_LETTER = _load("dead_letter")
-SCHEDULE_RETRIES = _load("schedule_retries")
-CLAIM_RETRIES = _load("claim_retries")
-COMMIT_RETRIES = _load("commit_retries")
-RECORD_OUTCOMES = _load("record_outcomes", records=True)
-RECLAIM = _load("reclaim")
-RENEW_LEASES = _load("renew_leases")
-RELEASE = _load("release")
-PRUNE_CONSUMERS = _load("prune_consumers")
-REPLAY_DEAD = _load("replay_dead")
+class Scripts:
+    """Every Lua script of one namespace, as typed async methods."""
+
+    def __init__(self, client: RedisClient, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+
+    async def _run(self, calls: list[Call]) -> list[Reply]:
+        return _ok(await self.client.mixed_scripts(calls)) if calls else []
+
+    # -- scheduling: poller -----------------------------------------------------------------
+
+    async def claim_due(
+        self, partitions: Sequence[int], token: str, limit: int, lease_ms: int
+    ) -> list[PartitionClaim]:
+        """``claim_due.lua`` per partition: reserve up to ``limit`` due tasks each."""
+        k = self.keys
+        replies = await self._run(
+            [
+                (lua.CLAIM_DUE, [k.schedule(p)], [k.tag(p), token, limit, lease_ms, k.buckets])
+                for p in partitions
+            ]
+        )
+        claims = []
+        for partition, reply in zip(partitions, replies, strict=True):
+            flat = reply[2:]
+            tasks = [decode_claimed(flat[i : i + 8]) for i in range(0, len(flat), 8)]
+            claims.append(PartitionClaim(partition, int(reply[0]), optional_ms(reply[1]), tasks))
+        return claims
+
+    async def commit_fires(
+        self, token: str, commits: dict[int, list[FireCommit]]
+    ) -> dict[int, Commit]:
+        """``commit_fires.lua`` per partition: advance each grid if ``token``'s claim holds."""
+        calls: list[Call] = []
+        for partition, items in commits.items():
+            args: list[Any] = [self.keys.tag(partition), token]
+            for c in items:
+                args += [c.task_id, c.bucket, _or_empty(c.next_ms), _or_empty(c.score), c.fired]
+            calls.append((lua.COMMIT_FIRES, [self.keys.schedule(partition)], args))
+        replies = await self._run(calls)
+        return {
+            p: Commit(optional_ms(r[0]), [x.decode() for x in r[1:]])
+            for p, r in zip(commits, replies, strict=True)
+        }
+
+    async def enqueue(
+        self, fires: Sequence[Fire], now_ms: int, dedupe_window_ms: int
+    ) -> list[bool]:
+        """``enqueue.lua``: append fires to their types' streams, one call per type per
+        ``ENQUEUE_CHUNK``; per fire (in the given order) True if appended, False if the
+        same fire was appended within the window."""
+        by_type: dict[str, list[int]] = defaultdict(list)
+        for i, fire in enumerate(fires):
+            by_type[fire.type].append(i)
+        calls: list[Call] = []
+        order: list[int] = []
+        for task_type, indexes in by_type.items():
+            for start in range(0, len(indexes), ENQUEUE_CHUNK):
+                chunk = indexes[start : start + ENQUEUE_CHUNK]
+                args: list[Any] = [
+                    now_ms, task_type, self.keys.enqueued_prefix(task_type), dedupe_window_ms,
+                ]  # fmt: skip
+                for i in chunk:
+                    f = fires[i]
+                    args += [f.task_id, f.due_ms, f.payload, f.attempt]
+                calls.append((lua.ENQUEUE, [self.keys.queue(task_type)], args))
+                order += chunk
+        flags = [bool(int(flag)) for reply in await self._run(calls) for flag in reply]
+        appended = [False] * len(fires)
+        for i, flag in zip(order, flags, strict=True):
+            appended[i] = flag
+        return appended
+
+    # -- scheduling: retry dispatcher -------------------------------------------------------
+
+    async def claim_retries(
+        self, partitions: Sequence[int], token: str, limit: int, lease_ms: int
+    ) -> list[RetryClaim]:
+        """``claim_retries.lua`` per partition: reserve up to ``limit`` due retries each."""
+        k = self.keys
+        replies = await self._run(
+            [
+                (
+                    lua.CLAIM_RETRIES,
+                    [k.retry(p)],
+                    [k.retry_context_prefix(p), token, limit, lease_ms],
+                )
+                for p in partitions
+            ]
+        )
+        claims = []
+        for partition, reply in zip(partitions, replies, strict=True):
+            flat = reply[2:]
+            retries = []
+            for i in range(0, len(flat), 6):
+                sid, task_id, task_type, payload, attempt, due = flat[i : i + 6]
+                fire = Fire(task_id.decode(), task_type.decode(), payload, int(due), int(attempt))
+                retries.append((sid.decode(), fire))
+            claims.append(RetryClaim(partition, int(reply[0]), optional_ms(reply[1]), retries))
+        return claims
+
+    async def commit_retries(self, token: str, claimed: dict[int, list[str]]) -> dict[int, Commit]:
+        """``commit_retries.lua`` per partition: delete the retry contexts whose claim by
+        ``token`` still holds; ``Commit.lost`` names the schedule ids it did not hold."""
+        k = self.keys
+        replies = await self._run(
+            [
+                (lua.COMMIT_RETRIES, [k.retry(p)], [k.retry_context_prefix(p), token, *sids])
+                for p, sids in claimed.items()
+            ]
+        )
+        return {
+            p: Commit(optional_ms(r[0]), [x.decode() for x in r[1:]])
+            for p, r in zip(claimed, replies, strict=True)
+        }
+
+    # -- execution: consumer ----------------------------------------------------------------
+
+    async def begin_runs(
+        self, task_type: str, messages: Sequence[Message], window_ms: int
+    ) -> list[bool]:
+        """``begin_runs.lua``: per message, True to run it, False for a duplicate fire."""
+        args: list[Any] = [self.keys.seen_prefix(task_type), window_ms]
+        for m in messages:
+            args += [m.msg_id, m.fire_key]
+        (flags,) = await self._run([(lua.BEGIN_RUNS, [self.keys.queue(task_type)], args)])
+        return [bool(int(flag)) for flag in flags]
+
+    def _ack_call(self, task_type: str, ids: Sequence[str]) -> Call:
+        return (lua.ACK, [self.keys.queue(task_type)], [GROUP, *ids])
+
+    def _dead_letter_call(self, task_type: str, entries: Sequence[DeadLetterWrite]) -> Call:
+        args: list[Any] = [GROUP]
+        for entry in entries:
+            flat = [x for kv in entry.fields.items() for x in kv]
+            args += [entry.msg_id, len(flat), *flat]
+        return (lua.DEAD_LETTER, [self.keys.queue(task_type), self.keys.dlq(task_type)], args)
+
+    async def ack(self, task_type: str, ids: Sequence[str]) -> int:
+        """``ack.lua``: acknowledge and delete finished messages; how many were pending."""
+        if not ids:
+            return 0
+        (count,) = await self._run([self._ack_call(task_type, ids)])
+        return int(count)
+
+    async def dead_letter(self, task_type: str, entries: Sequence[DeadLetterWrite]) -> list[str]:
+        """``dead_letter.lua``: move messages to the DLQ with their ACK; the DLQ entry ids."""
+        if not entries:
+            return []
+        (ids,) = await self._run([self._dead_letter_call(task_type, entries)])
+        return [i.decode() for i in ids]
+
+    def _retry_call(self, partition: int, retries: Sequence[RetryWrite]) -> Call:
+        k = self.keys
+        args: list[Any] = [k.retry_context_prefix(partition)]
+        for r in retries:
+            m = r.message
+            args += [
+                m.schedule_id, r.retry_at_ms, m.task_id, m.type, m.payload_json,
+                m.attempt + 1, m.due_ms, r.error,
+            ]  # fmt: skip
+        return (lua.SCHEDULE_RETRIES, [k.retry(partition)], args)
+
+    def _outcomes_call(self, partition: int, outcomes: Sequence[OutcomeWrite]) -> Call:
+        k = self.keys
+        args: list[Any] = [k.tag(partition)]
+        for o in outcomes:
+            args += [o.task_id, k.bucket_of(o.task_id), o.outcome, o.finished_ms, o.error]
+        return (lua.RECORD_OUTCOMES, [k.schedule(partition)], args)
+
+    async def schedule_retries(self, retries: Sequence[RetryWrite]) -> None:
+        """``schedule_retries.lua`` per partition: save retry contexts, scored by retry time."""
+        await self._run(self._partition_calls(retries, []))
+
+    async def record_outcomes(self, outcomes: Sequence[OutcomeWrite]) -> int:
+        """``record_outcomes.lua`` per partition: each task's last run; how many updated."""
+        return sum(int(r) for r in await self._run(self._partition_calls([], outcomes)))
+
+    def _partition_calls(
+        self, retries: Sequence[RetryWrite], outcomes: Sequence[OutcomeWrite]
+    ) -> list[Call]:
+        retry_by: dict[int, list[RetryWrite]] = defaultdict(list)
+        for r in retries:
+            retry_by[self.keys.partition_of(r.message.task_id)].append(r)
+        outcome_by: dict[int, list[OutcomeWrite]] = defaultdict(list)
+        for o in outcomes:
+            outcome_by[self.keys.partition_of(o.task_id)].append(o)
+        return [self._retry_call(p, rs) for p, rs in retry_by.items()] + [
+            self._outcomes_call(p, os) for p, os in outcome_by.items()
+        ]
+
+    async def complete(
+        self,
+        task_type: str,
+        *,
+        retries: Sequence[RetryWrite],
+        outcomes: Sequence[OutcomeWrite],
+        dead: Sequence[DeadLetterWrite],
+        acks: Sequence[str],
+    ) -> None:
+        """A consumer's batch of outcomes, in the order that keeps the ACK invariant:
+        retry contexts and task outcomes first, then dead letters and ACKs. On one server
+        a single pipeline runs in order; across cluster shards it need not, so there the
+        partition writes complete first and the stream writes follow."""
+        partition_calls = self._partition_calls(retries, outcomes)
+        stream_calls = ([self._dead_letter_call(task_type, dead)] if dead else []) + (
+            [self._ack_call(task_type, acks)] if acks else []
+        )
+        if self.client.is_cluster:
+            await self._run(partition_calls)
+            await self._run(stream_calls)
+        else:
+            await self._run(partition_calls + stream_calls)
+
+    async def renew_leases(self, task_type: str, consumer: str, ids: Sequence[str]) -> list[str]:
+        """``renew_leases.lua``: reset the idle time of our own in-flight messages."""
+        if not ids:
+            return []
+        (renewed,) = await self._run(
+            [(lua.RENEW_LEASES, [self.keys.queue(task_type)], [GROUP, consumer, *ids])]
+        )
+        return [i.decode() for i in renewed]
+
+    async def release(self, task_type: str, consumer: str, idle_ms: int) -> tuple[list[str], bool]:
+        """``release.lua``: hand back everything pending under ``consumer`` with ``idle_ms``;
+        (released ids, whether the consumer left the group)."""
+        ((released, removed),) = await self._run(
+            [(lua.RELEASE, [self.keys.queue(task_type)], [GROUP, consumer, idle_ms])]
+        )
+        return [i.decode() for i in released], bool(int(removed))
+
+    # -- execution: claimer -----------------------------------------------------------------
+
+    async def reclaim(
+        self, task_type: str, consumer: str, lease_ms: int, count: int, max_deliveries: int,
+        node: str,
+    ) -> Reclaim:  # fmt: skip
+        """``reclaim.lua``: take over up to ``count`` messages idle past the lease for
+        ``consumer``; dead-letter those delivered ``max_deliveries`` times (poison)."""
+        k = self.keys
+        ((claimed, poisoned),) = await self._run(
+            [
+                (
+                    lua.RECLAIM,
+                    [k.queue(task_type), k.dlq(task_type)],
+                    [GROUP, consumer, lease_ms, count, max_deliveries, node],
+                )
+            ]
+        )
+        return Reclaim(
+            claimed=[
+                Reclaimed(
+                    msg_id.decode(), owner.decode(), int(idle), int(deliveries), flat_fields(fields)
+                )
+                for msg_id, owner, idle, deliveries, fields in claimed
+            ],
+            poisoned=[m.decode() for m in poisoned],
+        )
+
+    async def prune_consumers(self, task_type: str, min_idle_ms: int, keep: str) -> list[str]:
+        """``prune_consumers.lua``: remove consumers idle that long with nothing pending
+        (never ``keep``); their names."""
+        (removed,) = await self._run(
+            [(lua.PRUNE_CONSUMERS, [self.keys.queue(task_type)], [GROUP, min_idle_ms, keep])]
+        )
+        return [r.decode() for r in removed]
+
+    # -- operators --------------------------------------------------------------------------
+
+    async def replay_dead(self, task_type: str, entry_ids: Sequence[str]) -> list[str]:
+        """``replay_dead.lua``: per entry, the new stream id or ``REPLAY_MISSING`` /
+        ``REPLAY_MALFORMED`` (``actors.store.codes``)."""
+        k = self.keys
+        (replies,) = await self._run(
+            [(lua.REPLAY_DEAD, [k.queue(task_type), k.dlq(task_type)], [task_type, *entry_ids])]
+        )
+        return [r.decode() if isinstance(r, bytes) else str(r) for r in replies]
+
+    # -- the task store ---------------------------------------------------------------------
+
+    async def create_tasks(self, rows: dict[int, list[TaskRow]]) -> dict[int, list[int]]:
+        """``create_tasks.lua`` per partition; per task a ``Code`` (OK, UNCHANGED, CONFLICT)."""
+        k = self.keys
+        calls: list[Call] = []
+        for partition, items in rows.items():
+            args: list[Any] = [k.tag(partition)]
+            for r in items:
+                args += [r.task_id, k.bucket_of(r.task_id), r.type, r.payload_json, r.sched,
+                         _or_empty(r.next_ms), _or_empty(r.score)]  # fmt: skip
+            calls.append((lua.CREATE_TASKS, [k.schedule(partition)], args))
+        replies = await self._run(calls)
+        return {p: [int(c) for c in r] for p, r in zip(rows, replies, strict=True)}
+
+    async def update_task(
+        self, task_id: str, payload_json: str, sched: bytes | str, next_ms: int | None,
+        score: int | None,
+    ) -> tuple[int, str]:  # fmt: skip
+        """``update_task.lua``: replace payload and/or schedule ('' keeps one);
+        (``Code``, status afterwards)."""
+        k, p = self.keys, self.keys.partition_of(task_id)
+        ((code, status),) = await self._run(
+            [
+                (
+                    lua.UPDATE_TASK,
+                    [k.schedule(p)],
+                    [
+                        k.tag(p),
+                        task_id,
+                        k.bucket_of(task_id),
+                        payload_json,
+                        sched,
+                        _or_empty(next_ms),
+                        _or_empty(score),
+                    ],
+                )
+            ]
+        )
+        return int(code), status.decode()
+
+    async def set_status(
+        self, task_id: str, action: str, next_ms: int | None = None, score: int | None = None
+    ) -> tuple[int, str]:
+        """``set_status.lua``: pause, resume (at ``next_ms``) or stop; (``Code``, status)."""
+        k, p = self.keys, self.keys.partition_of(task_id)
+        ((code, status),) = await self._run(
+            [
+                (
+                    lua.SET_STATUS,
+                    [k.schedule(p)],
+                    [
+                        k.tag(p),
+                        task_id,
+                        k.bucket_of(task_id),
+                        action,
+                        _or_empty(next_ms),
+                        _or_empty(score),
+                    ],
+                )
+            ]
+        )
+        return int(code), status.decode()
+
+    async def delete_tasks(self, task_ids: Iterable[str]) -> int:
+        """``delete_tasks.lua`` per partition; how many existed."""
+        k = self.keys
+        groups: dict[int, list[Any]] = defaultdict(list)
+        for task_id in task_ids:
+            groups[k.partition_of(task_id)] += [task_id, k.bucket_of(task_id)]
+        calls: list[Call] = [
+            (lua.DELETE_TASKS, [k.schedule(p)], [k.tag(p), *args]) for p, args in groups.items()
+        ]
+        return sum(int(r) for r in await self._run(calls))
+
+    async def migrate_tasks(
+        self,
+        partition: int,
+        type_set: str,
+        task_type: str,
+        rows: Sequence[tuple[str, Sequence[Any]]],
+    ) -> int:
+        """``migrate_tasks.lua``: move layout-1 tasks (id, (definition, state, error)) of one
+        type set into this layout; how many moved."""
+        k = self.keys
+        args: list[Any] = [k.tag(partition), type_set]
+        for task_id, converted in rows:
+            args += [task_id, k.bucket_of(task_id), task_type, *converted]
+        (moved,) = await self._run([(lua.MIGRATE_TASKS, [k.schedule(partition)], args)])
+        return int(moved)
+
+
+def _or_empty(value: int | None) -> int | str:
+    """Scripts read '' as "none" for an optional time."""
+    return "" if value is None else value

@@ -17,20 +17,16 @@ from typing import Any
 
 import attrs
 
-from actors.domain.errors import (
-    OK,
-    InvalidTask,
-    LayoutMismatch,
-    TaskConflict,
-    TaskNotFound,
-    raise_for_code,
-)
+from actors.domain.errors import InvalidTask, LayoutMismatch, TaskConflict, TaskNotFound
 from actors.domain.model import STATUSES, Task, TaskSpec, encode_payload, new_task_id
 from actors.domain.schedules import Schedule
-from actors.store import scripts
-from actors.store.enqueue import Fire, enqueue_fires
+from actors.store.codes import Code, raise_for_code
+from actors.store.enqueue import enqueue_fires
 from actors.store.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, Keys, schedule_id
 from actors.store.records import decode_task, definition_type_and_payload, encode_schedule
+from actors.store.replies import Fire, TaskRow
+from actors.store.scripts import Scripts
+from actors.store.streams import Streams
 from runtime.config import check_name
 from runtime.logging import emit_events
 from runtime.redis_io import RedisClient
@@ -78,6 +74,8 @@ class TaskStore:
         self._default_partitions = default_partitions
         self._default_buckets = default_buckets
         self._keys: Keys | None = None
+        self._scripts: Scripts | None = None
+        self._streams: Streams | None = None
         self._known_types: set[str] = set()
 
     # -- namespace ------------------------------------------------------------------------
@@ -111,6 +109,18 @@ class TaskStore:
             self._keys = Keys(self.namespace, int(partitions), int(buckets))
         return self._keys
 
+    async def scripts(self) -> Scripts:
+        """The namespace's scripts (``actors.store.scripts``): the roles' door to Redis."""
+        if self._scripts is None:
+            self._scripts = Scripts(self.client, await self.keys())
+        return self._scripts
+
+    async def streams(self) -> Streams:
+        """The namespace's plain stream commands (``actors.store.streams``)."""
+        if self._streams is None:
+            self._streams = Streams(self.client, await self.keys())
+        return self._streams
+
     async def now_ms(self) -> int:
         """Redis's clock (``RedisClient.clock_ms``: at most a second-old reading carried
         forward), to place new grid times; the scripts decide due-ness with TIME."""
@@ -139,35 +149,30 @@ class TaskStore:
         groups: dict[int, list[int]] = defaultdict(list)
         for index, task_id in enumerate(ids):
             groups[keys.partition_of(task_id)].append(index)
-        calls = []
         placed = _Placement(now)
+        rows: dict[int, list[TaskRow]] = {}
         for partition, indexes in groups.items():
-            args: list[Any] = [keys.tag(partition)]
+            rows[partition] = []
             for index in indexes:
                 spec = specs[index]
                 sched, next_ms, score = placed.of(spec.schedule)
-                task_id = ids[index]
-                args += [
-                    task_id, keys.bucket_of(task_id), spec.type, spec.payload_json(), sched,
-                    next_ms, score,
-                ]  # fmt: skip
-            calls.append(([keys.schedule(partition)], args))
-        replies = await self.client.scripts(scripts.CREATE_TASKS, calls)
+                rows[partition].append(
+                    TaskRow(ids[index], spec.type, spec.payload_json(), sched, next_ms, score)
+                )
+        replies = await (await self.scripts()).create_tasks(rows)
         new_types = {spec.type for spec in specs} - self._known_types
         if new_types:  # types are never removed from the set: remembering them is safe
             await self.client.execute("SADD", keys.types, *new_types)
             self._known_types |= new_types
         codes: dict[int, int] = {}
-        for indexes, reply in zip(groups.values(), replies, strict=True):
-            if isinstance(reply, Exception):
-                raise reply
-            codes.update(zip(indexes, (int(c) for c in reply), strict=True))
+        for partition, indexes in groups.items():
+            codes.update(zip(indexes, replies[partition], strict=True))
         emit_events(
             STORE_ACTOR,
             [
                 ("created", {"task_id": ids[i], "type": specs[i].type})
                 for i in range(len(specs))
-                if codes[i] == OK
+                if codes[i] == Code.OK
             ],
         )
         conflicts = [ids[i] for i, code in codes.items() if code < 0]
@@ -175,7 +180,7 @@ class TaskStore:
             raise TaskConflict(
                 f"tasks exist with a different type, payload or schedule: {', '.join(conflicts)}"
             )
-        return [Created(ids[i], codes[i] == OK, codes[i] < 0) for i in range(len(specs))]
+        return [Created(ids[i], codes[i] == Code.OK, codes[i] < 0) for i in range(len(specs))]
 
     # -- read -----------------------------------------------------------------------------
 
@@ -280,7 +285,7 @@ class TaskStore:
         task_type, payload = definition_type_and_payload(definition)
         now = await self.now_ms()
         fire = Fire(task_id, task_type, payload, now)
-        await enqueue_fires(self.client, keys, [fire], now, STORE_ACTOR, dedupe_window_ms=0)
+        await enqueue_fires(await self.scripts(), [fire], now, STORE_ACTOR, dedupe_window_ms=0)
         emit_events(STORE_ACTOR, [("triggered", {"task_id": task_id})])
         return schedule_id(task_id, now)
 
@@ -292,27 +297,21 @@ class TaskStore:
         schedule: Schedule | None = None,
     ) -> str:
         """Replace payload and/or schedule; returns the task's status afterwards."""
-        keys = await self.keys()
         payload_json = ""
         if not isinstance(payload, _Keep):
             payload_json = encode_payload(payload)
         sched: bytes | str = ""
-        next_ms, score = "", ""
+        next_ms: int | None = None
+        score: int | None = None
         if schedule is not None:
             sched, next_ms, score = _Placement(await self.now_ms()).of(schedule)
-        partition = keys.partition_of(task_id)
-        code, status = await self.client.script(
-            scripts.UPDATE_TASK,
-            [keys.schedule(partition)],
-            [
-                keys.tag(partition), task_id, keys.bucket_of(task_id), payload_json, sched,
-                next_ms, score,
-            ],
-        )  # fmt: skip
-        raise_for_code(int(code), task_id)
+        code, status = await (await self.scripts()).update_task(
+            task_id, payload_json, sched, next_ms, score
+        )
+        raise_for_code(code, task_id)
         changed = [f for f, new in (("payload", payload_json), ("schedule", sched)) if new]
         emit_events(STORE_ACTOR, [("updated", {"task_id": task_id, "fields": changed})])
-        return str(status.decode())
+        return status
 
     async def pause(self, task_id: str) -> str:
         return await self._set_status(task_id, "pause")
@@ -324,8 +323,8 @@ class TaskStore:
         return await self._set_status(task_id, "stop")
 
     async def _set_status(self, task_id: str, action: str) -> str:
-        keys = await self.keys()
-        next_ms, score = "", ""
+        next_ms: int | None = None
+        score: int | None = None
         if action == "resume":
             task = await self.get(task_id)
             if task is not None:
@@ -333,34 +332,23 @@ class TaskStore:
                 # (the pause skipped the fires in between, which is what pausing means).
                 now = await self.now_ms()
                 grid = task.next_run_ms or task.schedule.first_due(now)
-                upcoming = (
+                next_ms = (
                     grid if grid is None or grid > now else task.schedule.first_after(grid, now)
                 )
-                if upcoming is not None:
-                    next_ms, score = str(upcoming), str(upcoming + task.schedule.jitter_ms())
-        partition = keys.partition_of(task_id)
-        code, status = await self.client.script(
-            scripts.SET_STATUS,
-            [keys.schedule(partition)],
-            [keys.tag(partition), task_id, keys.bucket_of(task_id), action, next_ms, score],
-        )
-        raise_for_code(int(code), task_id, f"cannot {action} a {status.decode()} task")
-        if int(code) == OK:
+                if next_ms is not None:
+                    score = next_ms + task.schedule.jitter_ms()
+        code, status = await (await self.scripts()).set_status(task_id, action, next_ms, score)
+        raise_for_code(code, task_id, f"cannot {action} a {status} task")
+        if code == Code.OK:
             event = {"pause": "paused", "resume": "resumed", "stop": "stopped"}[action]
-            emit_events(STORE_ACTOR, [(event, {"task_id": task_id, "status": status.decode()})])
-        return str(status.decode())
+            emit_events(STORE_ACTOR, [(event, {"task_id": task_id, "status": status})])
+        return status
 
     async def delete(self, task_id: str) -> bool:
         return await self.delete_many([task_id]) == 1
 
     async def delete_many(self, task_ids: Iterable[str]) -> int:
-        keys = await self.keys()
-        groups: dict[int, list[Any]] = defaultdict(list)
-        for task_id in task_ids:
-            groups[keys.partition_of(task_id)] += [task_id, keys.bucket_of(task_id)]
-        calls = [([keys.schedule(p)], [keys.tag(p), *args]) for p, args in groups.items()]
-        replies = await self.client.scripts(scripts.DELETE_TASKS, calls) if calls else []
-        deleted = sum(int(r) for r in replies)
+        deleted = await (await self.scripts()).delete_tasks(task_ids)
         emit_events(STORE_ACTOR, [("deleted", {"count": deleted})] if deleted else [])
         return deleted
 
@@ -374,14 +362,8 @@ class TaskStore:
                 buckets = range(start, min(start + CLEAR_SPAN, keys.buckets))
                 members = await self._type_members(keys, partition, task_type, buckets)
                 for i in range(0, len(members), CLEAR_BATCH):
-                    args = [x for member in members[i : i + CLEAR_BATCH] for x in member]
-                    deleted += int(
-                        await self.client.script(
-                            scripts.DELETE_TASKS,
-                            [keys.schedule(partition)],
-                            [keys.tag(partition), *args],
-                        )
-                    )
+                    batch = [task_id for task_id, _ in members[i : i + CLEAR_BATCH]]
+                    deleted += await (await self.scripts()).delete_tasks(batch)
         return deleted
 
 
@@ -394,16 +376,16 @@ class _Placement:
         self.now_ms = now_ms
         self._seen: dict[Schedule, tuple[bytes, int | None]] = {}
 
-    def of(self, schedule: Schedule) -> tuple[bytes, str, str]:
-        """(stored schedule, next_ms, score) as script arguments; '' when it never fires."""
+    def of(self, schedule: Schedule) -> tuple[bytes, int | None, int | None]:
+        """(stored schedule, next_ms, score); None when it never fires."""
         known = self._seen.get(schedule)
         if known is None:
             known = (encode_schedule(schedule), schedule.first_due(self.now_ms))
             self._seen[schedule] = known
         sched, due = known
         if due is None:
-            return sched, "", ""
-        return sched, str(due), str(due + schedule.jitter_ms())
+            return sched, None, None
+        return sched, due, due + schedule.jitter_ms()
 
 
 @attrs.frozen

@@ -1,0 +1,199 @@
+"""What to do with a batch of finished handler runs: a pure function, no Redis.
+
+``decide`` splits a batch into successes (results log, ACK), failures to retry (a retry
+context at finish + backoff, then ACK) and failures that are done (dead letter, which ACKs
+in the same script), and says what every task's last outcome is and which lifecycle lines
+to write. The consumer's completing part (``actors.execution.consumer``) then writes it
+through ``Scripts.complete`` in the order that keeps the ACK invariant.
+"""
+
+from __future__ import annotations
+
+import random
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from actors.store.messages import Message
+from actors.store.records import OUTCOME_NAMES
+from actors.store.replies import DeadLetterWrite, OutcomeWrite, RetryWrite
+
+#: Longest error text kept (DLQ entry, retry context, the task's last error).
+MAX_ERROR_CHARS = 2000
+
+
+@attrs.frozen
+class Outcome:
+    """One handler run, finished."""
+
+    message: Message
+    started_ms: int
+    finished_ms: int
+    result: Any = None
+    error: str | None = None
+    """None on success."""
+    retry_after_s: float | None = None
+    """Set by RetryLater."""
+    unrecoverable: bool = False
+
+
+@attrs.frozen
+class RetryPolicy:
+    max_attempts: int = 3
+    backoff_base_s: float = 10.0
+    backoff_cap_s: float = 300.0
+    backoff_jitter: float = 0.1
+
+    def backoff_s(self, failed_attempt: int, draw: Callable[[], float] = random.random) -> float:
+        """Delay before retry n (n = the 1-based number of the attempt that failed)."""
+        base = min(self.backoff_cap_s, self.backoff_base_s * 2.0 ** min(failed_attempt - 1, 60))
+        return base * (1 + draw() * self.backoff_jitter)
+
+
+@attrs.frozen
+class Completion:
+    """What a batch of outcomes turns into (``decide``)."""
+
+    results: list[dict[str, Any]]
+    """Lines for the results log (successes), written before anything is acknowledged."""
+    retries: list[RetryWrite]
+    outcomes: list[OutcomeWrite]
+    dead: list[DeadLetterWrite]
+    acks: list[str]
+    """Message ids acknowledged plainly (dead letters are acknowledged by their script)."""
+    events: list[tuple[str, dict[str, Any]]]
+
+
+def describe_error(exc: BaseException) -> str:
+    """The exception and a short traceback (the last frames), bounded in size."""
+    lines = traceback.format_exception(exc, limit=-3)
+    return "".join(lines)[-MAX_ERROR_CHARS:]
+
+
+def fire_fields(m: Message) -> dict[str, Any]:
+    """The fields every lifecycle line of a fire carries."""
+    return {
+        "task_id": m.task_id,
+        "schedule_id": m.schedule_id,
+        "type": m.type,
+        "attempt": m.attempt,
+        "msg_id": m.msg_id,
+    }
+
+
+def first_line(error: str | None) -> str:
+    """The last non-empty line of an error text (the exception line), bounded."""
+    if not error:
+        return ""
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def decide(
+    batch: Sequence[Outcome],
+    policy: RetryPolicy,
+    node: str,
+    draw: Callable[[], float] = random.random,
+) -> Completion:
+    """Split a batch into results, retries, dead letters and ACKs (see the module)."""
+    ok = [o for o in batch if o.error is None]
+    failed = [o for o in batch if o.error is not None]
+    retry = [
+        o for o in failed if not o.unrecoverable and o.message.attempt + 1 < policy.max_attempts
+    ]
+    dead = [o for o in failed if o not in retry]
+    delays = {
+        o.message.msg_id: (
+            max(0.0, o.retry_after_s)
+            if o.retry_after_s is not None
+            else policy.backoff_s(o.message.attempt + 1, draw)
+        )
+        for o in retry
+    }
+    outcomes = [
+        OutcomeWrite(
+            o.message.task_id,
+            OUTCOME_NAMES.index(kind),
+            o.finished_ms,
+            (o.error or "")[:MAX_ERROR_CHARS],
+        )
+        for kind, group in (("ok", ok), ("retry", retry), ("dead", dead))
+        for o in group
+    ]
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("finished", {**fire_fields(o.message), "duration_ms": o.finished_ms - o.started_ms})
+        for o in ok
+    ]
+    events += [
+        (
+            "retried",
+            {
+                **fire_fields(o.message),
+                "next_attempt": o.message.attempt + 1,
+                "delay_s": round(delays[o.message.msg_id], 3),
+                "error": first_line(o.error),
+            },
+        )
+        for o in retry
+    ]
+    events += [
+        (
+            "dead",
+            {
+                **fire_fields(o.message),
+                "attempts": o.message.attempt + 1,
+                "reason": _reason(o),
+                "error": first_line(o.error),
+            },
+        )
+        for o in dead
+    ]
+    return Completion(
+        results=[_result_record(o) for o in ok],
+        retries=[
+            RetryWrite(
+                o.message, o.finished_ms + int(delays[o.message.msg_id] * 1000), o.error or ""
+            )
+            for o in retry
+        ],
+        outcomes=outcomes,
+        dead=[_dead_letter(o, node) for o in dead],
+        acks=[o.message.msg_id for o in ok + retry],
+        events=events,
+    )
+
+
+def _reason(o: Outcome) -> str:
+    return "unrecoverable" if o.unrecoverable else "failed"
+
+
+def _dead_letter(o: Outcome, node: str) -> DeadLetterWrite:
+    m = o.message
+    return DeadLetterWrite(
+        m.msg_id,
+        {
+            **m.fields(),
+            "attempts": str(m.attempt + 1),
+            "reason": _reason(o),
+            "error": o.error or "",
+            "node": node,
+            "dead_ms": str(o.finished_ms),
+            "msg_id": m.msg_id,
+        },
+    )
+
+
+def _result_record(o: Outcome) -> dict[str, Any]:
+    m = o.message
+    return {
+        "task_id": m.task_id,
+        "schedule_id": m.schedule_id,
+        "type": m.type,
+        "attempt": m.attempt,
+        "due_ms": m.due_ms,
+        "started_ms": o.started_ms,
+        "finished_ms": o.finished_ms,
+        "result": o.result,
+    }

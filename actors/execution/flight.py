@@ -1,0 +1,34 @@
+"""What one run of a consumer holds: the messages read and not yet acknowledged, and the
+finished runs waiting for the flush. Shared by the consumer's reading, running,
+completing and lease-renewing parts; a restarted consumer starts with a new one."""
+
+from __future__ import annotations
+
+import attrs
+import trio
+
+from actors.execution.completion import Outcome
+from actors.store.messages import Message
+
+
+@attrs.define
+class Flight:
+    messages: dict[str, Message] = attrs.field(factory=dict)
+    """Read and not yet acknowledged, by id (running, or finished and awaiting the flush)."""
+    done: list[Outcome] = attrs.field(factory=list)
+    """Finished, not yet completed in Redis."""
+    done_event: trio.Event = attrs.field(factory=trio.Event)
+
+    def finish(self, outcome: Outcome) -> None:
+        self.done.append(outcome)
+        self.done_event.set()
+
+    def take(self) -> list[Outcome]:
+        """The finished runs, for one batch; the next batch starts empty."""
+        batch, self.done = self.done, []
+        return batch
+
+    def settled(self, batch: list[Outcome]) -> None:
+        """These are acknowledged (or dead-lettered): no longer in flight."""
+        for o in batch:
+            self.messages.pop(o.message.msg_id, None)

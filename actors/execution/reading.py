@@ -1,0 +1,112 @@
+"""A consumer's reading part: new messages from its type's stream, and messages the
+claimer took over for it (its mailbox); each is checked against the dedupe window, then
+started.
+
+Per read it asks XREADGROUP for only as many messages as it has free handler slots
+(backpressure: it never hoards messages other nodes could run). A read in progress is not
+abandoned on a stop request (what it returns would sit in our PEL unseen): its messages
+are kept in flight unstarted, and released at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio_util
+
+from actors.execution.completion import fire_fields
+from actors.execution.flight import Flight
+from actors.store.messages import Message
+from actors.store.replies import DeadLetterWrite
+from actors.store.scripts import Scripts
+from actors.store.streams import Streams
+from runtime.channels import Mailbox
+from runtime.logging import emit_events
+
+
+class Reader:
+    def __init__(
+        self,
+        scripts: Scripts,
+        streams: Streams,
+        task_type: str,
+        node: str,
+        flight: Flight,
+        free: trio_util.AsyncValue[int],
+        start: Callable[[Message], Awaitable[None]],
+        *,
+        block_ms: int,
+        dedupe_window_ms: int,
+        actor: str,
+    ) -> None:
+        self.scripts, self.streams = scripts, streams
+        self.type, self.node, self.actor = task_type, node, actor
+        self.flight = flight
+        self.free = free
+        self._start = start
+        self.block_ms, self.dedupe_window_ms = block_ms, dedupe_window_ms
+
+    async def read_stream(self, consumer: str, stopping: trio_util.AsyncBool) -> None:
+        """Read while not stopping."""
+        while not stopping.value:
+            async with trio_util.move_on_when(stopping.wait_value, True):
+                await self.free.wait_value(lambda free: free > 0)
+            if stopping.value:
+                return
+            messages, malformed = await self.streams.read_group(
+                self.type, consumer, self.free.value, self.block_ms
+            )
+            for message in messages:
+                self.flight.messages[message.msg_id] = message
+            if malformed:
+                await self._dead_letter_malformed(malformed)
+            if messages and not stopping.value:
+                await self.begin(messages)
+
+    async def read_inbox(self, inbox: Mailbox[Message], stopping: trio_util.AsyncBool) -> None:
+        """Messages the claimer took over for us: already pending under our name."""
+        async with trio_util.move_on_when(stopping.wait_value, True):
+            async for message in inbox.receive:
+                await self.free.wait_value(lambda free: free > 0)
+                self.flight.messages[message.msg_id] = message
+                await self.begin([message])
+
+    async def begin(self, messages: list[Message]) -> None:
+        """Drop duplicates (dedupe window), then start a handler per message."""
+        runnable = messages
+        if self.dedupe_window_ms > 0:
+            flags = await self.scripts.begin_runs(self.type, messages, self.dedupe_window_ms)
+            runnable = [m for m, run in zip(messages, flags, strict=True) if run]
+            duplicates = [m for m, run in zip(messages, flags, strict=True) if not run]
+            if duplicates:
+                await self.scripts.ack(self.type, [m.msg_id for m in duplicates])
+                emit_events(self.actor, [("duplicate_dropped", fire_fields(m)) for m in duplicates])
+        now_ms = int(time.time() * 1000)
+        emit_events(
+            self.actor,
+            [("running", {**fire_fields(m), "start_lag_ms": now_ms - m.due_ms}) for m in runnable],
+        )
+        for message in runnable:
+            await self._start(message)
+
+    async def _dead_letter_malformed(
+        self, malformed: list[tuple[str, dict[bytes, bytes], str]]
+    ) -> None:
+        entries = [
+            DeadLetterWrite(
+                msg_id,
+                {
+                    **fields,
+                    "reason": "malformed", "error": error, "node": self.node, "msg_id": msg_id,
+                },
+            )
+            for msg_id, fields, error in malformed
+        ]  # fmt: skip
+        await self.scripts.dead_letter(self.type, entries)
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("dead", {"msg_id": m, "type": self.type, "reason": "malformed", "error": e})
+            for m, _, e in malformed
+        ]
+        emit_events(self.actor, events)

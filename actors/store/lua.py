@@ -1,0 +1,46 @@
+"""The Lua sources of ``lua/``, loaded once as ``Script`` objects. Private to the store:
+everything else calls them through ``actors.store.scripts.Scripts``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runtime.redis_io import Script
+
+_LUA_DIR = Path(__file__).parent / "lua"
+
+
+def _load(name: str, *, records: bool = False) -> Script:
+    """``records=True``: a task script, which gets ``records.lua`` (how a task is stored)
+    put before its own source; Redis 7.0 scripts cannot import one another."""
+    source = (_LUA_DIR / f"{name}.lua").read_text(encoding="utf-8")
+    if records:
+        source = records_prelude() + source
+    return Script(name, source)
+
+
+def records_prelude() -> str:
+    """``records.lua`` alone: how a task is stored, shared by every task script."""
+    return (_LUA_DIR / "records.lua").read_text(encoding="utf-8")
+
+
+CREATE_TASKS = _load("create_tasks", records=True)
+CLAIM_DUE = _load("claim_due", records=True)
+COMMIT_FIRES = _load("commit_fires", records=True)
+SET_STATUS = _load("set_status", records=True)
+UPDATE_TASK = _load("update_task", records=True)
+DELETE_TASKS = _load("delete_tasks", records=True)
+MIGRATE_TASKS = _load("migrate_tasks")
+ENQUEUE = _load("enqueue")
+BEGIN_RUNS = _load("begin_runs")
+ACK = _load("ack")
+DEAD_LETTER = _load("dead_letter")
+SCHEDULE_RETRIES = _load("schedule_retries")
+CLAIM_RETRIES = _load("claim_retries")
+COMMIT_RETRIES = _load("commit_retries")
+RECORD_OUTCOMES = _load("record_outcomes", records=True)
+RECLAIM = _load("reclaim")
+RENEW_LEASES = _load("renew_leases")
+RELEASE = _load("release")
+PRUNE_CONSUMERS = _load("prune_consumers")
+REPLAY_DEAD = _load("replay_dead")

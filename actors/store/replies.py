@@ -1,0 +1,160 @@
+"""The typed values that go into and come out of ``actors.store.scripts``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from actors.domain.schedules import Schedule
+from actors.store.codes import optional_ms
+from actors.store.messages import Message
+from actors.store.records import decode_schedule
+
+
+@attrs.frozen
+class Fire:
+    """One fire to append to its type's stream."""
+
+    task_id: str
+    type: str
+    payload: bytes | str
+    due_ms: int
+    attempt: int = 0
+
+
+@attrs.frozen
+class Claimed:
+    """One task claimed for this tick, as ``claim_due.lua`` returns it."""
+
+    task_id: str
+    bucket: int
+    type: str
+    payload: bytes
+    schedule: Schedule
+    due_ms: int
+    fires: int
+    owed_until_ms: int | None = None
+    """It still held an earlier poller's claim, which blocked it until then: that poller
+    died before committing, so the grid times due meanwhile are owed fires
+    (``plan_fires(owed_until_ms=...)``)."""
+
+
+#: Many tasks share a few distinct schedules: decode each stored form once.
+_SCHEDULES: dict[bytes, Schedule] = {}
+
+
+def _schedule(raw: bytes) -> Schedule:
+    schedule = _SCHEDULES.get(raw)
+    if schedule is None:
+        if len(_SCHEDULES) > 10_000:
+            _SCHEDULES.clear()
+        schedule = _SCHEDULES[raw] = decode_schedule(raw)
+    return schedule
+
+
+def decode_claimed(flat: list[Any]) -> Claimed:
+    """One task of ``claim_due.lua``'s reply (8 items)."""
+    return Claimed(
+        task_id=flat[0].decode(),
+        bucket=int(flat[1]),
+        type=flat[2].decode(),
+        payload=flat[3],
+        schedule=_schedule(flat[4]),
+        due_ms=int(flat[5]),
+        fires=int(flat[6]),
+        owed_until_ms=optional_ms(flat[7]),
+    )
+
+
+@attrs.frozen
+class PartitionClaim:
+    partition: int
+    now_ms: int
+    earliest_ms: int | None
+    tasks: list[Claimed]
+
+
+@attrs.frozen
+class FireCommit:
+    """Where a claimed task's grid goes: ``next_ms`` None when it never fires again."""
+
+    task_id: str
+    bucket: int
+    next_ms: int | None
+    score: int | None
+    fired: int
+
+
+@attrs.frozen
+class Commit:
+    earliest_ms: int | None
+    """The partition's earliest score after the commit."""
+    lost: list[str]
+    """Tasks (or retries) whose claim was no longer ours: nothing was committed for them."""
+
+
+@attrs.frozen
+class RetryClaim:
+    partition: int
+    now_ms: int
+    earliest_ms: int | None
+    retries: list[tuple[str, Fire]]
+    """(schedule_id, the fire to enqueue again)."""
+
+
+@attrs.frozen
+class RetryWrite:
+    """A failed fire to retry at ``retry_at_ms`` (attempt = the message's + 1)."""
+
+    message: Message
+    retry_at_ms: int
+    error: str
+
+
+@attrs.frozen
+class OutcomeWrite:
+    """A task's last run: ``outcome`` is an index of ``records.OUTCOME_NAMES``."""
+
+    task_id: str
+    outcome: int
+    finished_ms: int
+    error: str
+
+
+@attrs.frozen
+class DeadLetterWrite:
+    """A message to move to its type's DLQ, with the fields of its DLQ entry."""
+
+    msg_id: str
+    fields: Mapping[Any, Any]
+    """Bytes keys and values only for an entry that was not a Metronome message: kept as
+    it was."""
+
+
+@attrs.frozen
+class Reclaimed:
+    msg_id: str
+    owner: str
+    idle_ms: int
+    deliveries: int
+    fields: dict[bytes, bytes]
+
+
+@attrs.frozen
+class Reclaim:
+    claimed: list[Reclaimed]
+    poisoned: list[str]
+
+
+@attrs.frozen
+class TaskRow:
+    """A task to create: its stored schedule and first grid time (None: never fires)."""
+
+    task_id: str
+    type: str
+    payload_json: str
+    sched: bytes
+    next_ms: int | None
+    score: int | None

@@ -1,0 +1,119 @@
+"""The plain stream commands (no script): creating a type's group, reading it as a
+consumer, and the bounded reads and deletes operators need (ranges, group and consumer
+info, pending entries, DLQ purge). Like ``scripts``, the only code that builds these
+commands or parses their replies."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from actors.store.keys import GROUP, Keys
+from actors.store.messages import MalformedMessage, Message
+from runtime.redis_io import RedisClient, ResponseError
+
+Entry = tuple[bytes, dict[bytes, bytes]]
+
+
+class Streams:
+    def __init__(self, client: RedisClient, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+
+    # -- consumers --------------------------------------------------------------------------
+
+    async def ensure_group(self, task_type: str) -> None:
+        """The type's stream and its consumer group, created if missing."""
+        try:
+            await self.client.execute(
+                "XGROUP", "CREATE", self.keys.queue(task_type), GROUP, "0", "MKSTREAM"
+            )
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def read_group(
+        self, task_type: str, consumer: str, count: int, block_ms: int
+    ) -> tuple[list[Message], list[tuple[str, dict[bytes, bytes], str]]]:
+        """XREADGROUP of new messages for ``consumer``: (messages, malformed entries as
+        (id, fields, error)). Entries deleted while pending are left out."""
+        stream = self.keys.queue(task_type)
+        reply = await self.client.execute(
+            "XREADGROUP", "GROUP", GROUP, consumer, "COUNT", count,
+            "BLOCK", block_ms, "STREAMS", stream, ">",
+        )  # fmt: skip
+        if not reply:
+            return [], []
+        entries = reply[0][1] if isinstance(reply, list) else reply[stream.encode()][0]
+        messages: list[Message] = []
+        malformed: list[tuple[str, dict[bytes, bytes], str]] = []
+        for msg_id, fields in entries:
+            if fields is None:
+                continue  # deleted while pending: nothing to run
+            try:
+                messages.append(Message.decode(msg_id, fields))
+            except MalformedMessage as exc:
+                malformed.append((msg_id.decode(), fields, str(exc)))
+        return messages, malformed
+
+    # -- operators --------------------------------------------------------------------------
+
+    async def read_range(
+        self, key: str, start: str, end: str, count: int, *, newest_first: bool = False
+    ) -> list[Entry]:
+        """One page of a stream: XRANGE start..end, or XREVRANGE from ``start`` to ``end``."""
+        raw = self.client.raw
+
+        def read() -> list[Entry]:
+            if newest_first:
+                return list(raw.xrevrange(key, start, end, count=count))
+            return list(raw.xrange(key, start, end, count=count))
+
+        return await self.client.run_sync(read)
+
+    async def queue_infos(self, types: Sequence[str]) -> list[list[Any]]:
+        """Per type: [XLEN queue, XLEN dlq, XINFO GROUPS, XINFO CONSUMERS, XPENDING summary];
+        a missing stream gives an error object in place."""
+        if not types:
+            return []
+        raw, keys = self.client.raw, self.keys
+
+        def read() -> list[list[Any]]:
+            pipe = raw.pipeline(transaction=False)
+            for t in types:
+                pipe.xlen(keys.queue(t))
+                pipe.xlen(keys.dlq(t))
+                pipe.xinfo_groups(keys.queue(t))
+                pipe.xinfo_consumers(keys.queue(t), GROUP)
+                pipe.xpending(keys.queue(t), GROUP)
+            replies = list(pipe.execute(raise_on_error=False))
+            return [replies[i : i + 5] for i in range(0, len(replies), 5)]
+
+        return await self.client.run_sync(read)
+
+    async def pending_of(
+        self, task_type: str, entry_ids: Sequence[str]
+    ) -> list[dict[str, Any] | None]:
+        """Per entry id: its pending entry (consumer, time_since_delivered, times_delivered)
+        or None when it is not delivered."""
+        if not entry_ids:
+            return []
+        raw, queue = self.client.raw, self.keys.queue(task_type)
+
+        def read() -> list[Any]:
+            pipe = raw.pipeline(transaction=False)
+            for entry_id in entry_ids:
+                pipe.xpending_range(queue, GROUP, entry_id, entry_id, 1)
+            return list(pipe.execute(raise_on_error=False))
+
+        replies = await self.client.run_sync(read)
+        return [r[0] if isinstance(r, list) and r else None for r in replies]
+
+    async def purge_dead(self, task_type: str, entry_ids: Sequence[str] | None) -> int:
+        """Delete these dead letters, or (None) the type's whole DLQ; how many there were."""
+        dlq = self.keys.dlq(task_type)
+        if entry_ids is None:
+            count = int(await self.client.execute("XLEN", dlq))
+            await self.client.execute("UNLINK", dlq)
+            return count
+        return int(await self.client.execute("XDEL", dlq, *entry_ids))
