@@ -27,9 +27,11 @@ T = TypeVar("T")
 #: Names that end up inside Redis keys or log paths: no braces, colons, spaces or control
 #: characters, so no name can break a hash tag or reach another key.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+#: Longest name (namespace, task type, key id); task ids have their own bound.
+MAX_NAME = 64
 
 
-def check_name(kind: str, value: object, max_len: int = 64) -> str:
+def check_name(kind: str, value: object, max_len: int = MAX_NAME) -> str:
     """Return ``value`` if it is a safe name, else raise ValueError naming the rule."""
     if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value) or len(value) > max_len:
         raise ValueError(

@@ -60,7 +60,7 @@ def records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-async def wait_until(predicate: Any, timeout_s: float = 10.0, poll_s: float = 0.02) -> None:
+async def wait_until(predicate: Any, timeout_s: float = 60.0, poll_s: float = 0.02) -> None:
     with trio.fail_after(timeout_s):
         while not await predicate():  # noqa: ASYNC110 - polling an outside process/Redis
             await trio.sleep(poll_s)

@@ -57,7 +57,7 @@ class NodeProcess:
         with self._lock:
             return [e for e in self.lines if name is None or e.get("event") == name]
 
-    def wait_for(self, event: str, count: int = 1, timeout_s: float = 20.0) -> list[dict[str, Any]]:
+    def wait_for(self, event: str, count: int = 1, timeout_s: float = 60.0) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             found = self.events(event)
@@ -74,7 +74,7 @@ class NodeProcess:
     def signal(self, signum: int = signal.SIGTERM) -> None:
         self.proc.send_signal(signum)
 
-    def wait(self, timeout_s: float = 30.0) -> int:
+    def wait(self, timeout_s: float = 60.0) -> int:
         code = self.proc.wait(timeout_s)
         self._reader.join(5)
         self._err_reader.join(5)

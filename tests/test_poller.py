@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 import signal
-from collections import defaultdict
-from collections.abc import Callable
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,10 @@ from actors.store.enqueue import enqueue_fires
 from actors.store.keys import Keys
 from actors.store.records import claim_of
 from actors.store.replies import Commit, Fire, FireCommit, PartitionClaim
+from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext
+from runtime.errors import RedisUnavailable
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
 from tests.node_process import NodeProcess
@@ -38,13 +40,25 @@ async def stream_fires(store: TaskStore, task_type: str) -> list[dict[str, str]]
     return [{k.decode(): v.decode() for k, v in fields.items()} for _id, fields in entries]
 
 
-async def run_pollers(store: TaskStore, count: int, seconds: float, **settings: Any) -> None:
+async def run_pollers(
+    store: TaskStore,
+    count: int,
+    seconds: float = 0.0,
+    until: Callable[[], Awaitable[bool]] | None = None,
+    **settings: Any,
+) -> None:
+    """Run ``count`` pollers for ``seconds``, or until ``until()`` holds (60 s at most)."""
     async with trio.open_nursery() as nursery:
         for i in range(count):
             poller = Poller(store, PollerSettings(**settings))
             ctx = ActorContext(f"node/poller-{i}", 1.0, get_logger(actor=f"node/poller-{i}"))
             await nursery.start(poller.run, ctx)
-        await trio.sleep(seconds)
+        if until is None:
+            await trio.sleep(seconds)
+        else:
+            with trio.fail_after(60):
+                while not await until():  # noqa: ASYNC110 - polling Redis
+                    await trio.sleep(0.05)
         nursery.cancel_scope.cancel()
 
 
@@ -192,7 +206,12 @@ async def test_due_tasks_reach_their_stream_once_per_due_time(
         TaskSpec("beat", Schedule("interval", every_s=0.2, start_ms=start), i) for i in range(30)
     ]
     ids = {c.task_id for c in await store.create_many(specs)}
-    await run_pollers(store, 1, 1.25, max_tick_s=0.05)
+
+    async def five_each() -> bool:
+        counts = Counter(f["task_id"] for f in await stream_fires(store, "beat"))
+        return len(counts) == len(ids) and min(counts.values()) >= 5
+
+    await run_pollers(store, 1, until=five_each, max_tick_s=0.05)
     logs = log_lines()
     by_task: dict[str, list[int]] = defaultdict(list)
     for fire in await stream_fires(store, "beat"):
@@ -232,10 +251,14 @@ async def test_three_competing_pollers_enqueue_no_duplicates(store: TaskStore) -
     await store.create_many(
         [TaskSpec("hot", Schedule("interval", every_s=0.1, start_ms=start), i) for i in range(200)]
     )
-    await run_pollers(store, 3, 1.5, max_tick_s=0.02, batch_size=50)
-    fires = await stream_fires(store, "hot")
-    ids = [f["schedule_id"] for f in fires]
-    assert len(ids) > 2000
+    keys = await store.keys()
+
+    async def many() -> bool:
+        return int(await store.client.execute("XLEN", keys.queue("hot"))) >= 2000
+
+    await run_pollers(store, 3, until=many, max_tick_s=0.02, batch_size=50)
+    ids = [f["schedule_id"] for f in await stream_fires(store, "hot")]
+    assert len(ids) >= 2000
     assert len(ids) == len(set(ids))
 
 
@@ -333,3 +356,39 @@ async def test_poller_killed_mid_batch_repeatedly_loses_no_fire(
     assert len(expected) > 20
     for dues in seen.values():
         assert expected <= dues, f"missing fires: {sorted(expected - dues)[:5]}"
+
+
+class FailingCommit(Scripts):
+    """The real scripts, except that the first ``commit_fires`` fails after the enqueue:
+    the poller's view of a Redis that went away between its two steps."""
+
+    failures = 1
+
+    async def commit_fires(
+        self, token: str, commits: dict[int, list[FireCommit]]
+    ) -> dict[int, Commit]:
+        if self.failures:
+            self.failures -= 1
+            raise RedisUnavailable("injected: connection lost before the commit")
+        return await super().commit_fires(token, commits)
+
+
+async def test_a_commit_lost_after_the_enqueue_loses_no_fire(one_partition: TaskStore) -> None:
+    store = one_partition
+    past = await store.now_ms() - 10
+    await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id="x"))
+    scripts = FailingCommit(store.client, await store.keys())
+    poller = Poller(store, PollerSettings(claim_lease_ms=200))
+    with pytest.raises(RedisUnavailable):
+        await poller.tick(scripts, [0], get_logger())
+    assert [f["schedule_id"] for f in await stream_fires(store, "t")] == [f"x:{past}"]
+    task = await store.get("x")
+    assert task is not None and task.next_run_ms == past  # the grid did not move
+    # The claim expires; the next tick claims the same grid time, the enqueue marker drops
+    # the second append, and the commit goes through this time.
+    await trio.sleep(0.3)
+    with trio.fail_after(30):
+        assert (await poller.tick(scripts, [0], get_logger())).enqueued == 1
+    assert [f["schedule_id"] for f in await stream_fires(store, "t")] == [f"x:{past}"]
+    task = await store.get("x")
+    assert task is not None and task.next_run_ms == past + 60_000

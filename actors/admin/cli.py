@@ -23,11 +23,14 @@ import datetime as dt
 import json
 import os
 import sys
+import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from actors.admin.client import ApiError, ApiUnavailable, Client
+from actors.domain.model import STATUSES
+from actors.domain.schedules import Misfire
 from actors.store.keys import DEFAULT_BUCKETS, MAX_BUCKETS
 
 EXIT_OK, EXIT_OTHER, EXIT_USAGE = 0, 1, 2
@@ -131,7 +134,7 @@ def add_schedule_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--start", metavar="TIME", help="no fires before (ISO 8601 or Unix ms)")
     group.add_argument("--end", metavar="TIME", help="no fires after (ISO 8601 or Unix ms)")
     group.add_argument("--max-runs", type=int, metavar="N", help="finish after N fires")
-    group.add_argument("--misfire", choices=["coalesce", "skip", "fire_all"])
+    group.add_argument("--misfire", choices=typing.get_args(Misfire))
 
 
 def parse_time(text: str, flag: str) -> int:
@@ -418,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=run)
     ls = tasks.add_parser("ls", help="list tasks")
     ls.add_argument("--type")
-    ls.add_argument("--status", choices=["active", "paused", "stopped", "finished"])
+    ls.add_argument("--status", choices=STATUSES)
     ls.add_argument("--limit", type=int, default=100)
     ls.add_argument("--cursor")
     ls.add_argument("--all", action="store_true", help="follow the cursor to the end")

@@ -1,13 +1,24 @@
 """The OpenAPI 3.1 document of the API, served at ``/openapi.json``.
 
-Written by hand beside the routes (the routes are thin; the schemas are the contract) and
-checked against the running app by schemathesis in the test suite: every response must
+Its paths are generated from the route table (``actors.api.routes.ROUTES``: method, path,
+summary, responses, body, query parameters); parameter schemas, the name pattern, statuses
+and enums come from where they are defined (``runtime.config.NAME_PATTERN``,
+``actors.domain``); the body and response schemas are the contract, written here. The
+test suite checks the running app against it with schemathesis: every response must
 match what is declared here. ``docs/API.md`` is the prose companion.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from collections.abc import Sequence
+from typing import Any, get_args
+
+from actors.api.bodies import ENTRY_ID_PATTERN, MAX_PAGE
+from actors.api.endpoint import Endpoint
+from actors.domain.model import MAX_TASK_ID, STATUSES
+from actors.domain.schedules import Kind, Misfire
+from runtime.config import MAX_NAME, NAME_PATTERN
 
 VERSION = "1.0.0"
 
@@ -15,9 +26,10 @@ _INT = {"type": "integer"}
 _NUM = {"type": "number"}
 _STR = {"type": "string"}
 _BOOL = {"type": "boolean"}
-_NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$", "maxLength": 64}
-_TASK_ID = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$", "maxLength": 128}
-_ENTRY_ID = {"type": "string", "pattern": "^[0-9]{1,20}-[0-9]{1,20}$"}
+_NAME = {"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$", "maxLength": MAX_NAME}
+_TASK_ID = {"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$", "maxLength": MAX_TASK_ID}
+_ENTRY_ID = {"type": "string", "pattern": f"^{ENTRY_ID_PATTERN.pattern}$"}
+_STATUS = {"enum": list(STATUSES)}
 
 
 def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
@@ -55,7 +67,7 @@ SCHEMAS: dict[str, Any] = {
     "Schedule": _obj(
         ["kind"],
         {
-            "kind": {"enum": ["interval", "cron", "once"]},
+            "kind": {"enum": list(get_args(Kind))},
             "every_s": {"type": "number", "description": "interval: seconds between fires"},
             "cron": {"type": "string", "description": "cron: five-field expression"},
             "tz": {"type": "string", "description": "cron: IANA time zone (default UTC)"},
@@ -64,7 +76,7 @@ SCHEMAS: dict[str, Any] = {
             "end_ms": _INT,
             "max_runs": _INT,
             "jitter_s": _NUM,
-            "misfire": {"enum": ["coalesce", "skip", "fire_all"]},
+            "misfire": {"enum": list(get_args(Misfire))},
             "misfire_cap": _INT,
         },
     ),
@@ -94,7 +106,7 @@ SCHEMAS: dict[str, Any] = {
             "type": _STR,
             "payload": {},
             "schedule": _ref("Schedule"),
-            "status": {"enum": ["active", "paused", "stopped", "finished"]},
+            "status": _STATUS,
             "created_ms": _INT,
             "updated_ms": _INT,
             "next_run_ms": _nullable(_INT),
@@ -235,153 +247,45 @@ def _problems(*statuses: int) -> dict[str, Any]:
 _SIGNED = (400, 401, 403, 413, 422, 503)
 
 
-def _op(
-    summary: str,
-    ok: dict[int, str],
-    *,
-    body: str | None = None,
-    params: list[dict[str, Any]] | None = None,
-    problems: tuple[int, ...] = (),
-    public: bool = False,
-) -> dict[str, Any]:
+def _op(route: Endpoint) -> dict[str, Any]:
     responses = {
-        str(status): {"description": "OK", **_json(schema)} for status, schema in ok.items()
+        str(status): {"description": "OK", **_json(schema)} for status, schema in route.ok.items()
     }
-    responses.update(_problems(*(() if public else _SIGNED), *problems))
-    op: dict[str, Any] = {"summary": summary, "responses": responses}
+    responses.update(_problems(*(() if route.public else _SIGNED), *route.problems))
+    op: dict[str, Any] = {"summary": route.summary, "responses": responses}
+    params = [
+        {"name": name, "in": "path", "required": True, "schema": PARAMS[name]}
+        for name in re.findall(r"{(\w+)}", route.path)
+    ] + [
+        {"name": name, "in": "query", "required": False, "schema": PARAMS[name]}
+        for name in route.query
+    ]
     if params:
         op["parameters"] = params
-    if body:
-        op["requestBody"] = {"required": True, **_json(body)}
-    if public:
+    if route.body:
+        op["requestBody"] = {"required": True, **_json(route.body)}
+    if route.public:
         op["security"] = []
     return op
 
 
-def _path(name: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {"name": name, "in": "path", "required": True, "schema": schema}
+#: Every path and query parameter of the route table, by name.
+PARAMS: dict[str, dict[str, Any]] = {
+    "task_id": _TASK_ID,
+    "type": _NAME,
+    "entry_id": _ENTRY_ID,
+    "status": _STATUS,
+    "cursor": _STR,
+    "before": _ENTRY_ID,
+    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
+}
 
 
-def _query(name: str, schema: dict[str, Any]) -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": False, "schema": schema}
-
-
-_ID = [_path("task_id", _TASK_ID)]
-_TYPE = [_path("type", _NAME)]
-_LIMIT = _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000})
-
-
-def openapi_document() -> dict[str, Any]:
-    paths = {
-        "/healthz": {"get": _op("The process is up", {200: "Health"}, public=True)},
-        "/readyz": {
-            "get": _op(
-                "Redis reachable and every actor running", {200: "Ready", 503: "Ready"}, public=True
-            )
-        },
-        "/v1/tasks": {
-            "post": _op(
-                "Create a task (idempotent with a client-given task_id)",
-                {201: "Created", 200: "Created"},
-                body="TaskCreate",
-                problems=(409,),
-            ),
-            "get": _op(
-                "List tasks, filtered by type and status (cursor pagination)",
-                {200: "TaskPage"},
-                params=[
-                    _query("type", _NAME),
-                    _query("status", {"enum": ["active", "paused", "stopped", "finished"]}),
-                    _query("cursor", _STR),
-                    _LIMIT,
-                ],
-            ),
-        },
-        "/v1/tasks/bulk": {
-            "post": _op(
-                "Create many tasks (up to [api] max_bulk)", {200: "BulkCreated"}, body="BulkCreate"
-            )
-        },
-        "/v1/tasks/{task_id}": {
-            "get": _op("One task", {200: "Task"}, params=_ID, problems=(404,)),
-            "patch": _op(
-                "Replace payload and/or schedule",
-                {200: "TaskStatus"},
-                body="TaskUpdate",
-                params=_ID,
-                problems=(404, 409),
-            ),
-            "delete": _op("Delete a task", {200: "Deleted"}, params=_ID, problems=(404,)),
-        },
-        **{
-            f"/v1/tasks/{{task_id}}/{action}": {
-                "post": _op(
-                    f"{action.capitalize()} a task",
-                    {200: "TaskStatus"},
-                    params=_ID,
-                    problems=(404, 409),
-                )
-            }
-            for action in ("pause", "resume", "stop")
-        },
-        "/v1/tasks/{task_id}/trigger": {
-            "post": _op(
-                "Run a task now, once, outside its schedule",
-                {202: "Triggered"},
-                params=_ID,
-                problems=(404,),
-            )
-        },
-        "/v1/tasks/{task_id}/explain": {
-            "get": _op(
-                "Why this task is or is not running",
-                {200: "Explanation"},
-                params=_ID,
-                problems=(404,),
-            )
-        },
-        "/v1/types/{type}/clear": {
-            "post": _op(
-                "Delete every task of a type (confirm must repeat the type)",
-                {200: "Cleared"},
-                body="Clear",
-                params=_TYPE,
-            )
-        },
-        "/v1/queues": {"get": _op("Backlog of every type", {200: "Queues"})},
-        "/v1/queues/{type}": {"get": _op("Backlog of one type", {200: "Queue"}, params=_TYPE)},
-        "/v1/dlq/{type}": {
-            "get": _op(
-                "Dead letters of a type, newest first",
-                {200: "DeadLetterPage"},
-                params=[*_TYPE, _query("before", _ENTRY_ID), _LIMIT],
-            )
-        },
-        "/v1/dlq/{type}/{entry_id}": {
-            "get": _op(
-                "One dead letter",
-                {200: "DeadLetter"},
-                params=[*_TYPE, _path("entry_id", _ENTRY_ID)],
-                problems=(404,),
-            )
-        },
-        "/v1/dlq/{type}/replay": {
-            "post": _op(
-                "Move dead letters back to the queue as first attempts",
-                {200: "Replayed"},
-                body="Entries",
-                params=_TYPE,
-            )
-        },
-        "/v1/dlq/{type}/purge": {
-            "post": _op(
-                "Delete dead letters (all needs confirm = the type)",
-                {200: "Purged"},
-                body="Entries",
-                params=_TYPE,
-            )
-        },
-    }
+def openapi_document(routes: Sequence[Endpoint]) -> dict[str, Any]:
+    """The document of these endpoints (``actors.api.routes.ROUTES``)."""
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        paths.setdefault(route.path, {})[route.method.lower()] = _op(route)
     return {
         "openapi": "3.1.0",
         "info": {

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from actors.api import bodies
+from actors.api.endpoint import Endpoint
 from actors.api.explain import explain
 from actors.api.openapi import openapi_document
 from actors.api.problems import Problem, from_exception, invalid
@@ -130,7 +131,6 @@ async def bulk_create(call: Call) -> Response:
 
 async def list_tasks(call: Call) -> Response:
     query = call.request.query_params
-    bodies.only_keys(query, {"type", "status", "cursor", "limit"})
     task_type = query.get("type")
     if task_type is not None:
         bodies.name_param("type", task_type)
@@ -201,7 +201,6 @@ async def clear_type(call: Call) -> Response:
 
 
 async def queues(call: Call) -> Response:
-    bodies.only_keys(call.request.query_params, set())
     return ok(await call.services.queues.stats())
 
 
@@ -214,7 +213,6 @@ async def queue(call: Call) -> Response:
 async def list_dead(call: Call) -> Response:
     task_type = bodies.name_param("type", call.path("type"))
     query = call.request.query_params
-    bodies.only_keys(query, {"before", "limit"})
     before = query.get("before")
     if before is not None:
         before = bodies.entry_id_param(before, "before")
@@ -291,7 +289,9 @@ def _path_with_query(request: Request) -> str:
     return (path + (b"?" + query if query else b"")).decode("latin-1")
 
 
-def _endpoint(services: ApiServices, handler: Handler, *, public: bool) -> Any:
+def _endpoint(services: ApiServices, route: Endpoint) -> Any:
+    handler, public, allowed = route.handler, route.public, set(route.query)
+
     async def endpoint(request: Request) -> Response:
         started = time.perf_counter()
         key_id = None
@@ -302,7 +302,8 @@ def _endpoint(services: ApiServices, handler: Handler, *, public: bool) -> Any:
                     request.method, _path_with_query(request), dict(request.headers), body
                 )
                 key_id = key.key_id
-            response = await handler(Call(request, body, services, key_id))
+                bodies.only_keys(request.query_params, allowed)
+            response: Response = await handler(Call(request, body, services, key_id))
         except Exception as exc:
             problem = from_exception(exc)
             if problem is None:
@@ -327,41 +328,56 @@ def _endpoint(services: ApiServices, handler: Handler, *, public: bool) -> Any:
     return endpoint
 
 
-#: (method, path, handler, public). Order matters where paths overlap (bulk before {task_id}).
-ROUTES: list[tuple[str, str, Handler, bool]] = [
-    ("GET", "/healthz", healthz, True),
-    ("GET", "/readyz", readyz, True),
-    ("POST", "/v1/tasks", create_task, False),
-    ("GET", "/v1/tasks", list_tasks, False),
-    ("POST", "/v1/tasks/bulk", bulk_create, False),
-    ("GET", "/v1/tasks/{task_id}", get_task, False),
-    ("PATCH", "/v1/tasks/{task_id}", update_task, False),
-    ("DELETE", "/v1/tasks/{task_id}", delete_task, False),
-    ("POST", "/v1/tasks/{task_id}/pause", _transition("pause"), False),
-    ("POST", "/v1/tasks/{task_id}/resume", _transition("resume"), False),
-    ("POST", "/v1/tasks/{task_id}/stop", _transition("stop"), False),
-    ("POST", "/v1/tasks/{task_id}/trigger", trigger_task, False),
-    ("GET", "/v1/tasks/{task_id}/explain", explain_task, False),
-    ("POST", "/v1/types/{type}/clear", clear_type, False),
-    ("GET", "/v1/queues", queues, False),
-    ("GET", "/v1/queues/{type}", queue, False),
-    ("GET", "/v1/dlq/{type}", list_dead, False),
-    ("POST", "/v1/dlq/{type}/replay", replay_dead, False),
-    ("POST", "/v1/dlq/{type}/purge", purge_dead, False),
-    ("GET", "/v1/dlq/{type}/{entry_id}", show_dead, False),
-]
+E = Endpoint
+#: Every endpoint. Order matters where paths overlap (bulk before {task_id}).
+ROUTES: list[Endpoint] = [
+    E("GET", "/healthz", healthz, "The process is up", {200: "Health"}, public=True),
+    E("GET", "/readyz", readyz, "Redis reachable and every actor running",
+      {200: "Ready", 503: "Ready"}, public=True),
+    E("POST", "/v1/tasks", create_task, "Create a task (idempotent with a client-given task_id)",
+      {201: "Created", 200: "Created"}, body="TaskCreate", problems=(409,)),
+    E("GET", "/v1/tasks", list_tasks, "List tasks, filtered by type and status (cursor pagination)",
+      {200: "TaskPage"}, query=("type", "status", "cursor", "limit")),
+    E("POST", "/v1/tasks/bulk", bulk_create, "Create many tasks (up to [api] max_bulk)",
+      {200: "BulkCreated"}, body="BulkCreate"),
+    E("GET", "/v1/tasks/{task_id}", get_task, "One task", {200: "Task"}, problems=(404,)),
+    E("PATCH", "/v1/tasks/{task_id}", update_task, "Replace payload and/or schedule",
+      {200: "TaskStatus"}, body="TaskUpdate", problems=(404, 409)),
+    E("DELETE", "/v1/tasks/{task_id}", delete_task, "Delete a task", {200: "Deleted"},
+      problems=(404,)),
+    *(
+        E("POST", f"/v1/tasks/{{task_id}}/{action}", _transition(action),
+          f"{action.capitalize()} a task", {200: "TaskStatus"}, problems=(404, 409))
+        for action in ("pause", "resume", "stop")
+    ),
+    E("POST", "/v1/tasks/{task_id}/trigger", trigger_task,
+      "Run a task now, once, outside its schedule", {202: "Triggered"}, problems=(404,)),
+    E("GET", "/v1/tasks/{task_id}/explain", explain_task, "Why this task is or is not running",
+      {200: "Explanation"}, problems=(404,)),
+    E("POST", "/v1/types/{type}/clear", clear_type,
+      "Delete every task of a type (confirm must repeat the type)", {200: "Cleared"},
+      body="Clear"),
+    E("GET", "/v1/queues", queues, "Backlog of every type", {200: "Queues"}),
+    E("GET", "/v1/queues/{type}", queue, "Backlog of one type", {200: "Queue"}),
+    E("GET", "/v1/dlq/{type}", list_dead, "Dead letters of a type, newest first",
+      {200: "DeadLetterPage"}, query=("before", "limit")),
+    E("POST", "/v1/dlq/{type}/replay", replay_dead,
+      "Move dead letters back to the queue as first attempts", {200: "Replayed"},
+      body="Entries"),
+    E("POST", "/v1/dlq/{type}/purge", purge_dead,
+      "Delete dead letters (all needs confirm = the type)", {200: "Purged"}, body="Entries"),
+    E("GET", "/v1/dlq/{type}/{entry_id}", show_dead, "One dead letter", {200: "DeadLetter"},
+      problems=(404,)),
+]  # fmt: skip
 
 
 def build_app(services: ApiServices) -> Starlette:
-    document = openapi_document()
+    document = openapi_document(ROUTES)
 
     async def serve_openapi(_request: Request) -> Response:
         return JSONResponse(document)
 
-    routes = [
-        Route(path, _endpoint(services, handler, public=public), methods=[method])
-        for method, path, handler, public in ROUTES
-    ]
+    routes = [Route(e.path, _endpoint(services, e), methods=[e.method]) for e in ROUTES]
     routes.append(Route("/openapi.json", serve_openapi, methods=["GET"]))
 
     async def not_found(_request: Request, _exc: Exception) -> Response:

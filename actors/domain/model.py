@@ -11,6 +11,7 @@ import json
 import re
 import secrets
 import string
+import typing
 from typing import Any, Literal
 
 import attrs
@@ -22,7 +23,7 @@ from runtime.config import check_name, describe, make_converter
 
 Status = Literal["active", "paused", "stopped", "finished"]
 #: A status is stored as its index here (``actors/store/records.py``, ``records.lua``): append only.
-STATUSES: tuple[str, ...] = ("active", "paused", "stopped", "finished")
+STATUSES: tuple[str, ...] = typing.get_args(Status)
 
 #: Largest payload, as compact JSON, a task may carry (the handler gets it in every message).
 MAX_PAYLOAD_BYTES = 64 * 1024

@@ -26,12 +26,13 @@ names are below and in ``actors/store/lua/records.lua``.
 from __future__ import annotations
 
 import json
+import typing
 from typing import Any
 
 import msgpack
 
 from actors.domain.model import STATUSES, Task, converter
-from actors.domain.schedules import Schedule
+from actors.domain.schedules import Misfire, Schedule
 
 #: Status codes as stored: a status is stored as its index in ``model.STATUSES``.
 STATUS_NAMES = STATUSES
@@ -49,7 +50,7 @@ _FIELD_CODE = {name: code for code, name in enumerate(_SCHEDULE_FIELDS)}
 #: Enumerated string values stored as codes.
 _VALUE_CODES: dict[str, tuple[str, ...]] = {
     "kind": ("interval", "cron", "once"),
-    "misfire": ("coalesce", "skip", "fire_all"),
+    "misfire": typing.get_args(Misfire),
 }
 
 

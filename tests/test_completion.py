@@ -1,0 +1,71 @@
+"""The consumer's completion decision, as a pure function: no Redis, no trio."""
+
+from __future__ import annotations
+
+from actors.execution.completion import MAX_ERROR_CHARS, Outcome, RetryPolicy, decide
+from actors.store.messages import Message
+from actors.store.records import OUTCOME_NAMES
+
+
+def message(task_id: str, attempt: int = 0) -> Message:
+    return Message(
+        f"1-{task_id}", task_id, f"{task_id}:100", "t", '{"a":1}', attempt, 100, 100,
+        payload={"a": 1},
+    )  # fmt: skip
+
+
+POLICY = RetryPolicy(max_attempts=3, backoff_base_s=10, backoff_cap_s=300, backoff_jitter=0.5)
+
+
+def test_success_is_a_result_line_an_outcome_and_an_ack() -> None:
+    plan = decide([Outcome(message("a"), 1000, 1250, result={"ok": True})], POLICY, "n1")
+    assert plan.results == [
+        {"task_id": "a", "schedule_id": "a:100", "type": "t", "attempt": 0, "due_ms": 100,
+         "started_ms": 1000, "finished_ms": 1250, "result": {"ok": True}}
+    ]  # fmt: skip
+    assert plan.acks == ["1-a"] and plan.retries == [] and plan.dead == []
+    assert [(o.task_id, OUTCOME_NAMES[o.outcome], o.error) for o in plan.outcomes] == [
+        ("a", "ok", "")
+    ]
+    assert [(name, e["duration_ms"]) for name, e in plan.events] == [("finished", 250)]
+
+
+def test_a_failure_below_max_attempts_is_retried_after_the_backoff_then_acked() -> None:
+    failed = Outcome(message("a", attempt=1), 1000, 2000, error="Traceback...\nValueError: x")
+    plan = decide([failed], POLICY, "n1", draw=lambda: 0.5)
+    (retry,) = plan.retries
+    # attempt 1 failed: retry 2 waits base * 2 = 20 s, stretched by 0.5 * 0.5 jitter
+    assert retry.retry_at_ms == 2000 + 25_000 and retry.message.attempt == 1
+    assert plan.acks == ["1-a"] and plan.results == [] and plan.dead == []
+    ((name, event),) = plan.events
+    assert (name, event["next_attempt"], event["delay_s"], event["error"]) == (
+        "retried", 2, 25.0, "ValueError: x",
+    )  # fmt: skip
+
+
+def test_retry_later_sets_its_own_delay() -> None:
+    later = Outcome(message("a"), 1000, 1000, error="RetryLater", retry_after_s=3)
+    assert decide([later], POLICY, "n1").retries[0].retry_at_ms == 4000
+
+
+def test_the_last_attempt_and_unrecoverable_failures_are_dead_letters_not_acks() -> None:
+    last = Outcome(message("a", attempt=2), 1000, 1500, error="boom")
+    fatal = Outcome(message("b"), 1000, 1500, error="bad", unrecoverable=True)
+    plan = decide([last, fatal], POLICY, "node-7")
+    assert plan.acks == [] and plan.retries == []  # dead_letter.lua acknowledges them
+    by_id = {d.msg_id: d.fields for d in plan.dead}
+    assert by_id["1-a"]["reason"] == "failed" and by_id["1-a"]["attempts"] == "3"
+    assert by_id["1-b"]["reason"] == "unrecoverable" and by_id["1-b"]["node"] == "node-7"
+    assert by_id["1-a"]["schedule_id"] == "a:100" and by_id["1-a"]["dead_ms"] == "1500"
+    assert {OUTCOME_NAMES[o.outcome] for o in plan.outcomes} == {"dead"}
+
+
+def test_errors_are_bounded_in_the_stored_outcome() -> None:
+    huge = Outcome(message("a"), 0, 1, error="x" * (MAX_ERROR_CHARS * 3))
+    (outcome,) = decide([huge], POLICY, "n1").outcomes
+    assert len(outcome.error) == MAX_ERROR_CHARS
+
+
+def test_backoff_is_capped_and_never_overflows() -> None:
+    policy = RetryPolicy(backoff_base_s=10, backoff_cap_s=300, backoff_jitter=0)
+    assert policy.backoff_s(10_000) == 300
