@@ -18,7 +18,9 @@ so that its supervisor restarts it with backoff: never a hang.
 Scripts are called by SHA; on NOSCRIPT (a restarted or failed-over server) the source is sent
 once with EVAL, which also caches it on that server (and on the right shard in a cluster).
 
-This module is the only one that imports ``redis``: a native async client can replace it.
+Every Redis call of a node's work goes through this module (``embedded_redis`` only pings
+the server it started; ``runtime.testing`` is the test kit), and above it only
+``actors.store`` builds commands or reads replies: a native async client can replace it.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ def test_fire_mode_reports_every_figure(processes: int) -> None:
     assert figures["expected"] > 0
 
 
+@pytest.mark.slow
 def test_fire_mode_with_chaos_kills_a_child_process() -> None:
     figures = bench("fire", "200", "1", "16", "--processes", "1", "--chaos", "2", "--flaky")
     assert (figures["chaos_every_s"], figures["kills"]) == (2.0, 1)
@@ -54,6 +55,7 @@ def test_chaos_needs_child_processes() -> None:
     assert "--chaos kills a node's child processes: it needs --processes" in result.stderr
 
 
+@pytest.mark.slow
 def test_reclaim_mode() -> None:
     figures = bench("reclaim", "2", "1")
     assert figures["reclaimed"] == 2
@@ -91,6 +93,7 @@ def test_api_mode(processes: int) -> None:
     assert figures["healthz_max"]["requests_per_s"] > 0
 
 
+@pytest.mark.slow
 def test_layout_mode() -> None:
     figures = bench("layout", "300")
     # 300 tasks spread over 16 x 1024 default buckets cost more than layout 1; sized, less
