@@ -123,6 +123,11 @@ def test_create_refuses_bad_input_naming_the_field_and_writes_nothing(
         ({"type": "idle", "schedule": EVERY_HOUR, "task_id": bad_id, "colour": 1}, ""),
         ({"type": "idle", "schedule": EVERY_HOUR, "task_id": bad_id, "payload": "x" * 70_000},
          "payload"),
+        # Numbers past what a stored schedule holds: 422 naming the field, not a 500.
+        ({"type": "idle", "schedule": {"kind": "interval", "every_s": 1e308}, "task_id": bad_id},
+         "schedule.every_s"),
+        ({"type": "idle", "schedule": {"kind": "interval", "every_s": 2**64}, "task_id": bad_id},
+         "schedule.every_s"),
     ]  # fmt: skip
     for body, field in cases:
         with pytest.raises(ApiError) as refused:
@@ -132,7 +137,9 @@ def test_create_refuses_bad_input_naming_the_field_and_writes_nothing(
         assert any(e["field"].startswith(field) for e in refused.value.errors), refused.value.errors
     assert "colour" in str(_problem(client, {"type": "idle", "schedule": EVERY_HOUR, "colour": 1}))
     nan = b'{"type": "idle", "schedule": {"kind": "interval", "every_s": 60}, "payload": NaN}'
-    for raw, status in [(b"{not json", 400), (b"[1, 2]", 422), (b"", 400), (nan, 400)]:
+    deep = b'{"type": "idle", "payload": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    cases = [(b"{not json", 400), (b"[1, 2]", 422), (b"", 400), (nan, 400), (deep, 400)]
+    for raw, status in cases:
         response = _raw_post(api, client, "/v1/tasks", raw)
         assert response.status_code == status
         assert response.headers["content-type"] == "application/problem+json"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from actors.domain.errors import InvalidTask
 from actors.domain.model import parse_schedule
-from actors.domain.schedules import Schedule, plan_fires
+from actors.domain.schedules import MAX_EVERY_S, Schedule, plan_fires
 
 T0 = 1_800_000_000_000  # 2027-01-15, a whole second
 
@@ -207,7 +207,12 @@ def test_cron_coalesce_stands_for_the_latest_missed_time() -> None:
     ("data", "message"),
     [
         ({"kind": "interval"}, "schedule.every_s: required"),
-        ({"kind": "interval", "every_s": 0}, "schedule.every_s: must be >= 0.001"),
+        ({"kind": "interval", "every_s": 0}, "schedule.every_s: must be within 0.001.."),
+        # Past what a stored schedule can hold: a 4xx naming the field, never an overflow.
+        ({"kind": "interval", "every_s": 1e308}, "schedule.every_s: must be within"),
+        ({"kind": "interval", "every_s": 18446744073709551616}, "schedule.every_s: must be"),
+        ({"kind": "interval", "every_s": 1, "max_runs": 2**64}, "max_runs: must be within"),
+        ({"kind": "interval", "every_s": 1, "misfire_cap": 2**70}, "misfire_cap: must be"),
         ({"kind": "cron", "cron": "61 * * * *"}, "schedule.cron: '61 * * * *' is not valid"),
         ({"kind": "cron", "cron": "* * * * *", "tz": "Mars/Base"}, "unknown time zone"),
         ({"kind": "once"}, "schedule.at_ms: required"),
@@ -216,7 +221,7 @@ def test_cron_coalesce_stands_for_the_latest_missed_time() -> None:
         ({"kind": "interval", "every_s": 1, "misfire": "later"}, "schedule.misfire"),
         ({"kind": "interval", "every_s": 1, "evry": 2}, "unknown key 'evry'"),
         ({"kind": "interval", "every_s": 1, "start_ms": 5, "end_ms": 4}, "end_ms: must not"),
-        ({"kind": "interval", "every_s": 1, "max_runs": 0}, "max_runs: must be >= 1"),
+        ({"kind": "interval", "every_s": 1, "max_runs": 0}, "max_runs: must be within 1.."),
     ],
 )
 def test_bad_schedules_are_refused_naming_the_field(data: dict[str, object], message: str) -> None:
@@ -303,5 +308,5 @@ def test_a_grid_that_runs_past_year_9999_ends_there() -> None:
     last_ms = 253_402_300_799_999
     cron = Schedule("cron", cron="* * * * *", start_ms=last_ms)
     assert cron.first_due(0) is None
-    interval = Schedule("interval", every_s=1e12)
-    assert interval.next_after(1_000) is None
+    interval = Schedule("interval", every_s=MAX_EVERY_S)
+    assert interval.next_after(last_ms - 1_000) is None

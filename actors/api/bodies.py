@@ -78,6 +78,8 @@ def json_body(body: bytes, *, required: bool = True) -> Any:
         return json.loads(body, parse_constant=_not_json)
     except (ValueError, UnicodeDecodeError) as exc:
         raise Problem(400, "bad_json", f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise Problem(400, "bad_json", "the body is nested too deeply") from None
 
 
 def json_object(body: bytes) -> dict[str, Any]:

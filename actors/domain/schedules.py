@@ -38,6 +38,11 @@ _MAX_CRON_SCAN = 1000
 
 #: The last millisecond of year 9999: later times cannot be dates (or cron grid points).
 MAX_MS = 253_402_300_799_999
+#: Longest interval: ten years (a longer one is a one-shot task in disguise).
+MAX_EVERY_S = 10 * 366 * 86_400
+#: Largest run count a task may be bounded to, and most fires one late claim may enqueue.
+MAX_RUNS = 2**53
+MAX_MISFIRE_CAP = 10_000
 
 
 def _check(schedule: Schedule) -> None:
@@ -45,8 +50,11 @@ def _check(schedule: Schedule) -> None:
     if kind == "interval":
         if schedule.every_s is None:
             raise ValueError("schedule.every_s: required for an interval schedule")
-        if not (math.isfinite(schedule.every_s) and schedule.every_s >= 0.001):
-            raise ValueError(f"schedule.every_s: must be >= 0.001, got {schedule.every_s!r}")
+        if not (math.isfinite(schedule.every_s) and 0.001 <= schedule.every_s <= MAX_EVERY_S):
+            raise ValueError(
+                f"schedule.every_s: must be within 0.001..{MAX_EVERY_S} (ten years), "
+                f"got {schedule.every_s!r}"
+            )
     if kind == "cron":
         if not schedule.cron:
             raise ValueError("schedule.cron: required for a cron schedule")
@@ -82,12 +90,14 @@ def _check(schedule: Schedule) -> None:
         and schedule.end_ms < schedule.start_ms
     ):
         raise ValueError("schedule.end_ms: must not be before start_ms")
-    if schedule.max_runs is not None and schedule.max_runs < 1:
-        raise ValueError(f"schedule.max_runs: must be >= 1, got {schedule.max_runs}")
+    if schedule.max_runs is not None and not 1 <= schedule.max_runs <= MAX_RUNS:
+        raise ValueError(f"schedule.max_runs: must be within 1..2**53, got {schedule.max_runs}")
     if not (0 <= schedule.jitter_s <= 86_400):
         raise ValueError(f"schedule.jitter_s: must be within 0..86400, got {schedule.jitter_s}")
-    if schedule.misfire_cap < 1:
-        raise ValueError(f"schedule.misfire_cap: must be >= 1, got {schedule.misfire_cap}")
+    if not 1 <= schedule.misfire_cap <= MAX_MISFIRE_CAP:
+        raise ValueError(
+            f"schedule.misfire_cap: must be within 1..{MAX_MISFIRE_CAP}, got {schedule.misfire_cap}"
+        )
 
 
 @attrs.frozen
