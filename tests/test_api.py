@@ -138,10 +138,10 @@ def test_create_refuses_bad_input_naming_the_field_and_writes_nothing(
     assert "colour" in str(_problem(client, {"type": "idle", "schedule": EVERY_HOUR, "colour": 1}))
     nan = b'{"type": "idle", "schedule": {"kind": "interval", "every_s": 60}, "payload": NaN}'
     deep = b'{"type": "idle", "payload": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    cases = [(b"{not json", 400), (b"[1, 2]", 422), (b"", 400), (nan, 400), (deep, 400)]
-    for raw, status in cases:
+    raw_cases = [(b"{not json", 400), (b"[1, 2]", 422), (b"", 400), (nan, 400), (deep, 400)]
+    for raw, expected in raw_cases:
         response = _raw_post(api, client, "/v1/tasks", raw)
-        assert response.status_code == status
+        assert response.status_code == expected
         assert response.headers["content-type"] == "application/problem+json"
     assert not stored.exists(db, keys, bad_id)
     assert not stored.exists(db, keys, "has{brace}")

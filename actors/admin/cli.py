@@ -19,18 +19,22 @@ allowed; 7 the API (for `migrate`: Redis) is unreachable or unavailable; 1 any o
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import sys
-import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from actors.admin.client import ApiError, ApiUnavailable, Client
+from actors.admin.inputs import (
+    UsageError,
+    add_schedule_flags,
+    payload_from,
+    schedule_from,
+)
+from actors.admin.tables import queue_rows, show_task, table, task_rows, when
 from actors.domain.model import STATUSES
-from actors.domain.schedules import Misfire
 from actors.store.keys import DEFAULT_BUCKETS, MAX_BUCKETS
 
 EXIT_OK, EXIT_OTHER, EXIT_USAGE = 0, 1, 2
@@ -50,146 +54,6 @@ def exit_code(error: ApiError) -> int:
     if error.status >= 500:
         return EXIT_UNAVAILABLE
     return EXIT_OTHER
-
-
-class UsageError(Exception):
-    pass
-
-
-# -- formatting -------------------------------------------------------------------------
-
-
-def when(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def schedule_text(schedule: dict[str, Any]) -> str:
-    kind = schedule.get("kind")
-    if kind == "interval":
-        return f"every {schedule.get('every_s')}s"
-    if kind == "cron":
-        return f"cron {schedule.get('cron')} {schedule.get('tz', 'UTC')}"
-    return f"once {when(schedule.get('at_ms'))}"
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [[str(c) for c in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    )
-
-
-def show_task(task: dict[str, Any]) -> str:
-    lines = [
-        ("task_id", task["task_id"]),
-        ("type", task["type"]),
-        ("status", task["status"]),
-        ("schedule", schedule_text(task["schedule"])),
-        ("next run", when(task["next_run_ms"])),
-        ("fires / runs / retries", f"{task['fires']} / {task['runs']} / {task['retries']}"),
-        ("last run", f"{when(task['last_run_ms'])} {task['last_status'] or ''}".strip()),
-        ("last error", task["last_error"] or "-"),
-        ("payload", json.dumps(task["payload"])),
-    ]
-    return "\n".join(f"{k + ':':<24}{v}" for k, v in lines)
-
-
-def task_rows(tasks: list[dict[str, Any]]) -> str:
-    return table(
-        ["TASK_ID", "TYPE", "STATUS", "SCHEDULE", "NEXT_RUN", "RUNS", "LAST"],
-        [
-            [t["task_id"], t["type"], t["status"], schedule_text(t["schedule"]),
-             when(t["next_run_ms"]), t["runs"], t["last_status"]]
-            for t in tasks
-        ],
-    )  # fmt: skip
-
-
-def queue_rows(queues: list[dict[str, Any]]) -> str:
-    return table(
-        ["TYPE", "LENGTH", "UNDELIVERED", "PENDING", "OLDEST_PENDING", "CONSUMERS", "RETRYING",
-         "DLQ"],
-        [
-            [q["type"], q["length"], q["undelivered"], q["pending"],
-             f"{q['oldest_pending_age_ms'] / 1000:.1f}s" if q["oldest_pending_age_ms"] else "-",
-             len(q["consumers"]), q["retrying"], q["dead_letters"]]
-            for q in queues
-        ],
-    )  # fmt: skip
-
-
-# -- schedule flags ---------------------------------------------------------------------
-
-
-def add_schedule_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("schedule (one of --every, --cron, --at)")
-    group.add_argument("--every", type=float, metavar="SECONDS", help="fire every N seconds")
-    group.add_argument("--cron", metavar="EXPR", help="five-field cron expression")
-    group.add_argument("--tz", help="time zone of --cron (default UTC)")
-    group.add_argument("--at", metavar="TIME", help="once, at an ISO 8601 time or Unix ms")
-    group.add_argument("--jitter", type=float, metavar="SECONDS", help="random delay up to N s")
-    group.add_argument("--start", metavar="TIME", help="no fires before (ISO 8601 or Unix ms)")
-    group.add_argument("--end", metavar="TIME", help="no fires after (ISO 8601 or Unix ms)")
-    group.add_argument("--max-runs", type=int, metavar="N", help="finish after N fires")
-    group.add_argument("--misfire", choices=typing.get_args(Misfire))
-
-
-def parse_time(text: str, flag: str) -> int:
-    if text.isdigit():
-        return int(text)
-    try:
-        parsed = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(f"{flag}: {text!r} is neither ISO 8601 nor Unix milliseconds") from None
-    if parsed.tzinfo is None:
-        raise UsageError(f"{flag}: {text!r} needs a time zone offset, e.g. +00:00 or Z")
-    return int(parsed.timestamp() * 1000)
-
-
-def schedule_from(args: argparse.Namespace, required: bool) -> dict[str, Any] | None:
-    kinds = [k for k in ("every", "cron", "at") if getattr(args, k) is not None]
-    if len(kinds) > 1:
-        raise UsageError(f"give one of --every, --cron, --at (got {', '.join(kinds)})")
-    if not kinds:
-        extras = [f for f in ("tz", "jitter", "start", "end", "max_runs", "misfire")
-                  if getattr(args, f) is not None]  # fmt: skip
-        if required or extras:
-            raise UsageError("give a schedule: --every SECONDS, --cron EXPR or --at TIME")
-        return None
-    schedule: dict[str, Any]
-    if args.every is not None:
-        schedule = {"kind": "interval", "every_s": args.every}
-    elif args.cron is not None:
-        schedule = {"kind": "cron", "cron": args.cron}
-    else:
-        schedule = {"kind": "once", "at_ms": parse_time(args.at, "--at")}
-    if args.tz is not None:
-        schedule["tz"] = args.tz
-    if args.jitter is not None:
-        schedule["jitter_s"] = args.jitter
-    if args.start is not None:
-        schedule["start_ms"] = parse_time(args.start, "--start")
-    if args.end is not None:
-        schedule["end_ms"] = parse_time(args.end, "--end")
-    if args.max_runs is not None:
-        schedule["max_runs"] = args.max_runs
-    if args.misfire is not None:
-        schedule["misfire"] = args.misfire
-    return schedule
-
-
-def payload_from(text: str | None) -> Any:
-    if text is None:
-        return None
-    if text.startswith("@"):
-        text = Path(text[1:]).read_text(encoding="utf-8")
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"--payload: not JSON: {exc}") from None
 
 
 # -- commands ---------------------------------------------------------------------------

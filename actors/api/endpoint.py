@@ -1,6 +1,6 @@
 """One row of the route table: what an endpoint does and how it is documented.
 
-The route table (``actors.api.routes.ROUTES``) is the one list of endpoints: the app's
+The route table (``actors.api.app.ROUTES``) is the one list of endpoints: the app's
 routes, the query parameters each accepts (anything else is refused with 422) and the
 OpenAPI document (``actors.api.openapi``) are all built from it.
 """

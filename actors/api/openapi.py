@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 document of the API, served at ``/openapi.json``.
 
-Its paths are generated from the route table (``actors.api.routes.ROUTES``: method, path,
+Its paths are generated from the route table (``actors.api.app.ROUTES``: method, path,
 summary, responses, body, query parameters); parameter schemas, the name pattern, statuses
 and enums come from where they are defined (``runtime.config.NAME_PATTERN``,
 ``actors.domain``); the body and response schemas are the contract, written here. The
@@ -282,7 +282,7 @@ PARAMS: dict[str, dict[str, Any]] = {
 
 
 def openapi_document(routes: Sequence[Endpoint]) -> dict[str, Any]:
-    """The document of these endpoints (``actors.api.routes.ROUTES``)."""
+    """The document of these endpoints (``actors.api.app.ROUTES``)."""
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = _op(route)

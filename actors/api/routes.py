@@ -1,5 +1,6 @@
 """The API's endpoints: each checks its input, calls the store, queues or explain, and
-answers JSON. ``build_app`` wraps every endpoint in the same steps, in this order:
+answers JSON. ``endpoint_for`` (used by ``actors.api.app.build_app``) wraps every endpoint
+in the same steps, in this order:
 
 1. refuse a body over ``max_body_bytes`` (413) before reading it;
 2. verify the request's signature and nonce (``actors.api.signing``; 401/403) — every ``/v1``
@@ -18,15 +19,12 @@ from typing import Any
 
 import attrs
 import structlog
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from actors.api import bodies
 from actors.api.endpoint import Endpoint
 from actors.api.explain import explain
-from actors.api.openapi import openapi_document
 from actors.api.problems import Problem, from_exception, invalid
 from actors.api.queues import Queues, tally
 from actors.api.signing import Verifier
@@ -163,7 +161,7 @@ async def update_task(call: Call) -> Response:
     return ok({"task_id": task_id, "status": status})
 
 
-def _transition(action: str) -> Handler:
+def transition(action: str) -> Handler:
     async def endpoint(call: Call) -> Response:
         task_id = bodies.task_id_param(call.path("task_id"))
         status = await getattr(call.store, action)(task_id)
@@ -289,7 +287,7 @@ def _path_with_query(request: Request) -> str:
     return (path + (b"?" + query if query else b"")).decode("latin-1")
 
 
-def _endpoint(services: ApiServices, route: Endpoint) -> Any:
+def endpoint_for(services: ApiServices, route: Endpoint) -> Any:
     handler, public, allowed = route.handler, route.public, set(route.query)
 
     async def endpoint(request: Request) -> Response:
@@ -326,64 +324,3 @@ def _endpoint(services: ApiServices, route: Endpoint) -> Any:
         return response
 
     return endpoint
-
-
-E = Endpoint
-#: Every endpoint. Order matters where paths overlap (bulk before {task_id}).
-ROUTES: list[Endpoint] = [
-    E("GET", "/healthz", healthz, "The process is up", {200: "Health"}, public=True),
-    E("GET", "/readyz", readyz, "Redis reachable and every actor running",
-      {200: "Ready", 503: "Ready"}, public=True),
-    E("POST", "/v1/tasks", create_task, "Create a task (idempotent with a client-given task_id)",
-      {201: "Created", 200: "Created"}, body="TaskCreate", problems=(409,)),
-    E("GET", "/v1/tasks", list_tasks, "List tasks, filtered by type and status (cursor pagination)",
-      {200: "TaskPage"}, query=("type", "status", "cursor", "limit")),
-    E("POST", "/v1/tasks/bulk", bulk_create, "Create many tasks (up to [api] max_bulk)",
-      {200: "BulkCreated"}, body="BulkCreate"),
-    E("GET", "/v1/tasks/{task_id}", get_task, "One task", {200: "Task"}, problems=(404,)),
-    E("PATCH", "/v1/tasks/{task_id}", update_task, "Replace payload and/or schedule",
-      {200: "TaskStatus"}, body="TaskUpdate", problems=(404, 409)),
-    E("DELETE", "/v1/tasks/{task_id}", delete_task, "Delete a task", {200: "Deleted"},
-      problems=(404,)),
-    *(
-        E("POST", f"/v1/tasks/{{task_id}}/{action}", _transition(action),
-          f"{action.capitalize()} a task", {200: "TaskStatus"}, problems=(404, 409))
-        for action in ("pause", "resume", "stop")
-    ),
-    E("POST", "/v1/tasks/{task_id}/trigger", trigger_task,
-      "Run a task now, once, outside its schedule", {202: "Triggered"}, problems=(404,)),
-    E("GET", "/v1/tasks/{task_id}/explain", explain_task, "Why this task is or is not running",
-      {200: "Explanation"}, problems=(404,)),
-    E("POST", "/v1/types/{type}/clear", clear_type,
-      "Delete every task of a type (confirm must repeat the type)", {200: "Cleared"},
-      body="Clear"),
-    E("GET", "/v1/queues", queues, "Backlog of every type", {200: "Queues"}),
-    E("GET", "/v1/queues/{type}", queue, "Backlog of one type", {200: "Queue"}),
-    E("GET", "/v1/dlq/{type}", list_dead, "Dead letters of a type, newest first",
-      {200: "DeadLetterPage"}, query=("before", "limit")),
-    E("POST", "/v1/dlq/{type}/replay", replay_dead,
-      "Move dead letters back to the queue as first attempts", {200: "Replayed"},
-      body="Entries"),
-    E("POST", "/v1/dlq/{type}/purge", purge_dead,
-      "Delete dead letters (all needs confirm = the type)", {200: "Purged"}, body="Entries"),
-    E("GET", "/v1/dlq/{type}/{entry_id}", show_dead, "One dead letter", {200: "DeadLetter"},
-      problems=(404,)),
-]  # fmt: skip
-
-
-def build_app(services: ApiServices) -> Starlette:
-    document = openapi_document(ROUTES)
-
-    async def serve_openapi(_request: Request) -> Response:
-        return JSONResponse(document)
-
-    routes = [Route(e.path, _endpoint(services, e), methods=[e.method]) for e in ROUTES]
-    routes.append(Route("/openapi.json", serve_openapi, methods=["GET"]))
-
-    async def not_found(_request: Request, _exc: Exception) -> Response:
-        return Problem(404, "no_route", "no such endpoint; see /openapi.json").response()
-
-    async def not_allowed(_request: Request, _exc: Exception) -> Response:
-        return Problem(405, "method_not_allowed", "method not allowed on this path").response()
-
-    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})

@@ -19,8 +19,9 @@ import hypercorn.config
 import hypercorn.trio
 import trio
 
+from actors.api.app import build_app
 from actors.api.queues import Queues
-from actors.api.routes import ApiServices, build_app
+from actors.api.routes import ApiServices
 from actors.api.signing import ApiKey, Verifier
 from actors.config import ApiSection
 from actors.store.tasks import TaskStore

@@ -13,12 +13,12 @@ The roles depend on ``Scripts`` alone, so a test can subclass it to fail at a ch
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from actors.store import lua
 from actors.store.codes import optional_ms
-from actors.store.keys import GROUP, Keys
+from actors.store.keys import GROUP
 from actors.store.messages import Message, flat_fields
 from actors.store.replies import (
     Commit,
@@ -31,34 +31,17 @@ from actors.store.replies import (
     Reclaimed,
     RetryClaim,
     RetryWrite,
-    TaskRow,
     decode_claimed,
 )
-from runtime.redis_io import RedisClient, Reply, Script
+from actors.store.task_scripts import Call, TaskScripts, or_empty
 
 #: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
 ENQUEUE_CHUNK = 500
 
-Call = tuple[Script, list[Any], list[Any]]
 
-
-def _ok(replies: list[Reply]) -> list[Reply]:
-    """Raise the first failed call of a pipeline (its error object), else the replies."""
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return replies
-
-
-class Scripts:
-    """Every Lua script of one namespace, as typed async methods."""
-
-    def __init__(self, client: RedisClient, keys: Keys) -> None:
-        self.client = client
-        self.keys = keys
-
-    async def _run(self, calls: list[Call]) -> list[Reply]:
-        return _ok(await self.client.mixed_scripts(calls)) if calls else []
+class Scripts(TaskScripts):
+    """Every Lua script of one namespace, as typed async methods (the task store's own
+    scripts are in the base class)."""
 
     # -- scheduling: poller -----------------------------------------------------------------
 
@@ -88,7 +71,7 @@ class Scripts:
         for partition, items in commits.items():
             args: list[Any] = [self.keys.tag(partition), token]
             for c in items:
-                args += [c.task_id, c.bucket, _or_empty(c.next_ms), _or_empty(c.score), c.fired]
+                args += [c.task_id, c.bucket, or_empty(c.next_ms), or_empty(c.score), c.fired]
             calls.append((lua.COMMIT_FIRES, [self.keys.schedule(partition)], args))
         replies = await self._run(calls)
         return {
@@ -328,99 +311,3 @@ class Scripts:
             [(lua.REPLAY_DEAD, [k.queue(task_type), k.dlq(task_type)], [task_type, *entry_ids])]
         )
         return [r.decode() if isinstance(r, bytes) else str(r) for r in replies]
-
-    # -- the task store ---------------------------------------------------------------------
-
-    async def create_tasks(self, rows: dict[int, list[TaskRow]]) -> dict[int, list[int]]:
-        """``create_tasks.lua`` per partition; per task a ``Code`` (OK, UNCHANGED, CONFLICT)."""
-        k = self.keys
-        calls: list[Call] = []
-        for partition, items in rows.items():
-            args: list[Any] = [k.tag(partition)]
-            for r in items:
-                args += [r.task_id, k.bucket_of(r.task_id), r.type, r.payload_json, r.sched,
-                         _or_empty(r.next_ms), _or_empty(r.score)]  # fmt: skip
-            calls.append((lua.CREATE_TASKS, [k.schedule(partition)], args))
-        replies = await self._run(calls)
-        return {p: [int(c) for c in r] for p, r in zip(rows, replies, strict=True)}
-
-    async def update_task(
-        self, task_id: str, payload_json: str, sched: bytes | str, next_ms: int | None,
-        score: int | None,
-    ) -> tuple[int, str]:  # fmt: skip
-        """``update_task.lua``: replace payload and/or schedule ('' keeps one);
-        (``Code``, status afterwards)."""
-        k, p = self.keys, self.keys.partition_of(task_id)
-        ((code, status),) = await self._run(
-            [
-                (
-                    lua.UPDATE_TASK,
-                    [k.schedule(p)],
-                    [
-                        k.tag(p),
-                        task_id,
-                        k.bucket_of(task_id),
-                        payload_json,
-                        sched,
-                        _or_empty(next_ms),
-                        _or_empty(score),
-                    ],
-                )
-            ]
-        )
-        return int(code), status.decode()
-
-    async def set_status(
-        self, task_id: str, action: str, next_ms: int | None = None, score: int | None = None
-    ) -> tuple[int, str]:
-        """``set_status.lua``: pause, resume (at ``next_ms``) or stop; (``Code``, status)."""
-        k, p = self.keys, self.keys.partition_of(task_id)
-        ((code, status),) = await self._run(
-            [
-                (
-                    lua.SET_STATUS,
-                    [k.schedule(p)],
-                    [
-                        k.tag(p),
-                        task_id,
-                        k.bucket_of(task_id),
-                        action,
-                        _or_empty(next_ms),
-                        _or_empty(score),
-                    ],
-                )
-            ]
-        )
-        return int(code), status.decode()
-
-    async def delete_tasks(self, task_ids: Iterable[str]) -> int:
-        """``delete_tasks.lua`` per partition; how many existed."""
-        k = self.keys
-        groups: dict[int, list[Any]] = defaultdict(list)
-        for task_id in task_ids:
-            groups[k.partition_of(task_id)] += [task_id, k.bucket_of(task_id)]
-        calls: list[Call] = [
-            (lua.DELETE_TASKS, [k.schedule(p)], [k.tag(p), *args]) for p, args in groups.items()
-        ]
-        return sum(int(r) for r in await self._run(calls))
-
-    async def migrate_tasks(
-        self,
-        partition: int,
-        type_set: str,
-        task_type: str,
-        rows: Sequence[tuple[str, Sequence[Any]]],
-    ) -> int:
-        """``migrate_tasks.lua``: move layout-1 tasks (id, (definition, state, error)) of one
-        type set into this layout; how many moved."""
-        k = self.keys
-        args: list[Any] = [k.tag(partition), type_set]
-        for task_id, converted in rows:
-            args += [task_id, k.bucket_of(task_id), task_type, *converted]
-        (moved,) = await self._run([(lua.MIGRATE_TASKS, [k.schedule(partition)], args)])
-        return int(moved)
-
-
-def _or_empty(value: int | None) -> int | str:
-    """Scripts read '' as "none" for an optional time."""
-    return "" if value is None else value

@@ -23,7 +23,8 @@ from actors.domain.schedules import Schedule
 from actors.store.codes import Code, raise_for_code
 from actors.store.enqueue import enqueue_fires
 from actors.store.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, Keys, schedule_id
-from actors.store.records import decode_task, definition_type_and_payload, encode_schedule
+from actors.store.placement import ListCursor, Placement
+from actors.store.records import decode_task, definition_type_and_payload
 from actors.store.replies import Fire, TaskRow
 from actors.store.scripts import Scripts
 from actors.store.streams import Streams
@@ -149,7 +150,7 @@ class TaskStore:
         groups: dict[int, list[int]] = defaultdict(list)
         for index, task_id in enumerate(ids):
             groups[keys.partition_of(task_id)].append(index)
-        placed = _Placement(now)
+        placed = Placement(now)
         rows: dict[int, list[TaskRow]] = {}
         for partition, indexes in groups.items():
             rows[partition] = []
@@ -223,7 +224,7 @@ class TaskStore:
             raise InvalidTask(f"status: must be one of {', '.join(STATUSES)}, got {status!r}")
         keys = await self.keys()
         types = [check_name("type", task_type)] if task_type else await self.types()
-        position = _Cursor.parse(cursor, len(types), keys.partitions, keys.buckets)
+        position = ListCursor.parse(cursor, len(types), keys.partitions, keys.buckets)
         tasks: list[Task] = []
         calls, span = 0, 1
         while position is not None and len(tasks) < limit and calls < max_calls:
@@ -304,7 +305,7 @@ class TaskStore:
         next_ms: int | None = None
         score: int | None = None
         if schedule is not None:
-            sched, next_ms, score = _Placement(await self.now_ms()).of(schedule)
+            sched, next_ms, score = Placement(await self.now_ms()).of(schedule)
         code, status = await (await self.scripts()).update_task(
             task_id, payload_json, sched, next_ms, score
         )
@@ -365,60 +366,3 @@ class TaskStore:
                     batch = [task_id for task_id, _ in members[i : i + CLEAR_BATCH]]
                     deleted += await (await self.scripts()).delete_tasks(batch)
         return deleted
-
-
-class _Placement:
-    """A schedule as stored and its first grid time as script arguments (creates, updates).
-    In one bulk create thousands of tasks usually share a handful of schedules, so each
-    distinct one is encoded and placed once (the jitter is still drawn per task)."""
-
-    def __init__(self, now_ms: int) -> None:
-        self.now_ms = now_ms
-        self._seen: dict[Schedule, tuple[bytes, int | None]] = {}
-
-    def of(self, schedule: Schedule) -> tuple[bytes, int | None, int | None]:
-        """(stored schedule, next_ms, score); None when it never fires."""
-        known = self._seen.get(schedule)
-        if known is None:
-            known = (encode_schedule(schedule), schedule.first_due(self.now_ms))
-            self._seen[schedule] = known
-        sched, due = known
-        if due is None:
-            return sched, None, None
-        return sched, due, due + schedule.jitter_ms()
-
-
-@attrs.frozen
-class _Cursor:
-    """Where a listing stands: type index, partition, next bucket. Opaque to clients."""
-
-    type_index: int
-    partition: int
-    bucket: int
-
-    @classmethod
-    def parse(cls, text: str | None, types: int, partitions: int, buckets: int) -> _Cursor | None:
-        if not types:
-            return None
-        if text is None:
-            return cls(0, 0, 0)
-        try:
-            t, p, b = (int(x) for x in text.split("-"))
-        except ValueError:
-            raise InvalidTask(f"cursor: {text!r} is not a cursor this listing returned") from None
-        if not (0 <= t < types and 0 <= p < partitions and 0 <= b < buckets):
-            raise InvalidTask(f"cursor: {text!r} is out of range")
-        return cls(t, p, b)
-
-    def advance(self, bucket: int, types: int, partitions: int, buckets: int) -> _Cursor | None:
-        """The position after reading up to ``bucket`` (exclusive), or None at the end."""
-        if bucket < buckets:
-            return _Cursor(self.type_index, self.partition, bucket)
-        if self.partition + 1 < partitions:
-            return _Cursor(self.type_index, self.partition + 1, 0)
-        if self.type_index + 1 < types:
-            return _Cursor(self.type_index + 1, 0, 0)
-        return None
-
-    def format(self) -> str:
-        return f"{self.type_index}-{self.partition}-{self.bucket}"

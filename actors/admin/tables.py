@@ -1,0 +1,73 @@
+"""How the ``metronome`` CLI shows the API's answers as tables and text."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import Any
+
+
+def when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def schedule_text(schedule: dict[str, Any]) -> str:
+    kind = schedule.get("kind")
+    if kind == "interval":
+        return f"every {schedule.get('every_s')}s"
+    if kind == "cron":
+        return f"cron {schedule.get('cron')} {schedule.get('tz', 'UTC')}"
+    return f"once {when(schedule.get('at_ms'))}"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(c) for c in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+def show_task(task: dict[str, Any]) -> str:
+    lines = [
+        ("task_id", task["task_id"]),
+        ("type", task["type"]),
+        ("status", task["status"]),
+        ("schedule", schedule_text(task["schedule"])),
+        ("next run", when(task["next_run_ms"])),
+        ("fires / runs / retries", f"{task['fires']} / {task['runs']} / {task['retries']}"),
+        ("last run", f"{when(task['last_run_ms'])} {task['last_status'] or ''}".strip()),
+        ("last error", task["last_error"] or "-"),
+        ("payload", json.dumps(task["payload"])),
+    ]
+    return "\n".join(f"{k + ':':<24}{v}" for k, v in lines)
+
+
+def task_rows(tasks: list[dict[str, Any]]) -> str:
+    return table(
+        ["TASK_ID", "TYPE", "STATUS", "SCHEDULE", "NEXT_RUN", "RUNS", "LAST"],
+        [
+            [t["task_id"], t["type"], t["status"], schedule_text(t["schedule"]),
+             when(t["next_run_ms"]), t["runs"], t["last_status"]]
+            for t in tasks
+        ],
+    )  # fmt: skip
+
+
+def queue_rows(queues: list[dict[str, Any]]) -> str:
+    return table(
+        ["TYPE", "LENGTH", "UNDELIVERED", "PENDING", "OLDEST_PENDING", "CONSUMERS", "RETRYING",
+         "DLQ"],
+        [
+            [q["type"], q["length"], q["undelivered"], q["pending"],
+             f"{q['oldest_pending_age_ms'] / 1000:.1f}s" if q["oldest_pending_age_ms"] else "-",
+             len(q["consumers"]), q["retrying"], q["dead_letters"]]
+            for q in queues
+        ],
+    )  # fmt: skip
+
+
+# -- schedule flags ---------------------------------------------------------------------

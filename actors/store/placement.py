@@ -1,0 +1,69 @@
+"""Small helpers of the task store: where a new schedule's first grid time goes, and where
+a listing stands between two pages."""
+
+from __future__ import annotations
+
+import attrs
+
+from actors.domain.errors import InvalidTask
+from actors.domain.schedules import Schedule
+from actors.store.records import encode_schedule
+
+
+class Placement:
+    """A schedule as stored and its first grid time as script arguments (creates, updates).
+    In one bulk create thousands of tasks usually share a handful of schedules, so each
+    distinct one is encoded and placed once (the jitter is still drawn per task)."""
+
+    def __init__(self, now_ms: int) -> None:
+        self.now_ms = now_ms
+        self._seen: dict[Schedule, tuple[bytes, int | None]] = {}
+
+    def of(self, schedule: Schedule) -> tuple[bytes, int | None, int | None]:
+        """(stored schedule, next_ms, score); None when it never fires."""
+        known = self._seen.get(schedule)
+        if known is None:
+            known = (encode_schedule(schedule), schedule.first_due(self.now_ms))
+            self._seen[schedule] = known
+        sched, due = known
+        if due is None:
+            return sched, None, None
+        return sched, due, due + schedule.jitter_ms()
+
+
+@attrs.frozen
+class ListCursor:
+    """Where a listing stands: type index, partition, next bucket. Opaque to clients."""
+
+    type_index: int
+    partition: int
+    bucket: int
+
+    @classmethod
+    def parse(
+        cls, text: str | None, types: int, partitions: int, buckets: int
+    ) -> ListCursor | None:
+        if not types:
+            return None
+        if text is None:
+            return cls(0, 0, 0)
+        try:
+            t, p, b = (int(x) for x in text.split("-"))
+        except ValueError:
+            raise InvalidTask(f"cursor: {text!r} is not a cursor this listing returned") from None
+        if not (0 <= t < types and 0 <= p < partitions and 0 <= b < buckets):
+            raise InvalidTask(f"cursor: {text!r} is out of range")
+        return cls(t, p, b)
+
+    def advance(self, bucket: int, types: int, partitions: int, buckets: int) -> ListCursor | None:
+        """The position after reading up to ``bucket`` (exclusive), or None at the end."""
+        if bucket < buckets:
+            return ListCursor(self.type_index, self.partition, bucket)
+        if self.partition + 1 < partitions:
+            return ListCursor(self.type_index, self.partition + 1, 0)
+        if self.type_index + 1 < types:
+            return ListCursor(self.type_index + 1, 0, 0)
+        return None
+
+    def format(self) -> str:
+        return f"{self.type_index}-{self.partition}-{self.bucket}"

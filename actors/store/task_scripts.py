@@ -1,0 +1,126 @@
+"""The task store's scripts (create, update, status, delete, migrate), and the machinery
+every script call shares. ``actors.store.scripts.Scripts`` adds the roles' scripts."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from actors.store import lua
+from actors.store.keys import Keys
+from actors.store.replies import TaskRow
+from runtime.redis_io import RedisClient, Reply, Script
+
+Call = tuple[Script, list[Any], list[Any]]
+
+
+def or_empty(value: int | None) -> int | str:
+    """Scripts read '' as "none" for an optional time."""
+    return "" if value is None else value
+
+
+class TaskScripts:
+    def __init__(self, client: RedisClient, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+
+    async def _run(self, calls: list[Call]) -> list[Reply]:
+        """Pipeline the calls; raise the first that failed (its error object), else the
+        replies in order."""
+        if not calls:
+            return []
+        replies = await self.client.mixed_scripts(calls)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    async def create_tasks(self, rows: dict[int, list[TaskRow]]) -> dict[int, list[int]]:
+        """``create_tasks.lua`` per partition; per task a ``Code`` (OK, UNCHANGED, CONFLICT)."""
+        k = self.keys
+        calls: list[Call] = []
+        for partition, items in rows.items():
+            args: list[Any] = [k.tag(partition)]
+            for r in items:
+                args += [r.task_id, k.bucket_of(r.task_id), r.type, r.payload_json, r.sched,
+                         or_empty(r.next_ms), or_empty(r.score)]  # fmt: skip
+            calls.append((lua.CREATE_TASKS, [k.schedule(partition)], args))
+        replies = await self._run(calls)
+        return {p: [int(c) for c in r] for p, r in zip(rows, replies, strict=True)}
+
+    async def update_task(
+        self, task_id: str, payload_json: str, sched: bytes | str, next_ms: int | None,
+        score: int | None,
+    ) -> tuple[int, str]:  # fmt: skip
+        """``update_task.lua``: replace payload and/or schedule ('' keeps one);
+        (``Code``, status afterwards)."""
+        k, p = self.keys, self.keys.partition_of(task_id)
+        ((code, status),) = await self._run(
+            [
+                (
+                    lua.UPDATE_TASK,
+                    [k.schedule(p)],
+                    [
+                        k.tag(p),
+                        task_id,
+                        k.bucket_of(task_id),
+                        payload_json,
+                        sched,
+                        or_empty(next_ms),
+                        or_empty(score),
+                    ],
+                )
+            ]
+        )
+        return int(code), status.decode()
+
+    async def set_status(
+        self, task_id: str, action: str, next_ms: int | None = None, score: int | None = None
+    ) -> tuple[int, str]:
+        """``set_status.lua``: pause, resume (at ``next_ms``) or stop; (``Code``, status)."""
+        k, p = self.keys, self.keys.partition_of(task_id)
+        ((code, status),) = await self._run(
+            [
+                (
+                    lua.SET_STATUS,
+                    [k.schedule(p)],
+                    [
+                        k.tag(p),
+                        task_id,
+                        k.bucket_of(task_id),
+                        action,
+                        or_empty(next_ms),
+                        or_empty(score),
+                    ],
+                )
+            ]
+        )
+        return int(code), status.decode()
+
+    async def delete_tasks(self, task_ids: Iterable[str]) -> int:
+        """``delete_tasks.lua`` per partition; how many existed."""
+        k = self.keys
+        groups: dict[int, list[Any]] = defaultdict(list)
+        for task_id in task_ids:
+            groups[k.partition_of(task_id)] += [task_id, k.bucket_of(task_id)]
+        calls: list[Call] = [
+            (lua.DELETE_TASKS, [k.schedule(p)], [k.tag(p), *args]) for p, args in groups.items()
+        ]
+        return sum(int(r) for r in await self._run(calls))
+
+    async def migrate_tasks(
+        self,
+        partition: int,
+        type_set: str,
+        task_type: str,
+        rows: Sequence[tuple[str, Sequence[Any]]],
+    ) -> int:
+        """``migrate_tasks.lua``: move layout-1 tasks (id, (definition, state, error)) of one
+        type set into this layout; how many moved."""
+        k = self.keys
+        args: list[Any] = [k.tag(partition), type_set]
+        for task_id, converted in rows:
+            args += [task_id, k.bucket_of(task_id), task_type, *converted]
+        (moved,) = await self._run([(lua.MIGRATE_TASKS, [k.schedule(partition)], args)])
+        return int(moved)
