@@ -94,7 +94,9 @@ def _part_tree(config: Config, part: str) -> ChildSpec:
     node, minus the embedded server, which the main process runs."""
     if part not in config.processes.parts():
         raise ConfigError(f"--part {part!r}: not a part of this node's [processes]")
-    url = _embedded(config).url if config.redis.url == "embedded" else config.redis.url
+    embedded = config.redis.url == "embedded"
+    # The main process runs the server and holds its data dir's lock: only its URL here.
+    url = _embedded(config, lock=False).url if embedded else config.redis.url
     roles = _Roles(config, url)
     if part == "scheduler":
         child = roles.scheduler()
@@ -105,10 +107,13 @@ def _part_tree(config: Config, part: str) -> ChildSpec:
     return supervisor("node", [child], SupervisorSpec(Strategy.ONE_FOR_ONE))
 
 
-def _embedded(config: Config) -> EmbeddedRedis:
+def _embedded(config: Config, *, lock: bool = True) -> EmbeddedRedis:
     # No binary: one clear error line now, not a crash loop later.
     binary = find_server_binary(config.redis.server_binary)
-    return EmbeddedRedis(Path(config.redis.data_dir), config.redis.embedded_port, binary)
+    embedded = EmbeddedRedis(Path(config.redis.data_dir), config.redis.embedded_port, binary)
+    if lock:  # held for the process's life: a second node refuses at once
+        embedded.lock_data_dir()
+    return embedded
 
 
 def _process(part: str, invocation: Invocation, grace_s: float) -> ChildSpec:

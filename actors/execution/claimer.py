@@ -58,15 +58,17 @@ class Claimer:
         self.actor = f"node/consumers/{task_type}/claimer"
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        redis = self.store.client
+        await redis.ride_out(self.store.keys)
         scripts = await self.store.scripts()
         self.actor = ctx.path
         task_status.started()
         last_prune = trio.current_time()
         while True:
             await trio.sleep(self.settings.interval_s)
-            await self.tick(scripts)
+            await redis.ride_out(lambda: self.tick(scripts))
             if trio.current_time() - last_prune >= PRUNE_EVERY_S:
-                await self.prune(scripts)
+                await redis.ride_out(lambda: self.prune(scripts))
                 last_prune = trio.current_time()
 
     async def tick(self, scripts: Scripts) -> int:

@@ -32,7 +32,7 @@ import trio
 import trio_util
 
 from actors.execution import leases
-from actors.execution.completion import RetryPolicy, decide
+from actors.execution.completion import Completion, RetryPolicy, decide
 from actors.execution.flight import Flight
 from actors.execution.handlers import Handler
 from actors.execution.reading import Reader
@@ -94,9 +94,11 @@ class Consumer:
         self.runner = Runner(handler, settings.timeout_s, settings.concurrency)
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        redis = self.store.client
+        await redis.ride_out(self.store.keys)
         scripts, streams = await self.store.scripts(), await self.store.streams()
         self.actor = ctx.path
-        await streams.ensure_group(self.type)
+        await redis.ride_out(lambda: streams.ensure_group(self.type))
         name = f"{self.node}-{secrets.token_hex(4)}"
         flight = Flight()
         self.state.name = name
@@ -159,6 +161,14 @@ class Consumer:
 
     # -- completing -------------------------------------------------------------------------
 
+    async def _complete(self, scripts: Scripts, plan: Completion) -> None:
+        """One attempt at writing a batch's outcomes, shielded (see ``_flush``)."""
+        with trio.CancelScope(shield=True):
+            await scripts.complete(
+                self.type, retries=plan.retries, outcomes=plan.outcomes, dead=plan.dead,
+                acks=plan.acks,
+            )  # fmt: skip
+
     async def _flush_loop(self, scripts: Scripts, flight: Flight) -> None:
         while True:
             await flight.done_event.wait()
@@ -170,18 +180,18 @@ class Consumer:
     async def _flush(self, scripts: Scripts, flight: Flight) -> None:
         """Write outcomes, then acknowledge (see the module's invariant).
 
-        A batch, once taken, is completed under a shield: cancelled halfway, its finished
+        Each attempt at a batch runs under a shield: cancelled halfway, its finished
         messages would be released instead of acknowledged and run again elsewhere. Every
-        step is a Redis call bounded by the socket timeout, so the shield cannot hang.
+        attempt is Redis calls bounded by the socket timeout, so the shield cannot hang;
+        the wait for Redis between attempts is not shielded.
         """
         while flight.done:
             batch = flight.take()
-            with trio.CancelScope(shield=True):
-                plan = decide(batch, self.settings.retry, self.node)
-                self.results.append(plan.results)
-                await scripts.complete(
-                    self.type, retries=plan.retries, outcomes=plan.outcomes, dead=plan.dead,
-                    acks=plan.acks,
-                )  # fmt: skip
-                flight.settled(batch)
-                emit_events(self.actor, plan.events)
+            plan = decide(batch, self.settings.retry, self.node)
+            self.results.append(plan.results)
+
+            # Redis away: the batch waits (cancellably: cut at shutdown, its messages stay
+            # pending and are reclaimed, never lost) and is written once Redis answers.
+            await scripts.client.ride_out(functools.partial(self._complete, scripts, plan))
+            flight.settled(batch)
+            emit_events(self.actor, plan.events)

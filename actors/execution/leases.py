@@ -4,6 +4,8 @@ nodes' claimers take it at once."""
 
 from __future__ import annotations
 
+import functools
+
 import structlog
 import trio
 
@@ -22,7 +24,8 @@ async def renew_forever(
     """Every lease/3, reset the idle time of every message in flight (ours only)."""
     while True:
         await trio.sleep(lease_s / 3)
-        await scripts.renew_leases(task_type, consumer, list(flight.messages))
+        renew = functools.partial(scripts.renew_leases, task_type, consumer, list(flight.messages))
+        await scripts.client.ride_out(renew)
 
 
 async def release(

@@ -55,8 +55,8 @@ class Reader:
                 await self.free.wait_value(lambda free: free > 0)
             if stopping.value:
                 return
-            messages, malformed = await self.streams.read_group(
-                self.type, consumer, self.free.value, self.block_ms
+            messages, malformed = await self.scripts.client.ride_out(
+                lambda: self.streams.read_group(self.type, consumer, self.free.value, self.block_ms)
             )
             for message in messages:
                 self.flight.messages[message.msg_id] = message
@@ -77,11 +77,16 @@ class Reader:
         """Drop duplicates (dedupe window), then start a handler per message."""
         runnable = messages
         if self.dedupe_window_ms > 0:
-            flags = await self.scripts.begin_runs(self.type, messages, self.dedupe_window_ms)
+            flags = await self.scripts.client.ride_out(
+                lambda: self.scripts.begin_runs(self.type, messages, self.dedupe_window_ms)
+            )
             runnable = [m for m, run in zip(messages, flags, strict=True) if run]
             duplicates = [m for m, run in zip(messages, flags, strict=True) if not run]
             if duplicates:
-                await self.scripts.ack(self.type, [m.msg_id for m in duplicates])
+                ids = [m.msg_id for m in duplicates]
+                await self.scripts.client.ride_out(lambda: self.scripts.ack(self.type, ids))
+                for m in duplicates:  # acknowledged: no longer ours to renew or release
+                    self.flight.messages.pop(m.msg_id, None)
                 emit_events(self.actor, [("duplicate_dropped", fire_fields(m)) for m in duplicates])
         now_ms = int(time.time() * 1000)
         emit_events(
@@ -104,7 +109,7 @@ class Reader:
             )
             for msg_id, fields, error in malformed
         ]  # fmt: skip
-        await self.scripts.dead_letter(self.type, entries)
+        await self.scripts.client.ride_out(lambda: self.scripts.dead_letter(self.type, entries))
         events: list[tuple[str, dict[str, Any]]] = [
             ("dead", {"msg_id": m, "type": self.type, "reason": "malformed", "error": e})
             for m, _, e in malformed

@@ -75,7 +75,8 @@ class Poller:
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         """Actor: tick until cancelled."""
-        keys = await self.store.keys()
+        redis = self.store.client
+        keys = await redis.ride_out(self.store.keys)
         scripts = await self.store.scripts()
         partitions = self.partitions(keys)
         self.actor = ctx.path
@@ -84,7 +85,9 @@ class Poller:
         )
         task_status.started()
         while True:
-            result = await self.tick(scripts, partitions, ctx.log)
+            # Redis away: wait and tick again; what was claimed and not committed comes back
+            # after the claim lease, so a repeated tick loses nothing.
+            result = await redis.ride_out(lambda: self.tick(scripts, partitions, ctx.log))
             await trio.sleep(self.sleep_s(result))
 
     def partitions(self, keys: Keys) -> list[int]:

@@ -51,14 +51,15 @@ class RetryDispatcher:
         self._ticks = 0
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
-        keys = await self.store.keys()
+        redis = self.store.client
+        keys = await redis.ride_out(self.store.keys)
         scripts = await self.store.scripts()
         partitions = partitions_for(self.settings.index, self.settings.of, keys.partitions)
         self.actor = ctx.path
         ctx.log.info("retry_dispatcher_ready", partitions=partitions)
         task_status.started()
         while True:
-            result = await self.tick(scripts, partitions)
+            result = await redis.ride_out(lambda: self.tick(scripts, partitions))
             await trio.sleep(sleep_s(result, self.settings.max_tick_s, self.settings.min_tick_s))
 
     async def tick(self, scripts: Scripts, partitions: list[int]) -> TickResult:

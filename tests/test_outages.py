@@ -1,0 +1,176 @@
+"""Redis going away under a running node: killed and restarted from its AOF, or stalled.
+Real processes, real signals; "nothing lost" is counted from what the handlers recorded."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+import trio
+
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.store.tasks import TaskStore
+from runtime.actor import ActorContext, TaskStatus
+from runtime.config import RedisSection
+from runtime.embedded_redis import find_server_binary
+from runtime.logging import get_logger
+from runtime.redis_io import RedisClient
+from runtime.supervisor import ChildSpec, supervisor
+from runtime.testing.local_redis import RedisProcess
+from tests.execution_harness import records, wait_records
+from tests.node_process import NodeProcess
+
+
+@pytest.fixture
+def aof_server() -> Iterator[RedisProcess]:
+    """A Redis of this test's own, persisting to an AOF as production would."""
+    server = RedisProcess(
+        find_server_binary(), ["--appendonly", "yes", "--appendfsync", "everysec"]
+    ).start()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+def client_for(url: str) -> RedisClient:
+    settings = RedisSection(url=url, connect_timeout_s=0.3, socket_timeout_s=0.5)
+    return RedisClient.from_settings(url, settings)
+
+
+# redis-py can drop a socket it opened while the server was coming back (inside its own
+# reconnect check) without closing it; that is its leak, not a hang or a lost call.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_an_actor_rides_out_a_redis_restart_without_crashing(
+    aof_server: RedisProcess,
+) -> None:
+    client = client_for(aof_server.url)
+    pings: list[float] = []
+
+    async def pinger(ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        task_status.started()
+        while True:
+            await client.ride_out(client.ping)
+            pings.append(trio.current_time())
+            await trio.sleep(0.02)
+
+    tree = supervisor("sup", [ChildSpec("pinger", pinger)])
+    ctx = ActorContext("node", 1.0, get_logger(actor="node"))
+    with structlog.testing.capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(tree.run, ctx)
+            await trio.sleep(0.2)
+            aof_server.kill()
+            with trio.fail_after(30):
+                while client.reachable:  # noqa: ASYNC110 - waiting on another thread's call
+                    await trio.sleep(0.02)
+            await trio.sleep(1.0)  # the outage
+            down_at = len(pings)
+            await trio.to_thread.run_sync(aof_server.start, aof_server.port)
+            with trio.fail_after(30):
+                while len(pings) <= down_at + 5:  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+            ctx.stop_requested.value = True
+    events = [e["event"] for e in logs]
+    assert "actor_crashed" not in events and "actor_restarted" not in events
+    assert events.count("redis_unreachable") == 1 and events.count("redis_reachable") == 1
+    (back,) = [e for e in logs if e["event"] == "redis_reachable"]
+    assert back["outage_s"] >= 1.0
+    await client.aclose()
+
+
+def node_config(tmp_path: Path, url: str, namespace: str) -> Path:
+    path = tmp_path / "node.toml"
+    path.write_text(
+        f'namespace = "{namespace}"\n'
+        '[node]\nname = "n1"\nshutdown_grace_s = 5\n'
+        f'[redis]\nurl = "{url}"\nconnect_timeout_s = 0.5\nsocket_timeout_s = 1\n'
+        "[scheduler]\npollers = 1\npartitions = 4\nmax_tick_s = 0.05\nclaim_lease_ms = 1000\n"
+        f'[execution]\nresults_log = "{tmp_path / "results.jsonl"}"\nclaimer_interval_s = 0.2\n'
+        '[consumers.work]\nhandler = "tests.handlers.jobs:noop"\n'
+        "concurrency = 20\nlease_s = 3\n"
+    )
+    return path
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_node_rides_out_redis_killed_and_restarted_from_its_aof(
+    aof_server: RedisProcess, tmp_path: Path, record: Path
+) -> None:
+    """SIGKILL Redis under a running node, bring it back 3 s later from its AOF: the node
+    never exits, says when Redis went and came back, and every fire due in the window
+    (before, during and after the outage: misfire policy fire_all) runs."""
+    namespace = "outage"
+    client = client_for(aof_server.url)
+    store = TaskStore(client, namespace, default_partitions=4)
+    start_ms = await store.now_ms() + 1000
+    schedule = Schedule("interval", every_s=0.5, start_ms=start_ms, misfire="fire_all")
+    ids = [c.task_id for c in await store.create_many([TaskSpec("work", schedule)] * 10)]
+    await client.aclose()
+    node = NodeProcess(node_config(tmp_path, aof_server.url, namespace))
+    try:
+        await trio.to_thread.run_sync(node.wait_for, "consumer_ready")
+        await wait_records(record, lambda rs: len(rs) >= 30)
+        aof_server.kill()
+        await trio.sleep(3.0)
+        await trio.to_thread.run_sync(aof_server.start, aof_server.port)
+        back = await trio.to_thread.run_sync(node.wait_for, "redis_reachable")
+        count = len(records(record))
+        await wait_records(record, lambda rs: len(rs) >= count + 40)  # 2 s of fresh fires
+        assert node.proc.poll() is None, node.stderr_text()
+    finally:
+        node.signal(signal.SIGTERM)
+        code = await trio.to_thread.run_sync(node.wait)
+    assert code == 0
+    ran: dict[str, int] = {}
+    for r in records(record):
+        ran[r["schedule_id"]] = ran.get(r["schedule_id"], 0) + 1
+    last_due = max(int(sid.rsplit(":", 1)[1]) for sid in ran) - 1000
+    expected = {f"{t}:{due}" for t in ids for due in range(start_ms, last_due, 500)}
+    missed = expected - set(ran)
+    assert len(expected) >= 50  # before, during and after the outage
+    assert not missed, f"{len(missed)} fires never ran, e.g. {sorted(missed)[:3]}"
+    events: list[dict[str, Any]] = node.events()
+    names = [e["event"] for e in events]
+    assert "actor_crashed" not in names and "node_gave_up" not in names
+    assert back and back[0]["outage_s"] >= 3.0
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_node_rides_out_a_stalled_redis(
+    aof_server: RedisProcess, tmp_path: Path, record: Path
+) -> None:
+    """``CLIENT PAUSE 3000 ALL`` (three times the node's socket timeout): calls time out,
+    the node waits instead of crashing, and every fire due in the window runs."""
+    namespace = "stall"
+    client = client_for(aof_server.url)
+    store = TaskStore(client, namespace, default_partitions=4)
+    start_ms = await store.now_ms() + 1000
+    schedule = Schedule("interval", every_s=0.5, start_ms=start_ms, misfire="fire_all")
+    ids = [c.task_id for c in await store.create_many([TaskSpec("work", schedule)] * 10)]
+    node = NodeProcess(node_config(tmp_path, aof_server.url, namespace))
+    try:
+        await trio.to_thread.run_sync(node.wait_for, "consumer_ready")
+        await wait_records(record, lambda rs: len(rs) >= 30)
+        await client.execute("CLIENT", "PAUSE", 3000, "ALL")
+        await trio.to_thread.run_sync(node.wait_for, "redis_reachable")
+        count = len(records(record))
+        await wait_records(record, lambda rs: len(rs) >= count + 40)
+        assert node.proc.poll() is None, node.stderr_text()
+    finally:
+        node.signal(signal.SIGTERM)
+        code = await trio.to_thread.run_sync(node.wait)
+        await client.aclose()
+    assert code == 0
+    ran = {r["schedule_id"] for r in records(record)}
+    last_due = max(int(sid.rsplit(":", 1)[1]) for sid in ran) - 1000
+    expected = {f"{t}:{due}" for t in ids for due in range(start_ms, last_due, 500)}
+    assert len(expected) >= 50
+    assert not expected - ran, f"never ran: {sorted(expected - ran)[:3]}"
+    names = [e["event"] for e in node.events()]
+    assert "actor_crashed" not in names and "redis_unreachable" in names
