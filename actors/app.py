@@ -85,8 +85,8 @@ def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
     if parts:
         # One for one: a child process that dies is restarted alone; the others go on.
         processes = [_process(part, invocation, grace) for part in parts]
-        children.append(supervisor("processes", processes, SupervisorSpec(Strategy.ONE_FOR_ONE)))
-    return supervisor("node", children, SupervisorSpec(Strategy.REST_FOR_ONE))
+        children.append(supervisor("processes", processes, _spec(config, Strategy.ONE_FOR_ONE)))
+    return supervisor("node", children, _spec(config, Strategy.REST_FOR_ONE))
 
 
 def _part_tree(config: Config, part: str) -> ChildSpec:
@@ -104,7 +104,12 @@ def _part_tree(config: Config, part: str) -> ChildSpec:
         child = roles.api()
     else:
         child = roles.consumers()
-    return supervisor("node", [child], SupervisorSpec(Strategy.ONE_FOR_ONE))
+    return supervisor("node", [child], _spec(config, Strategy.ONE_FOR_ONE))
+
+
+def _spec(config: Config, strategy: Strategy) -> SupervisorSpec:
+    """Every supervisor of the node: its strategy, the node's bound on restarts in a row."""
+    return SupervisorSpec(strategy, max_attempts=config.node.restart_attempts)
 
 
 def _embedded(config: Config, *, lock: bool = True) -> EmbeddedRedis:
@@ -154,7 +159,7 @@ class _Roles:
             _consumer_group(config, self.store, results, task_type, section)
             for task_type, section in sorted(config.consumers.items())
         ]
-        return supervisor("consumers", types, SupervisorSpec(Strategy.ONE_FOR_ONE))
+        return supervisor("consumers", types, _spec(config, Strategy.ONE_FOR_ONE))
 
     def api(self) -> ChildSpec:
         config = self.config
@@ -193,7 +198,7 @@ def _scheduler(config: Config, store: TaskStore) -> ChildSpec:
         )
         for i in range(execution.retry_dispatchers)
     ]
-    return supervisor("scheduler", pollers + dispatchers, SupervisorSpec(Strategy.ONE_FOR_ONE))
+    return supervisor("scheduler", pollers + dispatchers, _spec(config, Strategy.ONE_FOR_ONE))
 
 
 def _loop_settings(
@@ -240,7 +245,7 @@ def _consumer_group(
             ),
         )
         children.append(ChildSpec("claimer", claimer.run))
-    return supervisor(task_type, children, SupervisorSpec(Strategy.REST_FOR_ONE))
+    return supervisor(task_type, children, _spec(config, Strategy.REST_FOR_ONE))
 
 
 def consumer_settings(section: ConsumerSection) -> ConsumerSettings:

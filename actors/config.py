@@ -78,6 +78,14 @@ class SchedulerSection:
     second enqueue after a poller or dispatcher died between enqueue and commit. Keep it
     above claim_lease_ms; it costs one small key per fire for this long (0 = off)."""
 
+    def __attrs_post_init__(self) -> None:
+        if 0 < self.dedupe_window_s * 1000 <= self.claim_lease_ms:
+            raise ValueError(
+                f"scheduler.dedupe_window_s: must be longer than claim_lease_ms "
+                f"({self.claim_lease_ms} ms), got {self.dedupe_window_s:g} s: a fire "
+                "enqueued again after its claim expired would not be recognised"
+            )
+
 
 @attrs.frozen
 class ConsumerSection:
@@ -227,6 +235,10 @@ class ApiSection:
     (catches typos that would otherwise queue fires nobody consumes)."""
 
 
+#: I/O threads (connections) a node needs beyond one per consumer type's blocking read.
+IO_THREADS_SPARE = 8
+
+
 @attrs.frozen
 class Config:
     """The whole node.toml."""
@@ -249,3 +261,12 @@ class Config:
             raise ValueError("processes.api: several API processes share one port: set api.bind")
         if self.processes.consumers and not self.consumers:
             raise ValueError("processes.consumers: needs at least one [consumers.<type>] section")
+        # Each type's consumer holds an I/O thread (a connection) for up to block_ms while it
+        # waits for messages; the pollers', claimers' and API's calls need threads too.
+        needed = len(self.consumers) + IO_THREADS_SPARE
+        if self.redis.max_connections < needed:
+            raise ValueError(
+                f"redis.max_connections: {self.redis.max_connections} is too few for "
+                f"{len(self.consumers)} consumer types (each holds one while it waits for "
+                f"messages): give at least {needed}"
+            )

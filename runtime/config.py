@@ -79,6 +79,10 @@ class NodeSection:
     """Module that defines ``Config`` and ``build_tree(config, invocation)`` for this node."""
     shutdown_grace_s: float = attrs.field(default=10.0, validator=positive)
     """First SIGTERM/SIGINT: finish work in hand within this many seconds, then cancel."""
+    restart_attempts: int = attrs.field(default=20, validator=within(1, 10_000))
+    """An actor that fails this many restarts in a row (never up a full intensity period,
+    however slowly it fails) makes its supervisor give up: the node escalates instead of
+    looking alive in a crash loop. Redis outages do not count: actors wait them out."""
 
 
 @attrs.frozen

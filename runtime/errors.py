@@ -32,6 +32,21 @@ class RestartIntensityExceeded(Exception):
         self.period_s = period_s
 
 
+class RestartAttemptsExceeded(RestartIntensityExceeded):
+    """A child kept failing, slower than the intensity window notices, past the supervisor's
+    ``max_attempts`` restarts in a row without staying up a full period."""
+
+    def __init__(self, path: str, child: str, attempts: int, period_s: float) -> None:
+        Exception.__init__(
+            self,
+            f"supervisor {path} gave up: {child} failed {attempts} restarts in a row "
+            f"without staying up {period_s:g}s",
+        )
+        self.path = path
+        self.restarts = attempts
+        self.period_s = period_s
+
+
 class ChildProcessFailed(Exception):
     """A child process of the node (``runtime.process``) exited with a non-zero status."""
 

@@ -34,7 +34,7 @@ import trio
 import trio_util
 
 from runtime.actor import ActorContext, ActorFn, TaskStatus
-from runtime.errors import RestartIntensityExceeded
+from runtime.errors import RestartAttemptsExceeded, RestartIntensityExceeded
 from runtime.intensity import backoff_s, record_restart
 
 
@@ -73,6 +73,10 @@ class SupervisorSpec:
     period_s: float = 5.0
     backoff_base_s: float = 0.1
     backoff_cap_s: float = 5.0
+    max_attempts: int | None = None
+    """Consecutive restarts of one child that never stays up ``period_s``: past this many,
+    the supervisor gives up even if the intensity window never fills (a child failing
+    every few seconds, slower than ``max_restarts`` per ``period_s``). None: no bound."""
 
 
 def supervisor(
@@ -99,6 +103,7 @@ class _Running:
     done: trio.Event = attrs.field(factory=trio.Event)
     stopping: bool = False
     """Set when the supervisor stops the child on purpose: its exit is not a crash."""
+    started_at: float = attrs.field(factory=trio.current_time)
 
 
 @attrs.frozen
@@ -141,6 +146,8 @@ class _SupervisorRun:
         self._policy = policy
         self._running: dict[str, _Running] = {}
         self._history: tuple[float, ...] = ()
+        self._attempts: dict[str, int] = {}
+        """Per child: restarts in a row without it staying up ``period_s``."""
         self._events_send, self._events = trio.open_memory_channel[Any](math.inf)
         self._nursery: trio.Nursery | None = None
 
@@ -240,9 +247,22 @@ class _SupervisorRun:
             child.ctx.health.forget(child.ctx.path)
             return
         child.ctx.health.mark_down(child.ctx.path, "crashed" if abnormal else "exited")
+        now = trio.current_time()
         self._history, exceeded = record_restart(
-            self._history, trio.current_time(), self._policy.max_restarts, self._policy.period_s
+            self._history, now, self._policy.max_restarts, self._policy.period_s
         )
+        healthy = now - child.started_at >= self._policy.period_s
+        attempts = 1 if healthy else self._attempts.get(child.spec.name, 0) + 1
+        self._attempts[child.spec.name] = attempts
+        limit = self._policy.max_attempts
+        if limit is not None and attempts > limit:
+            self._log.error(
+                "actor_gave_up", child=child.spec.name, attempts=attempts - 1, max_attempts=limit
+            )
+            await self._stop_all()
+            raise RestartAttemptsExceeded(
+                self._ctx.path, child.spec.name, attempts - 1, self._policy.period_s
+            ) from event.error
         if exceeded:
             self._log.error(
                 "actor_gave_up",
@@ -256,11 +276,17 @@ class _SupervisorRun:
             ) from event.error
         await self._stop_for_strategy(child.spec)
         attempt = len(self._history)
-        delay = backoff_s(attempt, self._policy.backoff_base_s, self._policy.backoff_cap_s)
+        delay = backoff_s(
+            max(attempt, attempts), self._policy.backoff_base_s, self._policy.backoff_cap_s
+        )
+        # Every attempt is a line, also one whose start then fails: a slow crash loop shows.
+        child.ctx.log.warning(
+            "actor_restarting", attempt=attempts, backoff_s=delay, max_attempts=limit
+        )
         # A stop request during the backoff ends the wait: _supervise sees _STOP next.
         async with trio_util.move_on_when(self._ctx.wait_stop_requested):
             await trio.sleep(delay)
-            await self._ensure_started({"attempt": attempt, "backoff_s": delay})
+            await self._ensure_started({"attempt": attempts, "backoff_s": delay})
 
     async def _stop_for_strategy(self, failed: ChildSpec) -> None:
         if self._policy.strategy is Strategy.ONE_FOR_ONE:

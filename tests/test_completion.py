@@ -35,7 +35,7 @@ def test_a_failure_below_max_attempts_is_retried_after_the_backoff_then_acked() 
     plan = decide([failed], POLICY, "n1", draw=lambda: 0.5)
     (retry,) = plan.retries
     # attempt 1 failed: retry 2 waits base * 2 = 20 s, stretched by 0.5 * 0.5 jitter
-    assert retry.retry_at_ms == 2000 + 25_000 and retry.message.attempt == 1
+    assert retry.delay_ms == 25_000 and retry.message.attempt == 1
     assert plan.acks == ["1-a"] and plan.results == [] and plan.dead == []
     ((name, event),) = plan.events
     assert (name, event["next_attempt"], event["delay_s"], event["error"]) == (
@@ -45,7 +45,7 @@ def test_a_failure_below_max_attempts_is_retried_after_the_backoff_then_acked() 
 
 def test_retry_later_sets_its_own_delay() -> None:
     later = Outcome(message("a"), 1000, 1000, error="RetryLater", retry_after_s=3)
-    assert decide([later], POLICY, "n1").retries[0].retry_at_ms == 4000
+    assert decide([later], POLICY, "n1").retries[0].delay_ms == 3000
 
 
 def test_the_last_attempt_and_unrecoverable_failures_are_dead_letters_not_acks() -> None:

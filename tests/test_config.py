@@ -54,6 +54,16 @@ def test_defaults_fill_an_empty_file(tmp_path: Path) -> None:
         ('[log]\nformat = "xml"\n', "log.format:"),
         ("wat = 1\n", "unknown key 'wat'"),
         ("[scheduler]\nbuckets = 0\n", "scheduler.buckets: must be within 1..65536, got 0"),
+        (
+            "[scheduler]\nclaim_lease_ms = 90000\n",
+            "scheduler.dedupe_window_s: must be longer than claim_lease_ms (90000 ms), got 60 s",
+        ),
+        (
+            "[redis]\nmax_connections = 9\n"
+            + "".join(f'[consumers.t{i}]\nhandler = "actors.examples:echo"\n' for i in range(2)),
+            "redis.max_connections: 9 is too few for 2 consumer types",
+        ),
+        ("[node]\nrestart_attempts = 0\n", "node.restart_attempts: must be within 1..10000"),
     ],
 )
 def test_config_errors_name_the_key(tmp_path: Path, toml: str, message: str) -> None:

@@ -26,6 +26,7 @@ from tests.execution_harness import (
     records,
     running_node,
     stream_entries,
+    wait_records,
     wait_until,
 )
 
@@ -329,3 +330,31 @@ async def _async(value: bool) -> bool:
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def test_hung_plain_handlers_do_not_starve_the_runs_after_them(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path,
+    log_lines: LogLines,
+) -> None:  # fmt: skip
+    """A plain (threaded) handler hangs past its timeout: its thread cannot be stopped and
+    keeps its slot's thread. The next fire of the type still starts at once, on its first
+    attempt, instead of timing out waiting for a thread."""
+    section = consumer("sync_sleepy", concurrency=1, timeout_s=0.5, backoff_base_s=30)
+    config = node_config(redis_url, namespace, tmp_path, {"hang": section}, grace_s=0.5)
+    await store.create(TaskSpec("hang", Schedule("once", at_ms=0), {"sleep_s": 4}, task_id="h"))
+    async with running_node(config):
+        await wait_records(record, lambda rs: any(r["task_id"] == "h" for r in rs))
+        await store.create(
+            TaskSpec("hang", Schedule("once", at_ms=0), {"sleep_s": 0}, task_id="next")
+        )
+        found = await wait_records(
+            record, lambda rs: any(r["task_id"] == "next" and r["event"] == "ran" for r in rs)
+        )
+        # The abandoned thread still runs; the test ends only once it has returned.
+        found = await wait_records(
+            record, lambda rs: any(r["task_id"] == "h" and r["event"] == "ran" for r in rs)
+        )
+    (ran,) = [r for r in found if r["task_id"] == "next" and r["event"] == "ran"]
+    assert ran["attempt"] == 0  # not a retry after a timeout spent waiting for a thread
+    abandoned = [e for e in log_lines() if e["event"] == "handler_thread_abandoned"]
+    assert [e["task_id"] for e in abandoned] == ["h"]

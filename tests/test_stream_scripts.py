@@ -149,7 +149,7 @@ async def test_retry_contexts_claim_and_commit(
     a, b = [t for t in (f"t{i}" for i in range(100)) if keys.partition_of(t) == 0][:2]
     await scripts.schedule_retries(
         [
-            RetryWrite(message(a, 0, '{"p":1}'), 1, "boom"),
+            RetryWrite(message(a, 0, '{"p":1}'), 0, "boom"),
             RetryWrite(message(b, 1, "null"), 10**15, "bang"),
         ]
     )
@@ -161,7 +161,8 @@ async def test_retry_contexts_claim_and_commit(
     lost = await scripts.commit_retries("other", {0: [f"{a}:1"]})
     assert lost[0].lost == [f"{a}:1"]  # someone else's token: left alone
     committed = await scripts.commit_retries("tok", {0: [f"{a}:1"]})
-    assert (committed[0].earliest_ms, committed[0].lost) == (10**15, [])  # only b remains
+    assert committed[0].lost == []
+    assert committed[0].earliest_ms is not None and committed[0].earliest_ms > 10**15  # b
     assert await redis_client.execute("EXISTS", keys.retry_context_prefix(0) + f"{a}:1") == 0
 
 
@@ -189,3 +190,20 @@ async def test_record_outcomes_counts_runs_and_failures(
     )  # fmt: skip
     # a success reset the consecutive count and forgot the error
     assert await store.get("ghost") is None
+
+
+async def test_a_retry_is_due_on_redis_clock_not_the_nodes(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """The consumer sends a delay, never a time: a node whose clock is an hour off still
+    has its retry due 5 s after Redis's now."""
+    (task,) = [t for t in (f"t{i}" for i in range(100)) if keys.partition_of(t) == 0][:1]
+    before = await redis_client.time_ms()
+    await scripts.schedule_retries([RetryWrite(message(task, 0, "null"), 5000, "boom")])
+    after = await redis_client.time_ms()
+    score = float(await redis_client.execute("ZSCORE", keys.retry(0), f"{task}:1"))
+    assert before + 5000 <= score <= after + 5000
+    stored = await redis_client.execute(
+        "HGET", keys.retry_context_prefix(0) + f"{task}:1", "retry_at_ms"
+    )
+    assert int(stored) == score

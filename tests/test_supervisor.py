@@ -13,7 +13,7 @@ import trio
 import trio.testing
 
 from runtime.actor import ActorContext, TaskStatus
-from runtime.errors import RestartIntensityExceeded
+from runtime.errors import RestartAttemptsExceeded, RestartIntensityExceeded
 from runtime.intensity import backoff_s, record_restart
 from runtime.logging import get_logger
 from runtime.supervisor import ChildSpec, Restart, Strategy, SupervisorSpec, supervisor
@@ -411,3 +411,47 @@ async def test_health_shows_a_crashed_child_down_until_its_restart(autojump_cloc
     assert seen[7] == ({}, ["node/a", "node/b"])
     # A stopping node is not ready: stopped children are down.
     assert ctx.health.down() == {"node/a": "stopped", "node/b": "stopped"}
+
+
+async def test_a_slow_crash_loop_is_logged_every_attempt_and_escalates(
+    autojump_clock: Any,
+) -> None:
+    """A child failing its start every 4 s never fills a 3-in-5-s intensity window; every
+    attempt is still a line, and past max_attempts the supervisor gives up."""
+    journal: Journal = []
+    tree = supervisor(
+        "sup",
+        [ChildSpec("broken", recorder(journal, "broken", lambda n: "crash_before_ready"))],
+        SupervisorSpec(
+            max_restarts=3, period_s=5, backoff_base_s=4, backoff_cap_s=4, max_attempts=5
+        ),
+    )
+    with structlog.testing.capture_logs() as logs, pytest.raises(RestartAttemptsExceeded) as info:
+        await tree.run(root_ctx(), task_status=trio.TASK_STATUS_IGNORED)
+    assert "broken failed 5 restarts in a row" in str(info.value)
+    restarting = [e for e in logs if e["event"] == "actor_restarting"]
+    assert [e["attempt"] for e in restarting] == [1, 2, 3, 4, 5]
+    assert all(e["max_attempts"] == 5 and e["actor"] == "node/broken" for e in restarting)
+    assert [e["event"] for e in logs if e["event"] == "actor_gave_up"] == ["actor_gave_up"]
+    assert len([e for e in events(journal) if e == ("start_failed", "broken")]) == 6
+
+
+async def test_a_child_that_stays_up_a_period_between_crashes_is_restarted_for_ever(
+    autojump_clock: Any,
+) -> None:
+    """Crashing once a minute is not a crash loop: the count starts again each time."""
+    journal: Journal = []
+
+    async def minutely(ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        journal.append(("start", "minutely", trio.current_time()))
+        task_status.started()
+        await trio.sleep(60)
+        raise RuntimeError("once a minute")
+
+    tree = supervisor(
+        "sup", [ChildSpec("minutely", minutely)], SupervisorSpec(period_s=5, max_attempts=2)
+    )
+    with structlog.testing.capture_logs() as logs:
+        await run_for(tree, 60 * 10 + 30)
+    assert len(starts_of(journal, "minutely")) == 11
+    assert {e["attempt"] for e in logs if e["event"] == "actor_restarting"} == {1}

@@ -39,7 +39,7 @@ class ApiServer:
         """Bind with ``SO_REUSEPORT``: other API processes of this node serve the same port."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
-        keys = await self.store.keys()
+        keys = await self.store.client.ride_out(self.store.keys)  # Redis away: wait
         verifier = Verifier(
             self.store.client, keys.nonce_prefix, self.keys, skew_ms=int(self.section.skew_s * 1000)
         )

@@ -153,9 +153,7 @@ def decide(
     return Completion(
         results=[_result_record(o) for o in ok],
         retries=[
-            RetryWrite(
-                o.message, o.finished_ms + int(delays[o.message.msg_id] * 1000), o.error or ""
-            )
+            RetryWrite(o.message, int(delays[o.message.msg_id] * 1000), o.error or "")
             for o in retry
         ],
         outcomes=outcomes,

@@ -6,25 +6,46 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import attrs
 import trio
 
 from actors.execution.completion import Outcome, describe_error
 from actors.execution.handlers import Handler, HandlerContext, RetryLater, Unrecoverable
 from actors.store.messages import Message
+from runtime.logging import get_logger
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+#: Most threads of hung plain handlers a type lends extra tokens for; past it, new runs wait
+#: for a thread (and may time out unstarted): the handler is broken, and the log says so.
+MAX_HUNG_THREADS = 1000
+
+
+@attrs.define
+class _ThreadCall:
+    finished: bool = False
+    abandoned: bool = False
+
+
 class Runner:
     """Runs handlers of one type: async ones on the trio thread, plain ones on threads
-    (at most ``concurrency`` at once)."""
+    (at most ``concurrency`` running at once).
+
+    A plain handler past its timeout cannot be stopped: its thread is abandoned and runs on,
+    holding its limiter token until it returns. So that ``concurrency`` hung handlers do not
+    starve the type (every later run timing out before it starts), each abandoned thread
+    lends the limiter one more token, taken back when the thread finally returns."""
 
     def __init__(self, handler: Handler, timeout_s: float, concurrency: int) -> None:
         self.handler = handler
         self.timeout_s = timeout_s
         self._thread_limiter = trio.CapacityLimiter(concurrency)
+        self.hung = 0
+        """Threads abandoned on timeout that have not returned yet."""
+        self._log = get_logger()
 
     async def run(self, message: Message, actor: str) -> Outcome:
         started_ms = _now_ms()
@@ -61,6 +82,33 @@ class Runner:
         )
         if self.handler.is_async:
             return await self.handler.fn(context)
-        return await trio.to_thread.run_sync(
-            self.handler.fn, context, abandon_on_cancel=True, limiter=self._thread_limiter
-        )
+        call = _ThreadCall()
+        token = trio.lowlevel.current_trio_token()
+
+        def in_thread() -> Any:
+            try:
+                return self.handler.fn(context)
+            finally:
+                token.run_sync_soon(self._thread_returned, call)
+
+        try:
+            return await trio.to_thread.run_sync(
+                in_thread, abandon_on_cancel=True, limiter=self._thread_limiter
+            )
+        except trio.Cancelled:
+            if not call.finished and self.hung < MAX_HUNG_THREADS:
+                call.abandoned = True
+                self.hung += 1
+                self._thread_limiter.total_tokens += 1
+                self._log.warning(
+                    "handler_thread_abandoned", actor=actor, task_id=message.task_id,
+                    schedule_id=message.schedule_id, hung_threads=self.hung,
+                )  # fmt: skip
+            raise
+
+    def _thread_returned(self, call: _ThreadCall) -> None:
+        """In the trio thread, once a handler's thread returned (abandoned or not)."""
+        call.finished = True
+        if call.abandoned:
+            self.hung -= 1
+            self._thread_limiter.total_tokens -= 1

@@ -106,10 +106,11 @@ class RetryClaim:
 
 @attrs.frozen
 class RetryWrite:
-    """A failed fire to retry at ``retry_at_ms`` (attempt = the message's + 1)."""
+    """A failed fire to retry ``delay_ms`` from now on Redis's clock (attempt = the
+    message's + 1)."""
 
     message: Message
-    retry_at_ms: int
+    delay_ms: int
     error: str
 
 

@@ -192,7 +192,7 @@ class Scripts(TaskScripts):
         for r in retries:
             m = r.message
             args += [
-                m.schedule_id, r.retry_at_ms, m.task_id, m.type, m.payload_json,
+                m.schedule_id, r.delay_ms, m.task_id, m.type, m.payload_json,
                 m.attempt + 1, m.due_ms, r.error,
             ]  # fmt: skip
         return (lua.SCHEDULE_RETRIES, [k.retry(partition)], args)

@@ -14,8 +14,8 @@ import trio
 from actors.execution.handlers import HandlerContext, RetryLater, Unrecoverable
 
 
-def _record(ctx: HandlerContext, event: str, **extra: Any) -> None:
-    path = os.environ.get("METRONOME_TEST_RECORD")
+def _record(ctx: HandlerContext, event: str, path: str | None = None, **extra: Any) -> None:
+    path = path or os.environ.get("METRONOME_TEST_RECORD")
     if not path:
         return
     line = {
@@ -40,6 +40,16 @@ async def noop(ctx: HandlerContext) -> dict[str, Any]:
 def sync_noop(ctx: HandlerContext) -> str:
     _record(ctx, "ran")
     return "sync-ok"
+
+
+def sync_sleepy(ctx: HandlerContext) -> str:
+    """A plain (threaded) handler that blocks payload["sleep_s"] seconds: past its timeout
+    it cannot be cancelled, only abandoned."""
+    path = os.environ.get("METRONOME_TEST_RECORD")  # the test that started it, not a later one
+    _record(ctx, "started", path)
+    time.sleep(float(ctx.payload.get("sleep_s", 1.0)))
+    _record(ctx, "ran", path)
+    return "slept"
 
 
 async def sleepy(ctx: HandlerContext) -> str:
