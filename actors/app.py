@@ -97,7 +97,7 @@ def _part_tree(config: Config, part: str) -> ChildSpec:
     embedded = config.redis.url == "embedded"
     # The main process runs the server and holds its data dir's lock: only its URL here.
     url = _embedded(config, lock=False).url if embedded else config.redis.url
-    roles = _Roles(config, url)
+    roles = _Roles(config, url, part)
     if part == "scheduler":
         child = roles.scheduler()
     elif part.startswith("api-"):
@@ -133,9 +133,11 @@ LoopSettings = TypeVar("LoopSettings", bound=ClaimLoopSettings)
 class _Roles:
     """Builds the subtrees of a node's roles, in whichever process runs them."""
 
-    def __init__(self, config: Config, url: str) -> None:
+    def __init__(self, config: Config, url: str, part: str | None = None) -> None:
         self.config = config
         self.url = url
+        self.part = part
+        """The child process's part, or None in the node's main process."""
 
     @functools.cached_property
     def store(self) -> TaskStore:
@@ -156,7 +158,7 @@ class _Roles:
         config = self.config
         results = ResultsLog(Path(config.execution.results_log))
         types = [
-            _consumer_group(config, self.store, results, task_type, section)
+            _consumer_group(config, self.store, results, task_type, section, self.part)
             for task_type, section in sorted(config.consumers.items())
         ]
         return supervisor("consumers", types, _spec(config, Strategy.ONE_FOR_ONE))
@@ -218,15 +220,23 @@ def _loop_settings(
 
 
 def _consumer_group(
-    config: Config, store: TaskStore, results: ResultsLog, task_type: str, section: ConsumerSection
+    config: Config,
+    store: TaskStore,
+    results: ResultsLog,
+    task_type: str,
+    section: ConsumerSection,
+    part: str | None,
 ) -> ChildSpec:
     handler = resolve(task_type, section.handler)
     # Owned here, for the life of the node: restarts of either actor find the same ones.
     inbox: Mailbox[Message] = Mailbox.open(section.concurrency)
     state = ConsumerState()
+    # Stable across restarts: the node's name, and its part in a child process (consumer
+    # processes of one node must not share a name).
+    name = config.node.name if part is None else f"{config.node.name}.{part}"
     consumer = Consumer(
         store, task_type, consumer_settings(section), handler, results, config.node.name, inbox,
-        state,
+        state, name,
     )  # fmt: skip
     children = [
         ChildSpec("consumer", consumer.run, graceful=True, shutdown_s=config.node.shutdown_grace_s)

@@ -236,3 +236,70 @@ async def test_every_type_stops_reading_at_the_first_sigterm(
     assert stopped.index("node/consumers/slow/consumer") < stopped.index(
         "node/consumers/fast/consumer"
     )
+
+
+async def test_a_restarted_node_takes_back_its_messages_without_waiting_for_the_lease(
+    store: TaskStore, tmp_path: Path, redis_url: str, namespace: str, record: Path
+) -> None:
+    """kill -9 a node with five handlers running and start it again: it comes back under
+    the same consumer name and runs the five at once, not a 60 s lease later."""
+    cfg = write_config(tmp_path, redis_url, namespace, "a", pollers=1, concurrency=5, lease_s=60)
+    await store.create_many(
+        [TaskSpec("work", Schedule("once", at_ms=0), {"sleep_s": 1.5}) for _ in range(5)]
+    )
+    first = await start(cfg)
+    try:
+        await wait_records(record, lambda r: len(by_pid(r, first.proc.pid, "started")) == 5)
+        first.signal(signal.SIGKILL)
+        assert await trio.to_thread.run_sync(first.wait) == -signal.SIGKILL
+    finally:
+        await stop(first)
+    again = await start(cfg)
+    try:
+        # Far inside the lease: only the restarted consumer's own recovery can do this.
+        found = await wait_records(
+            record, lambda r: len(by_pid(r, again.proc.pid, "ran")) == 5, timeout_s=30
+        )
+        (ready,) = again.events("consumer_ready")
+        recovered = again.events("recovered")
+    finally:
+        again.signal(signal.SIGTERM)
+        assert await trio.to_thread.run_sync(again.wait) == 0
+    assert (ready["consumer"], ready["recovered"]) == ("a", 5)
+    assert len(recovered) == 5
+    ran = Counter(r["schedule_id"] for r in by_pid(found, again.proc.pid, "ran"))
+    assert len(ran) == 5 and set(ran.values()) == {1}
+
+
+async def test_a_live_consumers_name_is_never_shared(
+    store: TaskStore, tmp_path: Path, redis_url: str, namespace: str, record: Path
+) -> None:
+    """A second live process started with the same node name runs under a fresh name and
+    takes nothing of the first's: each running handler runs once."""
+    cfg = write_config(tmp_path, redis_url, namespace, "a", pollers=1, concurrency=3, lease_s=30)
+    twin_dir = tmp_path / "twin"
+    twin_dir.mkdir()
+    twin_cfg = write_config(
+        twin_dir, redis_url, namespace, "a", pollers=0, concurrency=3, lease_s=30
+    )
+    await store.create_many(
+        [TaskSpec("work", Schedule("once", at_ms=0), {"sleep_s": 2}) for _ in range(3)]
+    )
+    first = await start(cfg)
+    twin = None
+    try:
+        await wait_records(record, lambda r: len(by_pid(r, first.proc.pid, "started")) == 3)
+        twin = await start(twin_cfg)
+        found = await wait_records(record, lambda r: len(by_pid(r, first.proc.pid, "ran")) == 3)
+        (clash,) = twin.events("consumer_name_in_use")
+        (ready,) = twin.events("consumer_ready")
+    finally:
+        for node in (first, twin):
+            if node is not None:
+                node.signal(signal.SIGTERM)
+                assert await trio.to_thread.run_sync(node.wait) == 0
+    assert clash["name"] == "a" and ready["consumer"].startswith("a-")
+    assert ready["recovered"] == 0
+    assert not by_pid(found, twin.proc.pid, "started")
+    ran = Counter(r["schedule_id"] for r in found if r["event"] == "ran")
+    assert len(ran) == 3 and set(ran.values()) == {1}

@@ -25,7 +25,6 @@ nodes reclaim it at once (``release.lua``), and leave the group if nothing is pe
 from __future__ import annotations
 
 import functools
-import secrets
 
 import attrs
 import trio
@@ -35,6 +34,7 @@ from actors.execution import leases
 from actors.execution.completion import Completion, RetryPolicy, decide
 from actors.execution.flight import Flight
 from actors.execution.handlers import Handler
+from actors.execution.identity import take_name
 from actors.execution.reading import Reader
 from actors.execution.results_log import ResultsLog
 from actors.execution.running import Runner
@@ -47,6 +47,16 @@ from runtime.logging import emit_events
 
 #: How long the flusher waits after the first completion for others to join its batch.
 FLUSH_GATHER_S = 0.005
+#: Most pending messages a starting consumer takes back from its earlier incarnation.
+RECOVER_MAX = 10_000
+
+
+def _drain(inbox: Mailbox[Message]) -> None:
+    while True:
+        try:
+            inbox.receive.receive_nowait()
+        except trio.WouldBlock:
+            return
 
 
 @attrs.frozen
@@ -82,8 +92,11 @@ class Consumer:
         node: str,
         inbox: Mailbox[Message],
         state: ConsumerState,
+        name: str | None = None,
     ) -> None:
         self.store = store
+        self.name = name or node
+        """The stable name this consumer runs under when no live consumer holds it."""
         self.type = task_type
         self.settings = settings
         self.results = results
@@ -99,12 +112,26 @@ class Consumer:
         scripts, streams = await self.store.scripts(), await self.store.streams()
         self.actor = ctx.path
         await redis.ride_out(lambda: streams.ensure_group(self.type))
-        name = f"{self.node}-{secrets.token_hex(4)}"
+        lease_ms = int(self.settings.lease_s * 1000)
+        identity = await redis.ride_out(
+            lambda: take_name(scripts, self.type, self.name, lease_ms, ctx.log)
+        )
+        name = identity.name
+        # What the claimer put in the mailbox was claimed for an earlier incarnation: under
+        # our stable name it is recovered below with the rest, else it is released by the
+        # incarnation that held it. Either way it must not also run from the mailbox.
+        _drain(self.inbox)
+        recovered = []
+        if identity.stable:
+            recovered = await redis.ride_out(lambda: scripts.recover(self.type, name, RECOVER_MAX))
         flight = Flight()
         self.state.name = name
         self.state.free.value = self.settings.concurrency
         self.results.prepare()
-        ctx.log.info("consumer_ready", consumer=name, stream=scripts.keys.queue(self.type))
+        ctx.log.info(
+            "consumer_ready", consumer=name, stream=scripts.keys.queue(self.type),
+            recovered=len(recovered),
+        )  # fmt: skip
         task_status.started()
         # Wind down on our stop request, or as soon as the whole node stops: supervisors
         # stop their children one at a time, and every type should stop reading at once.
@@ -122,13 +149,15 @@ class Consumer:
                     dedupe_window_ms=int(self.settings.dedupe_window_s * 1000),
                 )  # fmt: skip
                 helpers.start_soon(
-                    leases.renew_forever, scripts, self.type, name, flight, self.settings.lease_s
-                )
+                    leases.renew_forever, scripts, self.type, identity, flight,
+                    self.settings.lease_s,
+                )  # fmt: skip
                 helpers.start_soon(self._flush_loop, scripts, flight)
                 helpers.start_soon(self._watch_stop, ctx, stopping)
                 async with trio.open_nursery() as readers:
                     readers.start_soon(reader.read_stream, name, stopping)
                     readers.start_soon(reader.read_inbox, self.inbox, stopping)
+                    readers.start_soon(reader.read_recovered, recovered, stopping)
                 # Stopping: no more reads. Running handlers finish (the supervisor
                 # cancels us when the grace is over); then the last flush.
                 await self.state.free.wait_value(lambda free: free >= self.settings.concurrency)
@@ -137,7 +166,7 @@ class Consumer:
             self.state.name = None
             with ctx.cleanup():
                 await self._flush(scripts, flight)
-                await leases.release(scripts, self.type, name, flight, self.actor, ctx.log)
+                await leases.release(scripts, self.type, identity, flight, self.actor, ctx.log)
             self.state.free.value = 0
         # Drained because the node is stopping: wait for our turn (returning now would
         # read as an exit to restart).

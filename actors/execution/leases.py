@@ -11,6 +11,7 @@ import trio
 
 from actors.execution.completion import fire_fields
 from actors.execution.flight import Flight
+from actors.execution.identity import Identity
 from actors.store.scripts import Scripts
 from runtime.logging import emit_events
 
@@ -19,19 +20,29 @@ RELEASED_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
 
 
 async def renew_forever(
-    scripts: Scripts, task_type: str, consumer: str, flight: Flight, lease_s: float
+    scripts: Scripts, task_type: str, identity: Identity, flight: Flight, lease_s: float
 ) -> None:
-    """Every lease/3, reset the idle time of every message in flight (ours only)."""
+    """Every lease/3, reset the idle time of every message in flight (ours only), and
+    keep holding our name (``actors.execution.identity``)."""
     while True:
         await trio.sleep(lease_s / 3)
-        renew = functools.partial(scripts.renew_leases, task_type, consumer, list(flight.messages))
-        await scripts.client.ride_out(renew)
+        ids = list(flight.messages)
+        await scripts.client.ride_out(
+            functools.partial(_renew, scripts, task_type, identity, ids, int(lease_s * 1000))
+        )
+
+
+async def _renew(
+    scripts: Scripts, task_type: str, identity: Identity, ids: list[str], ttl_ms: int
+) -> None:
+    await scripts.renew_leases(task_type, identity.name, ids)
+    await scripts.own_name(task_type, identity.name, identity.owner, ttl_ms)
 
 
 async def release(
     scripts: Scripts,
     task_type: str,
-    consumer: str,
+    identity: Identity,
     flight: Flight,
     actor: str,
     log: structlog.typing.FilteringBoundLogger,
@@ -39,7 +50,9 @@ async def release(
     """Hand back everything still pending under our name (unfinished, unstarted, or read by
     an abandoned call), claimable at once elsewhere; leave the group if nothing is pending
     here."""
+    consumer = identity.name
     released, left = await scripts.release(task_type, consumer, RELEASED_IDLE_MS)
+    await scripts.disown_name(task_type, consumer, identity.owner)
     known = [flight.messages[i] for i in released if i in flight.messages]
     emit_events(actor, [("released", fire_fields(m)) for m in known])
     log.info("consumer_stopped", consumer=consumer, released=len(released), left_group=left)

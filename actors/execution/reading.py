@@ -18,8 +18,8 @@ import trio_util
 
 from actors.execution.completion import fire_fields
 from actors.execution.flight import Flight
-from actors.store.messages import Message
-from actors.store.replies import DeadLetterWrite
+from actors.store.messages import MalformedMessage, Message
+from actors.store.replies import DeadLetterWrite, Reclaimed
 from actors.store.scripts import Scripts
 from actors.store.streams import Streams
 from runtime.channels import Mailbox
@@ -64,6 +64,24 @@ class Reader:
                 await self._dead_letter_malformed(malformed)
             if messages and not stopping.value:
                 await self.begin(messages)
+
+    async def read_recovered(self, entries: list[Reclaimed], stopping: trio_util.AsyncBool) -> None:
+        """What an earlier incarnation of our name left pending (``recover.lua``): already
+        ours again, each run as a slot frees up."""
+        messages, malformed = [], []
+        for entry in entries:
+            try:
+                messages.append(Message.decode(entry.msg_id, entry.fields))
+            except MalformedMessage as exc:
+                malformed.append((entry.msg_id, entry.fields, str(exc)))
+        if malformed:
+            await self._dead_letter_malformed(malformed)
+        emit_events(self.actor, [("recovered", fire_fields(m)) for m in messages])
+        async with trio_util.move_on_when(stopping.wait_value, True):
+            for message in messages:
+                await self.free.wait_value(lambda free: free > 0)
+                self.flight.messages[message.msg_id] = message
+                await self.begin([message])
 
     async def read_inbox(self, inbox: Mailbox[Message], stopping: trio_util.AsyncBool) -> None:
         """Messages the claimer took over for us: already pending under our name."""

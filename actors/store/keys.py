@@ -118,6 +118,10 @@ class Keys:
         """Markers of fires enqueued recently (enqueue-time dedupe), in the queue's slot."""
         return f"{{{self.namespace}:q:{task_type}}}:enq:"
 
+    def owner(self, task_type: str, consumer: str) -> str:
+        """Who holds a consumer name of a type's group (``own_name.lua``)."""
+        return f"{{{self.namespace}:q:{task_type}}}:owner:{consumer}"
+
     def seen_prefix(self, task_type: str) -> str:
         """Markers of fires started recently (consumer-side dedupe), in the queue's slot."""
         return f"{{{self.namespace}:q:{task_type}}}:seen:"

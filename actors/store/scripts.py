@@ -265,6 +265,34 @@ class Scripts(TaskScripts):
         )
         return [i.decode() for i in released], bool(int(removed))
 
+    async def own_name(
+        self, task_type: str, consumer: str, owner: str, ttl_ms: int, take_from: str = ""
+    ) -> tuple[bool, str | None]:
+        """``own_name.lua``: (True, None) when ``consumer`` is now ours for ``ttl_ms``, else
+        (False, the holder's owner value)."""
+        (reply,) = await self._run(
+            [(lua.OWN_NAME, [self.keys.owner(task_type, consumer)], [owner, ttl_ms, take_from])]
+        )
+        return (True, None) if int(reply[0]) else (False, reply[1].decode())
+
+    async def disown_name(self, task_type: str, consumer: str, owner: str) -> bool:
+        """``disown_name.lua``: give the name up if it is still ours."""
+        (reply,) = await self._run(
+            [(lua.DISOWN_NAME, [self.keys.owner(task_type, consumer)], [owner])]
+        )
+        return bool(int(reply))
+
+    async def recover(self, task_type: str, consumer: str, count: int) -> list[Reclaimed]:
+        """``recover.lua``: claim back what an earlier incarnation of ``consumer`` left
+        pending (idle reset), as (id, fields)."""
+        (entries,) = await self._run(
+            [(lua.RECOVER, [self.keys.queue(task_type)], [GROUP, consumer, count])]
+        )
+        return [
+            Reclaimed(msg_id.decode(), consumer, 0, 0, flat_fields(fields))
+            for msg_id, fields in entries
+        ]
+
     # -- execution: claimer -----------------------------------------------------------------
 
     async def reclaim(
