@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import api, fire, hop, idle, layout, reclaim, schedule
+from bench import api, chaos, fire, hop, idle, layout, reclaim, schedule
 from bench.common import emit, redis_for_bench
 from runtime import logging as node_logging
 
@@ -63,6 +63,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="K",
         help="[processes] of each node: the poller in a child process, K consumer processes",
     )
+    p_chaos = modes.add_parser("chaos", help="real faults under real nodes: what was lost")
+    p_chaos.add_argument("scenario", choices=chaos.SCENARIOS)
+    p_chaos.add_argument("--n", type=int, default=2000, help="periodic tasks")
+    p_chaos.add_argument("--interval-s", type=float, default=2.0)
+    p_chaos.add_argument("--duration-s", type=float, default=60.0)
+    p_chaos.add_argument("--nodes", type=int, default=3)
+    p_chaos.add_argument("--fault-s", type=float, default=5.0, help="outage or stall length")
+    p_chaos.add_argument("--every-s", type=float, default=10.0, help="kill scenarios: how often")
     p_reclaim = modes.add_parser("reclaim", help="reclaim latency after kill -9")
     p_reclaim.add_argument("k", type=int, nargs="?", default=20)
     p_reclaim.add_argument("lease_s", type=float, nargs="?", default=5.0)
@@ -104,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
                 args.log_level, args.split, args.processes, args.chaos, args.flaky,
             )  # fmt: skip
             emit({"mode": "fire", **figures})
+        elif args.mode == "chaos":
+            figures = chaos.run(
+                args.scenario, args.n, args.interval_s, args.duration_s, args.nodes,
+                args.fault_s, args.every_s,
+            )  # fmt: skip
+            emit({"mode": "chaos", **figures})
         elif args.mode == "reclaim":
             emit({"mode": "reclaim", **reclaim.run(url, args.k, args.lease_s)})
         elif args.mode == "idle":

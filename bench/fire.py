@@ -26,7 +26,7 @@ from typing import Any
 import trio
 
 from actors.domain.model import TaskSpec
-from actors.domain.schedules import Schedule
+from actors.domain.schedules import Misfire, Schedule
 from actors.store.tasks import TaskStore
 from bench.common import child_pids, percentile, tree_cpu_seconds, used_memory
 from bench.handlers import is_flaky
@@ -168,7 +168,9 @@ def _kill_a_child(node_pid: int) -> int:
     return victim
 
 
-async def _register(url: str, n: int, interval_s: float) -> tuple[int, float]:
+async def _register(
+    url: str, n: int, interval_s: float, misfire: Misfire = "coalesce"
+) -> tuple[int, float]:
     client = RedisClient.from_settings(url, RedisSection(url=url))
     store = TaskStore(client, NAMESPACE)
     now = await store.now_ms()
@@ -178,7 +180,12 @@ async def _register(url: str, n: int, interval_s: float) -> tuple[int, float]:
     specs = [
         TaskSpec(
             "bench",
-            Schedule("interval", every_s=interval_s, start_ms=t0 + i * interval_ms // n),
+            Schedule(
+                "interval",
+                every_s=interval_s,
+                start_ms=t0 + i * interval_ms // n,
+                misfire=misfire,
+            ),
             task_id=f"b{i}",
         )
         for i in range(n)

@@ -133,14 +133,23 @@ class Poller:
                 if plan.missed:
                     events.append(("misfired", _misfired(task, plan)))
         emit_events(self.actor, events)
+        # From here on the claims are ours: if Redis goes away, the tick waits for it and
+        # goes on with the same token rather than leave its claims to expire (a lease later).
+        # An enqueue repeated after a lost reply is dropped by its markers; a commit checks
+        # the claim still holds.
+        redis = scripts.client
         if messages:
             # Nothing is committed if this raises: the claims expire and the fires come back.
             fires = [Fire(t.task_id, t.type, t.payload, due) for t, due in messages]
-            await enqueue_fires(scripts, fires, now, self.actor, s.dedupe_window_ms)
+            await redis.ride_out(
+                lambda: enqueue_fires(scripts, fires, now, self.actor, s.dedupe_window_ms)
+            )
         earliest_by_partition = {c.partition: c.earliest_ms for c in claims}
         if plans:
             # After a commit the partition's earliest due time is the committed one.
-            earliest_by_partition |= await self._commit(scripts, plans, token, log)
+            earliest_by_partition |= await redis.ride_out(
+                lambda: self._commit(scripts, plans, token, log)
+            )
         return TickResult(
             enqueued=len(messages),
             now_ms=now,

@@ -76,8 +76,12 @@ class RetryDispatcher:
                 fires.append(fire)
         now = max((c.now_ms for c in claims), default=0)
         if fires:
-            await enqueue_fires(scripts, fires, now, self.actor, s.dedupe_window_ms)
-            commits = await scripts.commit_retries(token, claimed)
+            # Claimed: ride out an outage with the same token (see the poller's tick).
+            redis = scripts.client
+            await redis.ride_out(
+                lambda: enqueue_fires(scripts, fires, now, self.actor, s.dedupe_window_ms)
+            )
+            commits = await redis.ride_out(lambda: scripts.commit_retries(token, claimed))
             lost = [
                 ("retry_claim_lost", {"schedule_id": sid})
                 for c in commits.values()

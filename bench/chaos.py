@@ -1,0 +1,187 @@
+"""``python -m bench chaos SCENARIO``: real faults under real node processes; what was lost.
+
+Starts its own Redis (AOF on, ``appendfsync everysec``: it must be able to kill and restart
+it), registers N periodic tasks phased over the interval, starts ``--nodes`` node
+processes whose handler writes each start to a local file (never to the Redis under
+test), injects the scenario's fault, and prints one JSON line:
+
+- ``expected``: fires due in the window [t0 + interval, t0 + duration - interval];
+  ``executed``: of those, how many started; ``missed``: due, never started;
+- ``duplicates``: the same attempt of a fire started twice, split into
+  ``duplicates_explained`` (due within a fault's reach: in flight when it struck) and
+  ``duplicates_unexplained`` (anything else: a bug);
+- ``lag_p50_ms`` / ``lag_p99_ms`` / ``lag_max_ms``: start minus due time;
+- ``first_fresh_fire_s``: from the fault's end (Redis answering again, the pause over, the
+  last node restarted) to the first start of a fire due after it;
+- ``node_exits``: node processes that exited on their own (a kill of ours is not one);
+- ``tasks_before`` / ``tasks_after``: tasks stored before the run and after it.
+
+Scenarios: ``redis-restart`` (SIGKILL Redis, start it again from its AOF ``--fault-s``
+later), ``redis-stall`` (``CLIENT PAUSE`` for ``--fault-s``), ``kill-nodes`` (SIGKILL a
+random node every ``--every-s``, restart it 3 s later), ``kill-children`` (SIGKILL a random
+child process of a node run with ``[processes]``, every ``--every-s``), ``flaky`` (one fire
+in ten fails its first attempt; its retry must run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+import trio
+
+from bench.common import child_pids
+from bench.fire import NAMESPACE, _analyse, _register, start_nodes, stop_nodes
+from runtime.embedded_redis import find_server_binary
+from runtime.testing.local_redis import RedisProcess
+
+SCENARIOS = ("redis-restart", "redis-stall", "kill-nodes", "kill-children", "flaky")
+#: A fire due this close to a fault (before or after) may be in flight when it strikes.
+REACH_MS = 15_000
+
+
+def run(
+    scenario: str, n: int, interval_s: float, duration_s: float, nodes: int, fault_s: float,
+    every_s: float, concurrency: int = 200,
+) -> dict[str, Any]:  # fmt: skip
+    if scenario not in SCENARIOS:
+        raise SystemExit(f"chaos: unknown scenario {scenario!r}; one of {', '.join(SCENARIOS)}")
+    if duration_s < 4 * interval_s + 20:
+        raise SystemExit("chaos: --duration-s must leave room: at least 4 intervals + 20 s")
+    server = RedisProcess(
+        find_server_binary(), ["--appendonly", "yes", "--appendfsync", "everysec"]
+    ).start()
+    workdir = Path(server.dir) / "bench"
+    workdir.mkdir()
+    try:
+        # fire_all: every grid time must run, also those due while Redis was away, so that
+        # "missed" counts losses, not fires a coalesce policy merged on purpose.
+        t0_ms, _ = trio.run(_register, server.url, n, interval_s, "fire_all")
+        before = _count_tasks(server.url)
+        options: dict[str, Any] = {"handler": "bench.handlers:record_flushed", "lease_s": 5.0}
+        if scenario == "flaky":
+            options = {"handler": "bench.handlers:record_flaky", "backoff_base_s": 0.2}
+        if scenario == "kill-children":
+            options["processes"] = 1
+        procs = start_nodes(workdir, server.url, nodes, concurrency, "info", **options)
+        faults: list[tuple[float, float]] = []  # (start, end), wall-clock seconds
+        exits = 0
+        try:
+            _sleep_until(t0_ms / 1000 + interval_s + 2)
+            faults, exits = _inject(
+                scenario, server, procs, workdir, fault_s, every_s, concurrency, options,
+                end_s=t0_ms / 1000 + duration_s - interval_s - 15,
+            )  # fmt: skip
+            _sleep_until(t0_ms / 1000 + duration_s)
+            exits += sum(1 for p in procs if p.poll() is not None)
+        finally:
+            stop_nodes(procs)
+        figures = _analyse(workdir, n, interval_s, duration_s, t0_ms, scenario == "flaky")
+        extra = _fault_figures(workdir, faults)
+        after = _count_tasks(server.url)
+    finally:
+        server.remove()
+    return {
+        "scenario": scenario, "n": n, "interval_s": interval_s, "duration_s": duration_s,
+        "nodes": nodes, "fault_s": fault_s, "faults": len(faults), **figures, **extra,
+        "node_exits": exits, "tasks_before": before, "tasks_after": after,
+    }  # fmt: skip
+
+
+def _inject(
+    scenario: str, server: RedisProcess, procs: list[subprocess.Popen[bytes]], workdir: Path,
+    fault_s: float, every_s: float, concurrency: int, options: dict[str, Any], end_s: float,
+) -> tuple[list[tuple[float, float]], int]:  # fmt: skip
+    """Strike; return the faults as (start, end) and node exits seen on the way."""
+    if scenario == "redis-restart":
+        start = time.time()
+        server.kill()
+        time.sleep(fault_s)
+        server.start(server.port)  # from its AOF, on the same port; returns once it answers
+        return [(start, time.time())], 0
+    if scenario == "redis-stall":
+        client = redis.Redis.from_url(server.url)
+        start = time.time()
+        client.client_pause(int(fault_s * 1000), all=True)
+        client.close()
+        time.sleep(fault_s)
+        return [(start, start + fault_s)], 0
+    faults: list[tuple[float, float]] = []
+    exits = 0
+    while time.time() + every_s < end_s:
+        time.sleep(every_s)
+        if scenario == "kill-children":
+            children = child_pids(procs[0].pid)
+            if children:
+                start = time.time()
+                _kill(random.choice(children))
+                faults.append((start, start))
+        elif scenario == "kill-nodes":
+            i = random.randrange(len(procs))
+            exits += procs[i].poll() is not None
+            start = time.time()
+            procs[i].send_signal(signal.SIGKILL)
+            procs[i].wait()
+            time.sleep(3)
+            (procs[i],) = start_nodes(
+                workdir, server.url, 1, concurrency, "info", first=i, **options
+            )
+            faults.append((start, time.time()))
+    return faults, exits
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _fault_figures(workdir: Path, faults: list[tuple[float, float]]) -> dict[str, Any]:
+    """Duplicates split by whether a fault explains them; time to the first fresh fire."""
+    starts: dict[tuple[str, int, int], list[float]] = {}
+    for path in workdir.glob("fires-*.txt"):
+        for line in path.read_text().splitlines():
+            task_id, due_text, start, *attempt = line.split()
+            key = (task_id, int(due_text), int(attempt[0]) if attempt else 0)
+            starts.setdefault(key, []).append(float(start))
+    explained = unexplained = 0
+    for (_task, due, _attempt), times in starts.items():
+        if len(times) < 2:
+            continue
+        near = any(s * 1000 - REACH_MS <= due <= e * 1000 + REACH_MS for s, e in faults)
+        explained += near
+        unexplained += not near
+    fresh: list[float] = []
+    if faults:
+        end_ms = max(e for _, e in faults) * 1000
+        fresh = [min(t) - end_ms for (_, due, _), t in starts.items() if due >= end_ms]
+    return {
+        "duplicates_explained": explained,
+        "duplicates_unexplained": unexplained,
+        "first_fresh_fire_s": round(min(fresh) / 1000, 3) if fresh else None,
+    }
+
+
+def _count_tasks(url: str) -> int:
+    """Tasks stored in the bench namespace: definitions across every bucket."""
+    client = redis.Redis.from_url(url)
+    try:
+        meta = client.hgetall(f"{NAMESPACE}:meta")
+        partitions, buckets = int(meta[b"partitions"]), int(meta[b"buckets"])
+        pipe = client.pipeline(transaction=False)
+        for p in range(partitions):
+            for b in range(buckets):
+                pipe.hlen(f"{{{NAMESPACE}:{p}}}:def:{b}")
+        return sum(int(x) for x in pipe.execute())
+    finally:
+        client.close()
+
+
+def _sleep_until(when_s: float) -> None:
+    time.sleep(max(0.0, when_s - time.time()))
