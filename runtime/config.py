@@ -15,6 +15,7 @@ import tomllib
 import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import unquote
 
 import attrs
 import cattrs
@@ -93,13 +94,52 @@ class LogSection:
     level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+#: URL schemes of a Sentinel-managed primary.
+SENTINEL_SCHEMES = ("redis+sentinel://", "rediss+sentinel://")
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://", *SENTINEL_SCHEMES)
+
+
+def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], str, int, str | None, str | None]:
+    """(sentinels, service, db, username, password) of a ``redis+sentinel://`` URL, or
+    ValueError naming what is wrong."""
+    rest = url.split("://", 1)[1]
+    location, _, path = rest.partition("/")
+    credentials, _, hosts = location.rpartition("@")
+    username = password = None
+    if credentials:
+        user, _, secret = credentials.partition(":")
+        username, password = (unquote(user) or None), (unquote(secret) or None)
+    sentinels = []
+    for host in hosts.split(","):
+        name, _, port = host.rpartition(":") if ":" in host else (host, "", "26379")
+        if not name or not port.isdigit():
+            raise ValueError(f"redis.url: {host!r} is not a sentinel host:port")
+        sentinels.append((name.strip("[]"), int(port)))
+    service, _, db = path.strip("/").partition("/")
+    if not service or (db and not db.isdigit()):
+        raise ValueError("redis.url: a sentinel URL ends with /service or /service/db")
+    return sentinels, service, int(db or 0), username, password
+
+
+def _redis_url(_inst: object, _attr: attrs.Attribute[Any], value: str) -> None:
+    if value == "embedded":
+        return
+    if not value.startswith(REDIS_SCHEMES):
+        raise ValueError(
+            f"must be embedded or a URL starting with {', '.join(REDIS_SCHEMES)}, got {value!r}"
+        )
+    if value.startswith(SENTINEL_SCHEMES):
+        parse_sentinel_url(value)
+
+
 @attrs.frozen
 class RedisSection:
     """``[redis]``: where Redis is and how to talk to it."""
 
-    url: str = "embedded"
-    """``redis://``, ``rediss://`` (TLS), ``unix://``, or ``embedded`` to start a private
-    server under this node's supervision."""
+    url: str = attrs.field(default="embedded", validator=_redis_url)
+    """``redis://``, ``rediss://`` (TLS), ``unix://``, ``redis+sentinel://host:port,.../service``
+    (a Sentinel-managed primary, followed through failovers), or ``embedded`` to start a
+    private server under this node's supervision."""
     cluster: bool = False
     username: str | None = None
     password: str | None = None

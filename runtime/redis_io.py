@@ -39,9 +39,10 @@ import attrs
 import redis
 import redis.cluster
 import redis.exceptions
+import redis.sentinel
 import trio
 
-from runtime.config import RedisSection
+from runtime.config import SENTINEL_SCHEMES, RedisSection, parse_sentinel_url
 from runtime.errors import RedisUnavailable
 from runtime.io_threads import IOThreads
 from runtime.logging import get_logger
@@ -103,10 +104,12 @@ class RedisClient:
             "socket_connect_timeout": settings.connect_timeout_s,
             "health_check_interval": 0,
         }
-        if url.startswith("rediss://"):
+        if url.startswith(("rediss://", "rediss+sentinel://")):
             common.update(_tls_options(settings))
-        if settings.cluster:
-            raw: Any = redis.cluster.RedisCluster.from_url(
+        if url.startswith(SENTINEL_SCHEMES):
+            raw: Any = _sentinel_master(url, settings, common)
+        elif settings.cluster:
+            raw = redis.cluster.RedisCluster.from_url(
                 url, max_connections=settings.max_connections, **common
             )
         else:
@@ -319,6 +322,29 @@ class RedisClient:
                 self._raw.close()
 
             await trio.to_thread.run_sync(drain_and_close)
+
+
+def _sentinel_master(url: str, settings: RedisSection, common: dict[str, Any]) -> Any:
+    """A client of the primary that Sentinel names for the service, found again after a
+    failover: a connection to a demoted primary fails (READONLY becomes a connection error
+    in redis-py), so ``ride_out`` waits, and the next connection asks the sentinels anew.
+
+    ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]`` (port 26379
+    when left out; ``rediss+sentinel://`` for TLS to the primary)."""
+    sentinels, service, db, username, password = parse_sentinel_url(url)
+    timeouts = {
+        "socket_timeout": settings.socket_timeout_s,
+        "socket_connect_timeout": settings.connect_timeout_s,
+    }
+    options = dict(common)
+    if username is not None:
+        options["username"] = username
+    if password is not None:
+        options["password"] = password
+    manager = redis.sentinel.Sentinel(sentinels, sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
+    return manager.master_for(  # type: ignore[no-untyped-call]
+        service, db=db, max_connections=settings.max_connections, **options
+    )
 
 
 def _tls_options(settings: RedisSection) -> dict[str, Any]:

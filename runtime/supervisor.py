@@ -104,6 +104,8 @@ class _Running:
     stopping: bool = False
     """Set when the supervisor stops the child on purpose: its exit is not a crash."""
     started_at: float = attrs.field(factory=trio.current_time)
+    up: bool = False
+    """Its start succeeded (``task_status.started()``)."""
 
 
 @attrs.frozen
@@ -150,16 +152,24 @@ class _SupervisorRun:
         """Per child: restarts in a row without it staying up ``period_s``."""
         self._events_send, self._events = trio.open_memory_channel[Any](math.inf)
         self._nursery: trio.Nursery | None = None
+        self._stopped = False
 
     async def run(self, task_status: TaskStatus) -> None:
         gave_up: RestartIntensityExceeded | None = None
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            await self._ensure_started(restarting=None)
-            task_status.started()
+            all_up = await self._ensure_started(restarting=None)
             nursery.start_soon(self._forward_stop_request)
             try:
-                await self._supervise()
+                if not all_up:
+                    # As in OTP, a supervisor has started only once its children have: a
+                    # child whose start failed is restarted (with backoff, within the
+                    # intensity and attempts) before this one reports ready; giving up
+                    # here fails this supervisor's own start.
+                    await self._supervise(until_all_up=True)
+                task_status.started()
+                if not self._stopped:
+                    await self._supervise()
             except RestartIntensityExceeded as exc:
                 gave_up = exc
             finally:
@@ -174,23 +184,41 @@ class _SupervisorRun:
         await self._ctx.wait_stop_requested()
         self._events_send.send_nowait(_STOP)
 
-    async def _supervise(self) -> None:
+    async def _supervise(self, *, until_all_up: bool = False) -> None:
         async for event in self._events:
             if event is _STOP:
                 await self._stop_all()
+                self._stopped = True
                 return
             await self._on_exit(event)
+            if until_all_up:
+                if self._children_up():
+                    return
+                if all(r.up for r in self._running.values()):
+                    # The child that failed is not restarted (temporary): start the rest.
+                    await self._ensure_started(restarting=None)
+                    if self._children_up():
+                        return
 
     # -- starting -------------------------------------------------------------------------
 
-    async def _ensure_started(self, restarting: dict[str, Any] | None) -> None:
+    async def _ensure_started(self, restarting: dict[str, Any] | None) -> bool:
         """Start, in spec order, every child that should run and does not; stop at the first
-        start failure (its crash event is already queued and will be handled next)."""
+        start failure (its crash event is already queued and will be handled next). Whether
+        every child is up."""
         for spec in list(self._specs):
             if spec.name in self._running:
                 continue
             if not await self._start(spec, restarting):
-                return
+                return False
+        return True
+
+    def _children_up(self) -> bool:
+        """Every child that should run has started (a failed start is not up, even while
+        its exit is still queued)."""
+        return all(
+            spec.name in self._running and self._running[spec.name].up for spec in self._specs
+        )
 
     async def _start(self, spec: ChildSpec, restarting: dict[str, Any] | None) -> bool:
         assert self._nursery is not None
@@ -199,6 +227,7 @@ class _SupervisorRun:
         outcome = await self._nursery.start(self._child_main, running)
         if isinstance(outcome, _StartFailed):
             return False
+        running.up = True
         running.ctx.health.mark_up(running.ctx.path)
         if restarting is not None:
             running.ctx.log.info("actor_restarted", **restarting)

@@ -455,3 +455,43 @@ async def test_a_child_that_stays_up_a_period_between_crashes_is_restarted_for_e
         await run_for(tree, 60 * 10 + 30)
     assert len(starts_of(journal, "minutely")) == 11
     assert {e["attempt"] for e in logs if e["event"] == "actor_restarting"} == {1}
+
+
+async def test_a_supervisor_has_started_only_once_its_children_have(autojump_clock: Any) -> None:
+    """OTP: a child whose start fails is restarted before its supervisor reports ready, so
+    a sibling started after that supervisor never runs before it is whole."""
+    journal: Journal = []
+    inner = supervisor(
+        "inner",
+        [
+            ChildSpec(
+                "db", recorder(journal, "db", lambda n: "crash_before_ready" if n < 2 else None)
+            )
+        ],
+    )
+    outer = supervisor("outer", [inner, ChildSpec("app", recorder(journal, "app"))])
+    await run_for(outer, 10)
+    assert events(journal)[:4] == [
+        ("start_failed", "db"),
+        ("start_failed", "db"),
+        ("start", "db"),
+        ("start", "app"),
+    ]
+
+
+async def test_a_temporary_child_failing_its_start_does_not_hold_up_the_rest(
+    autojump_clock: Any,
+) -> None:
+    journal: Journal = []
+    tree = supervisor(
+        "sup",
+        [
+            ChildSpec(
+                "once", recorder(journal, "once", lambda n: "crash_before_ready"),
+                restart=Restart.TEMPORARY,
+            ),
+            ChildSpec("after", recorder(journal, "after")),
+        ],
+    )  # fmt: skip
+    await run_for(tree, 5)
+    assert events(journal)[:2] == [("start_failed", "once"), ("start", "after")]

@@ -152,3 +152,93 @@ class LocalCluster:
     def remove(self) -> None:
         for node in self.nodes:
             node.remove()
+
+
+class LocalSentinel:
+    """A Sentinel-managed primary: a primary, a replica and three sentinels, each a local
+    process on a free port, watching the primary as ``service``."""
+
+    def __init__(self, binary: str, service: str = "metronome") -> None:
+        self.binary = binary
+        self.service = service
+        self.primary = RedisProcess(binary, ["--appendonly", "yes", "--appendfsync", "always"])
+        self.replica = RedisProcess(binary, ["--appendonly", "yes", "--appendfsync", "always"])
+        self.sentinels: list[subprocess.Popen[bytes]] = []
+        self.sentinel_ports: list[int] = []
+        self.dir = Path(tempfile.mkdtemp(prefix="metronome-sentinel-"))
+
+    @property
+    def url(self) -> str:
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
+        return f"redis+sentinel://{hosts}/{self.service}"
+
+    def start(self, timeout_s: float = 30.0) -> LocalSentinel:
+        self.primary.start()
+        self.replica.extra_args += ["--replicaof", "127.0.0.1", str(self.primary.port)]
+        self.replica.start()
+        for i in range(3):
+            port = free_port()
+            conf = self.dir / f"sentinel-{i}.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                f"sentinel monitor {self.service} 127.0.0.1 {self.primary.port} 2\n"
+                f"sentinel down-after-milliseconds {self.service} 1000\n"
+                f"sentinel failover-timeout {self.service} 5000\n"
+                f"sentinel parallel-syncs {self.service} 1\n"
+            )
+            self.sentinels.append(
+                subprocess.Popen(
+                    [self.binary, str(conf), "--sentinel", "--logfile", f"sentinel-{i}.log"],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    cwd=self.dir,
+                )
+            )
+            self.sentinel_ports.append(port)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._replica_synced() and all(self._knows_replica(p) for p in self.sentinel_ports):
+                return self
+            time.sleep(0.1)
+        raise RuntimeError("local Sentinel setup did not settle")
+
+    def master_port(self) -> int | None:
+        """The primary's port as the sentinels see it now."""
+        for port in self.sentinel_ports:
+            with contextlib.suppress(redis.exceptions.ConnectionError):
+                client: Any = redis.Redis(port=port, socket_timeout=1)
+                try:
+                    reply = client.execute_command(
+                        "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service
+                    )
+                finally:
+                    client.close()
+                if reply:
+                    return int(reply[1])
+        return None
+
+    def _replica_synced(self) -> bool:
+        client = redis.Redis(port=self.replica.port, socket_timeout=1)
+        try:
+            return client.info("replication").get("master_link_status") == "up"
+        except redis.exceptions.ConnectionError:
+            return False
+        finally:
+            client.close()
+
+    def _knows_replica(self, port: int) -> bool:
+        client = redis.Redis(port=port, socket_timeout=1)
+        try:
+            return bool(client.sentinel_slaves(self.service))
+        except redis.exceptions.RedisError:
+            return False
+        finally:
+            client.close()
+
+    def remove(self) -> None:
+        for proc in self.sentinels:
+            proc.kill()
+            proc.wait()
+        self.primary.remove()
+        self.replica.remove()
+        shutil.rmtree(self.dir, ignore_errors=True)

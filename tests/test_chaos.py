@@ -1,0 +1,52 @@
+"""Small versions of every ``python -m bench chaos`` scenario: real faults, real node
+processes, counted from what the handlers recorded. Opt in with ``pytest -m chaos`` (CI
+runs them as a step of their own); the full-size runs and their figures are in
+docs/RELIABILITY.md."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+SMALL = ["--n", "200", "--interval-s", "1", "--duration-s", "28", "--nodes", "2"]
+
+
+def chaos(scenario: str, *args: str) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "chaos", scenario, *SMALL, *args],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    figures: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return figures
+
+
+@pytest.mark.chaos
+@pytest.mark.parametrize(
+    ("scenario", "args"),
+    [
+        ("redis-restart", ["--fault-s", "3"]),
+        ("redis-stall", ["--fault-s", "3"]),
+        ("kill-nodes", ["--every-s", "5"]),
+        ("kill-children", ["--every-s", "4"]),
+        ("flaky", []),
+    ],
+)
+def test_nothing_is_lost_under(scenario: str, args: list[str]) -> None:
+    figures = chaos(scenario, *args)
+    assert figures["expected"] > 1000
+    assert figures["missed"] == 0, figures
+    assert figures["duplicates_unexplained"] == 0, figures
+    assert figures["node_exits"] == 0, figures
+    assert figures["tasks_after"] == figures["tasks_before"] == 200
+    if scenario != "flaky":
+        assert figures["faults"] >= 1, figures
+    else:
+        assert figures["failed_first"] > 0 and figures["retries_lost"] == 0, figures

@@ -1,0 +1,83 @@
+"""Failover with real processes: a Sentinel-managed primary killed under a running node."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.store.tasks import TaskStore
+from runtime.config import RedisSection, parse_sentinel_url
+from runtime.embedded_redis import find_server_binary
+from runtime.redis_io import RedisClient
+from runtime.testing.local_redis import LocalSentinel
+from tests.execution_harness import records, wait_records
+from tests.node_process import NodeProcess
+from tests.test_outages import node_config
+
+
+@pytest.fixture
+def sentinel() -> Iterator[LocalSentinel]:
+    setup = LocalSentinel(find_server_binary()).start()
+    try:
+        yield setup
+    finally:
+        setup.remove()
+
+
+def test_sentinel_urls_are_parsed_or_refused_by_name() -> None:
+    assert parse_sentinel_url("redis+sentinel://u:p%40ss@h1:1,h2/svc/2") == (
+        [("h1", 1), ("h2", 26379)], "svc", 2, "u", "p@ss",
+    )  # fmt: skip
+    for bad in ("redis+sentinel://h1:1", "redis+sentinel://h1:x/svc", "redis+sentinel://h/s/x"):
+        with pytest.raises(ValueError, match=r"redis\.url"):
+            RedisSection(url=bad)
+    with pytest.raises(ValueError, match="must be embedded or a URL starting with"):
+        RedisSection(url="http//nope")
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_node_follows_a_sentinel_failover_and_loses_no_fire(
+    sentinel: LocalSentinel, tmp_path: Path, record: Path
+) -> None:
+    """SIGKILL the primary: the sentinels promote the replica, the node (which only knows
+    the sentinels) waits, finds the new primary, and every fire due meanwhile runs."""
+    url, namespace = sentinel.url, "failover"
+    client = RedisClient.from_settings(
+        url, RedisSection(url=url, connect_timeout_s=0.5, socket_timeout_s=1)
+    )
+    store = TaskStore(client, namespace, default_partitions=4)
+    start_ms = await store.now_ms() + 1000
+    schedule = Schedule("interval", every_s=0.5, start_ms=start_ms, misfire="fire_all")
+    ids = [c.task_id for c in await store.create_many([TaskSpec("work", schedule)] * 10)]
+    await client.aclose()
+    node = NodeProcess(node_config(tmp_path, url, namespace))
+    try:
+        await trio.to_thread.run_sync(node.wait_for, "consumer_ready")
+        await wait_records(record, lambda rs: len(rs) >= 30)
+        sentinel.primary.kill()
+        with trio.fail_after(60):
+            while sentinel.master_port() != sentinel.replica.port:  # noqa: ASYNC110
+                await trio.sleep(0.1)
+        promoted_ms = time.time() * 1000
+        count = len(records(record))
+        found = await wait_records(record, lambda rs: len(rs) >= count + 40)
+        assert node.proc.poll() is None, node.stderr_text()
+    finally:
+        node.signal(signal.SIGTERM)
+        code = await trio.to_thread.run_sync(node.wait)
+    assert code == 0
+    ran = {r["schedule_id"] for r in records(record)}
+    last_due = max(int(sid.rsplit(":", 1)[1]) for sid in ran) - 1000
+    expected = {f"{t}:{due}" for t in ids for due in range(start_ms, last_due, 500)}
+    assert len(expected) >= 50
+    assert not expected - ran, f"never ran: {sorted(expected - ran)[:3]}"
+    assert any(r["t_ms"] > promoted_ms for r in found)  # fires ran on the new primary
+    names = [e["event"] for e in node.events()]
+    assert "actor_crashed" not in names and "redis_reachable" in names
