@@ -12,6 +12,8 @@ import trio
 
 from actors.app import build_tree
 from actors.config import Config, ConsumerSection, ExecutionSection, SchedulerSection
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext
 from runtime.app import Invocation
@@ -69,6 +71,30 @@ async def wait_until(predicate: Any, timeout_s: float = 60.0, poll_s: float = 0.
 async def stream_entries(store: TaskStore, key: str) -> list[dict[str, str]]:
     entries = await store.client.execute("XRANGE", key, "-", "+")
     return [{k.decode(): v.decode() for k, v in fields.items()} for _id, fields in entries]
+
+
+async def periodic_tasks(
+    store: TaskStore, count: int = 10, every_s: float = 0.5
+) -> tuple[list[str], int]:
+    """``count`` fire_all tasks every ``every_s`` from a second from now: (ids, first due)."""
+    start_ms = await store.now_ms() + 1000
+    schedule = Schedule("interval", every_s=every_s, start_ms=start_ms, misfire="fire_all")
+    created = await store.create_many([TaskSpec("work", schedule)] * count)
+    return [c.task_id for c in created], start_ms
+
+
+def assert_every_fire_ran(
+    path: Path, ids: list[str], start_ms: int, every_ms: int = 500, at_least: int = 50
+) -> None:
+    """Every grid time of these tasks from ``start_ms`` to a second before the last one
+    recorded started at least once (the window the tasks ran in, faults included)."""
+    ran = {r["schedule_id"] for r in records(path)}
+    last_due = max(int(sid.rsplit(":", 1)[1]) for sid in ran) - 1000
+    expected = {f"{t}:{due}" for t in ids for due in range(start_ms, last_due, every_ms)}
+    assert len(expected) >= at_least
+    assert not expected - ran, (
+        f"never ran: {len(expected - ran)}, e.g. {sorted(expected - ran)[:3]}"
+    )
 
 
 async def wait_records(path: Path, predicate: Any, timeout_s: float = 30.0) -> list[dict[str, Any]]:

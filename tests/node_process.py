@@ -16,6 +16,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 
 
+def alive(pid: int) -> bool:
+    """Whether a process runs; a zombie (exited, not yet reaped) counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat")
+    return status.exists() and status.read_text().split()[2] != "Z"
+
+
 class NodeProcess:
     """A node process whose stdout (JSON lines) is collected by a reader thread."""
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import redis
 
 from runtime.testing.local_redis import free_port
-from tests.node_process import NodeProcess
+from tests.node_process import NodeProcess, alive
 
 
 def embedded_config(tmp_path: Path, name: str, data: Path, port: int) -> Path:
@@ -20,16 +19,6 @@ def embedded_config(tmp_path: Path, name: str, data: Path, port: int) -> Path:
         f'[redis]\nurl = "embedded"\ndata_dir = "{data}"\nembedded_port = {port}\n'
     )
     return path
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead but for its exit status: the node that reaps it is gone.
-    status = Path(f"/proc/{pid}/stat")
-    return status.exists() and status.read_text().split()[2] != "Z"
 
 
 def wait_gone(pid: int, timeout_s: float = 30.0) -> bool:

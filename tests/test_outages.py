@@ -12,8 +12,6 @@ import pytest
 import structlog
 import trio
 
-from actors.domain.model import TaskSpec
-from actors.domain.schedules import Schedule
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.config import RedisSection
@@ -22,7 +20,12 @@ from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
 from runtime.supervisor import ChildSpec, supervisor
 from runtime.testing.local_redis import RedisProcess
-from tests.execution_harness import records, wait_records
+from tests.execution_harness import (
+    assert_every_fire_ran,
+    periodic_tasks,
+    records,
+    wait_records,
+)
 from tests.node_process import NodeProcess
 
 
@@ -108,9 +111,7 @@ async def test_a_node_rides_out_redis_killed_and_restarted_from_its_aof(
     namespace = "outage"
     client = client_for(aof_server.url)
     store = TaskStore(client, namespace, default_partitions=4)
-    start_ms = await store.now_ms() + 1000
-    schedule = Schedule("interval", every_s=0.5, start_ms=start_ms, misfire="fire_all")
-    ids = [c.task_id for c in await store.create_many([TaskSpec("work", schedule)] * 10)]
+    ids, start_ms = await periodic_tasks(store)
     await client.aclose()
     node = NodeProcess(node_config(tmp_path, aof_server.url, namespace))
     try:
@@ -127,14 +128,7 @@ async def test_a_node_rides_out_redis_killed_and_restarted_from_its_aof(
         node.signal(signal.SIGTERM)
         code = await trio.to_thread.run_sync(node.wait)
     assert code == 0
-    ran: dict[str, int] = {}
-    for r in records(record):
-        ran[r["schedule_id"]] = ran.get(r["schedule_id"], 0) + 1
-    last_due = max(int(sid.rsplit(":", 1)[1]) for sid in ran) - 1000
-    expected = {f"{t}:{due}" for t in ids for due in range(start_ms, last_due, 500)}
-    missed = expected - set(ran)
-    assert len(expected) >= 50  # before, during and after the outage
-    assert not missed, f"{len(missed)} fires never ran, e.g. {sorted(missed)[:3]}"
+    assert_every_fire_ran(record, ids, start_ms)  # before, during and after the outage
     events: list[dict[str, Any]] = node.events()
     names = [e["event"] for e in events]
     assert "actor_crashed" not in names and "node_gave_up" not in names
@@ -150,9 +144,7 @@ async def test_a_node_rides_out_a_stalled_redis(
     namespace = "stall"
     client = client_for(aof_server.url)
     store = TaskStore(client, namespace, default_partitions=4)
-    start_ms = await store.now_ms() + 1000
-    schedule = Schedule("interval", every_s=0.5, start_ms=start_ms, misfire="fire_all")
-    ids = [c.task_id for c in await store.create_many([TaskSpec("work", schedule)] * 10)]
+    ids, start_ms = await periodic_tasks(store)
     node = NodeProcess(node_config(tmp_path, aof_server.url, namespace))
     try:
         await trio.to_thread.run_sync(node.wait_for, "consumer_ready")
@@ -167,10 +159,6 @@ async def test_a_node_rides_out_a_stalled_redis(
         code = await trio.to_thread.run_sync(node.wait)
         await client.aclose()
     assert code == 0
-    ran = {r["schedule_id"] for r in records(record)}
-    last_due = max(int(sid.rsplit(":", 1)[1]) for sid in ran) - 1000
-    expected = {f"{t}:{due}" for t in ids for due in range(start_ms, last_due, 500)}
-    assert len(expected) >= 50
-    assert not expected - ran, f"never ran: {sorted(expected - ran)[:3]}"
+    assert_every_fire_ran(record, ids, start_ms)
     names = [e["event"] for e in node.events()]
     assert "actor_crashed" not in names and "redis_unreachable" in names

@@ -25,7 +25,7 @@ from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
 from tests.api_node import ADMIN
 from tests.execution_harness import records, wait_records
-from tests.node_process import REPO, NodeProcess
+from tests.node_process import REPO, NodeProcess, alive
 
 
 @pytest.fixture
@@ -66,16 +66,6 @@ def free_port() -> int:
 def children(node: NodeProcess) -> dict[str, int]:
     """Each part's pid as the main process last started it."""
     return {e["actor"].rsplit("/", 1)[1]: e["pid"] for e in node.events("process_started")}
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (exited, not yet reaped) counts as gone.
-    status = Path(f"/proc/{pid}/stat")
-    return status.exists() and status.read_text().split()[2] != "Z"
 
 
 def wait_gone(pids: list[int], timeout_s: float) -> None:
