@@ -17,7 +17,11 @@ test), injects the scenario's fault, and prints one JSON line:
 - ``tasks_before`` / ``tasks_after``: tasks stored before the run and after it.
 
 Scenarios: ``redis-restart`` (SIGKILL Redis, start it again from its AOF ``--fault-s``
-later), ``redis-stall`` (``CLIENT PAUSE`` for ``--fault-s``), ``kill-nodes`` (SIGKILL a
+later), ``redis-stall`` (``CLIENT PAUSE`` for ``--fault-s``), ``sentinel-failover`` (a
+primary, a replica and three sentinels, the nodes knowing only the sentinels; SIGKILL the
+primary: the fault ends when the replica is promoted), ``cluster-failover`` (three
+primaries with a replica each, the nodes in cluster mode; ``CLUSTER FAILOVER`` on every
+replica in turn), ``kill-nodes`` (SIGKILL a
 random node every ``--every-s``, restart it 3 s later), ``kill-children`` (SIGKILL a random
 child process of a node run with ``[processes]``, every ``--every-s``), ``flaky`` (one fire
 in ten fails its first attempt; its retry must run).
@@ -35,14 +39,18 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import redis.cluster
 import trio
 
 from bench.common import child_pids
 from bench.fire import NAMESPACE, _analyse, _register, start_nodes, stop_nodes
 from runtime.embedded_redis import find_server_binary
-from runtime.testing.local_redis import RedisProcess
+from runtime.testing.local_redis import LocalCluster, LocalSentinel, RedisProcess
 
-SCENARIOS = ("redis-restart", "redis-stall", "kill-nodes", "kill-children", "flaky")
+SCENARIOS = (
+    "redis-restart", "redis-stall", "sentinel-failover", "cluster-failover", "kill-nodes",
+    "kill-children", "flaky",
+)  # fmt: skip
 #: A fire due this close to a fault (before or after) may be in flight when it strikes.
 REACH_MS = 15_000
 
@@ -55,39 +63,67 @@ def run(
         raise SystemExit(f"chaos: unknown scenario {scenario!r}; one of {', '.join(SCENARIOS)}")
     if duration_s < 4 * interval_s + 20:
         raise SystemExit("chaos: --duration-s must leave room: at least 4 intervals + 20 s")
-    server = RedisProcess(
-        find_server_binary(), ["--appendonly", "yes", "--appendfsync", "everysec"]
-    ).start()
+    sentinel: LocalSentinel | None = None
+    cluster: LocalCluster | None = None
+    if scenario == "sentinel-failover":
+        sentinel = LocalSentinel(find_server_binary()).start()
+        server, url = sentinel.primary, sentinel.url
+    elif scenario == "cluster-failover":
+        cluster = LocalCluster(find_server_binary(), replicas=True).start()
+        server, url = cluster.nodes[0], cluster.url
+    else:
+        server = RedisProcess(
+            find_server_binary(), ["--appendonly", "yes", "--appendfsync", "everysec"]
+        ).start()
+        url = server.url
     workdir = Path(server.dir) / "bench"
     workdir.mkdir()
     try:
         # fire_all: every grid time must run, also those due while Redis was away, so that
         # "missed" counts losses, not fires a coalesce policy merged on purpose.
-        t0_ms, _ = trio.run(_register, server.url, n, interval_s, "fire_all")
-        before = _count_tasks(server.url)
-        options: dict[str, Any] = {"handler": "bench.handlers:record_flushed", "lease_s": 5.0}
+        t0_ms, _ = trio.run(_register, url, n, interval_s, "fire_all", cluster is not None)
+        before = _count_tasks(url if cluster is not None else server.url, cluster is not None)
+        options: dict[str, Any] = {
+            "handler": "bench.handlers:record_flushed", "lease_s": 5.0,
+            "cluster": cluster is not None,
+        }  # fmt: skip
         if scenario == "flaky":
             options = {"handler": "bench.handlers:record_flaky", "backoff_base_s": 0.2}
         if scenario == "kill-children":
             options["processes"] = 1
-        procs = start_nodes(workdir, server.url, nodes, concurrency, "info", **options)
+        procs = start_nodes(workdir, url, nodes, concurrency, "info", **options)
         faults: list[tuple[float, float]] = []  # (start, end), wall-clock seconds
         exits = 0
         try:
             _sleep_until(t0_ms / 1000 + interval_s + 2)
-            faults, exits = _inject(
-                scenario, server, procs, workdir, fault_s, every_s, concurrency, options,
-                end_s=t0_ms / 1000 + duration_s - interval_s - 15,
-            )  # fmt: skip
+            if sentinel is not None:
+                faults, exits = [_fail_over(sentinel)], 0
+            elif cluster is not None:
+                start = time.time()
+                for index in range(len(cluster.nodes)):  # every shard changes hands
+                    cluster.fail_over(index)
+                faults, exits = [(start, time.time())], 0
+            else:
+                faults, exits = _inject(
+                    scenario, server, procs, workdir, fault_s, every_s, concurrency, options,
+                    end_s=t0_ms / 1000 + duration_s - interval_s - 15,
+                )  # fmt: skip
             _sleep_until(t0_ms / 1000 + duration_s)
             exits += sum(1 for p in procs if p.poll() is not None)
         finally:
             stop_nodes(procs)
         figures = _analyse(workdir, n, interval_s, duration_s, t0_ms, scenario == "flaky")
         extra = _fault_figures(workdir, faults)
-        after = _count_tasks(server.url)
+        after = _count_tasks(
+            sentinel.replica.url if sentinel is not None else url, cluster is not None
+        )
     finally:
-        server.remove()
+        if sentinel is not None:
+            sentinel.remove()
+        elif cluster is not None:
+            cluster.remove()
+        else:
+            server.remove()
     return {
         "scenario": scenario, "n": n, "interval_s": interval_s, "duration_s": duration_s,
         "nodes": nodes, "fault_s": fault_s, "faults": len(faults), **figures, **extra,
@@ -137,6 +173,18 @@ def _inject(
     return faults, exits
 
 
+def _fail_over(sentinel: LocalSentinel) -> tuple[float, float]:
+    """SIGKILL the primary; the fault ends when the sentinels name the replica primary."""
+    start = time.time()
+    sentinel.primary.kill()
+    deadline = start + 60
+    while sentinel.master_port() != sentinel.replica.port:
+        if time.time() > deadline:
+            raise SystemExit("chaos: the sentinels promoted no replica within 60 s")
+        time.sleep(0.1)
+    return start, time.time()
+
+
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
@@ -168,9 +216,9 @@ def _fault_figures(workdir: Path, faults: list[tuple[float, float]]) -> dict[str
     }
 
 
-def _count_tasks(url: str) -> int:
+def _count_tasks(url: str, cluster: bool = False) -> int:
     """Tasks stored in the bench namespace: definitions across every bucket."""
-    client = redis.Redis.from_url(url)
+    client: Any = redis.cluster.RedisCluster.from_url(url) if cluster else redis.Redis.from_url(url)
     try:
         meta = client.hgetall(f"{NAMESPACE}:meta")
         partitions, buckets = int(meta[b"partitions"]), int(meta[b"buckets"])

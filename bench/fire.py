@@ -41,7 +41,7 @@ NAMESPACE = "bench"
 def node_toml(
     workdir: Path, url: str, index: int, concurrency: int, log_level: str, role: str = "all",
     handler: str = "bench.handlers:record", lease_s: float = 30.0, processes: int = 0,
-    backoff_base_s: float = 10.0,
+    backoff_base_s: float = 10.0, cluster: bool = False,
 ) -> Path:  # fmt: skip
     """A node's config; ``role`` is "all" (poller and consumer), "poller" or "consumer";
     ``processes`` > 0: the poller in a child process and that many consumer processes."""
@@ -57,7 +57,7 @@ def node_toml(
         f'namespace = "{NAMESPACE}"\n'
         f'[node]\nname = "bench-{index}"\nshutdown_grace_s = 10\n'
         f'[log]\nlevel = "{log_level}"\n'
-        f'[redis]\nurl = "{url}"\n'
+        f'[redis]\nurl = "{url}"\ncluster = {str(cluster).lower()}\n'
         f"[scheduler]\npollers = {pollers}\n"
         f'[execution]\nresults_log = "{workdir / f"results-{index}.jsonl"}"\n'
         f"{consumers}"
@@ -169,9 +169,9 @@ def _kill_a_child(node_pid: int) -> int:
 
 
 async def _register(
-    url: str, n: int, interval_s: float, misfire: Misfire = "coalesce"
+    url: str, n: int, interval_s: float, misfire: Misfire = "coalesce", cluster: bool = False
 ) -> tuple[int, float]:
-    client = RedisClient.from_settings(url, RedisSection(url=url))
+    client = RedisClient.from_settings(url, RedisSection(url=url, cluster=cluster))
     store = TaskStore(client, NAMESPACE)
     now = await store.now_ms()
     # t0: after registration (measured >= 20k tasks/s here) and node start-up, with slack.

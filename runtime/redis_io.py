@@ -58,6 +58,10 @@ NoScriptError = redis.exceptions.NoScriptError
 #: How often a pipelined script call is re-sent after NOSCRIPT (a server restarted or had
 #: SCRIPT FLUSH between our load and our call); past that the error is returned in place.
 _NOSCRIPT_RETRIES = 5
+#: Error replies of a server changing roles (a failover) or not ready yet: the same as
+#: unreachable for a moment. A blocked read on a primary being demoted is ``UNBLOCKED``; a
+#: write reaching a replica is ``READONLY``; a cluster moving slots answers ``TRYAGAIN``.
+_TRANSIENT_REPLIES = ("UNBLOCKED", "READONLY", "MASTERDOWN", "TRYAGAIN", "LOADING")
 #: Longest wait in ``aclose`` for calls still running on the I/O threads.
 _CLOSE_WAIT_S = 6.0
 #: Probing an unreachable Redis: the first wait, doubling (with jitter) up to the cap, so
@@ -134,6 +138,10 @@ class RedisClient:
                 raise RedisUnavailable(f"redis at {self.description}: {exc}") from exc
             except redis.exceptions.ClusterDownError as exc:
                 raise RedisUnavailable(f"redis cluster at {self.description}: {exc}") from exc
+            except redis.exceptions.ResponseError as exc:
+                if str(exc).startswith(_TRANSIENT_REPLIES):
+                    raise RedisUnavailable(f"redis at {self.description}: {exc}") from exc
+                raise
 
         try:
             result = await self._threads.run(guarded)
@@ -165,7 +173,7 @@ class RedisClient:
             )
             for command in commands:
                 pipe.execute_command(*command)
-            return list(pipe.execute(raise_on_error=False))
+            return _transient_raised(list(pipe.execute(raise_on_error=False)))
 
         return await self.run_sync(run)
 
@@ -213,7 +221,7 @@ class RedisClient:
                 retried = self._pipelined_evalsha([calls[i] for i in missing])
                 for i, reply in zip(missing, retried, strict=True):
                     replies[i] = reply
-            return replies
+            return _transient_raised(replies)
 
         return await self.run_sync(run)
 
@@ -345,6 +353,18 @@ def _sentinel_master(url: str, settings: RedisSection, common: dict[str, Any]) -
     return manager.master_for(  # type: ignore[no-untyped-call]
         service, db=db, max_connections=settings.max_connections, **options
     )
+
+
+def _transient_raised(replies: list[Reply]) -> list[Reply]:
+    """A pipeline's replies, unless one is a server changing roles: then the whole call
+    raises (as ``ConnectionError``, which ``run_sync`` reports as ``RedisUnavailable``), so
+    the caller waits for the failover instead of taking it for a failed command."""
+    for reply in replies:
+        if isinstance(reply, redis.exceptions.ResponseError) and str(reply).startswith(
+            _TRANSIENT_REPLIES
+        ):
+            raise redis.exceptions.ConnectionError(str(reply))
+    return replies
 
 
 def _tls_options(settings: RedisSection) -> dict[str, Any]:

@@ -25,7 +25,7 @@ def bench(*args: str) -> dict[str, Any]:
     return figures
 
 
-@pytest.mark.parametrize("processes", [0, 1])
+@pytest.mark.parametrize("processes", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_fire_mode_reports_every_figure(processes: int) -> None:
     figures = bench("fire", "60", "1", "4", "--processes", str(processes))
     assert figures["processes"] == processes
@@ -80,7 +80,7 @@ def test_scheduling_and_hop_modes(mode: str, args: list[str]) -> None:
         assert figures["layer_us_per_call"] > 0
 
 
-@pytest.mark.parametrize("processes", [0, 2])
+@pytest.mark.parametrize("processes", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_api_mode(processes: int) -> None:
     figures = bench("api", "--rate", "20", "--seconds", "2", "--bulk-total", "1000",
                     "--bulk-size", "500", "--workers", "2",

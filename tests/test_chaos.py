@@ -34,6 +34,8 @@ def chaos(scenario: str, *args: str) -> dict[str, Any]:
     [
         ("redis-restart", ["--fault-s", "3"]),
         ("redis-stall", ["--fault-s", "3"]),
+        ("sentinel-failover", []),
+        ("cluster-failover", []),
         ("kill-nodes", ["--every-s", "5"]),
         ("kill-children", ["--every-s", "4"]),
         ("flaky", []),

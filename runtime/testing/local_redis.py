@@ -114,43 +114,75 @@ class LocalCluster:
 
     SLOTS = 16384
 
-    def __init__(self, binary: str, size: int = 3) -> None:
-        self.nodes = [
-            RedisProcess(
-                binary, ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-            )
-            for _ in range(size)
-        ]
+    def __init__(self, binary: str, size: int = 3, replicas: bool = False) -> None:
+        args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+        if replicas:  # replicas must be able to take over: persist as a primary would
+            args += ["--appendonly", "yes", "--appendfsync", "always"]
+        self.nodes = [RedisProcess(binary, args) for _ in range(size)]
+        self.replicas = [RedisProcess(binary, args) for _ in range(size)] if replicas else []
 
     @property
     def url(self) -> str:
         return self.nodes[0].url
 
-    def start(self, timeout_s: float = 20.0) -> LocalCluster:
-        for node in self.nodes:
+    def start(self, timeout_s: float = 30.0) -> LocalCluster:
+        everyone = self.nodes + self.replicas
+        for node in everyone:
             node.start()
         # Any: redis-py's execute_command is untyped.
-        clients: list[Any] = [redis.Redis(port=node.port, socket_timeout=2) for node in self.nodes]
+        clients: list[Any] = [redis.Redis(port=node.port, socket_timeout=2) for node in everyone]
         try:
             per = self.SLOTS // len(self.nodes)
-            for i, client in enumerate(clients):
-                last = self.SLOTS - 1 if i == len(clients) - 1 else (i + 1) * per - 1
+            for i, client in enumerate(clients[: len(self.nodes)]):
+                last = self.SLOTS - 1 if i == len(self.nodes) - 1 else (i + 1) * per - 1
                 client.execute_command("CLUSTER", "ADDSLOTSRANGE", i * per, last)
-            for node in self.nodes[1:]:
+            for node in everyone[1:]:
                 clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
             deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                states = [c.execute_command("CLUSTER", "INFO") for c in clients]
-                if all(b"cluster_state:ok" in s for s in states):
-                    return self
-                time.sleep(0.05)
-            raise RuntimeError("local Redis Cluster did not reach cluster_state:ok")
+            self._wait(clients, deadline, lambda: all(
+                len(c.execute_command("CLUSTER", "NODES").splitlines()) == len(everyone)
+                for c in clients
+            ))  # fmt: skip
+            for primary, replica in zip(clients, clients[len(self.nodes) :], strict=False):
+                node_id = primary.execute_command("CLUSTER", "MYID")
+                replica.execute_command("CLUSTER", "REPLICATE", node_id)
+            self._wait(clients, deadline, lambda: all(
+                b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO") for c in clients
+            ) and all(self._synced(r) for r in clients[len(self.nodes) :]))  # fmt: skip
+            return self
         finally:
             for client in clients:
                 client.close()
 
+    @staticmethod
+    def _wait(clients: list[Any], deadline: float, ready: Any) -> None:
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            time.sleep(0.05)
+        raise RuntimeError("local Redis Cluster did not settle")
+
+    @staticmethod
+    def _synced(replica: Any) -> bool:
+        return bool(replica.info("replication").get("master_link_status") == "up")
+
+    def fail_over(self, index: int = 0, timeout_s: float = 30.0) -> None:
+        """``CLUSTER FAILOVER`` on the replica of primary ``index``: they swap roles, with no
+        write lost; returns once the replica serves as a primary."""
+        client: Any = redis.Redis(port=self.replicas[index].port, socket_timeout=2)
+        try:
+            client.execute_command("CLUSTER", "FAILOVER")
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                if client.info("replication").get("role") == "master":
+                    return
+                time.sleep(0.05)
+            raise RuntimeError("the replica did not take over")
+        finally:
+            client.close()
+
     def remove(self) -> None:
-        for node in self.nodes:
+        for node in self.nodes + self.replicas:
             node.remove()
 
 

@@ -1,0 +1,80 @@
+"""A Redis Cluster master failed over under a running node: real processes, a local
+cluster of three primaries with a replica each."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from actors.store.tasks import TaskStore
+from runtime.config import RedisSection
+from runtime.embedded_redis import find_server_binary
+from runtime.redis_io import RedisClient
+from runtime.testing.local_redis import LocalCluster
+from tests.execution_harness import (
+    assert_every_fire_ran,
+    periodic_tasks,
+    records,
+    wait_records,
+)
+from tests.node_process import NodeProcess
+
+
+@pytest.fixture
+def cluster() -> Iterator[LocalCluster]:
+    setup = LocalCluster(find_server_binary(), replicas=True).start()
+    try:
+        yield setup
+    finally:
+        setup.remove()
+
+
+def cluster_config(tmp_path: Path, url: str, namespace: str) -> Path:
+    path = tmp_path / "node.toml"
+    path.write_text(
+        f'namespace = "{namespace}"\n'
+        '[node]\nname = "n1"\nshutdown_grace_s = 5\n'
+        f'[redis]\nurl = "{url}"\ncluster = true\nconnect_timeout_s = 0.5\n'
+        "socket_timeout_s = 1\n"
+        "[scheduler]\npollers = 1\npartitions = 8\nmax_tick_s = 0.05\nclaim_lease_ms = 1000\n"
+        f'[execution]\nresults_log = "{tmp_path / "results.jsonl"}"\nclaimer_interval_s = 0.2\n'
+        '[consumers.work]\nhandler = "tests.handlers.jobs:noop"\nconcurrency = 20\nlease_s = 3\n'
+    )
+    return path
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_node_follows_a_cluster_master_failover_and_loses_no_fire(
+    cluster: LocalCluster, tmp_path: Path, record: Path
+) -> None:
+    """``CLUSTER FAILOVER`` on a replica: it becomes the primary of a third of the slots,
+    the node is answered MOVED (or loses its connection) and follows; every fire runs."""
+    url, namespace = cluster.url, "clusterfailover"
+    client = RedisClient.from_settings(url, RedisSection(url=url, cluster=True))
+    store = TaskStore(client, namespace, default_partitions=8)
+    ids, start_ms = await periodic_tasks(store)
+    await client.aclose()
+    node = NodeProcess(cluster_config(tmp_path, url, namespace))
+    try:
+        await trio.to_thread.run_sync(node.wait_for, "consumer_ready")
+        await wait_records(record, lambda rs: len(rs) >= 30)
+        for index in range(len(cluster.nodes)):  # every shard changes hands
+            await trio.to_thread.run_sync(cluster.fail_over, index)
+        promoted_ms = time.time() * 1000
+        count = len(records(record))
+        found = await wait_records(record, lambda rs: len(rs) >= count + 100)  # 5 s more
+        assert node.proc.poll() is None, node.stderr_text()
+    finally:
+        node.signal(signal.SIGTERM)
+        code = await trio.to_thread.run_sync(node.wait)
+    assert code == 0
+    assert_every_fire_ran(record, ids, start_ms)
+    assert any(r["t_ms"] > promoted_ms for r in found)
+    crashes = [e for e in node.events() if e["event"] == "actor_crashed"]
+    assert not crashes, json.dumps(crashes[0])[-3000:]
