@@ -77,10 +77,13 @@ class Reader:
         if malformed:
             await self._dead_letter_malformed(malformed)
         emit_events(self.actor, [("recovered", fire_fields(m)) for m in messages])
+        # In flight at once, though they start only as slots free up: their leases are
+        # renewed meanwhile, so no other node's claimer takes one that will still run here.
+        for message in messages:
+            self.flight.messages[message.msg_id] = message
         async with trio_util.move_on_when(stopping.wait_value, True):
             for message in messages:
                 await self.free.wait_value(lambda free: free > 0)
-                self.flight.messages[message.msg_id] = message
                 await self.begin([message])
 
     async def read_inbox(self, inbox: Mailbox[Message], stopping: trio_util.AsyncBool) -> None:
