@@ -4,18 +4,27 @@ test_completion.py and test_execution.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import trio
 
 from actors.execution.claimer import Claimer, ClaimerSettings
-from actors.execution.consumer import ConsumerState
+from actors.execution.consumer import Consumer, ConsumerSettings, ConsumerState
+from actors.execution.handlers import resolve
+from actors.execution.results_log import ResultsLog
 from actors.scheduling.retry_dispatcher import RetryDispatcher, RetryDispatcherSettings
 from actors.store.keys import GROUP
 from actors.store.messages import Message
 from actors.store.replies import RetryWrite
+from actors.store.streams import Streams
 from actors.store.tasks import TaskStore
+from runtime.actor import ActorContext
 from runtime.channels import Mailbox
+from runtime.errors import RedisUnavailable
+from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
+from tests.execution_harness import wait_records
 
 
 @pytest.fixture
@@ -71,3 +80,54 @@ async def test_the_claimer_takes_over_a_dead_consumers_message_for_its_own(
     assert [c["name"] for c in summary["consumers"]] == [b"alive"]  # the live consumer's now
     state.free.value = 0
     assert await claimer.tick(scripts) == 0  # no free slot: claims nothing
+
+
+class LosesOneReadReply(Streams):
+    """The real stream commands, except that the first read that delivers messages raises
+    as if Redis went away before its reply arrived: the messages are pending under the
+    consumer's name, and it never saw them."""
+
+    lost = 1
+
+    async def read_group(
+        self, task_type: str, consumer: str, count: int, block_ms: int
+    ) -> tuple[list[Message], list[tuple[str, dict[bytes, bytes], str]]]:
+        result = await super().read_group(task_type, consumer, count, block_ms)
+        if self.lost and result[0]:
+            self.lost -= 1
+            raise RedisUnavailable("injected: the reply of a read that delivered was lost")
+        return result
+
+
+class LossyStore(TaskStore):
+    async def streams(self) -> Streams:
+        if self._streams is None:
+            self._streams = LosesOneReadReply(self.client, await self.keys())
+        return self._streams
+
+
+async def test_messages_of_a_read_whose_reply_was_lost_run_at_once(
+    redis_client: RedisClient, namespace: str, tmp_path: Path, record: Path
+) -> None:
+    store = LossyStore(redis_client, namespace, default_partitions=2)
+    keys = await store.keys()
+    await (await store.streams()).ensure_group("t")
+    for i in range(3):
+        fields = message(f"m{i}").fields()
+        await store.client.execute(
+            "XADD", keys.queue("t"), "*", *[v for kv in fields.items() for v in kv]
+        )
+    settings = ConsumerSettings(concurrency=5, lease_s=60)  # a lease-based reclaim: far off
+    consumer = Consumer(
+        store, "t", settings, resolve("t", "tests.handlers.jobs:noop"),
+        ResultsLog(tmp_path / "results.jsonl"), "n1", Mailbox.open(5), ConsumerState(),
+    )  # fmt: skip
+    ctx = ActorContext("node/consumers/t/consumer", 5.0, get_logger(actor="consumer"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run, ctx)
+        found = await wait_records(record, lambda rs: len(rs) == 3, timeout_s=30)
+        ctx.stop_requested.value = True
+    assert sorted(r["task_id"] for r in found) == ["m0", "m1", "m2"]
+    streams = await store.streams()
+    assert isinstance(streams, LosesOneReadReply)
+    assert streams.lost == 0  # the reply was lost, and the messages still ran

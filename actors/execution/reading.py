@@ -23,7 +23,11 @@ from actors.store.replies import DeadLetterWrite, Reclaimed
 from actors.store.scripts import Scripts
 from actors.store.streams import Streams
 from runtime.channels import Mailbox
+from runtime.errors import RedisUnavailable
 from runtime.logging import emit_events
+
+#: Most pending messages taken back after a read whose reply was lost.
+RECOVER_UNSEEN = 10_000
 
 
 class Reader:
@@ -55,9 +59,15 @@ class Reader:
                 await self.free.wait_value(lambda free: free > 0)
             if stopping.value:
                 return
-            messages, malformed = await self.scripts.client.ride_out(
-                lambda: self.streams.read_group(self.type, consumer, self.free.value, self.block_ms)
-            )
+            try:
+                messages, malformed = await self.streams.read_group(
+                    self.type, consumer, self.free.value, self.block_ms
+                )
+            except RedisUnavailable:
+                await self.scripts.client.wait_until_reachable()
+                messages, malformed = await self.scripts.client.ride_out(
+                    lambda: self._unseen(consumer)
+                )
             for message in messages:
                 self.flight.messages[message.msg_id] = message
             if malformed:
@@ -85,6 +95,26 @@ class Reader:
             for message in messages:
                 await self.free.wait_value(lambda free: free > 0)
                 await self.begin([message])
+
+    async def _unseen(
+        self, consumer: str
+    ) -> tuple[list[Message], list[tuple[str, dict[bytes, bytes], str]]]:
+        """A read whose reply was lost (Redis went away mid-call) may have delivered
+        messages: pending under our name, never seen here. A new read with ``>`` would not
+        return them; take them back now (idle reset, so no claimer takes them too) rather
+        than a lease later. Those already in flight are left to their handlers."""
+        entries = await self.scripts.recover(self.type, consumer, RECOVER_UNSEEN)
+        messages, malformed = [], []
+        for entry in entries:
+            if entry.msg_id in self.flight.messages:
+                continue
+            try:
+                messages.append(Message.decode(entry.msg_id, entry.fields))
+            except MalformedMessage as exc:
+                malformed.append((entry.msg_id, entry.fields, str(exc)))
+        if messages:
+            emit_events(self.actor, [("recovered", fire_fields(m)) for m in messages])
+        return messages, malformed
 
     async def read_inbox(self, inbox: Mailbox[Message], stopping: trio_util.AsyncBool) -> None:
         """Messages the claimer took over for us: already pending under our name."""
