@@ -83,18 +83,20 @@ async def periodic_tasks(
     return [c.task_id for c in created], start_ms
 
 
-def assert_every_fire_ran(
-    path: Path, ids: list[str], start_ms: int, every_ms: int = 500, at_least: int = 50
-) -> None:
-    """Every grid time of these tasks from ``start_ms`` to a second before the last one
-    recorded started at least once (the window the tasks ran in, faults included)."""
-    ran = {r["schedule_id"] for r in records(path)}
-    last_due = max(int(sid.rsplit(":", 1)[1]) for sid in ran) - 1000
-    expected = {f"{t}:{due}" for t in ids for due in range(start_ms, last_due, every_ms)}
-    assert len(expected) >= at_least
-    assert not expected - ran, (
-        f"never ran: {len(expected - ran)}, e.g. {sorted(expected - ran)[:3]}"
-    )
+async def wait_every_fire_ran(
+    path: Path, ids: list[str], start_ms: int, until_ms: int, every_ms: int = 500,
+    timeout_s: float = 60.0,
+) -> int:  # fmt: skip
+    """Until every grid time of these tasks from ``start_ms`` to ``until_ms`` has started at
+    least once (call it while the node runs: a task still catching up on owed fires is
+    not a loss); fails naming the fires still missing after ``timeout_s``. How many."""
+    expected = {f"{t}:{due}" for t in ids for due in range(start_ms, until_ms, every_ms)}
+    with trio.move_on_after(timeout_s):
+        while not expected <= {r["schedule_id"] for r in records(path)}:  # noqa: ASYNC110
+            await trio.sleep(0.1)
+    missed = sorted(expected - {r["schedule_id"] for r in records(path)})
+    assert not missed, f"{len(missed)} fires never ran, e.g. {missed[:3]}"
+    return len(expected)
 
 
 async def wait_records(path: Path, predicate: Any, timeout_s: float = 30.0) -> list[dict[str, Any]]:
