@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
+import trio_util
 
 from actors.execution.claimer import Claimer, ClaimerSettings
 from actors.execution.consumer import Consumer, ConsumerSettings, ConsumerState
+from actors.execution.flight import Flight
 from actors.execution.handlers import resolve
+from actors.execution.reading import Reader
 from actors.execution.results_log import ResultsLog
 from actors.scheduling.retry_dispatcher import RetryDispatcher, RetryDispatcherSettings
 from actors.store.keys import GROUP
@@ -131,3 +135,36 @@ async def test_messages_of_a_read_whose_reply_was_lost_run_at_once(
     streams = await store.streams()
     assert isinstance(streams, LosesOneReadReply)
     assert streams.lost == 0  # the reply was lost, and the messages still ran
+
+
+async def test_a_duplicate_dropped_at_begin_is_no_longer_in_flight(store: TaskStore) -> None:
+    """A second message of a fire already started is acknowledged and dropped: it must
+    leave the consumer's in-flight map too, or its lease is renewed (and it is released)
+    for ever."""
+    scripts, streams = await store.scripts(), await store.streams()
+    await streams.ensure_group("t")
+    keys = await store.keys()
+    ids = []
+    for _ in range(2):  # two messages of one fire (a producer died between XADD and commit)
+        fields = message("dup").fields()
+        added = await store.client.execute(
+            "XADD", keys.queue("t"), "*", *[v for kv in fields.items() for v in kv]
+        )
+        ids.append(added.decode())
+    first, second = (attrs.evolve(message("dup"), msg_id=i) for i in ids)
+    started: list[Message] = []
+
+    async def start(m: Message) -> None:
+        started.append(m)
+
+    flight = Flight()
+    free = trio_util.AsyncValue(5)
+    reader = Reader(
+        scripts, streams, "t", "n1", flight, free, start,
+        block_ms=100, dedupe_window_ms=60_000, actor="test",
+    )  # fmt: skip
+    for m in (first, second):
+        flight.messages[m.msg_id] = m
+        await reader.begin([m])
+    assert started == [first]
+    assert list(flight.messages) == [first.msg_id]  # the duplicate is gone from flight
