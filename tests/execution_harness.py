@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -19,6 +21,9 @@ from runtime.actor import ActorContext
 from runtime.app import Invocation
 from runtime.config import NodeSection, RedisSection
 from runtime.logging import get_logger
+from tests.node_process import NodeProcess
+
+T = TypeVar("T")
 
 
 def node_config(
@@ -97,6 +102,32 @@ async def wait_every_fire_ran(
     missed = sorted(expected - {r["schedule_id"] for r in records(path)})
     assert not missed, f"{len(missed)} fires never ran, e.g. {missed[:3]}"
     return len(expected)
+
+
+async def fault_under_a_running_node(
+    config: Path, record: Path, ids: list[str], start_ms: int,
+    fault: Callable[[NodeProcess], Awaitable[T]],
+) -> tuple[NodeProcess, T]:  # fmt: skip
+    """Start a node on ``config``, let 30 fires run, strike with ``fault(node)``, then wait
+    (the node running) until every fire of ``ids`` from ``start_ms`` to 2 s after the fault
+    has run: each must, at least 50 of them. The node must still be up, stop on SIGTERM
+    with status 0, and have logged no actor crash. Returns the node (for its log) and
+    what ``fault`` returned."""
+    node = NodeProcess(config)
+    try:
+        await trio.to_thread.run_sync(node.wait_for, "consumer_ready")
+        await wait_records(record, lambda rs: len(rs) >= 30)
+        struck = await fault(node)
+        until_ms = int(time.time() * 1000) + 2000
+        assert await wait_every_fire_ran(record, ids, start_ms, until_ms) >= 50
+        assert node.proc.poll() is None, node.stderr_text()
+    finally:
+        node.signal(signal.SIGTERM)
+        code = await trio.to_thread.run_sync(node.wait)
+    assert code == 0
+    crashes = [e for e in node.events() if e["event"] == "actor_crashed"]
+    assert not crashes, json.dumps(crashes[0])[-3000:]
+    return node, struck
 
 
 async def wait_records(path: Path, predicate: Any, timeout_s: float = 30.0) -> list[dict[str, Any]]:
