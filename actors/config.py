@@ -230,6 +230,10 @@ class ApiSection:
     """Larger request bodies are refused with 413 before they are read."""
     max_bulk: int = attrs.field(default=10_000, validator=within(1, 100_000))
     """Most tasks in one bulk create."""
+    min_interval_s: float = attrs.field(default=1.0, validator=within(0.001, 86_400))
+    """Shortest ``every_s`` a client may create or update a task with: sub-second intervals
+    multiply fires (and the AOF) fast, so they are an explicit choice of the operator.
+    Tasks created from Python (``TaskStore``) are not bound by it."""
     task_types: list[str] = attrs.field(factory=list, validator=_type_list)
     """The namespace's task types: when set, creating a task of any other type is refused
     (catches typos that would otherwise queue fires nobody consumes)."""

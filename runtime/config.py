@@ -3,7 +3,7 @@
 The runtime owns the sections every node has (``[node]``, ``[log]``, ``[redis]``); the
 application (``actors.app`` by default) owns the rest and names its root config class.
 Unknown keys and wrong types are errors that name the key path, with a suggestion for a
-near miss (``consumers.email.concurency: unknown key; did you mean 'concurrency'?``).
+near miss (``consumers.email: unknown key 'concurency' (did you mean 'concurrency'?)``).
 """
 
 from __future__ import annotations
@@ -213,15 +213,20 @@ def describe(exc: BaseException, root: str = "") -> str:
 
 def _format_problem(exc: BaseException, type_: type | None) -> str:
     if isinstance(exc, ForbiddenExtraKeysError):
-        known = [a.name for a in attrs.fields(exc.cl)] if attrs.has(exc.cl) else []
+        # The keys a client may send: init fields by their alias (``_x`` is given as ``x``).
+        known = (
+            [a.alias or a.name for a in attrs.fields(exc.cl) if a.init] if attrs.has(exc.cl) else []
+        )
         parts = []
         for key in sorted(exc.extra_fields):
-            near = difflib.get_close_matches(key, known, n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else f" (known keys: {', '.join(known)})"
+            near = [k for k in difflib.get_close_matches(key, known, n=2) if k != key][:1]
+            hint = f" (did you mean {near[0]!r}?)" if near else f" (known keys: {', '.join(known)})"
             parts.append(f"unknown key {key!r}{hint}")
         return ", ".join(parts)
     if isinstance(exc, KeyError):
         return "required key missing"
+    if type_ is not None and attrs.has(type_) and isinstance(exc, AttributeError | TypeError):
+        return "must be an object (a table in TOML, {...} in JSON)"
     if type_ is not None and typing.get_origin(type_) is Literal:
         allowed = ", ".join(repr(a) for a in typing.get_args(type_))
         return f"must be one of {allowed}"

@@ -45,7 +45,7 @@ def test_defaults_fill_an_empty_file(tmp_path: Path) -> None:
     [
         (
             "[scheduler]\npolers = 2\n",
-            "scheduler: unknown key 'polers'; did you mean 'pollers'?",
+            "scheduler: unknown key 'polers' (did you mean 'pollers'?)",
         ),
         ("[redis]\nurl = 5\n", "redis.url: expected str, got int 5"),
         ('[scheduler]\npollers = "2"\n', "scheduler.pollers: expected int, got str '2'"),

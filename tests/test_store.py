@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 import trio
@@ -323,9 +324,15 @@ async def test_store_operations_write_lifecycle_lines(
     await store.pause(task_id)
     await store.resume(task_id)
     await store.stop(task_id)
+    with pytest.raises(InvalidTransition, match="stopped"):  # stopping is for good
+        await store.trigger(task_id)
     await store.delete(task_id)
-    events = [(e["event"], e.get("task_id")) for e in log_lines() if e["actor"] == "store"]
+    await store.create(TaskSpec("to-clear", EVERY_MINUTE))
+    assert await store.clear_type("to-clear") == 1
+    events = [(e["event"], e.get("task_id") or e.get("type"))
+              for e in log_lines() if e["actor"] == "store"]  # fmt: skip
     assert events == [
         ("created", task_id), ("updated", task_id), ("paused", task_id),
-        ("resumed", task_id), ("stopped", task_id), ("deleted", None),
+        ("resumed", task_id), ("stopped", task_id), ("deleted", task_id),
+        ("created", ANY), ("cleared", "to-clear"),
     ]  # fmt: skip

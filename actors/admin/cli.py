@@ -7,13 +7,15 @@
     metronome serve deploy/node.toml          # = python -m runtime deploy/node.toml
     metronome migrate --redis redis://host:6379/0 --namespace metronome   # after an upgrade
 
-Credentials come from flags or the environment: ``--url``/``METRONOME_URL`` (default
-http://127.0.0.1:8080), ``--key-id``/``METRONOME_KEY_ID``, ``--secret``/``METRONOME_SECRET``.
-Tables by default, ``--json`` for scripts (the API's JSON answer, unchanged).
+Credentials come from flags or the environment: --url / METRONOME_URL (default
+http://127.0.0.1:8080), --key-id / METRONOME_KEY_ID, --secret / METRONOME_SECRET.
+Tables by default, --json for scripts (the API's JSON answer, unchanged).
 
-Exit status: 0 done; 2 usage error; 3 not found; 4 conflict (exists with another
+Errors are one line on stderr (--debug adds the traceback of an unexpected one).
+Exit status: 0 done; 2 usage error (bad flags, unreadable file, missing confirmation);
+3 not found (also: dlq replay of ids that are not there); 4 conflict (exists with another
 definition, or a transition not allowed); 5 invalid input; 6 not authenticated or not
-allowed; 7 the API (for `migrate`: Redis) is unreachable or unavailable; 1 any other refusal.
+allowed; 7 the API (for migrate: Redis) is unreachable or unavailable; 1 anything else.
 """
 
 from __future__ import annotations
@@ -23,18 +25,22 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from actors.admin.client import ApiError, ApiUnavailable, Client
 from actors.admin.inputs import (
+    InvalidArgument,
     UsageError,
     add_schedule_flags,
+    checked_name,
+    modifiers_only,
     payload_from,
+    read_text,
     schedule_from,
+    tasks_from,
 )
 from actors.admin.tables import queue_rows, show_task, table, task_rows, when
-from actors.domain.model import STATUSES
+from actors.domain.model import MAX_TASK_ID, STATUSES
 from actors.store.keys import DEFAULT_BUCKETS, MAX_BUCKETS
 
 EXIT_OK, EXIT_OTHER, EXIT_USAGE = 0, 1, 2
@@ -58,19 +64,13 @@ def exit_code(error: ApiError) -> int:
 
 # -- commands ---------------------------------------------------------------------------
 
-Result = tuple[Any, str]
-"""(the API's JSON answer, its human rendering)."""
+Result = tuple[Any, str] | tuple[Any, str, int]
+"""(the API's JSON answer, its human rendering[, the exit status when not 0])."""
 
 
 def cmd_tasks_add(api: Client, args: argparse.Namespace) -> Result:
     if args.file is not None:
-        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text("utf-8")
-        try:
-            tasks = json.loads(text) if text.lstrip().startswith("[") else [
-                json.loads(line) for line in text.splitlines() if line.strip()
-            ]  # fmt: skip
-        except ValueError as exc:
-            raise UsageError(f"--file: not a JSON list or JSON lines: {exc}") from None
+        tasks = tasks_from(read_text(args.file, "--file"), args.file)
         created: dict[str, Any] = {"created": 0, "existing": 0, "conflicts": 0, "results": []}
         for i in range(0, len(tasks), args.batch):
             part = api.create_tasks(tasks[i : i + args.batch])
@@ -86,7 +86,9 @@ def cmd_tasks_add(api: Client, args: argparse.Namespace) -> Result:
         raise UsageError("tasks add: give --type (or --file for bulk)")
     schedule = schedule_from(args, required=True)
     assert schedule is not None
-    result = api.create_task(args.type, schedule, payload_from(args.payload), args.id)
+    task_type = checked_name("--type", args.type)
+    task_id = None if args.id is None else checked_name("--id", args.id, MAX_TASK_ID)
+    result = api.create_task(task_type, schedule, payload_from(args.payload), task_id)
     verb = "created" if result["created"] else "already exists (same definition)"
     return result, f"{result['task_id']} {verb}"
 
@@ -109,7 +111,10 @@ def cmd_tasks_ls(api: Client, args: argparse.Namespace) -> Result:
 
 def cmd_tasks_update(api: Client, args: argparse.Namespace) -> Result:
     changes: dict[str, Any] = {}
-    schedule = schedule_from(args, required=False)
+    current = None
+    if modifiers_only(args):  # --jitter, --end ... alone change the current schedule
+        current = api.get_task(args.task_id)["schedule"]
+    schedule = schedule_from(args, required=False, base=current)
     if schedule is not None:
         changes["schedule"] = schedule
     if args.payload is not None:
@@ -148,8 +153,21 @@ def cmd_tasks_clear(api: Client, args: argparse.Namespace) -> Result:
 
 
 def cmd_queues(api: Client, args: argparse.Namespace) -> Result:
-    if args.type:
-        q = api.queues(args.type)
+    if args.words[:1] == ["purge"]:
+        if len(args.words) != 2:
+            raise UsageError("queues purge: give one type: metronome queues purge TYPE --yes")
+        task_type = checked_name("type", args.words[1])
+        if not args.yes:
+            raise UsageError(
+                f"queues purge deletes every undelivered message of {task_type!r} (their "
+                "fires do not run): add --yes to confirm"
+            )
+        result = api.purge_queue(task_type)
+        return result, f"{result['purged']} undelivered messages of {task_type} purged"
+    if len(args.words) > 1:
+        raise UsageError("queues: give at most one type (or: queues purge TYPE --yes)")
+    if args.words:
+        q = api.queues(checked_name("type", args.words[0]))
         return q, queue_rows([q])
     stats = api.queues()
     human = queue_rows(stats["queues"]) if stats["queues"] else "no task types yet"
@@ -162,7 +180,7 @@ def cmd_dlq_ls(api: Client, args: argparse.Namespace) -> Result:
         ["ENTRY_ID", "DEAD_AT", "TASK_ID", "ATTEMPTS", "REASON", "ERROR"],
         [
             [d["entry_id"], when(d["dead_ms"]), d.get("task_id"), d.get("attempts"),
-             d.get("reason"), (d.get("error") or "")[:60]]
+             d.get("reason"), (d.get("error_line") or d.get("error") or "")[:80]]
             for d in page["dead_letters"]
         ],
     )  # fmt: skip
@@ -173,7 +191,16 @@ def cmd_dlq_ls(api: Client, args: argparse.Namespace) -> Result:
 
 def cmd_dlq_show(api: Client, args: argparse.Namespace) -> Result:
     entry = api.dead_letter(args.type, args.entry_id)
-    return entry, "\n".join(f"{k + ':':<14}{v}" for k, v in entry.items())
+    shown = {k: v for k, v in entry.items() if k not in ("error", "error_line")}
+    shown["error"] = entry.get("error_line") or entry.get("error")
+    human = "\n".join(f"{k + ':':<14}{v}" for k, v in shown.items())
+    if args.traceback and entry.get("error"):
+        human += "\ntraceback:\n" + "\n".join(
+            f"    {line}" for line in str(entry["error"]).splitlines()
+        )
+    elif entry.get("error", "").startswith("Traceback"):
+        human += "\n(--traceback shows where it was raised)"
+    return entry, human
 
 
 def cmd_dlq_replay(api: Client, args: argparse.Namespace) -> Result:
@@ -183,6 +210,8 @@ def cmd_dlq_replay(api: Client, args: argparse.Namespace) -> Result:
     human = f"{result['replayed']} replayed, {result['missing']} missing, " + (
         f"{result['malformed']} malformed (kept)"
     )
+    if result["missing"] or result["malformed"]:
+        return result, human, EXIT_NOT_FOUND if result["missing"] else EXIT_OTHER
     return result, human
 
 
@@ -235,19 +264,32 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="metronome",
-        description=__doc__,
+        description=__doc__.split("\n", 1)[1].replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--url", default=os.environ.get("METRONOME_URL", DEFAULT_URL))
-    parser.add_argument("--key-id", default=os.environ.get("METRONOME_KEY_ID"))
-    parser.add_argument("--secret", default=os.environ.get("METRONOME_SECRET"),
-                        help="prefer METRONOME_SECRET: flags show in process lists")  # fmt: skip
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("METRONOME_URL", DEFAULT_URL),
+        help=f"the node's API (METRONOME_URL; default {DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--key-id", default=os.environ.get("METRONOME_KEY_ID"), help="API key id (METRONOME_KEY_ID)"
+    )
+    parser.add_argument(
+        "--secret",
+        default=os.environ.get("METRONOME_SECRET"),
+        help="API key secret; prefer METRONOME_SECRET: flags show in process lists",
+    )
     parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an unexpected error")  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run a node (python -m runtime NODE_TOML)")
-    serve.add_argument("node_args", nargs=argparse.REMAINDER, metavar="NODE_TOML [--check ...]")
+    serve.add_argument("node_args", nargs=argparse.REMAINDER, metavar="NODE_TOML [--check ...]",
+                       help="what python -m runtime takes; handler modules are imported from "
+                       "the current directory too")  # fmt: skip
 
     migrate = commands.add_parser(
         "migrate",
@@ -255,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(stop its nodes first; talks to Redis, not to the API)",
     )
     migrate.add_argument("--redis", required=True, metavar="URL", help="the namespace's Redis")
-    migrate.add_argument("--namespace", default="metronome")
+    migrate.add_argument("--namespace", default="metronome", help="the key prefix to convert")
     migrate.add_argument("--buckets", type=int, default=DEFAULT_BUCKETS,
                          help="buckets per partition ([scheduler] buckets)")  # fmt: skip
     migrate.add_argument("--cluster", action="store_true", help="the Redis is a Redis Cluster")
@@ -268,7 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--id", help="your task id: makes the create idempotent")
     add.add_argument("--payload", help="JSON given to the handler (@file reads a file)")
     add.add_argument("--file", help="bulk: a JSON list or JSON lines of tasks ('-' = stdin)")
-    add.add_argument("--batch", type=int, default=5000, help="tasks per bulk request")
+    add.add_argument("--batch", type=int, default=5000,
+                     help="tasks per bulk request (at most the node's [api] max_bulk)")  # fmt: skip
     add_schedule_flags(add)
     add.set_defaults(run=cmd_tasks_add)
     for name, run, text in [
@@ -281,85 +324,134 @@ def build_parser() -> argparse.ArgumentParser:
         ("explain", cmd_tasks_explain, "why is this task (not) running"),
     ]:
         sub = tasks.add_parser(name, help=text)
-        sub.add_argument("task_id")
+        sub.add_argument("task_id", help="the task's id")
         sub.set_defaults(run=run)
     ls = tasks.add_parser("ls", help="list tasks")
-    ls.add_argument("--type")
-    ls.add_argument("--status", choices=STATUSES)
-    ls.add_argument("--limit", type=int, default=100)
-    ls.add_argument("--cursor")
+    ls.add_argument("--type", help="only tasks of this type")
+    ls.add_argument("--status", choices=STATUSES, help="only tasks in this status")
+    ls.add_argument("--limit", type=int, default=100, help="tasks per page (1-1000)")
+    ls.add_argument("--cursor", help="page cursor from the previous listing")
     ls.add_argument("--all", action="store_true", help="follow the cursor to the end")
     ls.set_defaults(run=cmd_tasks_ls)
     update = tasks.add_parser("update", help="replace a task's payload and/or schedule")
-    update.add_argument("task_id")
+    update.add_argument("task_id", help="the task's id")
     update.add_argument("--payload", help="JSON (@file reads a file)")
     add_schedule_flags(update)
     update.set_defaults(run=cmd_tasks_update)
     clear = tasks.add_parser("clear", help="delete every task of a type")
-    clear.add_argument("type")
-    clear.add_argument("--yes", action="store_true")
+    clear.add_argument("type", help="the task type")
+    clear.add_argument("--yes", action="store_true", help="confirm: this cannot be undone")
     clear.set_defaults(run=cmd_tasks_clear)
 
-    queues = commands.add_parser("queues", help="backlog per type")
-    queues.add_argument("type", nargs="?")
+    queues = commands.add_parser(
+        "queues",
+        help="backlog per type; 'queues TYPE' for one, 'queues purge TYPE --yes' deletes "
+        "its undelivered messages",
+    )
+    queues.add_argument("words", nargs="*", metavar="[purge] TYPE", help="a type, or purge TYPE")
+    queues.add_argument("--yes", action="store_true", help="confirm a purge")
     queues.set_defaults(run=cmd_queues)
 
     dlq = commands.add_parser("dlq", help="dead letters").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
     dls = dlq.add_parser("ls", help="list dead letters of a type, newest first")
-    dls.add_argument("type")
-    dls.add_argument("--limit", type=int, default=50)
+    dls.add_argument("type", help="the task type")
+    dls.add_argument("--limit", type=int, default=50, help="entries per page (1-1000)")
     dls.add_argument("--before", help="page cursor from the previous listing")
     dls.set_defaults(run=cmd_dlq_ls)
     show = dlq.add_parser("show", help="one dead letter")
-    show.add_argument("type")
-    show.add_argument("entry_id")
+    show.add_argument("type", help="the task type")
+    show.add_argument("entry_id", help="the dead letter's entry id (from dlq ls)")
+    show.add_argument("--traceback", action="store_true", help="also print the traceback")
     show.set_defaults(run=cmd_dlq_show)
     for name, run in (("replay", cmd_dlq_replay), ("purge", cmd_dlq_purge)):
         sub = dlq.add_parser(name, help=f"{name} dead letters (ids, or --all)")
-        sub.add_argument("type")
-        sub.add_argument("entry_ids", nargs="*")
-        sub.add_argument("--all", action="store_true")
+        sub.add_argument("type", help="the task type")
+        sub.add_argument("entry_ids", nargs="*", help="dead letter entry ids (from dlq ls)")
+        sub.add_argument("--all", action="store_true", help="every dead letter of the type")
         if name == "purge":
-            sub.add_argument("--yes", action="store_true")
+            sub.add_argument("--yes", action="store_true", help="confirm purging --all")
         sub.set_defaults(run=run)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "serve":
-        from runtime.__main__ import main as serve
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Ids and types are checked here: one like ``a/b`` would reach no endpoint at all."""
+    if getattr(args, "task_id", None) is not None:
+        checked_name("task id", args.task_id, MAX_TASK_ID)
+    if getattr(args, "command", None) in ("tasks", "dlq") and getattr(args, "type", None):
+        checked_name("type", args.type)
 
-        return serve(args.node_args)
-    if args.command == "migrate":
-        return cmd_migrate(args)
+
+def _serve(node_args: list[str]) -> int:
+    """``python -m runtime`` puts the current directory on the import path; a console
+    script does not, so add it: handler modules next to node.toml import either way (and
+    in the node's child processes, which inherit PYTHONPATH)."""
+    from runtime.__main__ import main as serve
+
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([cwd, *paths])
+    return serve(node_args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if not args.key_id or not args.secret:
         print("metronome: give --key-id and --secret (or METRONOME_KEY_ID, METRONOME_SECRET)",
               file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     try:
+        _check_arguments(args)
         with Client(args.url, args.key_id, args.secret, timeout_s=args.timeout) as api:
-            data, human = args.run(api, args)
+            data, human, *status = args.run(api, args)
     except UsageError as exc:
         print(f"metronome: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except InvalidArgument as exc:
+        print(f"metronome: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     except ApiError as exc:
         if args.json:
             print(json.dumps({"status": exc.status, "code": exc.code, "detail": exc.detail,
                               "errors": exc.errors}))  # fmt: skip
-        print(f"metronome: {exc}", file=sys.stderr)
-        for error in exc.errors:
-            print(f"  {error.get('field') or 'body'}: {error.get('message')}", file=sys.stderr)
+        print(f"metronome: {exc.detail} ({exc.status} {exc.code})", file=sys.stderr)
         return exit_code(exc)
     except ApiUnavailable as exc:
         print(f"metronome: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     print(json.dumps(data, indent=2) if args.json else human)
-    return EXIT_OK
+    return status[0] if status else EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The console script. Exit statuses: the module docstring."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args.node_args)
+    try:
+        if args.command == "migrate":
+            return cmd_migrate(args)
+        code = _run(args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # The reader went away (``metronome tasks ls | head``): stop quietly, and keep
+        # Python from complaining again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt:
+        print("metronome: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"metronome: unexpected error: {type(exc).__name__}: {exc} "
+              "(--debug shows the traceback)", file=sys.stderr)  # fmt: skip
+        return EXIT_OTHER
 
 
 if __name__ == "__main__":

@@ -169,6 +169,12 @@ class Client:
         path = "/v1/queues" + (f"/{_seg(task_type)}" if task_type else "")
         return self._object("GET", path)
 
+    def purge_queue(self, task_type: str) -> dict[str, Any]:
+        """Delete the type's undelivered messages (their fires do not run)."""
+        return self._object(
+            "POST", f"/v1/queues/{_seg(task_type)}/purge", body={"confirm": task_type}
+        )
+
     def dead_letters(
         self, task_type: str, before: str | None = None, limit: int | None = None
     ) -> dict[str, Any]:

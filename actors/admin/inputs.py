@@ -5,15 +5,64 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import sys
 import typing
 from pathlib import Path
 from typing import Any
 
 from actors.domain.schedules import Misfire
+from runtime.config import check_name
 
 
 class UsageError(Exception):
     """A command line that cannot be run as given: one line on stderr, exit 2."""
+
+
+class InvalidArgument(Exception):
+    """A value the API would refuse (an id it cannot even route): one line, exit 5."""
+
+
+def checked_name(what: str, value: str, max_len: int = 64) -> str:
+    """A task id or type as the API accepts it, or InvalidArgument saying why."""
+    try:
+        return check_name(what, value, max_len)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
+def read_text(path: str, flag: str) -> str:
+    """A file's text (``-`` = standard input), or UsageError naming the flag and why."""
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"{flag}: cannot read {path!r}: {reason}") from None
+
+
+def tasks_from(text: str, source: str) -> list[Any]:
+    """Tasks from a JSON list, or JSON lines (errors name the line of the file)."""
+    if text.lstrip().startswith("["):
+        try:
+            tasks = json.loads(text)
+        except ValueError as exc:
+            raise UsageError(f"{source}: not a JSON list: {exc}") from None
+        if not isinstance(tasks, list):
+            raise UsageError(f"{source}: not a JSON list")
+        return tasks
+    out = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except ValueError as exc:
+            message = getattr(exc, "msg", str(exc))
+            column = getattr(exc, "colno", None)
+            where = f"line {number}" + (f" column {column}" if column else "")
+            raise UsageError(f"{source}: {where}: not JSON: {message}") from None
+    return out
 
 
 def add_schedule_flags(parser: argparse.ArgumentParser) -> None:
@@ -41,18 +90,36 @@ def parse_time(text: str, flag: str) -> int:
     return int(parsed.timestamp() * 1000)
 
 
-def schedule_from(args: argparse.Namespace, required: bool) -> dict[str, Any] | None:
-    kinds = [k for k in ("every", "cron", "at") if getattr(args, k) is not None]
+_MODIFIERS = ("tz", "jitter", "start", "end", "max_runs", "misfire")
+
+
+def _kinds(args: argparse.Namespace) -> list[str]:
+    return [k for k in ("every", "cron", "at") if getattr(args, k) is not None]
+
+
+def modifiers_only(args: argparse.Namespace) -> bool:
+    """Whether the flags change a schedule (--jitter, --end, ...) without giving one."""
+    return not _kinds(args) and any(getattr(args, f) is not None for f in _MODIFIERS)
+
+
+def schedule_from(
+    args: argparse.Namespace, required: bool, *, base: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The schedule the flags give. Without --every/--cron/--at, modifiers (--jitter,
+    --end, ...) apply to ``base`` (the task's current schedule, for ``tasks update``)."""
+    kinds = _kinds(args)
     if len(kinds) > 1:
         raise UsageError(f"give one of --every, --cron, --at (got {', '.join(kinds)})")
-    if not kinds:
-        extras = [f for f in ("tz", "jitter", "start", "end", "max_runs", "misfire")
-                  if getattr(args, f) is not None]  # fmt: skip
-        if required or extras:
-            raise UsageError("give a schedule: --every SECONDS, --cron EXPR or --at TIME")
-        return None
+    extras = [f for f in _MODIFIERS if getattr(args, f) is not None]
     schedule: dict[str, Any]
-    if args.every is not None:
+    if not kinds:
+        if base is not None and extras:
+            schedule = dict(base)
+        elif required or extras:
+            raise UsageError("give a schedule: --every SECONDS, --cron EXPR or --at TIME")
+        else:
+            return None
+    elif args.every is not None:
         schedule = {"kind": "interval", "every_s": args.every}
     elif args.cron is not None:
         schedule = {"kind": "cron", "cron": args.cron}
@@ -77,7 +144,7 @@ def payload_from(text: str | None) -> Any:
     if text is None:
         return None
     if text.startswith("@"):
-        text = Path(text[1:]).read_text(encoding="utf-8")
+        text = read_text(text[1:], "--payload")
     try:
         return json.loads(text)
     except ValueError as exc:

@@ -14,6 +14,10 @@ def when(ms: int | None) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def seconds(ms: int | None) -> str:
+    return "-" if ms is None else f"{ms / 1000:.1f}s"
+
+
 def schedule_text(schedule: dict[str, Any]) -> str:
     kind = schedule.get("kind")
     if kind == "interval":
@@ -63,7 +67,7 @@ def queue_rows(queues: list[dict[str, Any]]) -> str:
          "DLQ"],
         [
             [q["type"], q["length"], q["undelivered"], q["pending"],
-             f"{q['oldest_pending_age_ms'] / 1000:.1f}s" if q["oldest_pending_age_ms"] else "-",
+             seconds(q["oldest_pending_age_ms"]),
              len(q["consumers"]), q["retrying"], q["dead_letters"]]
             for q in queues
         ],

@@ -15,10 +15,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from actors.api.queues import as_text, stream_id_ms
+from actors.api.queues import as_text, error_line, stream_id_ms
 from actors.domain.errors import TaskNotFound
 from actors.domain.model import Task
 from actors.domain.schedules import Schedule
+from actors.store.keys import CONSUMER_GONE_MS
 from actors.store.messages import flat_fields
 from actors.store.records import claim_of
 from actors.store.tasks import TaskStore
@@ -74,6 +75,7 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
     )
     retries = await _retries(store, partition, task_id)
     stream, stream_complete = await _stream_messages(store, task)
+    consumers = await _live_consumer_names(store, task.type)
     dead, dead_complete = await _dead_letters(store, task)
     facts: dict[str, Any] = {
         "task_id": task_id,
@@ -90,6 +92,7 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
         "retries": retries,
         "stream": stream,
         "stream_scan_complete": stream_complete,
+        "live_consumers": consumers,
         "dead_letters": dead,
         "dead_letter_scan_complete": dead_complete,
         "fires": task.fires,
@@ -178,6 +181,13 @@ async def _with_pending(
     return out
 
 
+async def _live_consumer_names(store: TaskStore, task_type: str) -> list[str]:
+    """The consumers of the type's group that read recently (``CONSUMER_GONE_MS``)."""
+    (row,) = await (await store.streams()).queue_infos([task_type])
+    consumers = row[3] if isinstance(row[3], list) else []
+    return [as_text(c["name"]) for c in consumers if int(c["idle"]) < CONSUMER_GONE_MS]
+
+
 async def _dead_letters(store: TaskStore, task: Task) -> tuple[dict[str, Any], bool]:
     keys = await store.keys()
     found, complete = await _entries_of(store, keys.dlq(task.type), task.task_id, newest_first=True)
@@ -225,27 +235,35 @@ def _summary(task: Task, facts: dict[str, Any], now: int) -> list[str]:
             f"{iso(retry['retry_at_ms'])} after: {retry['last_error']}"
         )
     for msg in facts["stream"]:
+        # Attempts count from 0, as in the log lines and the handler's ctx.attempt.
         if msg["delivered"]:
             lines.append(
-                f"fire {msg['schedule_id']} attempt {msg['attempt'] + 1} is running on "
+                f"fire {msg['schedule_id']} attempt {msg['attempt']} is running on "
                 f"consumer {msg['consumer']} (idle {msg['idle_ms']} ms, delivered "
                 f"{msg['deliveries']} times)"
+            )
+        elif not facts["live_consumers"]:
+            lines.append(
+                f"fire {msg['schedule_id']} is queued, waiting "
+                f"{(now - msg['enqueued_ms']) / 1000:.1f}s: no consumer of type {task.type} "
+                f"is running (no node has a [consumers.{task.type}] section up)"
             )
         else:
             lines.append(
                 f"fire {msg['schedule_id']} is queued, waiting "
-                f"{(now - msg['enqueued_ms']) / 1000:.1f}s for a consumer of type {task.type}"
+                f"{(now - msg['enqueued_ms']) / 1000:.1f}s for a consumer of type {task.type} "
+                f"({len(facts['live_consumers'])} running)"
             )
     dead = facts["dead_letters"]
     if dead["count"]:
         lines.append(
             f"{dead['count']} dead letter(s) in the {task.type} DLQ; newest: "
-            f"{dead['newest'].get('reason')}: {dead['newest'].get('error')}"
+            f"{dead['newest'].get('reason')}: {error_line(dead['newest'].get('error'))}"
         )
     if task.last_run_ms is not None:
         lines.append(
             f"last run at {iso(task.last_run_ms)}: {task.last_status}"
-            + (f" ({task.last_error})" if task.last_error else "")
+            + (f" ({error_line(task.last_error)})" if task.last_error else "")
         )
     else:
         lines.append("has not run yet")

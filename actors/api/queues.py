@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from actors.store.codes import REPLAY_MALFORMED, REPLAY_MISSING
-from actors.store.keys import GROUP, Keys
+from actors.store.keys import CONSUMER_GONE_MS, GROUP, Keys
 from actors.store.messages import flat_fields
 from actors.store.tasks import TaskStore
 from runtime.logging import emit_events
@@ -21,6 +21,8 @@ from runtime.logging import emit_events
 RETRY_COUNT_CAP = 10_000
 #: Dead letters moved per replay script call.
 REPLAY_BATCH = 200
+#: Undelivered messages deleted per purge script call.
+PURGE_BATCH = 1000
 #: The ``actor`` field of log lines written from API or CLI calls.
 ADMIN_ACTOR = "admin"
 
@@ -35,6 +37,15 @@ def as_text(value: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def error_line(error: str | None) -> str | None:
+    """The line of an error that says what happened: a traceback's last non-empty line
+    (``RuntimeError: boom on attempt 2``), or the error itself."""
+    if not error:
+        return error
+    lines = [line for line in error.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else error
+
+
 @attrs.frozen
 class DeadLetter:
     entry_id: str
@@ -42,7 +53,11 @@ class DeadLetter:
     fields: dict[str, str]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"entry_id": self.entry_id, "dead_ms": self.dead_ms, **self.fields}
+        """The entry's fields, plus ``error_line`` (the traceback's last line) for lists."""
+        out = {"entry_id": self.entry_id, "dead_ms": self.dead_ms, **self.fields}
+        if "error" in self.fields:
+            out["error_line"] = error_line(self.fields["error"])
+        return out
 
 
 def _dead_letter(entry_id: bytes, raw: Any) -> DeadLetter:
@@ -57,24 +72,47 @@ def _queue_row(
 ) -> dict[str, Any]:
     """One type's backlog from its pipelined replies (a missing stream reads as empty)."""
     length, dlq, groups, consumers, pending = row
+    length = length if isinstance(length, int) else 0
     groups = groups if isinstance(groups, list) else []
     group = next((g for g in groups if as_text(g["name"]) == GROUP), None)
-    lag = group.get("lag") if group else None
     summary: dict[str, Any] = pending if isinstance(pending, dict) else {"pending": 0}
     oldest: bytes | None = summary.get("min")
     return {
         "type": task_type,
-        "length": length if isinstance(length, int) else 0,
-        "undelivered": int(lag) if lag is not None else None,
+        "length": length,
+        "undelivered": _undelivered(group, length, int(summary["pending"])),
         "pending": int(summary["pending"]),
-        "oldest_pending_age_ms": now_ms - stream_id_ms(oldest) if oldest else None,
-        "consumers": [
-            {"name": as_text(c["name"]), "pending": int(c["pending"]), "idle_ms": int(c["idle"])}
-            for c in (consumers if isinstance(consumers, list) else [])
-        ],
+        # Clamped: an entry added after ``now_ms`` was read is not "-0.0 s" old.
+        "oldest_pending_age_ms": max(0, now_ms - stream_id_ms(oldest)) if oldest else None,
+        "consumers": live_consumers(consumers if isinstance(consumers, list) else []),
         "retrying": retrying.get(task_type, 0) if retrying is not None else None,
         "dead_letters": dlq if isinstance(dlq, int) else 0,
     }
+
+
+def _undelivered(group: dict[str, Any] | None, length: int, pending: int) -> int:
+    """Entries no consumer has read yet. The group's ``lag`` counts entries added but not
+    read, and goes stale or unknown when entries are deleted (every finished fire is): it
+    can never exceed what the stream holds, and without it the stream's entries that are
+    not pending are the undelivered ones (acknowledged entries are deleted)."""
+    if group is None:
+        return length
+    lag = group.get("lag")
+    estimate = max(0, length - pending)
+    return min(int(lag), length) if lag is not None else estimate
+
+
+def live_consumers(consumers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The group's consumers worth showing: the live ones (a live consumer reads at least
+    every few seconds) and any holding messages (a dead one's wait for a claimer); a
+    consumer gone quiet with nothing pending is left out, and its group entry is removed
+    by the claimers within ``CONSUMER_GONE_MS`` plus a pruning round."""
+    out = []
+    for c in consumers:
+        pending, idle = int(c["pending"]), int(c["idle"])
+        if pending or idle < CONSUMER_GONE_MS:
+            out.append({"name": as_text(c["name"]), "pending": pending, "idle_ms": idle})
+    return out
 
 
 def tally(results: dict[str, str]) -> dict[str, int]:
@@ -158,17 +196,16 @@ class Queues:
         'malformed' (kept)."""
         scripts = await self.store.scripts()
         results: dict[str, str] = {}
+        events = []
         for i in range(0, len(entry_ids), REPLAY_BATCH):
             batch = entry_ids[i : i + REPLAY_BATCH]
             replies = await scripts.replay_dead(task_type, batch)
-            results.update(zip(batch, replies, strict=True))
-        replayed = [
-            (e, r) for e, r in results.items() if r not in (REPLAY_MISSING, REPLAY_MALFORMED)
-        ]
-        emit_events(
-            ADMIN_ACTOR,
-            [("replayed", {"type": task_type, "entry_id": e, "msg_id": r}) for e, r in replayed],
-        )
+            for entry, (outcome, task_id) in zip(batch, replies, strict=True):
+                results[entry] = outcome
+                if outcome not in (REPLAY_MISSING, REPLAY_MALFORMED):
+                    fields = {"task_id": task_id, "type": task_type, "entry_id": entry}
+                    events.append(("replayed", {**fields, "msg_id": outcome}))
+        emit_events(ADMIN_ACTOR, events)
         return results
 
     async def replay_all(self, task_type: str) -> dict[str, int]:
@@ -189,6 +226,24 @@ class Queues:
             for outcome, n in tally(results).items():
                 counts[outcome] += n
             start = f"({as_text(entries[-1][0])}"
+
+    async def purge_queue(self, task_type: str) -> int:
+        """Delete the type's undelivered messages present when the call starts (their fires
+        do not run; messages being run are untouched); how many."""
+        keys = await self.store.keys()
+        streams = await self.store.streams()
+        newest = await streams.read_range(keys.queue(task_type), "+", "-", 1, newest_first=True)
+        if not newest:
+            return 0
+        scripts = await self.store.scripts()
+        last, purged = as_text(newest[0][0]), 0
+        while True:
+            deleted = await scripts.purge_queue(task_type, last, PURGE_BATCH)
+            purged += deleted
+            if deleted < PURGE_BATCH:
+                break
+        emit_events(ADMIN_ACTOR, [("queue_purged", {"type": task_type, "count": purged})])
+        return purged
 
     async def purge(self, task_type: str, entry_ids: list[str] | None = None) -> int:
         """Delete the given dead letters, or (None) the whole DLQ of the type."""

@@ -30,6 +30,7 @@ from actors.api.queues import Queues, tally
 from actors.api.signing import Verifier
 from actors.config import ApiSection
 from actors.domain.model import TaskSpec, parse_schedule, parse_spec, parse_specs
+from actors.domain.schedules import Schedule, check_submitted
 from actors.store.tasks import KEEP, TaskStore
 from runtime.health import Health
 from runtime.logging import emit_events
@@ -76,20 +77,31 @@ def ok(data: Any, status: int = 200) -> Response:
 # -- tasks ------------------------------------------------------------------------------
 
 
-def _check_type(call: Call, spec: TaskSpec, where: str) -> str | None:
+def _submitted(call: Call, schedule: Schedule, where: str = "") -> list[str]:
+    """This node's rules for a schedule a client submits (``check_submitted``)."""
+    try:
+        check_submitted(schedule, call.services.settings.min_interval_s)
+    except ValueError as exc:
+        return [f"{where}{exc}"]
+    return []
+
+
+def _check_spec(call: Call, spec: TaskSpec, where: str = "") -> list[str]:
+    problems = _submitted(call, spec.schedule, where)
     declared = call.services.settings.task_types
     if declared and spec.type not in declared:
-        return f"{where}type: unknown task type {spec.type!r}; this namespace declares: " + (
-            ", ".join(declared)
+        problems.append(
+            f"{where}type: unknown task type {spec.type!r}; this namespace declares: "
+            + ", ".join(declared)
         )
-    return None
+    return problems
 
 
 async def create_task(call: Call) -> Response:
     spec = parse_spec(bodies.json_body(call.body))
-    problem = _check_type(call, spec, "")
-    if problem:
-        raise invalid(problem)
+    problems = _check_spec(call, spec)
+    if problems:
+        raise invalid("; ".join(problems))
     created = await call.store.create(spec)
     return ok(
         {"task_id": created.task_id, "created": created.created}, 201 if created.created else 200
@@ -107,10 +119,17 @@ async def bulk_create(call: Call) -> Response:
         raise invalid(f"tasks: give 1-{limit} tasks per request, got {len(items)}")
     specs, problems = parse_specs(items)
     problems = [f"tasks{p}" for p in problems]
+    first_index: dict[str, int] = {}
     for i, spec in enumerate(specs if not problems else []):
-        problem = _check_type(call, spec, f"tasks[{i}].")
-        if problem:
-            problems.append(problem)
+        problems += _check_spec(call, spec, f"tasks[{i}].")
+        if spec.task_id is None:
+            continue
+        if spec.task_id in first_index:
+            problems.append(
+                f"tasks[{i}].task_id: {spec.task_id!r} already appears at "
+                f"tasks[{first_index[spec.task_id]}]; an id may appear once per bulk create"
+            )
+        first_index.setdefault(spec.task_id, i)
     if problems:
         raise invalid("; ".join(problems[:100]))
     created = await call.store.create_many(specs, raise_conflicts=False)
@@ -157,6 +176,9 @@ async def update_task(call: Call) -> Response:
     if not data:
         raise invalid("body: give payload and/or schedule")
     schedule = parse_schedule(data["schedule"]) if "schedule" in data else None
+    problems = _submitted(call, schedule) if schedule is not None else []
+    if problems:
+        raise invalid("; ".join(problems))
     status = await call.store.update(task_id, payload=data.get("payload", KEEP), schedule=schedule)
     return ok({"task_id": task_id, "status": status})
 
@@ -206,6 +228,14 @@ async def queue(call: Call) -> Response:
     task_type = bodies.name_param("type", call.path("type"))
     stats = await call.services.queues.stats([task_type])
     return ok({"now_ms": stats["now_ms"], **stats["queues"][0]})
+
+
+async def purge_queue(call: Call) -> Response:
+    task_type = bodies.name_param("type", call.path("type"))
+    body = bodies.structure(call.body, bodies.ClearBody)
+    if body.confirm != task_type:
+        raise invalid(f"confirm: must repeat the type {task_type!r} to purge its queue")
+    return ok({"type": task_type, "purged": await call.services.queues.purge_queue(task_type)})
 
 
 async def list_dead(call: Call) -> Response:

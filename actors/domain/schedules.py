@@ -100,6 +100,24 @@ def _check(schedule: Schedule) -> None:
         )
 
 
+def check_submitted(schedule: Schedule, min_interval_s: float) -> None:
+    """Rules for a schedule a client submits now, on top of what any stored schedule
+    satisfies (a stored one written by an older version stays readable): an interval of at
+    least ``min_interval_s`` (``[api] min_interval_s``), and a cron of exactly five fields
+    (cronsim would read a sixth as seconds, which the docs do not promise). ValueError
+    naming the field otherwise."""
+    if schedule.every_s is not None and schedule.every_s < min_interval_s:
+        raise ValueError(
+            f"schedule.every_s: must be at least {min_interval_s:g} s on this node "
+            f"([api] min_interval_s), got {schedule.every_s!r}"
+        )
+    if schedule.cron is not None and len(schedule.cron.split()) != 5:
+        raise ValueError(
+            f"schedule.cron: must have exactly five fields (minute hour day-of-month month "
+            f"day-of-week), got {len(schedule.cron.split())} in {schedule.cron!r}"
+        )
+
+
 @attrs.frozen
 class Schedule:
     """A task's schedule, as clients send it and as it is stored (compact JSON)."""

@@ -6,8 +6,9 @@ consumer stopped renewing them: it died, or released them at shutdown) are claim
 this node's consumer and handed to it through its mailbox; a message already delivered
 ``max_deliveries`` times is poison and goes to the dead-letter queue instead.
 
-Every minute it also removes consumers that are gone and hold nothing
-(``prune_consumers.lua``); a consumer with pending messages is never removed.
+Every ``PRUNE_EVERY_S`` it also removes consumers that are gone (idle longer than
+``CONSUMER_GONE_MS``) and hold nothing (``prune_consumers.lua``); a consumer with pending
+messages is never removed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import attrs
 import trio
 
 from actors.execution.consumer import ConsumerState
+from actors.store.keys import CONSUMER_GONE_MS
 from actors.store.messages import MalformedMessage, Message
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
@@ -25,7 +27,7 @@ from runtime.actor import ActorContext, TaskStatus
 from runtime.channels import Mailbox
 from runtime.logging import emit_events
 
-PRUNE_EVERY_S = 60.0
+PRUNE_EVERY_S = 30.0
 
 
 @attrs.frozen
@@ -110,8 +112,7 @@ class Claimer:
         return len(messages)
 
     async def prune(self, scripts: Scripts) -> list[str]:
-        min_idle_ms = int(max(10 * self.settings.lease_s, 60) * 1000)
-        names = await scripts.prune_consumers(self.type, min_idle_ms, self.state.name or "")
+        names = await scripts.prune_consumers(self.type, CONSUMER_GONE_MS, self.state.name or "")
         emit_events(
             self.actor, [("consumer_removed", {"type": self.type, "consumer": n}) for n in names]
         )

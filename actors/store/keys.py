@@ -129,6 +129,9 @@ class Keys:
 
 #: The consumer group every node's consumers of a type join.
 GROUP = "metronome"
+#: A group consumer idle this long (ms) with nothing pending is gone: live consumers read
+#: every few seconds at most. Claimers remove such consumers; views leave them out.
+CONSUMER_GONE_MS = 60_000
 
 
 def schedule_id(task_id: str, due_ms: int) -> str:

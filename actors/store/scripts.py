@@ -331,11 +331,29 @@ class Scripts(TaskScripts):
 
     # -- operators --------------------------------------------------------------------------
 
-    async def replay_dead(self, task_type: str, entry_ids: Sequence[str]) -> list[str]:
-        """``replay_dead.lua``: per entry, the new stream id or ``REPLAY_MISSING`` /
-        ``REPLAY_MALFORMED`` (``actors.store.codes``)."""
+    async def purge_queue(self, task_type: str, upto: str, count: int) -> int:
+        """``purge_queue.lua``: delete up to ``count`` undelivered messages with ids up to
+        ``upto``; how many it deleted."""
+        (deleted,) = await self._run(
+            [(lua.PURGE_QUEUE, [self.keys.queue(task_type)], [GROUP, upto, count])]
+        )
+        return int(deleted)
+
+    async def replay_dead(
+        self, task_type: str, entry_ids: Sequence[str]
+    ) -> list[tuple[str, str | None]]:
+        """``replay_dead.lua``: per entry, (the new stream id or ``REPLAY_MISSING`` /
+        ``REPLAY_MALFORMED`` (``actors.store.codes``), the entry's task id or None)."""
         k = self.keys
-        (replies,) = await self._run(
+        ((outcomes, task_ids),) = await self._run(
             [(lua.REPLAY_DEAD, [k.queue(task_type), k.dlq(task_type)], [task_type, *entry_ids])]
         )
-        return [r.decode() if isinstance(r, bytes) else str(r) for r in replies]
+        return [
+            (as_str(outcome), as_str(task_id) or None)
+            for outcome, task_id in zip(outcomes, task_ids, strict=True)
+        ]
+
+
+def as_str(value: bytes | str | int) -> str:
+    """A script reply element as text."""
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -17,14 +17,20 @@ from typing import Any
 
 import attrs
 
-from actors.domain.errors import InvalidTask, LayoutMismatch, TaskConflict, TaskNotFound
+from actors.domain.errors import (
+    InvalidTask,
+    InvalidTransition,
+    LayoutMismatch,
+    TaskConflict,
+    TaskNotFound,
+)
 from actors.domain.model import STATUSES, Task, TaskSpec, encode_payload, new_task_id
 from actors.domain.schedules import Schedule
 from actors.store.codes import Code, raise_for_code
 from actors.store.enqueue import enqueue_fires
 from actors.store.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, Keys, schedule_id
 from actors.store.placement import ListCursor, Placement
-from actors.store.records import decode_task, definition_type_and_payload
+from actors.store.records import decode_task
 from actors.store.replies import Fire, TaskRow
 from actors.store.scripts import Scripts
 from actors.store.streams import Streams
@@ -274,18 +280,19 @@ class TaskStore:
 
     async def trigger(self, task_id: str) -> str:
         """Run a task now, once, outside its schedule (which is left as it is); returns the
-        fire's schedule_id. Works in any status: a manual run is an explicit request."""
-        keys = await self.keys()
-        definition = await self.client.execute(
-            "HGET",
-            keys.definitions(keys.partition_of(task_id), keys.bucket_of(task_id)),
-            task_id,
-        )
-        if definition is None:
+        fire's schedule_id. A paused or finished task can be triggered (a manual run is an
+        explicit request); a stopped one cannot: stopping is for good (InvalidTransition).
+        The status is read before the enqueue, so a stop racing a trigger may let that one
+        manual fire through."""
+        task = await self.get(task_id)
+        if task is None:
             raise TaskNotFound(task_id)
-        task_type, payload = definition_type_and_payload(definition)
+        if task.status == "stopped":
+            raise InvalidTransition(
+                f"task {task_id!r} is stopped (for good): it cannot be triggered"
+            )
         now = await self.now_ms()
-        fire = Fire(task_id, task_type, payload, now)
+        fire = Fire(task_id, task.type, encode_payload(task.payload), now)
         await enqueue_fires(await self.scripts(), [fire], now, STORE_ACTOR, dedupe_window_ms=0)
         emit_events(STORE_ACTOR, [("triggered", {"task_id": task_id})])
         return schedule_id(task_id, now)
@@ -346,11 +353,18 @@ class TaskStore:
         return status
 
     async def delete(self, task_id: str) -> bool:
-        return await self.delete_many([task_id]) == 1
+        deleted = await (await self.scripts()).delete_tasks([task_id]) == 1
+        emit_events(STORE_ACTOR, [("deleted", {"task_id": task_id})] if deleted else [])
+        return deleted
 
     async def delete_many(self, task_ids: Iterable[str]) -> int:
-        deleted = await (await self.scripts()).delete_tasks(task_ids)
-        emit_events(STORE_ACTOR, [("deleted", {"count": deleted})] if deleted else [])
+        """Delete many tasks; one ``deleted`` line with the ids asked for and the count
+        that existed."""
+        ids = list(task_ids)
+        deleted = await (await self.scripts()).delete_tasks(ids)
+        emit_events(
+            STORE_ACTOR, [("deleted", {"task_ids": ids, "count": deleted})] if deleted else []
+        )
         return deleted
 
     async def clear_type(self, task_type: str) -> int:
@@ -365,4 +379,5 @@ class TaskStore:
                 for i in range(0, len(members), CLEAR_BATCH):
                     batch = [task_id for task_id, _ in members[i : i + CLEAR_BATCH]]
                     deleted += await (await self.scripts()).delete_tasks(batch)
+        emit_events(STORE_ACTOR, [("cleared", {"type": task_type, "count": deleted})])
         return deleted

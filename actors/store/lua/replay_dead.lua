@@ -1,19 +1,22 @@
 -- replay_dead: move dead letters back to their type's stream as fresh first attempts.
 -- KEYS[1]  the type's stream   KEYS[2]  its dead-letter stream (same slot)
 -- ARGV[1]  the type   ARGV[2..]  dead-letter entry ids
--- Returns one reply per id: the new stream id, 'missing' (no such entry: already replayed
--- or purged) or 'malformed' (not a Metronome message: kept in the DLQ for a human).
+-- Returns {outcomes, task_ids}, one of each per id: the new stream id, 'missing' (no such
+-- entry: already replayed or purged) or 'malformed' (not a Metronome message: kept in the
+-- DLQ for a human); and the entry's task id ('' when it has none).
 -- Moving is atomic per entry: XADD to the stream and XDEL from the DLQ in one script, so a
 -- replay can neither lose an entry nor run it twice. The fire keeps its schedule_id and
 -- due_ms (so its log lines join up with the original's) and starts again at attempt 0.
 local t = redis.call('TIME')
 local now = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
-local out = {}
+local out, ids = {}, {}
 for i = 2, #ARGV do
+  ids[i - 1] = ''
   local entry = redis.call('XRANGE', KEYS[2], ARGV[i], ARGV[i])
   if entry[1] then
     local raw, f = entry[1][2], {}
     for j = 1, #raw, 2 do f[raw[j]] = raw[j + 1] end
+    ids[i - 1] = f.task_id or ''
     if f.task_id and f.schedule_id and f.payload and f.due_ms then
       out[#out + 1] = redis.call('XADD', KEYS[1], '*', 'task_id', f.task_id,
         'schedule_id', f.schedule_id, 'type', ARGV[1], 'payload', f.payload, 'attempt', '0',
@@ -26,4 +29,4 @@ for i = 2, #ARGV do
     out[#out + 1] = 'missing'
   end
 end
-return out
+return {out, ids}

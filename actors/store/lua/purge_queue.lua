@@ -1,0 +1,23 @@
+-- purge_queue: delete a batch of a type's undelivered messages (the backlog no consumer
+-- has read); messages being run (pending) are never touched.
+-- KEYS[1]  the type's stream   ARGV[1]  group   ARGV[2]  last id to consider (inclusive)
+-- ARGV[3]  most entries to delete in this call
+-- Returns the number deleted. Undelivered = after the group's last-delivered id (a group
+-- delivers in id order); without a group every entry is undelivered. Callers loop until a
+-- call deletes fewer than ARGV[3], bounded by ARGV[2] so new fires cannot keep it going.
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+local start = '-'
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
+  local info = {}
+  for j = 1, #g, 2 do info[g[j]] = g[j + 1] end
+  if info['name'] == ARGV[1] then
+    start = '(' .. info['last-delivered-id']
+  end
+end
+local entries = redis.call('XRANGE', KEYS[1], start, ARGV[2], 'COUNT', tonumber(ARGV[3]))
+for _, e in ipairs(entries) do
+  redis.call('XDEL', KEYS[1], e[1])
+end
+return #entries
