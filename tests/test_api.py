@@ -128,6 +128,11 @@ def test_create_refuses_bad_input_naming_the_field_and_writes_nothing(
          "schedule.every_s"),
         ({"type": "idle", "schedule": {"kind": "interval", "every_s": 2**64}, "task_id": bad_id},
          "schedule.every_s"),
+        # This node's rules for new schedules: [api] min_interval_s (1 s), five cron fields.
+        ({"type": "idle", "schedule": {"kind": "interval", "every_s": 0.5}, "task_id": bad_id},
+         "schedule.every_s"),
+        ({"type": "idle", "schedule": {"kind": "cron", "cron": "0 0 * * * *"}, "task_id": bad_id},
+         "schedule.cron"),
     ]  # fmt: skip
     for body, field in cases:
         with pytest.raises(ApiError) as refused:
@@ -145,6 +150,19 @@ def test_create_refuses_bad_input_naming_the_field_and_writes_nothing(
         assert response.headers["content-type"] == "application/problem+json"
     assert not stored.exists(db, keys, bad_id)
     assert not stored.exists(db, keys, "has{brace}")
+    # The same rules for an update, a bulk create, and a duplicate id within one bulk.
+    client.create_task("idle", EVERY_HOUR, None, bad_id)
+    with pytest.raises(ApiError) as refused:
+        client.update_task(bad_id, schedule={"kind": "interval", "every_s": 0.01})
+    assert refused.value.status == 422 and refused.value.errors[0]["field"] == "schedule.every_s"
+    assert client.get_task(bad_id)["schedule"] == EVERY_HOUR
+    twice = {"type": "idle", "schedule": EVERY_HOUR, "task_id": f"{bad_id}-twice"}
+    fast = {"type": "idle", "schedule": {"kind": "interval", "every_s": 0.1}}
+    with pytest.raises(ApiError) as refused:
+        client.create_tasks([twice, fast, twice])
+    fields = [e["field"] for e in refused.value.errors]
+    assert fields == ["tasks[1].schedule.every_s", "tasks[2].task_id"], refused.value.errors
+    assert not stored.exists(db, keys, f"{bad_id}-twice")
 
 
 def _problem(client: Client, body: Any) -> ApiError:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from actors.admin.cli import build_parser
 from tests.api_node import (
     ADMIN,
     READER,
@@ -180,3 +182,149 @@ def test_serve_is_python_m_runtime(api: ApiNode, node_config: Path) -> None:
     checked = run(api, "serve", str(node_config), "--check", env={"TEST_READER_SECRET": READER[1]})
     assert checked.returncode == 0, checked.stderr
     assert checked.stdout.strip().endswith(": ok")
+
+
+def one_line_refusal(done: subprocess.CompletedProcess[str], status: int, *words: str) -> None:
+    """A refusal as the CLI promises it: the documented exit status and one line on stderr
+    that says what is wrong, never a traceback."""
+    assert done.returncode == status, (done.returncode, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("metronome: "), done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+
+
+def test_bad_input_is_one_line_and_a_documented_exit_status(api: ApiNode, tmp_path: Path) -> None:
+    tag = f"bad{time.monotonic_ns()}"
+    jsonl = tmp_path / "tasks.jsonl"
+    jsonl.write_text('{"type": "work", "schedule": {"kind": "once", "at_ms": 1}}\n{"type" "x"}\n')
+    duplicate = tmp_path / "dup.json"
+    twice = {"type": "work", "task_id": f"{tag}-dup", "schedule": {"kind": "once", "at_ms": 1}}
+    duplicate.write_text(json.dumps([twice, twice]))
+    internal = tmp_path / "internal.json"
+    internal.write_text(json.dumps([{"type": "work", "_payload_json": "x", "schedule": {}}]))
+    words = tmp_path / "words.json"
+    words.write_text(json.dumps([{"type": "work", "schedule": "every 5"}]))
+    cases: list[tuple[Any, ...]] = [
+        (["tasks", "add", "--file", str(tmp_path / "missing.json")], 2, "--file", "No such file"),
+        (["tasks", "add", "--type", "work", "--every", "60", "--payload", "@/no/such"], 2,
+         "--payload"),
+        (["tasks", "add", "--file", str(jsonl)], 2, "line 2 column"),
+        (["tasks", "add", "--file", str(duplicate)], 5, "tasks[1].task_id"),
+        (["tasks", "add", "--file", str(internal)], 5, "'_payload_json'", "did you mean 'payload'"),
+        (["tasks", "add", "--file", str(words)], 5, "tasks[0].schedule: must be an object"),
+        (["tasks", "add", "--type", "work", "--cron", "0 0 * * * *"], 5, "five fields"),
+        (["tasks", "add", "--type", "work", "--every", "0.001"], 5, "min_interval_s"),
+        (["tasks", "add", "--type", "work", "--every", "1e308"], 5, "schedule.every_s"),
+        (["tasks", "get", "a/b"], 5, "task id 'a/b'"),
+        (["dlq", "replay", "doomed", "1-0"], 3),
+        (["queues", "purge", "work"], 2, "--yes"),
+    ]  # fmt: skip
+    for args, status, *expected in cases:
+        one_line_refusal(run(api, *args), status, *expected)
+    created = ok_json(api, "tasks", "ls", "--type", "work", "--limit", "1000")["tasks"]
+    assert not [t for t in created if t["task_id"].startswith(tag)]
+
+
+def test_output_cut_short_by_a_closed_pipe_ends_quietly(api: ApiNode, tmp_path: Path) -> None:
+    environment = {**os.environ, "METRONOME_URL": api.url, "METRONOME_KEY_ID": ADMIN[0],
+                   "METRONOME_SECRET": ADMIN[1]}  # fmt: skip
+    lines = [json.dumps({"type": "work", "schedule": {"kind": "cron", "cron": "0 0 1 1 *"}})
+             for _ in range(3000)]  # fmt: skip
+    (tmp_path / "many.jsonl").write_text("\n".join(lines))
+    assert run(api, "tasks", "add", "--file", str(tmp_path / "many.jsonl")).returncode == 0
+    done = subprocess.run(
+        f"'{METRONOME}' tasks ls --all | head -1",
+        shell=True, capture_output=True, text=True, env=environment, timeout=60,
+    )  # fmt: skip
+    assert done.stdout.startswith("TASK_ID")
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+
+
+def test_update_with_only_a_modifier_changes_the_current_schedule(api: ApiNode) -> None:
+    task_id = f"cli-{time.monotonic_ns()}"
+    run(api, "tasks", "add", "--type", "work", "--cron", "0 0 1 1 *", "--tz", "Europe/Paris",
+        "--id", task_id)  # fmt: skip
+    ok_json(api, "tasks", "update", task_id, "--jitter", "2")
+    schedule = ok_json(api, "tasks", "get", task_id)["schedule"]
+    assert schedule == {"kind": "cron", "cron": "0 0 1 1 *", "tz": "Europe/Paris", "jitter_s": 2.0}
+
+
+def test_trigger_of_a_stopped_task_is_refused(api: ApiNode) -> None:
+    task_id = f"cli-{time.monotonic_ns()}"
+    run(api, "tasks", "add", "--type", "work", "--cron", "0 0 1 1 *", "--id", task_id)
+    ok_json(api, "tasks", "stop", task_id)
+    one_line_refusal(run(api, "tasks", "trigger", task_id), 4, "stopped")
+    assert ok_json(api, "tasks", "get", task_id)["runs"] == 0
+
+
+def test_queue_purge_deletes_undelivered_messages_of_a_type_nobody_consumes(
+    api: ApiNode,
+) -> None:
+    task_type = f"orphan{time.monotonic_ns() % 10**6}"
+    for i in range(3):
+        run(api, "tasks", "add", "--type", task_type, "--cron", "0 0 1 1 *", "--id",
+            f"{task_type}-{i}")  # fmt: skip
+        ok_json(api, "tasks", "trigger", f"{task_type}-{i}")
+    assert ok_json(api, "queues", task_type)["undelivered"] == 3
+    explained = ok_json(api, "tasks", "explain", f"{task_type}-0")["summary"]
+    assert any(f"no consumer of type {task_type} is running" in line for line in explained)
+    purged = ok_json(api, "queues", "purge", task_type, "--yes")
+    assert purged == {"type": task_type, "purged": 3}
+    queue = ok_json(api, "queues", task_type)
+    assert (queue["length"], queue["undelivered"]) == (0, 0)
+    events = api.node.events("queue_purged")
+    assert {"type": task_type, "count": 3}.items() <= events[-1].items()
+
+
+def test_dead_letters_show_the_error_line_and_the_traceback_on_request(api: ApiNode) -> None:
+    task_id = f"cli-{time.monotonic_ns()}"
+    run(api, "tasks", "add", "--type", "doomed", "--at", str(int(time.time() * 1000)), "--id",
+        task_id)  # fmt: skip
+
+    def entry() -> dict[str, Any] | None:
+        page = ok_json(api, "dlq", "ls", "doomed")
+        return next((d for d in page["dead_letters"] if d["task_id"] == task_id), None)
+
+    dead = wait_until(entry)
+    assert dead["error"].startswith("Traceback")
+    assert dead["error_line"].endswith("Unrecoverable: never going to work")
+    row = next(line for line in run(api, "dlq", "ls", "doomed").stdout.splitlines()
+               if task_id in line)  # fmt: skip
+    assert row.endswith("Unrecoverable: never going to work")
+    shown = run(api, "dlq", "show", "doomed", dead["entry_id"]).stdout
+    assert "Traceback" not in shown and "never going to work" in shown
+    full = run(api, "dlq", "show", "doomed", dead["entry_id"], "--traceback").stdout
+    assert "Traceback (most recent call last)" in full
+    explained = "\n".join(ok_json(api, "tasks", "explain", task_id)["summary"])
+    assert "Traceback" not in explained and "never going to work" in explained
+
+
+def test_help_is_plain_text_and_every_option_says_what_it_does() -> None:
+    parser = build_parser()
+    text = parser.format_help()
+    assert "``" not in text
+    undocumented = []
+    actions = list(parser._actions)
+    while actions:
+        action = actions.pop()
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                actions += sub._actions
+        elif not isinstance(action, argparse._HelpAction) and not action.help:
+            undocumented.append("/".join(action.option_strings) or action.dest)
+    assert not undocumented
+
+
+def test_serve_imports_handler_modules_from_the_current_directory(
+    redis_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "local_handlers.py").write_text("async def run(ctx):\n    return None\n")
+    config = tmp_path / "node.toml"
+    config.write_text(f'[redis]\nurl = "{redis_url}"\n[consumers.local]\n'
+                      'handler = "local_handlers:run"\n')  # fmt: skip
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([str(METRONOME), "serve", "node.toml", "--check"], cwd=tmp_path,
+                          capture_output=True, text=True, env=environment, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr

@@ -423,7 +423,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"metronome: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     print(json.dumps(data, indent=2) if args.json else human)
-    return status[0] if status else EXIT_OK
+    if status and status[0] != EXIT_OK:  # done in part: say so where errors go
+        print(f"metronome: {human.splitlines()[0]}", file=sys.stderr)
+        return int(status[0])
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -75,7 +75,9 @@ def add_schedule_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--start", metavar="TIME", help="no fires before (ISO 8601 or Unix ms)")
     group.add_argument("--end", metavar="TIME", help="no fires after (ISO 8601 or Unix ms)")
     group.add_argument("--max-runs", type=int, metavar="N", help="finish after N fires")
-    group.add_argument("--misfire", choices=typing.get_args(Misfire))
+    group.add_argument("--misfire", choices=typing.get_args(Misfire),
+                       help="fires missed while nothing ran: run one (coalesce), none (skip) "
+                       "or each (fire_all)")  # fmt: skip
 
 
 def parse_time(text: str, flag: str) -> int:

@@ -127,7 +127,7 @@ async def bulk_create(call: Call) -> Response:
         if spec.task_id in first_index:
             problems.append(
                 f"tasks[{i}].task_id: {spec.task_id!r} already appears at "
-                f"tasks[{first_index[spec.task_id]}]; an id may appear once per bulk create"
+                f"tasks[{first_index[spec.task_id]}] (an id may appear once per bulk create)"
             )
         first_index.setdefault(spec.task_id, i)
     if problems:
