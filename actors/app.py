@@ -156,7 +156,12 @@ class _Roles:
 
     def consumers(self) -> ChildSpec:
         config = self.config
-        results = ResultsLog(Path(config.execution.results_log))
+        execution = config.execution
+        results = ResultsLog(
+            Path(execution.results_log),
+            max_bytes=execution.results_log_max_bytes,
+            backups=execution.results_log_backups,
+        )
         types = [
             _consumer_group(config, self.store, results, task_type, section, self.part)
             for task_type, section in sorted(config.consumers.items())

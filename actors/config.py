@@ -128,6 +128,11 @@ class ExecutionSection:
 
     results_log: str = "metronome-data/results.jsonl"
     """Handlers' results, one JSON line per finished fire (the seed's business log)."""
+    results_log_max_bytes: int = attrs.field(default=256 * 1024 * 1024, validator=within(0))
+    """Rotate the results log when it reaches this size (0 = never: leave it to logrotate,
+    which needs no ``copytruncate``: every write opens the file by name)."""
+    results_log_backups: int = attrs.field(default=5, validator=within(1, 1000))
+    """Rotated files kept: ``results.jsonl.1`` (newest) .. ``.N``; older ones are deleted."""
     retry_dispatchers: int = attrs.field(default=1, validator=within(0, 64))
     """Retry dispatcher actors on this node (partitions split like pollers')."""
     retry_batch_size: int = attrs.field(default=500, validator=within(1))
