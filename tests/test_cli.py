@@ -328,3 +328,17 @@ def test_serve_imports_handler_modules_from_the_current_directory(
     done = subprocess.run([str(METRONOME), "serve", "node.toml", "--check"], cwd=tmp_path,
                           capture_output=True, text=True, env=environment, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+def test_the_signing_example_in_the_api_docs_works_as_written(api: ApiNode) -> None:
+    text = (REPO / "docs" / "API.md").read_text()
+    example = text.split("```python\n", 1)[1].split("```", 1)[0]
+    example = (
+        example.replace('"local", b"local-demo-secret-change-me"', f'"{ADMIN[0]}", b"{ADMIN[1]}"')
+        .replace('"http://127.0.0.1:8080"', f'"{api.url}"')
+        .replace('"demo"', '"work"')
+    )
+    done = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("201 {'task_id'"), done.stdout
