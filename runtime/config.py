@@ -9,6 +9,7 @@ near miss (``consumers.email: unknown key 'concurency' (did you mean 'concurrenc
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import socket
 import tomllib
@@ -143,6 +144,9 @@ class RedisSection:
     cluster: bool = False
     username: str | None = None
     password: str | None = None
+    password_env: str | None = None
+    """Name of an environment variable holding the password (keeps it out of the file,
+    e.g. a Kubernetes Secret); exclusive with ``password``."""
     max_connections: int = attrs.field(default=32, validator=positive)
     """Connections in the pool, and threads that may wait on Redis at once."""
     socket_timeout_s: float = attrs.field(default=5.0, validator=positive)
@@ -157,6 +161,22 @@ class RedisSection:
     tls_ca_file: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.password_env is None:
+            return
+        if self.password is not None:
+            raise ValueError("redis: set password or password_env, not both")
+        if not os.environ.get(self.password_env):
+            raise ValueError(
+                f"redis.password_env: environment variable {self.password_env} is not set"
+            )
+
+    def resolved_password(self) -> str | None:
+        """The password, from the file or from ``password_env``."""
+        if self.password_env is not None:
+            return os.environ.get(self.password_env)
+        return self.password
 
 
 def make_converter() -> cattrs.Converter:

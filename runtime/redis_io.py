@@ -103,7 +103,7 @@ class RedisClient:
         """Build a client for ``url`` (``settings.url`` resolved: never ``embedded``)."""
         common: dict[str, Any] = {
             "username": settings.username,
-            "password": settings.password,
+            "password": settings.resolved_password(),
             "socket_timeout": settings.socket_timeout_s,
             "socket_connect_timeout": settings.connect_timeout_s,
             "health_check_interval": 0,
