@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import attrs
+import redis
 from starlette.responses import Response
 
 from actors.api.signing import AuthError
@@ -103,4 +104,20 @@ def from_exception(exc: Exception) -> Problem | None:
         return Problem(503, "redis_unavailable", "Redis is unreachable; retry later")
     if isinstance(exc, LayoutMismatch):
         return Problem(503, "layout_mismatch", str(exc))
+    if _no_permission(exc):
+        return Problem(
+            503,
+            "redis_permission",
+            "Redis refused a command: the node's ACL user lacks a permission "
+            "(deploy/redis/users.acl lists what Metronome needs)",
+        )
     return None
+
+
+def _no_permission(exc: Exception) -> bool:
+    """Redis's NOPERM, also from inside a script (a plain ResponseError there)."""
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        return True
+    return isinstance(exc, redis.exceptions.ResponseError) and (
+        "NOPERM" in str(exc) or "can't run this command" in str(exc)
+    )
