@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import random
 import ssl
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -86,11 +87,23 @@ class Script:
 class RedisClient:
     """The async face of one redis-py client (standalone or cluster)."""
 
-    def __init__(self, raw: Any, max_connections: int, description: str) -> None:
-        self._raw = raw
+    def __init__(
+        self,
+        raw: Any,
+        max_connections: int,
+        description: str,
+        *,
+        connect: Callable[[], Any] | None = None,
+    ) -> None:
+        """``raw``: the redis-py client; or None and ``connect``, which builds it at the
+        first call (a cluster client connects as it is built: this way a node starting
+        while its cluster is unreachable waits for it like for any outage)."""
+        self._raw_client = raw
+        self._connect = connect
+        self._connect_lock = threading.Lock()
         self._threads = IOThreads(max_connections)
         self.description = description
-        self.is_cluster = isinstance(raw, redis.cluster.RedisCluster)
+        self.is_cluster = connect is not None or isinstance(raw, redis.cluster.RedisCluster)
         self._clock: tuple[float, int] | None = None  # (local monotonic s, Redis ms) at reading
         self._down_since: float | None = None
         """Monotonic time of the first failed call of the current outage; None: reachable."""
@@ -113,8 +126,13 @@ class RedisClient:
         if url.startswith(SENTINEL_SCHEMES):
             raw: Any = _sentinel_master(url, settings, common)
         elif settings.cluster:
-            raw = redis.cluster.RedisCluster.from_url(
-                url, max_connections=settings.max_connections, **common
+            return cls(
+                None,
+                settings.max_connections,
+                _redact(url),
+                connect=lambda: redis.cluster.RedisCluster.from_url(
+                    url, max_connections=settings.max_connections, **common
+                ),
             )
         else:
             pool = redis.BlockingConnectionPool.from_url(
@@ -246,11 +264,11 @@ class RedisClient:
             self._raw.script_load(script.source)
 
     async def ping(self) -> bool:
-        return bool(await self.run_sync(self._raw.ping))
+        return bool(await self.run_sync(lambda: self._raw.ping()))
 
     async def time_ms(self) -> int:
         """Redis's own clock, the one that decides due-ness for every node."""
-        seconds, micros = await self.run_sync(self._raw.time)
+        seconds, micros = await self.run_sync(lambda: self._raw.time())
         return int(seconds) * 1000 + int(micros) // 1000
 
     async def clock_ms(self, max_age_s: float = 1.0) -> int:
@@ -313,8 +331,22 @@ class RedisClient:
                 await self.wait_until_reachable()
 
     @property
+    def _raw(self) -> Any:
+        if self._raw_client is None:
+            assert self._connect is not None
+            with self._connect_lock:
+                if self._raw_client is None:
+                    try:
+                        self._raw_client = self._connect()
+                    except redis.exceptions.RedisClusterException as exc:
+                        # "cannot be connected": an outage like any other (run_sync maps it)
+                        raise redis.exceptions.ConnectionError(str(exc)) from exc
+        return self._raw_client
+
+    @property
     def raw(self) -> Any:
-        """The redis-py client, for code that runs inside ``run_sync`` only."""
+        """The redis-py client, for code that runs inside ``run_sync`` only (a cluster
+        client may connect on first use)."""
         return self._raw
 
     async def aclose(self) -> None:
@@ -327,7 +359,8 @@ class RedisClient:
             def drain_and_close() -> None:
                 for thread in threads:
                     thread.join(max(0.0, deadline - time.monotonic()))
-                self._raw.close()
+                if self._raw_client is not None:
+                    self._raw_client.close()
 
             await trio.to_thread.run_sync(drain_and_close)
 

@@ -241,3 +241,15 @@ async def test_tls_connection_verifies_the_server(tmp_path: Path) -> None:
         await untrusted.aclose()
     finally:
         server.remove()
+
+
+async def test_a_cluster_unreachable_at_start_is_an_outage_not_a_crash() -> None:
+    """A cluster client connects as redis-py builds it; ours builds it at the first call,
+    so a node started while its cluster is down waits like for any outage (and
+    ``--check`` validates a cluster config without reaching the cluster)."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    client = RedisClient.from_settings(url, RedisSection(url=url, cluster=True))
+    assert client.is_cluster
+    with pytest.raises(RedisUnavailable, match=r"cannot be connected|Connection refused"):
+        await client.execute("PING")
+    await client.aclose()

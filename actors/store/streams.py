@@ -62,9 +62,10 @@ class Streams:
         self, key: str, start: str, end: str, count: int, *, newest_first: bool = False
     ) -> list[Entry]:
         """One page of a stream: XRANGE start..end, or XREVRANGE from ``start`` to ``end``."""
-        raw = self.client.raw
+        client = self.client
 
         def read() -> list[Entry]:
+            raw = client.raw  # inside the I/O thread: a cluster client may connect here
             if newest_first:
                 return list(raw.xrevrange(key, start, end, count=count))
             return list(raw.xrange(key, start, end, count=count))
@@ -76,10 +77,10 @@ class Streams:
         a missing stream gives an error object in place."""
         if not types:
             return []
-        raw, keys = self.client.raw, self.keys
+        client, keys = self.client, self.keys
 
         def read() -> list[list[Any]]:
-            pipe = raw.pipeline(transaction=False)
+            pipe = client.raw.pipeline(transaction=False)
             for t in types:
                 pipe.xlen(keys.queue(t))
                 pipe.xlen(keys.dlq(t))
@@ -98,10 +99,10 @@ class Streams:
         or None when it is not delivered."""
         if not entry_ids:
             return []
-        raw, queue = self.client.raw, self.keys.queue(task_type)
+        client, queue = self.client, self.keys.queue(task_type)
 
         def read() -> list[Any]:
-            pipe = raw.pipeline(transaction=False)
+            pipe = client.raw.pipeline(transaction=False)
             for entry_id in entry_ids:
                 pipe.xpending_range(queue, GROUP, entry_id, entry_id, 1)
             return list(pipe.execute(raise_on_error=False))
