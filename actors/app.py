@@ -11,7 +11,8 @@ This is the one place that decides which actors run on a node (asynq's ``NewServ
     │   └── <type>              rest_for_one, one per [consumers.<type>]
     │       ├── consumer        graceful: drains within [node] shutdown_grace_s
     │       └── claimer         hands reclaimed messages to the consumer's mailbox
-    └── api                     only with [api]: HTTP on hypercorn; graceful, stops first
+    ├── api                     only with [api]: HTTP on hypercorn (and /metrics); graceful
+    └── metrics                 only with [metrics] bind: a /metrics-only listener
 
 With ``[processes]``, a part (``scheduler``, ``consumers-1`` … ``consumers-N``, ``api-1`` …)
 leaves the main process's tree for a ``ChildProcess`` actor under a last, one-for-one
@@ -37,6 +38,8 @@ from actors.execution.completion import RetryPolicy
 from actors.execution.consumer import Consumer, ConsumerSettings, ConsumerState
 from actors.execution.handlers import resolve
 from actors.execution.results_log import ResultsLog
+from actors.observability.endpoint import MetricsServer
+from actors.observability.metrics import install as install_metrics
 from actors.scheduling.claim_loop import ClaimLoopSettings
 from actors.scheduling.poller import Poller, PollerSettings
 from actors.scheduling.retry_dispatcher import RetryDispatcher, RetryDispatcherSettings
@@ -60,6 +63,7 @@ def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
             "redis.cluster: the embedded server is a single standalone Redis; set redis.url "
             "to a node of your cluster, or cluster = false"
         )
+    install_metrics()  # this process counts its events from now on (main or child)
     if invocation.part is not None:
         return _part_tree(config, invocation.part)
     children: list[ChildSpec] = []
@@ -82,6 +86,8 @@ def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
         children.append(roles.consumers())
     if config.api is not None and not config.processes.api:
         children.append(roles.api())
+    if config.metrics.bind is not None:
+        children.append(roles.metrics())
     if parts:
         # One for one: a child process that dies is restarted alone; the others go on.
         processes = [_process(part, invocation, grace) for part in parts]
@@ -172,9 +178,21 @@ class _Roles:
         config = self.config
         assert config.api is not None
         keys = [key.resolve() for key in config.api.keys]
-        api = ApiServer(self.store, config.api, keys, shared_port=config.processes.api > 1)
+        api = ApiServer(
+            self.store,
+            config.api,
+            keys,
+            shared_port=config.processes.api > 1,
+            metrics_cache_s=config.metrics.cache_s,
+        )
         grace = config.node.shutdown_grace_s
         return ChildSpec("api", api.run, graceful=True, shutdown_s=grace)
+
+    def metrics(self) -> ChildSpec:
+        section = self.config.metrics
+        assert section.bind is not None
+        server = MetricsServer(self.store, section.bind, section.cache_s)
+        return ChildSpec("metrics", server.run, graceful=True, shutdown_s=5)
 
 
 def _scheduler(config: Config, store: TaskStore) -> ChildSpec:

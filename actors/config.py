@@ -244,6 +244,18 @@ class ApiSection:
     (catches typos that would otherwise queue fires nobody consumes)."""
 
 
+@attrs.frozen
+class MetricsSection:
+    """``[metrics]``: Prometheus metrics. The API serves ``/metrics`` whenever it runs;
+    ``bind`` adds a listener of its own (for nodes without an API)."""
+
+    bind: str | None = attrs.field(default=None, validator=attrs.validators.optional(_bind))
+    """``host:port`` of a ``/metrics``-only listener (port 0 picks one and logs it)."""
+    cache_s: float = attrs.field(default=2.0, validator=within(0, 60))
+    """Gauges read from Redis are reused for this long: scrapes by several servers (or a
+    dashboard) cost Redis one reading per interval."""
+
+
 #: I/O threads (connections) a node needs beyond one per consumer type's blocking read.
 IO_THREADS_SPARE = 8
 
@@ -262,6 +274,7 @@ class Config:
     api: ApiSection | None = None
     """``[api]``: absent = this node serves no API."""
     processes: ProcessesSection = attrs.field(factory=ProcessesSection)
+    metrics: MetricsSection = attrs.field(factory=MetricsSection)
 
     def __attrs_post_init__(self) -> None:
         if self.processes.api and self.api is None:

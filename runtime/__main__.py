@@ -16,6 +16,7 @@ import trio
 from runtime import logging as node_logging
 from runtime.app import Invocation, load_app
 from runtime.errors import ConfigError, RuntimeStartError
+from runtime.metrics import enable_multiprocess
 from runtime.node import EXIT_CONFIG, EXIT_GAVE_UP, run_node
 from runtime.process import child_grace_s
 
@@ -52,6 +53,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if not args.check:
+        # Before anything imports prometheus-client: every process of the node writes its
+        # samples where /metrics sums them (runtime/metrics.py).
+        enable_multiprocess()
     try:
         app = load_app(args.config)
         invocation = Invocation(args.config.resolve(), args.part)

@@ -11,6 +11,10 @@ Two paths to the same stream:
 - ``emit_events()``: for the per-fire lifecycle events that come by the thousand per second
   (scheduled, queued, running, finished...). It writes the same fields in one ``write``
   per batch at a few microseconds a line, so an audit trail of every fire stays affordable.
+
+Event observers (``observe_events``) see every event of both paths, whatever the level
+filters out, batch by batch: metrics are counted from the same events the log records
+(``actors/observability/metrics.py``), so the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping, Sequence
 from typing import Any, TextIO, cast
 
 import attrs
@@ -51,6 +55,38 @@ class _Output:
 
 _output = _Output()
 
+Events = Sequence[tuple[str, dict[str, Any]]]
+EventObserver = Callable[[str, Events], None]
+"""Called with (actor path, [(event, fields), ...]) for every batch of events."""
+_observers: list[EventObserver] = []
+
+
+def observe_events(observer: EventObserver) -> None:
+    """Call ``observer`` for every event this process logs from now on (both paths)."""
+    if observer not in _observers:
+        _observers.append(observer)
+
+
+def stop_observing(observer: EventObserver) -> None:
+    if observer in _observers:
+        _observers.remove(observer)
+
+
+def _notify(actor: str, events: Events) -> None:
+    for observer in _observers:
+        observer(actor, events)
+
+
+def _observe_structlog(
+    _logger: Any, _name: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """structlog processor: hand each line to the observers (lines ``emit_events`` wrote
+    through structlog in console mode were handed over already)."""
+    if event.pop("_observed", False) or not _observers:
+        return event
+    _notify(str(event.get("actor", "")), [(str(event.get("event")), dict(event))])
+    return event
+
 
 def configure(
     *, node: str, format: str = "json", level: str = "info", stream: TextIO | None = None
@@ -71,6 +107,7 @@ def configure(
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            _observe_structlog,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True, key="time"),
             _epoch_ms,
@@ -166,12 +203,15 @@ def emit_events(actor: str, events: Iterable[tuple[str, dict[str, Any]]]) -> Non
     The lines carry the same keys as structlog's (``event``, fields, ``node``, ``actor``,
     ``level``, ``time``, ``ts_ms``); the time is taken once for the batch.
     """
+    if _observers:
+        events = events if isinstance(events, list) else list(events)
+        _notify(actor, events)
     if not _output.info_enabled:
         return
     if _output.console:
         logger = get_logger(actor=actor)
         for event, fields in events:
-            logger.info(event, **fields)
+            logger.info(event, _observed=True, **fields)
         return
     now = time.time()
     tail = {

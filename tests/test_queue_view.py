@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.api.queues import _queue_row, error_line
 from actors.store.keys import CONSUMER_GONE_MS, GROUP
+from actors.store.queue_rows import error_line, queue_row
 
 NOW = 1_800_000_000_000
 
@@ -21,17 +21,17 @@ def row(
 
 def test_undelivered_never_exceeds_what_the_stream_holds() -> None:
     # Seen after a node was killed: lag 6253 with an empty stream.
-    assert _queue_row("t", row(0, 6253, 0, None, []), NOW, {})["undelivered"] == 0
-    assert _queue_row("t", row(10, 4, 6, NOW - 5, []), NOW, {})["undelivered"] == 4
+    assert queue_row("t", row(0, 6253, 0, None, []), NOW, {})["undelivered"] == 0
+    assert queue_row("t", row(10, 4, 6, NOW - 5, []), NOW, {})["undelivered"] == 4
     # Lag unknown (entries deleted mid-stream): what is not pending is undelivered.
-    assert _queue_row("t", row(10, None, 6, NOW - 5, []), NOW, {})["undelivered"] == 4
+    assert queue_row("t", row(10, None, 6, NOW - 5, []), NOW, {})["undelivered"] == 4
     # No group yet: nothing was ever delivered.
     no_group = [7, 0, [], [], {"pending": 0}]
-    assert _queue_row("t", no_group, NOW, {})["undelivered"] == 7
+    assert queue_row("t", no_group, NOW, {})["undelivered"] == 7
 
 
 def test_oldest_pending_age_is_never_negative() -> None:
-    ahead = _queue_row("t", row(1, 0, 1, NOW + 3, []), NOW, {})
+    ahead = queue_row("t", row(1, 0, 1, NOW + 3, []), NOW, {})
     assert ahead["oldest_pending_age_ms"] == 0
 
 
@@ -41,7 +41,7 @@ def test_consumers_gone_quiet_with_nothing_pending_are_left_out() -> None:
         {"name": b"gone", "pending": 0, "idle": CONSUMER_GONE_MS + 1},
         {"name": b"dead-holding", "pending": 3, "idle": CONSUMER_GONE_MS * 10},
     ]
-    shown = _queue_row("t", row(3, 0, 3, NOW - 1, consumers), NOW, {})["consumers"]
+    shown = queue_row("t", row(3, 0, 3, NOW - 1, consumers), NOW, {})["consumers"]
     assert [c["name"] for c in shown] == ["live", "dead-holding"]
 
 

@@ -24,6 +24,7 @@ from actors.api.routes import (
     healthz,
     list_dead,
     list_tasks,
+    metrics,
     purge_dead,
     purge_queue,
     queue,
@@ -91,6 +92,10 @@ def build_app(services: ApiServices) -> Starlette:
 
     routes = [Route(e.path, endpoint_for(services, e), methods=[e.method]) for e in ROUTES]
     routes.append(Route("/openapi.json", serve_openapi, methods=["GET"]))
+    # Prometheus text, not JSON: outside the table and the OpenAPI document; public, like
+    # the probes (docs/OBSERVABILITY.md).
+    scrape = E("GET", "/metrics", metrics, "Prometheus metrics", {200: ""}, public=True)
+    routes.append(Route("/metrics", endpoint_for(services, scrape), methods=["GET"]))
 
     async def not_found(_request: Request, _exc: Exception) -> Response:
         return Problem(404, "no_route", "no such endpoint; see /openapi.json").response()

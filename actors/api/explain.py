@@ -15,12 +15,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from actors.api.queues import as_text, error_line, stream_id_ms
 from actors.domain.errors import TaskNotFound
 from actors.domain.model import Task
 from actors.domain.schedules import Schedule
 from actors.store.keys import CONSUMER_GONE_MS
 from actors.store.messages import flat_fields
+from actors.store.queue_rows import as_text, error_line, stream_id_ms
 from actors.store.records import claim_of
 from actors.store.tasks import TaskStore
 

@@ -12,8 +12,9 @@ from typing import Any
 import attrs
 
 from actors.store.codes import REPLAY_MALFORMED, REPLAY_MISSING
-from actors.store.keys import CONSUMER_GONE_MS, GROUP, Keys
+from actors.store.keys import Keys
 from actors.store.messages import flat_fields
+from actors.store.queue_rows import as_text, error_line, queue_row, stream_id_ms
 from actors.store.tasks import TaskStore
 from runtime.logging import emit_events
 
@@ -25,25 +26,6 @@ REPLAY_BATCH = 200
 PURGE_BATCH = 1000
 #: The ``actor`` field of log lines written from API or CLI calls.
 ADMIN_ACTOR = "admin"
-
-
-def stream_id_ms(entry_id: bytes | str) -> int:
-    """When a stream entry was added (the millisecond part of its id)."""
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    return int(text.split("-", 1)[0])
-
-
-def as_text(value: Any) -> Any:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def error_line(error: str | None) -> str | None:
-    """The line of an error that says what happened: a traceback's last non-empty line
-    (``RuntimeError: boom on attempt 2``), or the error itself."""
-    if not error:
-        return error
-    lines = [line for line in error.splitlines() if line.strip()]
-    return lines[-1].strip() if lines else error
 
 
 @attrs.frozen
@@ -65,54 +47,6 @@ def _dead_letter(entry_id: bytes, raw: Any) -> DeadLetter:
     dead_ms = fields.pop("dead_ms", None)
     when = int(dead_ms) if dead_ms and dead_ms.isdigit() else stream_id_ms(entry_id)
     return DeadLetter(as_text(entry_id), when, fields)
-
-
-def _queue_row(
-    task_type: str, row: list[Any], now_ms: int, retrying: dict[str, int] | None
-) -> dict[str, Any]:
-    """One type's backlog from its pipelined replies (a missing stream reads as empty)."""
-    length, dlq, groups, consumers, pending = row
-    length = length if isinstance(length, int) else 0
-    groups = groups if isinstance(groups, list) else []
-    group = next((g for g in groups if as_text(g["name"]) == GROUP), None)
-    summary: dict[str, Any] = pending if isinstance(pending, dict) else {"pending": 0}
-    oldest: bytes | None = summary.get("min")
-    return {
-        "type": task_type,
-        "length": length,
-        "undelivered": _undelivered(group, length, int(summary["pending"])),
-        "pending": int(summary["pending"]),
-        # Clamped: an entry added after ``now_ms`` was read is not "-0.0 s" old.
-        "oldest_pending_age_ms": max(0, now_ms - stream_id_ms(oldest)) if oldest else None,
-        "consumers": live_consumers(consumers if isinstance(consumers, list) else []),
-        "retrying": retrying.get(task_type, 0) if retrying is not None else None,
-        "dead_letters": dlq if isinstance(dlq, int) else 0,
-    }
-
-
-def _undelivered(group: dict[str, Any] | None, length: int, pending: int) -> int:
-    """Entries no consumer has read yet. The group's ``lag`` counts entries added but not
-    read, and goes stale or unknown when entries are deleted (every finished fire is): it
-    can never exceed what the stream holds, and without it the stream's entries that are
-    not pending are the undelivered ones (acknowledged entries are deleted)."""
-    if group is None:
-        return length
-    lag = group.get("lag")
-    estimate = max(0, length - pending)
-    return min(int(lag), length) if lag is not None else estimate
-
-
-def live_consumers(consumers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The group's consumers worth showing: the live ones (a live consumer reads at least
-    every few seconds) and any holding messages (a dead one's wait for a claimer); a
-    consumer gone quiet with nothing pending is left out, and its group entry is removed
-    by the claimers within ``CONSUMER_GONE_MS`` plus a pruning round."""
-    out = []
-    for c in consumers:
-        pending, idle = int(c["pending"]), int(c["idle"])
-        if pending or idle < CONSUMER_GONE_MS:
-            out.append({"name": as_text(c["name"]), "pending": pending, "idle_ms": idle})
-    return out
 
 
 def tally(results: dict[str, str]) -> dict[str, int]:
@@ -140,7 +74,7 @@ class Queues:
 
         rows = await (await self.store.streams()).queue_infos(types)
         out = [
-            _queue_row(task_type, row, now, retrying)
+            queue_row(task_type, row, now, retrying)
             for task_type, row in zip(types, rows, strict=True)
         ]
         return {"now_ms": now, "retrying_total": retry_total, "queues": out}

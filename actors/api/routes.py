@@ -31,6 +31,8 @@ from actors.api.signing import Verifier
 from actors.config import ApiSection
 from actors.domain.model import TaskSpec, parse_schedule, parse_spec, parse_specs
 from actors.domain.schedules import Schedule, check_submitted
+from actors.observability.endpoint import metrics_response
+from actors.observability.redis_gauges import RedisGauges
 from actors.store.tasks import KEEP, TaskStore
 from runtime.health import Health
 from runtime.logging import emit_events
@@ -50,6 +52,7 @@ class ApiServices:
     verifier: Verifier
     settings: ApiSection
     health: Health
+    gauges: RedisGauges
     log: Any = attrs.field(factory=lambda: structlog.get_logger().bind(actor=API_ACTOR))
 
 
@@ -292,6 +295,10 @@ async def readyz(call: Call) -> Response:
         redis_ok = False
     ready = redis_ok and not down
     return ok({"ready": ready, "redis": redis_ok, "actors_down": down}, 200 if ready else 503)
+
+
+async def metrics(call: Call) -> Response:
+    return await metrics_response(call.services.gauges)
 
 
 # -- the app ----------------------------------------------------------------------------

@@ -24,15 +24,23 @@ from actors.api.queues import Queues
 from actors.api.routes import ApiServices
 from actors.api.signing import ApiKey, Verifier
 from actors.config import ApiSection
+from actors.observability.redis_gauges import RedisGauges
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 
 
 class ApiServer:
     def __init__(
-        self, store: TaskStore, section: ApiSection, keys: list[ApiKey], *, shared_port: bool
+        self,
+        store: TaskStore,
+        section: ApiSection,
+        keys: list[ApiKey],
+        *,
+        shared_port: bool,
+        metrics_cache_s: float = 2.0,
     ) -> None:
         self.store = store
+        self.gauges = RedisGauges(store, metrics_cache_s)
         self.section = section
         self.keys = {key.key_id: key for key in keys}
         self.shared_port = shared_port
@@ -44,7 +52,7 @@ class ApiServer:
             self.store.client, keys.nonce_prefix, self.keys, skew_ms=int(self.section.skew_s * 1000)
         )
         services = ApiServices(
-            self.store, Queues(self.store), verifier, self.section, ctx.health, ctx.log
+            self.store, Queues(self.store), verifier, self.section, ctx.health, self.gauges, ctx.log
         )
         config = hypercorn.config.Config()
         config.bind = [self._shared_bind() if self.shared_port else self.section.bind]

@@ -133,6 +133,7 @@ def decide(
                 **fire_fields(o.message),
                 "next_attempt": o.message.attempt + 1,
                 "delay_s": round(delays[o.message.msg_id], 3),
+                "duration_ms": o.finished_ms - o.started_ms,
                 "error": first_line(o.error),
             },
         )
@@ -145,6 +146,7 @@ def decide(
                 **fire_fields(o.message),
                 "attempts": o.message.attempt + 1,
                 "reason": _reason(o),
+                "duration_ms": o.finished_ms - o.started_ms,
                 "error": first_line(o.error),
             },
         )

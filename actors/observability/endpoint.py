@@ -1,0 +1,57 @@
+"""``GET /metrics``: on the API (public, like the probes), and on a listener of its own
+(``[metrics] bind``) for nodes without an API. Either way the answer sums every process of
+the node (``runtime.metrics``) and adds the gauges read from Redis (``redis_gauges``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import hypercorn.config
+import hypercorn.trio
+import trio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from actors.observability.redis_gauges import RedisGauges
+from actors.store.tasks import TaskStore
+from runtime.actor import ActorContext, TaskStatus
+from runtime.metrics import exposition
+
+
+async def metrics_response(gauges: RedisGauges) -> Response:
+    await gauges.refresh()
+    body, content_type = exposition([gauges])
+    return Response(body, media_type=content_type)
+
+
+class MetricsServer:
+    """The ``[metrics] bind`` listener: ``/metrics`` and nothing else, on hypercorn."""
+
+    def __init__(self, store: TaskStore, bind: str, cache_s: float) -> None:
+        self.gauges = RedisGauges(store, cache_s)
+        self.bind = bind
+
+    async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        async def metrics(_request: Request) -> Response:
+            return await metrics_response(self.gauges)
+
+        app = Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])
+        config = hypercorn.config.Config()
+        config.bind = [self.bind]
+        config.accesslog = None
+        config.errorlog = logging.getLogger("hypercorn.error")
+        config.graceful_timeout = ctx.cleanup_grace_s
+        serve = functools.partial(
+            hypercorn.trio.serve,
+            app,  # type: ignore[arg-type]  # ASGI typing differs, same protocol
+            config,
+            shutdown_trigger=ctx.wait_stop_requested,
+        )
+        async with trio.open_nursery() as nursery:
+            urls = await nursery.start(serve)
+            ctx.log.info("metrics_listening", urls=urls)
+            task_status.started(urls)

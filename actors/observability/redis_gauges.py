@@ -1,0 +1,130 @@
+"""Gauges read from Redis when ``/metrics`` is scraped: queues, retries, the schedule, and
+Redis itself.
+
+Counters live in the processes that count (``metrics``); what Redis holds is read here, by
+the process serving the scrape, in three pipelined round trips whatever the number of
+tasks: the types, per type its stream facts (``XLEN``, ``XINFO GROUPS``/``CONSUMERS``,
+``XPENDING`` summary, DLQ ``XLEN``), and per partition the ``ZCARD`` of the schedule and
+retry sets. Readings are cached for ``cache_s``, so scrapes by several Prometheus servers
+(or a dashboard) cost Redis one reading per interval. Redis unreachable is a reading too:
+``metronome_redis_up 0`` and the last queue figures are left out rather than made up.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import trio
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from actors.store.queue_rows import queue_row
+from actors.store.tasks import TaskStore
+from runtime.errors import RedisUnavailable
+
+
+@attrs.frozen
+class Reading:
+    """One reading of Redis, at ``at`` (monotonic seconds)."""
+
+    at: float
+    up: bool
+    round_trip_s: float | None = None
+    queues: list[dict[str, Any]] = attrs.field(factory=list)
+    scheduled: int = 0
+    retrying: int = 0
+
+
+class RedisGauges:
+    """A prometheus-client collector over the latest ``Reading``; ``refresh`` (async, in
+    the serving actor) takes a new one when the cached one is older than ``cache_s``."""
+
+    def __init__(self, store: TaskStore, cache_s: float = 2.0) -> None:
+        self.store = store
+        self.cache_s = cache_s
+        self.reading: Reading | None = None
+        self._lock = trio.Lock()
+
+    async def refresh(self) -> Reading:
+        async with self._lock:  # concurrent scrapes share one reading
+            if self.reading is not None and time.monotonic() - self.reading.at < self.cache_s:
+                return self.reading
+            try:
+                self.reading = await self._read()
+            except RedisUnavailable:
+                self.reading = Reading(time.monotonic(), up=False)
+            return self.reading
+
+    async def _read(self) -> Reading:
+        started = time.perf_counter()
+        await self.store.client.execute("PING")
+        round_trip = time.perf_counter() - started
+        keys = await self.store.keys()
+        types = await self.store.types()
+        now = await self.store.now_ms()
+        rows = await (await self.store.streams()).queue_infos(types)
+        cards = await self.store.client.pipeline(
+            [("ZCARD", keys.schedule(p)) for p in range(keys.partitions)]
+            + [("ZCARD", keys.retry(p)) for p in range(keys.partitions)]
+        )
+        counts = [int(c) if isinstance(c, int) else 0 for c in cards]
+        return Reading(
+            at=time.monotonic(),
+            up=True,
+            round_trip_s=round_trip,
+            queues=[queue_row(t, row, now, None) for t, row in zip(types, rows, strict=True)],
+            scheduled=sum(counts[: keys.partitions]),
+            retrying=sum(counts[keys.partitions :]),
+        )
+
+    def collect(self) -> Iterator[Metric]:
+        reading = self.reading
+        up = GaugeMetricFamily("metronome_redis_up", "1 when Redis answered the last reading.")
+        up.add_metric([], 1 if reading is not None and reading.up else 0)
+        yield up
+        if reading is None or not reading.up:
+            return
+        if reading.round_trip_s is not None:
+            yield GaugeMetricFamily(
+                "metronome_redis_round_trip_seconds",
+                "A PING's round trip from the serving process, at the last reading.",
+                value=reading.round_trip_s,
+            )
+        yield GaugeMetricFamily(
+            "metronome_tasks_scheduled",
+            "Tasks in the schedule index: active tasks with a next fire.",
+            value=reading.scheduled,
+        )
+        yield GaugeMetricFamily(
+            "metronome_retries_waiting", "Retries waiting for their time.", value=reading.retrying
+        )
+        per_type = [
+            ("metronome_queue_length", "Entries in the type's stream (backlog and in flight).",
+             "length", 1.0),
+            ("metronome_queue_undelivered", "Entries no consumer has read yet.", "undelivered",
+             1.0),
+            ("metronome_queue_pending", "Entries read and not yet acknowledged (running).",
+             "pending", 1.0),
+            ("metronome_queue_oldest_pending_age_seconds",
+             "Age of the oldest entry read and not acknowledged.", "oldest_pending_age_ms",
+             0.001),
+            ("metronome_dead_letter_queue_length", "Entries in the type's DLQ.", "dead_letters",
+             1.0),
+        ]  # fmt: skip
+        for name, text, field, scale in per_type:
+            family = GaugeMetricFamily(name, text, labels=["type"])
+            for queue in reading.queues:
+                value = queue[field]
+                family.add_metric([queue["type"]], 0.0 if value is None else value * scale)
+            yield family
+        consumers = GaugeMetricFamily(
+            "metronome_queue_consumers",
+            "Live consumers of the type (read within the last minute) and dead ones still "
+            "holding messages.",
+            labels=["type"],
+        )
+        for queue in reading.queues:
+            consumers.add_metric([queue["type"]], len(queue["consumers"]))
+        yield consumers
