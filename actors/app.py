@@ -12,7 +12,8 @@ This is the one place that decides which actors run on a node (asynq's ``NewServ
     │       ├── consumer        graceful: drains within [node] shutdown_grace_s
     │       └── claimer         hands reclaimed messages to the consumer's mailbox
     ├── api                     only with [api]: HTTP on hypercorn (and /metrics); graceful
-    └── metrics                 only with [metrics] bind: a /metrics-only listener
+    ├── metrics                 only with [metrics] bind: a /metrics-only listener
+    └── presence                this process's actors and restarts in ns:nodes, every 5 s
 
 With ``[processes]``, a part (``scheduler``, ``consumers-1`` … ``consumers-N``, ``api-1`` …)
 leaves the main process's tree for a ``ChildProcess`` actor under a last, one-for-one
@@ -40,6 +41,7 @@ from actors.execution.handlers import resolve
 from actors.execution.results_log import ResultsLog
 from actors.observability.endpoint import MetricsServer
 from actors.observability.metrics import install as install_metrics
+from actors.observability.presence import Presence
 from actors.scheduling.claim_loop import ClaimLoopSettings
 from actors.scheduling.poller import Poller, PollerSettings
 from actors.scheduling.retry_dispatcher import RetryDispatcher, RetryDispatcherSettings
@@ -92,6 +94,7 @@ def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
         # One for one: a child process that dies is restarted alone; the others go on.
         processes = [_process(part, invocation, grace) for part in parts]
         children.append(supervisor("processes", processes, _spec(config, Strategy.ONE_FOR_ONE)))
+    children.append(roles.presence(config.node.name))  # last: nothing depends on it
     return supervisor("node", children, _spec(config, Strategy.REST_FOR_ONE))
 
 
@@ -110,7 +113,8 @@ def _part_tree(config: Config, part: str) -> ChildSpec:
         child = roles.api()
     else:
         child = roles.consumers()
-    return supervisor("node", [child], _spec(config, Strategy.ONE_FOR_ONE))
+    presence = roles.presence(f"{config.node.name}/{part}")
+    return supervisor("node", [child, presence], _spec(config, Strategy.ONE_FOR_ONE))
 
 
 def _spec(config: Config, strategy: Strategy) -> SupervisorSpec:
@@ -187,6 +191,9 @@ class _Roles:
         )
         grace = config.node.shutdown_grace_s
         return ChildSpec("api", api.run, graceful=True, shutdown_s=grace)
+
+    def presence(self, process: str) -> ChildSpec:
+        return ChildSpec("presence", Presence(self.store, process).run, shutdown_s=3)
 
     def metrics(self) -> ChildSpec:
         section = self.config.metrics

@@ -11,3 +11,8 @@ async def echo(ctx: HandlerContext) -> Any:
     """Logs the fire and returns its payload (which lands in the results log)."""
     ctx.log.info("echo", payload=ctx.payload, attempt=ctx.attempt)
     return ctx.payload
+
+
+async def fail(ctx: HandlerContext) -> Any:
+    """Always fails: its fires are retried, then dead-lettered (to try the DLQ tools)."""
+    raise RuntimeError(f"example failure on attempt {ctx.attempt}")

@@ -8,6 +8,7 @@ Modes:
   hop [CALLS]                     one Redis round trip through runtime.redis_io vs redis-py
   api [--rate R --seconds S ...]  HTTP API: bulk and single creates/s, p99 at a steady rate
   layout [N]                      Redis bytes per task: this layout against the previous one
+  screenshots [OUT_DIR]           PNGs of the dashboard's views (default docs/), in Chromium
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import api, chaos, fire, hop, idle, layout, reclaim, schedule
+from bench import api, chaos, fire, hop, idle, layout, reclaim, schedule, screenshots
 from bench.common import emit, redis_for_bench
 from runtime import logging as node_logging
 
@@ -99,7 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_layout = modes.add_parser("layout", help="bytes per task of layout variants")
     p_layout.add_argument("n", type=int, nargs="?", default=100_000)
+    p_shots = modes.add_parser("screenshots", help="PNGs of the dashboard for docs/")
+    p_shots.add_argument("out_dir", nargs="?", default="docs")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.mode == "screenshots":  # starts a Redis of its own
+        emit({"mode": "screenshots", **screenshots.main(args.out_dir)})
+        return 0
     # Only the one JSON line goes to stdout: the bench's own lifecycle lines (the store logs
     # "created" per task) would drown it.
     node_logging.configure(node="bench", level="warning", stream=sys.stderr)

@@ -22,6 +22,8 @@ class Health:
     _up: set[str] = attrs.field(factory=set)
     _elsewhere: dict[str, str] = attrs.field(factory=dict)
     """Down in the node's main process, as its last report said (child processes only)."""
+    restarts: dict[str, int] = attrs.field(factory=dict)
+    """Restarts of each actor path since the process started (what a dashboard shows)."""
     changes: trio_util.AsyncValue[int] = attrs.field(factory=lambda: trio_util.AsyncValue(0))
     """Counts changes to this process's own record: wait on it to report them."""
 
@@ -39,6 +41,9 @@ class Health:
         self._up.discard(path)
         self._down.pop(path, None)
         self.changes.value += 1
+
+    def note_restart(self, path: str) -> None:
+        self.restarts[path] = self.restarts.get(path, 0) + 1
 
     def set_elsewhere(self, down: dict[str, str]) -> None:
         """What the node's main process reported down (replaces the previous report)."""

@@ -309,6 +309,7 @@ class _SupervisorRun:
             max(attempt, attempts), self._policy.backoff_base_s, self._policy.backoff_cap_s
         )
         # Every attempt is a line, also one whose start then fails: a slow crash loop shows.
+        child.ctx.health.note_restart(child.ctx.path)
         child.ctx.log.warning(
             "actor_restarting", attempt=attempts, backoff_s=delay, max_attempts=limit
         )

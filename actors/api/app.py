@@ -4,10 +4,13 @@ are built."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from actors.api.endpoint import Endpoint
 from actors.api.openapi import openapi_document
@@ -25,6 +28,7 @@ from actors.api.routes import (
     list_dead,
     list_tasks,
     metrics,
+    nodes,
     purge_dead,
     purge_queue,
     queue,
@@ -35,9 +39,11 @@ from actors.api.routes import (
     transition,
     trigger_task,
     update_task,
+    whoami,
 )
 
 E = Endpoint
+DASHBOARD = Path(__file__).parent.parent / "observability" / "dashboard"
 #: Every endpoint. Order matters where paths overlap (bulk before {task_id}).
 ROUTES: list[Endpoint] = [
     E("GET", "/healthz", healthz, "The process is up", {200: "Health"}, public=True),
@@ -81,7 +87,16 @@ ROUTES: list[Endpoint] = [
       "Delete dead letters (all needs confirm = the type)", {200: "Purged"}, body="Entries"),
     E("GET", "/v1/dlq/{type}/{entry_id}", show_dead, "One dead letter", {200: "DeadLetter"},
       problems=(404,)),
+    E("GET", "/v1/nodes", nodes,
+      "Every process of the namespace's nodes: its actors (up, down and why) and restarts",
+      {200: "Nodes"}),
+    E("GET", "/v1/whoami", whoami, "The key that signed this request, and whether it may write",
+      {200: "WhoAmI"}),
 ]  # fmt: skip
+
+
+async def to_dashboard(_request: Request) -> Response:
+    return RedirectResponse("/dashboard/")
 
 
 def build_app(services: ApiServices) -> Starlette:
@@ -90,12 +105,17 @@ def build_app(services: ApiServices) -> Starlette:
     async def serve_openapi(_request: Request) -> Response:
         return JSONResponse(document)
 
-    routes = [Route(e.path, endpoint_for(services, e), methods=[e.method]) for e in ROUTES]
+    routes: list[BaseRoute] = [
+        Route(e.path, endpoint_for(services, e), methods=[e.method]) for e in ROUTES
+    ]
     routes.append(Route("/openapi.json", serve_openapi, methods=["GET"]))
     # Prometheus text, not JSON: outside the table and the OpenAPI document; public, like
     # the probes (docs/OBSERVABILITY.md).
     scrape = E("GET", "/metrics", metrics, "Prometheus metrics", {200: ""}, public=True)
     routes.append(Route("/metrics", endpoint_for(services, scrape), methods=["GET"]))
+    # The dashboard: static files shipped in the package; it signs its /v1 calls itself.
+    routes.append(Mount("/dashboard", StaticFiles(directory=DASHBOARD, html=True)))
+    routes.append(Route("/", to_dashboard, methods=["GET"]))
 
     async def not_found(_request: Request, _exc: Exception) -> Response:
         return Problem(404, "no_route", "no such endpoint; see /openapi.json").response()

@@ -224,6 +224,29 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Purged": _obj(["type", "purged"], {"type": _STR, "purged": _INT}),
     "Health": _obj(["status"], {"status": _STR}),
+    "WhoAmI": _obj(["key_id", "read_only"], {"key_id": _STR, "read_only": _BOOL}),
+    "Nodes": _obj(
+        ["now_ms", "processes"],
+        {
+            "now_ms": _INT,
+            "processes": {
+                "type": "array",
+                "items": _obj(
+                    ["process", "pid", "seen_ms", "age_ms", "alive", "up", "down", "restarts"],
+                    {
+                        "process": _STR,
+                        "pid": _INT,
+                        "seen_ms": _INT,
+                        "age_ms": _INT,
+                        "alive": _BOOL,
+                        "up": {"type": "array", "items": _STR},
+                        "down": {"type": "object", "additionalProperties": _STR},
+                        "restarts": {"type": "object", "additionalProperties": _INT},
+                    },
+                ),
+            },
+        },
+    ),
     "Ready": _obj(
         ["ready", "redis", "actors_down"],
         {

@@ -32,6 +32,7 @@ from actors.config import ApiSection
 from actors.domain.model import TaskSpec, parse_schedule, parse_spec, parse_specs
 from actors.domain.schedules import Schedule, check_submitted
 from actors.observability.endpoint import metrics_response
+from actors.observability.presence import read_nodes
 from actors.observability.redis_gauges import RedisGauges
 from actors.store.tasks import KEEP, TaskStore
 from runtime.health import Health
@@ -295,6 +296,15 @@ async def readyz(call: Call) -> Response:
         redis_ok = False
     ready = redis_ok and not down
     return ok({"ready": ready, "redis": redis_ok, "actors_down": down}, 200 if ready else 503)
+
+
+async def whoami(call: Call) -> Response:
+    key = call.services.verifier.keys[call.key_id or ""]
+    return ok({"key_id": key.key_id, "read_only": key.read_only})
+
+
+async def nodes(call: Call) -> Response:
+    return ok({"now_ms": await call.store.now_ms(), "processes": await read_nodes(call.store)})
 
 
 async def metrics(call: Call) -> Response:

@@ -5,6 +5,7 @@ Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
 
 - ``ns:meta``                     hash: partitions, buckets, layout       (new)
 - ``ns:types``                    set: task types ever created            (new)
+- ``ns:nodes``                    hash: process name -> presence JSON     (new)
 - ``ns:nonce:<key_id>:<nonce>``   string with expiry: a used API nonce    [anti-replay nonces]
 - ``{ns:P}:def:<B>``              hash: task_id -> definition record      [task:{id}, part 1]
 - ``{ns:P}:state:<B>``            hash: task_id -> state record           [task:{id}, part 2]
@@ -71,6 +72,11 @@ class Keys:
     @property
     def types(self) -> str:
         return f"{self.namespace}:types"
+
+    @property
+    def nodes(self) -> str:
+        """Live processes of the namespace's nodes (``actors.observability.presence``)."""
+        return f"{self.namespace}:nodes"
 
     @property
     def nonce_prefix(self) -> str:

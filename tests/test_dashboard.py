@@ -1,0 +1,177 @@
+"""The dashboard in a real browser: Debian's Chromium, driven by Playwright, against a real
+node. The page signs its own requests (WebCrypto), so these tests also prove the browser
+side of the signature scheme. Skipped, saying why, only where no Chromium is installed
+(`.ci/run` installs it)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.admin.client import Client
+from tests.api_node import ADMIN, READER, WORK_AND_DOOMED, ApiNode, api_node, write_api_config
+from tests.node_process import REPO
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)"
+)
+TIMEOUT_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def api(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiNode]:
+    namespace = f"dash{time.monotonic_ns() % 10**9}"
+    config = write_api_config(
+        tmp_path_factory.mktemp("dash") / "node.toml", redis_url, namespace,
+        consumers=WORK_AND_DOOMED,
+    )  # fmt: skip
+    with api_node(config, namespace) as node:
+        yield node
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    yield page
+    context.close()
+
+
+def sign_in(page: Any, api: ApiNode, key: tuple[str, str]) -> None:
+    page.goto(api.url + "/dashboard/")
+    page.fill("#key-id", key[0])
+    page.fill("#secret", key[1])
+    page.click("#login button[type=submit]")
+
+
+def test_the_queue_table_shows_the_backlog_a_test_created(page: Any, api: ApiNode) -> None:
+    kind = f"orphan{time.monotonic_ns() % 10**6}"  # no node consumes it: it only queues
+    with Client(api.url, *ADMIN) as client:
+        for i in range(3):
+            client.create_task(kind, {"kind": "cron", "cron": "0 0 1 1 *"}, None, f"{kind}-{i}")
+            client.trigger(f"{kind}-{i}")
+    sign_in(page, api, ADMIN)
+    backlog = page.locator(f'#queues tr[data-type="{kind}"] td.backlog')
+    backlog.wait_for()
+    assert backlog.inner_text() == "3"
+    assert page.locator("#who").inner_text() == ADMIN[0]
+    # Purging the backlog from the page (a write, confirmed in a dialog) empties it.
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.locator(f'#queues tr[data-type="{kind}"] button').click()
+    page.wait_for_function(
+        f"document.querySelector('#queues tr[data-type=\"{kind}\"] td.backlog').textContent === '0'"
+    )
+    with Client(api.url, *ADMIN) as client:
+        assert client.queues(kind)["undelivered"] == 0
+
+
+def test_a_dead_letter_replayed_from_the_page_runs_again(page: Any, api: ApiNode) -> None:
+    task_id = f"dash-{time.monotonic_ns()}"
+    with Client(api.url, *ADMIN) as client:
+        client.create_task("doomed", {"kind": "once", "at_ms": int(time.time() * 1000)}, None,
+                           task_id)  # fmt: skip
+        first = _dead_letter_of(client, task_id)
+    sign_in(page, api, ADMIN)
+    page.click('#tabs button[data-view="dlq"]')
+    page.select_option("#dlq-type", "doomed")
+    row = page.locator(f'#dlq tr[data-entry="{first}"]')
+    row.wait_for()
+    assert "never going to work" in row.inner_text()
+    row.locator("button.replay").click()
+    with Client(api.url, *ADMIN) as client:
+        second = _dead_letter_of(client, task_id, not_entry=first)
+    assert second != first
+    replayed = [e for e in api.node.events("replayed") if e.get("task_id") == task_id]
+    assert len(replayed) == 1
+    dead = [e for e in api.node.events("dead") if e.get("task_id") == task_id]
+    assert len(dead) == 2  # it ran again, and failed again (the handler always fails)
+
+
+def _dead_letter_of(client: Client, task_id: str, not_entry: str | None = None) -> str:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for entry in client.dead_letters("doomed", limit=200)["dead_letters"]:
+            if entry["task_id"] == task_id and entry["entry_id"] != not_entry:
+                return str(entry["entry_id"])
+        time.sleep(0.1)
+    raise AssertionError(f"no dead letter of {task_id}")
+
+
+def test_a_read_only_key_gets_no_write_buttons(page: Any, api: ApiNode) -> None:
+    with Client(api.url, *ADMIN) as client:
+        task_id = f"dash-{time.monotonic_ns()}"
+        client.create_task("doomed", {"kind": "once", "at_ms": int(time.time() * 1000)}, None,
+                           task_id)  # fmt: skip
+        entry = _dead_letter_of(client, task_id)
+    sign_in(page, api, READER)
+    page.locator("#queues tbody tr").first.wait_for()
+    assert page.locator("#who").inner_text() == f"{READER[0]} (read-only)"
+    assert page.locator("#queues tbody tr button").first.is_hidden()
+    page.click('#tabs button[data-view="dlq"]')
+    page.select_option("#dlq-type", "doomed")
+    row = page.locator(f'#dlq tr[data-entry="{entry}"]')
+    row.wait_for()
+    assert row.locator("button.replay").is_hidden()
+    assert row.locator("button.purge").is_hidden()
+    assert page.locator("#dlq-purge-all").is_hidden()
+    row.locator("button", has_text="Show").click()  # reading is allowed
+    page.locator("#dlq-detail").wait_for()
+    assert "Traceback" in page.locator("#dlq-detail").inner_text()
+
+
+def test_a_wrong_key_shows_the_apis_problem_details(page: Any, api: ApiNode) -> None:
+    sign_in(page, api, (ADMIN[0], "not-the-secret-at-all"))
+    error = page.locator("#error")
+    error.wait_for()
+    assert "401 bad_signature" in error.inner_text()
+    assert page.locator("#views").is_hidden()
+
+
+def test_nodes_and_task_explanations(page: Any, api: ApiNode) -> None:
+    task_id = f"dash-{time.monotonic_ns()}"
+    with Client(api.url, *ADMIN) as client:
+        client.create_task("work", {"kind": "cron", "cron": "0 0 1 1 *"}, None, task_id)
+    sign_in(page, api, ADMIN)
+    page.click('#tabs button[data-view="nodes"]')
+    node = page.locator('.node[data-process="api-node"]')
+    node.wait_for()
+    text = node.inner_text()
+    assert "node/consumers/work/consumer" in text and "running" in text
+    page.click('#tabs button[data-view="tasks"]')
+    page.fill("#task-id", task_id)
+    page.click("#task-search button")
+    page.locator("#explain li").first.wait_for()
+    assert "active: next fire at" in page.locator("#explain").inner_text()
+
+
+def test_the_screenshot_command_runs(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "bench", "screenshots", str(tmp_path)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shots = [Path(p) for p in json.loads(done.stdout)["screenshots"]]
+    assert {p.name for p in shots} == {
+        "dashboard-queues.png", "dashboard-dlq.png", "dashboard-nodes.png", "dashboard-task.png",
+    }  # fmt: skip
+    assert all(p.stat().st_size > 5_000 for p in shots)

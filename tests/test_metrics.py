@@ -1,0 +1,145 @@
+"""Prometheus metrics: counted from the lifecycle events, summed over a node's processes,
+scraped from the API and from the ``[metrics] bind`` listener of a real node; compared with
+what a recording handler saw and what Redis holds."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.observability.metrics import count_events
+from actors.store.tasks import TaskStore
+from runtime.logging import emit_events, observe_events, stop_observing
+from runtime.redis_io import RedisClient
+from tests.execution_harness import records, wait_until
+from tests.node_process import NodeProcess
+from tests.test_processes import api_section, free_port, write_config
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of an exposition, keyed by (name, sorted labels)."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    return samples(text).get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_events_become_samples_with_bounded_labels() -> None:
+    kind = f"unit{time.monotonic_ns()}"
+    fire = {"task_id": "t1", "schedule_id": "t1:1", "type": kind, "attempt": 0}
+    observe_events(count_events)
+    try:
+        emit_events("node/x", [
+            ("queued", fire), ("queued", {**fire, "attempt": 1}),
+            ("running", {**fire, "start_lag_ms": 30}),
+            ("finished", {**fire, "duration_ms": 5}),
+            ("retried", {**fire, "duration_ms": 7000, "error": "timeout: handler ran longer"}),
+            ("dead", {**fire, "duration_ms": 1, "reason": "unrecoverable", "error": "x"}),
+            ("dead", {"msg_id": "1-0", "type": kind, "reason": "poison"}),
+            ("misfired", {**fire, "policy": "coalesce", "missed": 4, "fired": 1}),
+            ("duplicate_dropped", fire), ("reclaimed", fire),
+        ])  # fmt: skip
+    finally:
+        stop_observing(count_events)
+
+    def get(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, {"type": kind, **labels}) or 0.0
+
+    assert get("metronome_fires_enqueued_total", attempt="first") == 1
+    assert get("metronome_fires_enqueued_total", attempt="retry") == 1
+    assert get("metronome_fires_started_total") == 1
+    assert get("metronome_fires_finished_total", outcome="ok") == 1
+    assert get("metronome_fires_finished_total", outcome="retried") == 1
+    assert get("metronome_fires_finished_total", outcome="dead") == 1
+    assert get("metronome_fire_timeouts_total") == 1
+    assert get("metronome_retries_scheduled_total") == 1
+    assert get("metronome_dead_letters_total", reason="unrecoverable") == 1
+    assert get("metronome_dead_letters_total", reason="poison") == 1
+    assert get("metronome_misfires_total", policy="coalesce") == 1
+    assert get("metronome_fires_not_run_total", reason="coalesced") == 4
+    assert get("metronome_duplicates_dropped_total") == 1
+    assert get("metronome_reclaims_total") == 1
+    assert get("metronome_start_lag_seconds_bucket", le="0.05") == 1
+    assert get("metronome_start_lag_seconds_bucket", le="0.025") == 0
+    assert get("metronome_handler_duration_seconds_count") == 3
+
+
+def test_the_cli_imports_no_metrics_library_before_a_node_sets_it_up() -> None:
+    """prometheus-client picks its storage when imported: ``metronome serve`` must reach
+    ``runtime.metrics.enable_multiprocess`` before anything imports it."""
+    code = "import sys, actors.admin.cli; print('prometheus_client' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr
+
+
+@pytest.fixture
+async def store(redis_client: RedisClient, namespace: str) -> TaskStore:
+    return TaskStore(redis_client, namespace, default_partitions=4)
+
+
+async def test_a_node_with_child_processes_reports_its_totals_on_both_endpoints(
+    store: TaskStore, tmp_path: Path, redis_url: str, namespace: str, record: Path
+) -> None:
+    """Scheduler and consumers in child processes, the API in the main one: /metrics on
+    the API and on the [metrics] listener both show what the children counted, equal to
+    what the recording handler saw, and the gauges equal what Redis holds."""
+    api_port, metrics_port = free_port(), free_port()
+    extra = api_section(api_port) + f'[metrics]\nbind = "127.0.0.1:{metrics_port}"\ncache_s = 0\n'
+    config = write_config(
+        tmp_path, redis_url, namespace, processes="scheduler = 1\nconsumers = 1", extra=extra
+    )
+    schedule = Schedule("once", at_ms=await store.now_ms())
+    ids = [c.task_id for c in await store.create_many([TaskSpec("work", schedule)] * 25)]
+    far = Schedule("interval", every_s=3600, start_ms=await store.now_ms() + 3_600_000)
+    await store.create_many([TaskSpec("work", far)] * 3)
+    node = NodeProcess(config)
+    try:
+        await trio.to_thread.run_sync(node.wait_for, "metrics_listening")
+
+        async def all_ran() -> bool:
+            return {e["task_id"] for e in records(record) if e["event"] == "ran"} >= set(ids)
+
+        await wait_until(all_ran)
+
+        def scrape(port: int) -> str:
+            return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+
+        def finished() -> float:
+            return value(scrape(api_port), "metronome_fires_finished_total", type="work",
+                         outcome="ok")  # fmt: skip
+
+        async def all_counted() -> bool:
+            return await trio.to_thread.run_sync(finished) >= 25
+
+        await wait_until(all_counted)
+        text = scrape(api_port)
+        seen = [e for e in records(record) if e["event"] == "ran"]
+        assert value(text, "metronome_fires_finished_total", type="work", outcome="ok") == len(seen)
+        assert value(text, "metronome_fires_started_total", type="work") == len(seen)
+        assert value(text, "metronome_fires_enqueued_total", type="work", attempt="first") == 25
+        assert value(text, "metronome_start_lag_seconds_count", type="work") == len(seen)
+        assert value(text, "metronome_redis_up") == 1
+        assert value(text, "metronome_tasks_scheduled") == 3  # the once tasks are finished
+        assert value(text, "metronome_queue_consumers", type="work") == 1
+        other = scrape(metrics_port)
+        for name in ("metronome_fires_finished_total", "metronome_fires_enqueued_total"):
+            assert {k: v for k, v in samples(other).items() if k[0] == name} == {
+                k: v for k, v in samples(text).items() if k[0] == name
+            }
+    finally:
+        await trio.to_thread.run_sync(node.kill)
