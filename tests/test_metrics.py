@@ -4,6 +4,8 @@ what a recording handler saw and what Redis holds."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import time
@@ -12,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
+import yaml
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -143,3 +146,36 @@ async def test_a_node_with_child_processes_reports_its_totals_on_both_endpoints(
             }
     finally:
         await trio.to_thread.run_sync(node.kill)
+
+
+def exported_names() -> set[str]:
+    """Every sample name a node can export (counters, histograms, the Redis gauges)."""
+    import actors.observability.metrics  # noqa: F401  (registers the metrics)
+    from actors.observability.redis_gauges import Reading, RedisGauges
+
+    names = set()
+    for family in REGISTRY.collect():
+        if not family.name.startswith("metronome_"):
+            continue
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
+        names |= {family.name + s for s in suffixes.get(family.type, [""])}
+    gauges = RedisGauges(None, 0)  # type: ignore[arg-type]  # collect() reads no store
+    queue = {"type": "t", "length": 1, "undelivered": 1, "pending": 0, "consumers": [],
+             "oldest_pending_age_ms": None, "dead_letters": 0}  # fmt: skip
+    gauges.reading = Reading(0.0, True, 0.001, [queue], 1, 0)
+    names |= {family.name for family in gauges.collect()}
+    return names
+
+
+def test_the_grafana_board_and_the_alert_rules_use_only_metrics_a_node_exports() -> None:
+    deploy = Path(__file__).parent.parent / "deploy" / "observability"
+    board = json.loads((deploy / "grafana" / "metronome.json").read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p["targets"]]
+    rules = yaml.safe_load((deploy / "alerts.yml").read_text())
+    exprs += [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    used = {name for e in exprs for name in re.findall(r"metronome_[a-z_]+", e)}
+    assert used and used <= exported_names(), used - exported_names()
+    titles = {p["title"] for p in board["panels"]}
+    for wanted in ("Fires/s by type", "Start lag p50 / p99", "Outcomes", "Backlog and running",
+                   "Dead letters and retries", "Actor restarts and give-ups"):  # fmt: skip
+        assert wanted in titles
