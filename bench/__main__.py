@@ -9,6 +9,7 @@ Modes:
   api [--rate R --seconds S ...]  HTTP API: bulk and single creates/s, p99 at a steady rate
   layout [N]                      Redis bytes per task: this layout against the previous one
   screenshots [OUT_DIR]           PNGs of the dashboard's views (default docs/), in Chromium
+  scrape N [SCRAPES]              what one /metrics scrape costs a node with N tasks
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import api, chaos, fire, hop, idle, layout, reclaim, schedule, screenshots
+from bench import api, chaos, fire, hop, idle, layout, reclaim, schedule, scrape, screenshots
 from bench.common import emit, redis_for_bench
 from runtime import logging as node_logging
 
@@ -57,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         metavar="S",
         help="SIGKILL a random child process of the node every S seconds (needs --processes)",
     )
+    p_fire.add_argument(
+        "--scrape", type=float, default=0.0, metavar="S",
+        help="GET node 0's /metrics every S seconds (gauge cache off); figures under scrapes",
+    )  # fmt: skip
     p_fire.add_argument(
         "--processes",
         type=int,
@@ -100,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_layout = modes.add_parser("layout", help="bytes per task of layout variants")
     p_layout.add_argument("n", type=int, nargs="?", default=100_000)
+    p_scrape = modes.add_parser("scrape", help="cost of one /metrics scrape")
+    p_scrape.add_argument("n", type=int, nargs="?", default=1_000_000)
+    p_scrape.add_argument("scrapes", type=int, nargs="?", default=100)
     p_shots = modes.add_parser("screenshots", help="PNGs of the dashboard for docs/")
     p_shots.add_argument("out_dir", nargs="?", default="docs")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -115,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.mode == "fire":
             figures = fire.run(
                 url, args.n, args.interval_s, args.duration_s, args.nodes, args.concurrency,
-                args.log_level, args.split, args.processes, args.chaos, args.flaky,
+                args.log_level, args.split, args.processes, args.chaos, args.flaky, args.scrape,
             )  # fmt: skip
             emit({"mode": "fire", **figures})
         elif args.mode == "chaos":
@@ -128,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             emit({"mode": "reclaim", **reclaim.run(url, args.k, args.lease_s)})
         elif args.mode == "idle":
             emit({"mode": "idle", **idle.run(url, args.n, args.seconds, args.processes)})
+        elif args.mode == "scrape":
+            emit({"mode": "scrape", **scrape.run(url, args.n, args.scrapes)})
         elif args.mode == "layout":
             emit({"mode": "layout", "n": args.n, **layout.run(url, args.n)})
         elif args.mode == "api":

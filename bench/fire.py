@@ -31,8 +31,10 @@ from actors.store.tasks import TaskStore
 from bench.common import child_pids, percentile, tree_cpu_seconds, used_memory
 from bench.handlers import is_flaky
 from bench.schedule import register
+from bench.scrape import Scraper
 from runtime.config import RedisSection
 from runtime.redis_io import RedisClient
+from runtime.testing.local_redis import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
@@ -41,7 +43,7 @@ NAMESPACE = "bench"
 def node_toml(
     workdir: Path, url: str, index: int, concurrency: int, log_level: str, role: str = "all",
     handler: str = "bench.handlers:record", lease_s: float = 30.0, processes: int = 0,
-    backoff_base_s: float = 10.0, cluster: bool = False,
+    backoff_base_s: float = 10.0, cluster: bool = False, metrics_port: int = 0,
 ) -> Path:  # fmt: skip
     """A node's config; ``role`` is "all" (poller and consumer), "poller" or "consumer";
     ``processes`` > 0: the poller in a child process and that many consumer processes."""
@@ -62,6 +64,8 @@ def node_toml(
         f'[execution]\nresults_log = "{workdir / f"results-{index}.jsonl"}"\n'
         f"{consumers}"
         + (f"[processes]\nscheduler = 1\nconsumers = {processes}\n" if processes else "")
+        # cache_s = 0: every scrape reads Redis (the worst case a scrape can cost)
+        + (f'[metrics]\nbind = "127.0.0.1:{metrics_port}"\ncache_s = 0\n' if metrics_port else "")
     )
     return path
 
@@ -102,7 +106,7 @@ def stop_nodes(procs: list[subprocess.Popen[bytes]]) -> None:
 def run(
     url: str, n: int, interval_s: float, duration_s: float, nodes: int, concurrency: int,
     log_level: str, split: bool = False, processes: int = 0, chaos_every_s: float = 0.0,
-    flaky: bool = False,
+    flaky: bool = False, scrape_every_s: float = 0.0,
 ) -> dict[str, Any]:  # fmt: skip
     """``chaos_every_s`` > 0: SIGKILL a random child process of the node that often (it is
     restarted by the node), until the last kill's fires can no longer miss the window.
@@ -126,6 +130,10 @@ def run(
     if flaky:
         options["handler"] = "bench.handlers:record_flaky"
         options["backoff_base_s"] = 0.2
+    scraper = None
+    if scrape_every_s:
+        options["metrics_port"] = free_port()
+        scraper = Scraper(f"http://127.0.0.1:{options['metrics_port']}/metrics", scrape_every_s)
     procs = start_nodes(
         workdir, url, nodes, concurrency, log_level, split, processes=processes, **options
     )
@@ -135,6 +143,8 @@ def run(
         time.sleep(max(0.0, t0_ms / 1000 - time.time()))
         cpu_start = {p.pid: tree_cpu_seconds(p.pid) for p in procs}
         cpu_t = time.time()
+        if scraper is not None:
+            scraper.start()
         # A killed poller's claims come back after claim_lease_ms (10 s): stop killing early
         # enough that every fire in the window can still start before the end.
         last_kill_s = end_s - interval_s - 12
@@ -145,8 +155,12 @@ def run(
         cpu_used = sum(tree_cpu_seconds(p.pid) - cpu_start[p.pid] for p in procs)
         cpu_pct = 100 * cpu_used / max(1e-9, time.time() - cpu_t)
     finally:
+        if scraper is not None:
+            scraper.stop()
         stop_nodes(procs)
     figures = _analyse(workdir, n, interval_s, duration_s, t0_ms, flaky)
+    if scraper is not None:
+        figures["scrapes"] = scraper.figures()
     return {
         "n": n, "interval_s": interval_s, "duration_s": duration_s, "nodes": nodes,
         "split": split, "processes": processes,
