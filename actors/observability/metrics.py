@@ -10,6 +10,7 @@ never a task id, so cardinality stays bounded. docs/OBSERVABILITY.md lists every
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter as Tally
 from typing import Any
 
@@ -89,19 +90,25 @@ _NOT_RUN_REASON = {"coalesce": "coalesced", "skip": "skipped", "fire_all": "capp
 
 
 def count_events(actor: str, events: Events) -> None:
-    """Turn one batch of logged events into samples (counts summed per label first)."""
+    """Turn one batch of logged events into samples. Counts and histogram observations
+    are summed per label set first and written once per batch: in multiprocess mode each
+    write is a locked write to a memory-mapped file (~4 us), which per fire would cost a
+    tenth of a core at 10,000 fires/s."""
     tally: Tally[tuple[Any, ...]] = Tally()
+    observed: dict[tuple[Histogram, str], list[float]] = {}
     for event, fields in events:
         kind = fields.get("type", "")
         if event == "queued":
             tally[(ENQUEUED, kind, "first" if not fields.get("attempt") else "retry")] += 1
         elif event == "running":
             tally[(STARTED, kind)] += 1
-            START_LAG.labels(kind).observe(max(0, fields.get("start_lag_ms", 0)) / 1000)
+            lag = max(0, fields.get("start_lag_ms", 0)) / 1000
+            observed.setdefault((START_LAG, kind), []).append(lag)
         elif event in ("finished", "retried") or (event == "dead" and "duration_ms" in fields):
             outcome = {"finished": "ok", "retried": "retried"}.get(event, "dead")
             tally[(FINISHED, kind, outcome)] += 1
-            DURATION.labels(kind).observe(max(0, fields.get("duration_ms", 0)) / 1000)
+            took = max(0, fields.get("duration_ms", 0)) / 1000
+            observed.setdefault((DURATION, kind), []).append(took)
             if str(fields.get("error", "")).startswith("timeout:"):
                 tally[(TIMEOUTS, kind)] += 1
             if event == "retried":
@@ -125,7 +132,41 @@ def count_events(actor: str, events: Events) -> None:
         elif event == "actor_gave_up":
             tally[(GIVE_UPS, f"{actor}/{fields.get('child', '?')}")] += 1
     for (metric, *labels), n in tally.items():
-        metric.labels(*labels).inc(n)
+        _child(metric, tuple(labels)).inc(n)
+    for (histogram, kind), values in observed.items():
+        _observe_many(_child(histogram, (kind,)), values)
+
+
+_children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+
+def _child(metric: Any, labels: tuple[str, ...]) -> Any:
+    """``metric.labels(*labels)``, remembered (the lookup takes a lock and builds a key)."""
+    key = (metric, labels)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*labels)
+    return child
+
+
+def _observe_many(child: Any, values: list[float]) -> None:
+    """``child.observe(v)`` for each value, written as one increment per bucket and one
+    to the sum. prometheus-client has no bulk observe; this uses its histogram's layout
+    (non-cumulative buckets by upper bound, a sum), and falls back to ``observe``."""
+    bounds = getattr(child, "_upper_bounds", None)
+    buckets = getattr(child, "_buckets", None)
+    total = getattr(child, "_sum", None)
+    if bounds is None or buckets is None or total is None:
+        for value in values:
+            child.observe(value)
+        return
+    counts = [0] * len(bounds)
+    for value in values:
+        counts[bisect.bisect_left(bounds, value)] += 1
+    for i, n in enumerate(counts):
+        if n:
+            buckets[i].inc(n)
+    total.inc(sum(values))
 
 
 def install() -> None:
