@@ -164,6 +164,20 @@ def test_nodes_and_task_explanations(page: Any, api: ApiNode) -> None:
     page.click("#task-search button")
     page.locator("#explain li").first.wait_for()
     assert "active: next fire at" in page.locator("#explain").inner_text()
+    # A task that failed: its dead letter and last run show up among its runs.
+    doomed = f"dash-{time.monotonic_ns()}"
+    with Client(api.url, *ADMIN) as client:
+        client.create_task("doomed", {"kind": "once", "at_ms": int(time.time() * 1000)}, None,
+                           doomed)  # fmt: skip
+        _dead_letter_of(client, doomed)
+    page.fill("#task-id", doomed)
+    page.click("#task-search button")
+    page.wait_for_function(
+        "document.querySelector('#task-runs') && "
+        "document.querySelector('#task-runs').textContent.includes('dead letter')"
+    )
+    runs = page.locator("#task-runs").inner_text()
+    assert "never going to work" in runs and "last run" in runs
 
 
 def test_the_screenshot_command_runs(tmp_path: Path) -> None:

@@ -206,10 +206,24 @@ async function renderNodes() {
 async function explainTask(taskId) {
   const box = document.getElementById("task");
   const facts = await api("GET", `/v1/tasks/${encodeURIComponent(taskId)}/explain`);
+  const table = (id, headers, rows) => el("table", { id },
+    el("thead", {}, el("tr", {}, ...headers.map((h) => el("th", {}, h)))),
+    el("tbody", {}, ...rows.map((cells) => el("tr", {}, ...cells.map((c) => el("td", {}, c))))));
+  const runs = [
+    ...facts.stream.map((m) => [m.schedule_id, m.attempt, m.delivered ? `running on ${m.consumer}` : "queued",
+      when(m.enqueued_ms), m.delivered ? `idle ${seconds(m.idle_ms)}, delivered ${m.deliveries}x` : ""]),
+    ...facts.retries.map((r) => [r.schedule_id, r.attempt, "waiting to retry", when(r.retry_at_ms),
+      (r.last_error || "").split("\n").filter(Boolean).pop() || ""]),
+  ];
+  const dead = facts.dead_letters.newest;
+  if (dead) runs.push([dead.schedule_id, dead.attempt, `dead letter (${facts.dead_letters.count})`,
+    when(Number(String(dead.entry_id).split("-")[0])), `${dead.reason}: ${(dead.error || "").split("\n").filter(Boolean).pop() || ""}`]);
+  if (facts.last_run_ms) runs.push(["last run", "", facts.last_status, when(facts.last_run_ms), facts.last_error || ""]);
   box.replaceChildren(
     el("h3", {}, `${facts.task_id}: ${facts.status}, ${facts.schedule_text}`),
     el("ul", { id: "explain" }, ...facts.summary.map((line) => el("li", {}, line))),
-    el("p", { class: "hint" }, `${facts.fires} fires, ${facts.runs} runs; last run ${when(facts.last_run_ms)} ${facts.last_status || ""}`),
+    el("p", { class: "hint" }, `${facts.fires} fires, ${facts.runs} runs; next run ${when(facts.next_run_ms)}`),
+    table("task-runs", ["Fire", "Attempt", "State", "When", "Detail"], runs),
   );
 }
 
