@@ -187,7 +187,7 @@ class _Roles:
             config.api,
             keys,
             shared_port=config.processes.api > 1,
-            metrics_cache_s=config.metrics.cache_s,
+            metrics=config.metrics,
         )
         grace = config.node.shutdown_grace_s
         return ChildSpec("api", api.run, graceful=True, shutdown_s=grace)
@@ -197,8 +197,7 @@ class _Roles:
 
     def metrics(self) -> ChildSpec:
         section = self.config.metrics
-        assert section.bind is not None
-        server = MetricsServer(self.store, section.bind, section.cache_s)
+        server = MetricsServer(self.store, section)
         return ChildSpec("metrics", server.run, graceful=True, shutdown_s=5)
 
 

@@ -254,6 +254,10 @@ class MetricsSection:
     cache_s: float = attrs.field(default=2.0, validator=within(0, 60))
     """Gauges read from Redis are reused for this long: scrapes by several servers (or a
     dashboard) cost Redis one reading per interval."""
+    status_count_interval_s: float = attrs.field(default=300.0, validator=within(0, 86_400))
+    """How often a process serving /metrics counts tasks by status (``metronome_tasks``):
+    it reads every task's state record, seconds at a million tasks, so not per scrape.
+    0 = never (the gauge is left out)."""
 
 
 #: I/O threads (connections) a node needs beyond one per consumer type's blocking read.

@@ -64,8 +64,14 @@ def node_toml(
         f'[execution]\nresults_log = "{workdir / f"results-{index}.jsonl"}"\n'
         f"{consumers}"
         + (f"[processes]\nscheduler = 1\nconsumers = {processes}\n" if processes else "")
-        # cache_s = 0: every scrape reads Redis (the worst case a scrape can cost)
-        + (f'[metrics]\nbind = "127.0.0.1:{metrics_port}"\ncache_s = 0\n' if metrics_port else "")
+        # cache_s = 0: every scrape reads Redis (the worst case a scrape can cost); no
+        # background status count, which would blur the per-scrape figures
+        + (
+            f'[metrics]\nbind = "127.0.0.1:{metrics_port}"\ncache_s = 0\n'
+            "status_count_interval_s = 0\n"
+            if metrics_port
+            else ""
+        )
     )
     return path
 

@@ -1,6 +1,7 @@
 """``python -m bench scrape N [SCRAPES]``: what one ``/metrics`` scrape costs a node with N
 tasks: wall time, node CPU (over the node's idle CPU, measured just before) and Redis CPU
-per scrape, with the gauge cache off (every scrape reads Redis). ``Scraper`` also serves
+per scrape, with the gauge cache off (every scrape reads Redis); and what the periodic
+count of tasks by status takes. ``Scraper`` also serves
 ``bench fire --scrape S`` (scrapes during a load run, for the lag A/B)."""
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def run(url: str, n: int, scrapes: int) -> dict[str, Any]:
     finally:
         stop_nodes(procs)
     times.sort()
+    count_s, cpu_s, counts = trio.run(_count_statuses, url)
     return {
         "n": n, "scrapes": scrapes, "register_s": round(register_s, 1),
         "scrape_p50_ms": round(percentile(times, 50), 2),
@@ -106,4 +108,22 @@ def run(url: str, n: int, scrapes: int) -> dict[str, Any]:
         "redis_cpu_ms_per_scrape": round(1000 * redis_cpu / scrapes, 3),
         "node_idle_cpu_pct": round(100 * idle_rate, 2),
         "exposition_bytes": len(body),
+        "status_count_s": round(count_s, 2), "status_count_cpu_s": round(cpu_s, 2),
+        "status_counts": counts,
     }  # fmt: skip
+
+
+async def _count_statuses(url: str) -> tuple[float, float, dict[str, int]]:
+    """What the periodic ``metronome_tasks`` count costs (the same code as a node's)."""
+    from actors.store.tasks import TaskStore
+    from bench.fire import NAMESPACE
+    from runtime.config import RedisSection
+    from runtime.redis_io import RedisClient
+
+    client = RedisClient.from_settings(url, RedisSection(url=url))
+    store = TaskStore(client, NAMESPACE)
+    started, cpu = time.perf_counter(), time.process_time()
+    counts = await store.count_by_status()
+    took, cpu_used = time.perf_counter() - started, time.process_time() - cpu
+    await client.aclose()
+    return took, cpu_used, counts

@@ -102,7 +102,9 @@ async def test_a_node_with_child_processes_reports_its_totals_on_both_endpoints(
     the API and on the [metrics] listener both show what the children counted, equal to
     what the recording handler saw, and the gauges equal what Redis holds."""
     api_port, metrics_port = free_port(), free_port()
-    extra = api_section(api_port) + f'[metrics]\nbind = "127.0.0.1:{metrics_port}"\ncache_s = 0\n'
+    extra = api_section(api_port) + (
+        f'[metrics]\nbind = "127.0.0.1:{metrics_port}"\ncache_s = 0\nstatus_count_interval_s = 1\n'
+    )
     config = write_config(
         tmp_path, redis_url, namespace, processes="scheduler = 1\nconsumers = 1", extra=extra
     )
@@ -139,6 +141,15 @@ async def test_a_node_with_child_processes_reports_its_totals_on_both_endpoints(
         assert value(text, "metronome_redis_up") == 1
         assert value(text, "metronome_tasks_scheduled") == 3  # the once tasks are finished
         assert value(text, "metronome_queue_consumers", type="work") == 1
+
+        async def statuses_counted() -> bool:
+            text = await trio.to_thread.run_sync(scrape, api_port)
+            return value(text, "metronome_tasks", status="finished") == 25
+
+        await wait_until(statuses_counted)
+        text = scrape(api_port)
+        assert value(text, "metronome_tasks", status="active") == 3
+        assert value(text, "metronome_tasks", status="paused") == 0
         other = scrape(metrics_port)
         for name in ("metronome_fires_finished_total", "metronome_fires_enqueued_total"):
             assert {k: v for k, v in samples(other).items() if k[0] == name} == {
@@ -179,3 +190,13 @@ def test_the_grafana_board_and_the_alert_rules_use_only_metrics_a_node_exports()
     for wanted in ("Fires/s by type", "Start lag p50 / p99", "Outcomes", "Backlog and running",
                    "Dead letters and retries", "Actor restarts and give-ups"):  # fmt: skip
         assert wanted in titles
+
+
+async def test_tasks_are_counted_by_status(store: TaskStore) -> None:
+    later = Schedule("interval", every_s=3600, start_ms=await store.now_ms() + 3_600_000)
+    ids = [c.task_id for c in await store.create_many([TaskSpec("count", later)] * 7)]
+    await store.pause(ids[0])
+    await store.pause(ids[1])
+    await store.stop(ids[2])
+    counts = await store.count_by_status(buckets_per_call=100)
+    assert counts == {"active": 4, "paused": 2, "stopped": 1, "finished": 0, "unreadable": 0}

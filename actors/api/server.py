@@ -23,7 +23,8 @@ from actors.api.app import build_app
 from actors.api.queues import Queues
 from actors.api.routes import ApiServices
 from actors.api.signing import ApiKey, Verifier
-from actors.config import ApiSection
+from actors.config import ApiSection, MetricsSection
+from actors.observability.endpoint import start_status_counts
 from actors.observability.redis_gauges import RedisGauges
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
@@ -37,10 +38,11 @@ class ApiServer:
         keys: list[ApiKey],
         *,
         shared_port: bool,
-        metrics_cache_s: float = 2.0,
+        metrics: MetricsSection | None = None,
     ) -> None:
         self.store = store
-        self.gauges = RedisGauges(store, metrics_cache_s)
+        self.metrics = metrics or MetricsSection()
+        self.gauges = RedisGauges(store, self.metrics.cache_s)
         self.section = section
         self.keys = {key.key_id: key for key in keys}
         self.shared_port = shared_port
@@ -70,7 +72,11 @@ class ApiServer:
         async with trio.open_nursery() as nursery:
             urls = await nursery.start(serve)
             ctx.log.info("api_listening", urls=urls, keys=sorted(self.keys))
+            interval = self.metrics.status_count_interval_s
+            counting = start_status_counts(nursery, self.gauges, interval)
             task_status.started(urls)
+            await ctx.wait_stop_requested()
+            counting.cancel()  # hypercorn stops gracefully on the same request
 
     def _shared_bind(self) -> str:
         """Bind the port ourselves with ``SO_REUSEPORT`` and hand hypercorn the descriptor."""

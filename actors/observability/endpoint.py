@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from actors.config import MetricsSection
 from actors.observability.redis_gauges import RedisGauges
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
@@ -28,12 +29,30 @@ async def metrics_response(gauges: RedisGauges) -> Response:
     return Response(body, media_type=content_type)
 
 
+def start_status_counts(
+    nursery: trio.Nursery, gauges: RedisGauges, interval_s: float
+) -> trio.CancelScope:
+    """Count tasks by status in ``nursery`` every ``interval_s`` (0: never); the returned
+    scope stops it (the serving actor cancels it when asked to stop)."""
+    scope = trio.CancelScope()
+
+    async def count() -> None:
+        with scope:
+            if interval_s:
+                await gauges.count_statuses_forever(interval_s)
+
+    nursery.start_soon(count)
+    return scope
+
+
 class MetricsServer:
     """The ``[metrics] bind`` listener: ``/metrics`` and nothing else, on hypercorn."""
 
-    def __init__(self, store: TaskStore, bind: str, cache_s: float) -> None:
-        self.gauges = RedisGauges(store, cache_s)
-        self.bind = bind
+    def __init__(self, store: TaskStore, section: MetricsSection) -> None:
+        assert section.bind is not None
+        self.gauges = RedisGauges(store, section.cache_s)
+        self.bind = section.bind
+        self.status_count_interval_s = section.status_count_interval_s
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         async def metrics(_request: Request) -> Response:
@@ -54,4 +73,7 @@ class MetricsServer:
         async with trio.open_nursery() as nursery:
             urls = await nursery.start(serve)
             ctx.log.info("metrics_listening", urls=urls)
+            counting = start_status_counts(nursery, self.gauges, self.status_count_interval_s)
             task_status.started(urls)
+            await ctx.wait_stop_requested()
+            counting.cancel()  # hypercorn stops gracefully on the same request

@@ -46,6 +46,19 @@ class RedisGauges:
         self.cache_s = cache_s
         self.reading: Reading | None = None
         self._lock = trio.Lock()
+        self.statuses: dict[str, int] | None = None
+        """Tasks per status at the last count (``count_statuses_forever``), if any."""
+        self.statuses_at: float | None = None
+
+    async def count_statuses_forever(self, interval_s: float) -> None:
+        """Count tasks by status every ``interval_s`` (the first time after 10 s at most, so
+        a node starting does not begin with it); an outage is waited through. Runs in the
+        nursery of the actor that serves /metrics."""
+        await trio.sleep(min(10.0, interval_s))
+        while True:
+            self.statuses = await self.store.client.ride_out(self.store.count_by_status)
+            self.statuses_at = time.monotonic()
+            await trio.sleep(interval_s)
 
     async def refresh(self) -> Reading:
         async with self._lock:  # concurrent scrapes share one reading
@@ -100,6 +113,20 @@ class RedisGauges:
         yield GaugeMetricFamily(
             "metronome_retries_waiting", "Retries waiting for their time.", value=reading.retrying
         )
+        if self.statuses is not None and self.statuses_at is not None:
+            tasks = GaugeMetricFamily(
+                "metronome_tasks",
+                "Tasks by status, at the last count ([metrics] status_count_interval_s).",
+                labels=["status"],
+            )
+            for status, count in self.statuses.items():
+                tasks.add_metric([status], count)
+            yield tasks
+            yield GaugeMetricFamily(
+                "metronome_tasks_counted_seconds_ago",
+                "Age of the metronome_tasks count.",
+                value=time.monotonic() - self.statuses_at,
+            )
         per_type = [
             ("metronome_queue_length", "Entries in the type's stream (backlog and in flight).",
              "length", 1.0),

@@ -124,16 +124,18 @@ def unpack(raw: bytes, count: int) -> list[Any]:
     return values
 
 
+def status_index(state: bytes) -> int | None:
+    """A state record's status (an index into ``STATUS_NAMES``) from its first byte: the
+    status is the record's first value, a MessagePack positive fixint. None for a record
+    that does not start so (not one this version wrote)."""
+    first = state[0] if state else 0xFF
+    return first if first < len(STATUS_NAMES) else None
+
+
 def claim_of(state: bytes) -> str | None:
     """The token of the poller holding the task's due fire, if any (explain shows it)."""
     claim = unpack(state, STATE_VALUES)[-1]
     return None if claim is None else claim.decode()
-
-
-def definition_type_and_payload(raw: bytes) -> tuple[str, bytes]:
-    """(type, payload JSON) of a stored definition: what a manual trigger sends."""
-    task_type, payload, _sched, _created = unpack(raw, DEFINITION_VALUES)
-    return task_type.decode(), payload
 
 
 def decode_task(task_id: str, definition: bytes, state: bytes, error: bytes | None) -> Task:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
+import trio.lowlevel
 
 from actors.domain.errors import (
     InvalidTask,
@@ -30,7 +31,7 @@ from actors.store.codes import Code, raise_for_code
 from actors.store.enqueue import enqueue_fires
 from actors.store.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, Keys, schedule_id
 from actors.store.placement import ListCursor, Placement
-from actors.store.records import decode_task
+from actors.store.records import decode_task, status_index
 from actors.store.replies import Fire, TaskRow
 from actors.store.scripts import Scripts
 from actors.store.streams import Streams
@@ -271,6 +272,26 @@ class TaskStore:
                     following.append((bucket, int(scan)))
             scans = following
         return members
+
+    async def count_by_status(self, buckets_per_call: int = 256) -> dict[str, int]:
+        """Tasks per status, reading every state record (one ``HVALS`` a bucket, pipelined,
+        yielding to other tasks between calls): seconds at a million tasks, so for a gauge
+        refreshed every few minutes, never per request. Records this version cannot read
+        are counted as ``unreadable``."""
+        keys = await self.keys()
+        counts = dict.fromkeys([*STATUSES, "unreadable"], 0)
+        for partition in range(keys.partitions):
+            for start in range(0, keys.buckets, buckets_per_call):
+                stop = min(start + buckets_per_call, keys.buckets)
+                replies = await self.client.pipeline(
+                    [("HVALS", keys.states(partition, b)) for b in range(start, stop)]
+                )
+                for values in replies:
+                    for raw in values if isinstance(values, list) else []:
+                        index = status_index(raw)
+                        counts[STATUSES[index] if index is not None else "unreadable"] += 1
+                await trio.lowlevel.checkpoint()
+        return counts
 
     async def types(self) -> list[str]:
         keys = await self.keys()
