@@ -1,7 +1,8 @@
 """``python -m bench MODE ...``: repeatable benchmarks, one JSON line of figures each.
 
 Modes:
-  fire N INTERVAL_S DURATION_S    end to end with real nodes: fires/s, lag, missed, duplicates
+  fire N INTERVAL_S DURATION_S    end to end with real nodes: fires/s, lag, missed, duplicates,
+                                  CPU per fire (Redis, each node process); --cluster M
   idle N [SECONDS]                CPU of an idle node and Redis bytes per task with N tasks
   reclaim [K LEASE_S]             time from kill -9 of a node to its messages running elsewhere
   schedule [BACKLOG RATE SECONDS] bulk create, bytes/task, poller enqueue rate and lag
@@ -20,6 +21,8 @@ import sys
 from bench import api, chaos, fire, hop, idle, layout, reclaim, schedule, scrape, screenshots
 from bench.common import emit, redis_for_bench
 from runtime import logging as node_logging
+from runtime.embedded_redis import find_server_binary
+from runtime.testing.local_redis import LocalCluster
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         metavar="S",
         help="SIGKILL a random child process of the node every S seconds (needs --processes)",
     )
+    p_fire.add_argument(
+        "--cluster", type=int, default=0, metavar="M",
+        help="run against a local Redis Cluster of M masters (CPU figures per shard)",
+    )  # fmt: skip
     p_fire.add_argument(
         "--scrape", type=float, default=0.0, metavar="S",
         help="GET node 0's /metrics every S seconds (gauge cache off); figures under scrapes",
@@ -117,6 +124,18 @@ def main(argv: list[str] | None = None) -> int:
     # Only the one JSON line goes to stdout: the bench's own lifecycle lines (the store logs
     # "created" per task) would drown it.
     node_logging.configure(node="bench", level="warning", stream=sys.stderr)
+    if args.mode == "fire" and args.cluster:
+        cluster = LocalCluster(find_server_binary(), size=args.cluster).start()
+        try:
+            figures = fire.run(
+                cluster.url, args.n, args.interval_s, args.duration_s, args.nodes,
+                args.concurrency, args.log_level, args.split, args.processes, args.chaos,
+                args.flaky, args.scrape, shards=[node.url for node in cluster.nodes],
+            )  # fmt: skip
+        finally:
+            cluster.remove()
+        emit({"mode": "fire", **figures})
+        return 0
     with redis_for_bench(args.redis_url) as url:
         if args.mode == "hop":
             emit({"mode": "hop", "calls": args.calls, **hop.run(url, args.calls)})

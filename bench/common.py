@@ -35,6 +35,16 @@ def used_memory(url: str) -> int:
         client.close()
 
 
+def redis_cpu_seconds(url: str) -> float:
+    """A Redis server's own CPU time (user + system), from ``INFO cpu``."""
+    client = redis.Redis.from_url(url)
+    try:
+        info = client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    finally:
+        client.close()
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process, from /proc."""
     with open(f"/proc/{pid}/stat") as stat:

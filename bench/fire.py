@@ -12,6 +12,7 @@ started more than once.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import random
 import signal
@@ -28,7 +29,14 @@ import trio
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Misfire, Schedule
 from actors.store.tasks import TaskStore
-from bench.common import child_pids, percentile, tree_cpu_seconds, used_memory
+from bench.common import (
+    child_pids,
+    cpu_seconds,
+    percentile,
+    redis_cpu_seconds,
+    tree_cpu_seconds,
+    used_memory,
+)
 from bench.handlers import is_flaky
 from bench.schedule import register
 from bench.scrape import Scraper
@@ -112,7 +120,7 @@ def stop_nodes(procs: list[subprocess.Popen[bytes]]) -> None:
 def run(
     url: str, n: int, interval_s: float, duration_s: float, nodes: int, concurrency: int,
     log_level: str, split: bool = False, processes: int = 0, chaos_every_s: float = 0.0,
-    flaky: bool = False, scrape_every_s: float = 0.0,
+    flaky: bool = False, scrape_every_s: float = 0.0, shards: list[str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """``chaos_every_s`` > 0: SIGKILL a random child process of the node that often (it is
     restarted by the node), until the last kill's fires can no longer miss the window.
@@ -127,10 +135,11 @@ def run(
     if chaos_every_s and chaos_every_s < 2:
         raise SystemExit("--chaos: at most one kill per 2 s (the node gives up past 3 in 5 s)")
     workdir = Path(tempfile.mkdtemp(prefix="metronome-bench-"))
-    baseline = used_memory(url)
-    t0_ms, register_s = trio.run(_register, url, n, interval_s)
-    bytes_per_task = (used_memory(url) - baseline) / n
-    options: dict[str, Any] = {}
+    servers = shards or [url]  # a Redis Cluster's masters, or the one server
+    baseline = sum(used_memory(u) for u in servers)
+    t0_ms, register_s = trio.run(_register, url, n, interval_s, "coalesce", bool(shards))
+    bytes_per_task = (sum(used_memory(u) for u in servers) - baseline) / n
+    options: dict[str, Any] = {"cluster": True} if shards else {}
     if chaos_every_s:
         options = {"handler": "bench.handlers:record_flushed", "lease_s": 2.0}
     if flaky:
@@ -148,6 +157,8 @@ def run(
         end_s = t0_ms / 1000 + duration_s
         time.sleep(max(0.0, t0_ms / 1000 - time.time()))
         cpu_start = {p.pid: tree_cpu_seconds(p.pid) for p in procs}
+        process_start = _process_cpu(procs)
+        redis_start = [redis_cpu_seconds(u) for u in servers]
         cpu_t = time.time()
         if scraper is not None:
             scraper.start()
@@ -159,7 +170,12 @@ def run(
             kills.append(_kill_a_child(procs[0].pid))
         time.sleep(max(0.0, end_s - time.time()))
         cpu_used = sum(tree_cpu_seconds(p.pid) - cpu_start[p.pid] for p in procs)
-        cpu_pct = 100 * cpu_used / max(1e-9, time.time() - cpu_t)
+        elapsed = max(1e-9, time.time() - cpu_t)
+        cpu_pct = 100 * cpu_used / elapsed
+        redis_used = [redis_cpu_seconds(u) - r for u, r in zip(servers, redis_start, strict=True)]
+        process_used = {
+            name: used - process_start.get(name, 0.0) for name, used in _process_cpu(procs).items()
+        }
     finally:
         if scraper is not None:
             scraper.stop()
@@ -167,15 +183,59 @@ def run(
     figures = _analyse(workdir, n, interval_s, duration_s, t0_ms, flaky)
     if scraper is not None:
         figures["scrapes"] = scraper.figures()
+    # Per fire: CPU over the measured window divided by the fires run in it (at the rate
+    # the run executed; fires are spread evenly over the interval).
+    fires = max(1.0, figures["exec_per_s"] * elapsed)
+    figures["redis_cpu_us_per_fire"] = round(1e6 * sum(redis_used) / fires, 1)
+    figures["redis_cpu_pct_per_shard"] = [round(100 * r / elapsed, 1) for r in redis_used]
+    figures["node_cpu_us_per_fire"] = round(1e6 * cpu_used / fires, 1)
+    parts = _part_names(workdir, len(procs))
+    figures["process_cpu_pct"] = {
+        parts.get(k, k): round(100 * v / elapsed, 1) for k, v in process_used.items()
+    }
     return {
         "n": n, "interval_s": interval_s, "duration_s": duration_s, "nodes": nodes,
-        "split": split, "processes": processes,
+        "split": split, "processes": processes, "shards": len(servers) if shards else 0,
         "register_s": round(register_s, 2), **figures,
         **({"chaos_every_s": chaos_every_s, "kills": len(kills)} if chaos_every_s else {}),
         **({"flaky": True} if flaky else {}),
         "redis_bytes_per_task": round(bytes_per_task), "node_cpu_pct": round(cpu_pct, 1),
         "workdir": str(workdir),
     }  # fmt: skip
+
+
+def _process_cpu(procs: list[subprocess.Popen[bytes]]) -> dict[str, float]:
+    """CPU seconds of every node process and its child processes, by name
+    (``node-0``, ``node-0/<pid>``: a child's part shows in its node's log)."""
+    out = {}
+    for i, proc in enumerate(procs):
+        try:
+            out[f"node-{i}"] = cpu_seconds(proc.pid)
+        except OSError:
+            continue
+        for child in child_pids(proc.pid):
+            try:
+                out[f"node-{i}/{child}"] = cpu_seconds(child)
+            except OSError:
+                continue
+    return out
+
+
+def _part_names(workdir: Path, nodes: int) -> dict[str, str]:
+    """``node-0/<pid>`` -> ``node-0/scheduler`` etc., from the nodes' ``process_started``
+    lines (the last start of each part wins)."""
+    names = {}
+    for i in range(nodes):
+        log = workdir / f"node-{i}.log"
+        for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+            if '"process_started"' not in line:
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            names[f"node-{i}/{event['pid']}"] = f"node-{i}/{event['actor'].rsplit('/', 1)[1]}"
+    return names
 
 
 def _kill_a_child(node_pid: int) -> int:

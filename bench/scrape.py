@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import redis
 import trio
 
-from bench.common import percentile, tree_cpu_seconds
+from bench.common import percentile, redis_cpu_seconds, tree_cpu_seconds
 
 
 class Scraper:
@@ -56,11 +55,6 @@ class Scraper:
         }  # fmt: skip
 
 
-def _redis_cpu_s(url: str) -> float:
-    info = redis.Redis.from_url(url).info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
 def run(url: str, n: int, scrapes: int) -> dict[str, Any]:
     from bench.fire import start_nodes, stop_nodes
     from bench.idle import _register
@@ -85,7 +79,7 @@ def run(url: str, n: int, scrapes: int) -> dict[str, Any]:
         before = tree_cpu_seconds(pid)
         time.sleep(idle_s)
         idle_rate = (tree_cpu_seconds(pid) - before) / idle_s
-        cpu_before, redis_before, t = tree_cpu_seconds(pid), _redis_cpu_s(url), time.time()
+        cpu_before, redis_before, t = tree_cpu_seconds(pid), redis_cpu_seconds(url), time.time()
         times = []
         with httpx.Client(timeout=10) as client:
             for _ in range(scrapes):
@@ -95,7 +89,7 @@ def run(url: str, n: int, scrapes: int) -> dict[str, Any]:
                 time.sleep(0.1)
         elapsed = time.time() - t
         node_cpu = tree_cpu_seconds(pid) - cpu_before - idle_rate * elapsed
-        redis_cpu = _redis_cpu_s(url) - redis_before
+        redis_cpu = redis_cpu_seconds(url) - redis_before
     finally:
         stop_nodes(procs)
     times.sort()
