@@ -92,7 +92,12 @@ def _start_node(
         f'[[api.keys]]\nid = "{KEY[0]}"\nsecret = "{KEY[1]}"\n'
         + (f"[processes]\napi = {processes}\n" if processes else "")
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+        ).rstrip(os.pathsep),
+    }
     with (workdir / "api-node.log").open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "runtime", str(config)],

@@ -91,7 +91,13 @@ def start_nodes(
     """``nodes`` node processes; with ``split``, node 0 only polls and the others only
     consume (each role gets its own node, so its own GIL); ``processes=K`` in
     ``node_options`` gives each node a scheduler process and K consumer processes."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "METRONOME_BENCH_DIR": str(workdir)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+        ).rstrip(os.pathsep),
+        "METRONOME_BENCH_DIR": str(workdir),
+    }
     procs = []
     for i in range(first, first + nodes):
         role = ("poller" if i == 0 else "consumer") if split else "all"

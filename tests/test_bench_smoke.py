@@ -32,10 +32,28 @@ def test_fire_mode_reports_every_figure(processes: int) -> None:
     assert set(figures) >= {
         "n", "interval_s", "duration_s", "nodes", "register_s", "expected", "executed",
         "exec_per_s", "lag_p50_ms", "lag_p99_ms", "lag_max_ms", "missed", "duplicates",
-        "redis_bytes_per_task", "node_cpu_pct",
+        "redis_bytes_per_task", "node_cpu_pct", "redis_cpu_us_per_fire",
+        "redis_cpu_pct_per_shard", "node_cpu_us_per_fire", "process_cpu_pct",
     }  # fmt: skip
     assert figures["executed"] > 0
     assert figures["expected"] > 0
+    assert "node-0" in figures["process_cpu_pct"]
+    if processes:
+        assert "node-0/scheduler" in figures["process_cpu_pct"]
+
+
+@pytest.mark.slow
+def test_fire_mode_on_a_local_redis_cluster() -> None:
+    figures = bench("fire", "60", "1", "4", "--cluster", "3", "--scrape", "1")
+    assert figures["shards"] == 3 and len(figures["redis_cpu_pct_per_shard"]) == 3
+    assert figures["executed"] > 0
+    assert figures["scrapes"]["count"] > 0 and figures["scrapes"]["failures"] == 0
+
+
+@pytest.mark.slow
+def test_scrape_mode() -> None:
+    figures = bench("scrape", "500", "5")
+    assert figures["scrapes"] == 5 and figures["status_counts"]["active"] == 500
 
 
 @pytest.mark.slow
