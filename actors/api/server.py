@@ -11,20 +11,14 @@ hypercorn's HTTP handling is most of a request's CPU).
 
 from __future__ import annotations
 
-import functools
-import logging
 import socket
-
-import hypercorn.config
-import hypercorn.trio
-import trio
 
 from actors.api.app import build_app
 from actors.api.queues import Queues
 from actors.api.routes import ApiServices
 from actors.api.signing import ApiKey, Verifier
 from actors.config import ApiSection, MetricsSection
-from actors.observability.endpoint import start_status_counts
+from actors.observability.endpoint import serve_http
 from actors.observability.redis_gauges import RedisGauges
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
@@ -56,27 +50,12 @@ class ApiServer:
         services = ApiServices(
             self.store, Queues(self.store), verifier, self.section, ctx.health, self.gauges, ctx.log
         )
-        config = hypercorn.config.Config()
-        config.bind = [self._shared_bind() if self.shared_port else self.section.bind]
-        config.accesslog = None  # every signed request is logged by the app, as JSON
-        # Hypercorn's own errors (protocol-level only: the app catches its own) go to the
-        # standard logging module, which prints warnings and worse to stderr.
-        config.errorlog = logging.getLogger("hypercorn.error")
-        config.graceful_timeout = ctx.cleanup_grace_s
-        serve = functools.partial(
-            hypercorn.trio.serve,
-            build_app(services),  # type: ignore[arg-type]  # ASGI typing differs, same protocol
-            config,
-            shutdown_trigger=ctx.wait_stop_requested,
-        )
-        async with trio.open_nursery() as nursery:
-            urls = await nursery.start(serve)
-            ctx.log.info("api_listening", urls=urls, keys=sorted(self.keys))
-            interval = self.metrics.status_count_interval_s
-            counting = start_status_counts(nursery, self.gauges, interval)
-            task_status.started(urls)
-            await ctx.wait_stop_requested()
-            counting.cancel()  # hypercorn stops gracefully on the same request
+        bind = self._shared_bind() if self.shared_port else self.section.bind
+        await serve_http(
+            ctx, build_app(services), bind, self.gauges, self.metrics.status_count_interval_s,
+            lambda urls: ctx.log.info("api_listening", urls=urls, keys=sorted(self.keys)),
+            task_status=task_status,
+        )  # fmt: skip
 
     def _shared_bind(self) -> str:
         """Bind the port ourselves with ``SO_REUSEPORT`` and hand hypercorn the descriptor."""

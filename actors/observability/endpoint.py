@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import hypercorn.config
 import hypercorn.trio
@@ -29,11 +31,11 @@ async def metrics_response(gauges: RedisGauges) -> Response:
     return Response(body, media_type=content_type)
 
 
-def start_status_counts(
+def _count_statuses(
     nursery: trio.Nursery, gauges: RedisGauges, interval_s: float
 ) -> trio.CancelScope:
     """Count tasks by status in ``nursery`` every ``interval_s`` (0: never); the returned
-    scope stops it (the serving actor cancels it when asked to stop)."""
+    scope stops it."""
     scope = trio.CancelScope()
 
     async def count() -> None:
@@ -43,6 +45,39 @@ def start_status_counts(
 
     nursery.start_soon(count)
     return scope
+
+
+async def serve_http(
+    ctx: ActorContext,
+    app: Any,
+    bind: str,
+    gauges: RedisGauges,
+    status_count_interval_s: float,
+    listening: Callable[[list[str]], None],
+    *,
+    task_status: TaskStatus,
+) -> None:
+    """Serve ``app`` (ASGI) with hypercorn's trio worker on ``bind`` until the actor is
+    asked to stop, then stop gracefully within its grace; meanwhile count tasks by status
+    for ``gauges``. What the API actor and the ``/metrics`` listener share; ``listening``
+    gets the URLs before the actor reports itself started."""
+    config = hypercorn.config.Config()
+    config.bind = [bind]
+    config.accesslog = None  # the API logs every signed request itself, as JSON
+    # Hypercorn's own errors (protocol-level only: the app catches its own) go to the
+    # standard logging module, which prints warnings and worse to stderr.
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.graceful_timeout = ctx.cleanup_grace_s
+    serve = functools.partial(
+        hypercorn.trio.serve, app, config, shutdown_trigger=ctx.wait_stop_requested
+    )
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(serve)
+        listening(urls)
+        counting = _count_statuses(nursery, gauges, status_count_interval_s)
+        task_status.started(urls)
+        await ctx.wait_stop_requested()
+        counting.cancel()  # hypercorn stops gracefully on the same request
 
 
 class MetricsServer:
@@ -59,21 +94,7 @@ class MetricsServer:
             return await metrics_response(self.gauges)
 
         app = Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])
-        config = hypercorn.config.Config()
-        config.bind = [self.bind]
-        config.accesslog = None
-        config.errorlog = logging.getLogger("hypercorn.error")
-        config.graceful_timeout = ctx.cleanup_grace_s
-        serve = functools.partial(
-            hypercorn.trio.serve,
-            app,  # type: ignore[arg-type]  # ASGI typing differs, same protocol
-            config,
-            shutdown_trigger=ctx.wait_stop_requested,
-        )
-        async with trio.open_nursery() as nursery:
-            urls = await nursery.start(serve)
-            ctx.log.info("metrics_listening", urls=urls)
-            counting = start_status_counts(nursery, self.gauges, self.status_count_interval_s)
-            task_status.started(urls)
-            await ctx.wait_stop_requested()
-            counting.cancel()  # hypercorn stops gracefully on the same request
+        await serve_http(
+            ctx, app, self.bind, self.gauges, self.status_count_interval_s,
+            lambda urls: ctx.log.info("metrics_listening", urls=urls), task_status=task_status,
+        )  # fmt: skip
