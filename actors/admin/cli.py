@@ -86,9 +86,8 @@ def cmd_tasks_add(api: Client, args: argparse.Namespace) -> Result:
         raise UsageError("tasks add: give --type (or --file for bulk)")
     schedule = schedule_from(args, required=True)
     assert schedule is not None
-    task_type = checked_name("--type", args.type)
     task_id = None if args.id is None else checked_name("--id", args.id, MAX_TASK_ID)
-    result = api.create_task(task_type, schedule, payload_from(args.payload), task_id)
+    result = api.create_task(args.type, schedule, payload_from(args.payload), task_id)
     verb = "created" if result["created"] else "already exists (same definition)"
     return result, f"{result['task_id']} {verb}"
 
