@@ -48,6 +48,26 @@ def node_config(
     )
 
 
+def fault_node_toml(
+    tmp_path: Path, url: str, namespace: str, *, cluster: bool = False, partitions: int = 4
+) -> Path:
+    """The node.toml of the fault tests (Redis killed, stalled, failed over): short
+    timeouts, leases and claim leases, so a fault is noticed and ridden out in seconds."""
+    path = tmp_path / "node.toml"
+    path.write_text(
+        f'namespace = "{namespace}"\n'
+        '[node]\nname = "n1"\nshutdown_grace_s = 5\n'
+        f'[redis]\nurl = "{url}"\n'
+        + ("cluster = true\n" if cluster else "")
+        + "connect_timeout_s = 0.5\nsocket_timeout_s = 1\n"
+        f"[scheduler]\npollers = 1\npartitions = {partitions}\nmax_tick_s = 0.05\n"
+        "claim_lease_ms = 1000\n"
+        f'[execution]\nresults_log = "{tmp_path / "results.jsonl"}"\nclaimer_interval_s = 0.2\n'
+        '[consumers.work]\nhandler = "tests.handlers.jobs:noop"\nconcurrency = 20\nlease_s = 3\n'
+    )
+    return path
+
+
 @asynccontextmanager
 async def running_node(config: Config) -> AsyncIterator[ActorContext]:
     """The node's tree runs inside the block; leaving it stops the node gracefully."""

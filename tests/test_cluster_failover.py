@@ -16,6 +16,7 @@ from runtime.embedded_redis import find_server_binary
 from runtime.redis_io import RedisClient
 from runtime.testing.local_redis import LocalCluster
 from tests.execution_harness import (
+    fault_node_toml,
     fault_under_a_running_node,
     periodic_tasks,
     records,
@@ -33,17 +34,7 @@ def cluster() -> Iterator[LocalCluster]:
 
 
 def cluster_config(tmp_path: Path, url: str, namespace: str) -> Path:
-    path = tmp_path / "node.toml"
-    path.write_text(
-        f'namespace = "{namespace}"\n'
-        '[node]\nname = "n1"\nshutdown_grace_s = 5\n'
-        f'[redis]\nurl = "{url}"\ncluster = true\nconnect_timeout_s = 0.5\n'
-        "socket_timeout_s = 1\n"
-        "[scheduler]\npollers = 1\npartitions = 8\nmax_tick_s = 0.05\nclaim_lease_ms = 1000\n"
-        f'[execution]\nresults_log = "{tmp_path / "results.jsonl"}"\nclaimer_interval_s = 0.2\n'
-        '[consumers.work]\nhandler = "tests.handlers.jobs:noop"\nconcurrency = 20\nlease_s = 3\n'
-    )
-    return path
+    return fault_node_toml(tmp_path, url, namespace, cluster=True, partitions=8)
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")

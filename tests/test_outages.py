@@ -20,6 +20,7 @@ from runtime.redis_io import RedisClient
 from runtime.supervisor import ChildSpec, supervisor
 from runtime.testing.local_redis import RedisProcess
 from tests.execution_harness import (
+    fault_node_toml,
     fault_under_a_running_node,
     periodic_tasks,
 )
@@ -85,17 +86,7 @@ async def test_an_actor_rides_out_a_redis_restart_without_crashing(
 
 
 def node_config(tmp_path: Path, url: str, namespace: str) -> Path:
-    path = tmp_path / "node.toml"
-    path.write_text(
-        f'namespace = "{namespace}"\n'
-        '[node]\nname = "n1"\nshutdown_grace_s = 5\n'
-        f'[redis]\nurl = "{url}"\nconnect_timeout_s = 0.5\nsocket_timeout_s = 1\n'
-        "[scheduler]\npollers = 1\npartitions = 4\nmax_tick_s = 0.05\nclaim_lease_ms = 1000\n"
-        f'[execution]\nresults_log = "{tmp_path / "results.jsonl"}"\nclaimer_interval_s = 0.2\n'
-        '[consumers.work]\nhandler = "tests.handlers.jobs:noop"\n'
-        "concurrency = 20\nlease_s = 3\n"
-    )
-    return path
+    return fault_node_toml(tmp_path, url, namespace)
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
