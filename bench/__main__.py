@@ -70,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         help="GET node 0's /metrics every S seconds (gauge cache off); figures under scrapes",
     )  # fmt: skip
     p_fire.add_argument(
+        "--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="settings",
+        help="a node.toml setting for every node (TOML value), e.g. scheduler.min_tick_s=0.01",
+    )  # fmt: skip
+    p_fire.add_argument(
         "--processes",
         type=int,
         default=0,
@@ -131,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                 cluster.url, args.n, args.interval_s, args.duration_s, args.nodes,
                 args.concurrency, args.log_level, args.split, args.processes, args.chaos,
                 args.flaky, args.scrape, shards=[node.url for node in cluster.nodes],
+                settings=tuple(args.settings),
             )  # fmt: skip
         finally:
             cluster.remove()
@@ -143,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             figures = fire.run(
                 url, args.n, args.interval_s, args.duration_s, args.nodes, args.concurrency,
                 args.log_level, args.split, args.processes, args.chaos, args.flaky, args.scrape,
+                settings=tuple(args.settings),
             )  # fmt: skip
             emit({"mode": "fire", **figures})
         elif args.mode == "chaos":

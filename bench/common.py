@@ -45,6 +45,42 @@ def redis_cpu_seconds(url: str) -> float:
         client.close()
 
 
+def command_stats(url: str) -> dict[str, tuple[int, float]]:
+    """A Redis server's ``INFO commandstats``: command -> (calls, microseconds). Commands
+    run inside scripts are counted too, which shows what a script's time is made of."""
+    client = redis.Redis.from_url(url)
+    try:
+        info = client.info("commandstats")
+        return {
+            name.removeprefix("cmdstat_"): (int(v["calls"]), float(v["usec"]))
+            for name, v in info.items()
+        }
+    finally:
+        client.close()
+
+
+def command_costs(
+    before: list[dict[str, tuple[int, float]]],
+    after: list[dict[str, tuple[int, float]]],
+    fires: float,
+) -> dict[str, list[float]]:
+    """Per fire, summed over servers: command -> [calls, microseconds], the costliest first
+    (those under 0.05 us a fire left out)."""
+    total: dict[str, list[float]] = {}
+    for b, a in zip(before, after, strict=True):
+        for name, (calls, usec) in a.items():
+            c0, u0 = b.get(name, (0, 0.0))
+            row = total.setdefault(name, [0.0, 0.0])
+            row[0] += calls - c0
+            row[1] += usec - u0
+    rows = sorted(total.items(), key=lambda kv: -kv[1][1])
+    return {
+        name: [round(calls / fires, 2), round(usec / fires, 2)]
+        for name, (calls, usec) in rows
+        if usec / fires >= 0.05
+    }
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process, from /proc."""
     with open(f"/proc/{pid}/stat") as stat:

@@ -31,6 +31,8 @@ from actors.domain.schedules import Misfire, Schedule
 from actors.store.tasks import TaskStore
 from bench.common import (
     child_pids,
+    command_costs,
+    command_stats,
     cpu_seconds,
     percentile,
     redis_cpu_seconds,
@@ -52,9 +54,11 @@ def node_toml(
     workdir: Path, url: str, index: int, concurrency: int, log_level: str, role: str = "all",
     handler: str = "bench.handlers:record", lease_s: float = 30.0, processes: int = 0,
     backoff_base_s: float = 10.0, cluster: bool = False, metrics_port: int = 0,
+    settings: tuple[str, ...] = (),
 ) -> Path:  # fmt: skip
     """A node's config; ``role`` is "all" (poller and consumer), "poller" or "consumer";
-    ``processes`` > 0: the poller in a child process and that many consumer processes."""
+    ``processes`` > 0: the poller in a child process and that many consumer processes;
+    ``settings``: ``section.key=value`` lines (TOML values) put into their sections."""
     path = workdir / f"node-{index}.toml"
     pollers = 0 if role == "consumer" else 1
     consumers = (
@@ -81,7 +85,27 @@ def node_toml(
             else ""
         )
     )
+    if settings:
+        path.write_text(_with_settings(path.read_text(), settings))
     return path
+
+
+def _with_settings(text: str, settings: tuple[str, ...]) -> str:
+    """``text`` with each ``section.key=value`` added to its section (a new one if the
+    config has none). A section like ``consumers.bench`` is named in full."""
+    lines = text.splitlines()
+    for setting in settings:
+        name, sep, value = setting.partition("=")
+        section, dot, key = name.strip().rpartition(".")
+        if not (sep and dot and section and key):
+            raise SystemExit(f"--set {setting!r}: expected section.key=value")
+        header = f"[{section}]"
+        at = lines.index(header) + 1 if header in lines else None
+        if at is None:
+            lines += [header, f"{key} = {value.strip()}"]
+        else:
+            lines.insert(at, f"{key} = {value.strip()}")
+    return "\n".join(lines) + "\n"
 
 
 def start_nodes(
@@ -127,6 +151,7 @@ def run(
     url: str, n: int, interval_s: float, duration_s: float, nodes: int, concurrency: int,
     log_level: str, split: bool = False, processes: int = 0, chaos_every_s: float = 0.0,
     flaky: bool = False, scrape_every_s: float = 0.0, shards: list[str] | None = None,
+    settings: tuple[str, ...] = (),
 ) -> dict[str, Any]:  # fmt: skip
     """``chaos_every_s`` > 0: SIGKILL a random child process of the node that often (it is
     restarted by the node), until the last kill's fires can no longer miss the window.
@@ -148,6 +173,8 @@ def run(
     options: dict[str, Any] = {"cluster": True} if shards else {}
     if chaos_every_s:
         options = {"handler": "bench.handlers:record_flushed", "lease_s": 2.0}
+    if settings:
+        options["settings"] = settings
     if flaky:
         options["handler"] = "bench.handlers:record_flaky"
         options["backoff_base_s"] = 0.2
@@ -165,6 +192,7 @@ def run(
         cpu_start = {p.pid: tree_cpu_seconds(p.pid) for p in procs}
         process_start = _process_cpu(procs)
         redis_start = [redis_cpu_seconds(u) for u in servers]
+        commands_start = [command_stats(u) for u in servers]
         cpu_t = time.time()
         if scraper is not None:
             scraper.start()
@@ -179,6 +207,10 @@ def run(
         elapsed = max(1e-9, time.time() - cpu_t)
         cpu_pct = 100 * cpu_used / elapsed
         redis_used = [redis_cpu_seconds(u) - r for u, r in zip(servers, redis_start, strict=True)]
+        commands_end = [command_stats(u) for u in servers]
+        # Memory while running: the tasks plus whatever the fire path keeps (streams'
+        # backlog, dedupe markers), over the same baseline as the idle figure.
+        running_bytes = (sum(used_memory(u) for u in servers) - baseline) / n
         process_used = {
             name: used - process_start.get(name, 0.0) for name, used in _process_cpu(procs).items()
         }
@@ -194,6 +226,9 @@ def run(
     fires = max(1.0, figures["exec_per_s"] * elapsed)
     figures["redis_cpu_us_per_fire"] = round(1e6 * sum(redis_used) / fires, 1)
     figures["redis_cpu_pct_per_shard"] = [round(100 * r / elapsed, 1) for r in redis_used]
+    # What the Redis time is made of: [calls, us] per fire for each command (a script's
+    # own calls listed beside it; EVALSHA's time includes theirs)
+    figures["redis_commands_per_fire"] = command_costs(commands_start, commands_end, fires)
     figures["node_cpu_us_per_fire"] = round(1e6 * cpu_used / fires, 1)
     parts = _part_names(workdir, len(procs))
     figures["process_cpu_pct"] = {
@@ -205,7 +240,8 @@ def run(
         "register_s": round(register_s, 2), **figures,
         **({"chaos_every_s": chaos_every_s, "kills": len(kills)} if chaos_every_s else {}),
         **({"flaky": True} if flaky else {}),
-        "redis_bytes_per_task": round(bytes_per_task), "node_cpu_pct": round(cpu_pct, 1),
+        "redis_bytes_per_task": round(bytes_per_task),
+        "redis_bytes_per_task_running": round(running_bytes), "node_cpu_pct": round(cpu_pct, 1),
         "workdir": str(workdir),
     }  # fmt: skip
 
