@@ -50,6 +50,7 @@ class _Output:
     stream: TextIO | None = None
     node: str = "?"
     info_enabled: bool = True
+    debug_enabled: bool = False
     console: bool = False
 
 
@@ -95,6 +96,7 @@ def configure(
     _output.stream = stream
     _output.node = node
     _output.info_enabled = level in ("debug", "info")
+    _output.debug_enabled = level == "debug"
     _output.console = format == "console"
     renderer: Any
     if format == "console":
@@ -192,13 +194,32 @@ def _encode_fields(fields: dict[str, Any]) -> str:
     return "".join(out)
 
 
+#: ``,"key":value`` for each field, as a lifecycle line has them (``emit_events(encoded=)``).
+encode_fields = _encode_fields
+#: One value as a lifecycle line encodes it.
+encode_value = _value
+
+
 def encode_object(fields: dict[str, Any]) -> str:
     """One JSON object, encoded the fast way lifecycle lines are (see ``_encode_fields``)."""
     return "{" + _encode_fields(fields)[1:] + "}" if fields else "{}"
 
 
-def emit_events(actor: str, events: Iterable[tuple[str, dict[str, Any]]]) -> None:
-    """Write info-level lifecycle lines, one per ``(event, fields)``, in one write.
+def debug_enabled() -> bool:
+    """Whether debug lines are written: callers skip building lines nobody reads."""
+    return _output.debug_enabled
+
+
+def emit_events(
+    actor: str,
+    events: Iterable[tuple[str, dict[str, Any]]],
+    level: str = "info",
+    encoded: Sequence[str] | None = None,
+) -> None:
+    """Write lifecycle lines at ``level`` ("info" or "debug"), one per ``(event, fields)``,
+    in one write. Observers (metrics) get every event whatever the level. ``encoded``:
+    each event's fields already encoded (``encode_fields``), by a caller that wrote them
+    elsewhere too (a finished fire's results line).
 
     The lines carry the same keys as structlog's (``event``, fields, ``node``, ``actor``,
     ``level``, ``time``, ``ts_ms``); the time is taken once for the batch.
@@ -206,26 +227,29 @@ def emit_events(actor: str, events: Iterable[tuple[str, dict[str, Any]]]) -> Non
     if _observers:
         events = events if isinstance(events, list) else list(events)
         _notify(actor, events)
-    if not _output.info_enabled:
+    if not (_output.debug_enabled if level == "debug" else _output.info_enabled):
         return
     if _output.console:
         logger = get_logger(actor=actor)
+        log = logger.debug if level == "debug" else logger.info
         for event, fields in events:
-            logger.info(event, _observed=True, **fields)
+            log(event, _observed=True, **fields)
         return
     now = time.time()
     tail = {
         "node": _output.node,
         "actor": actor,
-        "level": "info",
+        "level": level,
         "time": datetime.datetime.fromtimestamp(now, datetime.UTC).strftime(
             "%Y-%m-%dT%H:%M:%S.%fZ"
         ),
         "ts_ms": int(now * 1000),
     }
     tail_json = _encode_line(tail)[1:]  # '"node":…}': the same for every line of the batch
+    bodies = encoded if encoded is not None else [_encode_fields(f) for _, f in events]
     lines = [
-        f'{{"event":{_value(event)}{_encode_fields(fields)},{tail_json}' for event, fields in events
+        f'{{"event":{_value(event)}{body},{tail_json}'
+        for (event, _), body in zip(events, bodies, strict=True)
     ]
     if lines:
         stream = _output.stream or sys.stdout

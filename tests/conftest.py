@@ -58,6 +58,15 @@ def log_lines() -> Iterator[Callable[[], list[dict[str, Any]]]]:
     node_logging.configure(node="test")
 
 
+@pytest.fixture
+def debug_log_lines() -> Iterator[Callable[[], list[dict[str, Any]]]]:
+    """``log_lines`` at the debug level: every step of every fire has its own line."""
+    buffer = io.StringIO()
+    node_logging.configure(node="test", stream=buffer, level="debug")
+    yield lambda: [json.loads(line) for line in buffer.getvalue().splitlines()]
+    node_logging.configure(node="test")
+
+
 @pytest.fixture(scope="session")
 def cluster_url() -> Iterator[str]:
     """A real Redis Cluster of three local processes, started by the suite."""

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 from actors.execution.completion import MAX_ERROR_CHARS, Outcome, RetryPolicy, decide
+from actors.execution.results_log import result_line
 from actors.store.messages import Message
 from actors.store.records import OUTCOME_NAMES
+from runtime.logging import encode_fields
 
 
 def message(task_id: str, attempt: int = 0) -> Message:
@@ -19,10 +23,14 @@ POLICY = RetryPolicy(max_attempts=3, backoff_base_s=10, backoff_cap_s=300, backo
 
 def test_success_is_a_result_line_an_outcome_and_an_ack() -> None:
     plan = decide([Outcome(message("a"), 1000, 1250, result={"ok": True})], POLICY, "n1")
-    assert plan.results == [
-        {"task_id": "a", "schedule_id": "a:100", "type": "t", "attempt": 0, "due_ms": 100,
-         "started_ms": 1000, "finished_ms": 1250, "result": {"ok": True}}
-    ]  # fmt: skip
+    assert plan.results == [{"ok": True}]
+    ((_, fields),) = plan.events
+    line = json.loads(result_line(encode_fields(fields), plan.results[0]))
+    assert line == {
+        "task_id": "a", "schedule_id": "a:100", "type": "t", "attempt": 0, "msg_id": "1-a",
+        "due_ms": 100, "queued_ms": 100, "started_ms": 1000, "finished_ms": 1250,
+        "start_lag_ms": 900, "duration_ms": 250, "result": {"ok": True},
+    }  # fmt: skip
     assert plan.acks == ["1-a"] and plan.retries == [] and plan.dead == []
     assert [(o.task_id, OUTCOME_NAMES[o.outcome], o.error) for o in plan.outcomes] == [
         ("a", "ok", "")

@@ -183,7 +183,7 @@ async def test_a_fire_enqueued_again_after_a_poller_died_is_dropped(
     keys = await store.keys()
     await claim(store, "dead-poller", lease_ms=100)
     fire = Fire("x", "t", b"null", past)
-    await enqueue_fires(await store.scripts(), [fire], past, "dead-poller", 60_000)
+    await enqueue_fires(await store.scripts(), [fire], past, "dead-poller", 60_000, "dead-poller")
     await trio.sleep(0.2)  # the dead poller's claim expires
     poller = Poller(store, PollerSettings(dedupe_window_ms=60_000))
     result = await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
@@ -195,12 +195,40 @@ async def test_a_fire_enqueued_again_after_a_poller_died_is_dropped(
     assert task is not None and task.next_run_ms == past + 60_000  # and committed
 
 
+async def test_enqueue_markers_are_one_per_claim_and_answer_a_repeated_call(
+    store: TaskStore,
+) -> None:
+    """Dedupe writes one marker per claim and stream, not one key per fire; the same call
+    repeated (its reply lost) answers as the first time and appends nothing; a claim that
+    took over names the old one and only what that one appended is dropped."""
+    scripts = await store.scripts()
+    keys = await store.keys()
+    fires = [Fire(f"t{i}", "m", b"null", 1000 + i) for i in range(300)]
+    first = await scripts.enqueue(fires, 5000, 60_000, "claim-1")
+    assert first == [True] * 300
+    markers = await store.client.execute("KEYS", keys.enqueued_prefix("m") + "*")
+    assert markers == [(keys.enqueued_prefix("m") + "claim-1").encode()]
+    assert await scripts.enqueue(fires, 5000, 60_000, "claim-1") == first  # a repeated call
+    assert len(await stream_fires(store, "m")) == 300
+    # claim-2 took over t0..t9 from claim-1 (which appended them) and t10 from claim-x
+    # (which appended nothing): only t0..t9 are dropped.
+    again = [Fire(f"t{i}", "m", b"null", 1000 + i, prior="claim-1") for i in range(10)]
+    again += [Fire("t10", "m", b"null", 1010, prior="claim-x")]
+    again += [Fire("t0", "m", b"null", 2000, prior="claim-1")]  # a later grid time: new
+    assert await scripts.enqueue(again, 6000, 60_000, "claim-2") == [False] * 10 + [True] * 2
+    # and a third claim taking over from claim-2 knows what claim-2 found appended
+    third = [Fire("t3", "m", b"null", 1003, prior="claim-2")]
+    assert await scripts.enqueue(third, 7000, 60_000, "claim-3") == [False]
+    assert len(await stream_fires(store, "m")) == 302
+
+
 # -- the actor ------------------------------------------------------------------------------
 
 
 async def test_due_tasks_reach_their_stream_once_per_due_time(
-    store: TaskStore, log_lines: Callable[[], list[dict[str, Any]]]
+    store: TaskStore, debug_log_lines: Callable[[], list[dict[str, Any]]]
 ) -> None:
+    log_lines = debug_log_lines  # "scheduled" and "queued" are debug lines
     start = await store.now_ms() + 100
     specs = [
         TaskSpec("beat", Schedule("interval", every_s=0.2, start_ms=start), i) for i in range(30)

@@ -103,9 +103,10 @@ async def test_parts_run_in_child_processes_and_stop_with_the_node(
     assert len(node.lines) == len(node.raw)
     stopped = {e["node"] for e in node.events("node_stopped")}
     assert stopped == {"n1", "n1/scheduler", "n1/consumers-1", "n1/consumers-2"}
-    queued = {e["node"] for e in node.events("queued")}
-    assert queued == {"n1/scheduler"}
-    assert {e["actor"] for e in node.events("running")} == {"node/consumers/work/consumer"}
+    assert {e["node"] for e in node.events("poller_ready")} == {"n1/scheduler"}
+    finished = node.events("finished")
+    assert {e["node"] for e in finished} <= {"n1/consumers-1", "n1/consumers-2"}
+    assert {e["actor"] for e in finished} == {"node/consumers/work/consumer"}
     assert [e["asked"] for e in node.events("process_exited")] == [True, True, True]
     assert not node.events("process_killed")
     assert "shutdown_forced" not in {e["event"] for e in node.events()}

@@ -24,7 +24,7 @@ from actors.store.replies import DeadLetterWrite, OutcomeWrite, RetryWrite
 MAX_ERROR_CHARS = 2000
 
 
-@attrs.frozen
+@attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build
 class Outcome:
     """One handler run, finished."""
 
@@ -56,8 +56,11 @@ class RetryPolicy:
 class Completion:
     """What a batch of outcomes turns into (``decide``)."""
 
-    results: list[dict[str, Any]]
-    """Lines for the results log (successes), written before anything is acknowledged."""
+    results: list[Any]
+    """The handlers' results of the successes, in the order of their ``finished`` events
+    (the first events): each results-log line is that event's fields and ``result``
+    (``actors.execution.results_log.result_line``), written before anything is
+    acknowledged."""
     retries: list[RetryWrite]
     outcomes: list[OutcomeWrite]
     dead: list[DeadLetterWrite]
@@ -80,6 +83,22 @@ def fire_fields(m: Message) -> dict[str, Any]:
         "type": m.type,
         "attempt": m.attempt,
         "msg_id": m.msg_id,
+    }
+
+
+def lifecycle(o: Outcome) -> dict[str, Any]:
+    """A finished run's line: the fire's fields and every time of its life, so that one
+    line reads as the seed's Scheduled (``due_ms``) → Queued (``queued_ms``) → Running
+    (``started_ms``) → Finished/Retried (``finished_ms``)."""
+    m = o.message
+    return {
+        **fire_fields(m),
+        "due_ms": m.due_ms,
+        "queued_ms": m.enq_ms,
+        "started_ms": o.started_ms,
+        "finished_ms": o.finished_ms,
+        "start_lag_ms": o.started_ms - m.due_ms,
+        "duration_ms": o.finished_ms - o.started_ms,
     }
 
 
@@ -122,18 +141,14 @@ def decide(
         for kind, group in (("ok", ok), ("retry", retry), ("dead", dead))
         for o in group
     ]
-    events: list[tuple[str, dict[str, Any]]] = [
-        ("finished", {**fire_fields(o.message), "duration_ms": o.finished_ms - o.started_ms})
-        for o in ok
-    ]
+    events: list[tuple[str, dict[str, Any]]] = [("finished", lifecycle(o)) for o in ok]
     events += [
         (
             "retried",
             {
-                **fire_fields(o.message),
+                **lifecycle(o),
                 "next_attempt": o.message.attempt + 1,
                 "delay_s": round(delays[o.message.msg_id], 3),
-                "duration_ms": o.finished_ms - o.started_ms,
                 "error": first_line(o.error),
             },
         )
@@ -143,17 +158,16 @@ def decide(
         (
             "dead",
             {
-                **fire_fields(o.message),
+                **lifecycle(o),
                 "attempts": o.message.attempt + 1,
                 "reason": _reason(o),
-                "duration_ms": o.finished_ms - o.started_ms,
                 "error": first_line(o.error),
             },
         )
         for o in dead
     ]
     return Completion(
-        results=[_result_record(o) for o in ok],
+        results=[o.result for o in ok],
         retries=[
             RetryWrite(o.message, int(delays[o.message.msg_id] * 1000), o.error or "")
             for o in retry
@@ -183,17 +197,3 @@ def _dead_letter(o: Outcome, node: str) -> DeadLetterWrite:
             "msg_id": m.msg_id,
         },
     )
-
-
-def _result_record(o: Outcome) -> dict[str, Any]:
-    m = o.message
-    return {
-        "task_id": m.task_id,
-        "schedule_id": m.schedule_id,
-        "type": m.type,
-        "attempt": m.attempt,
-        "due_ms": m.due_ms,
-        "started_ms": o.started_ms,
-        "finished_ms": o.finished_ms,
-        "result": o.result,
-    }

@@ -36,14 +36,14 @@ from actors.execution.flight import Flight
 from actors.execution.handlers import Handler
 from actors.execution.identity import take_name
 from actors.execution.reading import Reader
-from actors.execution.results_log import ResultsLog
+from actors.execution.results_log import ResultsLog, result_line
 from actors.execution.running import Runner
 from actors.store.messages import Message
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.channels import Mailbox
-from runtime.logging import emit_events
+from runtime.logging import emit_events, encode_fields
 
 #: How long the flusher waits after the first completion for others to join its batch.
 FLUSH_GATHER_S = 0.005
@@ -217,10 +217,14 @@ class Consumer:
         while flight.done:
             batch = flight.take()
             plan = decide(batch, self.settings.retry, self.node)
-            self.results.append(plan.results)
+            # Each line's fields encoded once: the log line and the results line share them.
+            bodies = [encode_fields(fields) for _, fields in plan.events]
+            self.results.append_lines(
+                [result_line(bodies[i], result) for i, result in enumerate(plan.results)]
+            )
 
             # Redis away: the batch waits (cancellably: cut at shutdown, its messages stay
             # pending and are reclaimed, never lost) and is written once Redis answers.
             await scripts.client.ride_out(functools.partial(self._complete, scripts, plan))
             flight.settled(batch)
-            emit_events(self.actor, plan.events)
+            emit_events(self.actor, plan.events, encoded=bodies)

@@ -140,9 +140,12 @@ class Reader:
                     self.flight.messages.pop(m.msg_id, None)
                 emit_events(self.actor, [("duplicate_dropped", fire_fields(m)) for m in duplicates])
         now_ms = int(time.time() * 1000)
+        # A debug line (the fire's info line, written when it ends, has its start time);
+        # observers (metrics: starts, start lag) get it whatever the level.
         emit_events(
             self.actor,
             [("running", {**fire_fields(m), "start_lag_ms": now_ms - m.due_ms}) for m in runnable],
+            level="debug",
         )
         for message in runnable:
             await self._start(message)

@@ -1,10 +1,11 @@
 """The results log (the seed's "business log"): one JSON line per finished fire, on disk.
 
-Lines carry ``task_id``, ``schedule_id``, ``type``, ``attempt``, ``due_ms``, ``started_ms``,
-``finished_ms`` and the handler's ``result``. A line is written and flushed to the OS
-before its message is acknowledged, so a fire whose line is missing was not acknowledged
-and will run again; downstream de-duplicates on ``schedule_id`` (task id + due time),
-since at-least-once can write a line twice.
+Lines carry ``task_id``, ``schedule_id``, ``type``, ``attempt``, ``msg_id``, ``due_ms``,
+``queued_ms``, ``started_ms``, ``finished_ms``, ``start_lag_ms``, ``duration_ms`` (the fire's
+``finished`` log line, encoded once for both) and the handler's ``result``. A line is
+written and flushed to the OS before its message is acknowledged, so a fire whose line
+is missing was not acknowledged and will run again; downstream de-duplicates on
+``schedule_id`` (task id + due time), since at-least-once can write a line twice.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ from typing import Any
 
 import attrs
 
-from runtime.logging import encode_object
+from runtime.logging import encode_object, encode_value
+
+
+def result_line(fields_json: str, result: Any) -> str:
+    """A results-log line from a ``finished`` line's encoded fields (``encode_fields``:
+    ``,"key":value...``) and the handler's result."""
+    return f'{{{fields_json[1:]},"result":{encode_value(result)}}}'
 
 
 @attrs.frozen
@@ -35,9 +42,13 @@ class ResultsLog:
 
     def append(self, records: list[dict[str, Any]]) -> None:
         """Append records, one JSON line each, in one write; flushed before returning."""
-        if not records:
+        self.append_lines([encode_object(r) for r in records])
+
+    def append_lines(self, lines: list[str]) -> None:
+        """Append lines already encoded (``result_line``), in one write; flushed."""
+        if not lines:
             return
-        text = "\n".join(encode_object(r) for r in records) + "\n"
+        text = "\n".join(lines) + "\n"
         with self.path.open("a", encoding="utf-8") as out:
             out.write(text)
             out.flush()

@@ -44,7 +44,7 @@ from actors.store.replies import Claimed, Fire, FireCommit
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
-from runtime.logging import emit_events
+from runtime.logging import debug_enabled, emit_events
 
 
 @attrs.frozen
@@ -107,20 +107,23 @@ class Poller:
         now = max(c.now_ms for c in claims) if claims else 0
         plans: dict[int, list[tuple[Claimed, FirePlan]]] = defaultdict(list)
         messages: list[tuple[Claimed, int]] = []
-        events: list[tuple[str, dict[str, Any]]] = []
+        scheduled: list[tuple[str, dict[str, Any]]] = []
+        misfired: list[tuple[str, dict[str, Any]]] = []
+        debug = debug_enabled()
         for claim in claims:
             for task in claim.tasks:
-                events.append(
-                    (
-                        "scheduled",
-                        {
-                            "task_id": task.task_id,
-                            "schedule_id": schedule_id(task.task_id, task.due_ms),
-                            "type": task.type,
-                            "due_ms": task.due_ms,
-                        },
+                if debug:
+                    scheduled.append(
+                        (
+                            "scheduled",
+                            {
+                                "task_id": task.task_id,
+                                "schedule_id": schedule_id(task.task_id, task.due_ms),
+                                "type": task.type,
+                                "due_ms": task.due_ms,
+                            },
+                        )
                     )
-                )
                 plan = plan_fires(
                     task.schedule,
                     task.due_ms,
@@ -131,18 +134,25 @@ class Poller:
                 plans[claim.partition].append((task, plan))
                 messages += [(task, due) for due in plan.fires]
                 if plan.missed:
-                    events.append(("misfired", _misfired(task, plan)))
-        emit_events(self.actor, events)
+                    misfired.append(("misfired", _misfired(task, plan)))
+        # One info line per fire is written when it ends (the consumer's, with every
+        # lifecycle time); the claim's own line is a debug line.
+        if scheduled:
+            emit_events(self.actor, scheduled, level="debug")
+        if misfired:
+            emit_events(self.actor, misfired)
         # From here on the claims are ours: if Redis goes away, the tick waits for it and
         # goes on with the same token rather than leave its claims to expire (a lease later).
-        # An enqueue repeated after a lost reply is dropped by its markers; a commit checks
-        # the claim still holds.
+        # An enqueue repeated after a lost reply finds its own markers and answers as
+        # before; a commit checks the claim still holds.
         redis = scripts.client
         if messages:
             # Nothing is committed if this raises: the claims expire and the fires come back.
-            fires = [Fire(t.task_id, t.type, t.payload, due) for t, due in messages]
+            fires = [
+                Fire(t.task_id, t.type, t.payload, due, prior=t.prior_claim) for t, due in messages
+            ]
             await redis.ride_out(
-                lambda: enqueue_fires(scripts, fires, now, self.actor, s.dedupe_window_ms)
+                lambda: enqueue_fires(scripts, fires, now, self.actor, s.dedupe_window_ms, token)
             )
         earliest_by_partition = {c.partition: c.earliest_ms for c in claims}
         if plans:

@@ -79,7 +79,7 @@ class RetryDispatcher:
             # Claimed: ride out an outage with the same token (see the poller's tick).
             redis = scripts.client
             await redis.ride_out(
-                lambda: enqueue_fires(scripts, fires, now, self.actor, s.dedupe_window_ms)
+                lambda: enqueue_fires(scripts, fires, now, self.actor, s.dedupe_window_ms, token)
             )
             commits = await redis.ride_out(lambda: scripts.commit_retries(token, claimed))
             lost = [

@@ -1,16 +1,19 @@
 """Appending fires to their type's stream, with their lifecycle lines: shared by the
 poller, the retry dispatcher and a manual trigger.
 
-Duplicates are stopped here, at the source: ``enqueue.lua`` remembers each fire (schedule_id
-and attempt) for ``dedupe_window_ms`` in a key of the stream's own slot, so appending and
-remembering are one atomic step. A poller that died after appending and before committing
-leaves its fires to be claimed again; when they are, they are dropped here
-(``duplicate_dropped``) instead of running twice. The window must outlast the claim lease.
+Duplicates are stopped here, at the source: ``enqueue.lua`` records, per claim and call,
+which fires it appended (one marker hash per claim token, in the stream's own slot, kept
+``dedupe_window_ms``), so appending and remembering are one atomic step. A poller that died
+after appending and before committing leaves its claim in the tasks' state; the claim that
+takes over names it (``Fire.prior``), and the fires the dead one appended are dropped here
+(``duplicate_dropped``) instead of running twice. Nothing is written per fire: one marker
+a call. The window must outlast the claim lease.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from actors.store.keys import schedule_id
 from actors.store.replies import Fire
@@ -19,15 +22,23 @@ from runtime.logging import emit_events
 
 
 async def enqueue_fires(
-    scripts: Scripts, fires: Sequence[Fire], now_ms: int, actor: str, dedupe_window_ms: int
+    scripts: Scripts,
+    fires: Sequence[Fire],
+    now_ms: int,
+    actor: str,
+    dedupe_window_ms: int,
+    token: str = "",
 ) -> int:
     """XADD every fire not enqueued within the window, log ``queued`` or
     ``duplicate_dropped`` for each, and return how many were appended. Raises if any call
     failed: the caller must not commit."""
-    flags = await scripts.enqueue(fires, now_ms, dedupe_window_ms)
-    emit_events(
-        actor,
-        [
+    flags = await scripts.enqueue(fires, now_ms, dedupe_window_ms, token)
+    # ``queued`` is a debug line (every fire's one info line is written when it ends, with
+    # its queued time): observers (metrics) count it all the same.
+    queued: list[tuple[str, dict[str, Any]]] = []
+    dropped: list[tuple[str, dict[str, Any]]] = []
+    for fire, flag in zip(fires, flags, strict=True):
+        (queued if flag else dropped).append(
             (
                 "queued" if flag else "duplicate_dropped",
                 {
@@ -39,7 +50,8 @@ async def enqueue_fires(
                     "enqueue_lag_ms": now_ms - fire.due_ms,
                 },
             )
-            for fire, flag in zip(fires, flags, strict=True)
-        ],
-    )
-    return sum(flags)
+        )
+    emit_events(actor, queued, level="debug")
+    if dropped:
+        emit_events(actor, dropped)
+    return len(queued)

@@ -13,7 +13,7 @@ from actors.store.messages import Message
 from actors.store.records import decode_schedule
 
 
-@attrs.frozen
+@attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build
 class Fire:
     """One fire to append to its type's stream."""
 
@@ -22,9 +22,12 @@ class Fire:
     payload: bytes | str
     due_ms: int
     attempt: int = 0
+    prior: str = ""
+    """The token of an earlier claim of this fire that was never committed (its poller or
+    dispatcher died): what it appended is not appended again (``enqueue.lua``)."""
 
 
-@attrs.frozen
+@attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build
 class Claimed:
     """One task claimed for this tick, as ``claim_due.lua`` returns it."""
 
@@ -39,6 +42,9 @@ class Claimed:
     """It still held an earlier poller's claim, which blocked it until then: that poller
     died before committing, so the grid times due meanwhile are owed fires
     (``plan_fires(owed_until_ms=...)``)."""
+    prior_claim: str = ""
+    """That earlier claim's token ('' when there was none): its fires may be in the
+    stream already (``Fire.prior``)."""
 
 
 #: Many tasks share a few distinct schedules: decode each stored form once.
@@ -55,7 +61,7 @@ def _schedule(raw: bytes) -> Schedule:
 
 
 def decode_claimed(flat: list[Any]) -> Claimed:
-    """One task of ``claim_due.lua``'s reply (8 items)."""
+    """One task of ``claim_due.lua``'s reply (9 items)."""
     return Claimed(
         task_id=flat[0].decode(),
         bucket=int(flat[1]),
@@ -65,6 +71,7 @@ def decode_claimed(flat: list[Any]) -> Claimed:
         due_ms=int(flat[5]),
         fires=int(flat[6]),
         owed_until_ms=optional_ms(flat[7]),
+        prior_claim=flat[8].decode(),
     )
 
 
@@ -76,7 +83,7 @@ class PartitionClaim:
     tasks: list[Claimed]
 
 
-@attrs.frozen
+@attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build
 class FireCommit:
     """Where a claimed task's grid goes: ``next_ms`` None when it never fires again."""
 
@@ -114,7 +121,7 @@ class RetryWrite:
     error: str
 
 
-@attrs.frozen
+@attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build
 class OutcomeWrite:
     """A task's last run: ``outcome`` is an index of ``records.OUTCOME_NAMES``."""
 

@@ -59,7 +59,7 @@ class Scripts(TaskScripts):
         claims = []
         for partition, reply in zip(partitions, replies, strict=True):
             flat = reply[2:]
-            tasks = [decode_claimed(flat[i : i + 8]) for i in range(0, len(flat), 8)]
+            tasks = [decode_claimed(flat[i : i + 9]) for i in range(0, len(flat), 9)]
             claims.append(PartitionClaim(partition, int(reply[0]), optional_ms(reply[1]), tasks))
         return claims
 
@@ -80,11 +80,14 @@ class Scripts(TaskScripts):
         }
 
     async def enqueue(
-        self, fires: Sequence[Fire], now_ms: int, dedupe_window_ms: int
+        self, fires: Sequence[Fire], now_ms: int, dedupe_window_ms: int, token: str = ""
     ) -> list[bool]:
         """``enqueue.lua``: append fires to their types' streams, one call per type per
         ``ENQUEUE_CHUNK``; per fire (in the given order) True if appended, False if the
-        same fire was appended within the window."""
+        claim it came from (``Fire.prior``) had appended it already. ``token`` names this
+        claim in the markers (unique per claim: ``dedupe_window_ms`` > 0 needs one)."""
+        if dedupe_window_ms > 0 and not token:
+            raise ValueError("enqueue with a dedupe window needs the claim's token")
         by_type: dict[str, list[int]] = defaultdict(list)
         for i, fire in enumerate(fires):
             by_type[fire.type].append(i)
@@ -95,10 +98,11 @@ class Scripts(TaskScripts):
                 chunk = indexes[start : start + ENQUEUE_CHUNK]
                 args: list[Any] = [
                     now_ms, task_type, self.keys.enqueued_prefix(task_type), dedupe_window_ms,
+                    token, start,
                 ]  # fmt: skip
                 for i in chunk:
                     f = fires[i]
-                    args += [f.task_id, f.due_ms, f.payload, f.attempt]
+                    args += [f.task_id, f.due_ms, f.payload, f.attempt, f.prior]
                 calls.append((lua.ENQUEUE, [self.keys.queue(task_type)], args))
                 order += chunk
         flags = [bool(int(flag)) for reply in await self._run(calls) for flag in reply]
@@ -128,9 +132,12 @@ class Scripts(TaskScripts):
         for partition, reply in zip(partitions, replies, strict=True):
             flat = reply[2:]
             retries = []
-            for i in range(0, len(flat), 6):
-                sid, task_id, task_type, payload, attempt, due = flat[i : i + 6]
-                fire = Fire(task_id.decode(), task_type.decode(), payload, int(due), int(attempt))
+            for i in range(0, len(flat), 7):
+                sid, task_id, task_type, payload, attempt, due, prior = flat[i : i + 7]
+                fire = Fire(
+                    task_id.decode(), task_type.decode(), payload, int(due), int(attempt),
+                    prior.decode(),
+                )  # fmt: skip
                 retries.append((sid.decode(), fire))
             claims.append(RetryClaim(partition, int(reply[0]), optional_ms(reply[1]), retries))
         return claims

@@ -3,11 +3,13 @@
 -- ARGV[1]  partition tag   ARGV[2]  claim token   ARGV[3]  limit   ARGV[4]  lease_ms
 -- ARGV[5]  buckets of the namespace
 -- Returns {now_ms, earliest_score_after_claim or -1,
---          task_id, bucket, type, payload, sched, next_ms, fires, owed_until, ...}  (8 per task)
+--          task_id, bucket, type, payload, sched, next_ms, fires, owed_until, prior, ...}
+--          (9 per task)
 -- owed_until: when the task still held an earlier claim (that poller died, or lost its
 -- lease, before committing), the end of that claim's lease (its score), else -1: the grid
 -- times that came due while the dead claim blocked the task are owed fires, whatever the
--- misfire policy.
+-- misfire policy; prior: that claim's token ('' if none), so the fires it may have appended
+-- are not appended again (enqueue.lua).
 -- A claim re-scores the task to now + lease (so no other poller sees it as due) and writes
 -- the token into the task's state. The grid time stays in the state's next_ms until
 -- commit_fires moves it, so a poller that dies before committing leaves the same fire to be
@@ -27,7 +29,7 @@ for i = 1, #due, 2 do
     redis.call('ZREM', KEYS[1], id)  -- stale index entry: task deleted or no longer active
   else
     local typ, payload, sched = cmsgpack.unpack(def)
-    local held = s[9] ~= nil
+    local prior = s[9]
     s[9] = ARGV[2]
     put_state(tag, b, id, s)
     redis.call('ZADD', KEYS[1], lease_until, id)
@@ -38,7 +40,8 @@ for i = 1, #due, 2 do
     out[#out + 1] = sched
     out[#out + 1] = ms(s[2])
     out[#out + 1] = s[3]
-    out[#out + 1] = held and score or -1
+    out[#out + 1] = prior and score or -1
+    out[#out + 1] = prior or ''
   end
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

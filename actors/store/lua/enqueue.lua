@@ -1,29 +1,62 @@
 -- enqueue: append fires to one type's stream, many per call (one round trip, one reply),
--- dropping any fire already enqueued within the dedupe window.
+-- dropping any fire an earlier claim of the same task already appended.
 -- KEYS[1]  the type's stream ({ns:q:<type>}:queue)
 -- ARGV[1]  enq_ms (the claim's Redis time)   ARGV[2]  the type
 -- ARGV[3]  marker prefix ({ns:q:<type>}:enq:)   ARGV[4]  dedupe window ms (0 = off)
--- ARGV[5..] groups of 4: task_id, due_ms, payload (JSON), attempt
--- Returns one flag per fire: 1 appended, 0 dropped as a duplicate (the same fire and
--- attempt was appended within the window: a poller or dispatcher died after appending it
--- and before committing, and the fire was claimed again).
+-- ARGV[5]  the claim's token   ARGV[6]  this call's part of the claim (its first index)
+-- ARGV[7..] groups of 5: task_id, due_ms, payload (JSON), attempt,
+--           prior claim ('' = none: the task held no earlier claim)
+-- Returns one flag per fire: 1 appended, 0 dropped as a duplicate.
+--
+-- Markers, one hash per claim and stream (<prefix><token>, kept for the window): field =
+-- the call's part, value = its flags, '|', and the fires it appended or found appended
+-- ('task_id:due_ms:attempt', one per line). Written once per call, not per fire, so the
+-- common case costs one HSET a batch. Duplicates come only from a claim taken over after
+-- its poller died between enqueue and commit: the new claim names the old one (prior),
+-- and only those fires are looked up, in the old claim's markers. A call repeated after
+-- its reply was lost finds its own part and answers as it did the first time.
 -- Message fields: task_id, schedule_id (task_id:due_ms), type, payload, attempt, due_ms,
 -- enq_ms. Callers cap the fires per call (ENQUEUE_CHUNK) so no call holds Redis long.
-local out = {}
 local window = tonumber(ARGV[4])
-for i = 5, #ARGV, 4 do
-  local id, due, attempt = ARGV[i], ARGV[i + 1], ARGV[i + 3]
-  local sid = id .. ':' .. due
-  local fresh = true
-  if window > 0 then
-    fresh = redis.call('SET', ARGV[3] .. sid .. ':' .. attempt, '1', 'NX', 'PX', window)
+local mine = ARGV[3] .. ARGV[5]
+if window > 0 then
+  local done = redis.call('HGET', mine, ARGV[6])
+  if done then
+    local out = {}
+    for i = 1, string.find(done, '|', 1, true) - 1 do out[i] = tonumber(string.sub(done, i, i)) end
+    return out
   end
-  if fresh then
+end
+local appended_by = {}  -- prior claim -> {fire = true} of what it appended
+local function known(prior)
+  local set = appended_by[prior]
+  if not set then
+    set = {}
+    for _, v in ipairs(redis.call('HVALS', ARGV[3] .. prior)) do
+      local bar = string.find(v, '|', 1, true)
+      for fire in string.gmatch(string.sub(v, bar + 1), '[^\n]+') do set[fire] = true end
+    end
+    appended_by[prior] = set
+  end
+  return set
+end
+local out, flags, fires = {}, {}, {}
+for i = 7, #ARGV, 5 do
+  local id, due, attempt, prior = ARGV[i], ARGV[i + 1], ARGV[i + 3], ARGV[i + 4]
+  local sid = id .. ':' .. due
+  local fire = sid .. ':' .. attempt
+  if window > 0 and prior ~= '' and known(prior)[fire] then
+    out[#out + 1] = 0
+  else
     redis.call('XADD', KEYS[1], '*', 'task_id', id, 'schedule_id', sid, 'type', ARGV[2],
       'payload', ARGV[i + 2], 'attempt', attempt, 'due_ms', due, 'enq_ms', ARGV[1])
     out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
   end
+  flags[#flags + 1] = out[#out]
+  fires[#fires + 1] = fire
+end
+if window > 0 then
+  redis.call('HSET', mine, ARGV[6], table.concat(flags) .. '|' .. table.concat(fires, '\n'))
+  redis.call('PEXPIRE', mine, window)
 end
 return out
