@@ -29,9 +29,10 @@ async def enqueue_fires(
     dedupe_window_ms: int,
     token: str = "",
 ) -> int:
-    """XADD every fire not enqueued within the window, log ``queued`` or
-    ``duplicate_dropped`` for each, and return how many were appended. Raises if any call
-    failed: the caller must not commit."""
+    """XADD every fire its prior claim (``Fire.prior``) had not appended, log ``queued``
+    (debug) or ``duplicate_dropped`` for each, and return how many were appended.
+    ``token``: the claim these fires come from (needed when ``dedupe_window_ms`` > 0).
+    Raises if any call failed: the caller must not commit."""
     flags = await scripts.enqueue(fires, now_ms, dedupe_window_ms, token)
     # ``queued`` is a debug line (every fire's one info line is written when it ends, with
     # its queued time): observers (metrics) count it all the same.

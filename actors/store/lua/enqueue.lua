@@ -40,7 +40,7 @@ local function known(prior)
   end
   return set
 end
-local out, flags, fires = {}, {}, {}
+local out, fires = {}, {}
 for i = 7, #ARGV, 5 do
   local id, due, attempt, prior = ARGV[i], ARGV[i + 1], ARGV[i + 3], ARGV[i + 4]
   local sid = id .. ':' .. due
@@ -52,11 +52,10 @@ for i = 7, #ARGV, 5 do
       'payload', ARGV[i + 2], 'attempt', attempt, 'due_ms', due, 'enq_ms', ARGV[1])
     out[#out + 1] = 1
   end
-  flags[#flags + 1] = out[#out]
   fires[#fires + 1] = fire
 end
 if window > 0 then
-  redis.call('HSET', mine, ARGV[6], table.concat(flags) .. '|' .. table.concat(fires, '\n'))
+  redis.call('HSET', mine, ARGV[6], table.concat(out) .. '|' .. table.concat(fires, '\n'))
   redis.call('PEXPIRE', mine, window)
 end
 return out
