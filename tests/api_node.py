@@ -75,6 +75,16 @@ read_only = true
 
 
 @contextlib.contextmanager
+def plain_api_node(redis_url: str, workdir: Path, prefix: str) -> Iterator[ApiNode]:
+    """``api_node`` with the default config (``write_api_config``) in a namespace of its
+    own (``prefix`` and a number): a test module's shared node."""
+    namespace = f"{prefix}{time.monotonic_ns() % 10**9}"
+    config = write_api_config(workdir / "node.toml", redis_url, namespace)
+    with api_node(config, namespace) as node:
+        yield node
+
+
+@contextlib.contextmanager
 def api_node(config: Path, namespace: str, env: dict[str, str] | None = None) -> Iterator[ApiNode]:
     """Run the node (with the reader key's secret and ``env`` in its environment), and
     afterwards fail if it answered any request with a 500: every 500 is a bug, and the

@@ -17,7 +17,7 @@ from actors.admin.client import Client
 from actors.api.signing import ApiKey, sign
 from actors.store.keys import Keys
 from tests import stored
-from tests.api_node import ADMIN, READER, ApiNode, api_node, write_api_config
+from tests.api_node import ADMIN, READER, ApiNode, plain_api_node
 
 ADMIN_KEY = ApiKey(ADMIN[0], ADMIN[1].encode())
 SCHEDULE: dict[str, Any] = {"kind": "interval", "every_s": 3600}
@@ -26,9 +26,7 @@ TASK: dict[str, Any] = {"type": "idle", "schedule": SCHEDULE}
 
 @pytest.fixture(scope="module")
 def api(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiNode]:
-    namespace = f"auth{time.monotonic_ns() % 10**9}"
-    config = write_api_config(tmp_path_factory.mktemp("auth") / "node.toml", redis_url, namespace)
-    with api_node(config, namespace) as node:
+    with plain_api_node(redis_url, tmp_path_factory.mktemp("auth"), "auth") as node:
         yield node
 
 

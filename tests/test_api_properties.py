@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from actors.admin.client import ApiError, Client
 from actors.store.keys import Keys
 from tests import stored
-from tests.api_node import ADMIN, ApiNode, api_node, write_api_config
+from tests.api_node import ADMIN, ApiNode, plain_api_node
 
 PROPERTY = settings(
     max_examples=150,
@@ -106,9 +106,7 @@ bodies = st.one_of(
 
 @pytest.fixture(scope="module")
 def api(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiNode]:
-    namespace = f"prop{time.monotonic_ns() % 10**9}"
-    config = write_api_config(tmp_path_factory.mktemp("prop") / "node.toml", redis_url, namespace)
-    with api_node(config, namespace) as node:
+    with plain_api_node(redis_url, tmp_path_factory.mktemp("prop"), "prop") as node:
         yield node
 
 
