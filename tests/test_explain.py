@@ -24,7 +24,8 @@ async def test_a_task_past_due_with_no_poller_is_overdue(store: TaskStore) -> No
     facts = await explain(store, "late")
     assert facts["in_schedule_index"] and facts["index_score_ms"] == now - 60_000
     assert facts["summary"][0].startswith("overdue by 6")
-    assert "partition" in facts["summary"][0]
+    assert "no poller serves partition" in facts["summary"][0]
+    assert facts["partition_owner"] == {"poller": None, "lease_until_ms": None, "live": False}
     assert facts["summary"][-1] == "has not run yet"
 
 
@@ -67,7 +68,10 @@ async def test_a_task_a_poller_holds_is_explained_as_claimed(store: TaskStore) -
     await store.create(TaskSpec("t", Schedule("once", at_ms=now - 10), task_id="held"))
     assert (await explain(store, "held"))["claimed_by_poller"] is False
     keys = await store.keys()
-    await (await store.scripts()).claim_due([keys.partition_of("held")], "poller-token", 10, 60_000)
+    await (await store.scripts()).claim_due(
+        [keys.partition_of("held")], "poller-a", "poller-a-1", 10, 60_000
+    )
     facts = await explain(store, "held")
     assert facts["claimed_by_poller"] is True
+    assert facts["partition_owner"]["poller"] == "poller-a" and facts["partition_owner"]["live"]
     assert "claimed by a poller right now: its due fire is being enqueued" in facts["summary"]

@@ -15,9 +15,9 @@ import trio
 
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
+from actors.scheduling.ownership import wanted_partitions
 from actors.scheduling.poller import Poller, PollerSettings
 from actors.store.enqueue import enqueue_fires
-from actors.store.keys import Keys
 from actors.store.records import claim_of
 from actors.store.replies import Commit, Fire, FireCommit, PartitionClaim
 from actors.store.scripts import Scripts
@@ -65,18 +65,37 @@ async def run_pollers(
 # -- the scripts, table-driven ------------------------------------------------------------
 
 
+_claims = iter(range(1, 10**9))
+
+
 async def claim(
-    store: TaskStore, token: str, limit: int = 100, lease_ms: int = 60_000
-) -> PartitionClaim:
-    (partition,) = await (await store.scripts()).claim_due([0], token, limit, lease_ms)
-    return partition
+    store: TaskStore, poller: str, limit: int = 100, lease_ms: int = 60_000
+) -> tuple[str, PartitionClaim]:
+    """``poller`` claims partition 0 under a fresh token: (the token, the claim)."""
+    token = f"{poller}-{next(_claims)}"
+    scripts = await store.scripts()
+    (partition,) = await scripts.claim_due([0], poller, token, limit, lease_ms)
+    return token, partition
 
 
-async def commit(store: TaskStore, token: str, *groups: Any) -> Commit:
-    """Groups as (task_id, next_ms, score, fired): the helper puts in each task's bucket."""
+async def commit(
+    store: TaskStore, poller: str, token: str, claimed: PartitionClaim, *groups: Any
+) -> Commit:
+    """Groups as (task_id, next_ms, score, fired), for tasks of ``claimed``."""
+    tasks = {t.task_id: t for t in claimed.tasks}
+    commits = []
+    for task_id, next_ms, score, fired in groups:
+        task = tasks[task_id]
+        commits.append(
+            FireCommit(task_id, task.bucket, next_ms, score, fired, task.due_ms, task.updated_ms)
+        )
+    return (await (await store.scripts()).commit_fires(poller, token, {0: commits}))[0]
+
+
+async def owner(store: TaskStore, partition: int) -> dict[str, str]:
     keys = await store.keys()
-    commits = [FireCommit(g[0], keys.bucket_of(g[0]), *g[1:]) for g in groups]
-    return (await (await store.scripts()).commit_fires(token, {0: commits}))[0]
+    raw = await store.client.execute("HGETALL", keys.partition_owner(partition))
+    return {k.decode(): v.decode() for k, v in raw.items()}
 
 
 @pytest.fixture
@@ -84,42 +103,61 @@ async def one_partition(redis_client: RedisClient, namespace: str) -> TaskStore:
     return TaskStore(redis_client, namespace, default_partitions=1)
 
 
-async def test_claim_reserves_due_tasks_for_the_lease(one_partition: TaskStore) -> None:
+async def test_a_claim_takes_the_partition_and_writes_nothing_per_task(
+    one_partition: TaskStore,
+) -> None:
     store = one_partition
     past = await store.now_ms() - 1000
     await store.create(TaskSpec("t", Schedule("once", at_ms=past), task_id="due"))
     await store.create(TaskSpec("t", Schedule("once", at_ms=past + 10**7), task_id="later"))
-    reply = await claim(store, "A", lease_ms=60_000)
-    now, earliest, (task,) = reply.now_ms, reply.earliest_ms, reply.tasks
     keys = await store.keys()
+    state_before = await store.client.execute("HGET", keys.states(0, keys.bucket_of("due")), "due")
+    token, reply = await claim(store, "A", lease_ms=60_000)
+    (task,) = reply.tasks
     assert (task.task_id, task.bucket, task.due_ms) == ("due", keys.bucket_of("due"), past)
-    assert earliest == now + 60_000  # the claimed task, pushed out to the end of its lease
-    assert float(await store.client.execute("ZSCORE", keys.schedule(0), "due")) == now + 60_000
+    assert not reply.held and task.owed_until_ms is None and task.prior_claim == ""
+    assert reply.earliest_ms == past  # the task stays due until the commit moves it
+    assert float(await store.client.execute("ZSCORE", keys.schedule(0), "due")) == past
     state = await store.client.execute("HGET", keys.states(0, keys.bucket_of("due")), "due")
-    assert claim_of(state) == "A"  # the claim is in the task's state record
-    assert (await claim(store, "B")).tasks == []  # a competing poller gets nothing
+    assert state == state_before and claim_of(state) is None
+    assert await owner(store, 0) == {
+        "poller": "A", "until": str(reply.now_ms + 60_000), "owed": "-1",
+        "inflight": f"{token}:{reply.now_ms}",
+    }  # fmt: skip
+    other = (await claim(store, "B"))[1]
+    assert other.held and other.tasks == []  # another poller gets nothing while A holds it
+    assert (await claim(store, "A"))[1].tasks[0].prior_claim == token  # not committed yet
 
 
-async def test_expired_claim_is_taken_over_with_the_same_due_time(one_partition: TaskStore) -> None:
+async def test_an_expired_lease_is_taken_over_with_the_same_due_time(
+    one_partition: TaskStore,
+) -> None:
     store = one_partition
     past = await store.now_ms() - 1000
     await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id="x"))
-    assert (await claim(store, "A", lease_ms=100)).tasks[0].due_ms == past
+    token_a, first = await claim(store, "A", lease_ms=100)
+    assert first.tasks[0].due_ms == past
     await trio.sleep(0.2)
-    again = await claim(store, "B")
-    assert again.tasks[0].due_ms == past  # same grid time: same schedule_id
-    # A's late commit is refused; B's goes through.
-    lost = await commit(store, "A", ["x", past + 60_000, past + 60_000, 1])
-    assert lost.lost == ["x"]
-    assert (await commit(store, "B", ["x", past + 60_000, past + 60_000, 1])).lost == []
-    task = await store.get("x")
-    assert task is not None and (task.next_run_ms, task.fires) == (past + 60_000, 1)
+    token_b, again = await claim(store, "B")
+    (task,) = again.tasks
+    assert task.due_ms == past  # same grid time: same schedule_id
+    assert task.prior_claim == token_a  # A's fires may be in the stream: looked up
+    assert task.owed_until_ms == again.now_ms  # due before the handover: owed
+    # A's late commit is refused (the partition is B's); B's goes through.
+    assert (
+        await commit(store, "A", token_a, first, ["x", past + 60_000, past + 60_000, 1])
+    ).lost == ["x"]
+    done = await commit(store, "B", token_b, again, ["x", past + 60_000, past + 60_000, 1])
+    assert done.lost == []
+    task_now = await store.get("x")
+    assert task_now is not None and (task_now.next_run_ms, task_now.fires) == (past + 60_000, 1)
+    assert (await owner(store, 0))["inflight"] == f"{token_a}:{first.now_ms}"  # A's: kept
 
 
 async def test_a_dead_pollers_claimed_fires_are_not_coalesced_away(
     one_partition: TaskStore,
 ) -> None:
-    """A poller claims a due time for 1 s and dies; by the time its claim expires, two more
+    """A poller claims a due time for 1 s and dies; by the time its lease expires, two more
     grid times have come. All three reach the stream, each with its own schedule_id,
     although the task's misfire policy is coalesce: they were late because of the crash,
     not missed while nothing ran."""
@@ -127,11 +165,11 @@ async def test_a_dead_pollers_claimed_fires_are_not_coalesced_away(
     start = await store.now_ms() - 50
     schedule = Schedule("interval", every_s=0.4, start_ms=start)  # misfire: coalesce
     await store.create(TaskSpec("owed", schedule, task_id="x"))
-    first = await claim(store, "dead", lease_ms=1000)
+    _, first = await claim(store, "dead", lease_ms=1000)
     fresh = first.tasks[0]
     assert fresh.due_ms == start and fresh.owed_until_ms is None  # a fresh claim
     lease_end = first.now_ms + 1000
-    await trio.sleep(1.1)  # the claim expires
+    await trio.sleep(1.1)  # the lease expires
     keys = await store.keys()
     poller = Poller(store, PollerSettings())
     await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
@@ -147,8 +185,10 @@ async def test_commit_of_a_finished_task_removes_it_from_the_schedule(
     store = one_partition
     past = await store.now_ms() - 10
     await store.create(TaskSpec("t", Schedule("once", at_ms=past), task_id="once"))
-    await claim(store, "A")
-    assert (await commit(store, "A", ["once", None, None, 1])).earliest_ms is None  # zset empty
+    token, claimed = await claim(store, "A")
+    done = await commit(store, "A", token, claimed, ["once", None, None, 1])
+    assert done.earliest_ms is None  # zset empty
+    assert (await owner(store, 0))["inflight"] == ""  # the claim is done
     task = await store.get("once")
     assert task is not None and (task.status, task.next_run_ms, task.fires) == ("finished", None, 1)
 
@@ -157,18 +197,50 @@ async def test_pausing_a_claimed_task_voids_the_claim(one_partition: TaskStore) 
     store = one_partition
     past = await store.now_ms() - 10
     await store.create(TaskSpec("t", Schedule("interval", every_s=1, start_ms=past), task_id="p"))
-    await claim(store, "A")
+    token, claimed = await claim(store, "A")
     await store.pause("p")
-    assert (await commit(store, "A", ["p", past + 1000, past + 1000, 1])).lost == ["p"]
+    assert (await commit(store, "A", token, claimed, ["p", past + 1000, past + 1000, 1])).lost == [
+        "p"
+    ]
     keys = await store.keys()
     assert await store.client.execute("ZSCORE", keys.schedule(0), "p") is None
+
+
+async def test_a_task_changed_between_claim_and_commit_is_not_fired_twice(
+    one_partition: TaskStore,
+) -> None:
+    """An API write between claim and commit wins: the commit leaves that task alone. A new
+    payload does not move the grid time, so the next tick claims the same fire again; it
+    finds the first claim's fire in the stream and does not append it twice."""
+    store = one_partition
+    past = await store.now_ms() - 10
+    await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id="u"))
+    keys = await store.keys()
+    poller = Poller(store, PollerSettings())
+
+    class UpdateBeforeCommit(Scripts):
+        async def commit_fires(
+            self, poller: str, token: str, commits: dict[int, list[FireCommit]]
+        ) -> dict[int, Commit]:
+            await store.update("u", payload={"v": 2})
+            return await super().commit_fires(poller, token, commits)
+
+    await poller.tick(UpdateBeforeCommit(store.client, keys), poller.partitions(keys), get_logger())
+    scripts = await store.scripts()
+    task = await store.get("u")
+    assert task is not None and (task.next_run_ms, task.fires) == (past, 0)  # not committed
+    result = await poller.tick(scripts, poller.partitions(keys), get_logger())
+    assert result.enqueued == 1  # claimed again, its fire found in the stream
+    assert [f["schedule_id"] for f in await stream_fires(store, "t")] == [f"u:{past}"]
+    task = await store.get("u")
+    assert task is not None and (task.next_run_ms, task.fires) == (past + 60_000, 1)
 
 
 async def test_claim_drops_index_entries_of_deleted_tasks(one_partition: TaskStore) -> None:
     store = one_partition
     keys = await store.keys()
     await store.client.execute("ZADD", keys.schedule(0), 1, "ghost")
-    assert (await claim(store, "A")).tasks == []
+    assert (await claim(store, "A"))[1].tasks == []
     assert await store.client.execute("ZCARD", keys.schedule(0)) == 0
 
 
@@ -181,9 +253,9 @@ async def test_a_fire_enqueued_again_after_a_poller_died_is_dropped(
     past = await store.now_ms() - 10
     await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id="x"))
     keys = await store.keys()
-    await claim(store, "dead-poller", lease_ms=100)
+    token, _ = await claim(store, "dead-poller", lease_ms=100)
     fire = Fire("x", "t", b"null", past)
-    await enqueue_fires(await store.scripts(), [fire], past, "dead-poller", 60_000, "dead-poller")
+    await enqueue_fires(await store.scripts(), [fire], past, "dead-poller", 60_000, token)
     await trio.sleep(0.2)  # the dead poller's claim expires
     poller = Poller(store, PollerSettings(dedupe_window_ms=60_000))
     result = await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
@@ -322,13 +394,75 @@ async def test_sleep_follows_the_earliest_due_time(store: TaskStore) -> None:
     assert 0.1 < poller.sleep_s(result) <= 0.3
 
 
-def test_pollers_split_partitions_between_them() -> None:
-    keys = Keys("ns", 8)
-    split = [
-        Poller(None, PollerSettings(index=i, of=3)).partitions(keys)  # type: ignore[arg-type]
-        for i in range(3)
-    ]
+def test_live_pollers_want_disjoint_partitions_covering_all() -> None:
+    members = ["a", "b", "c"]
+    split = [wanted_partitions(m, members, 8) for m in members]
     assert split == [[0, 3, 6], [1, 4, 7], [2, 5]]
+    assert wanted_partitions("b", [], 3) == [0, 1, 2]  # alone (not listed yet): everything
+    assert wanted_partitions("b", ["a"], 4) == [1, 3]  # not listed yet, counted in
+
+
+async def test_pollers_share_the_partitions_and_take_over_from_one_that_stops(
+    store: TaskStore,
+) -> None:
+    """Three pollers split four partitions, each partition owned by one; when two stop,
+    the last takes their partitions at once (they were handed back), and no fire is
+    missed or doubled throughout."""
+    keys = await store.keys()
+    start = await store.now_ms() + 100
+    created = await store.create_many(
+        [TaskSpec("r", Schedule("interval", every_s=0.1, start_ms=start), i) for i in range(40)]
+    )
+    pollers = [Poller(store, PollerSettings(max_tick_s=0.02, claim_lease_ms=3000)) for _ in "abc"]
+
+    async def owners() -> dict[int, str]:
+        return {p: (await owner(store, p)).get("poller", "") for p in range(keys.partitions)}
+
+    async def until(condition: Callable[[], Awaitable[bool]]) -> None:
+        with trio.fail_after(30):
+            while not await condition():  # noqa: ASYNC110 - polling Redis
+                await trio.sleep(0.05)
+
+    async with trio.open_nursery() as outer:
+        scopes = []
+        for i, poller in enumerate(pollers):
+            scope = trio.CancelScope()
+            scopes.append(scope)
+
+            async def serve(
+                poller: Poller = poller, scope: trio.CancelScope = scope, i: int = i
+            ) -> None:
+                with scope:
+                    ctx = ActorContext(f"node/poller-{i}", 1.0, get_logger())
+                    async with trio.open_nursery() as inner:
+                        await inner.start(poller.run, ctx)
+
+            outer.start_soon(serve)
+
+        async def shared() -> bool:
+            held = await owners()
+            return set(held.values()) == {p.poller_id for p in pollers} and all(
+                set(poller.owned) == {q for q, o in held.items() if o == poller.poller_id}
+                for poller in pollers
+            )
+
+        await until(shared)
+        scopes[0].cancel()
+        scopes[1].cancel()
+        last = pollers[2].poller_id
+
+        async def taken_over() -> bool:
+            return set((await owners()).values()) == {last}
+
+        await until(taken_over)
+        await trio.sleep(0.5)  # a few more rounds under the last poller
+        end = await store.now_ms() - 200
+        outer.cancel_scope.cancel()
+    fires = Counter(f["schedule_id"] for f in await stream_fires(store, "r"))
+    assert set(fires.values()) == {1}  # no fire twice
+    for task in created:
+        expected = {f"{task.task_id}:{due}" for due in range(start, end, 100)}
+        assert expected <= set(fires), f"missing: {sorted(expected - set(fires))[:3]}"
 
 
 # -- kill -9 ------------------------------------------------------------------------------------
@@ -393,12 +527,12 @@ class FailingCommit(Scripts):
     failures = 1
 
     async def commit_fires(
-        self, token: str, commits: dict[int, list[FireCommit]]
+        self, poller: str, token: str, commits: dict[int, list[FireCommit]]
     ) -> dict[int, Commit]:
         if self.failures:
             self.failures -= 1
             raise RedisUnavailable("injected: connection lost before the commit")
-        return await super().commit_fires(token, commits)
+        return await super().commit_fires(poller, token, commits)
 
 
 async def test_a_commit_lost_after_the_enqueue_is_ridden_out_with_the_same_claim(

@@ -67,12 +67,24 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
         raise TaskNotFound(task_id)
     now = await store.now_ms()
     partition = keys.partition_of(task_id)
-    score, state = await store.client.pipeline(
+    score, state, owner_raw = await store.client.pipeline(
         [
             ("ZSCORE", keys.schedule(partition), task_id),
             ("HGET", keys.states(partition, keys.bucket_of(task_id)), task_id),
+            ("HMGET", keys.partition_owner(partition), "poller", "until", "inflight"),
         ]
     )
+    poller, until, inflight = (None if v is None else v.decode() for v in owner_raw)
+    owner = {
+        "poller": poller,
+        "lease_until_ms": int(until) if poller and until else None,
+        "live": bool(poller and until and int(until) > now),
+    }
+    # A claim writes nothing per task: a due task of a partition with a claim in flight is
+    # being enqueued (a claim token in the state is from a version before ownership).
+    due_now = score is not None and float(score) <= now
+    claimed = bool(inflight) and due_now
+    claimed = claimed or (state is not None and claim_of(state) is not None)
     retries = await _retries(store, partition, task_id)
     stream, stream_complete = await _stream_messages(store, task)
     consumers = await _live_consumer_names(store, task.type)
@@ -88,7 +100,8 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
         "partition": partition,
         "in_schedule_index": score is not None,
         "index_score_ms": int(float(score)) if score is not None else None,
-        "claimed_by_poller": state is not None and claim_of(state) is not None,
+        "partition_owner": owner,
+        "claimed_by_poller": claimed,
         "retries": retries,
         "stream": stream,
         "stream_scan_complete": stream_complete,
@@ -218,10 +231,15 @@ def _summary(task: Task, facts: dict[str, Any], now: int) -> list[str]:
         lines.append("claimed by a poller right now: its due fire is being enqueued")
     elif facts["index_score_ms"] < now - OVERDUE_MS:
         # The index score is when the fire is really due (grid time plus its jitter).
-        lines.append(
-            f"overdue by {(now - facts['index_score_ms']) / 1000:.1f}s: no poller seems to "
-            f"serve partition {facts['partition']} (check [scheduler] pollers on your nodes)"
+        owner = facts["partition_owner"]
+        served = (
+            f"partition {facts['partition']} is held by poller {owner['poller']}, which is "
+            "behind or stuck"
+            if owner["live"]
+            else f"no poller serves partition {facts['partition']} (check [scheduler] "
+            "pollers on your nodes)"
         )
+        lines.append(f"overdue by {(now - facts['index_score_ms']) / 1000:.1f}s: {served}")
     else:
         due = facts["index_score_ms"]
         jitter = f" (jittered to {iso(due)})" if due != task.next_run_ms else ""

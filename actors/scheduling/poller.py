@@ -1,19 +1,23 @@
 """The poller (the seed's "metronome"): moves due tasks into their type's stream.
 
-One tick, for the partitions this poller serves, in three round trips whatever the number
-of due tasks (each a pipeline of one script call per partition):
+Each partition is served by one poller at a time (``actors.scheduling.ownership``: leases
+per partition, rebalanced as pollers come and go). One tick, for the partitions this poller
+wants, in three round trips whatever the number of due tasks (each a pipeline of one script
+call per partition):
 
-1. **claim** (``claim_due.lua``): reserve up to ``batch_size`` due tasks per partition for
-   ``claim_lease_ms``, reading Redis's clock, and get their definitions back;
+1. **claim** (``claim_due.lua``): take or renew the partition's lease for
+   ``claim_lease_ms`` (or learn that another poller holds it) and read up to
+   ``batch_size`` due tasks with their definitions, on Redis's clock; nothing is written
+   per task;
 2. **enqueue**: XADD one message per fire to ``queue:{type}`` (the misfire policy decides
    how many fires a late task gets);
-3. **commit** (``commit_fires.lua``): advance each task's grid only if this poller's claim
-   still holds.
+3. **commit** (``commit_fires.lua``): advance each task's grid only if the partition is
+   still this poller's and the task was not changed meanwhile.
 
 Invariant: a task's grid time moves only after its message is in the stream. A poller
-killed between 1 and 3 leaves the claim to expire; the task is then claimed again with the
-same grid time, so the fire is late and maybe duplicated (with the same schedule_id) but
-never lost. Competing pollers (on this node or others) never claim the same task at once.
+killed between 1 and 3 leaves its tasks due; the next owner takes the partition when the
+lease runs out and claims the same grid times, so the fire is late and maybe duplicated
+(with the same schedule_id) but never lost. Two pollers never serve a partition at once.
 
 Between ticks the poller sleeps until the earliest due time it saw, at most ``max_tick_s``;
 a full batch means more is due, so it loops at once. Its work per tick is proportional to
@@ -22,7 +26,9 @@ what is due, never to the number of tasks.
 
 from __future__ import annotations
 
+import os
 import secrets
+import socket
 from collections import defaultdict
 from typing import Any
 
@@ -35,21 +41,27 @@ from actors.scheduling.claim_loop import (
     ClaimLoopSettings,
     TickResult,
     earliest,
-    partitions_for,
     sleep_s,
 )
+from actors.scheduling.ownership import Membership
 from actors.store.enqueue import enqueue_fires
 from actors.store.keys import Keys, schedule_id
 from actors.store.replies import Claimed, Fire, FireCommit
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
+from runtime.errors import RedisUnavailable
 from runtime.logging import debug_enabled, emit_events
 
 
 @attrs.frozen
 class PollerSettings(ClaimLoopSettings):
-    """The poller's settings: ``index`` of ``of`` pollers, its batch, ticks and leases."""
+    """The poller's settings: its batch, ticks and leases (``index`` and ``of`` are not
+    used: which partitions it serves is decided by ownership)."""
+
+
+#: How long a stopping poller tries to hand its partitions back (then their leases expire).
+LEAVE_S = 2.0
 
 
 def _misfired(task: Claimed, plan: FirePlan) -> dict[str, Any]:
@@ -69,29 +81,74 @@ class Poller:
         self.store = store
         self.settings = settings
         self.actor = f"node/scheduler/poller-{settings.index}"
-        # Short: the token sits in each claimed task's state record (under 64 bytes)
-        self._token_base = secrets.token_hex(4)
+        token = secrets.token_hex(4)
+        #: Names this poller in the partitions' owner hashes (and says where it runs); the
+        #: same across restarts of the actor, so a restarted poller keeps its partitions.
+        self.poller_id = f"{socket.gethostname()}:{os.getpid()}:{token}"
+        self._token_base = token
         self._ticks = 0
+        self.membership: Membership | None = None
+        self.owned: set[int] = set()
+        """Partitions whose last claim was this poller's (not held by another)."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
-        """Actor: tick until cancelled."""
+        """Actor: tick until cancelled; then hand the partitions back."""
         redis = self.store.client
         keys = await redis.ride_out(self.store.keys)
         scripts = await self.store.scripts()
-        partitions = self.partitions(keys)
         self.actor = ctx.path
+        if self.membership is None:
+            self.membership = Membership(
+                self.poller_id, keys.partitions, self.settings.claim_lease_ms
+            )
         ctx.log.info(
-            "poller_ready", partitions=partitions, of=keys.partitions, buckets=keys.buckets
+            "poller_ready", poller=self.poller_id, of=keys.partitions, buckets=keys.buckets
         )
         task_status.started()
-        while True:
-            # Redis away: wait and tick again; what was claimed and not committed comes back
-            # after the claim lease, so a repeated tick loses nothing.
-            result = await redis.ride_out(lambda: self.tick(scripts, partitions, ctx.log))
-            await trio.sleep(self.sleep_s(result))
+        try:
+            while True:
+                # Redis away: wait and tick again; what was claimed and not committed is
+                # claimed again (by this poller, or after the lease by another), so a
+                # repeated tick loses nothing.
+                result = await redis.ride_out(lambda: self.round(scripts, ctx.log))
+                await trio.sleep(self.sleep_s(result))
+        finally:
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + LEAVE_S):
+                await self.leave(scripts, ctx.log)
+
+    async def round(
+        self, scripts: Scripts, log: structlog.typing.FilteringBoundLogger
+    ) -> TickResult:
+        """Refresh the membership when due, tick the partitions wanted, and release the
+        ones owned but no longer wanted (nothing of theirs is in flight between ticks)."""
+        membership = self.membership
+        assert membership is not None
+        if membership.due():
+            members = await scripts.poller_members(self.poller_id, membership.ttl_ms)
+            if membership.update(members):
+                log.info("partitions_wanted", partitions=membership.wanted, pollers=len(members))
+        result = await self.tick(scripts, membership.wanted, log)
+        unwanted = sorted(self.owned - set(membership.wanted))
+        if unwanted:
+            released = await scripts.release_partitions(unwanted, self.poller_id)
+            self.owned -= set(unwanted)
+            log.info("partitions_released", partitions=released)
+        return result
+
+    async def leave(self, scripts: Scripts, log: structlog.typing.FilteringBoundLogger) -> None:
+        """Hand every partition back and leave the pollers, so others take over at once;
+        best effort (otherwise the leases run out)."""
+        try:
+            released = await scripts.release_partitions(sorted(self.owned), self.poller_id)
+            await scripts.poller_members(self.poller_id, 0)
+            self.owned.clear()
+            log.info("partitions_released", partitions=released)
+        except RedisUnavailable as exc:
+            log.warning("partitions_not_released", error=str(exc))
 
     def partitions(self, keys: Keys) -> list[int]:
-        return partitions_for(self.settings.index, self.settings.of, keys.partitions)
+        """The partitions this poller wants now (all of them before it knows of others)."""
+        return self.membership.wanted if self.membership else list(range(keys.partitions))
 
     def sleep_s(self, result: TickResult) -> float:
         return sleep_s(result, self.settings.max_tick_s, self.settings.min_tick_s)
@@ -103,7 +160,15 @@ class Poller:
         self._ticks += 1
         token = f"{self._token_base}-{self._ticks}"
         s = self.settings
-        claims = await scripts.claim_due(partitions, token, s.batch_size, s.claim_lease_ms)
+        claims = await scripts.claim_due(
+            partitions, self.poller_id, token, s.batch_size, s.claim_lease_ms, s.dedupe_window_ms
+        )
+        for c in claims:
+            if c.held:
+                self.owned.discard(c.partition)
+            else:
+                self.owned.add(c.partition)
+        claims = [c for c in claims if not c.held]
         now = max(c.now_ms for c in claims) if claims else 0
         plans: dict[int, list[tuple[Claimed, FirePlan]]] = defaultdict(list)
         messages: list[tuple[Claimed, int]] = []
@@ -183,12 +248,14 @@ class Poller:
                     plan.next_ms,
                     None if plan.next_ms is None else plan.next_ms + task.schedule.jitter_ms(),
                     len(plan.fires),
+                    task.due_ms,
+                    task.updated_ms,
                 )
                 for task, plan in items
             ]
             for partition, items in plans.items()
         }
-        done = await scripts.commit_fires(token, commits)
+        done = await scripts.commit_fires(self.poller_id, token, commits)
         for commit in done.values():
             for lost in commit.lost:
                 log.warning("claim_lost", task_id=lost)

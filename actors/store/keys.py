@@ -6,11 +6,14 @@ Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
 - ``ns:meta``                     hash: partitions, buckets, layout       (new)
 - ``ns:types``                    set: task types ever created            (new)
 - ``ns:nodes``                    hash: process name -> presence JSON     (new)
+- ``ns:pollers``                  zset: poller id -> alive until ms       (new: ownership)
 - ``ns:nonce:<key_id>:<nonce>``   string with expiry: a used API nonce    [anti-replay nonces]
 - ``{ns:P}:def:<B>``              hash: task_id -> definition record      [task:{id}, part 1]
 - ``{ns:P}:state:<B>``            hash: task_id -> state record           [task:{id}, part 2]
 - ``{ns:P}:errors``               hash: task_id -> last error (failing tasks only)
 - ``{ns:P}:schedule``             zset: task_id -> next fire ms           [schedule:zset]
+- ``{ns:P}:poller``               hash: the partition's owner: poller, until, owed,
+                                  inflight (claims not committed yet)     (new: ownership)
 - ``{ns:P}:type:<type>:<B>``      hash: task_id -> '' of one type         (index for list/clear)
 - ``{ns:P}:retry``                zset: schedule_id -> retry due ms       [retry:zset]
 - ``{ns:P}:retry:<schedule_id>``  hash: retry context                     [retry:task:{id}]
@@ -79,6 +82,11 @@ class Keys:
         return f"{self.namespace}:nodes"
 
     @property
+    def pollers(self) -> str:
+        """Live pollers of the namespace (``actors.scheduling.ownership``)."""
+        return f"{self.namespace}:pollers"
+
+    @property
     def nonce_prefix(self) -> str:
         """API nonces (``actors.api.signing``): prefix .. key_id:nonce, each with an expiry."""
         return f"{self.namespace}:nonce:"
@@ -107,6 +115,10 @@ class Keys:
 
     def schedule(self, partition: int) -> str:
         return f"{self.tag(partition)}:schedule"
+
+    def partition_owner(self, partition: int) -> str:
+        """Which poller serves the partition, until when (``claim_due.lua``)."""
+        return f"{self.tag(partition)}:poller"
 
     def retry(self, partition: int) -> str:
         return f"{self.tag(partition)}:retry"

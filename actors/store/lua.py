@@ -27,6 +27,8 @@ def records_prelude() -> str:
 CREATE_TASKS = _load("create_tasks", records=True)
 CLAIM_DUE = _load("claim_due", records=True)
 COMMIT_FIRES = _load("commit_fires", records=True)
+RELEASE_PARTITION = _load("release_partition")
+POLLER_MEMBERS = _load("poller_members")
 SET_STATUS = _load("set_status", records=True)
 UPDATE_TASK = _load("update_task", records=True)
 DELETE_TASKS = _load("delete_tasks", records=True)

@@ -6,7 +6,8 @@ field named by the task id in a bucket hash of its partition (``actors.store.key
 at most 128 fields with values under 64 bytes is kept by Redis as one flat listpack, so a
 task costs its id and its two values, not a key, a hash table and field names: about 100
 bytes instead of 266 (docs/PERFORMANCE.md). Splitting the two keeps both short and means
-the hot path (claim, commit, outcome) rewrites a ~30-byte state, never the payload. A
+the hot path (commit, outcome) rewrites a ~30-byte state, never the payload; the claim
+only reads it (partition ownership, ``actors.scheduling.ownership``). A
 payload too long for a listpack value turns its bucket into an ordinary hash table: it
 costs memory, never correctness.
 
@@ -14,9 +15,10 @@ Both records are concatenated MessagePack values, written by the Lua scripts wit
 ``cmsgpack.pack`` and read there with ``cmsgpack.unpack``, and here with ``msgpack``:
 
 - definition: type, payload (JSON text), schedule (``encode_schedule``), created_ms
-- state: status code, next_ms or nil, fires, updated_ms or nil, runs, retries or nil,
-  last_run_ms or nil, last status code or nil, claim token or nil (a poller's, while it
-  has the task's due fire in flight: claim and commit read and write only this record)
+- state: status code, next_ms or nil, fires, updated_ms or nil (also the task's version:
+  every API write moves it forward, and a commit is refused if it moved since the claim),
+  runs, retries or nil, last_run_ms or nil, last status code or nil, claim token or nil
+  (written by versions before partition ownership; cleared by the next commit)
 
 The last error lives in the partition's ``errors`` hash (only failing tasks have one), so an
 error message cannot push a state past the listpack limit. Codes are small integers; their

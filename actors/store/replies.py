@@ -38,13 +38,15 @@ class Claimed:
     schedule: Schedule
     due_ms: int
     fires: int
+    updated_ms: int = 0
+    """The task's version when claimed: the commit is refused if an API write moved it."""
     owed_until_ms: int | None = None
-    """It still held an earlier poller's claim, which blocked it until then: that poller
-    died before committing, so the grid times due meanwhile are owed fires
-    (``plan_fires(owed_until_ms=...)``)."""
+    """Its partition was taken over from a poller that died (or let it go) holding it
+    until then, and this grid time came before: the grid times due meanwhile are owed
+    fires (``plan_fires(owed_until_ms=...)``)."""
     prior_claim: str = ""
-    """That earlier claim's token ('' when there was none): its fires may be in the
-    stream already (``Fire.prior``)."""
+    """Tokens of earlier claims of its partition that were never committed, space
+    separated ('' when none): their fires may be in the stream already (``Fire.prior``)."""
 
 
 #: Many tasks share a few distinct schedules: decode each stored form once.
@@ -60,19 +62,28 @@ def _schedule(raw: bytes) -> Schedule:
     return schedule
 
 
-def decode_claimed(flat: list[Any]) -> Claimed:
-    """One task of ``claim_due.lua``'s reply (9 items)."""
-    return Claimed(
-        task_id=flat[0].decode(),
-        bucket=int(flat[1]),
-        type=flat[2].decode(),
-        payload=flat[3],
-        schedule=_schedule(flat[4]),
-        due_ms=int(flat[5]),
-        fires=int(flat[6]),
-        owed_until_ms=optional_ms(flat[7]),
-        prior_claim=flat[8].decode(),
-    )
+#: Items per task in ``claim_due.lua``'s reply, after its header of ``CLAIM_HEADER``.
+CLAIM_ITEMS = 8
+CLAIM_HEADER = 5
+
+
+def decode_partition_claim(partition: int, reply: list[Any]) -> PartitionClaim:
+    """``claim_due.lua``'s reply for one partition."""
+    now, earliest, held, prior, owed = reply[:CLAIM_HEADER]
+    prior_claim = prior.decode()
+    owed_ms = int(owed)
+    tasks = []
+    for i in range(CLAIM_HEADER, len(reply), CLAIM_ITEMS):
+        task_id, bucket, task_type, payload, sched, due, fires, updated = reply[i : i + 8]
+        due_ms = int(due)
+        tasks.append(
+            Claimed(
+                task_id.decode(), int(bucket), task_type.decode(), payload, _schedule(sched),
+                due_ms, int(fires), int(updated), owed_ms if owed_ms >= due_ms else None,
+                prior_claim,
+            )
+        )  # fmt: skip
+    return PartitionClaim(partition, int(now), optional_ms(earliest), tasks, held=bool(held))
 
 
 @attrs.frozen
@@ -81,6 +92,8 @@ class PartitionClaim:
     now_ms: int
     earliest_ms: int | None
     tasks: list[Claimed]
+    held: bool = False
+    """Another poller's lease on the partition holds: nothing was claimed."""
 
 
 @attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build
@@ -92,6 +105,10 @@ class FireCommit:
     next_ms: int | None
     score: int | None
     fired: int
+    due_ms: int = 0
+    """The grid time claimed, and the task's version then (``Claimed``): the commit is
+    refused if either moved."""
+    updated_ms: int = 0
 
 
 @attrs.frozen

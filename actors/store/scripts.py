@@ -31,7 +31,7 @@ from actors.store.replies import (
     Reclaimed,
     RetryClaim,
     RetryWrite,
-    decode_claimed,
+    decode_partition_claim,
 )
 from actors.store.task_scripts import Call, TaskScripts, or_empty
 
@@ -46,38 +46,67 @@ class Scripts(TaskScripts):
     # -- scheduling: poller -----------------------------------------------------------------
 
     async def claim_due(
-        self, partitions: Sequence[int], token: str, limit: int, lease_ms: int
+        self,
+        partitions: Sequence[int],
+        poller: str,
+        token: str,
+        limit: int,
+        lease_ms: int,
+        window_ms: int = 60_000,
     ) -> list[PartitionClaim]:
-        """``claim_due.lua`` per partition: reserve up to ``limit`` due tasks each."""
+        """``claim_due.lua`` per partition: take or keep the partition for ``poller`` for
+        ``lease_ms`` and read up to ``limit`` due tasks (none where another poller holds
+        it: ``PartitionClaim.held``). ``token`` names this claim (unique per claim);
+        uncommitted claims are remembered as priors for ``window_ms``."""
         k = self.keys
         replies = await self._run(
             [
-                (lua.CLAIM_DUE, [k.schedule(p)], [k.tag(p), token, limit, lease_ms, k.buckets])
+                (
+                    lua.CLAIM_DUE,
+                    [k.schedule(p), k.partition_owner(p)],
+                    [k.tag(p), poller, token, limit, lease_ms, k.buckets, max(window_ms, lease_ms)],
+                )
                 for p in partitions
             ]
         )
-        claims = []
-        for partition, reply in zip(partitions, replies, strict=True):
-            flat = reply[2:]
-            tasks = [decode_claimed(flat[i : i + 9]) for i in range(0, len(flat), 9)]
-            claims.append(PartitionClaim(partition, int(reply[0]), optional_ms(reply[1]), tasks))
-        return claims
+        return [decode_partition_claim(p, r) for p, r in zip(partitions, replies, strict=True)]
 
     async def commit_fires(
-        self, token: str, commits: dict[int, list[FireCommit]]
+        self, poller: str, token: str, commits: dict[int, list[FireCommit]]
     ) -> dict[int, Commit]:
-        """``commit_fires.lua`` per partition: advance each grid if ``token``'s claim holds."""
+        """``commit_fires.lua`` per partition: advance each grid if ``token``'s claim is
+        still in flight on a partition ``poller`` owns, and the task was not changed."""
         calls: list[Call] = []
+        k = self.keys
         for partition, items in commits.items():
-            args: list[Any] = [self.keys.tag(partition), token]
+            args: list[Any] = [k.tag(partition), poller, token]
             for c in items:
-                args += [c.task_id, c.bucket, or_empty(c.next_ms), or_empty(c.score), c.fired]
-            calls.append((lua.COMMIT_FIRES, [self.keys.schedule(partition)], args))
+                args += [
+                    c.task_id, c.bucket, or_empty(c.next_ms), or_empty(c.score), c.fired,
+                    c.due_ms, c.updated_ms,
+                ]  # fmt: skip
+            calls.append(
+                (lua.COMMIT_FIRES, [k.schedule(partition), k.partition_owner(partition)], args)
+            )
         replies = await self._run(calls)
         return {
             p: Commit(optional_ms(r[0]), [x.decode() for x in r[1:]])
             for p, r in zip(commits, replies, strict=True)
         }
+
+    async def release_partitions(self, partitions: Sequence[int], poller: str) -> list[int]:
+        """``release_partition.lua`` per partition: the ones ``poller`` let go of."""
+        k = self.keys
+        replies = await self._run(
+            [(lua.RELEASE_PARTITION, [k.partition_owner(p)], [poller]) for p in partitions]
+        )
+        return [p for p, released in zip(partitions, replies, strict=True) if int(released)]
+
+    async def poller_members(self, poller: str, ttl_ms: int) -> list[str]:
+        """``poller_members.lua``: say ``poller`` is alive for ``ttl_ms`` (0: it leaves);
+        the live pollers, sorted."""
+        (live,) = await self._run([(lua.POLLER_MEMBERS, [self.keys.pollers], [poller, ttl_ms])])
+        return [m.decode() for m in live]
 
     async def enqueue(
         self, fires: Sequence[Fire], now_ms: int, dedupe_window_ms: int, token: str = ""

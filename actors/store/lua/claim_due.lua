@@ -1,27 +1,59 @@
--- claim_due: reserve a batch of due tasks of one partition for one poller.
--- KEYS[1]  schedule zset of the partition
--- ARGV[1]  partition tag   ARGV[2]  claim token   ARGV[3]  limit   ARGV[4]  lease_ms
--- ARGV[5]  buckets of the namespace
--- Returns {now_ms, earliest_score_after_claim or -1,
---          task_id, bucket, type, payload, sched, next_ms, fires, owed_until, prior, ...}
---          (9 per task)
--- owed_until: when the task still held an earlier claim (that poller died, or lost its
--- lease, before committing), the end of that claim's lease (its score), else -1: the grid
--- times that came due while the dead claim blocked the task are owed fires, whatever the
--- misfire policy; prior: that claim's token ('' if none), so the fires it may have appended
--- are not appended again (enqueue.lua).
--- A claim re-scores the task to now + lease (so no other poller sees it as due) and writes
--- the token into the task's state. The grid time stays in the state's next_ms until
--- commit_fires moves it, so a poller that dies before committing leaves the same fire to be
--- claimed again after the lease: late and maybe duplicated (same schedule_id), never lost.
-local tag = ARGV[1]
-local buckets = tonumber(ARGV[5])
+-- claim_due: read a batch of due tasks of one partition, for the poller that owns it.
+-- KEYS[1]  schedule zset of the partition   KEYS[2]  the partition's owner hash
+-- ARGV[1]  partition tag   ARGV[2]  poller id   ARGV[3]  claim token (unique per tick)
+-- ARGV[4]  limit   ARGV[5]  lease_ms   ARGV[6]  buckets of the namespace
+-- ARGV[7]  how long an uncommitted claim is remembered (ms: the dedupe window)
+-- Returns {now_ms, earliest score or -1, held, prior, owed_until or -1,
+--          task_id, bucket, type, payload, sched, next_ms, fires, updated_ms, ...}
+--          (8 per task)
+-- held: 1 when another poller's lease on the partition holds (nothing is claimed; the
+-- caller leaves the partition alone), else 0 and the partition is this poller's for
+-- lease_ms more.
+--
+-- Ownership (the owner hash: poller, until, owed, inflight): one poller serves a partition
+-- at a time, so a claim writes nothing per task: the zset keeps the grid times, and a task
+-- stays due until commit_fires moves it. A poller that dies before committing leaves its
+-- tasks due; the next owner takes the partition once the lease has run out and claims the
+-- same grid times again: late, maybe duplicated (same schedule_id), never lost.
+--   inflight: 'token:ms' of each claim not committed yet (normally just the current one).
+--     A claim names them all as prior: the fires they may have appended are looked up in
+--     their enqueue markers and not appended again (enqueue.lua). Entries older than the
+--     dedupe window are forgotten (their markers are gone by then).
+--   owed: a partition taken from a poller that died (lease run out) or let it go owes
+--     every fire due until the handover, whatever the misfire policy: they are late
+--     because of the handover, not missed while nothing ran (plan_fires owed_until_ms).
+--     At most one lease after the last one ended, so after a longer outage of every
+--     poller the misfire policy applies as usual.
+-- updated_ms is the task's version: commit_fires advances a task only if no API write
+-- (update, pause, delete) changed it since this claim read it.
+local tag, me, token = ARGV[1], ARGV[2], ARGV[3]
+local buckets = tonumber(ARGV[6])
 local now = now_ms()
-local due = redis.call('ZRANGE', KEYS[1], '-inf', ms(now), 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[3]), 'WITHSCORES')
-local lease_until = ms(now + tonumber(ARGV[4]))
-local out = {now, -1}
-for i = 1, #due, 2 do
-  local id, score = due[i], due[i + 1]
+local o = redis.call('HMGET', KEYS[2], 'poller', 'until', 'owed', 'inflight')
+if o[1] and o[1] ~= me and tonumber(o[2]) > now then
+  return {now, -1, 1, '', -1}
+end
+local owed = tonumber(o[3] or -1)
+if o[1] ~= me then
+  -- taken over: the fires due from the end of the last lease (or the release) until now
+  -- are owed, at most one lease of them (after a longer outage the policy applies)
+  owed = o[2] and math.min(now, tonumber(o[2]) + tonumber(ARGV[5])) or -1
+  redis.call('HSET', KEYS[2], 'poller', me, 'owed', owed)
+end
+redis.call('HSET', KEYS[2], 'until', ms(now + tonumber(ARGV[5])))
+local priors, kept, forgotten = {}, {}, 0
+local oldest = now - tonumber(ARGV[7])
+for t, at in string.gmatch(o[4] or '', '(%S+):(%d+)') do
+  if tonumber(at) < oldest then
+    forgotten = forgotten + 1
+  else
+    priors[#priors + 1] = t
+    kept[#kept + 1] = t .. ':' .. at
+  end
+end
+local due = redis.call('ZRANGE', KEYS[1], '-inf', ms(now), 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[4]))
+local out = {now, -1, 0, table.concat(priors, ' '), owed}
+for _, id in ipairs(due) do
   local b = bucket_of(id, buckets)
   local s = get_state(tag, b, id)
   local def = s and redis.call('HGET', tag .. ':def:' .. b, id)
@@ -29,10 +61,6 @@ for i = 1, #due, 2 do
     redis.call('ZREM', KEYS[1], id)  -- stale index entry: task deleted or no longer active
   else
     local typ, payload, sched = cmsgpack.unpack(def)
-    local prior = s[9]
-    s[9] = ARGV[2]
-    put_state(tag, b, id, s)
-    redis.call('ZADD', KEYS[1], lease_until, id)
     out[#out + 1] = id
     out[#out + 1] = b
     out[#out + 1] = typ
@@ -40,9 +68,12 @@ for i = 1, #due, 2 do
     out[#out + 1] = sched
     out[#out + 1] = ms(s[2])
     out[#out + 1] = s[3]
-    out[#out + 1] = prior and score or -1
-    out[#out + 1] = prior or ''
+    out[#out + 1] = s[4] or 0
   end
+end
+if #out > 5 or forgotten > 0 then
+  if #out > 5 then kept[#kept + 1] = token .. ':' .. ms(now) end
+  redis.call('HSET', KEYS[2], 'inflight', table.concat(kept, ' '))
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first[2] then out[2] = tonumber(first[2]) end

@@ -25,8 +25,9 @@ local function now_ms()
 end
 
 -- The state as a table {status, next, fires, updated, runs, retries, last_run, last_status,
--- claim}, or nil when the task does not exist. claim: the token of the poller that claimed
--- the task's due fire and has not committed it yet.
+-- claim}, or nil when the task does not exist. updated is also the task's version (API
+-- writes move it forward; commit_fires checks it). claim: a claim token written by
+-- versions before partition ownership (claims now write nothing per task); commits clear it.
 local function get_state(tag, b, id)
   local raw = redis.call('HGET', tag .. ':state:' .. b, id)
   if not raw then return nil end

@@ -14,7 +14,6 @@ local typ, payload, sched, created = cmsgpack.unpack(def)
 if ARGV[4] ~= '' then payload = ARGV[4] end
 if ARGV[5] ~= '' then
   sched = ARGV[5]
-  s[9] = nil  -- the claim
   s[3] = 0  -- fires count against max_runs of the schedule they were made by
   if s[1] == FINISHED then s[1] = ACTIVE end
   if ARGV[6] == '' then
@@ -27,6 +26,6 @@ if ARGV[5] ~= '' then
   end
 end
 redis.call('HSET', tag .. ':def:' .. b, id, cmsgpack.pack(typ, payload, sched, created))
-s[4] = now_ms()
+s[4] = math.max(now_ms(), (s[4] or 0) + 1)  -- a new version (commit_fires)
 put_state(tag, b, id, s)
 return {1, STATUS_NAMES[s[1]]}
