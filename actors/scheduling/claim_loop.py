@@ -15,7 +15,7 @@ class ClaimLoopSettings:
     of: int = 1
     batch_size: int = 1000
     max_tick_s: float = 0.25
-    min_tick_s: float = 0.0
+    min_tick_s: float = 0.005
     claim_lease_ms: int = 10_000
     dedupe_window_ms: int = 60_000
 

@@ -7,8 +7,8 @@
 --          task_id, bucket, type, payload, sched, next_ms, fires, updated_ms, ...}
 --          (8 per task)
 -- held: 1 when another poller's lease on the partition holds (nothing is claimed; the
--- caller leaves the partition alone), else 0 and the partition is this poller's for
--- lease_ms more.
+-- caller leaves the partition alone), else 0 and the partition is this poller's for at
+-- least half of lease_ms more (renewed once half of it is gone).
 --
 -- Ownership (the owner hash: poller, until, owed, inflight): one poller serves a partition
 -- at a time, so a claim writes nothing per task: the zset keeps the grid times, and a task
@@ -33,14 +33,17 @@ local o = redis.call('HMGET', KEYS[2], 'poller', 'until', 'owed', 'inflight')
 if o[1] and o[1] ~= me and tonumber(o[2]) > now then
   return {now, -1, 1, '', -1}
 end
+local lease = tonumber(ARGV[5])
 local owed = tonumber(o[3] or -1)
+local fields = {}  -- the owner hash's changes, written in one HSET
 if o[1] ~= me then
   -- taken over: the fires due from the end of the last lease (or the release) until now
   -- are owed, at most one lease of them (after a longer outage the policy applies)
-  owed = o[2] and math.min(now, tonumber(o[2]) + tonumber(ARGV[5])) or -1
-  redis.call('HSET', KEYS[2], 'poller', me, 'owed', owed)
+  owed = o[2] and math.min(now, tonumber(o[2]) + lease) or -1
+  fields = {'poller', me, 'owed', ms(owed), 'until', ms(now + lease)}
+elseif tonumber(o[2]) - now < lease / 2 then
+  fields = {'until', ms(now + lease)}  -- renewed once half of it is gone
 end
-redis.call('HSET', KEYS[2], 'until', ms(now + tonumber(ARGV[5])))
 local priors, kept, forgotten = {}, {}, 0
 local oldest = now - tonumber(ARGV[7])
 for t, at in string.gmatch(o[4] or '', '(%S+):(%d+)') do
@@ -73,8 +76,10 @@ for _, id in ipairs(due) do
 end
 if #out > 5 or forgotten > 0 then
   if #out > 5 then kept[#kept + 1] = token .. ':' .. ms(now) end
-  redis.call('HSET', KEYS[2], 'inflight', table.concat(kept, ' '))
+  fields[#fields + 1] = 'inflight'
+  fields[#fields + 1] = table.concat(kept, ' ')
 end
+if #fields > 0 then redis.call('HSET', KEYS[2], unpack(fields)) end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first[2] then out[2] = tonumber(first[2]) end
 return out

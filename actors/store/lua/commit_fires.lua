@@ -27,7 +27,8 @@ end
 for i = 4, #ARGV, 7 do
   local id, b, nxt, score, fired = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], tonumber(ARGV[i+4])
   local s = get_state(tag, b, id)
-  if s and s[1] == ACTIVE and s[2] and ms(s[2]) == ARGV[i+5] and ms(s[4] or 0) == ARGV[i+6] then
+  local due, version = tonumber(ARGV[i+5]), tonumber(ARGV[i+6])
+  if s and s[1] == ACTIVE and s[2] == due and (s[4] or 0) == version then
     s[9] = nil  -- a claim token an older version wrote
     s[3] = s[3] + fired
     if nxt == '' then
@@ -42,7 +43,7 @@ for i = 4, #ARGV, 7 do
     out[#out + 1] = id
     -- changed but not moved (e.g. a new payload): its grid time is claimed again, and
     -- must find this claim's fires (kept in flight until the dedupe window forgets it)
-    keep = keep or (s ~= nil and s[2] ~= nil and ms(s[2]) == ARGV[i+5])
+    keep = keep or (s ~= nil and s[2] == due)
   end
 end
 if keep then return out_with_earliest(out) end
