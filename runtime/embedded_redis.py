@@ -199,7 +199,9 @@ class EmbeddedRedis:
 def _spawn(command: list[str], lock: int) -> subprocess.Popen[bytes]:
     """Start the server from this (the trio) thread: the death signal is tied to the
     thread that forks, and trio's own ``open_process`` forks from a worker thread that may
-    end while the node runs on."""
+    end while the node runs on. In a process group of its own: a Ctrl-C at the terminal
+    signals the node's group, and the server must not quit under the node's feet; the
+    node stops it last, after everything that uses it."""
     parent = os.getpid()
 
     def die_with_parent() -> None:  # runs in the child, between fork and exec
@@ -214,6 +216,7 @@ def _spawn(command: list[str], lock: int) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         pass_fds=(lock,),  # the server holds the data dir's lock as long as it lives
         preexec_fn=die_with_parent,
+        process_group=0,
     )
 
 

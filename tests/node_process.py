@@ -29,7 +29,11 @@ def alive(pid: int) -> bool:
 class NodeProcess:
     """A node process whose stdout (JSON lines) is collected by a reader thread."""
 
-    def __init__(self, config: Path, *extra: str, cwd: Path | None = None) -> None:
+    def __init__(
+        self, config: Path, *extra: str, cwd: Path | None = None, own_group: bool = False
+    ) -> None:
+        """``own_group``: the node leads a process group of its own, like a command started
+        at a terminal (``signal_group`` then signals it as Ctrl-C would)."""
         env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "runtime", str(config), *extra],
@@ -38,6 +42,7 @@ class NodeProcess:
             cwd=cwd or REPO,
             env=env,
             text=True,
+            process_group=0 if own_group else None,
         )
         self.lines: list[dict[str, Any]] = []
         self.raw: list[str] = []
@@ -80,6 +85,11 @@ class NodeProcess:
             f"no {count}x {event!r} within {timeout_s}s; exit={self.proc.poll()}; "
             f"stderr={self.stderr_text()!r}; last lines={self.raw[-5:]!r}"
         )
+
+    def signal_group(self, signum: int = signal.SIGINT) -> None:
+        """Signal every process of the node's group (needs ``own_group``): a terminal's
+        Ctrl-C."""
+        os.killpg(self.proc.pid, signum)
 
     def signal(self, signum: int = signal.SIGTERM) -> None:
         self.proc.send_signal(signum)

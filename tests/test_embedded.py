@@ -53,6 +53,26 @@ def test_a_killed_node_takes_its_server_along_and_restarts_cleanly_ten_times(
     assert not any(e["event"] == "actor_crashed" for e in node.events())
 
 
+def test_ctrl_c_at_a_terminal_stops_the_node_before_its_server(tmp_path: Path) -> None:
+    """Ctrl-C signals the whole foreground process group. The embedded server is in a
+    group of its own, so it keeps serving while the node stops its actors, and the node
+    stops it last: a clean exit within the grace, not a forced shutdown."""
+    data = tmp_path / "data"
+    node = NodeProcess(embedded_config(tmp_path, "n1", data, free_port()), own_group=True)
+    try:
+        server = node.wait_for("embedded_redis_ready")[0]["pid"]
+        node.wait_for("poller_ready")
+        node.signal_group(signal.SIGINT)
+        assert node.wait() == 0
+        assert wait_gone(server), f"redis-server {server} outlived its node"
+    finally:
+        node.kill()
+    assert not node.events("shutdown_forced"), node.raw[-20:]
+    assert not node.events("actor_crashed"), node.raw[-20:]
+    log = (data / "redis.log").read_text()
+    assert "Received SIGTERM" in log and "SIGINT" not in log  # stopped by its node, last
+
+
 def test_a_second_node_on_the_same_data_dir_refuses_and_leaves_the_first_alone(
     tmp_path: Path,
 ) -> None:
