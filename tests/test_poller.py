@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import signal
+import socket
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -152,6 +153,31 @@ async def test_an_expired_lease_is_taken_over_with_the_same_due_time(
     task_now = await store.get("x")
     assert task_now is not None and (task_now.next_run_ms, task_now.fires) == (past + 60_000, 1)
     assert (await owner(store, 0))["inflight"] == f"{token_a}:{first.now_ms}"  # A's: kept
+
+
+async def test_a_holder_gone_from_this_host_is_taken_over_without_waiting_for_its_lease(
+    one_partition: TaskStore,
+) -> None:
+    """A poller process of this host killed while holding a partition (its supervisor, or
+    the node, starts a fresh process): the next poller sees that process is gone and takes
+    the partition at once, not a lease later; a live holder's lease is respected."""
+    store = one_partition
+    past = await store.now_ms() - 10
+    await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id="x"))
+    exited = await trio.lowlevel.open_process(["true"])
+    await exited.wait()
+    dead = f"{socket.gethostname()}:{exited.pid}:feed"
+    _, first = await claim(store, dead, lease_ms=600_000)
+    assert first.tasks  # held for ten minutes by a process that is gone
+    _, other = await claim(store, "elsewhere:1:live")
+    assert other.holder == dead  # a holder on another host is trusted until its lease ends
+    keys = await store.keys()
+    poller = Poller(store, PollerSettings())
+    scripts = await store.scripts()
+    assert (await poller.tick(scripts, poller.partitions(keys), get_logger())).enqueued == 0
+    assert (await poller.tick(scripts, poller.partitions(keys), get_logger())).enqueued == 1
+    assert (await owner(store, 0))["poller"] == poller.poller_id
+    assert [f["schedule_id"] for f in await stream_fires(store, "t")] == [f"x:{past}"]
 
 
 async def test_a_dead_pollers_claimed_fires_are_not_coalesced_away(

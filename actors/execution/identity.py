@@ -18,14 +18,13 @@ two live consumers at once.
 
 from __future__ import annotations
 
-import os
 import secrets
-import socket
 
 import attrs
 import structlog
 
 from actors.store.scripts import Scripts
+from runtime.liveness import holder_is_gone, owner_value
 
 
 @attrs.frozen
@@ -36,28 +35,6 @@ class Identity:
     """This incarnation's owner value (host:pid:token)."""
     stable: bool
     """False: the stable name was held by a live consumer elsewhere; this is a fresh one."""
-
-
-def owner_value() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-
-
-def holder_is_gone(holder: str) -> bool:
-    """Whether an owner value names a process that cannot be running the name any more: one
-    of this host that has exited, or this very process (an earlier incarnation)."""
-    host, pid_text, _ = [*holder.rsplit(":", 2), "", ""][:3]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False  # alive, under another user
-    return False
 
 
 async def take_name(

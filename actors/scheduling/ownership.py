@@ -15,7 +15,9 @@ just came or went), the leases decide, and the views agree again within one refr
   those partitions at its next tick.
 - A poller that dies: its membership and its leases run out within one claim lease; the
   others then want its partitions and take them over, owing every fire due until then
-  (``claim_due.lua``: owed), so a handover makes fires late, never missed.
+  (``claim_due.lua``: owed), so a handover makes fires late, never missed. A poller whose
+  holder is a process of its own host that has exited (a killed scheduler process, a node
+  restarted after ``kill -9``) takes over at once (``runtime.liveness``).
 - A poller that stops: it releases its partitions and leaves, so they are taken at once.
 """
 

@@ -26,9 +26,6 @@ what is due, never to the number of tasks.
 
 from __future__ import annotations
 
-import os
-import secrets
-import socket
 from collections import defaultdict
 from typing import Any
 
@@ -51,6 +48,7 @@ from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.errors import RedisUnavailable
+from runtime.liveness import holder_is_gone, owner_value
 from runtime.logging import debug_enabled, emit_events
 
 
@@ -81,15 +79,17 @@ class Poller:
         self.store = store
         self.settings = settings
         self.actor = f"node/scheduler/poller-{settings.index}"
-        token = secrets.token_hex(4)
-        #: Names this poller in the partitions' owner hashes (and says where it runs); the
-        #: same across restarts of the actor, so a restarted poller keeps its partitions.
-        self.poller_id = f"{socket.gethostname()}:{os.getpid()}:{token}"
-        self._token_base = token
+        #: Names this poller in the partitions' owner hashes: host, pid and a token, so a
+        #: poller of the same host can tell it is gone (``holder_is_gone``); the same across
+        #: restarts of the actor, so a restarted poller keeps its partitions.
+        self.poller_id = owner_value()
+        self._token_base = self.poller_id.rsplit(":", 1)[1]
         self._ticks = 0
         self.membership: Membership | None = None
         self.owned: set[int] = set()
         """Partitions whose last claim was this poller's (not held by another)."""
+        self._gone: dict[int, str] = {}
+        """Partitions held by a poller found gone (a process of this host that exited)."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         """Actor: tick until cancelled; then hand the partitions back."""
@@ -161,11 +161,16 @@ class Poller:
         token = f"{self._token_base}-{self._ticks}"
         s = self.settings
         claims = await scripts.claim_due(
-            partitions, self.poller_id, token, s.batch_size, s.claim_lease_ms, s.dedupe_window_ms
-        )
+            partitions, self.poller_id, token, s.batch_size, s.claim_lease_ms,
+            s.dedupe_window_ms, self._gone,
+        )  # fmt: skip
+        self._gone = {}
         for c in claims:
             if c.held:
                 self.owned.discard(c.partition)
+                if holder_is_gone(c.holder, this_process_is_gone=False):
+                    # a process of this host that exited: take its partition next tick
+                    self._gone[c.partition] = c.holder
             else:
                 self.owned.add(c.partition)
         claims = [c for c in claims if not c.held]

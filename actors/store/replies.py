@@ -83,7 +83,9 @@ def decode_partition_claim(partition: int, reply: list[Any]) -> PartitionClaim:
                 prior_claim,
             )
         )  # fmt: skip
-    return PartitionClaim(partition, int(now), optional_ms(earliest), tasks, held=bool(held))
+    if int(held):
+        return PartitionClaim(partition, int(now), None, [], holder=prior_claim)
+    return PartitionClaim(partition, int(now), optional_ms(earliest), tasks)
 
 
 @attrs.frozen
@@ -92,8 +94,13 @@ class PartitionClaim:
     now_ms: int
     earliest_ms: int | None
     tasks: list[Claimed]
-    held: bool = False
-    """Another poller's lease on the partition holds: nothing was claimed."""
+    holder: str = ""
+    """The poller whose lease on the partition holds ('' when it is this one's): nothing
+    was claimed."""
+
+    @property
+    def held(self) -> bool:
+        return bool(self.holder)
 
 
 @attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build

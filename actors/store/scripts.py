@@ -13,7 +13,7 @@ The roles depend on ``Scripts`` alone, so a test can subclass it to fail at a ch
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from actors.store import lua
@@ -53,22 +53,22 @@ class Scripts(TaskScripts):
         limit: int,
         lease_ms: int,
         window_ms: int = 60_000,
+        take_from: Mapping[int, str] | None = None,
     ) -> list[PartitionClaim]:
         """``claim_due.lua`` per partition: take or keep the partition for ``poller`` for
         ``lease_ms`` and read up to ``limit`` due tasks (none where another poller holds
         it: ``PartitionClaim.held``). ``token`` names this claim (unique per claim);
-        uncommitted claims are remembered as priors for ``window_ms``."""
+        uncommitted claims are remembered as priors for ``window_ms``. ``take_from``:
+        partition -> a holder found gone, whose lease need not be waited for."""
         k = self.keys
-        replies = await self._run(
-            [
-                (
-                    lua.CLAIM_DUE,
-                    [k.schedule(p), k.partition_owner(p)],
-                    [k.tag(p), poller, token, limit, lease_ms, k.buckets, max(window_ms, lease_ms)],
-                )
-                for p in partitions
-            ]
-        )
+        gone = take_from or {}
+        calls: list[Call] = []
+        for p in partitions:
+            args = [k.tag(p), poller, token, limit, lease_ms, k.buckets, max(window_ms, lease_ms)]
+            calls.append(
+                (lua.CLAIM_DUE, [k.schedule(p), k.partition_owner(p)], [*args, gone.get(p, "")])
+            )
+        replies = await self._run(calls)
         return [decode_partition_claim(p, r) for p, r in zip(partitions, replies, strict=True)]
 
     async def commit_fires(

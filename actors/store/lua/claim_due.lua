@@ -3,11 +3,13 @@
 -- ARGV[1]  partition tag   ARGV[2]  poller id   ARGV[3]  claim token (unique per tick)
 -- ARGV[4]  limit   ARGV[5]  lease_ms   ARGV[6]  buckets of the namespace
 -- ARGV[7]  how long an uncommitted claim is remembered (ms: the dedupe window)
+-- ARGV[8]  a holder the caller found gone (a process of its host that has exited: a
+--          killed node or scheduler process), taken over without waiting ('' = none)
 -- Returns {now_ms, earliest score or -1, held, prior, owed_until or -1,
 --          task_id, bucket, type, payload, sched, next_ms, fires, updated_ms, ...}
 --          (8 per task)
 -- held: 1 when another poller's lease on the partition holds (nothing is claimed; the
--- caller leaves the partition alone), else 0 and the partition is this poller's for at
+-- caller leaves the partition alone, and prior is that poller's id), else 0 and the partition is this poller's for at
 -- least half of lease_ms more (renewed once half of it is gone).
 --
 -- Ownership (the owner hash: poller, until, owed, inflight): one poller serves a partition
@@ -30,8 +32,8 @@ local tag, me, token = ARGV[1], ARGV[2], ARGV[3]
 local buckets = tonumber(ARGV[6])
 local now = now_ms()
 local o = redis.call('HMGET', KEYS[2], 'poller', 'until', 'owed', 'inflight')
-if o[1] and o[1] ~= me and tonumber(o[2]) > now then
-  return {now, -1, 1, '', -1}
+if o[1] and o[1] ~= me and o[1] ~= ARGV[8] and tonumber(o[2]) > now then
+  return {now, -1, 1, o[1], -1}
 end
 local lease = tonumber(ARGV[5])
 local owed = tonumber(o[3] or -1)
