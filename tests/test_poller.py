@@ -16,7 +16,7 @@ import trio
 
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
-from actors.scheduling.ownership import wanted_partitions
+from actors.scheduling.ownership import Membership, wanted_partitions
 from actors.scheduling.poller import Poller, PollerSettings
 from actors.store.enqueue import enqueue_fires
 from actors.store.records import claim_of
@@ -178,6 +178,26 @@ async def test_a_holder_gone_from_this_host_is_taken_over_without_waiting_for_it
     assert (await poller.tick(scripts, poller.partitions(keys), get_logger())).enqueued == 1
     assert (await owner(store, 0))["poller"] == poller.poller_id
     assert [f["schedule_id"] for f in await stream_fires(store, "t")] == [f"x:{past}"]
+
+
+async def test_a_poller_gone_from_this_host_leaves_the_membership_at_once(
+    store: TaskStore,
+) -> None:
+    """A killed scheduler process's poller is still listed as alive for a lease; a poller of
+    the same host sees its process has exited, drops it, and wants every partition now."""
+    keys = await store.keys()
+    exited = await trio.lowlevel.open_process(["true"])
+    await exited.wait()
+    dead = f"{socket.gethostname()}:{exited.pid}:feed"
+    until = await store.now_ms() + 600_000
+    await store.client.execute("ZADD", keys.pollers, until, dead, until, "elsewhere:1:live")
+    poller = Poller(store, PollerSettings())
+    poller.membership = Membership(poller.poller_id, keys.partitions, 10_000)
+    await poller.round(await store.scripts(), get_logger())
+    live = sorted([poller.poller_id, "elsewhere:1:live"])
+    assert poller.membership.members == live  # the other host's poller is trusted
+    assert poller.membership.wanted == wanted_partitions(poller.poller_id, live, 4)
+    assert await store.client.execute("ZSCORE", keys.pollers, dead) is None
 
 
 async def test_a_dead_pollers_claimed_fires_are_not_coalesced_away(

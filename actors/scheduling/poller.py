@@ -125,6 +125,9 @@ class Poller:
         assert membership is not None
         if membership.due():
             members = await scripts.poller_members(self.poller_id, membership.ttl_ms)
+            gone = [m for m in members if holder_is_gone(m, this_process_is_gone=False)]
+            if gone:  # killed on this host (a restarted scheduler process's predecessor)
+                members = await scripts.poller_members(self.poller_id, membership.ttl_ms, gone)
             if membership.update(members):
                 log.info("partitions_wanted", partitions=membership.wanted, pollers=len(members))
         result = await self.tick(scripts, membership.wanted, log)

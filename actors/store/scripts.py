@@ -102,10 +102,11 @@ class Scripts(TaskScripts):
         )
         return [p for p, released in zip(partitions, replies, strict=True) if int(released)]
 
-    async def poller_members(self, poller: str, ttl_ms: int) -> list[str]:
-        """``poller_members.lua``: say ``poller`` is alive for ``ttl_ms`` (0: it leaves);
-        the live pollers, sorted."""
-        (live,) = await self._run([(lua.POLLER_MEMBERS, [self.keys.pollers], [poller, ttl_ms])])
+    async def poller_members(self, poller: str, ttl_ms: int, gone: Sequence[str] = ()) -> list[str]:
+        """``poller_members.lua``: say ``poller`` is alive for ``ttl_ms`` (0: it leaves),
+        remove the pollers in ``gone``; the live pollers, sorted."""
+        args = [poller, ttl_ms, *gone]
+        (live,) = await self._run([(lua.POLLER_MEMBERS, [self.keys.pollers], args)])
         return [m.decode() for m in live]
 
     async def enqueue(

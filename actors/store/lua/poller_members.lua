@@ -1,6 +1,7 @@
 -- poller_members: a poller says it is alive and learns who else is (partition ownership).
 -- KEYS[1]  the namespace's pollers zset (poller id -> alive until, ms)
 -- ARGV[1]  poller id   ARGV[2]  ttl_ms (0 = this poller leaves)
+-- ARGV[3..] pollers the caller found gone (processes of its host that exited), removed
 -- Returns the live pollers' ids, sorted: every poller computes the same assignment of
 -- partitions from it (actors/scheduling/ownership.py). Entries past their time are pruned.
 local t = redis.call('TIME')
@@ -11,6 +12,7 @@ if ttl > 0 then
 else
   redis.call('ZREM', KEYS[1], ARGV[1])
 end
+if #ARGV > 2 then redis.call('ZREM', KEYS[1], unpack(ARGV, 3)) end
 local gone = redis.call('ZRANGE', KEYS[1], '-inf', string.format('%d', now), 'BYSCORE')
 if #gone > 0 then redis.call('ZREM', KEYS[1], unpack(gone)) end
 local live = redis.call('ZRANGE', KEYS[1], 0, -1)
