@@ -11,6 +11,7 @@ Modes:
   layout [N]                      Redis bytes per task: this layout against the previous one
   screenshots [OUT_DIR]           PNGs of the dashboard's views (default docs/), in Chromium
   scrape N [SCRAPES]              what one /metrics scrape costs a node with N tasks
+  scripts [N BATCH]               Redis µs per task of each fire-path script, and of its pieces
 """
 
 from __future__ import annotations
@@ -18,7 +19,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench import api, chaos, fire, hop, idle, layout, reclaim, schedule, scrape, screenshots
+from bench import (
+    api,
+    chaos,
+    fire,
+    hop,
+    idle,
+    layout,
+    reclaim,
+    schedule,
+    scrape,
+    screenshots,
+    scripts,
+)
 from bench.common import emit, redis_for_bench
 from runtime import logging as node_logging
 from runtime.embedded_redis import find_server_binary
@@ -119,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     p_scrape = modes.add_parser("scrape", help="cost of one /metrics scrape")
     p_scrape.add_argument("n", type=int, nargs="?", default=1_000_000)
     p_scrape.add_argument("scrapes", type=int, nargs="?", default=100)
+    p_scripts = modes.add_parser("scripts", help="Redis cost of each fire-path script")
+    p_scripts.add_argument("n", type=int, nargs="?", default=20_000)
+    p_scripts.add_argument("batch", type=int, nargs="?", default=50)
     p_shots = modes.add_parser("screenshots", help="PNGs of the dashboard for docs/")
     p_shots.add_argument("out_dir", nargs="?", default="docs")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -161,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             emit({"mode": "reclaim", **reclaim.run(url, args.k, args.lease_s)})
         elif args.mode == "idle":
             emit({"mode": "idle", **idle.run(url, args.n, args.seconds, args.processes)})
+        elif args.mode == "scripts":
+            emit({"mode": "scripts", **scripts.run(url, args.n, args.batch)})
         elif args.mode == "scrape":
             emit({"mode": "scrape", **scrape.run(url, args.n, args.scrapes)})
         elif args.mode == "layout":

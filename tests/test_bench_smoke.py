@@ -117,3 +117,11 @@ def test_layout_mode() -> None:
     # 300 tasks spread over 16 x 1024 default buckets cost more than layout 1; sized, less
     assert figures["layout_1"] > figures["layout_2_sized"] > 0
     assert figures["layout_2_after_a_run"] > 0 and figures["layout_2"] > 0
+
+
+def test_scripts_mode() -> None:
+    figures = bench("scripts", "300", "10")
+    for script in ("claim", "enqueue", "commit", "outcome"):
+        assert figures["scripts"][script]["calls"] > 0
+        assert figures["scripts"][script]["us_per_task"] > 0
+    assert set(figures["pieces"]) >= {"hget_us", "unpack_us", "pack_us", "zadd_us"}
