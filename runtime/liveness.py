@@ -36,4 +36,15 @@ def holder_is_gone(holder: str, *, this_process_is_gone: bool = True) -> bool:
         return True
     except PermissionError:
         return False  # alive, under another user
-    return False
+    return _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """A process that has exited but is not reaped yet (its parent has not waited for it):
+    gone all the same. Linux only (``/proc``); elsewhere such a holder waits out its lease."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in (b"Z", b"X")

@@ -514,15 +514,65 @@ async def test_pollers_share_the_partitions_and_take_over_from_one_that_stops(
 # -- kill -9 ------------------------------------------------------------------------------------
 
 
-def poller_config(tmp_path: Path, redis_url: str, namespace: str) -> Path:
-    path = tmp_path / "poller.toml"
+def poller_config(
+    tmp_path: Path, redis_url: str, namespace: str, lease_ms: int = 300, name: str = "poller"
+) -> Path:
+    path = tmp_path / f"{name}.toml"
     path.write_text(
         f'namespace = "{namespace}"\n'
+        f'[node]\nname = "{name}"\n'
         f'[redis]\nurl = "{redis_url}"\n'
-        "[scheduler]\npollers = 1\npartitions = 4\nmax_tick_s = 0.02\nclaim_lease_ms = 300\n"
+        "[scheduler]\npollers = 1\npartitions = 4\nmax_tick_s = 0.02\n"
+        f"claim_lease_ms = {lease_ms}\ndedupe_window_s = {max(60, lease_ms // 500)}\n"
         "batch_size = 7\n"
     )
     return path
+
+
+async def test_a_killed_nodes_partitions_are_taken_over_by_a_node_of_its_host(
+    store: TaskStore, tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """Two poller nodes split four partitions; one is SIGKILLed. Its leases last ten
+    minutes, so only seeing that its process has exited lets the other take its
+    partitions: it does, and every grid time still reaches the stream."""
+    start = await store.now_ms() + 500
+    schedule = Schedule("interval", every_s=0.25, start_ms=start, misfire="coalesce")
+    await store.create_many([TaskSpec("h", schedule, i) for i in range(40)])
+    keys = await store.keys()
+    nodes = [
+        NodeProcess(poller_config(tmp_path, redis_url, namespace, 600_000, name))
+        for name in ("a", "b")
+    ]
+
+    async def owners() -> list[str]:
+        return [(await owner(store, p)).get("poller", "") for p in range(keys.partitions)]
+
+    async def until(condition: Callable[[list[str]], bool]) -> None:
+        with trio.move_on_after(60):
+            while not condition(await owners()):  # noqa: ASYNC110 - polling Redis
+                await trio.sleep(0.05)
+            return
+        raise AssertionError(f"partition owners now: {await owners()}")
+
+    try:
+        for node in nodes:
+            await trio.to_thread.run_sync(node.wait_for, "poller_ready")
+        await until(lambda held: len(set(held)) == 2 and "" not in held)  # shared
+        killed = nodes[0].wait_for("poller_ready")[0]["poller"]
+        nodes[0].signal(signal.SIGKILL)
+        await until(lambda held: killed not in held and len(set(held)) == 1)  # taken over
+        await trio.sleep(1.0)
+        window_end = await store.now_ms() - 500
+    finally:
+        for node in nodes:
+            await trio.to_thread.run_sync(node.kill)
+    seen: dict[str, set[int]] = defaultdict(set)
+    for fire in await stream_fires(store, "h"):
+        seen[fire["task_id"]].add(int(fire["due_ms"]))
+    expected = set(range(start, window_end, 250))
+    assert len(seen) == 40 and len(expected) > 4
+    for dues in seen.values():
+        assert expected <= dues, f"missing fires: {sorted(expected - dues)[:5]}"
 
 
 async def test_poller_killed_mid_batch_repeatedly_loses_no_fire(
