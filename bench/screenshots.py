@@ -81,7 +81,7 @@ def take(out_dir: Path, chromium: str) -> list[Path]:
             page.click('#tabs button[data-view="nodes"]')
             page.locator(".node").first.wait_for()
             shots.append(out_dir / "dashboard-nodes.png")
-            page.screenshot(path=shots[-1])
+            page.screenshot(path=shots[-1], full_page=True)  # the partitions are below
             page.click('#tabs button[data-view="tasks"]')
             page.fill("#task-id", "daily-digest")
             page.click("#task-search button")

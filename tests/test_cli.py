@@ -127,6 +127,26 @@ def test_trigger_and_queues(api: ApiNode, tmp_path: Path) -> None:
     assert ok_json(api, "queues", "work")["type"] == "work"
 
 
+def test_partitions_show_the_poller_serving_each(api: ApiNode) -> None:
+    """The node's one poller owns every partition; the view says so, and what is due."""
+
+    def all_served() -> bool:
+        view = ok_json(api, "partitions")
+        return bool(view["pollers"]) and all(
+            p["live"] and p["poller"] == view["pollers"][0] for p in view["partitions"]
+        )
+
+    wait_until(all_served)
+    view = ok_json(api, "partitions")
+    assert len(view["pollers"]) == 1 and len(view["partitions"]) == 16
+    assert [p["partition"] for p in view["partitions"]] == list(range(16))
+    assert all(p["lease_until_ms"] > view["now_ms"] for p in view["partitions"])
+    lines = run(api, "partitions").stdout.splitlines()
+    assert lines[0] == f"live pollers: {view['pollers'][0]}"
+    assert lines[1].split() == ["PARTITION", "POLLER", "LEASE", "IN_FLIGHT", "DUE_NOW", "NEXT_DUE"]
+    assert len(lines) == 2 + 16
+
+
 def test_bulk_add_from_a_json_lines_file(api: ApiNode, tmp_path: Path) -> None:
     tag = f"bulk{time.monotonic_ns()}"
     lines = [

@@ -159,6 +159,11 @@ def test_nodes_and_task_explanations(page: Any, api: ApiNode) -> None:
     node.wait_for()
     text = node.inner_text()
     assert "node/consumers/work/consumer" in text and "running" in text
+    # Partition ownership: the node's one poller serves all 16 partitions.
+    rows = page.locator("#partitions tbody tr")
+    assert rows.count() == 16
+    assert "Live pollers:" in page.locator("#pollers").inner_text()
+    assert "left" in rows.first.inner_text()  # a live lease
     page.click('#tabs button[data-view="tasks"]')
     page.fill("#task-id", task_id)
     page.click("#task-search button")

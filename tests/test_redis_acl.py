@@ -76,6 +76,7 @@ def test_a_node_needs_nothing_beyond_the_shipped_acl(
         client.pause("w")
         client.resume("w")
         client.list_tasks()
+        assert len(client.partitions()["partitions"]) == 16
         client.purge("doomed", None)
         client.delete_task("f")
         assert client.clear_type("work")["deleted"] == 1

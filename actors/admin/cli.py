@@ -3,6 +3,7 @@
     metronome tasks add --type report --cron "0 9 * * 1-5" --tz Europe/Paris --id daily
     metronome tasks explain daily
     metronome queues
+    metronome partitions                      # which poller serves what, what is due
     metronome dlq replay report --all
     metronome serve deploy/node.toml          # = python -m runtime deploy/node.toml
     metronome migrate --redis redis://host:6379/0 --namespace metronome   # after an upgrade
@@ -39,7 +40,7 @@ from actors.admin.inputs import (
     schedule_from,
     tasks_from,
 )
-from actors.admin.tables import queue_rows, show_task, table, task_rows, when
+from actors.admin.tables import partition_rows, queue_rows, show_task, table, task_rows, when
 from actors.domain.model import MAX_TASK_ID, STATUSES
 from actors.store.keys import DEFAULT_BUCKETS, MAX_BUCKETS
 
@@ -171,6 +172,12 @@ def cmd_queues(api: Client, args: argparse.Namespace) -> Result:
     stats = api.queues()
     human = queue_rows(stats["queues"]) if stats["queues"] else "no task types yet"
     return stats, human
+
+
+def cmd_partitions(api: Client, _args: argparse.Namespace) -> Result:
+    view = api.partitions()
+    pollers = ", ".join(view["pollers"]) or "none"
+    return view, f"live pollers: {pollers}\n{partition_rows(view)}"
 
 
 def cmd_dlq_ls(api: Client, args: argparse.Namespace) -> Result:
@@ -351,6 +358,10 @@ def build_parser() -> argparse.ArgumentParser:
     queues.add_argument("--yes", action="store_true", help="confirm a purge")
     queues.set_defaults(run=cmd_queues)
 
+    partitions = commands.add_parser(
+        "partitions", help="which poller serves each partition, and what is due in it"
+    )
+    partitions.set_defaults(run=cmd_partitions)
     dlq = commands.add_parser("dlq", help="dead letters").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )

@@ -169,6 +169,10 @@ class Client:
         path = "/v1/queues" + (f"/{_seg(task_type)}" if task_type else "")
         return self._object("GET", path)
 
+    def partitions(self) -> dict[str, Any]:
+        """Which poller serves each partition, until when, and how much of it is due."""
+        return self._object("GET", "/v1/partitions")
+
     def purge_queue(self, task_type: str) -> dict[str, Any]:
         """Delete the type's undelivered messages (their fires do not run)."""
         return self._object(

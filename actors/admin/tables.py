@@ -74,4 +74,18 @@ def queue_rows(queues: list[dict[str, Any]]) -> str:
     )  # fmt: skip
 
 
+def partition_rows(view: dict[str, Any]) -> str:
+    now = view["now_ms"]
+    return table(
+        ["PARTITION", "POLLER", "LEASE", "IN_FLIGHT", "DUE_NOW", "NEXT_DUE"],
+        [
+            [p["partition"], p["poller"] or "-",
+             (f"{seconds(p['lease_until_ms'] - now)} left" if p["live"] else "expired")
+             if p["lease_until_ms"] is not None else "free",
+             p["claims_in_flight"], p["due_now"], when(p["next_due_ms"])]
+            for p in view["partitions"]
+        ],
+    )  # fmt: skip
+
+
 # -- schedule flags ---------------------------------------------------------------------

@@ -29,6 +29,7 @@ from actors.api.routes import (
     list_tasks,
     metrics,
     nodes,
+    partitions,
     purge_dead,
     purge_queue,
     queue,
@@ -90,6 +91,9 @@ ROUTES: list[Endpoint] = [
     E("GET", "/v1/nodes", nodes,
       "Every process of the namespace's nodes: its actors (up, down and why) and restarts",
       {200: "Nodes"}),
+    E("GET", "/v1/partitions", partitions,
+      "Which poller serves each partition, until when, and how many of its tasks are due",
+      {200: "Partitions"}),
     E("GET", "/v1/whoami", whoami, "The key that signed this request, and whether it may write",
       {200: "WhoAmI"}),
 ]  # fmt: skip

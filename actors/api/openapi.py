@@ -247,6 +247,36 @@ SCHEMAS: dict[str, Any] = {
             },
         },
     ),
+    "Partitions": _obj(
+        ["now_ms", "pollers", "partitions"],
+        {
+            "now_ms": _INT,
+            "pollers": {"type": "array", "items": _STR},
+            "partitions": {
+                "type": "array",
+                "items": _obj(
+                    [
+                        "partition",
+                        "poller",
+                        "lease_until_ms",
+                        "live",
+                        "claims_in_flight",
+                        "due_now",
+                        "next_due_ms",
+                    ],
+                    {
+                        "partition": _INT,
+                        "poller": _nullable(_STR),
+                        "lease_until_ms": _nullable(_INT),
+                        "live": _BOOL,
+                        "claims_in_flight": _INT,
+                        "due_now": _INT,
+                        "next_due_ms": _nullable(_INT),
+                    },
+                ),
+            },
+        },
+    ),
     "Ready": _obj(
         ["ready", "redis", "actors_down"],
         {

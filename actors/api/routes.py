@@ -32,6 +32,7 @@ from actors.config import ApiSection
 from actors.domain.model import TaskSpec, parse_schedule, parse_spec, parse_specs
 from actors.domain.schedules import Schedule, check_submitted
 from actors.observability.endpoint import metrics_response
+from actors.observability.partitions import read_partitions
 from actors.observability.presence import read_nodes
 from actors.observability.redis_gauges import RedisGauges
 from actors.store.tasks import KEEP, TaskStore
@@ -305,6 +306,10 @@ async def whoami(call: Call) -> Response:
 
 async def nodes(call: Call) -> Response:
     return ok({"now_ms": await call.store.now_ms(), "processes": await read_nodes(call.store)})
+
+
+async def partitions(call: Call) -> Response:
+    return ok(await read_partitions(call.store))
 
 
 async def metrics(call: Call) -> Response:

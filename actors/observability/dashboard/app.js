@@ -189,7 +189,21 @@ async function renderDlq() {
         }) }, "Purge"))))));
 }
 
+async function renderPartitions() {
+  const view = await api("GET", "/v1/partitions");
+  document.getElementById("pollers").textContent = `Live pollers: ${view.pollers.join(", ") || "none"}`;
+  const lease = (p) => (p.lease_until_ms === null ? "free"
+    : p.live ? `${seconds(p.lease_until_ms - view.now_ms)} left` : "expired");
+  document.querySelector("#partitions tbody").replaceChildren(...view.partitions.map((p) =>
+    el("tr", { "data-partition": p.partition },
+      el("td", { class: "num" }, p.partition), el("td", {}, p.poller || "-"),
+      el("td", { class: p.live ? "up" : "down" }, lease(p)),
+      el("td", { class: "num" }, p.claims_in_flight), el("td", { class: "num" }, p.due_now),
+      el("td", {}, when(p.next_due_ms)))));
+}
+
 async function renderNodes() {
+  await renderPartitions();
   const data = await api("GET", "/v1/nodes");
   const box = document.getElementById("nodes");
   box.replaceChildren(...data.processes.map((p) => el("div", { class: "node", "data-process": p.process },
