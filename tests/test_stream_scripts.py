@@ -62,15 +62,37 @@ async def consumers(client: RedisClient, keys: Keys) -> set[str]:
     return {_text(c["name"]) for c in info}
 
 
-async def test_ack_acknowledges_and_deletes(
+async def test_ack_acknowledges_and_the_trim_drops_only_what_is_done(
     redis_client: RedisClient, keys: Keys, scripts: Scripts
 ) -> None:
+    """An ACK leaves the entry in the stream (no XDEL a fire); the claimers' trim drops
+    acknowledged entries from the head, whole listpack nodes at a time, and never one that
+    is pending or not read yet."""
     ids = await stream_with_group(redis_client, keys, 3)
     await read_as(redis_client, keys, "c", 3)
     acked = await scripts.ack("t", [ids[0], ids[2]])
     assert acked == 2
     assert await owners(redis_client, keys) == {ids[1]: "c"}
-    assert await redis_client.execute("XLEN", keys.queue("t")) == 1
+    assert await redis_client.execute("XLEN", keys.queue("t")) == 3  # kept until trimmed
+    # 600 more: 500 of all 603 read, the first 400 acknowledged (ids[1] stays pending).
+    more = await stream_with_group_more(redis_client, keys, 600)
+    await read_as(redis_client, keys, "c", 497)
+    await scripts.ack("t", more[:400])
+    assert await scripts.trim_acked("t") == 0  # ids[1], pending, holds the head
+    await scripts.ack("t", [ids[1]])
+    trimmed = await scripts.trim_acked("t")
+    left = [e[0].decode() for e in await redis_client.execute("XRANGE", keys.queue("t"), "-", "+")]
+    assert trimmed >= 300 and len(left) == 603 - trimmed
+    assert set(more[400:]) <= set(left)  # pending (400..496) and unread (497..599) all kept
+    assert await scripts.trim_acked("t") == 0  # nothing more it may take
+
+
+async def stream_with_group_more(client: RedisClient, keys: Keys, count: int) -> list[str]:
+    fields = ["task_id", "y", "schedule_id", "y:1", "type", "t", "payload", "1", "attempt", "0",
+              "due_ms", "1"]  # fmt: skip
+    return [
+        (await client.execute("XADD", keys.queue("t"), "*", *fields)).decode() for _ in range(count)
+    ]
 
 
 async def test_renew_leases_touches_only_this_consumers_messages(
@@ -130,7 +152,7 @@ async def test_dead_letter_moves_the_entry_atomically(
     entry = {"task_id": "x0", "reason": "failed", "error": "boom"}
     dlq_ids = await scripts.dead_letter("t", [DeadLetterWrite(ids[0], entry)])
     assert len(dlq_ids) == 1
-    assert await redis_client.execute("XLEN", keys.queue("t")) == 0
+    assert await redis_client.execute("XLEN", keys.queue("t")) == 0  # moved, not only acked
     assert await owners(redis_client, keys) == {}
     ((_, fields),) = await redis_client.execute("XRANGE", keys.dlq("t"), "-", "+")
     assert fields == {b"task_id": b"x0", b"reason": b"failed", b"error": b"boom"}

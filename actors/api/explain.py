@@ -18,7 +18,7 @@ from typing import Any
 from actors.domain.errors import TaskNotFound
 from actors.domain.model import Task
 from actors.domain.schedules import Schedule
-from actors.store.keys import CONSUMER_GONE_MS
+from actors.store.keys import CONSUMER_GONE_MS, GROUP
 from actors.store.messages import flat_fields
 from actors.store.queue_rows import as_text, error_line, stream_id_ms
 from actors.store.records import claim_of
@@ -172,13 +172,26 @@ async def _stream_messages(store: TaskStore, task: Task) -> tuple[list[dict[str,
     return await _with_pending(store, task.type, found), complete
 
 
+def _entry_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
 async def _with_pending(
     store: TaskStore, task_type: str, found: list[tuple[str, dict[str, str]]]
 ) -> list[dict[str, Any]]:
+    """The task's messages still to run or running: an entry the group has delivered and
+    that is no longer pending was acknowledged (it stays until the claimers trim it)."""
     streams = await store.streams()
     pending = await streams.pending_of(task_type, [entry_id for entry_id, _ in found])
+    (row,) = await streams.queue_infos([task_type])
+    groups = row[2] if isinstance(row[2], list) else []
+    group = next((g for g in groups if as_text(g["name"]) == GROUP), None)
+    delivered_up_to = _entry_key(as_text(group["last-delivered-id"])) if group else (0, 0)
     out = []
     for (entry_id, f), info in zip(found, pending, strict=True):
+        if info is None and _entry_key(entry_id) <= delivered_up_to:
+            continue  # done: acknowledged
         out.append(
             {
                 "msg_id": entry_id,

@@ -6,7 +6,9 @@ consumer stopped renewing them: it died, or released them at shutdown) are claim
 this node's consumer and handed to it through its mailbox; a message already delivered
 ``max_deliveries`` times is poison and goes to the dead-letter queue instead.
 
-Every ``PRUNE_EVERY_S`` it also removes consumers that are gone (idle longer than
+Every round it also trims the stream's acknowledged entries from its head
+(``trim_acked.lua``: consumers acknowledge without deleting, which saves Redis an ``XDEL``
+a fire). Every ``PRUNE_EVERY_S`` it also removes consumers that are gone (idle longer than
 ``CONSUMER_GONE_MS``) and hold nothing (``prune_consumers.lua``); a consumer with pending
 messages is never removed.
 """
@@ -69,6 +71,7 @@ class Claimer:
         while True:
             await trio.sleep(self.settings.interval_s)
             await redis.ride_out(lambda: self.tick(scripts))
+            await redis.ride_out(lambda: scripts.trim_acked(self.type))
             if trio.current_time() - last_prune >= PRUNE_EVERY_S:
                 await redis.ride_out(lambda: self.prune(scripts))
                 last_prune = trio.current_time()

@@ -128,7 +128,7 @@ class RedisGauges:
                 value=time.monotonic() - self.statuses_at,
             )
         per_type = [
-            ("metronome_queue_length", "Entries in the type's stream (backlog and in flight).",
+            ("metronome_queue_length", "Messages not done: backlog and in flight.",
              "length", 1.0),
             ("metronome_queue_undelivered", "Entries no consumer has read yet.", "undelivered",
              1.0),

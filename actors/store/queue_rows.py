@@ -32,17 +32,19 @@ def queue_row(
     task_type: str, row: list[Any], now_ms: int, retrying: dict[str, int] | None
 ) -> dict[str, Any]:
     """One type's backlog from its pipelined replies (a missing stream reads as empty)."""
-    length, dlq, groups, consumers, pending = row
-    length = length if isinstance(length, int) else 0
+    entries, dlq, groups, consumers, pending = row
+    entries = entries if isinstance(entries, int) else 0
     groups = groups if isinstance(groups, list) else []
     group = next((g for g in groups if as_text(g["name"]) == GROUP), None)
     summary: dict[str, Any] = pending if isinstance(pending, dict) else {"pending": 0}
     oldest: bytes | None = summary.get("min")
+    in_flight = int(summary["pending"])
+    undelivered = _undelivered(group, entries, in_flight)
     return {
         "type": task_type,
-        "length": length,
-        "undelivered": _undelivered(group, length, int(summary["pending"])),
-        "pending": int(summary["pending"]),
+        "length": undelivered + in_flight,
+        "undelivered": undelivered,
+        "pending": in_flight,
         # Clamped: an entry added after ``now_ms`` was read is not "-0.0 s" old.
         "oldest_pending_age_ms": max(0, now_ms - stream_id_ms(oldest)) if oldest else None,
         "consumers": live_consumers(consumers if isinstance(consumers, list) else []),
@@ -51,16 +53,16 @@ def queue_row(
     }
 
 
-def _undelivered(group: dict[str, Any] | None, length: int, pending: int) -> int:
-    """Entries no consumer has read yet. The group's ``lag`` counts entries added but not
-    read, and goes stale or unknown when entries are deleted (every finished fire is): it
-    can never exceed what the stream holds, and without it the stream's entries that are
-    not pending are the undelivered ones (acknowledged entries are deleted)."""
+def _undelivered(group: dict[str, Any] | None, entries: int, pending: int) -> int:
+    """Entries no consumer has read yet: the group's ``lag`` (entries added but not read).
+    It stays exact as acknowledged entries are trimmed from the stream's head
+    (``trim_acked.lua``); Redis reports none after entries not yet read were deleted (a
+    queue purge), and then the stream's entries that are not pending are the bound (an
+    over-count by the acknowledged entries not trimmed yet, until consumers catch up)."""
     if group is None:
-        return length
+        return entries
     lag = group.get("lag")
-    estimate = max(0, length - pending)
-    return min(int(lag), length) if lag is not None else estimate
+    return min(int(lag), entries) if lag is not None else max(0, entries - pending)
 
 
 def live_consumers(consumers: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -210,7 +210,8 @@ class Scripts(TaskScripts):
         return (lua.DEAD_LETTER, [self.keys.queue(task_type), self.keys.dlq(task_type)], args)
 
     async def ack(self, task_type: str, ids: Sequence[str]) -> int:
-        """``ack.lua``: acknowledge and delete finished messages; how many were pending."""
+        """``ack.lua``: acknowledge finished messages; how many were pending (the entries
+        are trimmed later, ``trim_acked``)."""
         if not ids:
             return 0
         (count,) = await self._run([self._ack_call(task_type, ids)])
@@ -365,6 +366,12 @@ class Scripts(TaskScripts):
             [(lua.PRUNE_CONSUMERS, [self.keys.queue(task_type)], [GROUP, min_idle_ms, keep])]
         )
         return [r.decode() for r in removed]
+
+    async def trim_acked(self, task_type: str) -> int:
+        """``trim_acked.lua``: drop the stream's acknowledged entries from its head; how
+        many went."""
+        (trimmed,) = await self._run([(lua.TRIM_ACKED, [self.keys.queue(task_type)], [GROUP])])
+        return int(trimmed)
 
     # -- operators --------------------------------------------------------------------------
 
