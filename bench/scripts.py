@@ -1,7 +1,8 @@
 """What each fire-path script costs Redis per task, and what its pieces cost.
 
 ``python -m bench scripts [N] [BATCH]``: N due tasks go through the poller's and the
-consumer's scripts the way a node drives them (claim, enqueue, commit, outcome), BATCH due
+consumer's scripts the way a node drives them (claim, enqueue, commit, the consumer's read
+and acknowledgement, outcome), BATCH due
 tasks per partition per claim, and each script's Redis time is read from ``INFO
 commandstats`` around its calls (``EVALSHA`` includes the commands it runs). Then the
 pieces those scripts are made of (a hash read, a MessagePack unpack, a key concatenation,
@@ -19,6 +20,7 @@ import trio
 
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
+from actors.store.keys import GROUP
 from actors.store.lua import records_prelude
 from actors.store.replies import Fire, FireCommit, OutcomeWrite
 from actors.store.tasks import TaskStore
@@ -37,8 +39,8 @@ def run(url: str, n: int, batch: int) -> dict[str, Any]:
         direct.close()
 
 
-def _evalsha(direct: redis.Redis) -> tuple[int, float]:
-    stats = direct.info("commandstats").get("cmdstat_evalsha", {"calls": 0, "usec": 0})
+def _stats(direct: redis.Redis, command: str = "evalsha") -> tuple[int, float]:
+    stats = direct.info("commandstats").get(f"cmdstat_{command}", {"calls": 0, "usec": 0})
     return int(stats["calls"]), float(stats["usec"])
 
 
@@ -51,12 +53,15 @@ async def _scripts(url: str, direct: redis.Redis, n: int, batch: int) -> dict[st
         await store.create_many([TaskSpec("t", every) for _ in range(min(5000, n - start))])
     scripts = await store.scripts()
     partitions = list(range((await store.keys()).partitions))
-    cost = {name: [0, 0.0, 0] for name in ("claim", "enqueue", "commit", "outcome")}
+    names = ("claim", "enqueue", "commit", "read", "ack", "outcome")
+    cost = {name: [0, 0.0, 0] for name in names}
+    stream = (await store.keys()).queue("t")
+    direct.xgroup_create(stream, GROUP, id="0", mkstream=True)
 
-    async def measured(name: str, tasks: int, call: Any) -> None:
-        calls, usec = _evalsha(direct)
+    async def measured(name: str, tasks: int, call: Any, command: str = "evalsha") -> None:
+        calls, usec = _stats(direct, command)
         await call()
-        calls_after, usec_after = _evalsha(direct)
+        calls_after, usec_after = _stats(direct, command)
         entry = cost[name]
         entry[0] += calls_after - calls
         entry[1] += usec_after - usec
@@ -92,6 +97,14 @@ async def _scripts(url: str, direct: redis.Redis, n: int, batch: int) -> dict[st
             "commit", len(tasks),
             lambda c=commits, tok=token: scripts.commit_fires("bench", tok, c),
         )  # fmt: skip
+        read: list[str] = []
+
+        async def read_group(n: int = len(tasks), read: list[str] = read) -> None:
+            reply: Any = direct.xreadgroup(GROUP, "bench", {stream: ">"}, count=n)
+            read += [entry_id.decode() for entry_id, _ in reply[0][1]]
+
+        await measured("read", len(tasks), read_group, "xreadgroup")
+        await measured("ack", len(tasks), lambda ids=read: scripts.ack("t", ids))
         outcomes = [OutcomeWrite(t.task_id, 0, now, "") for _, t in tasks]
         await measured("outcome", len(tasks), lambda o=outcomes: scripts.record_outcomes(o))
     await client.aclose()
@@ -139,9 +152,9 @@ def _pieces(direct: redis.Redis, iterations: int = 20_000) -> dict[str, float]:
             "end\nreturn 1\n"
         )
         sha = direct.script_load(source)
-        _, before = _evalsha(direct)
+        _, before = _stats(direct)
         direct.evalsha(sha, 0)
-        _, after = _evalsha(direct)
+        _, after = _stats(direct)
         out[name] = round((after - before) / iterations, 2)
     loop = out.pop("loop")
     return {"loop_us": loop} | {f"{k}_us": round(v - loop, 2) for k, v in out.items()}

@@ -121,7 +121,7 @@ def test_layout_mode() -> None:
 
 def test_scripts_mode() -> None:
     figures = bench("scripts", "300", "10")
-    for script in ("claim", "enqueue", "commit", "outcome"):
+    for script in ("claim", "enqueue", "commit", "read", "ack", "outcome"):
         assert figures["scripts"][script]["calls"] > 0
         assert figures["scripts"][script]["us_per_task"] > 0
     assert set(figures["pieces"]) >= {"hget_us", "unpack_us", "pack_us", "zadd_us"}
