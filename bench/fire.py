@@ -36,6 +36,7 @@ from bench.common import (
     cpu_seconds,
     percentile,
     redis_cpu_seconds,
+    redis_sys_cpu_seconds,
     tree_cpu_seconds,
     used_memory,
 )
@@ -192,6 +193,7 @@ def run(
         cpu_start = {p.pid: tree_cpu_seconds(p.pid) for p in procs}
         process_start = _process_cpu(procs)
         redis_start = [redis_cpu_seconds(u) for u in servers]
+        redis_sys_start = [redis_sys_cpu_seconds(u) for u in servers]
         commands_start = [command_stats(u) for u in servers]
         cpu_t = time.time()
         if scraper is not None:
@@ -207,6 +209,7 @@ def run(
         elapsed = max(1e-9, time.time() - cpu_t)
         cpu_pct = 100 * cpu_used / elapsed
         redis_used = [redis_cpu_seconds(u) - r for u, r in zip(servers, redis_start, strict=True)]
+        redis_sys = sum(redis_sys_cpu_seconds(u) for u in servers) - sum(redis_sys_start)
         commands_end = [command_stats(u) for u in servers]
         # Memory while running: the tasks plus whatever the fire path keeps (streams'
         # backlog, dedupe markers), over the same baseline as the idle figure.
@@ -225,6 +228,7 @@ def run(
     # the run executed; fires are spread evenly over the interval).
     fires = max(1.0, figures["exec_per_s"] * elapsed)
     figures["redis_cpu_us_per_fire"] = round(1e6 * sum(redis_used) / fires, 1)
+    figures["redis_sys_cpu_us_per_fire"] = round(1e6 * redis_sys / fires, 1)
     figures["redis_cpu_pct_per_shard"] = [round(100 * r / elapsed, 1) for r in redis_used]
     # What the Redis time is made of: [calls, us] per fire for each command (a script's
     # own calls listed beside it; EVALSHA's time includes theirs)
