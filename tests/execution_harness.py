@@ -16,6 +16,7 @@ from actors.app import build_tree
 from actors.config import Config, ConsumerSection, ExecutionSection, SchedulerSection
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
+from actors.store.keys import GROUP
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext
 from runtime.app import Invocation
@@ -91,6 +92,18 @@ async def wait_until(predicate: Any, timeout_s: float = 60.0, poll_s: float = 0.
     with trio.fail_after(timeout_s):
         while not await predicate():  # noqa: ASYNC110 - polling an outside process/Redis
             await trio.sleep(poll_s)
+
+
+async def one_message_queued(store: TaskStore, task_type: str, task_id: str) -> tuple[str, str]:
+    """A message for ``task_id`` in its type's stream (the group created): (stream, id)."""
+    keys = await store.keys()
+    stream = keys.queue(task_type)
+    await store.client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
+    msg_id = await store.client.execute(
+        "XADD", stream, "*", "task_id", task_id, "schedule_id", f"{task_id}:1",
+        "type", task_type, "payload", "1", "attempt", "0", "due_ms", "1",
+    )  # fmt: skip
+    return stream, msg_id.decode()
 
 
 async def stream_entries(store: TaskStore, key: str) -> list[dict[str, str]]:

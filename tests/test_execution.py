@@ -24,6 +24,7 @@ from runtime.errors import ConfigError
 from runtime.redis_io import RedisClient
 from tests.execution_harness import (
     node_config,
+    one_message_queued,
     records,
     running_node,
     stream_entries,
@@ -204,16 +205,11 @@ async def test_poison_message_goes_to_the_dlq(
     store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path
 ) -> None:
     keys = await store.keys()
-    stream = keys.queue("p")
-    await store.client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
-    msg = await store.client.execute(
-        "XADD", stream, "*", "task_id", "x", "schedule_id", "x:1", "type", "p",
-        "payload", "1", "attempt", "0", "due_ms", "1",
-    )  # fmt: skip
+    stream, msg = await one_message_queued(store, "p", "x")
     await store.client.execute("XREADGROUP", "GROUP", GROUP, "c1", "STREAMS", stream, ">")
     for owner in ("c2", "c3", "c4"):  # it keeps killing whoever takes it
         await store.client.execute("XCLAIM", stream, GROUP, owner, 0, msg)
-    await _set_idle(store, stream, "c4", msg.decode())
+    await _set_idle(store, stream, "c4", msg)
     section = consumer("noop", max_deliveries=4)
     config = node_config(redis_url, namespace, tmp_path, {"p": section}, pollers=0)
     async with running_node(config):

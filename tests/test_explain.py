@@ -12,6 +12,7 @@ from actors.domain.schedules import Schedule
 from actors.store.keys import GROUP
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
+from tests.execution_harness import one_message_queued
 
 
 @pytest.fixture
@@ -84,16 +85,10 @@ async def test_an_acknowledged_message_is_not_shown_while_it_waits_to_be_trimmed
     """Consumers acknowledge without deleting; explain shows the message queued, then
     running, and not at all once acknowledged (though still in the stream)."""
     await store.create(TaskSpec("t", Schedule("once", at_ms=4102444800000), task_id="m"))
-    keys = await store.keys()
-    stream = keys.queue("t")
-    await store.client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
-    msg_id = await store.client.execute(
-        "XADD", stream, "*", "task_id", "m", "schedule_id", "m:1", "type", "t",
-        "payload", "null", "attempt", "0", "due_ms", "1",
-    )  # fmt: skip
+    stream, msg_id = await one_message_queued(store, "t", "m")
     assert [m["delivered"] for m in (await explain(store, "m"))["stream"]] == [False]
     await store.client.execute("XREADGROUP", "GROUP", GROUP, "c", "STREAMS", stream, ">")
     assert [m["delivered"] for m in (await explain(store, "m"))["stream"]] == [True]
-    await (await store.scripts()).ack("t", [msg_id.decode()])
+    await (await store.scripts()).ack("t", [msg_id])
     assert await store.client.execute("XLEN", stream) == 1
     assert (await explain(store, "m"))["stream"] == []
