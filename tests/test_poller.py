@@ -380,6 +380,28 @@ async def test_due_tasks_reach_their_stream_once_per_due_time(
     assert len(scheduled) == len(queued)  # one claim per fire: nothing was late
 
 
+async def test_a_task_created_while_its_partition_had_nothing_due_is_noticed(
+    store: TaskStore,
+) -> None:
+    """Rounds skip partitions with nothing due, but look at each again within
+    ``max_tick_s``: a task created for now in a quiet partition still fires."""
+    keys = await store.keys()
+    later = await store.now_ms() + 3_600_000
+    await store.create_many(
+        [TaskSpec("quiet", Schedule("once", at_ms=later), task_id=f"q{p}") for p in range(8)]
+    )
+
+    async def created_and_fired() -> bool:
+        if not await store.get("now"):
+            await trio.sleep(1.0)  # rounds have seen every partition quiet by then
+            await store.create(TaskSpec("quiet", Schedule("once", at_ms=0), task_id="now"))
+        return int(await store.client.execute("XLEN", keys.queue("quiet"))) == 1
+
+    await run_pollers(store, 1, until=created_and_fired, max_tick_s=0.2)
+    (fire,) = await stream_fires(store, "quiet")
+    assert fire["task_id"] == "now"
+
+
 async def test_task_payload_and_type_reach_the_message(store: TaskStore) -> None:
     payload = {"to": "ops@example.com", "n": [1, 2]}
     await store.create(TaskSpec("mail", Schedule("once", at_ms=0), payload, task_id="m1"))
