@@ -9,8 +9,9 @@
 --          task_id, bucket, type, payload, sched, next_ms, fires, updated_ms, ...}
 --          (8 per task)
 -- held: 1 when another poller's lease on the partition holds (nothing is claimed; the
--- caller leaves the partition alone, and prior is that poller's id), else 0 and the partition is this poller's for at
--- least half of lease_ms more (renewed once half of it is gone).
+-- caller leaves the partition alone, and prior is that poller's id), else 0 and the
+-- partition is this poller's for at least half of lease_ms more (renewed once half of it
+-- is gone).
 --
 -- Ownership (the owner hash: poller, until, owed, inflight): one poller serves a partition
 -- at a time, so a claim writes nothing per task: the zset keeps the grid times, and a task
@@ -32,7 +33,8 @@ local tag, me, token = ARGV[1], ARGV[2], ARGV[3]
 local buckets = tonumber(ARGV[6])
 local now = now_ms()
 local o = redis.call('HMGET', KEYS[2], 'poller', 'until', 'owed', 'inflight')
-if o[1] and o[1] ~= me and o[1] ~= ARGV[8] and tonumber(o[2]) > now then
+local held_until = tonumber(o[2] or 0)  -- a hash without it (hand-edited): run out
+if o[1] and o[1] ~= me and o[1] ~= ARGV[8] and held_until > now then
   return {now, -1, 1, o[1], -1}
 end
 local lease = tonumber(ARGV[5])
@@ -43,7 +45,7 @@ if o[1] ~= me then
   -- are owed, at most one lease of them (after a longer outage the policy applies)
   owed = o[2] and math.min(now, tonumber(o[2]) + lease) or -1
   fields = {'poller', me, 'owed', ms(owed), 'until', ms(now + lease)}
-elseif tonumber(o[2]) - now < lease / 2 then
+elseif held_until - now < lease / 2 then
   fields = {'until', ms(now + lease)}  -- renewed once half of it is gone
 end
 local priors, kept, forgotten = {}, {}, 0
