@@ -18,9 +18,10 @@ from typing import Any
 from actors.domain.errors import TaskNotFound
 from actors.domain.model import Task
 from actors.domain.schedules import Schedule
-from actors.store.keys import CONSUMER_GONE_MS, GROUP
+from actors.observability.partitions import partition_owner
+from actors.store.keys import CONSUMER_GONE_MS
 from actors.store.messages import flat_fields
-from actors.store.queue_rows import as_text, error_line, stream_id_ms
+from actors.store.queue_rows import as_text, error_line, our_group, stream_id_key, stream_id_ms
 from actors.store.records import claim_of
 from actors.store.tasks import TaskStore
 
@@ -74,20 +75,17 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
             ("HMGET", keys.partition_owner(partition), "poller", "until", "inflight"),
         ]
     )
-    poller, until, inflight = (None if v is None else v.decode() for v in owner_raw)
-    owner = {
-        "poller": poller,
-        "lease_until_ms": int(until) if poller and until else None,
-        "live": bool(poller and until and int(until) > now),
-    }
+    poller, until, inflight = owner_raw
+    owner = partition_owner(poller, until, now)
     # A claim writes nothing per task: a due task of a partition with a claim in flight is
     # being enqueued (a claim token in the state is from a version before ownership).
     due_now = score is not None and float(score) <= now
     claimed = bool(inflight) and due_now
     claimed = claimed or (state is not None and claim_of(state) is not None)
     retries = await _retries(store, partition, task_id)
-    stream, stream_complete = await _stream_messages(store, task)
-    consumers = await _live_consumer_names(store, task.type)
+    (stream_facts,) = await (await store.streams()).queue_infos([task.type])
+    stream, stream_complete = await _stream_messages(store, task, stream_facts)
+    consumers = _live_consumer_names(stream_facts)
     dead, dead_complete = await _dead_letters(store, task)
     facts: dict[str, Any] = {
         "task_id": task_id,
@@ -165,32 +163,31 @@ async def _entries_of(
     return found, False
 
 
-async def _stream_messages(store: TaskStore, task: Task) -> tuple[list[dict[str, Any]], bool]:
+async def _stream_messages(
+    store: TaskStore, task: Task, stream_facts: list[Any]
+) -> tuple[list[dict[str, Any]], bool]:
     keys = await store.keys()
     queue = keys.queue(task.type)
     found, complete = await _entries_of(store, queue, task.task_id)
-    return await _with_pending(store, task.type, found), complete
-
-
-def _entry_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
+    return await _with_pending(store, task.type, found, stream_facts), complete
 
 
 async def _with_pending(
-    store: TaskStore, task_type: str, found: list[tuple[str, dict[str, str]]]
+    store: TaskStore,
+    task_type: str,
+    found: list[tuple[str, dict[str, str]]],
+    stream_facts: list[Any],
 ) -> list[dict[str, Any]]:
     """The task's messages still to run or running: an entry the group has delivered and
-    that is no longer pending was acknowledged (it stays until the claimers trim it)."""
+    that is no longer pending was acknowledged (it stays until the claimers trim it).
+    ``stream_facts``: the type's ``Streams.queue_infos`` row."""
     streams = await store.streams()
     pending = await streams.pending_of(task_type, [entry_id for entry_id, _ in found])
-    (row,) = await streams.queue_infos([task_type])
-    groups = row[2] if isinstance(row[2], list) else []
-    group = next((g for g in groups if as_text(g["name"]) == GROUP), None)
-    delivered_up_to = _entry_key(as_text(group["last-delivered-id"])) if group else (0, 0)
+    group = our_group(stream_facts[2])
+    delivered_up_to = stream_id_key(group["last-delivered-id"]) if group else (0, 0)
     out = []
     for (entry_id, f), info in zip(found, pending, strict=True):
-        if info is None and _entry_key(entry_id) <= delivered_up_to:
+        if info is None and stream_id_key(entry_id) <= delivered_up_to:
             continue  # done: acknowledged
         out.append(
             {
@@ -207,10 +204,10 @@ async def _with_pending(
     return out
 
 
-async def _live_consumer_names(store: TaskStore, task_type: str) -> list[str]:
-    """The consumers of the type's group that read recently (``CONSUMER_GONE_MS``)."""
-    (row,) = await (await store.streams()).queue_infos([task_type])
-    consumers = row[3] if isinstance(row[3], list) else []
+def _live_consumer_names(stream_facts: list[Any]) -> list[str]:
+    """The consumers of the type's group that read recently (``CONSUMER_GONE_MS``), from
+    its ``Streams.queue_infos`` row."""
+    consumers = stream_facts[3] if isinstance(stream_facts[3], list) else []
     return [as_text(c["name"]) for c in consumers if int(c["idle"]) < CONSUMER_GONE_MS]
 
 

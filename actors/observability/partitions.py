@@ -15,6 +15,16 @@ from typing import Any
 from actors.store.tasks import TaskStore
 
 
+def partition_owner(poller: bytes | None, until: bytes | None, now_ms: int) -> dict[str, Any]:
+    """A partition's owner from its owner hash's ``poller`` and ``until`` fields."""
+    lease_until = int(until) if poller and until else None
+    return {
+        "poller": poller.decode() if poller else None,
+        "lease_until_ms": lease_until,
+        "live": lease_until is not None and lease_until > now_ms,
+    }
+
+
 async def read_partitions(store: TaskStore) -> dict[str, Any]:
     """Per partition: its owner (poller id or None), lease end, whether the lease holds,
     claims in flight, tasks due now and the earliest due time; and the live pollers."""
@@ -32,13 +42,10 @@ async def read_partitions(store: TaskStore) -> dict[str, Any]:
     rows = []
     for p in range(keys.partitions):
         (poller, until, inflight), due, first = replies[1 + 3 * p : 4 + 3 * p]
-        lease_until = int(until) if poller and until else None
         rows.append(
             {
                 "partition": p,
-                "poller": poller.decode() if poller else None,
-                "lease_until_ms": lease_until,
-                "live": lease_until is not None and lease_until > now,
+                **partition_owner(poller, until, now),
                 "claims_in_flight": len((inflight or b"").split()),
                 "due_now": int(due),
                 "next_due_ms": int(float(first[0][1])) if first else None,

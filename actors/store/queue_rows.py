@@ -15,6 +15,20 @@ def stream_id_ms(entry_id: bytes | str) -> int:
     return int(text.split("-", 1)[0])
 
 
+def stream_id_key(entry_id: bytes | str) -> tuple[int, int]:
+    """A stream entry id as a sortable (ms, seq) pair."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def our_group(groups: Any) -> dict[str, Any] | None:
+    """Metronome's consumer group among a stream's ``XINFO GROUPS`` reply (None if the
+    stream or the group does not exist yet)."""
+    groups = groups if isinstance(groups, list) else []
+    return next((g for g in groups if as_text(g["name"]) == GROUP), None)
+
+
 def as_text(value: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -34,8 +48,7 @@ def queue_row(
     """One type's backlog from its pipelined replies (a missing stream reads as empty)."""
     entries, dlq, groups, consumers, pending = row
     entries = entries if isinstance(entries, int) else 0
-    groups = groups if isinstance(groups, list) else []
-    group = next((g for g in groups if as_text(g["name"]) == GROUP), None)
+    group = our_group(groups)
     summary: dict[str, Any] = pending if isinstance(pending, dict) else {"pending": 0}
     oldest: bytes | None = summary.get("min")
     in_flight = int(summary["pending"])
