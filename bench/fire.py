@@ -35,8 +35,7 @@ from bench.common import (
     command_stats,
     cpu_seconds,
     percentile,
-    redis_cpu_seconds,
-    redis_sys_cpu_seconds,
+    redis_cpu_times,
     tree_cpu_seconds,
     used_memory,
 )
@@ -192,8 +191,7 @@ def run(
         time.sleep(max(0.0, t0_ms / 1000 - time.time()))
         cpu_start = {p.pid: tree_cpu_seconds(p.pid) for p in procs}
         process_start = _process_cpu(procs)
-        redis_start = [redis_cpu_seconds(u) for u in servers]
-        redis_sys_start = [redis_sys_cpu_seconds(u) for u in servers]
+        redis_start = [redis_cpu_times(u) for u in servers]
         commands_start = [command_stats(u) for u in servers]
         cpu_t = time.time()
         if scraper is not None:
@@ -208,8 +206,11 @@ def run(
         cpu_used = sum(tree_cpu_seconds(p.pid) - cpu_start[p.pid] for p in procs)
         elapsed = max(1e-9, time.time() - cpu_t)
         cpu_pct = 100 * cpu_used / elapsed
-        redis_used = [redis_cpu_seconds(u) - r for u, r in zip(servers, redis_start, strict=True)]
-        redis_sys = sum(redis_sys_cpu_seconds(u) for u in servers) - sum(redis_sys_start)
+        redis_end = [redis_cpu_times(u) for u in servers]
+        redis_used = [end[0] - start[0] for start, end in zip(redis_start, redis_end, strict=True)]
+        redis_sys = sum(
+            end[1] - start[1] for start, end in zip(redis_start, redis_end, strict=True)
+        )
         commands_end = [command_stats(u) for u in servers]
         # Memory while running: the tasks plus whatever the fire path keeps (streams'
         # backlog, dedupe markers), over the same baseline as the idle figure.
