@@ -74,7 +74,7 @@ def decode_partition_claim(partition: int, reply: list[Any]) -> PartitionClaim:
     owed_ms = int(owed)
     tasks = []
     for i in range(CLAIM_HEADER, len(reply), CLAIM_ITEMS):
-        task_id, bucket, task_type, payload, sched, due, fires, updated = reply[i : i + 8]
+        task_id, bucket, task_type, payload, sched, due, fires, updated = reply[i : i + CLAIM_ITEMS]
         due_ms = int(due)
         tasks.append(
             Claimed(
