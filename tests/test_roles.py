@@ -154,8 +154,8 @@ async def test_a_duplicate_dropped_at_begin_is_no_longer_in_flight(store: TaskSt
     first, second = (attrs.evolve(message("dup"), msg_id=i) for i in ids)
     started: list[Message] = []
 
-    async def start(m: Message) -> None:
-        started.append(m)
+    def start(ms: list[Message]) -> None:
+        started.extend(ms)
 
     flight = Flight()
     free = trio_util.AsyncValue(5)

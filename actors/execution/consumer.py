@@ -5,7 +5,8 @@ It wires four parts, each its own module, around one ``Flight`` (what this run h
 1. reading (``reading``): XREADGROUP for as many messages as there are free slots, and the
    claimer's mailbox; ``begin_runs.lua`` drops a second message of a fire already started
    within the dedupe window (``duplicate_dropped``); a reclaimed message still runs;
-2. running (``running``): the handler under its timeout (``running`` ... an ``Outcome``);
+2. running (``pool``, ``running``): each message's handler on one of the type's worker
+   tasks, under its timeout, turned into an ``Outcome``;
 3. completing (here, with the pure decision in ``completion``): outcomes flushed in
    batches, results-log lines written first, then retry contexts and task outcomes, then
    dead letters and ACKs (``Scripts.complete``);
@@ -35,6 +36,7 @@ from actors.execution.completion import Completion, RetryPolicy, decide
 from actors.execution.flight import Flight
 from actors.execution.handlers import Handler
 from actors.execution.identity import take_name
+from actors.execution.pool import HandlerPool
 from actors.execution.reading import Reader
 from actors.execution.results_log import ResultsLog, result_line
 from actors.execution.running import Runner
@@ -138,16 +140,16 @@ class Consumer:
         stopping = trio_util.AsyncBool(False)
         try:
             async with trio.open_nursery() as handlers, trio.open_nursery() as helpers:
-
-                async def start(message: Message) -> None:
-                    self.state.free.value -= 1
-                    handlers.start_soon(self._run_one, flight, message)
-
+                pool = HandlerPool(
+                    self.runner, self.settings.concurrency, self.state.free, flight.finish,
+                    handlers, self.actor,
+                )  # fmt: skip
                 reader = Reader(
-                    scripts, streams, self.type, self.node, flight, self.state.free, start,
+                    scripts, streams, self.type, self.node, flight, self.state.free, pool.submit,
                     block_ms=self.settings.block_ms, actor=self.actor,
                     dedupe_window_ms=int(self.settings.dedupe_window_s * 1000),
                 )  # fmt: skip
+                helpers.start_soon(pool.watch_timeouts)
                 helpers.start_soon(
                     leases.renew_forever, scripts, self.type, identity, flight,
                     self.settings.lease_s,
@@ -159,9 +161,10 @@ class Consumer:
                     readers.start_soon(reader.read_inbox, self.inbox, stopping)
                     readers.start_soon(reader.read_recovered, recovered, stopping)
                 # Stopping: no more reads. Running handlers finish (the supervisor
-                # cancels us when the grace is over); then the last flush.
+                # cancels us when the grace is over); then the last flush. The idle
+                # workers and the helpers are cancelled (handlers holds both).
                 await self.state.free.wait_value(lambda free: free >= self.settings.concurrency)
-                helpers.cancel_scope.cancel()
+                handlers.cancel_scope.cancel()
         finally:
             self.state.name = None
             with ctx.cleanup():
@@ -178,15 +181,6 @@ class Consumer:
             ctx.wait_stop_requested, functools.partial(ctx.node_stopping.wait_value, True)
         )
         stopping.value = True
-
-    async def _run_one(self, flight: Flight, message: Message) -> None:
-        try:
-            outcome = await self.runner.run(message, self.actor)
-        finally:
-            # Runs on cancellation too: the slot is free again; the message stays in flight
-            # (unacknowledged) and is released at shutdown.
-            self.state.free.value += 1
-        flight.finish(outcome)
 
     # -- completing -------------------------------------------------------------------------
 

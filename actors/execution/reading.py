@@ -11,7 +11,7 @@ are kept in flight unstarted, and released at the end.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import trio_util
@@ -39,7 +39,7 @@ class Reader:
         node: str,
         flight: Flight,
         free: trio_util.AsyncValue[int],
-        start: Callable[[Message], Awaitable[None]],
+        start: Callable[[list[Message]], None],
         *,
         block_ms: int,
         dedupe_window_ms: int,
@@ -125,7 +125,7 @@ class Reader:
                 await self.begin([message])
 
     async def begin(self, messages: list[Message]) -> None:
-        """Drop duplicates (dedupe window), then start a handler per message."""
+        """Drop duplicates (dedupe window), then start the rest (``HandlerPool.submit``)."""
         runnable = messages
         if self.dedupe_window_ms > 0:
             flags = await self.scripts.client.ride_out(
@@ -147,8 +147,7 @@ class Reader:
             [("running", {**fire_fields(m), "start_lag_ms": now_ms - m.due_ms}) for m in runnable],
             level="debug",
         )
-        for message in runnable:
-            await self._start(message)
+        self._start(runnable)
 
     async def _dead_letter_malformed(
         self, malformed: list[tuple[str, dict[bytes, bytes], str]]

@@ -1,0 +1,163 @@
+"""The handler pool (actors/execution/pool.py) on its own: no Redis, real trio tasks.
+
+What it must keep from one task a message: runs are concurrent up to the pool's size, each
+is cut at its own timeout (never a neighbour's), a slot is given back whatever happens, and
+cancelling the pool (the node stopping) ends every run without an outcome.
+"""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+import trio_util
+
+from actors.execution.completion import Outcome
+from actors.execution.handlers import Handler, HandlerContext
+from actors.execution.pool import HandlerPool
+from actors.execution.running import Runner
+from actors.store.messages import Message
+
+
+def message(n: int, sleep_s: float = 0) -> Message:
+    """A message whose payload tells the handler how long to sleep."""
+    return Message(
+        msg_id=f"1-{n}", task_id=f"t{n}", schedule_id=f"t{n}:0", type="t",
+        payload_json=str(sleep_s), attempt=0, due_ms=0, enq_ms=0, payload=sleep_s,
+    )  # fmt: skip
+
+
+class Harness:
+    def __init__(self, fn: object, *, size: int, timeout_s: float) -> None:
+        handler = Handler(name="t", fn=fn, is_async=True)  # type: ignore[arg-type]
+        self.runner = Runner(handler, timeout_s, size)
+        self.free = trio_util.AsyncValue(size)
+        self.outcomes: list[Outcome] = []
+        self.size = size
+
+    def pool(self, nursery: trio.Nursery) -> HandlerPool:
+        return HandlerPool(self.runner, self.size, self.free, self.outcomes.append, nursery, "test")
+
+    def by_task(self) -> dict[str, Outcome]:
+        return {o.message.task_id: o for o in self.outcomes}
+
+
+async def test_runs_are_concurrent_up_to_the_size_and_give_their_slots_back() -> None:
+    running, most = 0, 0
+    release = trio.Event()
+
+    async def handler(ctx: HandlerContext) -> str:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await release.wait()
+        running -= 1
+        return ctx.task_id
+
+    h = Harness(handler, size=4, timeout_s=60)
+    async with trio.open_nursery() as nursery:
+        pool = h.pool(nursery)
+        nursery.start_soon(pool.watch_timeouts)
+        pool.submit([message(i) for i in range(4)])
+        assert h.free.value == 0
+        await trio.testing.wait_all_tasks_blocked()
+        assert running == 4
+        release.set()
+        await h.free.wait_value(4)
+        # the workers are reused: a second batch runs on them
+        pool.submit([message(i) for i in range(4, 8)])
+        await h.free.wait_value(4)
+        nursery.cancel_scope.cancel()
+    assert most == 4
+    assert sorted(o.result for o in h.outcomes) == [f"t{i}" for i in range(8)]
+    assert all(o.error is None for o in h.outcomes)
+
+
+async def test_a_timeout_cuts_only_the_run_that_outlived_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    cancelled_at: dict[str, float] = {}
+
+    async def handler(ctx: HandlerContext) -> str:
+        try:
+            await trio.sleep(ctx.payload)
+        except trio.Cancelled:
+            cancelled_at[ctx.task_id] = trio.current_time()
+            raise
+        return "done"
+
+    h = Harness(handler, size=3, timeout_s=10)
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        pool = h.pool(nursery)
+        nursery.start_soon(pool.watch_timeouts)
+        pool.submit([message(0, sleep_s=100), message(1, sleep_s=1)])
+        await trio.sleep(5)  # started 5 s after the first two: its deadline is later
+        pool.submit([message(2, sleep_s=9)])
+        await h.free.wait_value(3)
+        # the worker the timeout cancelled runs the next message under a fresh scope
+        pool.submit([message(3, sleep_s=2)])
+        await h.free.wait_value(3)
+        nursery.cancel_scope.cancel()
+    runs = h.by_task()
+    assert runs["t0"].error == "timeout: handler ran longer than 10s"
+    assert list(cancelled_at) == ["t0"]
+    assert cancelled_at["t0"] - start == 10  # at its own deadline, not a later run's
+    assert runs["t1"].result == "done" and runs["t1"].error is None
+    assert runs["t2"].result == "done" and runs["t2"].error is None  # ran 9 s of its 10
+    assert runs["t3"].result == "done"
+
+
+async def test_a_handler_that_swallows_its_timeout_still_times_out(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def handler(ctx: HandlerContext) -> str:
+        try:
+            await trio.sleep(100)
+        except trio.Cancelled:
+            return "pretended to finish"
+        return "done"
+
+    h = Harness(handler, size=1, timeout_s=1)
+    async with trio.open_nursery() as nursery:
+        pool = h.pool(nursery)
+        nursery.start_soon(pool.watch_timeouts)
+        pool.submit([message(0)])
+        await h.free.wait_value(1)
+        nursery.cancel_scope.cancel()
+    assert [o.error for o in h.outcomes] == ["timeout: handler ran longer than 1s"]
+
+
+async def test_cancelling_the_pool_ends_runs_without_outcomes_and_frees_their_slots() -> None:
+    async def handler(ctx: HandlerContext) -> None:
+        await trio.sleep_forever()
+
+    h = Harness(handler, size=5, timeout_s=60)
+    async with trio.open_nursery() as nursery:
+        pool = h.pool(nursery)
+        nursery.start_soon(pool.watch_timeouts)
+        pool.submit([message(i) for i in range(3)])
+        await trio.testing.wait_all_tasks_blocked()
+        assert h.free.value == 2
+        nursery.cancel_scope.cancel()
+    assert h.free.value == 5
+    assert h.outcomes == []  # unfinished: left in flight, released by the consumer
+
+
+async def test_failures_become_outcomes_and_the_worker_goes_on() -> None:
+    async def handler(ctx: HandlerContext) -> str:
+        if ctx.task_id == "t0":
+            raise ValueError("bad payload")
+        return "ok"
+
+    h = Harness(handler, size=1, timeout_s=60)
+    async with trio.open_nursery() as nursery:
+        pool = h.pool(nursery)
+        nursery.start_soon(pool.watch_timeouts)
+        pool.submit([message(0)])
+        await h.free.wait_value(1)
+        pool.submit([message(1)])
+        await h.free.wait_value(1)
+        nursery.cancel_scope.cancel()
+    runs = h.by_task()
+    assert runs["t0"].error is not None and "ValueError: bad payload" in runs["t0"].error
+    assert runs["t1"].result == "ok"
