@@ -253,3 +253,42 @@ async def test_a_cluster_unreachable_at_start_is_an_outage_not_a_crash() -> None
     with pytest.raises(RedisUnavailable, match=r"cannot be connected|Connection refused"):
         await client.execute("PING")
     await client.aclose()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_hot_path_reads_parse_alike_under_either_protocol(
+    redis_url: str, namespace: str, protocol: int
+) -> None:
+    """Stream reads and pipelined scripts skip redis-py's reply parsing (the raw replies
+    differ: RESP3 maps, RESP2 lists); what they return must not depend on the protocol."""
+    from actors.store.keys import GROUP, Keys
+    from actors.store.messages import Message
+    from actors.store.streams import Streams
+
+    url = f"{redis_url}{'&' if '?' in redis_url else '?'}protocol={protocol}"
+    client = client_for(url)
+    try:
+        streams = Streams(client, Keys(namespace, 4))
+        stream = streams.keys.queue("t")
+        fields = Message(
+            msg_id="", task_id="a1", schedule_id="a1:5", type="t", payload_json='{"n":1}',
+            attempt=0, due_ms=5, enq_ms=6, payload=None,
+        ).fields()  # fmt: skip
+        await client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
+        first = await client.execute("XADD", stream, "*", *[x for kv in fields.items() for x in kv])
+        bad = await client.execute("XADD", stream, "*", "hello", "world")
+        messages, malformed = await streams.read_group("t", "c1", 10, 100)
+        assert [(m.msg_id, m.task_id, m.due_ms, m.enq_ms, m.payload) for m in messages] == [
+            (first.decode(), "a1", 5, 6, {"n": 1})
+        ]
+        assert [(i, f) for i, f, _ in malformed] == [(bad.decode(), {b"hello": b"world"})]
+        assert await streams.read_group("t", "c1", 10, 10) == ([], [])  # BLOCK ran out
+
+        replies = await client.scripts(ECHO, [(["k1"], ["v1"]), (["k2"], ["v2"])])
+        assert replies == [[b"k1", b"v1"], [b"k2", b"v2"]]
+        failing = Script("failing", "return redis.error_reply('no such thing')")
+        replies = await client.mixed_scripts([(failing, ["k"], []), (ECHO, ["k3"], ["v3"])])
+        assert isinstance(replies[0], Exception) and "no such thing" in str(replies[0])
+        assert replies[1] == [b"k3", b"v3"]
+    finally:
+        await client.aclose()

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from actors.store.keys import GROUP, Keys
-from actors.store.messages import MalformedMessage, Message
+from actors.store.messages import MalformedMessage, Message, flat_fields
 from runtime.redis_io import RedisClient, ResponseError
 
 Entry = tuple[bytes, dict[bytes, bytes]]
@@ -38,18 +38,26 @@ class Streams:
         """XREADGROUP of new messages for ``consumer``: (messages, malformed entries as
         (id, fields, error)). Entries deleted while pending are left out."""
         stream = self.keys.queue(task_type)
-        reply = await self.client.execute(
+        reply = await self.client.execute_unparsed(
             "XREADGROUP", "GROUP", GROUP, consumer, "COUNT", count,
             "BLOCK", block_ms, "STREAMS", stream, ">",
         )  # fmt: skip
         if not reply:
             return [], []
-        entries = reply[0][1] if isinstance(reply, list) else reply[stream.encode()][0]
+        # As sent: {stream: entries} (RESP3, redis-py's default) or [[stream, entries]]
+        # (RESP2); a cluster client's parsed RESP3 reply nests them once more.
+        if isinstance(reply, dict):
+            entries = reply[stream.encode()]
+            if self.client.is_cluster:
+                entries = entries[0]
+        else:
+            entries = reply[0][1]
         messages: list[Message] = []
         malformed: list[tuple[str, dict[bytes, bytes], str]] = []
-        for msg_id, fields in entries:
-            if fields is None:
+        for msg_id, raw in entries:
+            if raw is None:
                 continue  # deleted while pending: nothing to run
+            fields = flat_fields(raw)
             try:
                 messages.append(Message.decode(msg_id, fields))
             except MalformedMessage as exc:
