@@ -75,14 +75,16 @@ def describe_error(exc: BaseException) -> str:
     return "".join(lines)[-MAX_ERROR_CHARS:]
 
 
-def fire_fields(m: Message) -> dict[str, Any]:
-    """The fields every lifecycle line of a fire carries."""
+def fire_fields(m: Message, **more: Any) -> dict[str, Any]:
+    """The fields every lifecycle line of a fire carries, and ``more`` (one dict built a
+    line, not two merged)."""
     return {
         "task_id": m.task_id,
         "schedule_id": m.schedule_id,
         "type": m.type,
         "attempt": m.attempt,
         "msg_id": m.msg_id,
+        **more,
     }
 
 
@@ -92,7 +94,11 @@ def lifecycle(o: Outcome) -> dict[str, Any]:
     (``started_ms``) → Finished/Retried (``finished_ms``)."""
     m = o.message
     return {
-        **fire_fields(m),
+        "task_id": m.task_id,
+        "schedule_id": m.schedule_id,
+        "type": m.type,
+        "attempt": m.attempt,
+        "msg_id": m.msg_id,
         "due_ms": m.due_ms,
         "queued_ms": m.enq_ms,
         "started_ms": o.started_ms,

