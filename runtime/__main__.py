@@ -13,6 +13,7 @@ from pathlib import Path
 
 import trio
 
+from runtime import gc_policy
 from runtime import logging as node_logging
 from runtime.app import Invocation, load_app
 from runtime.errors import ConfigError, RuntimeStartError
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             stream=None if args.part is None else node_logging.to_parent(sys.stdout),
         )
         root = app.build_tree(app.config, invocation)
+        gc_policy.tune()
         grace_s = app.node.shutdown_grace_s
         if args.part is not None:
             grace_s = child_grace_s(grace_s)
