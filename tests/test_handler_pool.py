@@ -7,6 +7,9 @@ cancelling the pool (the node stopping) ends every run without an outcome.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import trio
 import trio.testing
 import trio_util
@@ -34,8 +37,21 @@ class Harness:
         self.outcomes: list[Outcome] = []
         self.size = size
 
-    def pool(self, nursery: trio.Nursery) -> HandlerPool:
-        return HandlerPool(self.runner, self.size, self.free, self.outcomes.append, nursery, "test")
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[HandlerPool]:
+        """A pool and its watchdog, cancelled (as when the node stops) when the block ends."""
+        async with trio.open_nursery() as nursery:
+            pool = HandlerPool(
+                self.runner, self.size, self.free, self.outcomes.append, nursery, "test"
+            )
+            nursery.start_soon(pool.watch_timeouts)
+            yield pool
+            nursery.cancel_scope.cancel()
+
+    async def run_all(self, pool: HandlerPool, messages: list[Message]) -> None:
+        """Submit ``messages`` and wait until every slot is free again."""
+        pool.submit(messages)
+        await self.free.wait_value(self.size)
 
     def by_task(self) -> dict[str, Outcome]:
         return {o.message.task_id: o for o in self.outcomes}
@@ -54,9 +70,7 @@ async def test_runs_are_concurrent_up_to_the_size_and_give_their_slots_back() ->
         return ctx.task_id
 
     h = Harness(handler, size=4, timeout_s=60)
-    async with trio.open_nursery() as nursery:
-        pool = h.pool(nursery)
-        nursery.start_soon(pool.watch_timeouts)
+    async with h.running() as pool:
         pool.submit([message(i) for i in range(4)])
         assert h.free.value == 0
         await trio.testing.wait_all_tasks_blocked()
@@ -64,9 +78,7 @@ async def test_runs_are_concurrent_up_to_the_size_and_give_their_slots_back() ->
         release.set()
         await h.free.wait_value(4)
         # the workers are reused: a second batch runs on them
-        pool.submit([message(i) for i in range(4, 8)])
-        await h.free.wait_value(4)
-        nursery.cancel_scope.cancel()
+        await h.run_all(pool, [message(i) for i in range(4, 8)])
     assert most == 4
     assert sorted(o.result for o in h.outcomes) == [f"t{i}" for i in range(8)]
     assert all(o.error is None for o in h.outcomes)
@@ -87,17 +99,13 @@ async def test_a_timeout_cuts_only_the_run_that_outlived_it(
 
     h = Harness(handler, size=3, timeout_s=10)
     start = trio.current_time()
-    async with trio.open_nursery() as nursery:
-        pool = h.pool(nursery)
-        nursery.start_soon(pool.watch_timeouts)
+    async with h.running() as pool:
         pool.submit([message(0, sleep_s=100), message(1, sleep_s=1)])
         await trio.sleep(5)  # started 5 s after the first two: its deadline is later
         pool.submit([message(2, sleep_s=9)])
         await h.free.wait_value(3)
         # the worker the timeout cancelled runs the next message under a fresh scope
-        pool.submit([message(3, sleep_s=2)])
-        await h.free.wait_value(3)
-        nursery.cancel_scope.cancel()
+        await h.run_all(pool, [message(3, sleep_s=2)])
     runs = h.by_task()
     assert runs["t0"].error == "timeout: handler ran longer than 10s"
     assert list(cancelled_at) == ["t0"]
@@ -118,12 +126,8 @@ async def test_a_handler_that_swallows_its_timeout_still_times_out(
         return "done"
 
     h = Harness(handler, size=1, timeout_s=1)
-    async with trio.open_nursery() as nursery:
-        pool = h.pool(nursery)
-        nursery.start_soon(pool.watch_timeouts)
-        pool.submit([message(0)])
-        await h.free.wait_value(1)
-        nursery.cancel_scope.cancel()
+    async with h.running() as pool:
+        await h.run_all(pool, [message(0)])
     assert [o.error for o in h.outcomes] == ["timeout: handler ran longer than 1s"]
 
 
@@ -132,13 +136,10 @@ async def test_cancelling_the_pool_ends_runs_without_outcomes_and_frees_their_sl
         await trio.sleep_forever()
 
     h = Harness(handler, size=5, timeout_s=60)
-    async with trio.open_nursery() as nursery:
-        pool = h.pool(nursery)
-        nursery.start_soon(pool.watch_timeouts)
+    async with h.running() as pool:
         pool.submit([message(i) for i in range(3)])
         await trio.testing.wait_all_tasks_blocked()
         assert h.free.value == 2
-        nursery.cancel_scope.cancel()
     assert h.free.value == 5
     assert h.outcomes == []  # unfinished: left in flight, released by the consumer
 
@@ -150,14 +151,9 @@ async def test_failures_become_outcomes_and_the_worker_goes_on() -> None:
         return "ok"
 
     h = Harness(handler, size=1, timeout_s=60)
-    async with trio.open_nursery() as nursery:
-        pool = h.pool(nursery)
-        nursery.start_soon(pool.watch_timeouts)
-        pool.submit([message(0)])
-        await h.free.wait_value(1)
-        pool.submit([message(1)])
-        await h.free.wait_value(1)
-        nursery.cancel_scope.cancel()
+    async with h.running() as pool:
+        await h.run_all(pool, [message(0)])
+        await h.run_all(pool, [message(1)])
     runs = h.by_task()
     assert runs["t0"].error is not None and "ValueError: bad payload" in runs["t0"].error
     assert runs["t1"].result == "ok"
