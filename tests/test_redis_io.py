@@ -290,5 +290,7 @@ async def test_hot_path_reads_parse_alike_under_either_protocol(
         replies = await client.mixed_scripts([(failing, ["k"], []), (ECHO, ["k3"], ["v3"])])
         assert isinstance(replies[0], Exception) and "no such thing" in str(replies[0])
         assert replies[1] == [b"k3", b"v3"]
+        # an argument hiredis cannot pack (a bytearray) is packed redis-py's way
+        assert await client.scripts(ECHO, [(["k4"], [bytearray(b"v4")])]) == [[b"k4", b"v4"]]
     finally:
         await client.aclose()
