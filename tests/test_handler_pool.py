@@ -157,3 +157,26 @@ async def test_failures_become_outcomes_and_the_worker_goes_on() -> None:
     runs = h.by_task()
     assert runs["t0"].error is not None and "ValueError: bad payload" in runs["t0"].error
     assert runs["t1"].result == "ok"
+
+
+async def test_a_run_after_a_long_quiet_spell_is_still_cut_at_its_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """With nothing running the watchdog waits for the next run: that run must wake it."""
+    cancelled_at: list[float] = []
+
+    async def handler(ctx: HandlerContext) -> None:
+        try:
+            await trio.sleep(ctx.payload)
+        except trio.Cancelled:
+            cancelled_at.append(trio.current_time())
+            raise
+
+    h = Harness(handler, size=2, timeout_s=1)
+    async with h.running() as pool:
+        await h.run_all(pool, [message(0, sleep_s=0.5)])  # the watchdog has seen a run end
+        await trio.sleep(3600)
+        start = trio.current_time()
+        await h.run_all(pool, [message(1, sleep_s=100)])
+    assert cancelled_at == [start + 1]
+    assert [o.error for o in h.outcomes] == [None, "timeout: handler ran longer than 1s"]

@@ -11,8 +11,8 @@ concurrency: the reader asks Redis for no more messages than there are free slot
 
 Timeouts: every run of a type has the same timeout, so the busy workers, kept in the order
 their current runs started, are also in the order of their deadlines. The watchdog sleeps
-until the first one's; it is never woken per message. With nothing running it sleeps one
-timeout, since any run that starts meanwhile has its deadline later than that.
+until the first one's; it is never woken per message. With nothing running it waits for
+the next run to start.
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ class HandlerPool:
         self._busy: dict[_Worker, float] = {}
         """Deadline of each busy worker's run, in the order the runs started (dicts keep
         insertion order; a worker is removed when its run ends, added again at the next)."""
+        self._idle_watchdog: trio.Event | None = None
+        """Set by the next run to start, while the watchdog waits with nothing running."""
 
     def submit(self, messages: list[Message]) -> None:
         """Queue ``messages`` to run; the caller made sure there are free slots for them."""
@@ -85,6 +87,9 @@ class HandlerPool:
                         message = self._queue.popleft()
                         started_ms = now_ms()
                         self._busy[worker] = trio.current_time() + self.runner.timeout_s
+                        if self._idle_watchdog is not None:
+                            self._idle_watchdog.set()
+                            self._idle_watchdog = None
                         try:
                             outcome = await self.runner.run(message, self.actor, started_ms)
                         finally:
@@ -102,10 +107,10 @@ class HandlerPool:
 
     async def watch_timeouts(self) -> None:
         """Cancel each run that outlives the timeout (see the module); runs forever."""
-        timeout_s = self.runner.timeout_s
         while True:
             if not self._busy:
-                await trio.sleep(timeout_s)
+                self._idle_watchdog = trio.Event()
+                await self._idle_watchdog.wait()
                 continue
             worker, deadline = next(iter(self._busy.items()))
             if deadline > trio.current_time():
