@@ -16,6 +16,7 @@ import trio
 
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
+from actors.scheduling.claim_loop import FULL_PAUSE_RATE, RateMeter, shortest_pause_s
 from actors.scheduling.ownership import Membership, wanted_partitions
 from actors.scheduling.poller import Poller, PollerSettings
 from actors.store.enqueue import enqueue_fires
@@ -460,6 +461,24 @@ async def test_sleep_follows_the_earliest_due_time(store: TaskStore) -> None:
     await store.create(TaskSpec("s", Schedule("once", at_ms=now + 300)))
     result = await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
     assert 0.1 < poller.sleep_s(result) <= 0.3
+
+
+def test_the_shortest_pause_shrinks_only_above_the_full_pause_rate() -> None:
+    """At most ``min_tick_s`` x FULL_PAUSE_RATE fires gather between pauses, measured over
+    whole windows of the poller's own rate."""
+    meter = RateMeter(window_s=1.0)
+    meter.add(5_000, now=0.0)
+    meter.add(5_000, now=0.5)
+    assert meter.rate == 0.0  # no whole window yet: the pause stays min_tick_s
+    assert shortest_pause_s(0.005, meter.rate) == 0.005
+    meter.add(10_000, now=1.0)
+    assert meter.rate == 20_000  # 20,000 fires in the first second
+    assert shortest_pause_s(0.005, meter.rate) == 0.005 * FULL_PAUSE_RATE / 20_000
+    for t in (1.5, 2.0):
+        meter.add(2_000, now=t)
+    assert meter.rate == 4_000
+    assert shortest_pause_s(0.005, meter.rate) == 0.005  # below the rate: unchanged
+    assert shortest_pause_s(0.0, 40_000) == 0.0
 
 
 def test_live_pollers_want_disjoint_partitions_covering_all() -> None:

@@ -36,8 +36,10 @@ import trio
 from actors.domain.schedules import FirePlan, plan_fires
 from actors.scheduling.claim_loop import (
     ClaimLoopSettings,
+    RateMeter,
     TickResult,
     earliest,
+    shortest_pause_s,
     sleep_s,
 )
 from actors.scheduling.ownership import Membership
@@ -85,6 +87,8 @@ class Poller:
         self.poller_id = owner_value()
         self._token_base = self.poller_id.rsplit(":", 1)[1]
         self._ticks = 0
+        self._rate = RateMeter()
+        """Fires this poller enqueues a second (its shortest pause shrinks above a rate)."""
         self.membership: Membership | None = None
         self.owned: set[int] = set()
         """Partitions whose last claim was this poller's (not held by another)."""
@@ -186,7 +190,11 @@ class Poller:
         return self.membership.wanted if self.membership else list(range(keys.partitions))
 
     def sleep_s(self, result: TickResult) -> float:
-        return sleep_s(result, self.settings.max_tick_s, self.settings.min_tick_s)
+        """The pause after a round: see ``claim_loop.sleep_s``, with the shortest pause
+        shrunk when this poller fires faster than ``FULL_PAUSE_RATE``."""
+        self._rate.add(result.enqueued, trio.current_time())
+        shortest = shortest_pause_s(self.settings.min_tick_s, self._rate.rate)
+        return sleep_s(result, self.settings.max_tick_s, shortest)
 
     async def tick(
         self, scripts: Scripts, partitions: list[int], log: structlog.typing.FilteringBoundLogger
