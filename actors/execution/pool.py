@@ -28,13 +28,6 @@ from actors.execution.running import Runner, now_ms
 from actors.store.messages import Message
 
 
-class _Worker:
-    __slots__ = ("scope",)
-
-    def __init__(self) -> None:
-        self.scope = trio.CancelScope()
-
-
 class HandlerPool:
     """Runs the messages ``submit`` is given, at most ``size`` at once, in ``nursery``.
 
@@ -57,9 +50,10 @@ class HandlerPool:
         self._queue: collections.deque[Message] = collections.deque()
         self._idle = trio.lowlevel.ParkingLot()
         self._workers = 0
-        self._busy: dict[_Worker, float] = {}
-        """Deadline of each busy worker's run, in the order the runs started (dicts keep
-        insertion order; a worker is removed when its run ends, added again at the next)."""
+        self._busy: dict[trio.CancelScope, float] = {}
+        """The deadline of each running handler, by the cancel scope of the worker running
+        it, in the order the runs started (dicts keep insertion order; a scope is removed
+        when its run ends, added again at its worker's next)."""
         self._idle_watchdog: trio.Event | None = None
         """Set by the next run to start, while the watchdog waits with nothing running."""
 
@@ -77,16 +71,15 @@ class HandlerPool:
             self._nursery.start_soon(self._work)
 
     async def _work(self) -> None:
-        worker = _Worker()
         try:
             while True:  # one pass per cancel scope: a timeout cancels it for good
-                with trio.CancelScope() as worker.scope:
+                with trio.CancelScope() as scope:
                     while True:
                         while not self._queue:
                             await self._idle.park()
                         message = self._queue.popleft()
                         started_ms = now_ms()
-                        self._busy[worker] = trio.current_time() + self.runner.timeout_s
+                        self._busy[scope] = trio.current_time() + self.runner.timeout_s
                         if self._idle_watchdog is not None:
                             self._idle_watchdog.set()
                             self._idle_watchdog = None
@@ -95,9 +88,9 @@ class HandlerPool:
                         finally:
                             # Cancelled too (the node stopping): the slot is free again,
                             # and the message stays in flight, released at shutdown.
-                            self._busy.pop(worker, None)
+                            self._busy.pop(scope, None)
                             self.free.value += 1
-                        if worker.scope.cancel_called:
+                        if scope.cancel_called:
                             break  # timed out, and the handler swallowed the cancellation
                         self.done(outcome)
                 # Only a timeout leaves the scope: its run's outcome says so.
@@ -112,9 +105,9 @@ class HandlerPool:
                 self._idle_watchdog = trio.Event()
                 await self._idle_watchdog.wait()
                 continue
-            worker, deadline = next(iter(self._busy.items()))
+            scope, deadline = next(iter(self._busy.items()))
             if deadline > trio.current_time():
                 await trio.sleep_until(deadline)
                 continue
-            del self._busy[worker]
-            worker.scope.cancel()
+            del self._busy[scope]
+            scope.cancel()
