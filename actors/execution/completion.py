@@ -76,8 +76,8 @@ def describe_error(exc: BaseException) -> str:
 
 
 def fire_fields(m: Message, **more: Any) -> dict[str, Any]:
-    """The fields every lifecycle line of a fire carries, and ``more`` (one dict built a
-    line, not two merged)."""
+    """The fields every lifecycle line of a fire carries, and ``more`` (merged here rather
+    than into a copy of this dict by each caller)."""
     return {
         "task_id": m.task_id,
         "schedule_id": m.schedule_id,
@@ -93,19 +93,15 @@ def lifecycle(o: Outcome) -> dict[str, Any]:
     line reads as the seed's Scheduled (``due_ms``) → Queued (``queued_ms``) → Running
     (``started_ms``) → Finished/Retried (``finished_ms``)."""
     m = o.message
-    return {
-        "task_id": m.task_id,
-        "schedule_id": m.schedule_id,
-        "type": m.type,
-        "attempt": m.attempt,
-        "msg_id": m.msg_id,
-        "due_ms": m.due_ms,
-        "queued_ms": m.enq_ms,
-        "started_ms": o.started_ms,
-        "finished_ms": o.finished_ms,
-        "start_lag_ms": o.started_ms - m.due_ms,
-        "duration_ms": o.finished_ms - o.started_ms,
-    }
+    return fire_fields(
+        m,
+        due_ms=m.due_ms,
+        queued_ms=m.enq_ms,
+        started_ms=o.started_ms,
+        finished_ms=o.finished_ms,
+        start_lag_ms=o.started_ms - m.due_ms,
+        duration_ms=o.finished_ms - o.started_ms,
+    )
 
 
 def first_line(error: str | None) -> str:
