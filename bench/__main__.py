@@ -12,6 +12,7 @@ Modes:
   screenshots [OUT_DIR]           PNGs of the dashboard's views (default docs/), in Chromium
   scrape N [SCRAPES]              what one /metrics scrape costs a node with N tasks
   scripts [N BATCH]               Redis µs per task of each fire-path script, and of its pieces
+  bullmq N INTERVAL_S DURATION_S  the same fires through BullMQ (Node.js), measured alike
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 
 from bench import (
     api,
+    bullmq,
     chaos,
     fire,
     hop,
@@ -135,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     p_scripts = modes.add_parser("scripts", help="Redis cost of each fire-path script")
     p_scripts.add_argument("n", type=int, nargs="?", default=20_000)
     p_scripts.add_argument("batch", type=int, nargs="?", default=50)
+    p_bullmq = modes.add_parser("bullmq", help="the same fires through BullMQ, for comparison")
+    p_bullmq.add_argument("n", type=int)
+    p_bullmq.add_argument("interval_s", type=float)
+    p_bullmq.add_argument("duration_s", type=float)
+    p_bullmq.add_argument("--workers", type=int, default=1, help="worker processes")
+    p_bullmq.add_argument("--concurrency", type=int, default=200, help="per worker")
     p_shots = modes.add_parser("screenshots", help="PNGs of the dashboard for docs/")
     p_shots.add_argument("out_dir", nargs="?", default="docs")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -177,6 +185,11 @@ def main(argv: list[str] | None = None) -> int:
             emit({"mode": "reclaim", **reclaim.run(url, args.k, args.lease_s)})
         elif args.mode == "idle":
             emit({"mode": "idle", **idle.run(url, args.n, args.seconds, args.processes)})
+        elif args.mode == "bullmq":
+            figures = bullmq.run(
+                url, args.n, args.interval_s, args.duration_s, args.workers, args.concurrency
+            )
+            emit({"mode": "bullmq", **figures})
         elif args.mode == "scripts":
             emit({"mode": "scripts", **scripts.run(url, args.n, args.batch)})
         elif args.mode == "scrape":
