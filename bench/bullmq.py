@@ -93,5 +93,10 @@ def _install() -> str:
     if node is None or npm is None:
         raise SystemExit("bench bullmq needs Node.js and npm on PATH (Debian: nodejs, npm)")
     if not (PEER / "node_modules" / "bullmq").is_dir():
-        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PEER, check=True)
+        installed = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=PEER)
+        if installed.returncode != 0:
+            raise SystemExit(
+                f"bench bullmq: `npm ci` in {PEER} failed (exit {installed.returncode}); "
+                "it needs the npm registry once, to install the pinned BullMQ"
+            )
     return node
