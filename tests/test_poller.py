@@ -599,10 +599,13 @@ async def test_a_killed_nodes_partitions_are_taken_over_by_a_node_of_its_host(
         for node in nodes:
             await trio.to_thread.run_sync(node.wait_for, "poller_ready")
         await until(lambda held: len(set(held)) == 2 and "" not in held)  # shared
+        # Grid times that passed before both nodes were up (a slow start on a loaded
+        # machine) follow the misfire policy (coalesce); what is checked starts here.
+        window_start = await store.now_ms()
         killed = nodes[0].wait_for("poller_ready")[0]["poller"]
         nodes[0].signal(signal.SIGKILL)
         await until(lambda held: killed not in held and len(set(held)) == 1)  # taken over
-        await trio.sleep(1.0)
+        await trio.sleep(2.0)
         window_end = await store.now_ms() - 500
     finally:
         for node in nodes:
@@ -610,10 +613,10 @@ async def test_a_killed_nodes_partitions_are_taken_over_by_a_node_of_its_host(
     seen: dict[str, set[int]] = defaultdict(set)
     for fire in await stream_fires(store, "h"):
         seen[fire["task_id"]].add(int(fire["due_ms"]))
-    expected = set(range(start, window_end, 250))
+    expected = {due for due in range(start, window_end, 250) if due >= window_start}
     assert len(seen) == 40 and len(expected) > 4
-    for dues in seen.values():
-        assert expected <= dues, f"missing fires: {sorted(expected - dues)[:5]}"
+    for task_id, dues in seen.items():
+        assert expected <= dues, f"{task_id} missing fires: {sorted(expected - dues)[:5]}"
 
 
 async def test_poller_killed_mid_batch_repeatedly_loses_no_fire(
