@@ -1,5 +1,5 @@
-"""Layout version 2: a task as two compact records in bucket hashes (actors/store/records.py),
-the Lua and Python halves agreeing on them, and the migration from layout 1."""
+"""Layout version 3: a task as compact records in bucket hashes (actors/store/records.py),
+the Lua and Python halves agreeing on them, and the migrations from layouts 1 and 2."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 import attrs
+import msgpack
 import pytest
 import redis
 from hypothesis import given, settings
@@ -22,7 +23,14 @@ from actors.scheduling.poller import Poller, PollerSettings
 from actors.store.keys import LAYOUT_VERSION, Keys, bucket_hash
 from actors.store.lua import records_prelude
 from actors.store.migrate import migrate
-from actors.store.records import claim_of, decode_schedule, encode_schedule
+from actors.store.records import (
+    OUTCOME_NAMES,
+    claim_of,
+    decode_schedule,
+    encode_definition,
+    encode_schedule,
+    encode_state,
+)
 from actors.store.replies import OutcomeWrite
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient, Script
@@ -94,7 +102,9 @@ async def test_records_stay_compact_through_a_tasks_life(
     # then every one succeeds
     await scripts.record_outcomes([attrs.evolve(o, outcome=0) for o in outcomes])
     for b in range(2):
-        for key in (keys.definitions(0, b), keys.states(0, b), keys.by_type(0, "email", b)):
+        for key in (
+            keys.definitions(0, b), keys.states(0, b), keys.runs(0, b), keys.by_type(0, "email", b)
+        ):  # fmt: skip
             assert await store.client.execute("OBJECT", "ENCODING", key) == b"listpack", key
     task = await store.get(ids[1])
     assert task is not None
@@ -166,6 +176,8 @@ async def test_migration_moves_every_task_and_loses_nothing(
     listed, _ = await store.list_tasks(task_type="email")
     assert {t.task_id for t in listed} == {"t-active", "t-failing"}
     assert await migrate(redis_client, namespace) == 0  # already current
+    # the scripts read what the migration wrote (they cannot read MessagePack bin)
+    assert await store.update("t-failing", payload={"v": 2}) == "paused"
 
 
 async def test_a_task_migration_cannot_read_stops_it_with_the_key_named(
@@ -197,3 +209,57 @@ def test_the_cli_migrates_a_namespace(db: Any, redis_url: str, namespace: str) -
     assert down.returncode == 7 and "Connection refused" in down.stderr  # one line, no traceback
     assert "Traceback" not in down.stderr
     assert json.loads(db.hget(f"{namespace}:meta", "layout")) == LAYOUT_VERSION
+
+
+# -- migration from layout 2 ----------------------------------------------------------------
+
+
+async def test_a_layout_2_namespace_moves_by_its_number_and_keeps_its_run_counts(
+    db: Any, redis_client: RedisClient, namespace: str
+) -> None:
+    """Layout 3 reads layout 2's records as they are: the migration only changes the number
+    (nodes refuse the namespace until then), and a task's first outcome since carries the
+    counts its state record held on into its run record, leaving the state as it was."""
+    keys = Keys(namespace, 1, 2)
+    db.hset(f"{namespace}:meta", mapping={"partitions": 1, "buckets": 2, "layout": 2})
+    db.sadd(keys.types, "email")
+    b = keys.bucket_of("old")
+    sched = encode_schedule(Schedule("interval", every_s=60))
+    # as the 1 -> 2 migration of Metronome 0.1 wrote it: the schedule a MessagePack bin,
+    # which the scripts cannot read
+    old_definition = b"".join(
+        msgpack.packb(v) for v in ("email", "null", sched, 1000)
+    )  # fmt: skip
+    db.hset(keys.definitions(0, b), "old", old_definition)
+    b_ok = keys.bucket_of("new")
+    db.hset(keys.definitions(0, b_ok), "new", encode_definition("email", "1", sched, 2000))
+    db.hset(keys.states(0, b_ok), "new", encode_state("paused", 61_000, 0, None, 0, 0, None, None))
+    db.hset(keys.by_type(0, "email", b_ok), "new", "")
+    state = encode_state("active", 61_000, 7, None, 5, 2, 9000, "retry")
+    db.hset(keys.states(0, b), "old", state)
+    db.hset(keys.by_type(0, "email", b), "old", "")
+    db.hset(keys.errors(0), "old", "smtp timed out")
+    db.zadd(keys.schedule(0), {"old": 61_000})
+    with pytest.raises(LayoutMismatch, match=r"has layout 2; .* `metronome migrate`"):
+        await TaskStore(redis_client, namespace).keys()
+    assert await migrate(redis_client, namespace) == 1  # the one the scripts cannot read
+    assert db.hget(f"{namespace}:meta", "layout") == str(LAYOUT_VERSION).encode()
+    store = TaskStore(redis_client, namespace)
+    task = await store.get("old")
+    assert task is not None
+    assert (task.fires, task.runs, task.retries, task.last_run_ms, task.last_status) == (
+        7, 5, 2, 9000, "retry",
+    )  # fmt: skip
+    assert task.last_error == "smtp timed out"
+    scripts = await store.scripts()
+    assert await scripts.record_outcomes([OutcomeWrite("old", OUTCOME_NAMES.index("ok"), 9500, "")])
+    task = await store.get("old")
+    assert task is not None
+    assert (task.runs, task.retries, task.last_run_ms, task.last_status, task.last_error) == (
+        6, 0, 9500, "ok", None,
+    )  # fmt: skip
+    assert db.hget(keys.states(0, b), "old") == state  # outcomes never write the state
+    assert db.hexists(keys.runs(0, b), "old")
+    assert await store.update("old", payload={"v": 2}) == "active"  # the scripts read it
+    assert await store.delete("old")
+    assert not db.hexists(keys.runs(0, b), "old")  # deleted with the task

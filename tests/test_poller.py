@@ -7,7 +7,7 @@ import random
 import signal
 import socket
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,14 @@ from actors.scheduling.ownership import Membership, wanted_partitions
 from actors.scheduling.poller import Poller, PollerSettings
 from actors.store.enqueue import enqueue_fires
 from actors.store.records import claim_of
-from actors.store.replies import Commit, Fire, FireCommit, PartitionClaim
+from actors.store.replies import (
+    Commit,
+    Fire,
+    FireCommit,
+    OutcomeWrite,
+    PartitionClaim,
+    fire_commit,
+)
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext
@@ -85,13 +92,12 @@ async def commit(
 ) -> Commit:
     """Groups as (task_id, next_ms, score, fired), for tasks of ``claimed``."""
     tasks = {t.task_id: t for t in claimed.tasks}
-    commits = []
-    for task_id, next_ms, score, fired in groups:
-        task = tasks[task_id]
-        commits.append(
-            FireCommit(task_id, task.bucket, next_ms, score, fired, task.due_ms, task.updated_ms)
-        )
-    return (await (await store.scripts()).commit_fires(poller, token, {0: commits}))[0]
+    commits = [
+        fire_commit(tasks[task_id], next_ms, score, fired)
+        for task_id, next_ms, score, fired in groups
+    ]
+    scripts = await store.scripts()
+    return (await scripts.commit_fires(poller, token, {0: commits}, {0: claimed.writes}))[0]
 
 
 async def owner(store: TaskStore, partition: int) -> dict[str, str]:
@@ -124,7 +130,7 @@ async def test_a_claim_takes_the_partition_and_writes_nothing_per_task(
     assert state == state_before and claim_of(state) is None
     assert await owner(store, 0) == {
         "poller": "A", "until": str(reply.now_ms + 60_000), "owed": "-1",
-        "inflight": f"{token}:{reply.now_ms}",
+        "inflight": f"{token}:{reply.now_ms}", "writes": "2",  # the two creates
     }  # fmt: skip
     other = (await claim(store, "B"))[1]
     assert other.held and other.tasks == []  # another poller gets nothing while A holds it
@@ -253,6 +259,57 @@ async def test_pausing_a_claimed_task_voids_the_claim(one_partition: TaskStore) 
     assert await store.client.execute("ZSCORE", keys.schedule(0), "p") is None
 
 
+@pytest.mark.parametrize(
+    "write", ["pause", "stop", "new payload", "new schedule", "delete", "delete and create"]
+)
+async def test_an_api_write_between_claim_and_commit_voids_only_its_own_tasks_claim(
+    one_partition: TaskStore, write: str
+) -> None:
+    """A commit writes the poller's new states without reading them while the partition has
+    had no API write since the claim; after one, it checks each task: the one written is
+    lost and left as the write put it, the others of the claim commit."""
+    store = one_partition
+    past = await store.now_ms() - 1000
+    every = Schedule("interval", every_s=60, start_ms=past)
+    await store.create_many([TaskSpec("t", every, task_id=i) for i in ("a", "b")])
+    token, claimed = await claim(store, "A")
+    if write in ("pause", "stop"):
+        await getattr(store, write)("b")
+    elif write == "new payload":
+        await store.update("b", payload={"v": 2})
+    elif write == "new schedule":
+        await store.update("b", schedule=Schedule("interval", every_s=3600, start_ms=past))
+    else:
+        await store.delete("b")
+        if write == "delete and create":
+            await store.create(TaskSpec("t", Schedule("interval", every_s=30), task_id="b"))
+    written = await store.get("b")
+    nxt = past + 60_000
+    done = await commit(store, "A", token, claimed, ["a", nxt, nxt, 1], ["b", nxt, nxt, 1])
+    assert done.lost == ["b"]
+    assert await store.get("b") == written
+    a = await store.get("a")
+    assert a is not None and (a.next_run_ms, a.fires, a.status) == (nxt, 1, "active")
+
+
+async def test_an_outcome_between_claim_and_commit_is_kept(one_partition: TaskStore) -> None:
+    """Outcomes write the run record, never the state the commit writes unread: a run that
+    ends between a claim and its commit still counts."""
+    store = one_partition
+    past = await store.now_ms() - 1000
+    await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id="x"))
+    token, claimed = await claim(store, "A")
+    scripts = await store.scripts()
+    assert await scripts.record_outcomes([OutcomeWrite("x", 0, past + 5, "")]) == 1
+    done = await commit(store, "A", token, claimed, ["x", past + 60_000, past + 60_000, 1])
+    assert done.lost == []
+    task = await store.get("x")
+    assert task is not None
+    assert (task.next_run_ms, task.fires, task.runs, task.last_run_ms, task.last_status) == (
+        past + 60_000, 1, 1, past + 5, "ok",
+    )  # fmt: skip
+
+
 async def test_a_task_changed_between_claim_and_commit_is_not_fired_twice(
     one_partition: TaskStore,
 ) -> None:
@@ -267,10 +324,14 @@ async def test_a_task_changed_between_claim_and_commit_is_not_fired_twice(
 
     class UpdateBeforeCommit(Scripts):
         async def commit_fires(
-            self, poller: str, token: str, commits: dict[int, list[FireCommit]]
+            self,
+            poller: str,
+            token: str,
+            commits: dict[int, list[FireCommit]],
+            writes: Mapping[int, int],
         ) -> dict[int, Commit]:
             await store.update("u", payload={"v": 2})
-            return await super().commit_fires(poller, token, commits)
+            return await super().commit_fires(poller, token, commits, writes)
 
     await poller.tick(UpdateBeforeCommit(store.client, keys), poller.partitions(keys), get_logger())
     scripts = await store.scripts()
@@ -667,12 +728,16 @@ class FailingCommit(Scripts):
     failures = 1
 
     async def commit_fires(
-        self, poller: str, token: str, commits: dict[int, list[FireCommit]]
+        self,
+        poller: str,
+        token: str,
+        commits: dict[int, list[FireCommit]],
+        writes: Mapping[int, int],
     ) -> dict[int, Commit]:
         if self.failures:
             self.failures -= 1
             raise RedisUnavailable("injected: connection lost before the commit")
-        return await super().commit_fires(poller, token, commits)
+        return await super().commit_fires(poller, token, commits, writes)
 
 
 async def test_a_commit_lost_after_the_enqueue_is_ridden_out_with_the_same_claim(

@@ -45,7 +45,7 @@ from actors.scheduling.claim_loop import (
 from actors.scheduling.ownership import Membership
 from actors.store.enqueue import enqueue_fires
 from actors.store.keys import Keys, schedule_id
-from actors.store.replies import Claimed, Fire, FireCommit
+from actors.store.replies import Claimed, Fire, fire_commit
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
@@ -94,6 +94,8 @@ class Poller:
         """Partitions whose last claim was this poller's (not held by another)."""
         self._gone: dict[int, str] = {}
         """Partitions held by a poller found gone (a process of this host that exited)."""
+        self._unreadable: set[str] = set()
+        """Due tasks whose records could not be read (said once each; they stay due)."""
         self._known: dict[int, tuple[int | None, int, float]] = {}
         """Per partition claimed: its earliest due time then (None: nothing scheduled),
         Redis's clock then, and trio's clock then; a round skips a partition with nothing
@@ -217,6 +219,13 @@ class Poller:
             else:
                 self.owned.add(c.partition)
         claims = [c for c in claims if not c.held]
+        for c in claims:
+            for task_id, problem in c.unreadable:
+                if task_id not in self._unreadable:  # once each, not every tick
+                    if len(self._unreadable) >= 10_000:
+                        self._unreadable.clear()
+                    self._unreadable.add(task_id)
+                    log.error("task_unreadable", task_id=task_id, error=problem)
         for p in partitions:
             self._known.pop(p, None)
         now = max(c.now_ms for c in claims) if claims else 0
@@ -270,10 +279,11 @@ class Poller:
                 lambda: enqueue_fires(scripts, fires, now, self.actor, s.dedupe_window_ms, token)
             )
         earliest_by_partition = {c.partition: c.earliest_ms for c in claims}
+        writes = {c.partition: c.writes for c in claims}
         if plans:
             # After a commit the partition's earliest due time is the committed one.
             earliest_by_partition |= await redis.ride_out(
-                lambda: self._commit(scripts, plans, token, log)
+                lambda: self._commit(scripts, plans, token, writes, log)
             )
         at = trio.current_time()
         for c in claims:
@@ -290,25 +300,23 @@ class Poller:
         scripts: Scripts,
         plans: dict[int, list[tuple[Claimed, FirePlan]]],
         token: str,
+        writes: dict[int, int],
         log: structlog.typing.FilteringBoundLogger,
     ) -> dict[int, int | None]:
         """Commit the plans; return each committed partition's earliest due time."""
         commits = {
             partition: [
-                FireCommit(
-                    task.task_id,
-                    task.bucket,
+                fire_commit(
+                    task,
                     plan.next_ms,
                     None if plan.next_ms is None else plan.next_ms + task.schedule.jitter_ms(),
                     len(plan.fires),
-                    task.due_ms,
-                    task.updated_ms,
                 )
                 for task, plan in items
             ]
             for partition, items in plans.items()
         }
-        done = await scripts.commit_fires(self.poller_id, token, commits)
+        done = await scripts.commit_fires(self.poller_id, token, commits, writes)
         for commit in done.values():
             for lost in commit.lost:
                 log.warning("claim_lost", task_id=lost)

@@ -10,10 +10,12 @@ Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
 - ``ns:nonce:<key_id>:<nonce>``   string with expiry: a used API nonce    [anti-replay nonces]
 - ``{ns:P}:def:<B>``              hash: task_id -> definition record      [task:{id}, part 1]
 - ``{ns:P}:state:<B>``            hash: task_id -> state record           [task:{id}, part 2]
+- ``{ns:P}:run:<B>``              hash: task_id -> run record (once it ran) [task:{id}, part 3]
 - ``{ns:P}:errors``               hash: task_id -> last error (failing tasks only)
 - ``{ns:P}:schedule``             zset: task_id -> next fire ms           [schedule:zset]
 - ``{ns:P}:poller``               hash: the partition's owner: poller, until, owed,
-                                  inflight (claims not committed yet)     (new: ownership)
+                                  inflight (claims not committed yet), writes (API
+                                  writes to its tasks, counted)           (new: ownership)
 - ``{ns:P}:type:<type>:<B>``      hash: task_id -> '' of one type         (index for list/clear)
 - ``{ns:P}:retry``                zset: schedule_id -> retry due ms       [retry:zset]
 - ``{ns:P}:retry:<schedule_id>``  hash: retry context                     [retry:task:{id}]
@@ -42,7 +44,7 @@ import attrs
 from runtime.config import check_name
 
 #: Bumped when the layout changes incompatibly; stored in the meta key.
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 
 
 #: Buckets per partition of a new namespace (``[scheduler] buckets``), and the most allowed.
@@ -106,6 +108,10 @@ class Keys:
 
     def states(self, partition: int, bucket: int) -> str:
         return f"{self.tag(partition)}:state:{bucket}"
+
+    def runs(self, partition: int, bucket: int) -> str:
+        """Run records: what the consumers' outcomes wrote (``record_outcomes.lua``)."""
+        return f"{self.tag(partition)}:run:{bucket}"
 
     def errors(self, partition: int) -> str:
         return f"{self.tag(partition)}:errors"

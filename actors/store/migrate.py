@@ -1,14 +1,18 @@
 """``metronome migrate``: convert a namespace written by an older Metronome to this
 version's Redis layout, in place, with every node of the namespace stopped.
 
-Layout 1 (before this version) kept a hash per task (``{ns:P}:task:<id>``) and a set of ids
-per type (``{ns:P}:type:<type>``); layout 2 keeps each task as two records in bucket
-hashes (``actors.store.records``). The schedule zset, queues, retries and dead letters are the
-same in both and are not touched.
+Layout 1 kept a hash per task (``{ns:P}:task:<id>``) and a set of ids per type
+(``{ns:P}:type:<type>``); layout 2 keeps each task as two records in bucket hashes
+(``actors.store.records``). Layout 3 reads layout 2's records as they are (a task's run
+counts stay in its state record until it next runs, then move to its run record), so 2 -> 3
+only changes the number in the meta key; it still wants every node stopped, because a
+layout-2 node's API writes are not counted where layout 3's commits look
+(``commit_fires.lua``). The schedule zset, queues, retries and dead letters are the same in
+all three and are not touched.
 
 Tasks move in batches of ``batch`` per script call (each call a few milliseconds), each
 task whole: written in the new layout and its old hash deleted in one script. The meta
-key says layout 2 only when every task has moved, so a node refuses the namespace until
+key says the new layout only when every task has moved, so a node refuses the namespace until
 then, and an interrupted migration picks up where it stopped when run again. A stored
 task this version cannot read stops the migration with its key named; nothing of its
 batch is written, nothing is lost.
@@ -17,6 +21,7 @@ batch is written, nothing is lost.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import cattrs
 
@@ -24,7 +29,13 @@ from actors.domain.errors import LayoutMismatch
 from actors.domain.model import converter
 from actors.domain.schedules import Schedule
 from actors.store.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, Keys
-from actors.store.records import encode_definition, encode_schedule, encode_state
+from actors.store.records import (
+    encode_definition,
+    encode_schedule,
+    encode_state,
+    needs_rewrite,
+    rewritten_definition,
+)
 from actors.store.scripts import Scripts
 from runtime.redis_io import RedisClient
 
@@ -32,8 +43,8 @@ from runtime.redis_io import RedisClient
 async def migrate(
     client: RedisClient, namespace: str, *, buckets: int = DEFAULT_BUCKETS, batch: int = 500
 ) -> int:
-    """Migrate ``namespace`` to the current layout; returns the number of tasks moved
-    (0 when it is already current). Raises LayoutMismatch when there is nothing this
+    """Migrate ``namespace`` to the current layout; returns the number of tasks moved or
+    rewritten (0 when it is already current). Raises LayoutMismatch when there is nothing this
     version knows how to migrate (no namespace, or a newer layout)."""
     meta = f"{namespace}:meta"
     layout, partitions = await client.execute("HMGET", meta, "layout", "partitions")
@@ -41,10 +52,15 @@ async def migrate(
         raise LayoutMismatch(f"namespace {namespace!r} does not exist (no {meta} key)")
     if int(layout) == LAYOUT_VERSION:
         return 0
+    if int(layout) == 2:  # records read as they are: only the number changes
+        keys = Keys(namespace, int(partitions), int(await client.execute("HGET", meta, "buckets")))
+        rewritten = await _rewrite_definitions(client, keys)
+        await client.execute("HSET", meta, "layout", LAYOUT_VERSION)
+        return rewritten
     if int(layout) != 1:
         raise LayoutMismatch(
             f"namespace {namespace!r} has layout version {int(layout)}; this Metronome "
-            f"migrates version 1 to {LAYOUT_VERSION}"
+            f"migrates versions 1 and 2 to {LAYOUT_VERSION}"
         )
     await client.execute("HSETNX", meta, "buckets", buckets)
     keys = Keys(namespace, int(partitions), int(await client.execute("HGET", meta, "buckets")))
@@ -54,6 +70,31 @@ async def migrate(
             moved += await _migrate_set(client, keys, partition, task_type, batch)
     await client.execute("HSET", meta, "layout", LAYOUT_VERSION)
     return moved
+
+
+async def _rewrite_definitions(client: RedisClient, keys: Keys, span: int = 256) -> int:
+    """Rewrite the definitions the scripts cannot read (``records.needs_rewrite``: the
+    1 -> 2 migration of an earlier version stored their schedules as MessagePack ``bin``);
+    how many. Reads every definition bucket, ``span`` per round trip."""
+    rewritten = 0
+    for partition in range(keys.partitions):
+        for start in range(0, keys.buckets, span):
+            buckets = range(start, min(start + span, keys.buckets))
+            replies = await client.pipeline(
+                [("HGETALL", keys.definitions(partition, b)) for b in buckets]
+            )
+            writes: list[tuple[Any, ...]] = []
+            for b, fields in zip(buckets, replies, strict=True):
+                for task_id, raw in fields.items() if isinstance(fields, dict) else []:
+                    if needs_rewrite(raw):
+                        writes.append(
+                            ("HSET", keys.definitions(partition, b), task_id,
+                             rewritten_definition(raw))
+                        )  # fmt: skip
+            if writes:
+                await client.pipeline(writes)
+                rewritten += len(writes)
+    return rewritten
 
 
 async def _migrate_set(

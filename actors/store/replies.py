@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -10,7 +10,14 @@ import attrs
 from actors.domain.schedules import Schedule
 from actors.store.codes import optional_ms
 from actors.store.messages import Message
-from actors.store.records import decode_schedule
+from actors.store.records import (
+    DEFINITION_VALUES,
+    STATE_VALUES,
+    RecordError,
+    advanced_state,
+    decode_schedule,
+    unpack,
+)
 
 
 @attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build
@@ -47,6 +54,9 @@ class Claimed:
     prior_claim: str = ""
     """Tokens of earlier claims of its partition that were never committed, space
     separated ('' when none): their fires may be in the stream already (``Fire.prior``)."""
+    state: list[Any] = attrs.field(factory=list)
+    """The state record's values as claimed (``records.STATE_VALUES`` of them): the commit
+    writes them back with the grid moved on."""
 
 
 #: Many tasks share a few distinct schedules: decode each stored form once.
@@ -63,29 +73,44 @@ def _schedule(raw: bytes) -> Schedule:
 
 
 #: Items per task in ``claim_due.lua``'s reply, after its header of ``CLAIM_HEADER``.
-CLAIM_ITEMS = 8
-CLAIM_HEADER = 5
+CLAIM_ITEMS = 3
+CLAIM_HEADER = 6
 
 
-def decode_partition_claim(partition: int, reply: list[Any]) -> PartitionClaim:
-    """``claim_due.lua``'s reply for one partition."""
-    now, earliest, held, prior, owed = reply[:CLAIM_HEADER]
+def decode_partition_claim(
+    partition: int, reply: list[Any], bucket_of: Callable[[str], int]
+) -> PartitionClaim:
+    """``claim_due.lua``'s reply for one partition. The script hands each task's two
+    records back as stored and they are decoded here (Redis's CPU is the scarce one). A
+    task whose records this version cannot read is left out (``PartitionClaim.unreadable``):
+    it stays due, and the poller says so."""
+    now, earliest, held, prior, owed, writes = reply[:CLAIM_HEADER]
     prior_claim = prior.decode()
     owed_ms = int(owed)
     tasks = []
+    unreadable: list[tuple[str, str]] = []
     for i in range(CLAIM_HEADER, len(reply), CLAIM_ITEMS):
-        task_id, bucket, task_type, payload, sched, due, fires, updated = reply[i : i + CLAIM_ITEMS]
-        due_ms = int(due)
-        tasks.append(
-            Claimed(
-                task_id.decode(), int(bucket), task_type.decode(), payload, _schedule(sched),
-                due_ms, int(fires), int(updated), owed_ms if owed_ms >= due_ms else None,
-                prior_claim,
-            )
-        )  # fmt: skip
+        raw_id, definition, state = reply[i : i + CLAIM_ITEMS]
+        task_id = raw_id.decode()
+        try:
+            task_type, payload, sched = unpack(definition, DEFINITION_VALUES)[:3]
+            values = unpack(state, STATE_VALUES)
+            due_ms = int(values[1])
+            tasks.append(
+                Claimed(
+                    task_id, bucket_of(task_id), task_type.decode(), payload, _schedule(sched),
+                    due_ms, int(values[2]), int(values[3] or 0),
+                    owed_ms if owed_ms >= due_ms else None, prior_claim, values,
+                )
+            )  # fmt: skip
+        except (RecordError, ValueError, TypeError, AttributeError) as exc:
+            unreadable.append((task_id, str(exc)))
     if int(held):
         return PartitionClaim(partition, int(now), None, [], holder=prior_claim)
-    return PartitionClaim(partition, int(now), optional_ms(earliest), tasks)
+    return PartitionClaim(
+        partition, int(now), optional_ms(earliest), tasks, writes=int(writes),
+        unreadable=unreadable,
+    )  # fmt: skip
 
 
 @attrs.frozen
@@ -97,6 +122,12 @@ class PartitionClaim:
     holder: str = ""
     """The poller whose lease on the partition holds ('' when it is this one's): nothing
     was claimed."""
+    writes: int = 0
+    """The partition's count of API writes when claimed (``commit_fires`` checks each task
+    only if it moved)."""
+    unreadable: list[tuple[str, str]] = attrs.field(factory=list)
+    """(task id, what is wrong) of due tasks whose records this version cannot read:
+    not claimed, left due as they are."""
 
     @property
     def held(self) -> bool:
@@ -116,6 +147,17 @@ class FireCommit:
     """The grid time claimed, and the task's version then (``Claimed``): the commit is
     refused if either moved."""
     updated_ms: int = 0
+    state: bytes = b""
+    """The new state record (``records.advanced_state``): what the commit writes."""
+
+
+def fire_commit(task: Claimed, next_ms: int | None, score: int | None, fired: int) -> FireCommit:
+    """The commit of a claimed task: its grid moves to ``next_ms`` (None: finished) at
+    ``score`` (None exactly when ``next_ms`` is), with ``fired`` fires enqueued."""
+    return FireCommit(
+        task.task_id, task.bucket, next_ms, score, fired, task.due_ms, task.updated_ms,
+        advanced_state(task.state, next_ms, fired),
+    )  # fmt: skip
 
 
 @attrs.frozen

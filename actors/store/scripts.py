@@ -69,22 +69,28 @@ class Scripts(TaskScripts):
                 (lua.CLAIM_DUE, [k.schedule(p), k.partition_owner(p)], [*args, gone.get(p, "")])
             )
         replies = await self._run(calls)
-        return [decode_partition_claim(p, r) for p, r in zip(partitions, replies, strict=True)]
+        return [
+            decode_partition_claim(p, r, k.bucket_of)
+            for p, r in zip(partitions, replies, strict=True)
+        ]
 
     async def commit_fires(
-        self, poller: str, token: str, commits: dict[int, list[FireCommit]]
+        self,
+        poller: str,
+        token: str,
+        commits: dict[int, list[FireCommit]],
+        writes: Mapping[int, int],
     ) -> dict[int, Commit]:
         """``commit_fires.lua`` per partition: advance each grid if ``token``'s claim is
-        still in flight on a partition ``poller`` owns, and the task was not changed."""
+        still in flight on a partition ``poller`` owns, and the task was not changed.
+        ``writes``: each partition's count of API writes as the claim read it
+        (``PartitionClaim.writes``)."""
         calls: list[Call] = []
         k = self.keys
         for partition, items in commits.items():
-            args: list[Any] = [k.tag(partition), poller, token]
+            args: list[Any] = [k.tag(partition), poller, token, writes[partition]]
             for c in items:
-                args += [
-                    c.task_id, c.bucket, or_empty(c.next_ms), or_empty(c.score), c.fired,
-                    c.due_ms, c.updated_ms,
-                ]  # fmt: skip
+                args += [c.task_id, c.bucket, or_empty(c.score), c.due_ms, c.updated_ms, c.state]
             calls.append(
                 (lua.COMMIT_FIRES, [k.schedule(partition), k.partition_owner(partition)], args)
             )

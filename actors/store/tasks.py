@@ -39,6 +39,8 @@ from runtime.config import check_name
 from runtime.logging import emit_events
 from runtime.redis_io import RedisClient
 
+#: Stored layout numbers ``metronome migrate`` converts from (``actors.store.migrate``).
+MIGRATES_FROM = (b"1", b"2")
 #: The ``actor`` field of the store's lifecycle lines (it runs inside API or CLI calls).
 STORE_ACTOR = "store"
 
@@ -99,7 +101,7 @@ class TaskStore:
             if layout is None or int(layout) != LAYOUT_VERSION:
                 hint = (
                     "run `metronome migrate` (with every node stopped) to convert it"
-                    if layout == b"1"
+                    if layout in MIGRATES_FROM
                     else "use a Metronome that reads it, or another namespace"
                 )
                 found = "no layout version" if layout is None else f"layout {layout.decode()}"
@@ -205,14 +207,17 @@ class TaskStore:
             commands += [
                 ("HGET", keys.definitions(partition, bucket), task_id),
                 ("HGET", keys.states(partition, bucket), task_id),
+                ("HGET", keys.runs(partition, bucket), task_id),
                 ("HGET", keys.errors(partition), task_id),
             ]
         replies = await self.client.pipeline(commands) if commands else []
         tasks: list[Task | None] = []
         for i, task_id in enumerate(task_ids):
-            definition, state, error = replies[3 * i : 3 * i + 3]
+            definition, state, run, error = replies[4 * i : 4 * i + 4]
             # Both records or neither: the scripts write and delete them together.
-            tasks.append(decode_task(task_id, definition, state, error) if definition else None)
+            tasks.append(
+                decode_task(task_id, definition, state, error, run) if definition else None
+            )
         return tasks
 
     async def list_tasks(

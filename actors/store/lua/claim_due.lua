@@ -5,9 +5,9 @@
 -- ARGV[7]  how long an uncommitted claim is remembered (ms: the dedupe window)
 -- ARGV[8]  a holder the caller found gone (a process of its host that has exited: a
 --          killed node or scheduler process), taken over without waiting ('' = none)
--- Returns {now_ms, earliest score or -1, held, prior, owed_until or -1,
---          task_id, bucket, type, payload, sched, next_ms, fires, updated_ms, ...}
---          (8 per task)
+-- Returns {now_ms, earliest score or -1, held, prior, owed_until or -1, writes,
+--          task_id, definition record, state record, ...} (3 per task, the records as
+--          stored: actors/store/records.py decodes them)
 -- held: 1 when another poller's lease on the partition holds (nothing is claimed; the
 -- caller leaves the partition alone, and prior is that poller's id), else 0 and the
 -- partition is this poller's for at least half of lease_ms more (renewed once half of it
@@ -27,15 +27,18 @@
 --     because of the handover, not missed while nothing ran (plan_fires owed_until_ms).
 --     At most one lease after the last one ended, so after a longer outage of every
 --     poller the misfire policy applies as usual.
+-- writes: how many API writes the partition's tasks have had (records.lua count_write);
+-- commit_fires skips checking each task when it is the same then.
 -- updated_ms is the task's version: commit_fires advances a task only if no API write
 -- (update, pause, delete) changed it since this claim read it.
 local tag, me, token = ARGV[1], ARGV[2], ARGV[3]
 local buckets = tonumber(ARGV[6])
 local now = now_ms()
-local o = redis.call('HMGET', KEYS[2], 'poller', 'until', 'owed', 'inflight')
+local o = redis.call('HMGET', KEYS[2], 'poller', 'until', 'owed', 'inflight', 'writes')
+local writes = o[5] or '0'
 local held_until = tonumber(o[2] or 0)  -- a hash without it (hand-edited): run out
 if o[1] and o[1] ~= me and o[1] ~= ARGV[8] and held_until > now then
-  return {now, -1, 1, o[1], -1}
+  return {now, -1, 1, o[1], -1, writes}
 end
 local lease = tonumber(ARGV[5])
 local owed = tonumber(o[3] or -1)
@@ -59,27 +62,24 @@ for t, at in string.gmatch(o[4] or '', '(%S+):(%d+)') do
   end
 end
 local due = redis.call('ZRANGE', KEYS[1], '-inf', ms(now), 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[4]))
-local out = {now, -1, 0, table.concat(priors, ' '), owed}
+local out = {now, -1, 0, table.concat(priors, ' '), owed, writes}
 for _, id in ipairs(due) do
   local b = bucket_of(id, buckets)
-  local s = get_state(tag, b, id)
-  local def = s and redis.call('HGET', tag .. ':def:' .. b, id)
-  if (not def) or s[1] ~= ACTIVE or (not s[2]) then
+  -- The records go back as stored (the poller decodes them: no MessagePack work here).
+  -- An active state begins with its status (fixint 0) and then its grid time (not nil).
+  local s = redis.call('HGET', tag .. ':state:' .. b, id)
+  local def = s and string.byte(s, 1) == ACTIVE and string.byte(s, 2) ~= MP_NIL
+    and redis.call('HGET', tag .. ':def:' .. b, id)
+  if not def then
     redis.call('ZREM', KEYS[1], id)  -- stale index entry: task deleted or no longer active
   else
-    local typ, payload, sched = cmsgpack.unpack(def)
     out[#out + 1] = id
-    out[#out + 1] = b
-    out[#out + 1] = typ
-    out[#out + 1] = payload
-    out[#out + 1] = sched
-    out[#out + 1] = ms(s[2])
-    out[#out + 1] = s[3]
-    out[#out + 1] = s[4] or 0
+    out[#out + 1] = def
+    out[#out + 1] = s
   end
 end
-if #out > 5 or forgotten > 0 then
-  if #out > 5 then kept[#kept + 1] = token .. ':' .. ms(now) end
+if #out > 6 or forgotten > 0 then
+  if #out > 6 then kept[#kept + 1] = token .. ':' .. ms(now) end
   fields[#fields + 1] = 'inflight'
   fields[#fields + 1] = table.concat(kept, ' ')
 end

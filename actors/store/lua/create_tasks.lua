@@ -7,6 +7,7 @@
 local tag = ARGV[1]
 local now = now_ms()
 local out = {}
+local created = false
 for i = 2, #ARGV, 7 do
   local id, b, typ, payload, sched, nxt, score =
     ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5], ARGV[i+6]
@@ -28,6 +29,8 @@ for i = 2, #ARGV, 7 do
     end
     redis.call('HSET', tag .. ':type:' .. typ .. ':' .. b, id, '')
     out[#out + 1] = 1
+    created = true
   end
 end
+if created then count_write(tag) end
 return out

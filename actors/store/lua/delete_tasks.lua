@@ -12,10 +12,12 @@ for i = 2, #ARGV, 2 do
     local typ = cmsgpack.unpack(def)
     redis.call('HDEL', tag .. ':def:' .. b, id)
     redis.call('HDEL', tag .. ':state:' .. b, id)
+    redis.call('HDEL', tag .. ':run:' .. b, id)
     redis.call('HDEL', tag .. ':type:' .. typ .. ':' .. b, id)
     redis.call('HDEL', tag .. ':errors', id)
     redis.call('ZREM', KEYS[1], id)
     n = n + 1
   end
 end
+if n > 0 then count_write(tag) end
 return n

@@ -6,22 +6,25 @@
 -- Returns the number of tasks updated (a deleted task is skipped).
 -- ok resets the consecutive-failure count (retries) and forgets the last error; retry and
 -- dead increase it and keep the error in the partition's errors hash.
+-- Outcomes go to the task's run record, never its state record: the state is its poller's
+-- and the API's alone (commit_fires relies on that). A task without a run record (not run
+-- since it was created, or since layout 2) starts from the counts in its state record.
 local tag = ARGV[1]
 local n = 0
 for i = 2, #ARGV, 5 do
   local id, b, outcome = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
-  local s = get_state(tag, b, id)
-  if s then
-    local failed_before = s[8] and s[8] ~= 0  -- only then is there an error to forget
-    s[7], s[8] = tonumber(ARGV[i + 3]), outcome
+  local r = get_run(tag, b, id)
+  if r then
+    local failed_before = r[4] and r[4] ~= 0  -- only then is there an error to forget
+    r[3], r[4] = tonumber(ARGV[i + 3]), outcome
     if outcome == 0 then
-      s[5], s[6] = s[5] + 1, nil
+      r[1], r[2] = (r[1] or 0) + 1, nil
       if failed_before then redis.call('HDEL', tag .. ':errors', id) end
     else
-      s[6] = (s[6] or 0) + 1
+      r[2] = (r[2] or 0) + 1
       redis.call('HSET', tag .. ':errors', id, ARGV[i + 4])
     end
-    put_state(tag, b, id, s)
+    redis.call('HSET', tag .. ':run:' .. b, id, cmsgpack.pack(r[1], r[2], r[3], r[4]))
     n = n + 1
   end
 end

@@ -1,13 +1,18 @@
 -- records.lua: prepended to every script that reads or writes a task (actors/store/scripts.py).
--- A task is two values in bucket hashes of its partition (actors/store/records.py has the why):
+-- A task is up to three values in bucket hashes of its partition (actors/store/records.py has
+-- the why):
 --   <tag>:def:<b>    id -> cmsgpack(type, payload, sched, created_ms)
 --   <tag>:state:<b>  id -> cmsgpack(status, next_ms, fires, updated_ms, runs, retries,
 --                                   last_run_ms, last_status, claim)
+--                    (runs .. last_status: as of its last run under layout 2, if any)
+--   <tag>:run:<b>    id -> cmsgpack(runs, retries, last_run_ms, last_status)
+--                    (once it has run under layout 3: record_outcomes.lua alone writes it)
 --   <tag>:errors     id -> last error (failing tasks only)
 --   <tag>:type:<type>:<b>  id -> ''   (the type index)
 -- Status and outcome codes: actors/store/records.py STATUS_NAMES, OUTCOME_NAMES.
 local ACTIVE, PAUSED, STOPPED, FINISHED = 0, 1, 2, 3
 local STATUS_NAMES = {[0] = 'active', 'paused', 'stopped', 'finished'}
+local MP_NIL = 0xc0  -- MessagePack's nil, as a byte
 
 -- The bucket of a task id: actors.store.keys.bucket_hash, the same arithmetic (exact in doubles).
 local function bucket_of(id, buckets)
@@ -32,6 +37,21 @@ local function get_state(tag, b, id)
   local raw = redis.call('HGET', tag .. ':state:' .. b, id)
   if not raw then return nil end
   return {cmsgpack.unpack(raw)}
+end
+
+-- The run record as a table {runs, retries, last_run, last_status}: the task's own, else
+-- the counts its state record carries (not run under layout 3 yet); nil when no such task.
+local function get_run(tag, b, id)
+  local raw = redis.call('HGET', tag .. ':run:' .. b, id)
+  if raw then return {cmsgpack.unpack(raw)} end
+  local s = get_state(tag, b, id)
+  return s and {s[5], s[6], s[7], s[8]}
+end
+
+-- Count an API write to the partition's tasks: a commit of a claim read before it checks
+-- each task it advances (commit_fires.lua).
+local function count_write(tag)
+  redis.call('HINCRBY', tag .. ':poller', 'writes', 1)
 end
 
 local function put_state(tag, b, id, s)

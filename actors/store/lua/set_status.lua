@@ -26,4 +26,5 @@ else
   redis.call('ZREM', KEYS[1], id)
 end
 put_state(tag, b, id, s)
+count_write(tag)
 return {1, STATUS_NAMES[s[1]]}

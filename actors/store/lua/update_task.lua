@@ -28,4 +28,5 @@ end
 redis.call('HSET', tag .. ':def:' .. b, id, cmsgpack.pack(typ, payload, sched, created))
 s[4] = math.max(now_ms(), (s[4] or 0) + 1)  -- a new version (commit_fires)
 put_state(tag, b, id, s)
+count_write(tag)
 return {1, STATUS_NAMES[s[1]]}
