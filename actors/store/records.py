@@ -33,7 +33,6 @@ names are below and in ``actors/store/lua/records.lua``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import typing
 from typing import Any
@@ -137,6 +136,10 @@ def encode_state(
     return pack_values(list(values))
 
 
+#: MessagePack array headers of 0..15 values (``unpack``).
+_ARRAY_HEADERS = [bytes((0x90 + n,)) for n in range(16)]
+
+
 def unpack(raw: bytes, count: int) -> list[Any]:
     """The ``count`` values of a record; strings come back as bytes. Raises RecordError.
 
@@ -145,9 +148,11 @@ def unpack(raw: bytes, count: int) -> list[Any]:
     ``Unpacker`` costs 3.8). Only a record that does not read so takes the slow way, for an
     error that says what is wrong with it."""
     if count < 16:
-        with contextlib.suppress(Exception):  # the slow way below names what is wrong
-            values: list[Any] = msgpack.unpackb(bytes((0x90 + count,)) + raw, raw=True)
+        try:
+            values: list[Any] = msgpack.unpackb(_ARRAY_HEADERS[count] + raw, raw=True)
             return values
+        except Exception:  # the slow way below names what is wrong
+            pass
     unpacker = msgpack.Unpacker(raw=True)
     unpacker.feed(raw)
     try:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
+from msgpack import unpackb
 
 from actors.domain.schedules import Schedule
 from actors.store.codes import optional_ms
+from actors.store.keys import bucket_hash_of_bytes
 from actors.store.messages import Message
 from actors.store.records import (
     DEFINITION_VALUES,
@@ -77,9 +79,20 @@ CLAIM_ITEMS = 3
 CLAIM_HEADER = 6
 
 
-def decode_partition_claim(
-    partition: int, reply: list[Any], bucket_of: Callable[[str], int]
-) -> PartitionClaim:
+_DEFINITION, _STATE = bytes((0x90 + DEFINITION_VALUES,)), bytes((0x90 + STATE_VALUES,))
+
+
+def _what_is_wrong(definition: bytes, state: bytes, exc: Exception) -> str:
+    """Why a claimed task's records did not decode, as ``records.unpack`` says it."""
+    try:
+        unpack(definition, DEFINITION_VALUES)
+        unpack(state, STATE_VALUES)
+    except RecordError as named:
+        return str(named)
+    return f"records not of a Metronome task: {exc!r}"
+
+
+def decode_partition_claim(partition: int, reply: list[Any], buckets: int) -> PartitionClaim:
     """``claim_due.lua``'s reply for one partition. The script hands each task's two
     records back as stored and they are decoded here (Redis's CPU is the scarce one). A
     task whose records this version cannot read is left out (``PartitionClaim.unreadable``):
@@ -92,19 +105,20 @@ def decode_partition_claim(
     for i in range(CLAIM_HEADER, len(reply), CLAIM_ITEMS):
         raw_id, definition, state = reply[i : i + CLAIM_ITEMS]
         task_id = raw_id.decode()
-        try:
-            task_type, payload, sched = unpack(definition, DEFINITION_VALUES)[:3]
-            values = unpack(state, STATE_VALUES)
-            due_ms = int(values[1])
+        bucket = bucket_hash_of_bytes(raw_id) % buckets
+        try:  # records.unpack, inlined: this runs for every fire
+            task_type, payload, sched, _ = unpackb(_DEFINITION + definition, raw=True)
+            values = unpackb(_STATE + state, raw=True)
+            due_ms = values[1]
             tasks.append(
                 Claimed(
-                    task_id, bucket_of(task_id), task_type.decode(), payload, _schedule(sched),
-                    due_ms, int(values[2]), int(values[3] or 0),
+                    task_id, bucket, task_type.decode(), payload, _schedule(sched),
+                    due_ms, values[2], values[3] or 0,
                     owed_ms if owed_ms >= due_ms else None, prior_claim, values,
                 )
             )  # fmt: skip
         except (RecordError, ValueError, TypeError, AttributeError) as exc:
-            unreadable.append((task_id, str(exc)))
+            unreadable.append((task_id, _what_is_wrong(definition, state, exc)))
     if int(held):
         return PartitionClaim(partition, int(now), None, [], holder=prior_claim)
     return PartitionClaim(

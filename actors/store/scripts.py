@@ -70,7 +70,7 @@ class Scripts(TaskScripts):
             )
         replies = await self._run(calls)
         return [
-            decode_partition_claim(p, r, k.bucket_of)
+            decode_partition_claim(p, r, k.buckets)
             for p, r in zip(partitions, replies, strict=True)
         ]
 
