@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 import trio
 
 from actors.domain.model import TaskSpec
@@ -290,6 +291,32 @@ async def test_an_api_write_between_claim_and_commit_voids_only_its_own_tasks_cl
     assert await store.get("b") == written
     a = await store.get("a")
     assert a is not None and (a.next_run_ms, a.fires, a.status) == (nxt, 1, "active")
+
+
+async def test_a_due_task_whose_records_do_not_decode_is_named_once_and_left_due(
+    one_partition: TaskStore,
+) -> None:
+    """Records written by something else (a hand edit, a foreign version) stop neither the
+    poller nor the other tasks of the partition: the task is named once and stays due."""
+    store = one_partition
+    past = await store.now_ms() - 1000
+    every = Schedule("interval", every_s=60, start_ms=past)
+    await store.create_many([TaskSpec("t", every, task_id=i) for i in ("good", "bad")])
+    keys = await store.keys()
+    bad = keys.definitions(0, keys.bucket_of("bad"))
+    await store.client.execute("HSET", bad, "bad", b"\xc1 not a record")
+    poller = Poller(store, PollerSettings())
+    scripts = await store.scripts()
+    with structlog.testing.capture_logs() as logs:
+        first = await poller.tick(scripts, [0], get_logger())
+        second = await poller.tick(scripts, [0], get_logger())
+    assert (first.enqueued, second.enqueued) == (1, 0)
+    named = [e for e in logs if e["event"] == "task_unreadable"]
+    assert [e["task_id"] for e in named] == ["bad"], logs
+    assert "not MessagePack" in named[0]["error"]
+    assert float(await store.client.execute("ZSCORE", keys.schedule(0), "bad")) == past
+    good = await store.get("good")
+    assert good is not None and good.next_run_ms == past + 60_000
 
 
 async def test_an_outcome_between_claim_and_commit_is_kept(one_partition: TaskStore) -> None:
