@@ -102,7 +102,7 @@ def encode_definition(task_type: str, payload_json: str, schedule: bytes, create
 
 def needs_rewrite(definition: bytes) -> bool:
     """Whether a definition holds a MessagePack ``bin`` value, which the scripts' cmsgpack
-    cannot read ("Bad data format"): the migration from layout 1 of Metronome 0.1 stored
+    cannot read ("Bad data format"): the 1 -> 2 migration of earlier versions stored
     schedules so (``metronome migrate`` from layout 2 rewrites them)."""
     try:
         values = msgpack.unpackb(b"\x94" + definition, raw=False, unicode_errors="surrogateescape")
