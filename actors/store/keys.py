@@ -45,6 +45,8 @@ from runtime.config import check_name
 
 #: Bumped when the layout changes incompatibly; stored in the meta key.
 LAYOUT_VERSION = 3
+#: Older layouts ``metronome migrate`` converts to this one (``actors.store.migrate``).
+MIGRATES_FROM = (1, 2)
 
 
 #: Buckets per partition of a new namespace (``[scheduler] buckets``), and the most allowed.
@@ -61,7 +63,7 @@ def bucket_hash(task_id: str) -> int:
     prime (one C call here; consecutive ids land in consecutive buckets). Lua computes the
     same byte by byte (``actors/store/lua/records.lua``: a claim finds a task's records from its
     id alone); a test holds the two equal."""
-    return int.from_bytes(task_id.encode(), "big") % _BUCKET_PRIME
+    return bucket_hash_of_bytes(task_id.encode())
 
 
 def bucket_hash_of_bytes(task_id: bytes) -> int:

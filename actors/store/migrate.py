@@ -28,7 +28,7 @@ import cattrs
 from actors.domain.errors import LayoutMismatch
 from actors.domain.model import converter
 from actors.domain.schedules import Schedule
-from actors.store.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, Keys
+from actors.store.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, MIGRATES_FROM, Keys
 from actors.store.records import (
     encode_definition,
     encode_schedule,
@@ -57,10 +57,10 @@ async def migrate(
         rewritten = await _rewrite_definitions(client, keys)
         await client.execute("HSET", meta, "layout", LAYOUT_VERSION)
         return rewritten
-    if int(layout) != 1:
+    if int(layout) not in MIGRATES_FROM:
         raise LayoutMismatch(
             f"namespace {namespace!r} has layout version {int(layout)}; this Metronome "
-            f"migrates versions 1 and 2 to {LAYOUT_VERSION}"
+            f"migrates versions {' and '.join(map(str, MIGRATES_FROM))} to {LAYOUT_VERSION}"
         )
     await client.execute("HSETNX", meta, "buckets", buckets)
     keys = Keys(namespace, int(partitions), int(await client.execute("HGET", meta, "buckets")))

@@ -64,6 +64,8 @@ _VALUE_CODES: dict[str, tuple[str, ...]] = {
 
 #: Values in a definition record, a state record and a run record.
 DEFINITION_VALUES, STATE_VALUES, RUN_VALUES = 4, 9, 4
+#: MessagePack array headers of 0..15 values: a record behind one reads as an array.
+ARRAY_HEADERS = [bytes((0x90 + n,)) for n in range(16)]
 
 
 class RecordError(ValueError):
@@ -105,7 +107,11 @@ def needs_rewrite(definition: bytes) -> bool:
     cannot read ("Bad data format"): the 1 -> 2 migration of earlier versions stored
     schedules so (``metronome migrate`` from layout 2 rewrites them)."""
     try:
-        values = msgpack.unpackb(b"\x94" + definition, raw=False, unicode_errors="surrogateescape")
+        values = msgpack.unpackb(
+            ARRAY_HEADERS[DEFINITION_VALUES] + definition,
+            raw=False,
+            unicode_errors="surrogateescape",
+        )
     except Exception:
         return False  # not one this version reads either way: left for its readers to name
     return any(isinstance(v, bytes) for v in values)
@@ -136,10 +142,6 @@ def encode_state(
     return pack_values(list(values))
 
 
-#: MessagePack array headers of 0..15 values (``unpack``).
-_ARRAY_HEADERS = [bytes((0x90 + n,)) for n in range(16)]
-
-
 def unpack(raw: bytes, count: int) -> list[Any]:
     """The ``count`` values of a record; strings come back as bytes. Raises RecordError.
 
@@ -149,7 +151,7 @@ def unpack(raw: bytes, count: int) -> list[Any]:
     error that says what is wrong with it."""
     if count < 16:
         try:
-            values: list[Any] = msgpack.unpackb(_ARRAY_HEADERS[count] + raw, raw=True)
+            values: list[Any] = msgpack.unpackb(ARRAY_HEADERS[count] + raw, raw=True)
             return values
         except Exception:  # the slow way below names what is wrong
             pass

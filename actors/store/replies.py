@@ -13,6 +13,7 @@ from actors.store.codes import optional_ms
 from actors.store.keys import bucket_hash_of_bytes
 from actors.store.messages import Message
 from actors.store.records import (
+    ARRAY_HEADERS,
     DEFINITION_VALUES,
     STATE_VALUES,
     RecordError,
@@ -79,7 +80,7 @@ CLAIM_ITEMS = 3
 CLAIM_HEADER = 6
 
 
-_DEFINITION, _STATE = bytes((0x90 + DEFINITION_VALUES,)), bytes((0x90 + STATE_VALUES,))
+_DEFINITION, _STATE = ARRAY_HEADERS[DEFINITION_VALUES], ARRAY_HEADERS[STATE_VALUES]
 
 
 def _what_is_wrong(definition: bytes, state: bytes, exc: Exception) -> str:

@@ -29,7 +29,7 @@ from actors.domain.model import STATUSES, Task, TaskSpec, encode_payload, new_ta
 from actors.domain.schedules import Schedule
 from actors.store.codes import Code, raise_for_code
 from actors.store.enqueue import enqueue_fires
-from actors.store.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, Keys, schedule_id
+from actors.store.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, MIGRATES_FROM, Keys, schedule_id
 from actors.store.placement import ListCursor, Placement
 from actors.store.records import decode_task, status_index
 from actors.store.replies import Fire, TaskRow
@@ -39,8 +39,6 @@ from runtime.config import check_name
 from runtime.logging import emit_events
 from runtime.redis_io import RedisClient
 
-#: Stored layout numbers ``metronome migrate`` converts from (``actors.store.migrate``).
-MIGRATES_FROM = (b"1", b"2")
 #: The ``actor`` field of the store's lifecycle lines (it runs inside API or CLI calls).
 STORE_ACTOR = "store"
 
@@ -101,7 +99,7 @@ class TaskStore:
             if layout is None or int(layout) != LAYOUT_VERSION:
                 hint = (
                     "run `metronome migrate` (with every node stopped) to convert it"
-                    if layout in MIGRATES_FROM
+                    if layout is not None and int(layout) in MIGRATES_FROM
                     else "use a Metronome that reads it, or another namespace"
                 )
                 found = "no layout version" if layout is None else f"layout {layout.decode()}"
