@@ -52,9 +52,9 @@ async def _scripts(url: str, direct: redis.Redis, n: int, batch: int) -> dict[st
     for start in range(0, n, 5000):
         await store.create_many([TaskSpec("t", every) for _ in range(min(5000, n - start))])
     scripts = await store.scripts()
-    partitions = list(range((await store.keys()).partitions))
-    # The steady state: every task has run before (its first outcome also reads its state)
     keys = await store.keys()
+    partitions = list(range(keys.partitions))
+    # The steady state: every task has run before (its first outcome also reads its state)
     for p in partitions:
         members: Any = direct.zrange(keys.schedule(p), 0, -1)
         ids = [m.decode() for m in members]
@@ -64,7 +64,7 @@ async def _scripts(url: str, direct: redis.Redis, n: int, batch: int) -> dict[st
             )
     names = ("claim", "enqueue", "commit", "read", "ack", "outcome")
     cost = {name: [0, 0.0, 0] for name in names}
-    stream = (await store.keys()).queue("t")
+    stream = keys.queue("t")
     direct.xgroup_create(stream, GROUP, id="0", mkstream=True)
 
     async def measured(name: str, tasks: int, call: Any, command: str = "evalsha") -> None:

@@ -151,18 +151,17 @@ class PartitionClaim:
 
 @attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build
 class FireCommit:
-    """Where a claimed task's grid goes: ``next_ms`` None when it never fires again."""
+    """Where a claimed task's grid goes (``fire_commit`` builds it)."""
 
     task_id: str
     bucket: int
-    next_ms: int | None
     score: int | None
-    fired: int
-    due_ms: int = 0
+    """Its next score in the schedule; None when it never fires again (finished)."""
+    due_ms: int
     """The grid time claimed, and the task's version then (``Claimed``): the commit is
     refused if either moved."""
-    updated_ms: int = 0
-    state: bytes = b""
+    updated_ms: int
+    state: bytes
     """The new state record (``records.advanced_state``): what the commit writes."""
 
 
@@ -170,7 +169,7 @@ def fire_commit(task: Claimed, next_ms: int | None, score: int | None, fired: in
     """The commit of a claimed task: its grid moves to ``next_ms`` (None: finished) at
     ``score`` (None exactly when ``next_ms`` is), with ``fired`` fires enqueued."""
     return FireCommit(
-        task.task_id, task.bucket, next_ms, score, fired, task.due_ms, task.updated_ms,
+        task.task_id, task.bucket, score, task.due_ms, task.updated_ms,
         advanced_state(task.state, next_ms, fired),
     )  # fmt: skip
 

@@ -35,12 +35,11 @@ local function out_with_earliest(reply)
 end
 for i = 5, #ARGV, 6 do
   local id, b, score = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local s
+  local s, due
   local ok = unchanged
   if not ok then
-    s = get_state(tag, b, id)
-    ok = s ~= nil and s[1] == ACTIVE and s[2] == tonumber(ARGV[i + 3])
-      and (s[4] or 0) == tonumber(ARGV[i + 4])
+    s, due = get_state(tag, b, id), tonumber(ARGV[i + 3])
+    ok = s ~= nil and s[1] == ACTIVE and s[2] == due and (s[4] or 0) == tonumber(ARGV[i + 4])
   end
   if ok then
     redis.call('HSET', tag .. ':state:' .. b, id, ARGV[i + 5])
@@ -53,7 +52,7 @@ for i = 5, #ARGV, 6 do
     out[#out + 1] = id
     -- changed but not moved (e.g. a new payload): its grid time is claimed again, and
     -- must find this claim's fires (kept in flight until the dedupe window forgets it)
-    keep = keep or (s ~= nil and s[2] == tonumber(ARGV[i + 3]))
+    keep = keep or (s ~= nil and s[2] == due)
   end
 end
 if keep then return out_with_earliest(out) end
