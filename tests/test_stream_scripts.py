@@ -87,6 +87,35 @@ async def test_ack_acknowledges_and_the_trim_drops_only_what_is_done(
     assert await scripts.trim_acked("t") == 0  # nothing more it may take
 
 
+async def test_the_trim_takes_a_backlog_larger_than_one_step(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """One trim drops every acknowledged node however many there are, a step a call. With
+    XTRIM's own limit for '~' (10,000 entries a call, the claimer calling once a second) a
+    stream fed 20,000 fires a second grew without end."""
+    stream = keys.queue("t")
+    await redis_client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
+
+    async def acked(count: int) -> None:
+        await redis_client.execute(
+            "EVAL",
+            "for i = 1, tonumber(ARGV[1]) do redis.call('XADD', KEYS[1], '*', 'task_id', 'x') end",
+            1, stream, count,
+        )  # fmt: skip
+        reply = await redis_client.execute(
+            "XREADGROUP", "GROUP", GROUP, "c", "COUNT", count, "STREAMS", stream, ">"
+        )
+        await scripts.ack("t", [entry[0].decode() for entry in reply[0][1]])
+
+    await acked(12_000)
+    assert await scripts.trim_acked("t") >= 11_900
+    assert await redis_client.execute("XLEN", stream) <= 100  # the last-delivered one's node
+    await acked(1_000)
+    assert await scripts.trim_acked("t", step=250) >= 900  # several calls of about 250
+    assert await redis_client.execute("XLEN", stream) <= 100
+    assert await scripts.trim_acked("t", step=250) == 0
+
+
 async def stream_with_group_more(client: RedisClient, keys: Keys, count: int) -> list[str]:
     fields = ["task_id", "y", "schedule_id", "y:1", "type", "t", "payload", "1", "attempt", "0",
               "due_ms", "1"]  # fmt: skip

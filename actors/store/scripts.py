@@ -38,6 +38,13 @@ from actors.store.task_scripts import Call, TaskScripts, or_empty
 #: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
 ENQUEUE_CHUNK = 500
 
+#: Most stream entries one ``trim_acked.lua`` call drops (whole listpack nodes of ~100: a
+#: call frees ~1,000 nodes, well under a millisecond); ``trim_acked`` repeats it while
+#: it takes some, so a stream is trimmed to its acknowledged head at any rate.
+TRIM_STEP = 100_000
+#: Most such calls one ``trim_acked`` makes (the rest waits for the claimer's next round).
+TRIM_CALLS = 20
+
 
 class Scripts(TaskScripts):
     """Every Lua script of one namespace, as typed async methods (the task store's own
@@ -373,11 +380,19 @@ class Scripts(TaskScripts):
         )
         return [r.decode() for r in removed]
 
-    async def trim_acked(self, task_type: str) -> int:
-        """``trim_acked.lua``: drop the stream's acknowledged entries from its head; how
-        many went."""
-        (trimmed,) = await self._run([(lua.TRIM_ACKED, [self.keys.queue(task_type)], [GROUP])])
-        return int(trimmed)
+    async def trim_acked(self, task_type: str, step: int = TRIM_STEP) -> int:
+        """``trim_acked.lua``: drop the stream's acknowledged entries from its head, about
+        ``step`` a call (whole nodes: a call may take a little less), calling again until
+        one takes nothing or ``TRIM_CALLS`` have run; how many went."""
+        total = 0
+        for _ in range(TRIM_CALLS):
+            (trimmed,) = await self._run(
+                [(lua.TRIM_ACKED, [self.keys.queue(task_type)], [GROUP, step])]
+            )
+            if not int(trimmed):
+                break
+            total += int(trimmed)
+        return total
 
     # -- operators --------------------------------------------------------------------------
 
