@@ -429,6 +429,52 @@ async def test_enqueue_markers_are_one_per_claim_and_answer_a_repeated_call(
     assert len(await stream_fires(store, "m")) == 302
 
 
+async def test_enqueue_deletes_the_markers_of_claims_committed_in_full(
+    store: TaskStore,
+) -> None:
+    """The claims a caller names as committed lose their markers in that type's stream
+    (in the type's first call); other claims' markers, and other types', stay."""
+    scripts = await store.scripts()
+    keys = await store.keys()
+    for token in ("claim-1", "claim-2"):
+        await scripts.enqueue([Fire("a", "m", b"null", 1000), Fire("b", "n", b"null", 1000)],
+                              5000, 60_000, token)  # fmt: skip
+    fires = [Fire(f"t{i}", "m", b"null", 2000 + i) for i in range(600)]  # two calls
+    await scripts.enqueue(fires, 6000, 60_000, "claim-3", {"m": ["claim-1"], "n": ["claim-2"]})
+
+    async def markers(task_type: str) -> set[str]:
+        prefix = keys.enqueued_prefix(task_type)
+        found = await store.client.execute("KEYS", prefix + "*")
+        return {k.decode().removeprefix(prefix) for k in found}
+
+    assert await markers("m") == {"claim-2", "claim-3"}
+    assert await markers("n") == {"claim-1", "claim-2"}  # no fire of n: nothing went
+
+
+async def test_a_ticking_poller_keeps_only_its_last_claims_markers(store: TaskStore) -> None:
+    """Markers are for claims a poller may not have committed: once a claim is committed
+    in full, the poller's next enqueue deletes its markers, so a busy stream holds one
+    claim's (not every fire of the dedupe window)."""
+    now = await store.now_ms()
+    await store.create_many(
+        [
+            TaskSpec("m", Schedule("interval", every_s=0.2, start_ms=now), task_id=f"k{i}")
+            for i in range(20)
+        ]
+    )
+    keys = await store.keys()
+    prefix = keys.enqueued_prefix("m")
+    ticks_with_fires = 0
+    poller = Poller(store, PollerSettings(dedupe_window_ms=60_000))
+    with trio.fail_after(30):
+        while ticks_with_fires < 5:
+            result = await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
+            ticks_with_fires += result.enqueued > 0
+            await trio.sleep(0.05)
+    assert len(await stream_fires(store, "m")) >= 5
+    assert len(await store.client.execute("KEYS", prefix + "*")) == 1
+
+
 # -- the actor ------------------------------------------------------------------------------
 
 

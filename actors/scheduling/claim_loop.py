@@ -4,6 +4,8 @@ time they saw."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import attrs
 
 
@@ -83,3 +85,28 @@ class RateMeter:
 def earliest(times: list[int | None]) -> int | None:
     known = [t for t in times if t is not None]
     return min(known) if known else None
+
+
+class CommittedClaims:
+    """A claim loop's claims committed in full, by the types whose streams hold their
+    enqueue markers: no later claim can name them as prior, so the loop's next enqueue into
+    each type deletes their markers (``Scripts.enqueue``'s ``committed``) instead of letting
+    them hold every fire for the whole dedupe window. At most one claim a type waits: the
+    next claim with fires of a type takes its predecessor's along."""
+
+    #: Types remembered at most (then forgotten: their markers expire with the window).
+    MAX_TYPES = 1000
+
+    def __init__(self) -> None:
+        self._by_type: dict[str, list[str]] = {}
+
+    def take(self, types: Iterable[str]) -> dict[str, list[str]]:
+        """The waiting claims of ``types``, no longer waiting."""
+        return {t: self._by_type.pop(t) for t in types if t in self._by_type}
+
+    def add(self, token: str, types: Iterable[str]) -> None:
+        """``token``'s claim is committed in full; it enqueued into ``types``."""
+        if len(self._by_type) >= self.MAX_TYPES:
+            self._by_type.clear()
+        for t in types:
+            self._by_type.setdefault(t, []).append(token)

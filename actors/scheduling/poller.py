@@ -36,6 +36,7 @@ import trio
 from actors.domain.schedules import FirePlan, plan_fires
 from actors.scheduling.claim_loop import (
     ClaimLoopSettings,
+    CommittedClaims,
     RateMeter,
     TickResult,
     earliest,
@@ -94,6 +95,8 @@ class Poller:
         """Partitions whose last claim was this poller's (not held by another)."""
         self._gone: dict[int, str] = {}
         """Partitions held by a poller found gone (a process of this host that exited)."""
+        self._committed = CommittedClaims()
+        """Claims committed in full whose enqueue markers go with the next enqueue."""
         self._unreadable: set[str] = set()
         """Due tasks whose records could not be read (said once each; they stay due)."""
         self._known: dict[int, tuple[int | None, int, float]] = {}
@@ -270,21 +273,28 @@ class Poller:
         # An enqueue repeated after a lost reply finds its own markers and answers as
         # before; a commit checks the claim still holds.
         redis = scripts.client
+        types = {t.type for t, _ in messages}
         if messages:
             # Nothing is committed if this raises: the claims expire and the fires come back.
             fires = [
                 Fire(t.task_id, t.type, t.payload, due, prior=t.prior_claim) for t, due in messages
             ]
+            committed = self._committed.take(types)
             await redis.ride_out(
-                lambda: enqueue_fires(scripts, fires, now, self.actor, s.dedupe_window_ms, token)
+                lambda: enqueue_fires(
+                    scripts, fires, now, self.actor, s.dedupe_window_ms, token, committed
+                )
             )
         earliest_by_partition = {c.partition: c.earliest_ms for c in claims}
         writes = {c.partition: c.writes for c in claims}
         if plans:
             # After a commit the partition's earliest due time is the committed one.
-            earliest_by_partition |= await redis.ride_out(
+            committed_ms, in_full = await redis.ride_out(
                 lambda: self._commit(scripts, plans, token, writes, log)
             )
+            earliest_by_partition |= committed_ms
+            if in_full and types and s.dedupe_window_ms > 0:
+                self._committed.add(token, types)
         at = trio.current_time()
         for c in claims:
             self._known[c.partition] = (earliest_by_partition[c.partition], c.now_ms, at)
@@ -302,8 +312,10 @@ class Poller:
         token: str,
         writes: dict[int, int],
         log: structlog.typing.FilteringBoundLogger,
-    ) -> dict[int, int | None]:
-        """Commit the plans; return each committed partition's earliest due time."""
+    ) -> tuple[dict[int, int | None], bool]:
+        """Commit the plans; return each committed partition's earliest due time, and
+        whether every task was committed (no partition kept the claim in flight: a fenced
+        commit, or a task changed meanwhile, names the task lost)."""
         commits = {
             partition: [
                 fire_commit(
@@ -320,4 +332,5 @@ class Poller:
         for commit in done.values():
             for lost in commit.lost:
                 log.warning("claim_lost", task_id=lost)
-        return {partition: commit.earliest_ms for partition, commit in done.items()}
+        earliest_ms = {partition: commit.earliest_ms for partition, commit in done.items()}
+        return earliest_ms, not any(commit.lost for commit in done.values())

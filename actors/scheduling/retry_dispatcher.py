@@ -24,6 +24,7 @@ import trio
 
 from actors.scheduling.claim_loop import (
     ClaimLoopSettings,
+    CommittedClaims,
     TickResult,
     earliest,
     partitions_for,
@@ -49,6 +50,8 @@ class RetryDispatcher:
         self.actor = f"node/scheduler/retry-dispatcher-{settings.index}"
         self._token_base = secrets.token_hex(6)
         self._ticks = 0
+        self._committed = CommittedClaims()
+        """Claims committed in full whose enqueue markers go with the next enqueue."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         redis = self.store.client
@@ -78,8 +81,12 @@ class RetryDispatcher:
         if fires:
             # Claimed: ride out an outage with the same token (see the poller's tick).
             redis = scripts.client
+            types = {f.type for f in fires}
+            committed = self._committed.take(types)
             await redis.ride_out(
-                lambda: enqueue_fires(scripts, fires, now, self.actor, s.dedupe_window_ms, token)
+                lambda: enqueue_fires(
+                    scripts, fires, now, self.actor, s.dedupe_window_ms, token, committed
+                )
             )
             commits = await redis.ride_out(lambda: scripts.commit_retries(token, claimed))
             lost = [
@@ -88,6 +95,8 @@ class RetryDispatcher:
                 for sid in c.lost
             ]
             emit_events(self.actor, lost)
+            if not lost and s.dedupe_window_ms > 0:
+                self._committed.add(token, types)
             earliest_ms |= {p: c.earliest_ms for p, c in commits.items()}
         full = any(len(c.retries) >= s.batch_size for c in claims)
         return TickResult(len(fires), now, earliest(list(earliest_ms.values())), full)

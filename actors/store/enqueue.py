@@ -7,12 +7,14 @@ which fires it appended (one marker hash per claim token, in the stream's own sl
 after appending and before committing leaves its claim in the tasks' state; the claim that
 takes over names it (``Fire.prior``), and the fires the dead one appended are dropped here
 (``duplicate_dropped``) instead of running twice. Nothing is written per fire: one marker
-a call. The window must outlast the claim lease.
+a call. The window must outlast the claim lease. A claim its poller committed in full can
+be no one's prior, so the poller has its markers deleted in its next enqueue
+(``committed``) instead of keeping every fire of the window.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from actors.store.keys import schedule_id
@@ -28,12 +30,14 @@ async def enqueue_fires(
     actor: str,
     dedupe_window_ms: int,
     token: str = "",
+    committed: Mapping[str, Sequence[str]] | None = None,
 ) -> int:
     """XADD every fire its prior claim (``Fire.prior``) had not appended, log ``queued``
     (debug) or ``duplicate_dropped`` for each, and return how many were appended.
-    ``token``: the claim these fires come from (needed when ``dedupe_window_ms`` > 0).
+    ``token``: the claim these fires come from (needed when ``dedupe_window_ms`` > 0);
+    ``committed``: the caller's earlier claims whose markers may go (``Scripts.enqueue``).
     Raises if any call failed: the caller must not commit."""
-    flags = await scripts.enqueue(fires, now_ms, dedupe_window_ms, token)
+    flags = await scripts.enqueue(fires, now_ms, dedupe_window_ms, token, committed)
     # ``queued`` is a debug line (every fire's one info line is written when it ends, with
     # its queued time): observers (metrics) count it all the same.
     queued: list[tuple[str, dict[str, Any]]] = []

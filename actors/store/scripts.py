@@ -123,12 +123,21 @@ class Scripts(TaskScripts):
         return [m.decode() for m in live]
 
     async def enqueue(
-        self, fires: Sequence[Fire], now_ms: int, dedupe_window_ms: int, token: str = ""
+        self,
+        fires: Sequence[Fire],
+        now_ms: int,
+        dedupe_window_ms: int,
+        token: str = "",
+        committed: Mapping[str, Sequence[str]] | None = None,
     ) -> list[bool]:
         """``enqueue.lua``: append fires to their types' streams, one call per type per
         ``ENQUEUE_CHUNK``; per fire (in the given order) True if appended, False if the
         claim it came from (``Fire.prior``) had appended it already. ``token`` names this
-        claim in the markers (unique per claim: ``dedupe_window_ms`` > 0 needs one)."""
+        claim in the markers (unique per claim: ``dedupe_window_ms`` > 0 needs one).
+        ``committed``: type -> tokens of the caller's earlier claims, committed in full
+        (no claim can name them as prior): their markers in that type's stream go, in the
+        type's first call."""
+        dropped = committed or {}
         if dedupe_window_ms > 0 and not token:
             raise ValueError("enqueue with a dedupe window needs the claim's token")
         by_type: dict[str, list[int]] = defaultdict(list)
@@ -141,7 +150,7 @@ class Scripts(TaskScripts):
                 chunk = indexes[start : start + ENQUEUE_CHUNK]
                 args: list[Any] = [
                     now_ms, task_type, self.keys.enqueued_prefix(task_type), dedupe_window_ms,
-                    token, start,
+                    token, start, "" if start else " ".join(dropped.get(task_type, ())),
                 ]  # fmt: skip
                 for i in chunk:
                     f = fires[i]

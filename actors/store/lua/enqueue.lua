@@ -4,7 +4,9 @@
 -- ARGV[1]  enq_ms (the claim's Redis time)   ARGV[2]  the type
 -- ARGV[3]  marker prefix ({ns:q:<type>}:enq:)   ARGV[4]  dedupe window ms (0 = off)
 -- ARGV[5]  the claim's token   ARGV[6]  this call's part of the claim (its first index)
--- ARGV[7..] groups of 5: task_id, due_ms, payload (JSON), attempt,
+-- ARGV[7]  tokens of earlier claims of this caller, committed in full since: their markers
+--          go now ('' = none; space-separated)
+-- ARGV[8..] groups of 5: task_id, due_ms, payload (JSON), attempt,
 --           prior claim ('' = none: the task held no earlier claim)
 -- Returns one flag per fire: 1 appended, 0 dropped as a duplicate.
 --
@@ -14,11 +16,16 @@
 -- common case costs one HSET a batch. Duplicates come only from a claim taken over after
 -- its poller died between enqueue and commit: the new claim names the old one (prior),
 -- and only those fires are looked up, in the old claim's markers. A call repeated after
--- its reply was lost finds its own part and answers as it did the first time.
+-- its reply was lost finds its own part and answers as it did the first time. A claim
+-- committed in full is no one's prior any more (the commit took it out of the partitions'
+-- claims in flight), so its poller names it in its next call and its markers go then:
+-- kept for the whole window, they held every fire of the last minute (~240 bytes a task
+-- at 20,000 fires/s).
 -- Message fields: task_id, schedule_id (task_id:due_ms), type, payload, attempt, due_ms,
 -- enq_ms. Callers cap the fires per call (ENQUEUE_CHUNK) so no call holds Redis long.
 local window = tonumber(ARGV[4])
 local mine = ARGV[3] .. ARGV[5]
+for committed in string.gmatch(ARGV[7], '%S+') do redis.call('UNLINK', ARGV[3] .. committed) end
 if window > 0 then
   local done = redis.call('HGET', mine, ARGV[6])
   if done then
@@ -41,7 +48,7 @@ local function known(prior)
   return set
 end
 local out, fires = {}, {}
-for i = 7, #ARGV, 5 do
+for i = 8, #ARGV, 5 do
   local id, due, attempt, prior = ARGV[i], ARGV[i + 1], ARGV[i + 3], ARGV[i + 4]
   local sid = id .. ':' .. due
   local fire = sid .. ':' .. attempt
