@@ -15,8 +15,8 @@
 -- Every API write to a partition's tasks counts itself in the owner hash ('writes'), and
 -- nothing else writes a state record but its partition's one poller (outcomes go to the
 -- run records). So when the count is what the claim read, no claimed state changed, and
--- each task costs a write and a ZADD: no read, no MessagePack work. Otherwise each state
--- is read and checked as claimed first.
+-- each task costs a write and its part of one ZADD: no read, no MessagePack work.
+-- Otherwise each state is read and checked as claimed first.
 local tag, me, token = ARGV[1], ARGV[2], ARGV[3]
 local o = redis.call('HMGET', KEYS[2], 'poller', 'inflight', 'writes')
 local inflight = o[2] or ''
@@ -33,6 +33,7 @@ local function out_with_earliest(reply)
   if first[2] then reply[1] = tonumber(first[2]) end
   return reply
 end
+local moved, finished = {}, {}  -- the zset's changes, a few commands for the whole batch
 for i = 5, #ARGV, 6 do
   local id, b, score = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local s, due
@@ -44,9 +45,10 @@ for i = 5, #ARGV, 6 do
   if ok then
     redis.call('HSET', tag .. ':state:' .. b, id, ARGV[i + 5])
     if score == '' then
-      redis.call('ZREM', KEYS[1], id)
+      finished[#finished + 1] = id
     else
-      redis.call('ZADD', KEYS[1], score, id)
+      moved[#moved + 1] = score
+      moved[#moved + 1] = id
     end
   else
     out[#out + 1] = id
@@ -54,6 +56,13 @@ for i = 5, #ARGV, 6 do
     -- must find this claim's fires (kept in flight until the dedupe window forgets it)
     keep = keep or (s ~= nil and s[2] == due)
   end
+end
+-- (unpack stops near 8,000 values: a thousand at a time)
+for first = 1, #moved, 1000 do
+  redis.call('ZADD', KEYS[1], unpack(moved, first, math.min(first + 999, #moved)))
+end
+for first = 1, #finished, 1000 do
+  redis.call('ZREM', KEYS[1], unpack(finished, first, math.min(first + 999, #finished)))
 end
 if keep then return out_with_earliest(out) end
 -- this claim is done: drop it from the partition's claims in flight
