@@ -62,6 +62,21 @@ async def test_the_retry_dispatcher_moves_due_retries_back_to_the_stream(store: 
     assert (await dispatcher.tick(scripts, [0, 1])).enqueued == 0  # committed: once only
 
 
+async def test_the_retry_dispatcher_drops_the_markers_of_its_committed_claims(
+    store: TaskStore,
+) -> None:
+    """A dispatcher's claim committed in full loses its enqueue markers at the
+    dispatcher's next enqueue into the type: the stream keeps one claim's."""
+    scripts = await store.scripts()
+    keys = await store.keys()
+    dispatcher = RetryDispatcher(store, RetryDispatcherSettings(of=1))
+    for name in ("a", "b", "c"):
+        await scripts.schedule_retries([RetryWrite(message(name), 0, "boom")])
+        assert (await dispatcher.tick(scripts, [0, 1])).enqueued == 1
+    assert len(await stream(store)) == 3
+    assert len(await store.client.execute("KEYS", keys.enqueued_prefix("t") + "*")) == 1
+
+
 async def test_the_claimer_takes_over_a_dead_consumers_message_for_its_own(
     store: TaskStore,
 ) -> None:
