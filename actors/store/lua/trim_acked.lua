@@ -1,7 +1,7 @@
 -- trim_acked: drop a stream's acknowledged entries from its head, a whole node at a time.
 -- KEYS[1]  the type's stream   ARGV[1]  group   ARGV[2]  most entries to trim in this call
--- Returns the number of entries trimmed (the caller calls again while it is ARGV[2] or more:
--- a backlog goes in steps that each hold Redis briefly).
+-- Returns the number of entries trimmed (the caller calls again while some were: a backlog
+-- goes in steps that each hold Redis briefly).
 -- Consumers acknowledge finished messages (XACK) without deleting them one by one: an XDEL
 -- per fire was a tenth of Redis's work a fire. Everything older than both the oldest
 -- pending entry and the group's last-delivered id was delivered and acknowledged, so it
