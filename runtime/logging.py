@@ -78,6 +78,14 @@ def _notify(actor: str, events: Events) -> None:
         observer(actor, events)
 
 
+def notify_observers(actor: str, events: Events) -> None:
+    """Hand events to the observers only: no line is written. For a batch's summary
+    where its per-fire debug lines are not written (``fires_queued``, ``runs_started``):
+    building a line's fields for every fire only to count it cost ~1 µs a fire a role."""
+    if _observers:
+        _notify(actor, events)
+
+
 def _observe_structlog(
     _logger: Any, _name: str, event: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
@@ -185,12 +193,19 @@ def _encode_fields(fields: dict[str, Any]) -> str:
     """``,"key":value`` for each field: ints and plain strings (nearly every value of a
     lifecycle line) formatted directly, anything else by the C encoder. ~2.5x faster per
     line than encoding a merged dict, and at several lines per fire that matters."""
-    out = []
+    out: list[str] = []
+    append, keys, plain = out.append, _KEYS, _PLAIN
     for key, value in fields.items():
-        prefix = _KEYS.get(key)
+        prefix = keys.get(key)
         if prefix is None:
-            prefix = _KEYS[key] = f",{_encode_line(key)}:"
-        out.append(prefix + _value(value))
+            prefix = keys[key] = f",{_encode_line(key)}:"
+        kind = type(value)  # _value, inlined: this runs for every field of every fire
+        if kind is int:
+            append(f"{prefix}{value}")
+        elif kind is str and plain(value):
+            append(f'{prefix}"{value}"')
+        else:
+            append(prefix + _encode_line(value))
     return "".join(out)
 
 

@@ -22,7 +22,7 @@ from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.observability.metrics import count_events
 from actors.store.tasks import TaskStore
-from runtime.logging import emit_events, observe_events, stop_observing
+from runtime.logging import emit_events, notify_observers, observe_events, stop_observing
 from runtime.redis_io import RedisClient
 from tests.execution_harness import records, wait_until
 from tests.node_process import NodeProcess
@@ -80,6 +80,31 @@ def test_events_become_samples_with_bounded_labels() -> None:
     assert get("metronome_start_lag_seconds_bucket", le="0.05") == 1
     assert get("metronome_start_lag_seconds_bucket", le="0.025") == 0
     assert get("metronome_handler_duration_seconds_count") == 3
+
+
+def test_a_batchs_summary_counts_as_its_per_fire_events_would() -> None:
+    """Where the per-fire debug lines ``queued`` and ``running`` are not written, the
+    poller and the reader hand observers one summary a batch: the same samples."""
+    kind = f"unit{time.monotonic_ns()}"
+    observe_events(count_events)
+    try:
+        notify_observers("node/x", [("fires_queued", {"type": kind, "first": 3, "retry": 2})])
+        notify_observers("node/x", [("fires_queued", {"type": kind, "first": 1})])
+        notify_observers(
+            "node/x", [("runs_started", {"type": kind, "start_lags_ms": [10, 30, -5]})]
+        )
+    finally:
+        stop_observing(count_events)
+
+    def get(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, {"type": kind, **labels}) or 0.0
+
+    assert get("metronome_fires_enqueued_total", attempt="first") == 4
+    assert get("metronome_fires_enqueued_total", attempt="retry") == 2
+    assert get("metronome_fires_started_total") == 3
+    assert get("metronome_start_lag_seconds_count") == 3
+    assert get("metronome_start_lag_seconds_bucket", le="0.025") == 2  # 10 ms and -5 (as 0)
+    assert get("metronome_start_lag_seconds_bucket", le="0.05") == 3
 
 
 def test_the_cli_imports_no_metrics_library_before_a_node_sets_it_up() -> None:

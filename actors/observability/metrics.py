@@ -100,10 +100,18 @@ def count_events(actor: str, events: Events) -> None:
         kind = fields.get("type", "")
         if event == "queued":
             tally[(ENQUEUED, kind, "first" if not fields.get("attempt") else "retry")] += 1
+        elif event == "fires_queued":  # a batch's summary when its `queued` lines are not built
+            for attempt in ("first", "retry"):
+                if fields.get(attempt):
+                    tally[(ENQUEUED, kind, attempt)] += fields[attempt]
         elif event == "running":
             tally[(STARTED, kind)] += 1
             lag = max(0, fields.get("start_lag_ms", 0)) / 1000
             observed.setdefault((START_LAG, kind), []).append(lag)
+        elif event == "runs_started":  # a batch's summary when its `running` lines are not built
+            lags = fields.get("start_lags_ms", [])
+            tally[(STARTED, kind)] += len(lags)
+            observed.setdefault((START_LAG, kind), []).extend(max(0, x) / 1000 for x in lags)
         elif event in ("finished", "retried") or (event == "dead" and "duration_ms" in fields):
             outcome = {"finished": "ok", "retried": "retried"}.get(event, "dead")
             tally[(FINISHED, kind, outcome)] += 1

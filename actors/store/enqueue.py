@@ -14,13 +14,14 @@ be no one's prior, so the poller has its markers deleted in its next enqueue
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from actors.store.keys import schedule_id
 from actors.store.replies import Fire
 from actors.store.scripts import Scripts
-from runtime.logging import emit_events
+from runtime.logging import debug_enabled, emit_events, notify_observers
 
 
 async def enqueue_fires(
@@ -39,10 +40,16 @@ async def enqueue_fires(
     Raises if any call failed: the caller must not commit."""
     flags = await scripts.enqueue(fires, now_ms, dedupe_window_ms, token, committed)
     # ``queued`` is a debug line (every fire's one info line is written when it ends, with
-    # its queued time): observers (metrics) count it all the same.
+    # its queued time); when it is not written, observers (metrics) get one count a type
+    # instead of a line's fields built for every fire. A dropped duplicate is an info line.
+    debug = debug_enabled()
     queued: list[tuple[str, dict[str, Any]]] = []
     dropped: list[tuple[str, dict[str, Any]]] = []
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
     for fire, flag in zip(fires, flags, strict=True):
+        if flag and not debug:
+            counts[fire.type]["retry" if fire.attempt else "first"] += 1
+            continue
         (queued if flag else dropped).append(
             (
                 "queued" if flag else "duplicate_dropped",
@@ -56,7 +63,12 @@ async def enqueue_fires(
                 },
             )
         )
-    emit_events(actor, queued, level="debug")
+    if queued:
+        emit_events(actor, queued, level="debug")
+    if counts:
+        notify_observers(
+            actor, [("fires_queued", {"type": t, **by_attempt}) for t, by_attempt in counts.items()]
+        )
     if dropped:
         emit_events(actor, dropped)
-    return len(queued)
+    return len(fires) - len(dropped)
