@@ -12,6 +12,7 @@ Modes:
   screenshots [OUT_DIR]           PNGs of the dashboard's views (default docs/), in Chromium
   scrape N [SCRAPES]              what one /metrics scrape costs a node with N tasks
   scripts [N BATCH]               Redis µs per task of each fire-path script, and of its pieces
+  drain [N]                       one consumer process emptying a stream of N: messages/s, CPU
   bullmq N INTERVAL_S DURATION_S  the same fires through BullMQ (Node.js), measured alike
 """
 
@@ -24,6 +25,7 @@ from bench import (
     api,
     bullmq,
     chaos,
+    drain,
     fire,
     hop,
     idle,
@@ -137,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     p_scripts = modes.add_parser("scripts", help="Redis cost of each fire-path script")
     p_scripts.add_argument("n", type=int, nargs="?", default=20_000)
     p_scripts.add_argument("batch", type=int, nargs="?", default=50)
+    p_drain = modes.add_parser("drain", help="one consumer process emptying a stream")
+    p_drain.add_argument("n", type=int, nargs="?", default=300_000)
+    p_drain.add_argument("--concurrency", type=int, default=1000, help="handler slots")
     p_bullmq = modes.add_parser("bullmq", help="the same fires through BullMQ, for comparison")
     p_bullmq.add_argument("n", type=int)
     p_bullmq.add_argument("interval_s", type=float)
@@ -192,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             emit({"mode": "bullmq", **figures})
         elif args.mode == "scripts":
             emit({"mode": "scripts", **scripts.run(url, args.n, args.batch)})
+        elif args.mode == "drain":
+            emit({"mode": "drain", **drain.run(url, args.n, args.concurrency)})
         elif args.mode == "scrape":
             emit({"mode": "scrape", **scrape.run(url, args.n, args.scrapes)})
         elif args.mode == "layout":

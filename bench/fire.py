@@ -190,7 +190,7 @@ def run(
         end_s = t0_ms / 1000 + duration_s
         time.sleep(max(0.0, t0_ms / 1000 - time.time()))
         cpu_start = {p.pid: tree_cpu_seconds(p.pid) for p in procs}
-        process_start = _process_cpu(procs)
+        process_start = process_cpu(procs)
         redis_start = [redis_cpu_times(u) for u in servers]
         commands_start = [command_stats(u) for u in servers]
         cpu_t = time.time()
@@ -216,7 +216,7 @@ def run(
         # backlog, dedupe markers), over the same baseline as the idle figure.
         running_bytes = (sum(used_memory(u) for u in servers) - baseline) / n
         process_used = {
-            name: used - process_start.get(name, 0.0) for name, used in _process_cpu(procs).items()
+            name: used - process_start.get(name, 0.0) for name, used in process_cpu(procs).items()
         }
     finally:
         if scraper is not None:
@@ -235,7 +235,7 @@ def run(
     # own calls listed beside it; EVALSHA's time includes theirs)
     figures["redis_commands_per_fire"] = command_costs(commands_start, commands_end, fires)
     figures["node_cpu_us_per_fire"] = round(1e6 * cpu_used / fires, 1)
-    parts = _part_names(workdir, len(procs))
+    parts = part_names(workdir, len(procs))
     figures["process_cpu_pct"] = {
         parts.get(k, k): round(100 * v / elapsed, 1) for k, v in process_used.items()
     }
@@ -251,7 +251,7 @@ def run(
     }  # fmt: skip
 
 
-def _process_cpu(procs: list[subprocess.Popen[bytes]]) -> dict[str, float]:
+def process_cpu(procs: list[subprocess.Popen[bytes]]) -> dict[str, float]:
     """CPU seconds of every node process and its child processes, by name
     (``node-0``, ``node-0/<pid>``: a child's part shows in its node's log)."""
     out = {}
@@ -268,7 +268,7 @@ def _process_cpu(procs: list[subprocess.Popen[bytes]]) -> dict[str, float]:
     return out
 
 
-def _part_names(workdir: Path, nodes: int) -> dict[str, str]:
+def part_names(workdir: Path, nodes: int) -> dict[str, str]:
     """``node-0/<pid>`` -> ``node-0/scheduler`` etc., from the nodes' ``process_started``
     lines (the last start of each part wins)."""
     names = {}

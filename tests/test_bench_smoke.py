@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,3 +127,13 @@ def test_scripts_mode() -> None:
         assert figures["scripts"][script]["calls"] > 0
         assert figures["scripts"][script]["us_per_task"] > 0
     assert set(figures["pieces"]) >= {"hget_us", "unpack_us", "pack_us", "zadd_us"}
+
+
+def test_drain_mode() -> None:
+    figures = bench("drain", "3000")
+    assert figures["messages"] == 3000 and 0 < figures["timed"] <= 3000
+    assert figures["per_s"] > 0
+    assert figures["cpu_us_per_message"]["node-0/consumers-1"] > 0
+    lines = (Path(figures["workdir"]) / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 3000  # every message ran, once
+    assert len({json.loads(line)["task_id"] for line in lines}) == 3000
