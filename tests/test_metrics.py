@@ -4,6 +4,7 @@ what a recording handler saw and what Redis holds."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
@@ -42,6 +43,11 @@ def value(text: str, name: str, **labels: str) -> float:
     return samples(text).get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+def type_sample(kind: str, name: str, **labels: str) -> float:
+    """A sample of this process's registry for task type ``kind`` (0 when absent)."""
+    return REGISTRY.get_sample_value(name, {"type": kind, **labels}) or 0.0
+
+
 def test_events_become_samples_with_bounded_labels() -> None:
     kind = f"unit{time.monotonic_ns()}"
     fire = {"task_id": "t1", "schedule_id": "t1:1", "type": kind, "attempt": 0}
@@ -60,8 +66,7 @@ def test_events_become_samples_with_bounded_labels() -> None:
     finally:
         stop_observing(count_events)
 
-    def get(name: str, **labels: str) -> float:
-        return REGISTRY.get_sample_value(name, {"type": kind, **labels}) or 0.0
+    get = functools.partial(type_sample, kind)
 
     assert get("metronome_fires_enqueued_total", attempt="first") == 1
     assert get("metronome_fires_enqueued_total", attempt="retry") == 1
@@ -96,8 +101,7 @@ def test_a_batchs_summary_counts_as_its_per_fire_events_would() -> None:
     finally:
         stop_observing(count_events)
 
-    def get(name: str, **labels: str) -> float:
-        return REGISTRY.get_sample_value(name, {"type": kind, **labels}) or 0.0
+    get = functools.partial(type_sample, kind)
 
     assert get("metronome_fires_enqueued_total", attempt="first") == 4
     assert get("metronome_fires_enqueued_total", attempt="retry") == 2
