@@ -193,19 +193,12 @@ def _encode_fields(fields: dict[str, Any]) -> str:
     """``,"key":value`` for each field: ints and plain strings (nearly every value of a
     lifecycle line) formatted directly, anything else by the C encoder. ~2.5x faster per
     line than encoding a merged dict, and at several lines per fire that matters."""
-    out: list[str] = []
-    append, keys, plain = out.append, _KEYS, _PLAIN
+    out = []
     for key, value in fields.items():
-        prefix = keys.get(key)
+        prefix = _KEYS.get(key)
         if prefix is None:
-            prefix = keys[key] = f",{_encode_line(key)}:"
-        kind = type(value)  # _value, inlined: this runs for every field of every fire
-        if kind is int:
-            append(f"{prefix}{value}")
-        elif kind is str and plain(value):
-            append(f'{prefix}"{value}"')
-        else:
-            append(prefix + _encode_line(value))
+            prefix = _KEYS[key] = f",{_encode_line(key)}:"
+        out.append(prefix + _value(value))
     return "".join(out)
 
 
