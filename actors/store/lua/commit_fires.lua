@@ -57,13 +57,14 @@ for i = 5, #ARGV, 6 do
     keep = keep or (s ~= nil and s[2] == due)
   end
 end
--- (unpack stops near 8,000 values: a thousand at a time)
-for first = 1, #moved, 1000 do
-  redis.call('ZADD', KEYS[1], unpack(moved, first, math.min(first + 999, #moved)))
+-- The zset's changes, a thousand arguments a call (unpack stops near 8,000 values).
+local function in_chunks(command, args)
+  for first = 1, #args, 1000 do
+    redis.call(command, KEYS[1], unpack(args, first, math.min(first + 999, #args)))
+  end
 end
-for first = 1, #finished, 1000 do
-  redis.call('ZREM', KEYS[1], unpack(finished, first, math.min(first + 999, #finished)))
-end
+in_chunks('ZADD', moved)
+in_chunks('ZREM', finished)
 if keep then return out_with_earliest(out) end
 -- this claim is done: drop it from the partition's claims in flight
 local rest = {}
