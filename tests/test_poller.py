@@ -451,6 +451,23 @@ async def test_enqueue_deletes_the_markers_of_claims_committed_in_full(
     assert await markers("n") == {"claim-1", "claim-2"}  # no fire of n: nothing went
 
 
+async def test_a_commit_larger_than_one_zadd_call_moves_every_task(
+    one_partition: TaskStore,
+) -> None:
+    """The commit writes the zset a thousand arguments a call: 700 tasks of one partition
+    (1,400 ZADD arguments) all move to their next grid time in one tick."""
+    store = one_partition
+    now = await store.now_ms()
+    schedule = Schedule("interval", every_s=60, start_ms=now - 10)
+    await store.create_many([TaskSpec("m", schedule, task_id=f"z{i}") for i in range(700)])
+    keys = await store.keys()
+    poller = Poller(store, PollerSettings(dedupe_window_ms=60_000))
+    result = await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
+    assert result.enqueued == 700
+    scores = await store.client.execute("ZRANGE", keys.schedule(0), 0, -1, "WITHSCORES")
+    assert len(scores) == 700 and all(float(s) > now for _, s in scores)
+
+
 async def test_a_ticking_poller_keeps_only_its_last_claims_markers(store: TaskStore) -> None:
     """Markers are for claims a poller may not have committed: once a claim is committed
     in full, the poller's next enqueue deletes its markers, so a busy stream holds one
