@@ -7,7 +7,8 @@
 --          killed node or scheduler process), taken over without waiting ('' = none)
 -- Returns {now_ms, earliest score or -1, held, prior, owed_until or -1, writes,
 --          task_id, definition record, state record, ...} (3 per task, the records as
---          stored: actors/store/records.py decodes them)
+--          stored: actors/store/records.py decodes them). When a task is claimed the
+--          earliest is now_ms (no second ZRANGE: the commit reports the real one).
 -- held: 1 when another poller's lease on the partition holds (nothing is claimed; the
 -- caller leaves the partition alone, and prior is that poller's id), else 0 and the
 -- partition is this poller's for at least half of lease_ms more (renewed once half of it
@@ -84,6 +85,10 @@ if #out > 6 or forgotten > 0 then
   fields[#fields + 1] = table.concat(kept, ' ')
 end
 if #fields > 0 then redis.call('HSET', KEYS[2], unpack(fields)) end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if first[2] then out[2] = tonumber(first[2]) end
+if #out > 6 then
+  out[2] = now  -- a task is due by now; the commit that follows reports the real earliest
+else
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if first[2] then out[2] = tonumber(first[2]) end
+end
 return out
