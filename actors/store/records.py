@@ -20,7 +20,9 @@ there and ``unpack`` here:
 
 - definition: type, payload (JSON text), schedule (``encode_schedule``), created_ms
 - state: status code, next_ms or nil, fires, updated_ms or nil (also the task's version:
-  every API write moves it forward, and a commit is refused if it moved since the claim),
+  every API write gives a later one than its partition gave before, ``new_version`` in
+  ``records.lua``; a commit is refused if it moved since the claim, and pollers keep
+  definitions by it),
   runs, retries or nil, last_run_ms or nil, last status code or nil (these four as of
   layout 2: a task that has not run since keeps its counts here), claim token or nil
   (written by versions before partition ownership; cleared by the next commit)

@@ -5,7 +5,7 @@
 --           next_ms ('' = never), score
 -- Returns one code per task: 1 created, 0 existed with the same definition, -1 conflict.
 local tag = ARGV[1]
-local now = now_ms()
+local version  -- the created tasks' version and creation time (records.lua new_version)
 local out = {}
 local created = false
 for i = 2, #ARGV, 7 do
@@ -20,11 +20,12 @@ for i = 2, #ARGV, 7 do
       out[#out + 1] = -1
     end
   else
-    redis.call('HSET', tag .. ':def:' .. b, id, cmsgpack.pack(typ, payload, sched, now))
+    version = version or new_version(tag)
+    redis.call('HSET', tag .. ':def:' .. b, id, cmsgpack.pack(typ, payload, sched, version))
     if nxt == '' then
-      put_state(tag, b, id, {FINISHED, nil, 0, nil, 0})
+      put_state(tag, b, id, {FINISHED, nil, 0, version, 0})
     else
-      put_state(tag, b, id, {ACTIVE, tonumber(nxt), 0, nil, 0})
+      put_state(tag, b, id, {ACTIVE, tonumber(nxt), 0, version, 0})
       redis.call('ZADD', KEYS[1], score, id)
     end
     redis.call('HSET', tag .. ':type:' .. typ .. ':' .. b, id, '')

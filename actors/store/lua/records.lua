@@ -54,6 +54,19 @@ local function count_write(tag)
   redis.call('HINCRBY', tag .. ':poller', 'writes', 1)
 end
 
+-- A new version for a task being written (its updated_ms): later than every version any
+-- earlier write to its partition gave (the last one is kept in the owner hash, 'version'),
+-- so a version names one definition and state of a task id for good, even across a
+-- delete and a create of the same id within a millisecond. commit_fires compares versions;
+-- pollers keep the definitions they claimed by version (actors/store/definitions.py).
+local function new_version(tag, old)
+  local owner = tag .. ':poller'
+  local last = tonumber(redis.call('HGET', owner, 'version') or 0)
+  local v = math.max(now_ms(), last + 1, (old or 0) + 1)
+  redis.call('HSET', owner, 'version', ms(v))
+  return v
+end
+
 local function put_state(tag, b, id, s)
   redis.call('HSET', tag .. ':state:' .. b, id,
     cmsgpack.pack(s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9]))

@@ -14,7 +14,7 @@ local allowed = (action == 'pause' and status == ACTIVE)
   or (action == 'resume' and status == PAUSED)
   or (action == 'stop' and (status == ACTIVE or status == PAUSED))
 if not allowed then return {-3, STATUS_NAMES[status]} end
-s[1], s[4] = target, math.max(now_ms(), (s[4] or 0) + 1)  -- a new version (commit_fires)
+s[1], s[4] = target, new_version(tag, s[4])  -- a new version (commit_fires)
 if action == 'resume' then
   if ARGV[5] == '' then
     s[1], s[2] = FINISHED, nil

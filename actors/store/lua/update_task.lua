@@ -26,7 +26,7 @@ if ARGV[5] ~= '' then
   end
 end
 redis.call('HSET', tag .. ':def:' .. b, id, cmsgpack.pack(typ, payload, sched, created))
-s[4] = math.max(now_ms(), (s[4] or 0) + 1)  -- a new version (commit_fires)
+s[4] = new_version(tag, s[4])  -- commit_fires and the pollers' definitions see it
 put_state(tag, b, id, s)
 count_write(tag)
 return {1, STATUS_NAMES[s[1]]}
