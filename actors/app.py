@@ -32,6 +32,8 @@ import functools
 from pathlib import Path
 from typing import TypeVar
 
+import attrs
+
 from actors.api.server import ApiServer
 from actors.config import Config, ConsumerSection
 from actors.execution.claimer import Claimer, ClaimerSettings
@@ -208,7 +210,10 @@ def _scheduler(config: Config, store: TaskStore) -> ChildSpec:
             f"poller-{i}",
             Poller(
                 store,
-                _loop_settings(PollerSettings, config, i, section.pollers, section.batch_size),
+                attrs.evolve(
+                    _loop_settings(PollerSettings, config, i, section.pollers, section.batch_size),
+                    definition_cache=section.definition_cache,
+                ),
             ).run,
         )
         for i in range(section.pollers)

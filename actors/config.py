@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from actors.api.signing import KEY_ID_PATTERN, ApiKey
+from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS
 from actors.store.keys import DEFAULT_BUCKETS, MAX_BUCKETS
 from runtime.config import (
     LogSection,
@@ -83,6 +84,12 @@ class SchedulerSection:
     """A fire (schedule_id and attempt) enqueued again within this window is dropped: the
     second enqueue after a poller or dispatcher died between enqueue and commit. Keep it
     above claim_lease_ms; it keeps each tick's marker (~25 bytes a fire) this long (0 = off)."""
+
+    definition_cache: int = attrs.field(default=DEFAULT_CACHED_DEFINITIONS, validator=within(0))
+    """Most task definitions (type, payload, schedule) each poller keeps between claims, by
+    task version: a claim then reads a task's state alone, one Redis hash read a fire
+    fewer. ~400 bytes of scheduler memory a task kept; past it the rest are read with
+    each claim as before (0 = keep none)."""
 
     def __attrs_post_init__(self) -> None:
         if 0 < self.dedupe_window_s * 1000 <= self.claim_lease_ms:

@@ -54,6 +54,7 @@ def test_defaults_fill_an_empty_file(tmp_path: Path) -> None:
         ('[log]\nformat = "xml"\n', "log.format:"),
         ("wat = 1\n", "unknown key 'wat'"),
         ("[scheduler]\nbuckets = 0\n", "scheduler.buckets: must be within 1..65536, got 0"),
+        ("[scheduler]\ndefinition_cache = -1\n", "scheduler.definition_cache: must be >= 0"),
         (
             "[scheduler]\nclaim_lease_ms = 90000\n",
             "scheduler.dedupe_window_s: must be longer than claim_lease_ms (90000 ms), got 60 s",

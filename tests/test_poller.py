@@ -20,6 +20,7 @@ from actors.domain.schedules import Schedule
 from actors.scheduling.claim_loop import FULL_PAUSE_RATE, RateMeter, shortest_pause_s
 from actors.scheduling.ownership import Membership, wanted_partitions
 from actors.scheduling.poller import Poller, PollerSettings
+from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS
 from actors.store.enqueue import enqueue_fires
 from actors.store.records import claim_of
 from actors.store.replies import (
@@ -497,8 +498,9 @@ async def test_a_ticking_poller_keeps_only_its_last_claims_markers(store: TaskSt
 # -- the actor ------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("definition_cache", [DEFAULT_CACHED_DEFINITIONS, 0])
 async def test_due_tasks_reach_their_stream_once_per_due_time(
-    store: TaskStore, debug_log_lines: Callable[[], list[dict[str, Any]]]
+    store: TaskStore, debug_log_lines: Callable[[], list[dict[str, Any]]], definition_cache: int
 ) -> None:
     log_lines = debug_log_lines  # "scheduled" and "queued" are debug lines
     start = await store.now_ms() + 100
@@ -511,7 +513,7 @@ async def test_due_tasks_reach_their_stream_once_per_due_time(
         counts = Counter(f["task_id"] for f in await stream_fires(store, "beat"))
         return len(counts) == len(ids) and min(counts.values()) >= 5
 
-    await run_pollers(store, 1, until=five_each, max_tick_s=0.05)
+    await run_pollers(store, 1, until=five_each, max_tick_s=0.05, definition_cache=definition_cache)
     logs = log_lines()
     by_task: dict[str, list[int]] = defaultdict(list)
     for fire in await stream_fires(store, "beat"):

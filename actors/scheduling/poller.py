@@ -7,8 +7,9 @@ call per partition):
 
 1. **claim** (``claim_due.lua``): take or renew the partition's lease for
    ``claim_lease_ms`` (or learn that another poller holds it) and read up to
-   ``batch_size`` due tasks with their definitions, on Redis's clock; nothing is written
-   per task;
+   ``batch_size`` due tasks, on Redis's clock; nothing is written per task. Their
+   definitions come from the poller's cache (by task version), and those it lacks in a
+   second round trip (``actors.store.definitions``);
 2. **enqueue**: XADD one message per fire to ``queue:{type}`` (the misfire policy decides
    how many fires a late task gets);
 3. **commit** (``commit_fires.lua``): advance each task's grid only if the partition is
@@ -44,6 +45,7 @@ from actors.scheduling.claim_loop import (
     sleep_s,
 )
 from actors.scheduling.ownership import Membership
+from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS, DefinitionCache
 from actors.store.enqueue import enqueue_fires
 from actors.store.keys import Keys, schedule_id
 from actors.store.replies import Claimed, Fire, fire_commit
@@ -59,6 +61,9 @@ from runtime.logging import debug_enabled, emit_events
 class PollerSettings(ClaimLoopSettings):
     """The poller's settings: its batch, ticks and leases (``index`` and ``of`` are not
     used: which partitions it serves is decided by ownership)."""
+
+    definition_cache: int = DEFAULT_CACHED_DEFINITIONS
+    """Most task definitions kept between claims (``actors.store.definitions``; 0 = none)."""
 
 
 #: How long a stopping poller tries to hand its partitions back (then their leases expire).
@@ -97,6 +102,8 @@ class Poller:
         """Partitions held by a poller found gone (a process of this host that exited)."""
         self._committed = CommittedClaims()
         """Claims committed in full whose enqueue markers go with the next enqueue."""
+        self._definitions = DefinitionCache(settings.definition_cache)
+        """The definitions of the tasks it claimed, so its claims read states alone."""
         self._unreadable: set[str] = set()
         """Due tasks whose records could not be read (said once each; they stay due)."""
         self._known: dict[int, tuple[int | None, int, float]] = {}
@@ -153,6 +160,7 @@ class Poller:
             self.owned -= set(unwanted)
             for p in unwanted:
                 self._known.pop(p, None)
+                self._definitions.forget(p)
             log.info("partitions_released", partitions=released)
         return result
 
@@ -162,6 +170,8 @@ class Poller:
         try:
             released = await scripts.release_partitions(sorted(self.owned), self.poller_id)
             await scripts.poller_members(self.poller_id, 0)
+            for p in self.owned:
+                self._definitions.forget(p)
             self.owned.clear()
             log.info("partitions_released", partitions=released)
         except RedisUnavailable as exc:
@@ -210,7 +220,7 @@ class Poller:
         s = self.settings
         claims = await scripts.claim_due(
             partitions, self.poller_id, token, s.batch_size, s.claim_lease_ms,
-            s.dedupe_window_ms, self._gone,
+            s.dedupe_window_ms, self._gone, self._definitions,
         )  # fmt: skip
         self._gone = {}
         for c in claims:

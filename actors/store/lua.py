@@ -26,6 +26,7 @@ def records_prelude() -> str:
 
 CREATE_TASKS = _load("create_tasks", records=True)
 CLAIM_DUE = _load("claim_due", records=True)
+READ_DEFINITIONS = _load("read_definitions")
 COMMIT_FIRES = _load("commit_fires", records=True)
 RELEASE_PARTITION = _load("release_partition")
 POLLER_MEMBERS = _load("poller_members")

@@ -10,6 +10,7 @@ from msgpack import unpackb
 
 from actors.domain.schedules import Schedule
 from actors.store.codes import optional_ms
+from actors.store.definitions import Definition, DefinitionCache
 from actors.store.keys import bucket_hash_of_bytes
 from actors.store.messages import Message
 from actors.store.records import (
@@ -81,16 +82,116 @@ CLAIM_HEADER = 6
 
 
 _DEFINITION, _STATE = ARRAY_HEADERS[DEFINITION_VALUES], ARRAY_HEADERS[STATE_VALUES]
+#: What decoding records that are not a task's (of another version, or hand-written) raises.
+_UNDECODABLE = (RecordError, ValueError, TypeError, AttributeError, IndexError)
 
 
-def _what_is_wrong(definition: bytes, state: bytes, exc: Exception) -> str:
-    """Why a claimed task's records did not decode, as ``records.unpack`` says it."""
+def _what_is_wrong(definition: bytes | None, state: bytes, exc: Exception) -> str:
+    """Why a claimed task's records (its state alone: None) did not decode, as
+    ``records.unpack`` says it."""
     try:
-        unpack(definition, DEFINITION_VALUES)
+        if definition is not None:
+            unpack(definition, DEFINITION_VALUES)
         unpack(state, STATE_VALUES)
     except RecordError as named:
         return str(named)
     return f"records not of a Metronome task: {exc!r}"
+
+
+def claimed_task(
+    task_id: str, bucket: int, definition: Definition, values: list[Any], owed_ms: int,
+    prior_claim: str,
+) -> Claimed:  # fmt: skip
+    """A claimed task from its definition and its state record's values."""
+    due_ms = values[1]
+    return Claimed(
+        task_id, bucket, definition.type, definition.payload, definition.schedule, due_ms,
+        values[2], values[3] or 0, owed_ms if owed_ms >= due_ms else None, prior_claim,
+        values,
+    )  # fmt: skip
+
+
+def decode_definition(raw: bytes) -> Definition:
+    """A definition record as a poller uses it (raises as ``unpackb`` does)."""
+    task_type, payload, sched, _ = unpackb(_DEFINITION + raw, raw=True)
+    return Definition(task_type.decode(), payload, _schedule(sched))
+
+
+def decode_state(raw: bytes) -> list[Any]:
+    """A state record's values (raises as ``unpackb`` does)."""
+    values: list[Any] = unpackb(_STATE + raw, raw=True)
+    return values
+
+
+@attrs.define
+class LeanClaim:
+    """A claim read without definitions: ``claim`` holds the tasks whose definition the
+    cache had; ``misses`` (id, bucket, state values) are the others, to read next."""
+
+    claim: PartitionClaim
+    misses: list[tuple[str, int, list[Any]]]
+    owed_ms: int
+    prior_claim: str
+
+
+def decode_lean_claim(
+    partition: int, reply: list[Any], buckets: int, definitions: DefinitionCache
+) -> LeanClaim:
+    """``claim_due.lua``'s reply without definitions (ARGV[9] '1'): the tasks whose
+    definition at their version ``definitions`` has, and the others (read next with
+    ``read_definitions.lua``, then ``LeanClaim.add_read``)."""
+    now, earliest, held, prior, owed, writes = reply[:CLAIM_HEADER]
+    prior_claim, owed_ms = prior.decode(), int(owed)
+    if int(held):
+        held_claim = PartitionClaim(partition, int(now), None, [], holder=prior_claim)
+        return LeanClaim(held_claim, [], owed_ms, prior_claim)
+    tasks: list[Claimed] = []
+    misses: list[tuple[str, int, list[Any]]] = []
+    unreadable: list[tuple[str, str]] = []
+    for i in range(CLAIM_HEADER, len(reply), 2):
+        raw_id, state = reply[i], reply[i + 1]
+        task_id = raw_id.decode()
+        bucket = bucket_hash_of_bytes(raw_id) % buckets
+        try:
+            values = unpackb(_STATE + state, raw=True)
+            definition = definitions.get(partition, task_id, values[3] or 0)
+        except _UNDECODABLE as exc:
+            unreadable.append((task_id, _what_is_wrong(None, state, exc)))
+            continue
+        if definition is None:
+            misses.append((task_id, bucket, values))
+        else:
+            tasks.append(claimed_task(task_id, bucket, definition, values, owed_ms, prior_claim))
+    claim = PartitionClaim(
+        partition, int(now), optional_ms(earliest), tasks, writes=int(writes),
+        unreadable=unreadable,
+    )  # fmt: skip
+    return LeanClaim(claim, misses, owed_ms, prior_claim)
+
+
+def add_read_definitions(lean: LeanClaim, reply: list[Any], definitions: DefinitionCache) -> None:
+    """``read_definitions.lua``'s reply for ``lean.misses``: each task whose version is
+    still the claimed one joins the claim's tasks (and ``definitions``); a task changed or
+    deleted since its claim is left out (it stays as that write left it, due again next
+    tick if it is due), one whose records do not decode goes to ``unreadable``."""
+    claim = lean.claim
+    for (task_id, bucket, values), raw_def, raw_state in zip(
+        lean.misses, reply[::2], reply[1::2], strict=True
+    ):
+        if raw_def is None or raw_state is None:
+            continue
+        try:
+            definition = decode_definition(raw_def)
+            version = decode_state(raw_state)[3] or 0
+        except _UNDECODABLE as exc:
+            claim.unreadable.append((task_id, _what_is_wrong(raw_def, raw_state, exc)))
+            continue
+        if version != (values[3] or 0):
+            continue
+        definitions.put(claim.partition, task_id, version, definition)
+        claim.tasks.append(
+            claimed_task(task_id, bucket, definition, values, lean.owed_ms, lean.prior_claim)
+        )
 
 
 def decode_partition_claim(partition: int, reply: list[Any], buckets: int) -> PartitionClaim:
@@ -108,17 +209,12 @@ def decode_partition_claim(partition: int, reply: list[Any], buckets: int) -> Pa
         task_id = raw_id.decode()
         bucket = bucket_hash_of_bytes(raw_id) % buckets
         try:  # records.unpack, inlined: this runs for every fire
-            task_type, payload, sched, _ = unpackb(_DEFINITION + definition, raw=True)
             values = unpackb(_STATE + state, raw=True)
-            due_ms = values[1]
             tasks.append(
-                Claimed(
-                    task_id, bucket, task_type.decode(), payload, _schedule(sched),
-                    due_ms, values[2], values[3] or 0,
-                    owed_ms if owed_ms >= due_ms else None, prior_claim, values,
-                )
+                claimed_task(task_id, bucket, decode_definition(definition), values, owed_ms,
+                             prior_claim)
             )  # fmt: skip
-        except (RecordError, ValueError, TypeError, AttributeError) as exc:
+        except _UNDECODABLE as exc:
             unreadable.append((task_id, _what_is_wrong(definition, state, exc)))
     if int(held):
         return PartitionClaim(partition, int(now), None, [], holder=prior_claim)

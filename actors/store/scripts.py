@@ -18,6 +18,7 @@ from typing import Any
 
 from actors.store import lua
 from actors.store.codes import optional_ms
+from actors.store.definitions import DefinitionCache
 from actors.store.keys import GROUP
 from actors.store.messages import Message, flat_fields
 from actors.store.replies import (
@@ -31,6 +32,8 @@ from actors.store.replies import (
     Reclaimed,
     RetryClaim,
     RetryWrite,
+    add_read_definitions,
+    decode_lean_claim,
     decode_partition_claim,
 )
 from actors.store.task_scripts import Call, TaskScripts, or_empty
@@ -61,25 +64,52 @@ class Scripts(TaskScripts):
         lease_ms: int,
         window_ms: int = 60_000,
         take_from: Mapping[int, str] | None = None,
+        definitions: DefinitionCache | None = None,
     ) -> list[PartitionClaim]:
         """``claim_due.lua`` per partition: take or keep the partition for ``poller`` for
         ``lease_ms`` and read up to ``limit`` due tasks (none where another poller holds
         it: ``PartitionClaim.held``). ``token`` names this claim (unique per claim);
         uncommitted claims are remembered as priors for ``window_ms``. ``take_from``:
-        partition -> a holder found gone, whose lease need not be waited for."""
+        partition -> a holder found gone, whose lease need not be waited for.
+
+        ``definitions``: the caller's cache (``actors.store.definitions``). The claim then
+        reads the tasks' states alone, and the definitions the cache lacks in a second
+        round trip (only for the partitions that lack some); a partition found held by
+        another poller is forgotten there."""
         k = self.keys
         gone = take_from or {}
+        lean = "1" if definitions is not None and definitions.limit > 0 else ""
         calls: list[Call] = []
         for p in partitions:
             args = [k.tag(p), poller, token, limit, lease_ms, k.buckets, max(window_ms, lease_ms)]
             calls.append(
-                (lua.CLAIM_DUE, [k.schedule(p), k.partition_owner(p)], [*args, gone.get(p, "")])
-            )
+                (lua.CLAIM_DUE, [k.schedule(p), k.partition_owner(p)],
+                 [*args, gone.get(p, ""), lean])
+            )  # fmt: skip
         replies = await self._run(calls)
-        return [
-            decode_partition_claim(p, r, k.buckets)
+        if not lean or definitions is None:
+            return [
+                decode_partition_claim(p, r, k.buckets)
+                for p, r in zip(partitions, replies, strict=True)
+            ]
+        leans = [
+            decode_lean_claim(p, r, k.buckets, definitions)
             for p, r in zip(partitions, replies, strict=True)
         ]
+        for c in leans:
+            if c.claim.held:
+                definitions.forget(c.claim.partition)
+        missing = [c for c in leans if c.misses]
+        reads = await self._run(
+            [
+                (lua.READ_DEFINITIONS, [k.schedule(c.claim.partition)],
+                 [k.tag(c.claim.partition), *[x for m in c.misses for x in m[:2]]])
+                for c in missing
+            ]
+        )  # fmt: skip
+        for c, reply in zip(missing, reads, strict=True):
+            add_read_definitions(c, reply, definitions)
+        return [c.claim for c in leans]
 
     async def commit_fires(
         self,

@@ -5,10 +5,13 @@
 -- ARGV[7]  how long an uncommitted claim is remembered (ms: the dedupe window)
 -- ARGV[8]  a holder the caller found gone (a process of its host that has exited: a
 --          killed node or scheduler process), taken over without waiting ('' = none)
+-- ARGV[9]  '1': leave the definition records out (the caller keeps those it has read, by
+--          version: actors/store/definitions.py), '' = return them
 -- Returns {now_ms, earliest score or -1, held, prior, owed_until or -1, writes,
 --          task_id, definition record, state record, ...} (3 per task, the records as
---          stored: actors/store/records.py decodes them). When a task is claimed the
---          earliest is now_ms (no second ZRANGE: the commit reports the real one).
+--          stored: actors/store/records.py decodes them; with ARGV[9] '1', 2 per task:
+--          task_id, state record). When a task is claimed the earliest is now_ms (no
+--          second ZRANGE: the commit reports the real one).
 -- held: 1 when another poller's lease on the partition holds (nothing is claimed; the
 -- caller leaves the partition alone, and prior is that poller's id), else 0 and the
 -- partition is this poller's for at least half of lease_ms more (renewed once half of it
@@ -34,6 +37,7 @@
 -- (update, pause, delete) changed it since this claim read it.
 local tag, me, token = ARGV[1], ARGV[2], ARGV[3]
 local buckets = tonumber(ARGV[6])
+local lean = ARGV[9] == '1'
 local now = now_ms()
 local o = redis.call('HMGET', KEYS[2], 'poller', 'until', 'owed', 'inflight', 'writes')
 local writes = o[5] or '0'
@@ -70,12 +74,12 @@ for _, id in ipairs(due) do
   -- An active state begins with its status (fixint 0) and then its grid time (not nil).
   local s = redis.call('HGET', tag .. ':state:' .. b, id)
   local def = s and string.byte(s, 1) == ACTIVE and string.byte(s, 2) ~= MP_NIL
-    and redis.call('HGET', tag .. ':def:' .. b, id)
+    and (lean or redis.call('HGET', tag .. ':def:' .. b, id))
   if not def then
     redis.call('ZREM', KEYS[1], id)  -- stale index entry: task deleted or no longer active
   else
     out[#out + 1] = id
-    out[#out + 1] = def
+    if not lean then out[#out + 1] = def end
     out[#out + 1] = s
   end
 end
