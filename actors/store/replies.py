@@ -139,7 +139,7 @@ def decode_lean_claim(
 ) -> LeanClaim:
     """``claim_due.lua``'s reply without definitions (ARGV[9] '1'): the tasks whose
     definition at their version ``definitions`` has, and the others (read next with
-    ``read_definitions.lua``, then ``LeanClaim.add_read``)."""
+    ``read_definitions.lua``, then ``add_read_definitions``)."""
     now, earliest, held, prior, owed, writes = reply[:CLAIM_HEADER]
     prior_claim, owed_ms = prior.decode(), int(owed)
     if int(held):
