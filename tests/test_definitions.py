@@ -17,6 +17,8 @@ from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
 
 _tokens = iter(range(1, 10**9))
+#: Due now, and again within a minute: a definition worth keeping.
+EVERY_MINUTE = Schedule("interval", every_s=60, start_ms=0)
 
 
 @pytest.fixture
@@ -38,13 +40,12 @@ async def rewrite_definition_behind_the_api(
 ) -> None:
     """The stored definition changed without an API write (so without a new version)."""
     keys = await store.keys()
-    sched = encode_schedule(Schedule("once", at_ms=0))
-    raw = encode_definition("t", json.dumps(payload), sched, 0)
+    raw = encode_definition("t", json.dumps(payload), encode_schedule(EVERY_MINUTE), 0)
     await store.client.execute("HSET", keys.definitions(0, keys.bucket_of(task_id)), task_id, raw)
 
 
 async def test_a_claim_with_the_cache_reads_a_definition_once_per_version(store: TaskStore) -> None:
-    await store.create(TaskSpec("t", Schedule("once", at_ms=0), {"v": 1}, task_id="a"))
+    await store.create(TaskSpec("t", EVERY_MINUTE, {"v": 1}, task_id="a"))
     cache = DefinitionCache(100)
     assert await claimed_payloads(store, cache) == {"a": {"v": 1}}  # read, and kept
     assert len(cache) == 1
@@ -61,14 +62,14 @@ async def test_a_task_created_again_under_its_id_gets_a_later_version(store: Tas
     """Within one millisecond too: versions come from the partition's last one, not only
     from the clock (here the partition's is set far ahead, as if many writes had just
     happened), so the kept definition of the deleted task never passes for the new one."""
-    await store.create(TaskSpec("t", Schedule("once", at_ms=0), {"v": 1}, task_id="a"))
+    await store.create(TaskSpec("t", EVERY_MINUTE, {"v": 1}, task_id="a"))
     cache = DefinitionCache(100)
     assert await claimed_payloads(store, cache) == {"a": {"v": 1}}
     keys = await store.keys()
     ahead = await store.now_ms() + 10**9
     await store.client.execute("HSET", keys.partition_owner(0), "version", ahead)
     assert await store.delete("a")
-    await store.create(TaskSpec("t", Schedule("once", at_ms=0), {"v": 2}, task_id="a"))
+    await store.create(TaskSpec("t", EVERY_MINUTE, {"v": 2}, task_id="a"))
     task = await store.get("a")
     assert task is not None and task.updated_ms == task.created_ms == ahead + 1
     assert await claimed_payloads(store, cache) == {"a": {"v": 2}}
@@ -78,8 +79,7 @@ async def test_a_task_created_again_under_its_id_gets_a_later_version(store: Tas
 
 
 def test_a_definition_read_after_its_task_changed_is_left_for_the_next_tick() -> None:
-    sched = encode_schedule(Schedule("once", at_ms=0))
-    definition = encode_definition("t", "{}", sched, 1000)
+    definition = encode_definition("t", "{}", encode_schedule(EVERY_MINUTE), 1000)
     claimed = [0, 5000, 0, 1000, 0, None, None, None, None]  # version 1000 when claimed
     lean = LeanClaim(PartitionClaim(0, 6000, 5000, []), [("a", 3, claimed)], -1, "")
     cache = DefinitionCache(100)
@@ -120,3 +120,24 @@ def test_the_cache_keeps_at_most_its_limit_and_sweeps_out_what_is_not_used() -> 
     assert len(cache) == 0
     cache.put(1, "x", 1, Definition("t", b"{}", schedule))
     assert cache.get(1, "x", 1) is not None and len(cache) == 1
+
+
+async def test_only_tasks_that_fire_again_soon_are_kept(store: TaskStore) -> None:
+    """A once task never comes back, and an hourly one would hold memory for a read saved
+    an hour later: both are claimed with their definitions, neither is kept."""
+    hourly = Schedule("interval", every_s=3600, start_ms=0)
+    await store.create_many(
+        [
+            TaskSpec("t", Schedule("once", at_ms=0), {"v": "once"}, task_id="once"),
+            TaskSpec("t", hourly, {"v": "hourly"}, task_id="hourly"),
+            TaskSpec("t", Schedule("interval", every_s=300, start_ms=0), {"v": 5}, task_id="5min"),
+        ]
+    )
+    cache = DefinitionCache(100)
+    assert await claimed_payloads(store, cache) == {
+        "once": {"v": "once"}, "hourly": {"v": "hourly"}, "5min": {"v": 5},
+    }  # fmt: skip
+    assert len(cache) == 1  # the one due again within five minutes
+    assert await claimed_payloads(store, cache) == {
+        "once": {"v": "once"}, "hourly": {"v": "hourly"}, "5min": {"v": 5},
+    }  # fmt: skip

@@ -171,7 +171,8 @@ def decode_lean_claim(
 
 def add_read_definitions(lean: LeanClaim, reply: list[Any], definitions: DefinitionCache) -> None:
     """``read_definitions.lua``'s reply for ``lean.misses``: each task whose version is
-    still the claimed one joins the claim's tasks (and ``definitions``); a task changed or
+    still the claimed one joins the claim's tasks (and ``definitions``, if it fires again
+    soon enough to be worth keeping); a task changed or
     deleted since its claim is left out (it stays as that write left it, due again next
     tick if it is due), one whose records do not decode goes to ``unreadable``."""
     claim = lean.claim
@@ -188,7 +189,8 @@ def add_read_definitions(lean: LeanClaim, reply: list[Any], definitions: Definit
             continue
         if version != (values[3] or 0):
             continue
-        definitions.put(claim.partition, task_id, version, definition)
+        if definitions.worth_keeping(definition, values[1]):
+            definitions.put(claim.partition, task_id, version, definition)
         claim.tasks.append(
             claimed_task(task_id, bucket, definition, values, lean.owed_ms, lean.prior_claim)
         )
