@@ -98,7 +98,11 @@ def count_events(actor: str, events: Events) -> None:
     observed: dict[tuple[Histogram, str], list[float]] = {}
     for event, fields in events:
         kind = fields.get("type", "")
-        if event == "queued":
+        if event == "finished":  # one a fire (a run that succeeded): first, and short
+            tally[(FINISHED, kind, "ok")] += 1
+            took = fields.get("duration_ms", 0)
+            observed.setdefault((DURATION, kind), []).append(took / 1000 if took > 0 else 0.0)
+        elif event == "queued":
             tally[(ENQUEUED, kind, "first" if not fields.get("attempt") else "retry")] += 1
         elif event == "fires_queued":  # a batch's summary when its `queued` lines are not built
             for attempt in ("first", "retry"):
@@ -112,8 +116,8 @@ def count_events(actor: str, events: Events) -> None:
             lags = fields.get("start_lags_ms", [])
             tally[(STARTED, kind)] += len(lags)
             observed.setdefault((START_LAG, kind), []).extend(max(0, x) / 1000 for x in lags)
-        elif event in ("finished", "retried") or (event == "dead" and "duration_ms" in fields):
-            outcome = {"finished": "ok", "retried": "retried"}.get(event, "dead")
+        elif event == "retried" or (event == "dead" and "duration_ms" in fields):
+            outcome = "retried" if event == "retried" else "dead"
             tally[(FINISHED, kind, outcome)] += 1
             took = max(0, fields.get("duration_ms", 0)) / 1000
             observed.setdefault((DURATION, kind), []).append(took)
