@@ -256,9 +256,8 @@ class FireCommit:
     score: int | None
     """Its next score in the schedule; None when it never fires again (finished)."""
     due_ms: int
-    """The grid time claimed, and the task's version then (``Claimed``): the commit is
-    refused if either moved."""
-    updated_ms: int
+    """The grid time claimed: the commit is refused if it moved, or the task's version
+    (``Claimed.updated_ms``, carried unchanged in ``state``)."""
     state: bytes
     """The new state record (``records.advanced_state``): what the commit writes."""
 
@@ -267,8 +266,7 @@ def fire_commit(task: Claimed, next_ms: int | None, score: int | None, fired: in
     """The commit of a claimed task: its grid moves to ``next_ms`` (None: finished) at
     ``score`` (None exactly when ``next_ms`` is), with ``fired`` fires enqueued."""
     return FireCommit(
-        task.task_id, task.bucket, score, task.due_ms, task.updated_ms,
-        advanced_state(task.state, next_ms, fired),
+        task.task_id, task.bucket, score, task.due_ms, advanced_state(task.state, next_ms, fired),
     )  # fmt: skip
 
 

@@ -127,7 +127,7 @@ class Scripts(TaskScripts):
         for partition, items in commits.items():
             args: list[Any] = [k.tag(partition), poller, token, writes[partition]]
             for c in items:
-                args += [c.task_id, c.bucket, or_empty(c.score), c.due_ms, c.updated_ms, c.state]
+                args += [c.task_id, c.bucket, or_empty(c.score), c.due_ms, c.state]
             calls.append(
                 (lua.COMMIT_FIRES, [k.schedule(partition), k.partition_owner(partition)], args)
             )

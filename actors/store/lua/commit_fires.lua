@@ -2,9 +2,10 @@
 -- KEYS[1]  schedule zset of the partition   KEYS[2]  the partition's owner hash
 -- ARGV[1]  partition tag   ARGV[2]  poller id   ARGV[3]  claim token
 -- ARGV[4]  the partition's write count as the claim read it
--- ARGV[5..] groups of 6: task_id, bucket, score ('' = finished: out of the schedule),
---           due_ms and updated_ms (as the claim read them), the new state record (the
---           claimed one with its grid moved on and its fires counted, built by the poller)
+-- ARGV[5..] groups of 5: task_id, bucket, score ('' = finished: out of the schedule),
+--           due_ms (the grid time claimed), the new state record (the claimed one with its
+--           grid moved on and its fires counted, built by the poller; its version, values[4],
+--           is the claimed one)
 -- Returns {earliest score in the zset after the commit or -1, lost ids...}. Fencing: if
 -- the partition is no longer this poller's, or the claim is no longer in flight (another
 -- owner took the partition over), every id is lost and nothing changes: the new owner
@@ -23,7 +24,7 @@ local inflight = o[2] or ''
 local at = string.find(' ' .. inflight, ' ' .. token .. ':', 1, true)
 local out = {-1}
 if o[1] ~= me or not at then
-  for i = 5, #ARGV, 6 do out[#out + 1] = ARGV[i] end
+  for i = 5, #ARGV, 5 do out[#out + 1] = ARGV[i] end
   return out
 end
 local unchanged = (o[3] or '0') == ARGV[4]
@@ -34,16 +35,17 @@ local function out_with_earliest(reply)
   return reply
 end
 local moved, finished = {}, {}  -- the zset's changes, a few commands for the whole batch
-for i = 5, #ARGV, 6 do
+for i = 5, #ARGV, 5 do
   local id, b, score = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local s, due
   local ok = unchanged
   if not ok then
     s, due = get_state(tag, b, id), tonumber(ARGV[i + 3])
-    ok = s ~= nil and s[1] == ACTIVE and s[2] == due and (s[4] or 0) == tonumber(ARGV[i + 4])
+    local claimed_version = select(4, cmsgpack.unpack(ARGV[i + 4])) or 0
+    ok = s ~= nil and s[1] == ACTIVE and s[2] == due and (s[4] or 0) == claimed_version
   end
   if ok then
-    redis.call('HSET', tag .. ':state:' .. b, id, ARGV[i + 5])
+    redis.call('HSET', tag .. ':state:' .. b, id, ARGV[i + 4])
     if score == '' then
       finished[#finished + 1] = id
     else
