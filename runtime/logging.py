@@ -202,6 +202,32 @@ def _encode_fields(fields: dict[str, Any]) -> str:
     return "".join(out)
 
 
+class FixedFields:
+    """Lines whose fields are always ``keys``, in that order: ints, and the ``text`` ones
+    names and ids (a finished fire's line, one a fire). Encoded with one ``str.format``
+    when those names need no escaping (the check is one regex match for them all), else as
+    ``encode_fields`` does: the same text either way, ~2x faster than ``encode_fields``.
+    Values at the other keys must be ints (the callers' types say so)."""
+
+    def __init__(self, keys: Sequence[str], text: Sequence[str]) -> None:
+        self.keys = tuple(keys)
+        self._text = [self.keys.index(key) for key in text]
+        self._template = "".join(
+            f',{_encode_line(key)}:"{{}}"' if key in text else f",{_encode_line(key)}:{{}}"
+            for key in self.keys
+        )
+
+    def fields(self, values: Sequence[Any]) -> dict[str, Any]:
+        """The line's fields as a dict (what observers get)."""
+        return dict(zip(self.keys, values, strict=True))
+
+    def encode(self, values: Sequence[Any]) -> str:
+        """``encode_fields(self.fields(values))``, the fast way when it can."""
+        if _PLAIN(" ".join([values[i] for i in self._text])):
+            return self._template.format(*values)
+        return _encode_fields(self.fields(values))
+
+
 #: ``,"key":value`` for each field, as a lifecycle line has them (``emit_events(encoded=)``).
 encode_fields = _encode_fields
 #: One value as a lifecycle line encodes it.

@@ -25,7 +25,8 @@ def test_success_is_a_result_line_an_outcome_and_an_ack() -> None:
     plan = decide([Outcome(message("a"), 1000, 1250, result={"ok": True})], POLICY, "n1")
     assert plan.results == [{"ok": True}]
     ((_, fields),) = plan.events
-    line = json.loads(result_line(encode_fields(fields), plan.results[0]))
+    assert plan.bodies == [encode_fields(fields)]
+    line = json.loads(result_line(plan.bodies[0], plan.results[0]))
     assert line == {
         "task_id": "a", "schedule_id": "a:100", "type": "t", "attempt": 0, "msg_id": "1-a",
         "due_ms": 100, "queued_ms": 100, "started_ms": 1000, "finished_ms": 1250,
@@ -77,3 +78,18 @@ def test_errors_are_bounded_in_the_stored_outcome() -> None:
 def test_backoff_is_capped_and_never_overflows() -> None:
     policy = RetryPolicy(backoff_base_s=10, backoff_cap_s=300, backoff_jitter=0)
     assert policy.backoff_s(10_000) == 300
+
+
+def test_a_finished_line_with_names_to_escape_is_encoded_as_any_line_is() -> None:
+    """The finished line's fast encoding (one format call) applies to plain names only; a
+    task id, type or message id that needs JSON escaping (a message written by hand) is
+    encoded as every other line, and both read back as the fields."""
+    for task_id, kind in [("plain-1", "t"), ('a"b\\c', "t"), ("ü\n", 'ty"pe')]:
+        m = Message(
+            "1-x", task_id, f"{task_id}:100", kind, "{}", 0, 100, 100, payload={},
+        )  # fmt: skip
+        plan = decide([Outcome(m, 1000, 1250, result=None)], POLICY, "n1")
+        ((_, fields),) = plan.events
+        assert plan.bodies == [encode_fields(fields)]
+        assert json.loads("{" + plan.bodies[0][1:] + "}") == fields
+        assert (fields["task_id"], fields["type"]) == (task_id, kind)

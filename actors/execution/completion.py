@@ -19,6 +19,7 @@ import attrs
 from actors.store.messages import Message
 from actors.store.records import OUTCOME_NAMES
 from actors.store.replies import DeadLetterWrite, OutcomeWrite, RetryWrite
+from runtime.logging import FixedFields, encode_fields
 
 #: Longest error text kept (DLQ entry, retry context, the task's last error).
 MAX_ERROR_CHARS = 2000
@@ -67,6 +68,9 @@ class Completion:
     acks: list[str]
     """Message ids acknowledged plainly (dead letters are acknowledged by their script)."""
     events: list[tuple[str, dict[str, Any]]]
+    bodies: list[str]
+    """Each event's fields encoded (``runtime.logging.encode_fields``): its log line and,
+    for a success, its results-log line share them."""
 
 
 def describe_error(exc: BaseException) -> str:
@@ -75,9 +79,13 @@ def describe_error(exc: BaseException) -> str:
     return "".join(lines)[-MAX_ERROR_CHARS:]
 
 
+#: The fields every lifecycle line of a fire carries, in order (``fire_fields``).
+FIRE_KEYS = ("task_id", "schedule_id", "type", "attempt", "msg_id")
+
+
 def fire_fields(m: Message, **more: Any) -> dict[str, Any]:
-    """The fields every lifecycle line of a fire carries, and ``more`` (merged here rather
-    than into a copy of this dict by each caller)."""
+    """The fields every lifecycle line of a fire carries (``FIRE_KEYS``), and ``more``
+    (merged here rather than into a copy of this dict by each caller)."""
     return {
         "task_id": m.task_id,
         "schedule_id": m.schedule_id,
@@ -88,20 +96,29 @@ def fire_fields(m: Message, **more: Any) -> dict[str, Any]:
     }
 
 
-def lifecycle(o: Outcome) -> dict[str, Any]:
-    """A finished run's line: the fire's fields and every time of its life, so that one
-    line reads as the seed's Scheduled (``due_ms``) → Queued (``queued_ms``) → Running
-    (``started_ms``) → Finished/Retried (``finished_ms``)."""
+#: A finished run's line, field by field: the fire's fields (``fire_fields``) and every time
+#: of its life, so that one line reads as the seed's Scheduled (``due_ms``) → Queued
+#: (``queued_ms``) → Running (``started_ms``) → Finished/Retried (``finished_ms``).
+LIFECYCLE = FixedFields(
+    (*FIRE_KEYS, "due_ms", "queued_ms", "started_ms", "finished_ms", "start_lag_ms",
+     "duration_ms"),
+    text=("task_id", "schedule_id", "type", "msg_id"),
+)  # fmt: skip
+
+
+def lifecycle_values(o: Outcome) -> tuple[Any, ...]:
+    """A finished run's ``LIFECYCLE`` values."""
     m = o.message
-    return fire_fields(
-        m,
-        due_ms=m.due_ms,
-        queued_ms=m.enq_ms,
-        started_ms=o.started_ms,
-        finished_ms=o.finished_ms,
-        start_lag_ms=o.started_ms - m.due_ms,
-        duration_ms=o.finished_ms - o.started_ms,
-    )
+    started, finished = o.started_ms, o.finished_ms
+    return (
+        m.task_id, m.schedule_id, m.type, m.attempt, m.msg_id, m.due_ms, m.enq_ms,
+        started, finished, started - m.due_ms, finished - started,
+    )  # fmt: skip
+
+
+def lifecycle(o: Outcome) -> dict[str, Any]:
+    """A finished run's line fields (``LIFECYCLE``)."""
+    return LIFECYCLE.fields(lifecycle_values(o))
 
 
 def first_line(error: str | None) -> str:
@@ -143,7 +160,9 @@ def decide(
         for kind, group in (("ok", ok), ("retry", retry), ("dead", dead))
         for o in group
     ]
-    events: list[tuple[str, dict[str, Any]]] = [("finished", lifecycle(o)) for o in ok]
+    finished = [lifecycle_values(o) for o in ok]
+    events: list[tuple[str, dict[str, Any]]] = [("finished", LIFECYCLE.fields(v)) for v in finished]
+    bodies = [LIFECYCLE.encode(v) for v in finished]
     events += [
         (
             "retried",
@@ -178,6 +197,7 @@ def decide(
         dead=[_dead_letter(o, node) for o in dead],
         acks=[o.message.msg_id for o in ok + retry],
         events=events,
+        bodies=bodies + [encode_fields(fields) for _, fields in events[len(bodies) :]],
     )
 
 

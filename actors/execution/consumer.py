@@ -45,7 +45,7 @@ from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.channels import Mailbox
-from runtime.logging import emit_events, encode_fields
+from runtime.logging import emit_events
 
 #: How long the flusher waits after the first completion for others to join its batch.
 FLUSH_GATHER_S = 0.005
@@ -212,7 +212,7 @@ class Consumer:
             batch = flight.take()
             plan = decide(batch, self.settings.retry, self.node)
             # Each line's fields encoded once: the log line and the results line share them.
-            bodies = [encode_fields(fields) for _, fields in plan.events]
+            bodies = plan.bodies
             self.results.append_lines(
                 [result_line(bodies[i], result) for i, result in enumerate(plan.results)]
             )
