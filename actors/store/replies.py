@@ -172,9 +172,9 @@ def decode_lean_claim(
 def add_read_definitions(lean: LeanClaim, reply: list[Any], definitions: DefinitionCache) -> None:
     """``read_definitions.lua``'s reply for ``lean.misses``: each task whose version is
     still the claimed one joins the claim's tasks (and ``definitions``, if it fires again
-    soon enough to be worth keeping); a task changed or
-    deleted since its claim is left out (it stays as that write left it, due again next
-    tick if it is due), one whose records do not decode goes to ``unreadable``."""
+    soon enough to be worth keeping); a task changed or deleted since its claim is left out
+    (it stays as that write left it, due again next tick if it is due), one whose records
+    do not decode goes to ``unreadable``."""
     claim = lean.claim
     for (task_id, bucket, values), raw_def, raw_state in zip(
         lean.misses, reply[::2], reply[1::2], strict=True

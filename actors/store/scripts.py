@@ -78,7 +78,8 @@ class Scripts(TaskScripts):
         another poller is forgotten there."""
         k = self.keys
         gone = take_from or {}
-        lean = "1" if definitions is not None and definitions.limit > 0 else ""
+        cache = definitions if definitions is not None and definitions.limit > 0 else None
+        lean = "" if cache is None else "1"
         calls: list[Call] = []
         for p in partitions:
             args = [k.tag(p), poller, token, limit, lease_ms, k.buckets, max(window_ms, lease_ms)]
@@ -87,18 +88,18 @@ class Scripts(TaskScripts):
                  [*args, gone.get(p, ""), lean])
             )  # fmt: skip
         replies = await self._run(calls)
-        if not lean or definitions is None:
+        if cache is None:
             return [
                 decode_partition_claim(p, r, k.buckets)
                 for p, r in zip(partitions, replies, strict=True)
             ]
         leans = [
-            decode_lean_claim(p, r, k.buckets, definitions)
+            decode_lean_claim(p, r, k.buckets, cache)
             for p, r in zip(partitions, replies, strict=True)
         ]
         for c in leans:
             if c.claim.held:
-                definitions.forget(c.claim.partition)
+                cache.forget(c.claim.partition)
         missing = [c for c in leans if c.misses]
         reads = await self._run(
             [
@@ -108,7 +109,7 @@ class Scripts(TaskScripts):
             ]
         )  # fmt: skip
         for c, reply in zip(missing, reads, strict=True):
-            add_read_definitions(c, reply, definitions)
+            add_read_definitions(c, reply, cache)
         return [c.claim for c in leans]
 
     async def commit_fires(
