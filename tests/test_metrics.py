@@ -4,12 +4,14 @@ what a recording handler saw and what Redis holds."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -48,11 +50,20 @@ def type_sample(kind: str, name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, {"type": kind, **labels}) or 0.0
 
 
+@contextlib.contextmanager
+def counting() -> Iterator[None]:
+    """``count_events`` observes what is logged (or notified) within the block."""
+    observe_events(count_events)
+    try:
+        yield
+    finally:
+        stop_observing(count_events)
+
+
 def test_events_become_samples_with_bounded_labels() -> None:
     kind = f"unit{time.monotonic_ns()}"
     fire = {"task_id": "t1", "schedule_id": "t1:1", "type": kind, "attempt": 0}
-    observe_events(count_events)
-    try:
+    with counting():
         emit_events("node/x", [
             ("queued", fire), ("queued", {**fire, "attempt": 1}),
             ("running", {**fire, "start_lag_ms": 30}),
@@ -63,8 +74,6 @@ def test_events_become_samples_with_bounded_labels() -> None:
             ("misfired", {**fire, "policy": "coalesce", "missed": 4, "fired": 1}),
             ("duplicate_dropped", fire), ("reclaimed", fire),
         ])  # fmt: skip
-    finally:
-        stop_observing(count_events)
 
     get = functools.partial(type_sample, kind)
 
@@ -91,15 +100,12 @@ def test_a_batchs_summary_counts_as_its_per_fire_events_would() -> None:
     """Where the per-fire debug lines ``queued`` and ``running`` are not written, the
     poller and the reader hand observers one summary a batch: the same samples."""
     kind = f"unit{time.monotonic_ns()}"
-    observe_events(count_events)
-    try:
+    with counting():
         notify_observers("node/x", [("fires_queued", {"type": kind, "first": 3, "retry": 2})])
         notify_observers("node/x", [("fires_queued", {"type": kind, "first": 1})])
         notify_observers(
             "node/x", [("runs_started", {"type": kind, "start_lags_ms": [10, 30, -5]})]
         )
-    finally:
-        stop_observing(count_events)
 
     get = functools.partial(type_sample, kind)
 
