@@ -73,9 +73,10 @@ class SchedulerSection:
     handled together (fewer, larger batches for the poller, the stream and the
     consumers). At 8,000 fires/s, 0.005 cut Redis CPU a fire from 54 to 39 µs and the
     node's from 137 to 99 µs against 0 (no pause), and p99 start lag fell from 74 to 50
-    ms; 0.02 saves a little more CPU for ~25 ms more lag (docs/PERFORMANCE.md). While a
-    poller fires more than 10,000 a second the pause shrinks in proportion (2.5 ms at
-    20,000/s), so ticks stay small enough for a low start lag."""
+    ms (docs/PERFORMANCE.md). This is the pause up to 2,500 fires a second of one poller;
+    above, it grows with the rate, to 4x at 10,000/s (a sixth less Redis CPU a fire
+    there, p99 lag ~40 ms), then shrinks so a tick gathers at most 200 fires (10 ms at
+    20,000/s): ``shortest_pause_s`` in ``actors/scheduling/claim_loop.py``."""
     claim_lease_ms: int = attrs.field(default=10_000, validator=within(100))
     """How long a poller's hold on a partition lasts without renewal (every tick renews
     it): a poller that dies delays its partitions' fires by at most about this long (they

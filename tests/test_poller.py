@@ -17,7 +17,7 @@ import trio
 
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
-from actors.scheduling.claim_loop import FULL_PAUSE_RATE, RateMeter, shortest_pause_s
+from actors.scheduling.claim_loop import LOW_RATE, TICK_FIRES, RateMeter, shortest_pause_s
 from actors.scheduling.ownership import Membership, wanted_partitions
 from actors.scheduling.poller import Poller, PollerSettings
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS
@@ -619,9 +619,9 @@ async def test_sleep_follows_the_earliest_due_time(store: TaskStore) -> None:
     assert 0.1 < poller.sleep_s(result) <= 0.3
 
 
-def test_the_shortest_pause_shrinks_only_above_the_full_pause_rate() -> None:
-    """At most ``min_tick_s`` x FULL_PAUSE_RATE fires gather between pauses, measured over
-    whole windows of the poller's own rate."""
+def test_the_shortest_pause_grows_with_the_rate_until_a_tick_gathers_tick_fires() -> None:
+    """``min_tick_s`` up to LOW_RATE fires a second (measured over whole windows of the
+    poller's own rate); longer in proportion above, until a tick gathers TICK_FIRES."""
     meter = RateMeter(window_s=1.0)
     meter.add(5_000, now=0.0)
     meter.add(5_000, now=0.5)
@@ -629,12 +629,17 @@ def test_the_shortest_pause_shrinks_only_above_the_full_pause_rate() -> None:
     assert shortest_pause_s(0.005, meter.rate) == 0.005
     meter.add(10_000, now=1.0)
     assert meter.rate == 20_000  # 20,000 fires in the first second
-    assert shortest_pause_s(0.005, meter.rate) == 0.005 * FULL_PAUSE_RATE / 20_000
+    assert shortest_pause_s(0.005, meter.rate) == TICK_FIRES / 20_000  # a tick's worth
     for t in (1.5, 2.0):
         meter.add(2_000, now=t)
     assert meter.rate == 4_000
-    assert shortest_pause_s(0.005, meter.rate) == 0.005  # below the rate: unchanged
-    assert shortest_pause_s(0.0, 40_000) == 0.0
+    assert shortest_pause_s(0.005, meter.rate) == 0.005 * 4_000 / LOW_RATE  # grown
+    assert shortest_pause_s(0.005, LOW_RATE / 2) == 0.005  # a low rate: unchanged
+    rates = range(1_000, 80_001, 1_000)
+    pauses = [shortest_pause_s(0.005, r) for r in rates]
+    assert max(pauses) == shortest_pause_s(0.005, 10_000) == 0.02  # where the bounds meet
+    assert all(p * r <= TICK_FIRES * (1 + 1e-9) for p, r in zip(pauses, rates, strict=True))
+    assert shortest_pause_s(0.0, 40_000) == shortest_pause_s(0.0, 1_000) == 0.0
 
 
 def test_live_pollers_want_disjoint_partitions_covering_all() -> None:

@@ -47,19 +47,26 @@ def sleep_s(result: TickResult, max_tick_s: float, min_tick_s: float = 0.0) -> f
     return min(max_tick_s, max(min_tick_s, wait_s))
 
 
-#: Fires a second of one poller above which its shortest pause shrinks in proportion, so
-#: that a tick gathers no more than ``min_tick_s`` times this many fires (50 by default).
-#: Measured on 2 cores (docs/PERFORMANCE.md, ninth session): a 5 ms pause suits 10,000
-#: fires/s (2 ms costs +10 µs of node CPU a fire there), while at 20,000 fires/s 2 ms kept
-#: p99 start lag under 100 ms in every run and 5 ms did not.
-FULL_PAUSE_RATE = 10_000.0
+#: Fires a second of one poller up to which its shortest pause stays ``min_tick_s``: a
+#: tick of a few fires costs little CPU there, and fires keep their lowest lag.
+LOW_RATE = 2_500.0
+#: Most fires a tick gathers while its pause is longer than ``min_tick_s`` (bounds the
+#: lag the pause adds at high rates). Measured on 2 cores (docs/PERFORMANCE.md,
+#: fourteenth session): at 10,000 fires/s a 20 ms pause took Redis CPU a fire from 23.6
+#: to 19.6 µs and the node's from 64.7 to 51.5 µs against 5 ms, p99 start lag 16 -> 42
+#: ms; at 20,000 fires/s 10 ms kept p99 at 54 ms, 20 ms took it to 89.
+TICK_FIRES = 200.0
 
 
 def shortest_pause_s(min_tick_s: float, fires_per_s: float) -> float:
-    """``min_tick_s`` up to ``FULL_PAUSE_RATE`` fires a second, shorter in proportion above."""
-    if fires_per_s <= FULL_PAUSE_RATE:
+    """The pause after a tick that found nothing more due: ``min_tick_s`` up to
+    ``LOW_RATE`` fires a second; above it longer in proportion to the rate (fewer, larger
+    ticks where their CPU counts), until a tick gathers ``TICK_FIRES``; then shorter in
+    proportion. With the default 5 ms: 5 ms up to 2,500/s, 10 ms at 5,000/s, 20 ms at
+    10,000/s, 10 ms at 20,000/s, 5 ms at 40,000/s."""
+    if fires_per_s <= LOW_RATE:
         return min_tick_s
-    return min_tick_s * FULL_PAUSE_RATE / fires_per_s
+    return min(min_tick_s * fires_per_s / LOW_RATE, TICK_FIRES / fires_per_s)
 
 
 class RateMeter:

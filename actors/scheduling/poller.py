@@ -206,7 +206,7 @@ class Poller:
 
     def sleep_s(self, result: TickResult) -> float:
         """The pause after a round: see ``claim_loop.sleep_s``, with the shortest pause
-        shrunk when this poller fires faster than ``FULL_PAUSE_RATE``."""
+        following this poller's rate (``claim_loop.shortest_pause_s``)."""
         self._rate.add(result.enqueued, trio.current_time())
         shortest = shortest_pause_s(self.settings.min_tick_s, self._rate.rate)
         return sleep_s(result, self.settings.max_tick_s, shortest)
