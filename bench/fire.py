@@ -171,7 +171,10 @@ def run(
     workdir = Path(tempfile.mkdtemp(prefix="metronome-bench-"))
     servers = shards or [url]  # a Redis Cluster's masters, or the one server
     baseline = sum(used_memory(u) for u in servers)
-    t0_ms, register_s = trio.run(_register, url, n, interval_s, "coalesce", bool(shards))
+    partitions = _partitions_set(settings)
+    t0_ms, register_s = trio.run(
+        _register, url, n, interval_s, "coalesce", bool(shards), partitions
+    )
     bytes_per_task = (sum(used_memory(u) for u in servers) - baseline) / n
     options: dict[str, Any] = {"cluster": True} if shards else {}
     if chaos_every_s:
@@ -301,11 +304,22 @@ def _kill_a_child(node_pid: int) -> int:
     return victim
 
 
+def _partitions_set(settings: tuple[str, ...]) -> int:
+    """``--set scheduler.partitions=N``: the namespace is created with N partitions (the
+    registration creates it, before any node reads the setting); 16 otherwise."""
+    for setting in settings:
+        name, _, value = setting.partition("=")
+        if name.strip() == "scheduler.partitions":
+            return int(value)
+    return 16
+
+
 async def _register(
-    url: str, n: int, interval_s: float, misfire: Misfire = "coalesce", cluster: bool = False
-) -> tuple[int, float]:
+    url: str, n: int, interval_s: float, misfire: Misfire = "coalesce", cluster: bool = False,
+    partitions: int = 16,
+) -> tuple[int, float]:  # fmt: skip
     client = RedisClient.from_settings(url, RedisSection(url=url, cluster=cluster))
-    store = TaskStore(client, NAMESPACE)
+    store = TaskStore(client, NAMESPACE, default_partitions=partitions)
     now = await store.now_ms()
     # t0: after registration (measured >= 20k tasks/s here) and node start-up, with slack.
     t0 = now + 5000 + n * 1000 // 15_000
