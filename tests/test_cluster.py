@@ -16,6 +16,7 @@ from actors.config import ConsumerSection
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.scheduling.poller import Poller, PollerSettings
+from actors.store.messages import Message
 from actors.store.tasks import TaskStore
 from runtime.config import RedisSection
 from runtime.logging import get_logger
@@ -70,7 +71,7 @@ async def test_competing_pollers_on_a_cluster_enqueue_each_fire_once(store: Task
         for poller in pollers:
             await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
     entries = await store.client.execute("XRANGE", keys.queue("c"), "-", "+")
-    fires = Counter(fields[b"schedule_id"].decode() for _id, fields in entries)
+    fires = Counter(Message.decode(i, fields, "c").schedule_id for i, fields in entries)
     assert set(fires.values()) == {1}
     assert {f"{t}:{start + k * 1000}" for t in ids for k in range(6)} <= set(fires)
 

@@ -180,7 +180,7 @@ async def test_duplicate_fire_is_dropped_but_a_reclaimed_message_runs(
         "XREADGROUP", "GROUP", GROUP, "ghost", "COUNT", 1, "STREAMS", stream, ">"
     )
     ghost = Message.decode(
-        ghost_id, dict(zip(*[iter(f.encode() for f in fields)] * 2, strict=True))
+        ghost_id, dict(zip(*[iter(f.encode() for f in fields)] * 2, strict=True)), "dup"
     )
     assert await (await store.scripts()).begin_runs("dup", [ghost], 60_000) == [True]
     await _set_idle(store, stream, "ghost", ghost_id)

@@ -79,6 +79,17 @@ async def test_a_task_a_poller_holds_is_explained_as_claimed(store: TaskStore) -
     assert "claimed by a poller right now: its due fire is being enqueued" in facts["summary"]
 
 
+async def test_a_compact_message_is_shown_with_its_schedule_id(store: TaskStore) -> None:
+    """Compact messages leave ``schedule_id`` out (actors.store.messages): explain derives it."""
+    await store.create(TaskSpec("t", Schedule("once", at_ms=4102444800000), task_id="m"))
+    stream, _ = await one_message_queued(store, "t", "m")  # the full form: "m:1"
+    await store.client.execute(
+        "XADD", stream, "*", "task_id", "m", "payload", "1", "attempt", "2", "due_ms", "5"
+    )
+    shown = [(m["schedule_id"], m["attempt"]) for m in (await explain(store, "m"))["stream"]]
+    assert sorted(shown) == [("m:1", 0), ("m:5", 2)]
+
+
 async def test_an_acknowledged_message_is_not_shown_while_it_waits_to_be_trimmed(
     store: TaskStore,
 ) -> None:

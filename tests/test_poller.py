@@ -22,6 +22,8 @@ from actors.scheduling.ownership import Membership, wanted_partitions
 from actors.scheduling.poller import Poller, PollerSettings
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS
 from actors.store.enqueue import enqueue_fires
+from actors.store.messages import Message
+from actors.store.migrate import migrate
 from actors.store.records import claim_of
 from actors.store.replies import (
     Commit,
@@ -46,9 +48,17 @@ async def store(redis_client: RedisClient, namespace: str) -> TaskStore:
 
 
 async def stream_fires(store: TaskStore, task_type: str) -> list[dict[str, str]]:
+    """The stream's messages as a consumer reads them (either form: every field)."""
     keys = await store.keys()
     entries = await store.client.execute("XRANGE", keys.queue(task_type), "-", "+")
-    return [{k.decode(): v.decode() for k, v in fields.items()} for _id, fields in entries]
+    return [Message.decode(i, fields, task_type).fields() for i, fields in entries]
+
+
+async def raw_fires(store: TaskStore, task_type: str) -> list[tuple[str, dict[str, str]]]:
+    """The stream's entries as stored: (entry id, fields)."""
+    keys = await store.keys()
+    entries = await store.client.execute("XRANGE", keys.queue(task_type), "-", "+")
+    return [(i.decode(), {k.decode(): v.decode() for k, v in f.items()}) for i, f in entries]
 
 
 async def run_pollers(
@@ -569,6 +579,44 @@ async def test_task_payload_and_type_reach_the_message(store: TaskStore) -> None
     assert fire["schedule_id"] == "m1:0"
     task = await store.get("m1")
     assert task is not None and task.status == "finished"
+
+
+async def test_a_new_namespace_appends_compact_messages_read_as_the_full_form(
+    store: TaskStore,
+) -> None:
+    """Four fields a fire; what the full form adds is derived as it would have been written."""
+    await store.create(TaskSpec("mail", Schedule("once", at_ms=5), {"n": 1}, task_id="m1"))
+    keys = await store.keys()
+    assert keys.compact_messages
+    assert await store.client.execute("HGET", keys.meta, "messages") == b"2"
+    await run_pollers(store, 1, 0.3)
+    ((entry_id, fields),) = await raw_fires(store, "mail")
+    assert fields == {"task_id": "m1", "payload": '{"n":1}', "attempt": "0", "due_ms": "5"}
+    (fire,) = await stream_fires(store, "mail")
+    assert fire == {
+        "task_id": "m1", "schedule_id": "m1:5", "type": "mail", "payload": '{"n":1}',
+        "attempt": "0", "due_ms": "5", "enq_ms": entry_id.split("-")[0],
+    }  # fmt: skip
+
+
+async def test_a_namespace_an_older_version_made_keeps_the_full_form_until_migrated(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """No ``messages`` in its meta key: nodes of an older version may read its streams, so
+    fires keep all seven fields; ``metronome migrate`` switches it (a node's next start)."""
+    older = TaskStore(redis_client, namespace)
+    await older.keys()
+    await redis_client.execute("HDEL", f"{namespace}:meta", "messages")  # as 0.x wrote it
+    store = TaskStore(redis_client, namespace)
+    assert not (await store.keys()).compact_messages
+    await store.create(TaskSpec("mail", Schedule("once", at_ms=5), {"n": 1}, task_id="m1"))
+    await run_pollers(store, 1, 0.3)
+    ((_, fields),) = await raw_fires(store, "mail")
+    assert set(fields) == {"task_id", "schedule_id", "type", "payload", "attempt", "due_ms",
+                           "enq_ms"}  # fmt: skip
+    assert (fields["schedule_id"], fields["type"]) == ("m1:5", "mail")
+    assert await migrate(redis_client, namespace) == 0  # at the current layout already
+    assert (await TaskStore(redis_client, namespace).keys()).compact_messages
 
 
 async def test_three_competing_pollers_enqueue_no_duplicates(store: TaskStore) -> None:

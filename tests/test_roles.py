@@ -43,7 +43,7 @@ def message(task_id: str, attempt: int = 0) -> Message:
 async def stream(store: TaskStore) -> list[dict[str, str]]:
     keys = await store.keys()
     entries = await store.client.execute("XRANGE", keys.queue("t"), "-", "+")
-    return [{k.decode(): v.decode() for k, v in fields.items()} for _id, fields in entries]
+    return [Message.decode(i, fields, "t").fields() for i, fields in entries]  # either form
 
 
 async def test_the_retry_dispatcher_moves_due_retries_back_to_the_stream(store: TaskStore) -> None:

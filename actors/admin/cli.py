@@ -263,7 +263,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     except RedisUnavailable as exc:
         print(f"metronome: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
-    print(f"{args.namespace}: {moved} tasks migrated; the namespace is at the current layout")
+    print(
+        f"{args.namespace}: {moved} tasks migrated; the namespace is at the current layout, "
+        "with compact messages (nodes of this version write them from their next start)"
+    )
     return EXIT_OK
 
 

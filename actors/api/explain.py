@@ -192,7 +192,8 @@ async def _with_pending(
         out.append(
             {
                 "msg_id": entry_id,
-                "schedule_id": f.get("schedule_id"),
+                # a compact message leaves it out: it is always task_id:due_ms
+                "schedule_id": f.get("schedule_id") or f"{f['task_id']}:{f.get('due_ms')}",
                 "attempt": int(f.get("attempt", 0)),
                 "enqueued_ms": stream_id_ms(entry_id),
                 "delivered": info is not None,

@@ -91,7 +91,7 @@ class Claimer:
         messages = []
         for r in reclaim.claimed:
             try:
-                message = Message.decode(r.msg_id, r.fields)
+                message = Message.decode(r.msg_id, r.fields, self.type)
             except MalformedMessage:
                 continue  # the consumer dead-letters what it cannot decode when it reads it
             messages.append(message)

@@ -81,7 +81,7 @@ class Reader:
         messages, malformed = [], []
         for entry in entries:
             try:
-                messages.append(Message.decode(entry.msg_id, entry.fields))
+                messages.append(Message.decode(entry.msg_id, entry.fields, self.type))
             except MalformedMessage as exc:
                 malformed.append((entry.msg_id, entry.fields, str(exc)))
         if malformed:
@@ -109,7 +109,7 @@ class Reader:
             if entry.msg_id in self.flight.messages:
                 continue
             try:
-                messages.append(Message.decode(entry.msg_id, entry.fields))
+                messages.append(Message.decode(entry.msg_id, entry.fields, self.type))
             except MalformedMessage as exc:
                 malformed.append((entry.msg_id, entry.fields, str(exc)))
         if messages:

@@ -47,6 +47,9 @@ from runtime.config import check_name
 LAYOUT_VERSION = 3
 #: Older layouts ``metronome migrate`` converts to this one (``actors.store.migrate``).
 MIGRATES_FROM = (1, 2)
+#: The meta key's ``messages`` once fires go to the streams as compact messages
+#: (``actors.store.messages``); absent in a namespace an older version made.
+COMPACT_MESSAGES = 2
 
 
 #: Buckets per partition of a new namespace (``[scheduler] buckets``), and the most allowed.
@@ -76,6 +79,10 @@ class Keys:
     namespace: str = attrs.field(validator=lambda _i, _a, v: check_name("namespace", v))
     partitions: int = attrs.field(validator=attrs.validators.ge(1))
     buckets: int = attrs.field(default=DEFAULT_BUCKETS, validator=attrs.validators.ge(1))
+    compact_messages: bool = False
+    """Whether fires are appended to the streams as compact messages (``messages`` = 2 in
+    the meta key: ``actors.store.messages``); a namespace an older version made keeps the
+    full form until ``metronome migrate`` says every node reads the compact one."""
 
     @property
     def meta(self) -> str:

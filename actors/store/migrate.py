@@ -8,7 +8,11 @@ counts stay in its state record until it next runs, then move to its run record)
 only changes the number in the meta key; it still wants every node stopped, because a
 layout-2 node's API writes are not counted where layout 3's commits look
 (``commit_fires.lua``). The schedule zset, queues, retries and dead letters are the same in
-all three and are not touched.
+all three and are not touched. Every migration, from a current layout too, ends by setting
+the meta key's ``messages`` to 2: nodes of this version append compact stream messages from
+their next start (``actors.store.messages``; older versions cannot read them, so this
+step, the only one for a namespace already at layout 3, wants only that no older node
+runs, not that every node is stopped).
 
 Tasks move in batches of ``batch`` per script call (each call a few milliseconds), each
 task whole: written in the new layout and its old hash deleted in one script. The meta
@@ -28,7 +32,7 @@ import cattrs
 from actors.domain.errors import LayoutMismatch
 from actors.domain.model import converter
 from actors.domain.schedules import Schedule
-from actors.store.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, MIGRATES_FROM, Keys
+from actors.store.keys import COMPACT_MESSAGES, DEFAULT_BUCKETS, LAYOUT_VERSION, MIGRATES_FROM, Keys
 from actors.store.records import (
     encode_definition,
     encode_schedule,
@@ -51,11 +55,12 @@ async def migrate(
     if layout is None or partitions is None:
         raise LayoutMismatch(f"namespace {namespace!r} does not exist (no {meta} key)")
     if int(layout) == LAYOUT_VERSION:
+        await client.execute("HSET", meta, "messages", COMPACT_MESSAGES)
         return 0
     if int(layout) == 2:  # records read as they are: only the number changes
         keys = Keys(namespace, int(partitions), int(await client.execute("HGET", meta, "buckets")))
         rewritten = await _rewrite_definitions(client, keys)
-        await client.execute("HSET", meta, "layout", LAYOUT_VERSION)
+        await client.execute("HSET", meta, "layout", LAYOUT_VERSION, "messages", COMPACT_MESSAGES)
         return rewritten
     if int(layout) not in MIGRATES_FROM:
         raise LayoutMismatch(
@@ -68,7 +73,7 @@ async def migrate(
     for task_type in sorted(t.decode() for t in await client.execute("SMEMBERS", keys.types)):
         for partition in range(keys.partitions):
             moved += await _migrate_set(client, keys, partition, task_type, batch)
-    await client.execute("HSET", meta, "layout", LAYOUT_VERSION)
+    await client.execute("HSET", meta, "layout", LAYOUT_VERSION, "messages", COMPACT_MESSAGES)
     return moved
 
 

@@ -182,6 +182,7 @@ class Scripts(TaskScripts):
                 args: list[Any] = [
                     now_ms, task_type, self.keys.enqueued_prefix(task_type), dedupe_window_ms,
                     token, start, "" if start else " ".join(dropped.get(task_type, ())),
+                    "1" if self.keys.compact_messages else "",
                 ]  # fmt: skip
                 for i in chunk:
                     f = fires[i]

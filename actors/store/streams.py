@@ -59,7 +59,7 @@ class Streams:
                 continue  # deleted while pending: nothing to run
             fields = flat_fields(raw)
             try:
-                messages.append(Message.decode(msg_id, fields))
+                messages.append(Message.decode(msg_id, fields, task_type))
             except MalformedMessage as exc:
                 malformed.append((msg_id.decode(), fields, str(exc)))
         return messages, malformed

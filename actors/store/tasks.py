@@ -29,7 +29,14 @@ from actors.domain.model import STATUSES, Task, TaskSpec, encode_payload, new_ta
 from actors.domain.schedules import Schedule
 from actors.store.codes import Code, raise_for_code
 from actors.store.enqueue import enqueue_fires
-from actors.store.keys import DEFAULT_BUCKETS, LAYOUT_VERSION, MIGRATES_FROM, Keys, schedule_id
+from actors.store.keys import (
+    COMPACT_MESSAGES,
+    DEFAULT_BUCKETS,
+    LAYOUT_VERSION,
+    MIGRATES_FROM,
+    Keys,
+    schedule_id,
+)
 from actors.store.placement import ListCursor, Placement
 from actors.store.records import decode_task, status_index
 from actors.store.replies import Fire, TaskRow
@@ -94,7 +101,7 @@ class TaskStore:
             meta = f"{self.namespace}:meta"
             # The layout first: a namespace written by an older version keeps its number
             # (it has no buckets field until ``metronome migrate`` gives it one).
-            await self.client.execute("HSETNX", meta, "layout", LAYOUT_VERSION)
+            created = await self.client.execute("HSETNX", meta, "layout", LAYOUT_VERSION)
             layout = await self.client.execute("HGET", meta, "layout")
             if layout is None or int(layout) != LAYOUT_VERSION:
                 hint = (
@@ -111,10 +118,18 @@ class TaskStore:
                 [
                     ("HSETNX", meta, "partitions", self._default_partitions),
                     ("HSETNX", meta, "buckets", self._default_buckets),
+                    # A new namespace has no node of an older version reading it: compact
+                    # messages from the start (an older one: ``metronome migrate``).
+                    *([("HSETNX", meta, "messages", COMPACT_MESSAGES)] if created else []),
                 ]
             )
-            partitions, buckets = await self.client.execute("HMGET", meta, "partitions", "buckets")
-            self._keys = Keys(self.namespace, int(partitions), int(buckets))
+            partitions, buckets, messages = await self.client.execute(
+                "HMGET", meta, "partitions", "buckets", "messages"
+            )
+            self._keys = Keys(
+                self.namespace, int(partitions), int(buckets),
+                compact_messages=messages is not None and int(messages) >= COMPACT_MESSAGES,
+            )  # fmt: skip
         return self._keys
 
     async def scripts(self) -> Scripts:

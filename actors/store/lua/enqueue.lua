@@ -6,7 +6,8 @@
 -- ARGV[5]  the claim's token   ARGV[6]  this call's part of the claim (its first index)
 -- ARGV[7]  tokens of earlier claims of this caller, committed in full since: their markers
 --          go now ('' = none; space-separated)
--- ARGV[8..] groups of 5: task_id, due_ms, payload (JSON), attempt,
+-- ARGV[8]  '1': compact messages (task_id, payload, attempt, due_ms), '' = the full form
+-- ARGV[9..] groups of 5: task_id, due_ms, payload (JSON), attempt,
 --           prior claim ('' = none: the task held no earlier claim)
 -- Returns one flag per fire: 1 appended, 0 dropped as a duplicate.
 --
@@ -21,8 +22,11 @@
 -- claims in flight), so its poller names it in its next call and its markers go then:
 -- kept for the whole window, they held every fire of the last minute (~240 bytes a task
 -- at 20,000 fires/s).
--- Message fields: task_id, schedule_id (task_id:due_ms), type, payload, attempt, due_ms,
--- enq_ms. Callers cap the fires per call (ENQUEUE_CHUNK) so no call holds Redis long.
+-- Message fields: task_id, payload, attempt, due_ms; the full form (a namespace whose meta
+-- does not say messages = 2: nodes of an older version may read it) adds schedule_id
+-- (task_id:due_ms), type and enq_ms, which a compact message's reader derives from the
+-- rest, its stream and its entry id (actors/store/messages.py). Callers cap the fires per
+-- call (ENQUEUE_CHUNK) so no call holds Redis long.
 local window = tonumber(ARGV[4])
 local mine = ARGV[3] .. ARGV[5]
 for committed in string.gmatch(ARGV[7], '%S+') do redis.call('UNLINK', ARGV[3] .. committed) end
@@ -47,16 +51,22 @@ local function known(prior)
   end
   return set
 end
+local compact = ARGV[8] == '1'
 local out, fires = {}, {}
-for i = 8, #ARGV, 5 do
+for i = 9, #ARGV, 5 do
   local id, due, attempt, prior = ARGV[i], ARGV[i + 1], ARGV[i + 3], ARGV[i + 4]
   local sid = id .. ':' .. due
   local fire = sid .. ':' .. attempt
   if window > 0 and prior ~= '' and known(prior)[fire] then
     out[#out + 1] = 0
   else
-    redis.call('XADD', KEYS[1], '*', 'task_id', id, 'schedule_id', sid, 'type', ARGV[2],
-      'payload', ARGV[i + 2], 'attempt', attempt, 'due_ms', due, 'enq_ms', ARGV[1])
+    if compact then
+      redis.call('XADD', KEYS[1], '*', 'task_id', id, 'payload', ARGV[i + 2],
+        'attempt', attempt, 'due_ms', due)
+    else
+      redis.call('XADD', KEYS[1], '*', 'task_id', id, 'schedule_id', sid, 'type', ARGV[2],
+        'payload', ARGV[i + 2], 'attempt', attempt, 'due_ms', due, 'enq_ms', ARGV[1])
+    end
     out[#out + 1] = 1
   end
   fires[#fires + 1] = fire
