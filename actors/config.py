@@ -73,7 +73,8 @@ class SchedulerSection:
     handled together (fewer, larger batches for the poller, the stream and the
     consumers). At 8,000 fires/s, 0.005 cut Redis CPU a fire from 54 to 39 µs and the
     node's from 137 to 99 µs against 0 (no pause), and p99 start lag fell from 74 to 50
-    ms (docs/PERFORMANCE.md). This is the pause up to 2,500 fires a second of one poller;
+    ms (docs/PERFORMANCE.md). This is the pause up to 2,500 fires a second in the namespace
+    (each poller's own rate scaled by its share of the partitions);
     above, it grows with the rate, to 4x at 10,000/s (a sixth less Redis CPU a fire
     there, p99 lag ~40 ms), then shrinks so a tick gathers at most 200 fires (10 ms at
     20,000/s): ``shortest_pause_s`` in ``actors/scheduling/claim_loop.py``."""

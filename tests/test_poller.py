@@ -17,7 +17,13 @@ import trio
 
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
-from actors.scheduling.claim_loop import LOW_RATE, TICK_FIRES, RateMeter, shortest_pause_s
+from actors.scheduling.claim_loop import (
+    LOW_RATE,
+    TICK_FIRES,
+    RateMeter,
+    TickResult,
+    shortest_pause_s,
+)
 from actors.scheduling.ownership import Membership, wanted_partitions
 from actors.scheduling.poller import Poller, PollerSettings
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS
@@ -688,6 +694,22 @@ def test_the_shortest_pause_grows_with_the_rate_until_a_tick_gathers_tick_fires(
     assert max(pauses) == shortest_pause_s(0.005, 10_000) == 0.02  # where the bounds meet
     assert all(p * r <= TICK_FIRES * (1 + 1e-9) for p, r in zip(pauses, rates, strict=True))
     assert shortest_pause_s(0.0, 40_000) == shortest_pause_s(0.0, 1_000) == 0.0
+
+
+async def test_a_poller_serving_a_share_of_the_partitions_pauses_for_the_whole_rate(
+    store: TaskStore,
+) -> None:
+    """Two pollers at 10,000 fires/s pause as one would: each sees ~5,000/s of its own."""
+    poller = Poller(store, PollerSettings())
+    poller.membership = Membership(poller.poller_id, 16, 10_000)
+    poller.membership.wanted = list(range(8))  # half of them: another poller has the rest
+    poller._rate.rate = 5_000.0
+    assert poller.namespace_rate() == 10_000.0
+    due_soon = TickResult(enqueued=0, now_ms=0, earliest_ms=1, full=False)
+    assert poller.sleep_s(due_soon) == shortest_pause_s(0.005, 10_000) == 0.02
+    poller.membership.wanted = []  # more pollers than partitions: none of its own
+    poller._rate.rate = 0.0
+    assert poller.namespace_rate() == 0.0
 
 
 def test_live_pollers_want_disjoint_partitions_covering_all() -> None:
