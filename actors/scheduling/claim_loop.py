@@ -52,10 +52,11 @@ def sleep_s(result: TickResult, max_tick_s: float, min_tick_s: float = 0.0) -> f
 #: their lowest lag.
 LOW_RATE = 2_500.0
 #: Most fires a tick gathers while its pause is longer than ``min_tick_s`` (bounds the
-#: lag the pause adds at high rates; with several pollers, their ticks together). Measured on 2 cores (docs/PERFORMANCE.md,
-#: fourteenth session): at 10,000 fires/s a 20 ms pause took Redis CPU a fire from 23.6
-#: to 19.6 µs and the node's from 64.7 to 51.5 µs against 5 ms, p99 start lag 16 -> 42
-#: ms; at 20,000 fires/s 10 ms kept p99 at 54 ms, 20 ms took it to 89.
+#: lag the pause adds at high rates; with several pollers, their ticks together).
+#: Measured on 2 cores (docs/PERFORMANCE.md, fourteenth session): at 10,000 fires/s a 20
+#: ms pause took Redis CPU a fire from 23.6 to 19.6 µs and the node's from 64.7 to 51.5 µs
+#: against 5 ms, p99 start lag 16 -> 42 ms; at 20,000 fires/s 10 ms kept p99 at 54 ms, 20
+#: ms took it to 89.
 TICK_FIRES = 200.0
 
 
