@@ -15,6 +15,7 @@ import pytest
 import structlog.testing
 import trio
 
+from actors.domain.errors import LayoutMismatch
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.scheduling.claim_loop import (
@@ -623,6 +624,15 @@ async def test_a_namespace_an_older_version_made_keeps_the_full_form_until_migra
     assert (fields["schedule_id"], fields["type"]) == ("m1:5", "mail")
     assert await migrate(redis_client, namespace) == 0  # at the current layout already
     assert (await TaskStore(redis_client, namespace).keys()).compact_messages
+
+
+async def test_a_message_form_that_is_not_a_number_is_named(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    await TaskStore(redis_client, namespace).keys()
+    await redis_client.execute("HSET", f"{namespace}:meta", "messages", "compact")
+    with pytest.raises(LayoutMismatch, match="messages = 'compact', not a message form"):
+        await TaskStore(redis_client, namespace).keys()
 
 
 async def test_three_competing_pollers_enqueue_no_duplicates(store: TaskStore) -> None:

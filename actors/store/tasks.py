@@ -126,6 +126,13 @@ class TaskStore:
             partitions, buckets, messages = await self.client.execute(
                 "HMGET", meta, "partitions", "buckets", "messages"
             )
+            if messages is not None and not messages.isdigit():
+                found = messages.decode(errors="replace")
+                raise LayoutMismatch(
+                    f"namespace {self.namespace!r}: {meta} has messages = {found!r}, not a "
+                    f"message form number (this Metronome writes form {COMPACT_MESSAGES}; "
+                    "`metronome migrate` sets it)"
+                )
             self._keys = Keys(
                 self.namespace, int(partitions), int(buckets),
                 compact_messages=messages is not None and int(messages) >= COMPACT_MESSAGES,
