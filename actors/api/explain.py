@@ -19,7 +19,7 @@ from actors.domain.errors import TaskNotFound
 from actors.domain.model import Task
 from actors.domain.schedules import Schedule
 from actors.observability.partitions import partition_owner
-from actors.store.keys import CONSUMER_GONE_MS
+from actors.store.keys import CONSUMER_GONE_MS, schedule_id
 from actors.store.messages import flat_fields
 from actors.store.queue_rows import as_text, error_line, our_group, stream_id_key, stream_id_ms
 from actors.store.records import claim_of
@@ -172,6 +172,16 @@ async def _stream_messages(
     return await _with_pending(store, task.type, found, stream_facts), complete
 
 
+def _schedule_id_of(fields: dict[str, str]) -> str | None:
+    """A stream message's schedule_id: a compact message leaves it out (it is always
+    task_id:due_ms: ``actors.store.messages``); None for an entry that has neither (one
+    written by hand: explain shows it as it is)."""
+    if "schedule_id" in fields:
+        return fields["schedule_id"]
+    due = fields.get("due_ms", "")
+    return schedule_id(fields["task_id"], int(due)) if due.isdigit() else None
+
+
 async def _with_pending(
     store: TaskStore,
     task_type: str,
@@ -192,8 +202,7 @@ async def _with_pending(
         out.append(
             {
                 "msg_id": entry_id,
-                # a compact message leaves it out: it is always task_id:due_ms
-                "schedule_id": f.get("schedule_id") or f"{f['task_id']}:{f.get('due_ms')}",
+                "schedule_id": _schedule_id_of(f),
                 "attempt": int(f.get("attempt", 0)),
                 "enqueued_ms": stream_id_ms(entry_id),
                 "delivered": info is not None,

@@ -20,6 +20,8 @@ from typing import Any
 
 import attrs
 
+from actors.store.keys import schedule_id
+
 
 class MalformedMessage(ValueError):
     """A stream entry that is not a Metronome message (written by hand, or by an older
@@ -58,7 +60,7 @@ class Message:
             return cls(
                 msg_id=mid,
                 task_id=task_id,
-                schedule_id=f"{task_id}:{due_ms}" if sid is None else sid.decode(),
+                schedule_id=schedule_id(task_id, due_ms) if sid is None else sid.decode(),
                 type=task_type if of_type is None else of_type.decode(),
                 payload_json=payload,
                 attempt=int(fields[b"attempt"]),
