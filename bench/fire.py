@@ -304,22 +304,24 @@ def _kill_a_child(node_pid: int) -> int:
     return victim
 
 
-def _partitions_set(settings: tuple[str, ...]) -> int:
+def _partitions_set(settings: tuple[str, ...]) -> int | None:
     """``--set scheduler.partitions=N``: the namespace is created with N partitions (the
-    registration creates it, before any node reads the setting); 16 otherwise."""
+    registration creates it, before any node reads the setting); None: the store's default."""
     for setting in settings:
         name, _, value = setting.partition("=")
         if name.strip() == "scheduler.partitions":
             return int(value)
-    return 16
+    return None
 
 
 async def _register(
     url: str, n: int, interval_s: float, misfire: Misfire = "coalesce", cluster: bool = False,
-    partitions: int = 16,
+    partitions: int | None = None,
 ) -> tuple[int, float]:  # fmt: skip
     client = RedisClient.from_settings(url, RedisSection(url=url, cluster=cluster))
-    store = TaskStore(client, NAMESPACE, default_partitions=partitions)
+    store = TaskStore(
+        client, NAMESPACE, **({"default_partitions": partitions} if partitions else {})
+    )
     now = await store.now_ms()
     # t0: after registration (measured >= 20k tasks/s here) and node start-up, with slack.
     t0 = now + 5000 + n * 1000 // 15_000

@@ -218,11 +218,10 @@ class Poller:
         as many fires, and the CPU a fire stays flat as pollers are added (with its own
         rate, two pollers at 10,000 fires/s paused half as long: Redis 22.3 against ~19 µs
         a fire, docs/PERFORMANCE.md)."""
-        wanted = len(self.membership.wanted) if self.membership else 0
-        if not wanted:
+        membership = self.membership
+        if membership is None or not membership.wanted:
             return self._rate.rate
-        assert self.membership is not None
-        return self._rate.rate * self.membership.partitions / wanted
+        return self._rate.rate * membership.partitions / len(membership.wanted)
 
     async def tick(
         self, scripts: Scripts, partitions: list[int], log: structlog.typing.FilteringBoundLogger
