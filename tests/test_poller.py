@@ -7,11 +7,12 @@ import random
 import signal
 import socket
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.exceptions
 import structlog.testing
 import trio
 
@@ -27,6 +28,7 @@ from actors.scheduling.claim_loop import (
 )
 from actors.scheduling.ownership import Membership, wanted_partitions
 from actors.scheduling.poller import Poller, PollerSettings
+from actors.store import lua
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS
 from actors.store.enqueue import enqueue_fires
 from actors.store.messages import Message
@@ -371,15 +373,13 @@ async def test_a_task_changed_between_claim_and_commit_is_not_fired_twice(
     poller = Poller(store, PollerSettings())
 
     class UpdateBeforeCommit(Scripts):
-        async def commit_fires(
-            self,
-            poller: str,
-            token: str,
-            commits: dict[int, list[FireCommit]],
-            writes: Mapping[int, int],
-        ) -> dict[int, Commit]:
+        """The API write lands between the claim and the enqueue-and-commit round trip."""
+
+        async def enqueue_and_commit(
+            self, *args: Any, **kwargs: Any
+        ) -> tuple[list[bool], dict[int, Commit]]:
             await store.update("u", payload={"v": 2})
-            return await super().commit_fires(poller, token, commits, writes)
+            return await super().enqueue_and_commit(*args, **kwargs)
 
     await poller.tick(UpdateBeforeCommit(store.client, keys), poller.partitions(keys), get_logger())
     scripts = await store.scripts()
@@ -902,22 +902,29 @@ async def test_poller_killed_mid_batch_repeatedly_loses_no_fire(
 
 
 class FailingCommit(Scripts):
-    """The real scripts, except that the first ``commit_fires`` fails after the enqueue:
-    the poller's view of a Redis that went away between its two steps."""
+    """The real scripts, except that the first enqueue-and-commit runs the enqueue alone
+    and then fails: the poller's view of a Redis that went away between its two steps."""
 
     failures = 1
 
-    async def commit_fires(
+    async def enqueue_and_commit(
         self,
-        poller: str,
+        fires: Sequence[Fire],
+        now_ms: int,
+        dedupe_window_ms: int,
         token: str,
+        committed: Mapping[str, Sequence[str]] | None,
+        poller: str,
         commits: dict[int, list[FireCommit]],
         writes: Mapping[int, int],
-    ) -> dict[int, Commit]:
+    ) -> tuple[list[bool], dict[int, Commit]]:
         if self.failures:
             self.failures -= 1
+            await self.enqueue(fires, now_ms, dedupe_window_ms, token, committed)
             raise RedisUnavailable("injected: connection lost before the commit")
-        return await super().commit_fires(poller, token, commits, writes)
+        return await super().enqueue_and_commit(
+            fires, now_ms, dedupe_window_ms, token, committed, poller, commits, writes
+        )
 
 
 async def test_a_commit_lost_after_the_enqueue_is_ridden_out_with_the_same_claim(
@@ -937,3 +944,55 @@ async def test_a_commit_lost_after_the_enqueue_is_ridden_out_with_the_same_claim
     assert [f["schedule_id"] for f in await stream_fires(store, "t")] == [f"x:{past}"]
     task = await store.get("x")
     assert task is not None and task.next_run_ms == past + 60_000  # committed, no lease wait
+
+
+async def test_a_failed_enqueue_sent_with_its_commit_leaves_the_grid_where_it_was(
+    one_partition: TaskStore,
+) -> None:
+    """The commit travels in the enqueue's pipeline; when the enqueue fails (here its stream
+    key holds a string: WRONGTYPE), the commit finds the enqueue's marker missing and moves
+    nothing: the task stays due, and fires once the stream can take it."""
+    store = one_partition
+    past = await store.now_ms() - 10
+    await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id="x"))
+    keys = await store.keys()
+    scripts = await store.scripts()
+    await store.client.execute("SET", keys.queue("t"), "not a stream")
+    poller = Poller(store, PollerSettings())
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+        await poller.tick(scripts, [0], get_logger())
+    task = await store.get("x")
+    assert task is not None and (task.next_run_ms, task.fires) == (past, 0)  # not committed
+    await store.client.execute("DEL", keys.queue("t"))
+    result = await poller.tick(scripts, [0], get_logger())
+    assert result.enqueued == 1
+    assert [f["schedule_id"] for f in await stream_fires(store, "t")] == [f"x:{past}"]
+    task = await store.get("x")
+    assert task is not None and (task.next_run_ms, task.fires) == (past + 60_000, 1)
+
+
+async def test_a_commit_run_ahead_of_its_reloaded_enqueue_is_sent_again(
+    one_partition: TaskStore,
+) -> None:
+    """Redis lost the enqueue script but not the commit's (a flush, then only the commit
+    loaded again): in the pipeline the commit runs, finds no marker and changes nothing; the
+    enqueue is loaded and sent again, and then the commit is sent again after it."""
+    store = one_partition
+    past = await store.now_ms() - 10
+    await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id="x"))
+    scripts = await store.scripts()
+    poller = Poller(store, PollerSettings())
+    claims = await scripts.claim_due([0], poller.poller_id, "tok-1", 100, 10_000)
+    (task,) = claims[0].tasks
+    await store.client.execute("SCRIPT", "FLUSH")
+    await store.client.execute("SCRIPT", "LOAD", lua.COMMIT_FIRES.source)
+    commit = fire_commit(task, past + 60_000, past + 60_000, 1)
+    flags, done = await scripts.enqueue_and_commit(
+        [Fire("x", "t", task.payload, past, prior=task.prior_claim)], claims[0].now_ms, 60_000,
+        "tok-1", None, poller.poller_id, {0: [commit]}, {0: claims[0].writes},
+    )  # fmt: skip
+    assert flags == [True]
+    assert done[0].lost == [] and done[0].earliest_ms == past + 60_000
+    assert [f["schedule_id"] for f in await stream_fires(store, "t")] == [f"x:{past}"]
+    stored = await store.get("x")
+    assert stored is not None and (stored.next_run_ms, stored.fires) == (past + 60_000, 1)

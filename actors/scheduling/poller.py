@@ -2,8 +2,8 @@
 
 Each partition is served by one poller at a time (``actors.scheduling.ownership``: leases
 per partition, rebalanced as pollers come and go). One tick, for the partitions this poller
-wants, in three round trips whatever the number of due tasks (each a pipeline of one script
-call per partition):
+wants, in two round trips whatever the number of due tasks (each a pipeline of one script
+call per partition or stream):
 
 1. **claim** (``claim_due.lua``): take or renew the partition's lease for
    ``claim_lease_ms`` (or learn that another poller holds it) and read up to
@@ -11,9 +11,11 @@ call per partition):
    definitions come from the poller's cache (by task version), and those it lacks in a
    second round trip (``actors.store.definitions``);
 2. **enqueue**: XADD one message per fire to ``queue:{type}`` (the misfire policy decides
-   how many fires a late task gets);
-3. **commit** (``commit_fires.lua``): advance each task's grid only if the partition is
-   still this poller's and the task was not changed meanwhile.
+   how many fires a late task gets), and in the same pipeline
+3. **commit** (``commit_fires.lua``): advance each task's grid only if every enqueue call
+   of the claim left its marker (it completed), the partition is still this poller's and
+   the task was not changed meanwhile. In a Redis Cluster, or with the dedupe window off
+   (no markers), the commit waits for the enqueue's reply instead: a third round trip.
 
 Invariant: a task's grid time moves only after its message is in the stream. A poller
 killed between 1 and 3 leaves its tasks due; the next owner takes the partition when the
@@ -46,9 +48,9 @@ from actors.scheduling.claim_loop import (
 )
 from actors.scheduling.ownership import Membership
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS, DefinitionCache
-from actors.store.enqueue import enqueue_fires
+from actors.store.enqueue import enqueue_and_commit_fires, enqueue_fires
 from actors.store.keys import Keys, schedule_id
-from actors.store.replies import Claimed, Fire, fire_commit
+from actors.store.replies import Claimed, Commit, Fire, FireCommit, fire_commit
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
@@ -293,30 +295,48 @@ class Poller:
         # From here on the claims are ours: if Redis goes away, the tick waits for it and
         # goes on with the same token rather than leave its claims to expire (a lease later).
         # An enqueue repeated after a lost reply finds its own markers and answers as
-        # before; a commit checks the claim still holds.
+        # before; a commit checks the claim still holds (and, sent with the enqueue, that
+        # the enqueue left its markers: nothing is committed if the enqueue failed, and the
+        # claims expire and the fires come back).
         redis = scripts.client
         types = {t.type for t, _ in messages}
-        if messages:
-            # Nothing is committed if this raises: the claims expire and the fires come back.
-            fires = [
-                Fire(t.task_id, t.type, t.payload, due, prior=t.prior_claim) for t, due in messages
-            ]
-            committed = self._committed.take(types)
-            await redis.ride_out(
-                lambda: enqueue_fires(
-                    scripts, fires, now, self.actor, s.dedupe_window_ms, token, committed
-                )
-            )
         earliest_by_partition = {c.partition: c.earliest_ms for c in claims}
         writes = {c.partition: c.writes for c in claims}
-        if plans:
-            # After a commit the partition's earliest due time is the committed one.
-            committed_ms, in_full = await redis.ride_out(
-                lambda: self._commit(scripts, plans, token, writes, log)
-            )
-            earliest_by_partition |= committed_ms
-            if in_full and types and s.dedupe_window_ms > 0:
-                self._committed.add(token, types)
+        commits = self._commits(plans)
+        fires = [
+            Fire(t.task_id, t.type, t.payload, due, prior=t.prior_claim) for t, due in messages
+        ]
+        committed = self._committed.take(types) if fires else {}
+        done: dict[int, Commit] = {}
+        if fires and scripts.commits_with_enqueue(s.dedupe_window_ms):
+            done = await redis.ride_out(
+                lambda: enqueue_and_commit_fires(
+                    scripts, fires, now, self.actor, s.dedupe_window_ms, token, committed,
+                    self.poller_id, commits, writes,
+                )
+            )  # fmt: skip
+        else:
+            # Two round trips (a cluster, or no dedupe window), each ridden out alone:
+            # without markers a repeated enqueue appends again, so a commit Redis lost
+            # must not repeat the enqueue before it.
+            if fires:
+                await redis.ride_out(
+                    lambda: enqueue_fires(
+                        scripts, fires, now, self.actor, s.dedupe_window_ms, token, committed
+                    )
+                )
+            if commits:
+                done = await redis.ride_out(
+                    lambda: scripts.commit_fires(self.poller_id, token, commits, writes)
+                )
+        # After a commit the partition's earliest due time is the committed one.
+        for commit in done.values():
+            for lost in commit.lost:
+                log.warning("claim_lost", task_id=lost)
+        earliest_by_partition |= {p: commit.earliest_ms for p, commit in done.items()}
+        in_full = not any(commit.lost for commit in done.values())
+        if done and in_full and types and s.dedupe_window_ms > 0:
+            self._committed.add(token, types)
         at = trio.current_time()
         for c in claims:
             self._known[c.partition] = (earliest_by_partition[c.partition], c.now_ms, at)
@@ -327,18 +347,13 @@ class Poller:
             full=any(len(c.tasks) >= s.batch_size for c in claims),
         )
 
-    async def _commit(
-        self,
-        scripts: Scripts,
+    @staticmethod
+    def _commits(
         plans: dict[int, list[tuple[Claimed, FirePlan]]],
-        token: str,
-        writes: dict[int, int],
-        log: structlog.typing.FilteringBoundLogger,
-    ) -> tuple[dict[int, int | None], bool]:
-        """Commit the plans; return each committed partition's earliest due time, and
-        whether every task was committed (no partition kept the claim in flight: a fenced
-        commit, or a task changed meanwhile, names the task lost)."""
-        commits = {
+    ) -> dict[int, list[FireCommit]]:
+        """Each claimed task's commit: its grid moved on to the plan's next time (with that
+        time's jitter in the score) and its fires counted."""
+        return {
             partition: [
                 fire_commit(
                     task,
@@ -350,9 +365,3 @@ class Poller:
             ]
             for partition, items in plans.items()
         }
-        done = await scripts.commit_fires(self.poller_id, token, commits, writes)
-        for commit in done.values():
-            for lost in commit.lost:
-                log.warning("claim_lost", task_id=lost)
-        earliest_ms = {partition: commit.earliest_ms for partition, commit in done.items()}
-        return earliest_ms, not any(commit.lost for commit in done.values())

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from actors.store.keys import schedule_id
-from actors.store.replies import Fire
+from actors.store.replies import Commit, Fire, FireCommit
 from actors.store.scripts import Scripts
 from runtime.logging import debug_enabled, emit_events, notify_observers
 
@@ -39,6 +39,34 @@ async def enqueue_fires(
     ``committed``: the caller's earlier claims whose markers may go (``Scripts.enqueue``).
     Raises if any call failed: the caller must not commit."""
     flags = await scripts.enqueue(fires, now_ms, dedupe_window_ms, token, committed)
+    return _report(fires, flags, now_ms, actor)
+
+
+async def enqueue_and_commit_fires(
+    scripts: Scripts,
+    fires: Sequence[Fire],
+    now_ms: int,
+    actor: str,
+    dedupe_window_ms: int,
+    token: str,
+    committed: Mapping[str, Sequence[str]] | None,
+    poller: str,
+    commits: dict[int, list[FireCommit]],
+    writes: Mapping[int, int],
+) -> dict[int, Commit]:
+    """``enqueue_fires``, then commit the claim's partitions (``Scripts.commit_fires``):
+    one round trip on a single server (``Scripts.enqueue_and_commit``). Raises if an
+    enqueue failed, and then nothing was committed."""
+    flags, done = await scripts.enqueue_and_commit(
+        fires, now_ms, dedupe_window_ms, token, committed, poller, commits, writes
+    )
+    _report(fires, flags, now_ms, actor)
+    return done
+
+
+def _report(fires: Sequence[Fire], flags: Sequence[bool], now_ms: int, actor: str) -> int:
+    """Log ``queued`` (debug) or ``duplicate_dropped`` for each fire, count the rest for
+    observers; return how many were appended."""
     # ``queued`` is a debug line (every fire's one info line is written when it ends, with
     # its queued time); when it is not written, observers (metrics) get one count a type
     # instead of a line's fields built for every fire. A dropped duplicate is an info line.

@@ -41,6 +41,9 @@ from actors.store.task_scripts import Call, TaskScripts, or_empty
 #: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
 ENQUEUE_CHUNK = 500
 
+#: ``commit_fires.lua``'s answer when an enqueue marker it checks is missing: nothing changed.
+NOT_ENQUEUED = -2
+
 #: Most stream entries one ``trim_acked.lua`` call drops (whole listpack nodes of ~100: a
 #: call frees ~1,000 nodes, well under a millisecond); ``trim_acked`` repeats it while
 #: it takes some, so a stream is trimmed to its acknowledged head at any rate.
@@ -123,20 +126,85 @@ class Scripts(TaskScripts):
         still in flight on a partition ``poller`` owns, and the task was not changed.
         ``writes``: each partition's count of API writes as the claim read it
         (``PartitionClaim.writes``)."""
+        replies = await self._run(self._commit_calls(poller, token, commits, writes, []))
+        return self._commits(commits, replies)
+
+    def _commit_calls(
+        self,
+        poller: str,
+        token: str,
+        commits: dict[int, list[FireCommit]],
+        writes: Mapping[int, int],
+        markers: Sequence[tuple[str, int]],
+    ) -> list[Call]:
+        """One ``commit_fires.lua`` call per partition, each checking that ``markers``
+        (enqueue marker key, part) are there first."""
         calls: list[Call] = []
         k = self.keys
+        checks = [part for _, part in markers]
+        marker_keys = [key for key, _ in markers]
         for partition, items in commits.items():
             args: list[Any] = [k.tag(partition), poller, token, writes[partition]]
+            args += [len(checks), *checks]
             for c in items:
                 args += [c.task_id, c.bucket, or_empty(c.score), c.due_ms, c.state]
-            calls.append(
-                (lua.COMMIT_FIRES, [k.schedule(partition), k.partition_owner(partition)], args)
-            )
-        replies = await self._run(calls)
+            keys = [k.schedule(partition), k.partition_owner(partition), *marker_keys]
+            calls.append((lua.COMMIT_FIRES, keys, args))
+        return calls
+
+    @staticmethod
+    def _commits(commits: dict[int, list[FireCommit]], replies: list[Any]) -> dict[int, Commit]:
         return {
             p: Commit(optional_ms(r[0]), [x.decode() for x in r[1:]])
             for p, r in zip(commits, replies, strict=True)
         }
+
+    def commits_with_enqueue(self, dedupe_window_ms: int) -> bool:
+        """Whether ``enqueue_and_commit`` sends the commits in the enqueue's round trip: on
+        a single server, with markers to check (a dedupe window)."""
+        return not self.client.is_cluster and dedupe_window_ms > 0
+
+    async def enqueue_and_commit(
+        self,
+        fires: Sequence[Fire],
+        now_ms: int,
+        dedupe_window_ms: int,
+        token: str,
+        committed: Mapping[str, Sequence[str]] | None,
+        poller: str,
+        commits: dict[int, list[FireCommit]],
+        writes: Mapping[int, int],
+    ) -> tuple[list[bool], dict[int, Commit]]:
+        """``enqueue`` then ``commit_fires``, in one round trip on a single server: each
+        commit first checks that every enqueue call of the claim left its marker, so a
+        failed enqueue leaves every grid where it was (a grid time moves only after its
+        fires are in the stream) and the error is raised as ``enqueue`` would. In a
+        cluster (the streams and the partitions are on different shards, which run a
+        pipeline in no set order) or without markers (``dedupe_window_ms`` 0): two round
+        trips, the commit after the enqueue's reply (``commits_with_enqueue``)."""
+        if not (fires and self.commits_with_enqueue(dedupe_window_ms)):
+            flags = await self.enqueue(fires, now_ms, dedupe_window_ms, token, committed)
+            return flags, await self.commit_fires(poller, token, commits, writes)
+        enqueues, order = self._enqueue_calls(fires, now_ms, dedupe_window_ms, token, committed)
+        # enqueue.lua's marker of each call: <prefix><token>, field = the call's part
+        markers = [(f"{args[2]}{token}", args[5]) for _, _, args in enqueues]
+        calls = enqueues + self._commit_calls(poller, token, commits, writes, markers)
+        replies = await self.client.mixed_scripts(calls)
+        for reply in replies:  # an enqueue's error first: the commits behind it refused
+            if isinstance(reply, Exception):
+                raise reply
+        flags = self._enqueue_flags(replies[: len(enqueues)], order, len(fires))
+        done = self._commits(commits, replies[len(enqueues) :])
+        # A commit can find a marker missing with every enqueue done only if it ran first:
+        # the enqueue's script had to be loaded again and was sent once more (mixed_scripts).
+        again = {
+            p: commits[p]
+            for p, r in zip(commits, replies[len(enqueues) :], strict=True)
+            if int(r[0]) == NOT_ENQUEUED
+        }
+        if again:
+            done |= await self.commit_fires(poller, token, again, writes)
+        return flags, done
 
     async def release_partitions(self, partitions: Sequence[int], poller: str) -> list[int]:
         """``release_partition.lua`` per partition: the ones ``poller`` let go of."""
@@ -168,6 +236,18 @@ class Scripts(TaskScripts):
         ``committed``: type -> tokens of the caller's earlier claims, committed in full
         (no claim can name them as prior): their markers in that type's stream go, in the
         type's first call."""
+        calls, order = self._enqueue_calls(fires, now_ms, dedupe_window_ms, token, committed)
+        return self._enqueue_flags(await self._run(calls), order, len(fires))
+
+    def _enqueue_calls(
+        self,
+        fires: Sequence[Fire],
+        now_ms: int,
+        dedupe_window_ms: int,
+        token: str,
+        committed: Mapping[str, Sequence[str]] | None,
+    ) -> tuple[list[Call], list[int]]:
+        """``enqueue``'s calls, and the index in ``fires`` of each fire they carry, in order."""
         dropped = committed or {}
         if dedupe_window_ms > 0 and not token:
             raise ValueError("enqueue with a dedupe window needs the claim's token")
@@ -189,8 +269,13 @@ class Scripts(TaskScripts):
                     args += [f.task_id, f.due_ms, f.payload, f.attempt, f.prior]
                 calls.append((lua.ENQUEUE, [self.keys.queue(task_type)], args))
                 order += chunk
-        flags = [bool(int(flag)) for reply in await self._run(calls) for flag in reply]
-        appended = [False] * len(fires)
+        return calls, order
+
+    @staticmethod
+    def _enqueue_flags(replies: list[Any], order: list[int], count: int) -> list[bool]:
+        """Per fire (in the callers' order) whether it was appended."""
+        flags = [bool(int(flag)) for reply in replies for flag in reply]
+        appended = [False] * count
         for i, flag in zip(order, flags, strict=True):
             appended[i] = flag
         return appended

@@ -1,12 +1,18 @@
 -- commit_fires: advance the schedule of claimed tasks whose fires are in their stream.
 -- KEYS[1]  schedule zset of the partition   KEYS[2]  the partition's owner hash
+-- KEYS[3..2+M]  enqueue markers of this claim that must be there (one server only: they
+--          live in the streams' slots)
 -- ARGV[1]  partition tag   ARGV[2]  poller id   ARGV[3]  claim token
 -- ARGV[4]  the partition's write count as the claim read it
--- ARGV[5..] groups of 5: task_id, bucket, score ('' = finished: out of the schedule),
+-- ARGV[5]  M, how many markers to check   ARGV[6..5+M]  the field each must hold (the part
+--          of the claim its enqueue call wrote)
+-- ARGV[6+M..] groups of 5: task_id, bucket, score ('' = finished: out of the schedule),
 --           due_ms (the grid time claimed), the new state record (the claimed one with its
 --           grid moved on and its fires counted, built by the poller; its version, values[4],
 --           is the claimed one)
--- Returns {earliest score in the zset after the commit or -1, lost ids...}. Fencing: if
+-- Returns {earliest score in the zset after the commit or -1, lost ids...}, or {-2} when a
+-- marker is missing: an enqueue pipelined ahead of this commit did not complete, so
+-- nothing changes (a grid time moves only after its fires are in the stream). Fencing: if
 -- the partition is no longer this poller's, or the claim is no longer in flight (another
 -- owner took the partition over), every id is lost and nothing changes: the new owner
 -- claims those grid times again. A task is also lost when an API write changed it since the
@@ -19,12 +25,17 @@
 -- each task costs a write and its part of one ZADD: no read, no MessagePack work.
 -- Otherwise each state is read and checked as claimed first.
 local tag, me, token = ARGV[1], ARGV[2], ARGV[3]
+local checks = tonumber(ARGV[5])
+for i = 1, checks do  -- HGET, not HEXISTS: the ACL a deployment granted (deploy/redis)
+  if not redis.call('HGET', KEYS[2 + i], ARGV[5 + i]) then return {-2} end
+end
+local tasks_from = 6 + checks  -- the first task's group
 local o = redis.call('HMGET', KEYS[2], 'poller', 'inflight', 'writes')
 local inflight = o[2] or ''
 local at = string.find(' ' .. inflight, ' ' .. token .. ':', 1, true)
 local out = {-1}
 if o[1] ~= me or not at then
-  for i = 5, #ARGV, 5 do out[#out + 1] = ARGV[i] end
+  for i = tasks_from, #ARGV, 5 do out[#out + 1] = ARGV[i] end
   return out
 end
 local unchanged = (o[3] or '0') == ARGV[4]
@@ -35,7 +46,7 @@ local function out_with_earliest(reply)
   return reply
 end
 local moved, finished = {}, {}  -- the zset's changes, a few commands for the whole batch
-for i = 5, #ARGV, 5 do
+for i = tasks_from, #ARGV, 5 do
   local id, b, score = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local s, due
   local ok = unchanged
