@@ -68,16 +68,17 @@ class SchedulerSection:
     """Most due tasks claimed from one partition in one round trip."""
     max_tick_s: float = attrs.field(default=0.25, validator=positive)
     """Longest sleep between polls: bounds how late a task created for "now" is noticed."""
-    min_tick_s: float = attrs.field(default=0.005, validator=within(0, 1))
+    min_tick_s: float = attrs.field(default=0.02, validator=within(0, 1))
     """Shortest sleep between polls that found nothing more due: fires due within it are
     handled together (fewer, larger batches for the poller, the stream and the
-    consumers). At 8,000 fires/s, 0.005 cut Redis CPU a fire from 54 to 39 µs and the
-    node's from 137 to 99 µs against 0 (no pause), and p99 start lag fell from 74 to 50
-    ms (docs/PERFORMANCE.md). This is the pause up to 2,500 fires a second in the namespace
-    (each poller's own rate scaled by its share of the partitions);
-    above, it grows with the rate, to 4x at 10,000/s (a sixth less Redis CPU a fire
-    there, p99 lag ~40 ms), then shrinks so a tick gathers at most 200 fires (10 ms at
-    20,000/s): ``shortest_pause_s`` in ``actors/scheduling/claim_loop.py``."""
+    consumers), and it bounds the start lag the poller adds. Below ~10,000 fires a second
+    a tick costs about the same whatever it carries, so this sets the node's CPU: at
+    1,000 fires/s 0.02 used 29 % of a core and Redis 9 % (p99 start lag 34 ms), 0.005 58
+    and 14 % (18 ms), on 2 cores (docs/PERFORMANCE.md). Above 200 / min_tick_s fires a
+    second in the namespace (each poller's own rate scaled by its share of the partitions)
+    the pause shrinks so a tick gathers at most 200 fires (10 ms at 20,000/s):
+    ``shortest_pause_s`` in ``actors/scheduling/claim_loop.py``. 0 = the lowest lag at the
+    most CPU."""
     claim_lease_ms: int = attrs.field(default=10_000, validator=within(100))
     """How long a poller's hold on a partition lasts without renewal (every tick renews
     it): a poller that dies delays its partitions' fires by at most about this long (they

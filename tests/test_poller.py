@@ -20,7 +20,6 @@ from actors.domain.errors import LayoutMismatch
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.scheduling.claim_loop import (
-    LOW_RATE,
     TICK_FIRES,
     RateMeter,
     TickResult,
@@ -683,40 +682,41 @@ async def test_sleep_follows_the_earliest_due_time(store: TaskStore) -> None:
     assert 0.1 < poller.sleep_s(result) <= 0.3
 
 
-def test_the_shortest_pause_grows_with_the_rate_until_a_tick_gathers_tick_fires() -> None:
-    """``min_tick_s`` up to LOW_RATE fires a second (measured over whole windows of the
-    poller's own rate); longer in proportion above, until a tick gathers TICK_FIRES."""
+def test_the_shortest_pause_is_min_tick_s_until_a_tick_gathers_tick_fires() -> None:
+    """``min_tick_s`` while a tick gathers at most TICK_FIRES (the rate measured over whole
+    windows of the poller's own fires); above, shorter in proportion to the rate."""
     meter = RateMeter(window_s=1.0)
     meter.add(5_000, now=0.0)
     meter.add(5_000, now=0.5)
     assert meter.rate == 0.0  # no whole window yet: the pause stays min_tick_s
-    assert shortest_pause_s(0.005, meter.rate) == 0.005
+    assert shortest_pause_s(0.02, meter.rate) == 0.02
     meter.add(10_000, now=1.0)
     assert meter.rate == 20_000  # 20,000 fires in the first second
-    assert shortest_pause_s(0.005, meter.rate) == TICK_FIRES / 20_000  # a tick's worth
+    assert shortest_pause_s(0.02, meter.rate) == TICK_FIRES / 20_000 == 0.01  # a tick's worth
     for t in (1.5, 2.0):
         meter.add(2_000, now=t)
     assert meter.rate == 4_000
-    assert shortest_pause_s(0.005, meter.rate) == 0.005 * 4_000 / LOW_RATE  # grown
-    assert shortest_pause_s(0.005, LOW_RATE / 2) == 0.005  # a low rate: unchanged
+    assert shortest_pause_s(0.02, meter.rate) == 0.02  # a tick of 80 fires: unchanged
     rates = range(1_000, 80_001, 1_000)
-    pauses = [shortest_pause_s(0.005, r) for r in rates]
-    assert max(pauses) == shortest_pause_s(0.005, 10_000) == 0.02  # where the bounds meet
+    pauses = [shortest_pause_s(0.02, r) for r in rates]
+    assert max(pauses) == shortest_pause_s(0.02, 10_000) == 0.02  # where the bounds meet
     assert all(p * r <= TICK_FIRES * (1 + 1e-9) for p, r in zip(pauses, rates, strict=True))
+    assert pauses == sorted(pauses, reverse=True)  # never longer at a higher rate
+    assert shortest_pause_s(0.005, 20_000) == 0.005  # a shorter setting holds further up
     assert shortest_pause_s(0.0, 40_000) == shortest_pause_s(0.0, 1_000) == 0.0
 
 
 async def test_a_poller_serving_a_share_of_the_partitions_pauses_for_the_whole_rate(
     store: TaskStore,
 ) -> None:
-    """Two pollers at 10,000 fires/s pause as one would: each sees ~5,000/s of its own."""
+    """Two pollers at 20,000 fires/s pause as one would: each sees ~10,000/s of its own."""
     poller = Poller(store, PollerSettings())
     poller.membership = Membership(poller.poller_id, 16, 10_000)
     poller.membership.wanted = list(range(8))  # half of them: another poller has the rest
-    poller._rate.rate = 5_000.0
-    assert poller.namespace_rate() == 10_000.0
+    poller._rate.rate = 10_000.0
+    assert poller.namespace_rate() == 20_000.0
     due_soon = TickResult(enqueued=0, now_ms=0, earliest_ms=1, full=False)
-    assert poller.sleep_s(due_soon) == shortest_pause_s(0.005, 10_000) == 0.02
+    assert poller.sleep_s(due_soon) == shortest_pause_s(0.02, 20_000) == 0.01
     poller.membership.wanted = []  # more pollers than partitions: none of its own
     poller._rate.rate = 0.0
     assert poller.namespace_rate() == 0.0

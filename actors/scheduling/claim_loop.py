@@ -17,7 +17,7 @@ class ClaimLoopSettings:
     of: int = 1
     batch_size: int = 1000
     max_tick_s: float = 0.25
-    min_tick_s: float = 0.005
+    min_tick_s: float = 0.02
     claim_lease_ms: int = 10_000
     dedupe_window_ms: int = 60_000
 
@@ -47,28 +47,26 @@ def sleep_s(result: TickResult, max_tick_s: float, min_tick_s: float = 0.0) -> f
     return min(max_tick_s, max(min_tick_s, wait_s))
 
 
-#: Fires a second (of the namespace: ``Poller.namespace_rate``) up to which the shortest
-#: pause stays ``min_tick_s``: a tick of a few fires costs little CPU there, and fires keep
-#: their lowest lag.
-LOW_RATE = 2_500.0
-#: Most fires a tick gathers while its pause is longer than ``min_tick_s`` (bounds the
-#: lag the pause adds at high rates; with several pollers, their ticks together).
-#: Measured on 2 cores (docs/PERFORMANCE.md, fourteenth session): at 10,000 fires/s a 20
-#: ms pause took Redis CPU a fire from 23.6 to 19.6 µs and the node's from 64.7 to 51.5 µs
-#: against 5 ms, p99 start lag 16 -> 42 ms; at 20,000 fires/s 10 ms kept p99 at 54 ms, 20
-#: ms took it to 89.
+#: Most fires a tick gathers at the shortest pause (bounds the lag the pause adds at high
+#: rates; with several pollers, their ticks together): above ``TICK_FIRES / min_tick_s``
+#: fires a second of the namespace (10,000 at the default 20 ms) the pause shrinks so a
+#: tick gathers this many. Measured on 2 cores (docs/PERFORMANCE.md, fourteenth session):
+#: at 20,000 fires/s 10 ms kept p99 start lag at 54 ms, 20 ms took it to 89.
 TICK_FIRES = 200.0
 
 
 def shortest_pause_s(min_tick_s: float, fires_per_s: float) -> float:
-    """The pause after a tick that found nothing more due: ``min_tick_s`` up to
-    ``LOW_RATE`` fires a second; above it longer in proportion to the rate (fewer, larger
-    ticks where their CPU counts), until a tick gathers ``TICK_FIRES``; then shorter in
-    proportion. With the default 5 ms: 5 ms up to 2,500/s, 10 ms at 5,000/s, 20 ms at
-    10,000/s, 10 ms at 20,000/s, 5 ms at 40,000/s."""
-    if fires_per_s <= LOW_RATE:
+    """The pause after a tick that found nothing more due: ``min_tick_s`` while a tick
+    gathers at most ``TICK_FIRES``, then shorter in proportion to the rate. With the
+    default 20 ms: 20 ms up to 10,000 fires a second, 10 ms at 20,000/s, 5 ms at 40,000/s.
+    Below that rate a tick costs the node about the same CPU whatever it carries (two
+    round trips and the consumer's read and flush after it), so the pause, not the rate,
+    sets the CPU: at 1,000 fires/s 20 ms took the node from 58 to 29 % of a core against 5
+    ms, Redis from 14 to 9 %, p99 start lag 18 -> 34 ms (docs/PERFORMANCE.md, fifteenth
+    session)."""
+    if fires_per_s * min_tick_s <= TICK_FIRES:
         return min_tick_s
-    return min(min_tick_s * fires_per_s / LOW_RATE, TICK_FIRES / fires_per_s)
+    return TICK_FIRES / fires_per_s
 
 
 class RateMeter:
