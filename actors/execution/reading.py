@@ -55,10 +55,11 @@ class Reader:
     async def read_stream(self, consumer: str, stopping: trio_util.AsyncBool) -> None:
         """Read while not stopping."""
         while not stopping.value:
-            async with trio_util.move_on_when(stopping.wait_value, True):
-                await self.free.wait_value(lambda free: free > 0)
-            if stopping.value:
-                return
+            if self.free.value <= 0:  # (a slot is usually free: no waiting task to start)
+                async with trio_util.move_on_when(stopping.wait_value, True):
+                    await self.free.wait_value(lambda free: free > 0)
+                if stopping.value:
+                    return
             try:
                 messages, malformed = await self.streams.read_group(
                     self.type, consumer, self.free.value, self.block_ms
