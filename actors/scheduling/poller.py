@@ -306,7 +306,7 @@ class Poller:
         fires = [
             Fire(t.task_id, t.type, t.payload, due, prior=t.prior_claim) for t, due in messages
         ]
-        committed = self._committed.take(types) if fires else {}
+        committed = self._committed.take(types)
         done: dict[int, Commit] = {}
         if fires and scripts.commits_with_enqueue(s.dedupe_window_ms):
             done = await redis.ride_out(

@@ -127,7 +127,7 @@ class Scripts(TaskScripts):
         ``writes``: each partition's count of API writes as the claim read it
         (``PartitionClaim.writes``)."""
         replies = await self._run(self._commit_calls(poller, token, commits, writes, []))
-        return self._commits(commits, replies)
+        return self._decode_commits(commits, replies)
 
     def _commit_calls(
         self,
@@ -153,7 +153,9 @@ class Scripts(TaskScripts):
         return calls
 
     @staticmethod
-    def _commits(commits: dict[int, list[FireCommit]], replies: list[Any]) -> dict[int, Commit]:
+    def _decode_commits(
+        commits: dict[int, list[FireCommit]], replies: list[Any]
+    ) -> dict[int, Commit]:
         return {
             p: Commit(optional_ms(r[0]), [x.decode() for x in r[1:]])
             for p, r in zip(commits, replies, strict=True)
@@ -178,23 +180,20 @@ class Scripts(TaskScripts):
         """``enqueue`` then ``commit_fires``, in one round trip on a single server: each
         commit first checks that every enqueue call of the claim left its marker, so a
         failed enqueue leaves every grid where it was (a grid time moves only after its
-        fires are in the stream) and the error is raised as ``enqueue`` would. In a
-        cluster (the streams and the partitions are on different shards, which run a
-        pipeline in no set order) or without markers (``dedupe_window_ms`` 0): two round
-        trips, the commit after the enqueue's reply (``commits_with_enqueue``)."""
+        fires are in the stream) and the error is raised as ``enqueue`` would. Only where
+        ``commits_with_enqueue``: in a cluster (the streams and the partitions are on
+        different shards, which run a pipeline in no set order) or without markers
+        (``dedupe_window_ms`` 0) the caller makes two round trips, ridden out one by one."""
         if not (fires and self.commits_with_enqueue(dedupe_window_ms)):
-            flags = await self.enqueue(fires, now_ms, dedupe_window_ms, token, committed)
-            return flags, await self.commit_fires(poller, token, commits, writes)
+            raise ValueError("enqueue_and_commit needs fires, one server and a dedupe window")
         enqueues, order = self._enqueue_calls(fires, now_ms, dedupe_window_ms, token, committed)
         # enqueue.lua's marker of each call: <prefix><token>, field = the call's part
         markers = [(f"{args[2]}{token}", args[5]) for _, _, args in enqueues]
         calls = enqueues + self._commit_calls(poller, token, commits, writes, markers)
-        replies = await self.client.mixed_scripts(calls)
-        for reply in replies:  # an enqueue's error first: the commits behind it refused
-            if isinstance(reply, Exception):
-                raise reply
+        # an enqueue's error is raised first (the commits behind it refused)
+        replies = await self._run(calls)
         flags = self._enqueue_flags(replies[: len(enqueues)], order, len(fires))
-        done = self._commits(commits, replies[len(enqueues) :])
+        done = self._decode_commits(commits, replies[len(enqueues) :])
         # A commit can find a marker missing with every enqueue done only if it ran first:
         # the enqueue's script had to be loaded again and was sent once more (mixed_scripts).
         again = {
