@@ -84,12 +84,12 @@ def test_a_definition_read_after_its_task_changed_is_left_for_the_next_tick() ->
     lean = LeanClaim(PartitionClaim(0, 6000, 5000, []), [("a", 3, claimed)], -1, "")
     cache = DefinitionCache(100)
     moved = encode_state("active", 5000, 0, 1001, 0, 0, None, None)  # updated since
-    add_read_definitions(lean, [definition, moved], cache)
+    add_read_definitions(lean, [definition, moved, b"0"], cache)
     assert lean.claim.tasks == [] and len(cache) == 0
-    add_read_definitions(lean, [None, None], cache)  # deleted since
+    add_read_definitions(lean, [None, None, b"0"], cache)  # deleted since
     assert lean.claim.tasks == [] and len(cache) == 0
     same = encode_state("active", 5000, 0, 1000, 0, 0, None, None)
-    add_read_definitions(lean, [definition, same], cache)
+    add_read_definitions(lean, [definition, same, b"0"], cache)
     (task,) = lean.claim.tasks
     assert (task.task_id, task.bucket, task.type, task.due_ms, task.updated_ms) == (
         "a", 3, "t", 5000, 1000,

@@ -172,6 +172,8 @@ async def test_migration_moves_every_task_and_loses_nothing(
     state = db.hget(keys.states(p, keys.bucket_of("t-active")), "t-active")
     assert claim_of(state) == "poller-x"
     assert db.zscore(keys.schedule(p), "t-active") == 61_000  # the schedule is untouched
+    # counted as a write: a poller that knew the partition's states reads them again
+    assert int(db.hget(keys.partition_owner(p), "writes")) >= 1
     assert not db.keys(f"*{namespace}*:task:*") and not db.keys(f"*{namespace}*:type:email")
     listed, _ = await store.list_tasks(task_type="email")
     assert {t.task_id for t in listed} == {"t-active", "t-failing"}

@@ -50,6 +50,7 @@ from actors.scheduling.ownership import Membership
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS, DefinitionCache
 from actors.store.enqueue import enqueue_and_commit_fires, enqueue_fires
 from actors.store.keys import Keys, schedule_id
+from actors.store.known_states import KnownStates
 from actors.store.replies import Claimed, Commit, Fire, FireCommit, fire_commit
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
@@ -106,6 +107,8 @@ class Poller:
         """Claims committed in full whose enqueue markers go with the next enqueue."""
         self._definitions = DefinitionCache(settings.definition_cache)
         """The definitions of the tasks it claimed, so its claims read states alone."""
+        self._states = KnownStates(settings.definition_cache)
+        """The states it committed, so its claims need not read those either."""
         self._unreadable: set[str] = set()
         """Due tasks whose records could not be read (said once each; they stay due)."""
         self._known: dict[int, tuple[int | None, int, float]] = {}
@@ -163,6 +166,7 @@ class Poller:
             for p in unwanted:
                 self._known.pop(p, None)
                 self._definitions.forget(p)
+                self._states.forget(p)
             log.info("partitions_released", partitions=released)
         return result
 
@@ -174,6 +178,7 @@ class Poller:
             await scripts.poller_members(self.poller_id, 0)
             for p in self.owned:
                 self._definitions.forget(p)
+                self._states.forget(p)
             self.owned.clear()
             log.info("partitions_released", partitions=released)
         except RedisUnavailable as exc:
@@ -234,7 +239,7 @@ class Poller:
         s = self.settings
         claims = await scripts.claim_due(
             partitions, self.poller_id, token, s.batch_size, s.claim_lease_ms,
-            s.dedupe_window_ms, self._gone, self._definitions,
+            s.dedupe_window_ms, self._gone, self._definitions, self._states,
         )  # fmt: skip
         self._gone = {}
         for c in claims:
@@ -330,9 +335,10 @@ class Poller:
                     lambda: scripts.commit_fires(self.poller_id, token, commits, writes)
                 )
         # After a commit the partition's earliest due time is the committed one.
-        for commit in done.values():
+        for p, commit in done.items():
             for lost in commit.lost:
                 log.warning("claim_lost", task_id=lost)
+            self._remember(p, writes[p], commits[p], commit)
         earliest_by_partition |= {p: commit.earliest_ms for p, commit in done.items()}
         in_full = not any(commit.lost for commit in done.values())
         if done and in_full and types and s.dedupe_window_ms > 0:
@@ -346,6 +352,17 @@ class Poller:
             earliest_ms=earliest(list(earliest_by_partition.values())),
             full=any(len(c.tasks) >= s.batch_size for c in claims),
         )
+
+    def _remember(
+        self, partition: int, writes: int, commits: list[FireCommit], commit: Commit
+    ) -> None:
+        """Keep the states a commit wrote, so the next claims need not read them; after a
+        commit that lost tasks, know none of the partition's (another poller, or an API
+        write, may have written them)."""
+        if commit.lost:
+            self._states.forget(partition)
+        else:
+            self._states.committed(partition, writes, commits)
 
     @staticmethod
     def _commits(

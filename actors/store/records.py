@@ -181,11 +181,10 @@ def pack_values(values: list[Any]) -> bytes:
     return packed[1:] if len(values) < 16 else packed[3:]
 
 
-def advanced_state(values: list[Any], next_ms: int | None, fired: int) -> bytes:
-    """A claimed state record (its ``STATE_VALUES`` values) after its fires were enqueued:
-    the grid at ``next_ms`` (None: finished), ``fired`` more fires, no claim token. The
-    counts of runs it may carry (layout 2) go along unchanged. Built here, on the poller,
-    so that a commit costs Redis a plain write (``commit_fires.lua``)."""
+def advanced_values(values: list[Any], next_ms: int | None, fired: int) -> list[Any]:
+    """A claimed state record's values (its ``STATE_VALUES``) after its fires were
+    enqueued: the grid at ``next_ms`` (None: finished), ``fired`` more fires, no claim
+    token. The counts of runs it may carry (layout 2) go along unchanged."""
     new = list(values)
     if next_ms is None:
         new[0], new[1] = _FINISHED, None
@@ -193,7 +192,13 @@ def advanced_state(values: list[Any], next_ms: int | None, fired: int) -> bytes:
         new[1] = next_ms
     new[2] = values[2] + fired
     new[8] = None
-    return pack_values(new)
+    return new
+
+
+def advanced_state(values: list[Any], next_ms: int | None, fired: int) -> bytes:
+    """``advanced_values`` as the record the commit writes. Built here, on the poller, so
+    that a commit costs Redis a plain write (``commit_fires.lua``)."""
+    return pack_values(advanced_values(values, next_ms, fired))
 
 
 def status_index(state: bytes) -> int | None:

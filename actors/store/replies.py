@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from msgpack import unpackb
@@ -17,11 +17,19 @@ from actors.store.records import (
     ARRAY_HEADERS,
     DEFINITION_VALUES,
     STATE_VALUES,
+    STATUS_NAMES,
     RecordError,
-    advanced_state,
+    advanced_values,
     decode_schedule,
+    pack_values,
     unpack,
 )
+
+if TYPE_CHECKING:
+    from actors.store.known_states import KnownStates
+
+#: A state record's status code for an active task.
+ACTIVE = STATUS_NAMES.index("active")
 
 
 @attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build
@@ -78,7 +86,7 @@ def _schedule(raw: bytes) -> Schedule:
 
 #: Items per task in ``claim_due.lua``'s reply, after its header of ``CLAIM_HEADER``.
 CLAIM_ITEMS = 3
-CLAIM_HEADER = 6
+CLAIM_HEADER = 7
 
 
 _DEFINITION, _STATE = ARRAY_HEADERS[DEFINITION_VALUES], ARRAY_HEADERS[STATE_VALUES]
@@ -126,42 +134,63 @@ def decode_state(raw: bytes) -> list[Any]:
 @attrs.define
 class LeanClaim:
     """A claim read without definitions: ``claim`` holds the tasks whose definition the
-    cache had; ``misses`` (id, bucket, state values) are the others, to read next."""
+    cache had; ``misses`` (id, bucket, state values) are the others, to read next (the
+    values None where the claim left the states out and the poller did not know it)."""
 
     claim: PartitionClaim
-    misses: list[tuple[str, int, list[Any]]]
+    misses: list[tuple[str, int, list[Any] | None]]
     owed_ms: int
     prior_claim: str
 
 
 def decode_lean_claim(
-    partition: int, reply: list[Any], buckets: int, definitions: DefinitionCache
-) -> LeanClaim:
+    partition: int, reply: list[Any], buckets: int, definitions: DefinitionCache,
+    states: KnownStates | None = None,
+) -> LeanClaim:  # fmt: skip
     """``claim_due.lua``'s reply without definitions (ARGV[9] '1'): the tasks whose
-    definition at their version ``definitions`` has, and the others (read next with
+    definition at their version ``definitions`` has (and, if the claim left the states
+    out, whose state ``states`` knows), and the others (read next with
     ``read_definitions.lua``, then ``add_read_definitions``)."""
-    now, earliest, held, prior, owed, writes = reply[:CLAIM_HEADER]
+    now, earliest, held, prior, owed, writes, with_states = reply[:CLAIM_HEADER]
     prior_claim, owed_ms = prior.decode(), int(owed)
     if int(held):
         held_claim = PartitionClaim(partition, int(now), None, [], holder=prior_claim)
         return LeanClaim(held_claim, [], owed_ms, prior_claim)
     tasks: list[Claimed] = []
-    misses: list[tuple[str, int, list[Any]]] = []
+    misses: list[tuple[str, int, list[Any] | None]] = []
     unreadable: list[tuple[str, str]] = []
+    if states is not None:
+        states.claimed(partition, int(writes))
+    known_states = states.of(partition) if states is not None else {}
+    known = 0
+    left_out = not int(with_states)
     for i in range(CLAIM_HEADER, len(reply), 2):
         raw_id, state = reply[i], reply[i + 1]
         task_id = raw_id.decode()
         bucket = bucket_hash_of_bytes(raw_id) % buckets
-        try:
-            values = unpackb(_STATE + state, raw=True)
-            definition = definitions.get(partition, task_id, values[3] or 0)
-        except _UNDECODABLE as exc:
-            unreadable.append((task_id, _what_is_wrong(None, state, exc)))
-            continue
+        if left_out:  # ``state`` is the score: the state is the one this poller committed
+            entry = known_states.get(task_id)
+            if entry is None or entry[0] != float(state):
+                misses.append((task_id, bucket, None))
+                continue
+            values = entry[1]
+            known += 1
+        else:
+            try:
+                values = unpackb(_STATE + state, raw=True)
+            except _UNDECODABLE as exc:
+                unreadable.append((task_id, _what_is_wrong(None, state, exc)))
+                continue
+            if task_id in known_states:
+                known += 1
+        definition = definitions.get(partition, task_id, values[3] or 0)
         if definition is None:
             misses.append((task_id, bucket, values))
         else:
             tasks.append(claimed_task(task_id, bucket, definition, values, owed_ms, prior_claim))
+    due = (len(reply) - CLAIM_HEADER) // 2
+    if states is not None and due:  # a claim of nothing due tells nothing
+        states.completed(partition, known == due)
     claim = PartitionClaim(
         partition, int(now), optional_ms(earliest), tasks, writes=int(writes),
         unreadable=unreadable,
@@ -170,27 +199,35 @@ def decode_lean_claim(
 
 
 def add_read_definitions(lean: LeanClaim, reply: list[Any], definitions: DefinitionCache) -> None:
-    """``read_definitions.lua``'s reply for ``lean.misses``: each task whose version is
-    still the claimed one joins the claim's tasks (and ``definitions``, if it fires again
-    soon enough to be worth keeping); a task changed or deleted since its claim is left out
-    (it stays as that write left it, due again next tick if it is due), one whose records
-    do not decode goes to ``unreadable``."""
+    """``read_definitions.lua``'s reply for ``lean.misses`` (their records, then the
+    partition's count of writes): each task whose version is still the claimed one joins
+    the claim's tasks (and ``definitions``, if it fires again soon enough to be worth
+    keeping); a task changed or deleted since its claim is left out (it stays as that
+    write left it, due again next tick if it is due), one whose records do not decode goes
+    to ``unreadable``. A task claimed without its state is taken as read if no write came
+    between (the count is the claim's) and it is active, as the claim would have checked."""
     claim = lean.claim
-    for (task_id, bucket, values), raw_def, raw_state in zip(
-        lean.misses, reply[::2], reply[1::2], strict=True
+    unchanged = int(reply[-1] or 0) == claim.writes
+    for (task_id, bucket, claimed), raw_def, raw_state in zip(
+        lean.misses, reply[:-1:2], reply[1:-1:2], strict=True
     ):
         if raw_def is None or raw_state is None:
             continue
         try:
             definition = decode_definition(raw_def)
-            version = decode_state(raw_state)[3] or 0
+            values = decode_state(raw_state)
         except _UNDECODABLE as exc:
             claim.unreadable.append((task_id, _what_is_wrong(raw_def, raw_state, exc)))
             continue
-        if version != (values[3] or 0):
+        if claimed is None:
+            if not unchanged or values[0] != ACTIVE or values[1] is None:
+                continue
+        elif (values[3] or 0) != (claimed[3] or 0):
             continue
+        else:
+            values = claimed
         if definitions.worth_keeping(definition, values[1]):
-            definitions.put(claim.partition, task_id, version, definition)
+            definitions.put(claim.partition, task_id, values[3] or 0, definition)
         claim.tasks.append(
             claimed_task(task_id, bucket, definition, values, lean.owed_ms, lean.prior_claim)
         )
@@ -201,7 +238,7 @@ def decode_partition_claim(partition: int, reply: list[Any], buckets: int) -> Pa
     records back as stored and they are decoded here (Redis's CPU is the scarce one). A
     task whose records this version cannot read is left out (``PartitionClaim.unreadable``):
     it stays due, and the poller says so."""
-    now, earliest, held, prior, owed, writes = reply[:CLAIM_HEADER]
+    now, earliest, held, prior, owed, writes, _ = reply[:CLAIM_HEADER]
     prior_claim = prior.decode()
     owed_ms = int(owed)
     tasks = []
@@ -260,14 +297,16 @@ class FireCommit:
     (``Claimed.updated_ms``, carried unchanged in ``state``)."""
     state: bytes
     """The new state record (``records.advanced_state``): what the commit writes."""
+    values: list[Any] = attrs.field(factory=list)
+    """``state``'s values: what the poller knows the task's state to be once committed
+    (``actors.store.known_states``)."""
 
 
 def fire_commit(task: Claimed, next_ms: int | None, score: int | None, fired: int) -> FireCommit:
     """The commit of a claimed task: its grid moves to ``next_ms`` (None: finished) at
     ``score`` (None exactly when ``next_ms`` is), with ``fired`` fires enqueued."""
-    return FireCommit(
-        task.task_id, task.bucket, score, task.due_ms, advanced_state(task.state, next_ms, fired),
-    )  # fmt: skip
+    values = advanced_values(task.state, next_ms, fired)
+    return FireCommit(task.task_id, task.bucket, score, task.due_ms, pack_values(values), values)
 
 
 @attrs.frozen

@@ -20,6 +20,7 @@ from actors.store import lua
 from actors.store.codes import optional_ms
 from actors.store.definitions import DefinitionCache
 from actors.store.keys import GROUP
+from actors.store.known_states import KnownStates
 from actors.store.messages import Message, flat_fields
 from actors.store.replies import (
     Commit,
@@ -68,6 +69,7 @@ class Scripts(TaskScripts):
         window_ms: int = 60_000,
         take_from: Mapping[int, str] | None = None,
         definitions: DefinitionCache | None = None,
+        states: KnownStates | None = None,
     ) -> list[PartitionClaim]:
         """``claim_due.lua`` per partition: take or keep the partition for ``poller`` for
         ``lease_ms`` and read up to ``limit`` due tasks (none where another poller holds
@@ -78,17 +80,24 @@ class Scripts(TaskScripts):
         ``definitions``: the caller's cache (``actors.store.definitions``). The claim then
         reads the tasks' states alone, and the definitions the cache lacks in a second
         round trip (only for the partitions that lack some); a partition found held by
-        another poller is forgotten there."""
+        another poller is forgotten there.
+
+        ``states`` (with ``definitions``): the states the caller committed
+        (``actors.store.known_states``); a partition's claim then leaves the states out
+        while they are the stored ones, and the caller tells what it commits
+        (``KnownStates.committed``)."""
         k = self.keys
         gone = take_from or {}
         cache = definitions if definitions is not None and definitions.limit > 0 else None
         lean = "" if cache is None else "1"
+        known = states if cache is not None else None
         calls: list[Call] = []
         for p in partitions:
             args = [k.tag(p), poller, token, limit, lease_ms, k.buckets, max(window_ms, lease_ms)]
+            writes = known.writes_to_ask(p) if known is not None else None
             calls.append(
                 (lua.CLAIM_DUE, [k.schedule(p), k.partition_owner(p)],
-                 [*args, gone.get(p, ""), lean])
+                 [*args, gone.get(p, ""), lean, or_empty(writes)])
             )  # fmt: skip
         replies = await self._run(calls)
         if cache is None:
@@ -97,16 +106,19 @@ class Scripts(TaskScripts):
                 for p, r in zip(partitions, replies, strict=True)
             ]
         leans = [
-            decode_lean_claim(p, r, k.buckets, cache)
+            decode_lean_claim(p, r, k.buckets, cache, known)
             for p, r in zip(partitions, replies, strict=True)
         ]
         for c in leans:
             if c.claim.held:
                 cache.forget(c.claim.partition)
+                if known is not None:
+                    known.forget(c.claim.partition)
         missing = [c for c in leans if c.misses]
         reads = await self._run(
             [
-                (lua.READ_DEFINITIONS, [k.schedule(c.claim.partition)],
+                (lua.READ_DEFINITIONS,
+                 [k.schedule(c.claim.partition), k.partition_owner(c.claim.partition)],
                  [k.tag(c.claim.partition), *[x for m in c.misses for x in m[:2]]])
                 for c in missing
             ]

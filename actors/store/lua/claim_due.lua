@@ -7,11 +7,16 @@
 --          killed node or scheduler process), taken over without waiting ('' = none)
 -- ARGV[9]  '1': leave the definition records out (the caller keeps those it has read, by
 --          version: actors/store/definitions.py), '' = return them
--- Returns {now_ms, earliest score or -1, held, prior, owed_until or -1, writes,
+-- ARGV[10] with ARGV[9] '1': the partition's count of writes at which the caller knows
+--          every state it committed (actors/store/known_states.py); if the count is still
+--          that and the partition still the caller's, the states are left out too ('' =
+--          return them)
+-- Returns {now_ms, earliest score or -1, held, prior, owed_until or -1, writes, states,
 --          task_id, definition record, state record, ...} (3 per task, the records as
 --          stored: actors/store/records.py decodes them; with ARGV[9] '1', 2 per task:
---          task_id, state record). When a task is claimed the earliest is now_ms (no
---          second ZRANGE: the commit reports the real one).
+--          task_id, state record; states 0 (ARGV[10] held): 2 per task, task_id, score,
+--          and nothing is read per task). When a task is claimed the earliest is now_ms
+--          (no second ZRANGE: the commit reports the real one).
 -- held: 1 when another poller's lease on the partition holds (nothing is claimed; the
 -- caller leaves the partition alone, and prior is that poller's id), else 0 and the
 -- partition is this poller's for at least half of lease_ms more (renewed once half of it
@@ -31,8 +36,10 @@
 --     because of the handover, not missed while nothing ran (plan_fires owed_until_ms).
 --     At most one lease after the last one ended, so after a longer outage of every
 --     poller the misfire policy applies as usual.
--- writes: how many API writes the partition's tasks have had (records.lua count_write);
--- commit_fires skips checking each task when it is the same then.
+-- writes: how many API writes the partition's tasks have had (records.lua count_write),
+-- and takeovers (another poller may have committed since this one last did): while it is
+-- the same, only this poller wrote the partition's states. commit_fires skips checking
+-- each task when it is the same then, and a claim leaves the states out (ARGV[10]).
 -- updated_ms is the task's version: commit_fires advances a task only if no API write
 -- (update, pause, delete) changed it since this claim read it.
 local tag, me, token = ARGV[1], ARGV[2], ARGV[3]
@@ -43,16 +50,19 @@ local o = redis.call('HMGET', KEYS[2], 'poller', 'until', 'owed', 'inflight', 'w
 local writes = o[5] or '0'
 local held_until = tonumber(o[2] or 0)  -- a hash without it (hand-edited): run out
 if o[1] and o[1] ~= me and o[1] ~= ARGV[8] and held_until > now then
-  return {now, -1, 1, o[1], -1, writes}
+  return {now, -1, 1, o[1], -1, writes, 1}
 end
 local lease = tonumber(ARGV[5])
 local owed = tonumber(o[3] or -1)
 local fields = {}  -- the owner hash's changes, written in one HSET
+-- the caller's states are the stored ones (no write since, and no other owner)
+local known = lean and ARGV[10] ~= '' and o[1] == me and writes == ARGV[10]
 if o[1] ~= me then
   -- taken over: the fires due from the end of the last lease (or the release) until now
   -- are owed, at most one lease of them (after a longer outage the policy applies)
   owed = o[2] and math.min(now, tonumber(o[2]) + lease) or -1
-  fields = {'poller', me, 'owed', ms(owed), 'until', ms(now + lease)}
+  writes = ms(tonumber(writes) + 1)
+  fields = {'poller', me, 'owed', ms(owed), 'until', ms(now + lease), 'writes', writes}
 elseif held_until - now < lease / 2 then
   fields = {'until', ms(now + lease)}  -- renewed once half of it is gone
 end
@@ -66,8 +76,16 @@ for t, at in string.gmatch(o[4] or '', '(%S+):(%d+)') do
     kept[#kept + 1] = t .. ':' .. at
   end
 end
-local due = redis.call('ZRANGE', KEYS[1], '-inf', ms(now), 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[4]))
-local out = {now, -1, 0, table.concat(priors, ' '), owed, writes}
+local limit = tonumber(ARGV[4])
+local out = {now, -1, 0, table.concat(priors, ' '), owed, writes, known and 0 or 1}
+local header = #out
+if known then
+  local due = redis.call('ZRANGE', KEYS[1], '-inf', ms(now), 'BYSCORE', 'LIMIT', 0, limit,
+    'WITHSCORES')
+  for i = 1, #due do out[header + i] = due[i] end
+end
+local due = known and {}
+  or redis.call('ZRANGE', KEYS[1], '-inf', ms(now), 'BYSCORE', 'LIMIT', 0, limit)
 for _, id in ipairs(due) do
   local b = bucket_of(id, buckets)
   -- The records go back as stored (the poller decodes them: no MessagePack work here).
@@ -83,13 +101,13 @@ for _, id in ipairs(due) do
     out[#out + 1] = s
   end
 end
-if #out > 6 or forgotten > 0 then
-  if #out > 6 then kept[#kept + 1] = token .. ':' .. ms(now) end
+if #out > header or forgotten > 0 then
+  if #out > header then kept[#kept + 1] = token .. ':' .. ms(now) end
   fields[#fields + 1] = 'inflight'
   fields[#fields + 1] = table.concat(kept, ' ')
 end
 if #fields > 0 then redis.call('HSET', KEYS[2], unpack(fields)) end
-if #out > 6 then
+if #out > header then
   out[2] = now  -- a task is due by now; the commit that follows reports the real earliest
 else
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

@@ -6,7 +6,9 @@
 --           definition '' = the layout-1 hash was gone (only the
 --           type set's entry is dropped)
 -- Returns the number of tasks moved. Each task moves whole (written, then its old hash
--- deleted) in this one script: an interrupted migration resumes where it stopped.
+-- deleted) in this one script: an interrupted migration resumes where it stopped. It
+-- counts as a write to the partition's tasks (records.lua count_write): a poller that
+-- knows the partition's states (actors/store/known_states.py) reads them again.
 local tag = ARGV[1]
 local n = 0
 for i = 3, #ARGV, 6 do
@@ -21,4 +23,5 @@ for i = 3, #ARGV, 6 do
   end
   redis.call('SREM', ARGV[2], id)
 end
+if n > 0 then redis.call('HINCRBY', tag .. ':poller', 'writes', 1) end
 return n
