@@ -947,53 +947,72 @@ async def test_a_commit_lost_after_the_enqueue_is_ridden_out_with_the_same_claim
     assert task is not None and task.next_run_ms == past + 60_000  # committed, no lease wait
 
 
+async def tasks_in_partitions(
+    redis_client: RedisClient, namespace: str, partitions: int
+) -> tuple[TaskStore, int, list[str]]:
+    """A store of ``partitions`` partitions, with tasks due now in more than one of them
+    when there are several (a tick's commits then check the markers in each)."""
+    store = TaskStore(redis_client, namespace, default_partitions=partitions)
+    past = await store.now_ms() - 10
+    ids = [f"x{i}" for i in range(2 * partitions)]
+    every = Schedule("interval", every_s=60, start_ms=past)
+    await store.create_many([TaskSpec("t", every, task_id=i) for i in ids])
+    keys = await store.keys()
+    assert len({keys.partition_of(i) for i in ids}) > (partitions > 1)
+    return store, past, ids
+
+
+@pytest.mark.parametrize("partitions", [1, 4])
 async def test_a_failed_enqueue_sent_with_its_commit_leaves_the_grid_where_it_was(
-    one_partition: TaskStore,
+    redis_client: RedisClient, namespace: str, partitions: int
 ) -> None:
     """The commit travels in the enqueue's pipeline; when the enqueue fails (here its stream
     key holds a string: WRONGTYPE), the commit finds the enqueue's marker missing and moves
-    nothing: the task stays due, and fires once the stream can take it."""
-    store = one_partition
-    past = await store.now_ms() - 10
-    await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id="x"))
+    nothing: the tasks stay due, and fire once the stream can take them."""
+    store, past, ids = await tasks_in_partitions(redis_client, namespace, partitions)
     keys = await store.keys()
     scripts = await store.scripts()
     await store.client.execute("SET", keys.queue("t"), "not a stream")
     poller = Poller(store, PollerSettings())
+    every = list(range(partitions))
     with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
-        await poller.tick(scripts, [0], get_logger())
-    task = await store.get("x")
-    assert task is not None and (task.next_run_ms, task.fires) == (past, 0)  # not committed
+        await poller.tick(scripts, every, get_logger())
+    for task in await store.get_many(ids):
+        assert task is not None and (task.next_run_ms, task.fires) == (past, 0)  # not committed
     await store.client.execute("DEL", keys.queue("t"))
-    result = await poller.tick(scripts, [0], get_logger())
-    assert result.enqueued == 1
-    assert [f["schedule_id"] for f in await stream_fires(store, "t")] == [f"x:{past}"]
-    task = await store.get("x")
-    assert task is not None and (task.next_run_ms, task.fires) == (past + 60_000, 1)
+    result = await poller.tick(scripts, every, get_logger())
+    assert result.enqueued == len(ids)
+    fired = sorted(f["schedule_id"] for f in await stream_fires(store, "t"))
+    assert fired == sorted(f"{i}:{past}" for i in ids)
+    for task in await store.get_many(ids):
+        assert task is not None and (task.next_run_ms, task.fires) == (past + 60_000, 1)
 
 
+@pytest.mark.parametrize("partitions", [1, 4])
 async def test_a_commit_run_ahead_of_its_reloaded_enqueue_is_sent_again(
-    one_partition: TaskStore,
+    redis_client: RedisClient, namespace: str, partitions: int
 ) -> None:
     """Redis lost the enqueue script but not the commit's (a flush, then only the commit
     loaded again): in the pipeline the commit runs, finds no marker and changes nothing; the
     enqueue is loaded and sent again, and then the commit is sent again after it."""
-    store = one_partition
-    past = await store.now_ms() - 10
-    await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id="x"))
+    store, past, ids = await tasks_in_partitions(redis_client, namespace, partitions)
     scripts = await store.scripts()
     poller = Poller(store, PollerSettings())
-    claims = await scripts.claim_due([0], poller.poller_id, "tok-1", 100, 10_000)
-    (task,) = claims[0].tasks
+    claims = await scripts.claim_due(range(partitions), poller.poller_id, "tok-1", 100, 10_000)
+    tasks = [(c.partition, t) for c in claims for t in c.tasks]
     await store.client.execute("SCRIPT", "FLUSH")
     await store.client.execute("SCRIPT", "LOAD", lua.COMMIT_FIRES.source)
-    commit = fire_commit(task, past + 60_000, past + 60_000, 1)
+    commits: dict[int, list[FireCommit]] = defaultdict(list)
+    for p, task in tasks:
+        commits[p].append(fire_commit(task, past + 60_000, past + 60_000, 1))
+    now = claims[0].now_ms
     flags, done = await scripts.enqueue_and_commit(
-        [Fire("x", "t", task.payload, past, prior=task.prior_claim)], claims[0].now_ms, 60_000,
-        "tok-1", None, poller.poller_id, {0: [commit]}, {0: claims[0].writes},
+        [Fire(t.task_id, "t", t.payload, past, prior=t.prior_claim) for _, t in tasks], now,
+        60_000, "tok-1", None, poller.poller_id, commits, {c.partition: c.writes for c in claims},
     )  # fmt: skip
-    assert flags == [True]
-    assert done[0].lost == [] and done[0].earliest_ms == past + 60_000
-    assert [f["schedule_id"] for f in await stream_fires(store, "t")] == [f"x:{past}"]
-    stored = await store.get("x")
-    assert stored is not None and (stored.next_run_ms, stored.fires) == (past + 60_000, 1)
+    assert flags == [True] * len(ids)
+    assert all(d.lost == [] and d.earliest_ms == past + 60_000 for d in done.values())
+    fired = sorted(f["schedule_id"] for f in await stream_fires(store, "t"))
+    assert fired == sorted(f"{i}:{past}" for i in ids)
+    for stored in await store.get_many(ids):
+        assert stored is not None and (stored.next_run_ms, stored.fires) == (past + 60_000, 1)

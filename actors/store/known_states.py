@@ -15,11 +15,11 @@ A score that is not the one the poller committed is a miss: a hand edit, or a Re
 from a restart or a failover without its last writes (the writes count may be rolled back
 too, so it alone would not tell; but every commit moves a task's grid on, so an older state
 is at another score, unless a jitter longer than the task's interval happens to land both
-on the same millisecond). So is a task the poller does not know (not claimed since the count moved, or not kept): a missed task's records are
-read in a second call (``read_definitions.lua``), and the next claims of the partition
-read every state again, until one finds each due task known (``complete``). So a partition
-whose tasks keep changing costs what it did without this, plus at most one round trip a
-change.
+on the same millisecond). So is a task the poller does not know (not claimed since the
+count moved, or not kept): a missed task's records are read in a second call
+(``read_definitions.lua``), and the next claims of the partition read every state again,
+until one finds each due task known (``complete``). So a partition whose tasks keep
+changing costs what it did without this, plus at most one round trip a change.
 
 Kept, as definitions are (``actors.store.definitions``), only for tasks that fire again
 within ``KEEP_IF_NEXT_WITHIN_MS``, at most ``limit`` states (~100 bytes each besides the
