@@ -242,3 +242,34 @@ async def test_a_redis_back_without_its_last_writes_loses_no_fire(tmp_path: Path
     finally:
         await client.aclose()
         server.remove()
+
+
+async def test_a_running_poller_claims_without_reading_the_states_it_committed(
+    store: TaskStore,
+) -> None:
+    """The node's poller keeps what it committed: a state hand-edited under it (no write
+    counted) is not read back, its own count of fires goes on (API writes are read:
+    ``test_an_api_write_makes_the_next_claim_read_the_states``)."""
+    start = await store.now_ms()
+    every = Schedule("interval", every_s=0.2, start_ms=start)
+    await store.create(TaskSpec("t", every, {"v": 1}, task_id="a"))
+    poller = scheduling.Poller(store, scheduling.PollerSettings())
+    ctx = ActorContext("node/poller", 1.0, get_logger(actor="node/poller"))
+
+    async def fires() -> int:
+        task = await store.get("a")
+        assert task is not None
+        return task.fires
+
+    async def until_fires(low: int, high: int = 10**9) -> None:
+        with trio.fail_after(60):
+            while not low <= await fires() < high:  # noqa: ASYNC110 - polling Redis
+                await trio.sleep(0.02)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(poller.run, ctx)
+        await until_fires(4)  # two claims read the state; the next ones need not
+        before = await fires()
+        await rewrite_state_behind_the_api(store, "a", fires=1000)
+        await until_fires(before + 3, 1000)  # its own count goes on, the edit overwritten
+        nursery.cancel_scope.cancel()
