@@ -22,8 +22,8 @@ until one finds each due task known (``complete``). So a partition whose tasks k
 changing costs what it did without this, plus at most one round trip a change.
 
 Kept, as definitions are (``actors.store.definitions``), only for tasks that fire again
-within ``KEEP_IF_NEXT_WITHIN_MS``, at most ``limit`` states (~100 bytes each besides the
-values the claims share with the commits).
+within ``KEEP_IF_NEXT_WITHIN_MS``, at most ``limit`` states (~300 bytes each, measured with
+``tracemalloc``: the entry and the committed values it holds).
 """
 
 from __future__ import annotations

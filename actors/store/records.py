@@ -9,7 +9,7 @@ task costs its id and its values, not a key, a hash table and field names: about
 bytes instead of 266 (docs/PERFORMANCE.md). Splitting them keeps each short, and gives
 each record one writer on the fire path: the claim only reads the definition and state;
 the commit writes the state, built by the poller from the claimed one
-(``advanced_state``), without reading it again while no API write touched the partition
+(``advanced_values``), without reading it again while no API write touched the partition
 (``commit_fires.lua``); the consumers' outcomes write the run record alone. A payload too
 long for a listpack value turns its bucket into an ordinary hash table: it costs memory,
 never correctness.
@@ -184,7 +184,8 @@ def pack_values(values: list[Any]) -> bytes:
 def advanced_values(values: list[Any], next_ms: int | None, fired: int) -> list[Any]:
     """A claimed state record's values (its ``STATE_VALUES``) after its fires were
     enqueued: the grid at ``next_ms`` (None: finished), ``fired`` more fires, no claim
-    token. The counts of runs it may carry (layout 2) go along unchanged."""
+    token. The counts of runs it may carry (layout 2) go along unchanged. Built here, on the
+    poller, so that a commit costs Redis a plain write of them (``commit_fires.lua``)."""
     new = list(values)
     if next_ms is None:
         new[0], new[1] = _FINISHED, None
@@ -193,12 +194,6 @@ def advanced_values(values: list[Any], next_ms: int | None, fired: int) -> list[
     new[2] = values[2] + fired
     new[8] = None
     return new
-
-
-def advanced_state(values: list[Any], next_ms: int | None, fired: int) -> bytes:
-    """``advanced_values`` as the record the commit writes. Built here, on the poller, so
-    that a commit costs Redis a plain write (``commit_fires.lua``)."""
-    return pack_values(advanced_values(values, next_ms, fired))
 
 
 def status_index(state: bytes) -> int | None:

@@ -296,7 +296,7 @@ class FireCommit:
     """The grid time claimed: the commit is refused if it moved, or the task's version
     (``Claimed.updated_ms``, carried unchanged in ``state``)."""
     state: bytes
-    """The new state record (``records.advanced_state``): what the commit writes."""
+    """The new state record (``records.advanced_values``, packed): what the commit writes."""
     values: list[Any] = attrs.field(factory=list)
     """``state``'s values: what the poller knows the task's state to be once committed
     (``actors.store.known_states``)."""

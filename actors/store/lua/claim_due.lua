@@ -14,9 +14,9 @@
 -- Returns {now_ms, earliest score or -1, held, prior, owed_until or -1, writes, states,
 --          task_id, definition record, state record, ...} (3 per task, the records as
 --          stored: actors/store/records.py decodes them; with ARGV[9] '1', 2 per task:
---          task_id, state record; states 0 (ARGV[10] held): 2 per task, task_id, score,
---          and nothing is read per task). When a task is claimed the earliest is now_ms
---          (no second ZRANGE: the commit reports the real one).
+--          task_id, state record; states 0, the count being ARGV[10]: 2 per task,
+--          task_id, score, and nothing is read per task). When a task is claimed the
+--          earliest is now_ms (no second ZRANGE: the commit reports the real one).
 -- held: 1 when another poller's lease on the partition holds (nothing is claimed; the
 -- caller leaves the partition alone, and prior is that poller's id), else 0 and the
 -- partition is this poller's for at least half of lease_ms more (renewed once half of it
