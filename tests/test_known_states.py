@@ -164,14 +164,14 @@ def test_a_state_read_after_a_claim_that_left_it_out_is_taken_only_if_unchanged(
 
 
 def test_what_is_kept_stays_within_its_limit_and_goes_with_the_count() -> None:
-    definition_state = [0, 5000, 1, 1000, 0, None, None, None, None]
+    state: list[object] = [0, 5000, 1, 1000, 0, None, None, None, None]
     states = KnownStates(2)
     states.claimed(0, 4)
 
     def commit(*ids: str, score: int | None = 5000) -> None:
         commits = []
         for task_id in ids:
-            c = fire_commit(_claimed(task_id, definition_state), score, score, 0)
+            c = fire_commit(_claimed(task_id, state), score, score, 0)
             commits.append(c)
         states.committed(0, 4, commits)
 
