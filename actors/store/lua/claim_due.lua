@@ -79,26 +79,26 @@ end
 local limit = tonumber(ARGV[4])
 local out = {now, -1, 0, table.concat(priors, ' '), owed, writes, known and 0 or 1}
 local header = #out
-if known then
-  local due = redis.call('ZRANGE', KEYS[1], '-inf', ms(now), 'BYSCORE', 'LIMIT', 0, limit,
-    'WITHSCORES')
+local range = {'ZRANGE', KEYS[1], '-inf', ms(now), 'BYSCORE', 'LIMIT', 0, limit}
+if known then range[#range + 1] = 'WITHSCORES' end
+local due = redis.call(unpack(range))
+if known then  -- ids and scores alone: the caller has the states
   for i = 1, #due do out[header + i] = due[i] end
-end
-local due = known and {}
-  or redis.call('ZRANGE', KEYS[1], '-inf', ms(now), 'BYSCORE', 'LIMIT', 0, limit)
-for _, id in ipairs(due) do
-  local b = bucket_of(id, buckets)
-  -- The records go back as stored (the poller decodes them: no MessagePack work here).
-  -- An active state begins with its status (fixint 0) and then its grid time (not nil).
-  local s = redis.call('HGET', tag .. ':state:' .. b, id)
-  local def = s and string.byte(s, 1) == ACTIVE and string.byte(s, 2) ~= MP_NIL
-    and (lean or redis.call('HGET', tag .. ':def:' .. b, id))
-  if not def then
-    redis.call('ZREM', KEYS[1], id)  -- stale index entry: task deleted or no longer active
-  else
-    out[#out + 1] = id
-    if not lean then out[#out + 1] = def end
-    out[#out + 1] = s
+else
+  for _, id in ipairs(due) do
+    local b = bucket_of(id, buckets)
+    -- The records go back as stored (the poller decodes them: no MessagePack work here).
+    -- An active state begins with its status (fixint 0) and then its grid time (not nil).
+    local s = redis.call('HGET', tag .. ':state:' .. b, id)
+    local def = s and string.byte(s, 1) == ACTIVE and string.byte(s, 2) ~= MP_NIL
+      and (lean or redis.call('HGET', tag .. ':def:' .. b, id))
+    if not def then
+      redis.call('ZREM', KEYS[1], id)  -- stale index entry: task deleted or no longer active
+    else
+      out[#out + 1] = id
+      if not lean then out[#out + 1] = def end
+      out[#out + 1] = s
+    end
   end
 end
 if #out > header or forgotten > 0 then
