@@ -10,11 +10,16 @@ Two paths to the same stream:
 - ``get_logger()``: structlog, for everything (~50 us a line here);
 - ``emit_events()``: for the per-fire lifecycle events that come by the thousand per second
   (scheduled, queued, running, finished...). It writes the same fields in one ``write``
-  per batch at a few microseconds a line, so an audit trail of every fire stays affordable.
+  per batch at a few microseconds a line, so an audit trail of every fire stays affordable;
+  ``emit_encoded()`` writes a batch of lines whose fields are already text (a finished
+  fire's, shared with its results line).
 
 Event observers (``observe_events``) see every event of both paths, whatever the level
 filters out, batch by batch: metrics are counted from the same events the log records
-(``actors/observability/metrics.py``), so the two cannot disagree.
+(``actors/observability/metrics.py``), so the two cannot disagree. Where a batch's per-fire
+lines are built only as text (``finished``) or not at all (debug lines at ``info``), they
+get one summary event for the batch instead (``runs_finished``, ``fires_queued``,
+``runs_started``).
 """
 
 from __future__ import annotations
@@ -184,6 +189,8 @@ def _value(value: Any) -> str:
     kind = type(value)
     if kind is int:
         return str(value)
+    if value is None:  # what most handlers return: 0.6 µs a fire through the encoder
+        return "null"
     if kind is str and _PLAIN(value):
         return f'"{value}"'
     return _encode_line(value)
@@ -204,7 +211,7 @@ def _encode_fields(fields: dict[str, Any]) -> str:
 
 class FixedFields:
     """Lines whose fields are always ``keys``, in that order: ints, and the ``text`` ones
-    names and ids (a finished fire's line, one a fire). Encoded with one ``str.format``
+    names and ids (a finished fire's line, one a fire). Encoded with one ``%`` format
     when those names need no escaping (the check is one regex match for them all), else as
     ``encode_fields`` does: the same text either way, ~2x faster than ``encode_fields``.
     Values at the other keys must be ints (the callers' types say so)."""
@@ -213,19 +220,28 @@ class FixedFields:
         self.keys = tuple(keys)
         self._text = [self.keys.index(key) for key in text]
         self._template = "".join(
-            f',{_encode_line(key)}:"{{}}"' if key in text else f",{_encode_line(key)}:{{}}"
-            for key in self.keys
+            f',{_encode_line(key)}:"%s"' if key in text else f",{_encode_line(key)}:%s"
+            for key in (key.replace("%", "%%") for key in self.keys)
         )
 
     def fields(self, values: Sequence[Any]) -> dict[str, Any]:
         """The line's fields as a dict (what observers get)."""
         return dict(zip(self.keys, values, strict=True))
 
-    def encode(self, values: Sequence[Any]) -> str:
+    def encode(self, values: tuple[Any, ...]) -> str:
         """``encode_fields(self.fields(values))``, the fast way when it can."""
         if _PLAIN(" ".join([values[i] for i in self._text])):
-            return self._template.format(*values)
+            return self._template % values
         return _encode_fields(self.fields(values))
+
+    def encode_many(self, rows: Sequence[tuple[Any, ...]]) -> list[str]:
+        """``encode`` of each row, with one check for the names of them all (a batch of a
+        type's fires): ~40 % less per line than ``encode`` one by one."""
+        text = self._text
+        if _PLAIN(" ".join([row[i] for row in rows for i in text])):
+            template = self._template
+            return [template % row for row in rows]
+        return [self.encode(row) for row in rows]
 
 
 #: ``,"key":value`` for each field, as a lifecycle line has them (``emit_events(encoded=)``).
@@ -253,7 +269,7 @@ def emit_events(
     """Write lifecycle lines at ``level`` ("info" or "debug"), one per ``(event, fields)``,
     in one write. Observers (metrics) get every event whatever the level. ``encoded``:
     each event's fields already encoded (``encode_fields``), by a caller that wrote them
-    elsewhere too (a finished fire's results line).
+    elsewhere too.
 
     The lines carry the same keys as structlog's (``event``, fields, ``node``, ``actor``,
     ``level``, ``time``, ``ts_ms``); the time is taken once for the batch.
@@ -264,10 +280,48 @@ def emit_events(
     if not (_output.debug_enabled if level == "debug" else _output.info_enabled):
         return
     if _output.console:
-        logger = get_logger(actor=actor)
-        log = logger.debug if level == "debug" else logger.info
-        for event, fields in events:
-            log(event, _observed=True, **fields)
+        _to_structlog(actor, level, events)
+        return
+    events = events if isinstance(events, list) else list(events)
+    bodies = encoded if encoded is not None else [_encode_fields(f) for _, f in events]
+    _write(actor, level, [event for event, _ in events], bodies)
+
+
+def emit_encoded(
+    actor: str,
+    event: str,
+    bodies: Sequence[str],
+    summary: tuple[str, dict[str, Any]],
+    fields: Callable[[], Iterable[dict[str, Any]]],
+) -> None:
+    """Write one info line ``event`` per body, each the line's fields already encoded
+    (``FixedFields.encode_many``), in one write: a batch of finished fires. Observers get
+    ``summary``, one event for the batch (``runs_finished``: the type and every run's
+    duration), instead of each line's fields as a dict: building a dict a fire only to
+    count it cost ~1.5 µs a fire. ``fields`` gives those dicts where lines are rendered
+    by structlog (console format)."""
+    if not bodies:
+        return
+    if _observers:
+        _notify(actor, [summary])
+    if not _output.info_enabled:
+        return
+    if _output.console:
+        _to_structlog(actor, "info", [(event, f) for f in fields()])
+        return
+    _write(actor, "info", [event] * len(bodies), bodies)
+
+
+def _to_structlog(actor: str, level: str, events: Iterable[tuple[str, dict[str, Any]]]) -> None:
+    logger = get_logger(actor=actor)
+    log = logger.debug if level == "debug" else logger.info
+    for event, fields in events:
+        log(event, _observed=True, **fields)
+
+
+def _write(actor: str, level: str, events: Sequence[str], bodies: Sequence[str]) -> None:
+    """One JSON line per event name and its encoded fields, all in one write."""
+    if not events:
         return
     now = time.time()
     tail = {
@@ -280,15 +334,13 @@ def emit_events(
         "ts_ms": int(now * 1000),
     }
     tail_json = _encode_line(tail)[1:]  # '"node":…}': the same for every line of the batch
-    bodies = encoded if encoded is not None else [_encode_fields(f) for _, f in events]
     lines = [
         f'{{"event":{_value(event)}{body},{tail_json}'
-        for (event, _), body in zip(events, bodies, strict=True)
+        for event, body in zip(events, bodies, strict=True)
     ]
-    if lines:
-        stream = _output.stream or sys.stdout
-        stream.write("\n".join(lines) + "\n")
-        stream.flush()
+    stream = _output.stream or sys.stdout
+    stream.write("\n".join(lines) + "\n")
+    stream.flush()
 
 
 def get_logger(**bound: Any) -> structlog.typing.FilteringBoundLogger:

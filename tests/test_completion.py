@@ -23,8 +23,8 @@ POLICY = RetryPolicy(max_attempts=3, backoff_base_s=10, backoff_cap_s=300, backo
 
 def test_success_is_a_result_line_an_outcome_and_an_ack() -> None:
     plan = decide([Outcome(message("a"), 1000, 1250, result={"ok": True})], POLICY, "n1")
-    assert plan.results == [{"ok": True}]
-    ((_, fields),) = plan.events
+    assert plan.results == [{"ok": True}] and plan.events == []
+    (fields,) = plan.finished_fields()
     assert plan.bodies == [encode_fields(fields)]
     line = json.loads(result_line(plan.bodies[0], plan.results[0]))
     assert line == {
@@ -36,7 +36,7 @@ def test_success_is_a_result_line_an_outcome_and_an_ack() -> None:
     assert [(o.task_id, OUTCOME_NAMES[o.outcome], o.error) for o in plan.outcomes] == [
         ("a", "ok", "")
     ]
-    assert [(name, e["duration_ms"]) for name, e in plan.events] == [("finished", 250)]
+    assert plan.durations_ms == [250] and fields["duration_ms"] == 250
 
 
 def test_a_failure_below_max_attempts_is_retried_after_the_backoff_then_acked() -> None:
@@ -89,7 +89,22 @@ def test_a_finished_line_with_names_to_escape_is_encoded_as_any_line_is() -> Non
             "1-x", task_id, f"{task_id}:100", kind, "{}", 0, 100, 100, payload={},
         )  # fmt: skip
         plan = decide([Outcome(m, 1000, 1250, result=None)], POLICY, "n1")
-        ((_, fields),) = plan.events
+        (fields,) = plan.finished_fields()
         assert plan.bodies == [encode_fields(fields)]
         assert json.loads("{" + plan.bodies[0][1:] + "}") == fields
         assert (fields["task_id"], fields["type"]) == (task_id, kind)
+
+
+def test_a_batch_with_one_name_to_escape_encodes_every_line_right() -> None:
+    """A batch's names are checked at once (``FixedFields.encode_many``): one that needs
+    escaping, or a ``%`` the fast format would read as its own, sends the batch the
+    careful way, and every line still reads back as its fields."""
+    ids = ["plain-1", 'a"b', "50%s off", "plain-2"]
+    batch = [
+        Outcome(Message(f"1-{i}", t, f"{t}:100", "t", "{}", 0, 100, 100, payload={}), 1000, 1250)
+        for i, t in enumerate(ids)
+    ]
+    plan = decide(batch, POLICY, "n1")
+    lines = [json.loads("{" + body[1:] + "}") for body in plan.bodies]
+    assert lines == plan.finished_fields()
+    assert [line["task_id"] for line in lines] == ids

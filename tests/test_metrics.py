@@ -25,7 +25,13 @@ from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.observability.metrics import count_events
 from actors.store.tasks import TaskStore
-from runtime.logging import emit_events, notify_observers, observe_events, stop_observing
+from runtime.logging import (
+    emit_encoded,
+    emit_events,
+    notify_observers,
+    observe_events,
+    stop_observing,
+)
 from runtime.redis_io import RedisClient
 from tests.execution_harness import records, wait_until
 from tests.node_process import NodeProcess
@@ -67,7 +73,6 @@ def test_events_become_samples_with_bounded_labels() -> None:
         emit_events("node/x", [
             ("queued", fire), ("queued", {**fire, "attempt": 1}),
             ("running", {**fire, "start_lag_ms": 30}),
-            ("finished", {**fire, "duration_ms": 5}),
             ("retried", {**fire, "duration_ms": 7000, "error": "timeout: handler ran longer"}),
             ("dead", {**fire, "duration_ms": 1, "reason": "unrecoverable", "error": "x"}),
             ("dead", {"msg_id": "1-0", "type": kind, "reason": "poison"}),
@@ -80,7 +85,6 @@ def test_events_become_samples_with_bounded_labels() -> None:
     assert get("metronome_fires_enqueued_total", attempt="first") == 1
     assert get("metronome_fires_enqueued_total", attempt="retry") == 1
     assert get("metronome_fires_started_total") == 1
-    assert get("metronome_fires_finished_total", outcome="ok") == 1
     assert get("metronome_fires_finished_total", outcome="retried") == 1
     assert get("metronome_fires_finished_total", outcome="dead") == 1
     assert get("metronome_fire_timeouts_total") == 1
@@ -93,12 +97,13 @@ def test_events_become_samples_with_bounded_labels() -> None:
     assert get("metronome_reclaims_total") == 1
     assert get("metronome_start_lag_seconds_bucket", le="0.05") == 1
     assert get("metronome_start_lag_seconds_bucket", le="0.025") == 0
-    assert get("metronome_handler_duration_seconds_count") == 3
+    assert get("metronome_handler_duration_seconds_count") == 2
 
 
 def test_a_batchs_summary_counts_as_its_per_fire_events_would() -> None:
     """Where the per-fire debug lines ``queued`` and ``running`` are not written, the
-    poller and the reader hand observers one summary a batch: the same samples."""
+    poller and the reader hand observers one summary a batch, and the consumer one for its
+    ``finished`` lines: the same samples."""
     kind = f"unit{time.monotonic_ns()}"
     with counting():
         notify_observers("node/x", [("fires_queued", {"type": kind, "first": 3, "retry": 2})])
@@ -106,6 +111,10 @@ def test_a_batchs_summary_counts_as_its_per_fire_events_would() -> None:
         notify_observers(
             "node/x", [("runs_started", {"type": kind, "start_lags_ms": [10, 30, -5]})]
         )
+        emit_encoded(
+            "node/x", "finished", [',"type":"x"'] * 3,
+            ("runs_finished", {"type": kind, "durations_ms": [5, 0, 2000]}), list,
+        )  # fmt: skip
 
     get = functools.partial(type_sample, kind)
 
@@ -115,6 +124,9 @@ def test_a_batchs_summary_counts_as_its_per_fire_events_would() -> None:
     assert get("metronome_start_lag_seconds_count") == 3
     assert get("metronome_start_lag_seconds_bucket", le="0.025") == 2  # 10 ms and -5 (as 0)
     assert get("metronome_start_lag_seconds_bucket", le="0.05") == 3
+    assert get("metronome_fires_finished_total", outcome="ok") == 3
+    assert get("metronome_handler_duration_seconds_count") == 3
+    assert get("metronome_handler_duration_seconds_bucket", le="0.005") == 2
 
 
 def test_the_cli_imports_no_metrics_library_before_a_node_sets_it_up() -> None:

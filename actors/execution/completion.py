@@ -19,7 +19,7 @@ import attrs
 from actors.store.messages import Message
 from actors.store.records import OUTCOME_NAMES
 from actors.store.replies import DeadLetterWrite, OutcomeWrite, RetryWrite
-from runtime.logging import FixedFields, encode_fields
+from runtime.logging import FixedFields
 
 #: Longest error text kept (DLQ entry, retry context, the task's last error).
 MAX_ERROR_CHARS = 2000
@@ -58,19 +58,28 @@ class Completion:
     """What a batch of outcomes turns into (``decide``)."""
 
     results: list[Any]
-    """The handlers' results of the successes, in the order of their ``finished`` events
-    (the first events): each results-log line is that event's fields and ``result``
-    (``actors.execution.results_log.result_line``), written before anything is
+    """The handlers' results of the successes, in the order of ``finished``: each
+    results-log line is that success's ``finished`` line fields (``bodies``) and its
+    ``result`` (``actors.execution.results_log.result_line``), written before anything is
     acknowledged."""
     retries: list[RetryWrite]
     outcomes: list[OutcomeWrite]
     dead: list[DeadLetterWrite]
     acks: list[str]
     """Message ids acknowledged plainly (dead letters are acknowledged by their script)."""
-    events: list[tuple[str, dict[str, Any]]]
+    finished: list[tuple[Any, ...]]
+    """Each success's ``LIFECYCLE`` values: its ``finished`` line."""
     bodies: list[str]
-    """Each event's fields encoded (``runtime.logging.encode_fields``): its log line and,
-    for a success, its results-log line share them."""
+    """``finished`` encoded (``LIFECYCLE.encode_many``): the ``finished`` log lines and
+    the results-log lines share them."""
+    durations_ms: list[int]
+    """Each success's run time, for the observers' ``runs_finished`` summary."""
+    events: list[tuple[str, dict[str, Any]]]
+    """The other lifecycle lines: ``retried`` and ``dead`` (failures, a few)."""
+
+    def finished_fields(self) -> list[dict[str, Any]]:
+        """The ``finished`` lines' fields as dicts (console logs only)."""
+        return [LIFECYCLE.fields(v) for v in self.finished]
 
 
 def describe_error(exc: BaseException) -> str:
@@ -161,9 +170,7 @@ def decide(
         for o in group
     ]
     finished = [lifecycle_values(o) for o in ok]
-    events: list[tuple[str, dict[str, Any]]] = [("finished", LIFECYCLE.fields(v)) for v in finished]
-    bodies = [LIFECYCLE.encode(v) for v in finished]
-    events += [
+    events: list[tuple[str, dict[str, Any]]] = [
         (
             "retried",
             {
@@ -196,8 +203,10 @@ def decide(
         outcomes=outcomes,
         dead=[_dead_letter(o, node) for o in dead],
         acks=[o.message.msg_id for o in ok + retry],
+        finished=finished,
+        bodies=LIFECYCLE.encode_many(finished),
+        durations_ms=[o.finished_ms - o.started_ms for o in ok],
         events=events,
-        bodies=bodies + [encode_fields(fields) for _, fields in events[len(bodies) :]],
     )
 
 

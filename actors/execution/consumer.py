@@ -45,7 +45,7 @@ from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.channels import Mailbox
-from runtime.logging import emit_events
+from runtime.logging import emit_encoded, emit_events
 
 #: How long the flusher waits after the first completion for others to join its batch.
 FLUSH_GATHER_S = 0.005
@@ -221,4 +221,6 @@ class Consumer:
             # pending and are reclaimed, never lost) and is written once Redis answers.
             await scripts.client.ride_out(functools.partial(self._complete, scripts, plan))
             flight.settled(batch)
-            emit_events(self.actor, plan.events, encoded=bodies)
+            summary = ("runs_finished", {"type": self.type, "durations_ms": plan.durations_ms})
+            emit_encoded(self.actor, "finished", bodies, summary, plan.finished_fields)
+            emit_events(self.actor, plan.events)

@@ -2,10 +2,12 @@
 
 ``count_events`` is registered with ``runtime.logging.observe_events`` when a node starts
 (``install``): every ``queued``, ``running``, ``finished``, ``retried``, ``dead``,
-``misfired``, ``duplicate_dropped``, ``reclaimed`` event and every actor restart or
-give-up becomes a sample, so the metrics say what the audit log says. Labels are the
-task type, an outcome or reason from a fixed set, or an actor path (the tree's shape):
-never a task id, so cardinality stays bounded. docs/OBSERVABILITY.md lists every metric.
+``misfired``, ``duplicate_dropped``, ``reclaimed`` event (the first three as one summary a
+batch: ``fires_queued`` and ``runs_started`` where their debug lines are off, and
+``runs_finished`` always) and every actor restart or give-up becomes a sample, so the
+metrics say what the audit log says. Labels are the task type, an outcome or reason from a
+fixed set, or an actor path (the tree's shape): never a task id, so cardinality stays
+bounded. docs/OBSERVABILITY.md lists every metric.
 """
 
 from __future__ import annotations
@@ -98,10 +100,12 @@ def count_events(actor: str, events: Events) -> None:
     observed: dict[tuple[Histogram, str], list[float]] = {}
     for event, fields in events:
         kind = fields.get("type", "")
-        if event == "finished":  # one a fire (a run that succeeded): first, and short
-            tally[(FINISHED, kind, "ok")] += 1
-            took = fields.get("duration_ms", 0)
-            observed.setdefault((DURATION, kind), []).append(took / 1000 if took > 0 else 0.0)
+        if event == "runs_finished":  # a batch's successes (their `finished` lines are text)
+            durations = fields.get("durations_ms", [])
+            tally[(FINISHED, kind, "ok")] += len(durations)
+            observed.setdefault((DURATION, kind), []).extend(
+                took / 1000 if took > 0 else 0.0 for took in durations
+            )
         elif event == "queued":
             tally[(ENQUEUED, kind, "first" if not fields.get("attempt") else "retry")] += 1
         elif event == "fires_queued":  # a batch's summary when its `queued` lines are not built
