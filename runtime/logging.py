@@ -244,7 +244,7 @@ class FixedFields:
         return [self.encode(row) for row in rows]
 
 
-#: ``,"key":value`` for each field, as a lifecycle line has them (``emit_events(encoded=)``).
+#: ``,"key":value`` for each field, as a lifecycle line has them (what ``emit_encoded`` takes).
 encode_fields = _encode_fields
 #: One value as a lifecycle line encodes it.
 encode_value = _value
@@ -264,12 +264,9 @@ def emit_events(
     actor: str,
     events: Iterable[tuple[str, dict[str, Any]]],
     level: str = "info",
-    encoded: Sequence[str] | None = None,
 ) -> None:
     """Write lifecycle lines at ``level`` ("info" or "debug"), one per ``(event, fields)``,
-    in one write. Observers (metrics) get every event whatever the level. ``encoded``:
-    each event's fields already encoded (``encode_fields``), by a caller that wrote them
-    elsewhere too.
+    in one write. Observers (metrics) get every event whatever the level.
 
     The lines carry the same keys as structlog's (``event``, fields, ``node``, ``actor``,
     ``level``, ``time``, ``ts_ms``); the time is taken once for the batch.
@@ -283,8 +280,7 @@ def emit_events(
         _to_structlog(actor, level, events)
         return
     events = events if isinstance(events, list) else list(events)
-    bodies = encoded if encoded is not None else [_encode_fields(f) for _, f in events]
-    _write(actor, level, [event for event, _ in events], bodies)
+    _write(actor, level, [event for event, _ in events], [_encode_fields(f) for _, f in events])
 
 
 def emit_encoded(
