@@ -271,15 +271,14 @@ def emit_events(
     The lines carry the same keys as structlog's (``event``, fields, ``node``, ``actor``,
     ``level``, ``time``, ``ts_ms``); the time is taken once for the batch.
     """
+    events = events if isinstance(events, list) else list(events)
     if _observers:
-        events = events if isinstance(events, list) else list(events)
         _notify(actor, events)
     if not (_output.debug_enabled if level == "debug" else _output.info_enabled):
         return
     if _output.console:
         _to_structlog(actor, level, events)
         return
-    events = events if isinstance(events, list) else list(events)
     _write(actor, level, [event for event, _ in events], [_encode_fields(f) for _, f in events])
 
 
@@ -298,8 +297,7 @@ def emit_encoded(
     by structlog (console format)."""
     if not bodies:
         return
-    if _observers:
-        _notify(actor, [summary])
+    notify_observers(actor, [summary])
     if not _output.info_enabled:
         return
     if _output.console:

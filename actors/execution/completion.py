@@ -72,10 +72,14 @@ class Completion:
     bodies: list[str]
     """``finished`` encoded (``LIFECYCLE.encode_many``): the ``finished`` log lines and
     the results-log lines share them."""
-    durations_ms: list[int]
-    """Each success's run time, for the observers' ``runs_finished`` summary."""
     events: list[tuple[str, dict[str, Any]]]
     """The other lifecycle lines: ``retried`` and ``dead`` (failures, a few)."""
+
+    @property
+    def durations_ms(self) -> list[int]:
+        """Each success's run time (its ``finished`` line's ``duration_ms``), for the
+        observers' ``runs_finished`` summary."""
+        return [v[_DURATION] for v in self.finished]
 
     def finished_fields(self) -> list[dict[str, Any]]:
         """The ``finished`` lines' fields as dicts (console logs only)."""
@@ -113,6 +117,7 @@ LIFECYCLE = FixedFields(
      "duration_ms"),
     text=("task_id", "schedule_id", "type", "msg_id"),
 )  # fmt: skip
+_DURATION = LIFECYCLE.keys.index("duration_ms")
 
 
 def lifecycle_values(o: Outcome) -> tuple[Any, ...]:
@@ -205,7 +210,6 @@ def decide(
         acks=[o.message.msg_id for o in ok + retry],
         finished=finished,
         bodies=LIFECYCLE.encode_many(finished),
-        durations_ms=[o.finished_ms - o.started_ms for o in ok],
         events=events,
     )
 
