@@ -7,6 +7,7 @@ key path (see ``runtime.config``).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from typing import Any
 
@@ -262,6 +263,19 @@ class ApiSection:
     (catches typos that would otherwise queue fires nobody consumes)."""
 
 
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _networks(_inst: object, attr: attrs.Attribute[Any], value: list[str]) -> None:
+    for net in value:
+        try:
+            ipaddress.ip_network(net)
+        except ValueError as exc:
+            raise ValueError(
+                f"{attr.name}: {net!r} is not a network in CIDR form, e.g. 10.0.0.0/8 ({exc})"
+            ) from None
+
+
 @attrs.frozen
 class MetricsSection:
     """``[metrics]``: Prometheus metrics. The API serves ``/metrics`` whenever it runs;
@@ -276,6 +290,28 @@ class MetricsSection:
     """How often a process serving /metrics counts tasks by status (``metronome_tasks``):
     it reads every task's state record, seconds at a million tasks, so not per scrape.
     0 = never (the gauge is left out)."""
+    token_env: str | None = None
+    """Name of an environment variable holding a bearer token: when set, a scrape must send
+    ``Authorization: Bearer <token>`` (401 otherwise). The metrics name every task type and
+    its rates; the variable keeps the token out of the file."""
+    allow: list[str] = attrs.field(factory=list, validator=_networks)
+    """Client networks allowed to scrape, in CIDR form (``["10.0.0.0/8"]``); when not
+    empty, any other client gets 403. Checked against the TCP peer: behind a proxy, that
+    is the proxy."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.token_env is not None and not os.environ.get(self.token_env):
+            raise ValueError(
+                f"token_env: environment variable {self.token_env} is not set (or empty)"
+            )
+
+    def networks(self) -> list[IPNetwork]:
+        """``allow`` parsed (valid: the validator checked each)."""
+        return [ipaddress.ip_network(net) for net in self.allow]
+
+    def token(self) -> str | None:
+        """The bearer token scrapes must send, or None when ``token_env`` is not set."""
+        return os.environ.get(self.token_env) if self.token_env is not None else None
 
 
 #: I/O threads (connections) a node needs beyond one per consumer type's blocking read.

@@ -63,7 +63,7 @@ def nonces(db: redis.Redis, namespace: str) -> int:
         ("timestamp not a number", 401, "malformed"),
         ("nonce too short", 401, "malformed"),
         ("signature not hex", 401, "malformed"),
-        ("unknown key", 401, "unknown_key"),
+        ("unknown key", 401, "bad_signature"),  # the same answer: ids cannot be probed
         ("expired", 401, "skew"),
         ("from the future", 401, "skew"),
         ("signed another body", 401, "bad_signature"),

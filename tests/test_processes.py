@@ -18,6 +18,7 @@ import redis
 import trio
 
 from actors.admin.client import Client
+from actors.api.signing import ApiKey, sign
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.store.keys import GROUP
@@ -312,6 +313,12 @@ def test_api_processes_need_a_fixed_port(tmp_path: Path, redis_url: str, namespa
     assert "processes.api: several API processes share one port: set api.bind" in done.stderr
 
 
+def signed_probe() -> dict[str, str]:
+    """/readyz names the actors that are down only to a signed request."""
+    key = ApiKey(ADMIN[0], ADMIN[1].encode())
+    return sign(key, "GET", "/readyz", b"", int(time.time() * 1000))
+
+
 def test_an_api_process_reports_the_whole_node_in_readyz(
     tmp_path: Path, redis_url: str, namespace: str
 ) -> None:
@@ -327,13 +334,14 @@ def test_an_api_process_reports_the_whole_node_in_readyz(
     try:
         node.wait_for("api_listening")
         node.wait_for("consumer_ready")
-        assert httpx.get(url).json() == {"ready": True, "redis": True, "actors_down": {}}
+        ready = httpx.get(url, headers=signed_probe()).json()
+        assert ready == {"ready": True, "redis": True, "actors_down": {}}
         os.kill(children(node)["consumers-1"], signal.SIGKILL)
         seen = []
         deadline = time.monotonic() + 10
         with httpx.Client() as http:
             while time.monotonic() < deadline:
-                answer = http.get(url)
+                answer = http.get(url, headers=signed_probe())
                 seen.append((answer.status_code, answer.json()["actors_down"]))
                 if seen[-1][0] == 200 and len(seen) > 1 and seen[-2][0] == 503:
                     break  # down, then ready again after the restart

@@ -12,6 +12,7 @@ import pytest
 from actors.api.signing import (
     KEY_HEADER,
     NONCE_HEADER,
+    NOT_ACCEPTED,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     ApiKey,
@@ -139,3 +140,38 @@ async def test_read_only_keys_may_only_read(verifier: Verifier, redis_client: Re
 
 def test_secrets_stay_out_of_reprs() -> None:
     assert "s3cret" not in repr(WRITER)
+
+
+async def test_an_unknown_key_and_a_wrong_signature_give_the_client_one_answer(
+    verifier: Verifier, redis_client: RedisClient
+) -> None:
+    """The server still knows which it was (``code``, for its log line); the client is
+    told the same either way (``answer``), so it cannot probe for key ids."""
+    errors = []
+    for key in (ApiKey("nobody", b"s3cret-writer"), ApiKey("ops", b"s3cret-writeR")):
+        with pytest.raises(AuthError) as info:
+            await verifier.verify("POST", "/v1/tasks?dry=1", await signed(redis_client, key), BODY)
+        errors.append(info.value)
+    assert [e.code for e in errors] == ["unknown_key", "bad_signature"]
+    assert errors[0].answer == errors[1].answer == NOT_ACCEPTED
+    assert errors[0].status == errors[1].status == 401
+
+
+async def test_an_unknown_key_is_checked_for_skew_like_a_known_one(
+    verifier: Verifier, redis_client: RedisClient
+) -> None:
+    """Were the key looked up first, an expired request would say ``skew`` for a known id
+    and something else for an unknown one."""
+    old = await redis_client.time_ms() - 61_000
+    answers = []
+    for key in (ApiKey("nobody", b"s3cret-writer"), WRITER):
+        headers = await signed(redis_client, key, now_ms=old)
+        with pytest.raises(AuthError) as info:
+            await verifier.verify("POST", "/v1/tasks?dry=1", headers, BODY)
+        answers.append((info.value.status, info.value.answer))
+    assert answers[0] == answers[1] and answers[0][1][0] == "skew"
+
+
+def test_other_refusals_are_told_as_they_are() -> None:
+    error = AuthError(401, "replay", "this nonce was already used: the request is a replay")
+    assert error.answer == (error.code, error.detail)

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from actors.api.endpoint import Endpoint
 from actors.api.openapi import openapi_document
@@ -42,6 +43,7 @@ from actors.api.routes import (
     update_task,
     whoami,
 )
+from actors.observability.endpoint import SecurityHeaders
 
 E = Endpoint
 DASHBOARD = Path(__file__).parent.parent / "observability" / "dashboard"
@@ -103,7 +105,9 @@ async def to_dashboard(_request: Request) -> Response:
     return RedirectResponse("/dashboard/")
 
 
-def build_app(services: ApiServices) -> Starlette:
+def build_app(services: ApiServices) -> ASGIApp:
+    """The API as an ASGI app: the routes, the dashboard, and the security headers on every
+    answer (``SecurityHeaders``)."""
     document = openapi_document(ROUTES)
 
     async def serve_openapi(_request: Request) -> Response:
@@ -113,8 +117,8 @@ def build_app(services: ApiServices) -> Starlette:
         Route(e.path, endpoint_for(services, e), methods=[e.method]) for e in ROUTES
     ]
     routes.append(Route("/openapi.json", serve_openapi, methods=["GET"]))
-    # Prometheus text, not JSON: outside the table and the OpenAPI document; public, like
-    # the probes (docs/OBSERVABILITY.md).
+    # Prometheus text, not JSON: outside the table and the OpenAPI document; unsigned, for
+    # the scrapers [metrics] allow and token_env let in (docs/OBSERVABILITY.md).
     scrape = E("GET", "/metrics", metrics, "Prometheus metrics", {200: ""}, public=True)
     routes.append(Route("/metrics", endpoint_for(services, scrape), methods=["GET"]))
     # The dashboard: static files shipped in the package; it signs its /v1 calls itself.
@@ -127,4 +131,5 @@ def build_app(services: ApiServices) -> Starlette:
     async def not_allowed(_request: Request, _exc: Exception) -> Response:
         return Problem(405, "method_not_allowed", "method not allowed on this path").response()
 
-    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
+    return SecurityHeaders(app)

@@ -278,11 +278,15 @@ SCHEMAS: dict[str, Any] = {
         },
     ),
     "Ready": _obj(
-        ["ready", "redis", "actors_down"],
+        ["ready", "redis"],
         {
             "ready": _BOOL,
             "redis": _BOOL,
-            "actors_down": {"type": "object", "additionalProperties": _STR},
+            "actors_down": {
+                "type": "object",
+                "additionalProperties": _STR,
+                "description": "actor path → why it is down; only for a signed request",
+            },
         },
     ),
 }

@@ -91,7 +91,7 @@ def from_exception(exc: Exception) -> Problem | None:
     if isinstance(exc, Problem):
         return exc
     if isinstance(exc, AuthError):
-        return Problem(exc.status, exc.code, exc.detail)
+        return Problem(exc.status, *exc.answer)  # an unknown key reads as a bad signature
     if isinstance(exc, InvalidTask):
         return invalid(str(exc))
     if isinstance(exc, TaskNotFound):

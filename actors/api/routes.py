@@ -4,11 +4,16 @@ in the same steps, in this order:
 
 1. refuse a body over ``max_body_bytes`` (413) before reading it;
 2. verify the request's signature and nonce (``actors.api.signing``; 401/403) — every ``/v1``
-   endpoint, reads included; only ``/healthz``, ``/readyz`` and ``/openapi.json`` are open;
+   endpoint, reads included; only ``/healthz``, ``/readyz``, ``/metrics`` and
+   ``/openapi.json`` are open (``/metrics`` to whom ``[metrics] allow`` and ``token_env``
+   let in, or to a signed request; ``/readyz`` names the actors that are down only to a
+   signed request);
 3. run the endpoint; a typed error becomes its problem details (``problems``), anything
    else a 500 that is logged with its traceback and reveals nothing.
 
-Nothing is written before steps 1-2 pass and the whole input is valid.
+Nothing is written before steps 1-2 pass and the whole input is valid. A refused signature
+is logged with the real reason (``refused``), which the client is not always told
+(``AuthError.answer``).
 """
 
 from __future__ import annotations
@@ -27,15 +32,16 @@ from actors.api.endpoint import Endpoint
 from actors.api.explain import explain
 from actors.api.problems import Problem, from_exception, invalid
 from actors.api.queues import Queues, tally
-from actors.api.signing import Verifier
+from actors.api.signing import KEY_HEADER, ApiKey, AuthError, Verifier
 from actors.config import ApiSection
 from actors.domain.model import TaskSpec, parse_schedule, parse_spec, parse_specs
 from actors.domain.schedules import Schedule, check_submitted
-from actors.observability.endpoint import metrics_response
+from actors.observability.endpoint import ScrapeGate, metrics_response
 from actors.observability.partitions import read_partitions
 from actors.observability.presence import read_nodes
 from actors.observability.redis_gauges import RedisGauges
 from actors.store.tasks import KEEP, TaskStore
+from runtime.errors import RedisUnavailable
 from runtime.health import Health
 from runtime.logging import emit_events
 
@@ -55,6 +61,8 @@ class ApiServices:
     settings: ApiSection
     health: Health
     gauges: RedisGauges
+    scrape: ScrapeGate
+    """Who may read ``/metrics`` unsigned (``[metrics] allow``, ``token_env``)."""
     log: Any = attrs.field(factory=lambda: structlog.get_logger().bind(actor=API_ACTOR))
 
 
@@ -290,13 +298,35 @@ async def healthz(call: Call) -> Response:
 
 
 async def readyz(call: Call) -> Response:
+    """200 or 503 for anyone (a probe signs nothing); which actors are down (their paths
+    are the node's layout) only for a signed request."""
     down = call.services.health.down()
     try:
         redis_ok = await call.store.client.ping()
     except Exception:
         redis_ok = False
     ready = redis_ok and not down
-    return ok({"ready": ready, "redis": redis_ok, "actors_down": down}, 200 if ready else 503)
+    answer: dict[str, Any] = {"ready": ready, "redis": redis_ok}
+    # Without Redis no signature can be checked (its clock and nonces live there).
+    if redis_ok and await _signed_key(call) is not None:
+        answer["actors_down"] = down
+    return ok(answer, 200 if ready else 503)
+
+
+async def _signed_key(call: Call) -> ApiKey | None:
+    """The key that signed this request to an open endpoint, or None: unsigned, or a
+    signature refused (logged; the endpoint then answers as to anyone)."""
+    if KEY_HEADER.lower() not in call.request.headers:
+        return None
+    request = call.request
+    try:
+        return await call.services.verifier.verify(
+            request.method, _path_with_query(request), dict(request.headers), call.body
+        )
+    except (AuthError, RedisUnavailable) as exc:
+        call.services.log.info("api_request", method=request.method, path=request.url.path,
+                               refused=str(exc))  # fmt: skip
+        return None
 
 
 async def whoami(call: Call) -> Response:
@@ -313,6 +343,12 @@ async def partitions(call: Call) -> Response:
 
 
 async def metrics(call: Call) -> Response:
+    """For a scraper ``[metrics] allow`` and ``token_env`` let in, or for a signed request
+    (the dashboard's rates: an operator's key passes wherever the browser is)."""
+    if await _signed_key(call) is None:
+        refusal = call.services.scrape.refusal(call.request)
+        if refusal is not None:
+            return refusal
     return await metrics_response(call.services.gauges)
 
 
@@ -344,7 +380,7 @@ def endpoint_for(services: ApiServices, route: Endpoint) -> Any:
 
     async def endpoint(request: Request) -> Response:
         started = time.perf_counter()
-        key_id = None
+        key_id, refusal = None, None
         try:
             body = await _read_body(request, services.settings.max_body_bytes)
             if not public:
@@ -355,6 +391,7 @@ def endpoint_for(services: ApiServices, route: Endpoint) -> Any:
                 bodies.only_keys(request.query_params, allowed)
             response: Response = await handler(Call(request, body, services, key_id))
         except Exception as exc:
+            refusal = str(exc) if isinstance(exc, AuthError) else None  # the real reason
             problem = from_exception(exc)
             if problem is None:
                 services.log.error("api_error", method=request.method, path=request.url.path,
@@ -369,7 +406,11 @@ def endpoint_for(services: ApiServices, route: Endpoint) -> Any:
                 "key": key_id,
                 "ms": round((time.perf_counter() - started) * 1000, 2),
             }
-            if request.method in ("GET", "HEAD"):
+            if refusal is not None:  # at info for reads too: an operator wants to see these
+                fields["refused"] = refusal
+                fields["claimed_key"] = request.headers.get(KEY_HEADER, "")[:64]
+                services.log.info("api_request", **fields)
+            elif request.method in ("GET", "HEAD"):
                 services.log.debug("api_request", **fields)
             else:  # writes come by the thousand per second: the lifecycle lines' fast path
                 emit_events(API_ACTOR, [("api_request", fields)])

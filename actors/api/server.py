@@ -18,7 +18,7 @@ from actors.api.queues import Queues
 from actors.api.routes import ApiServices
 from actors.api.signing import ApiKey, Verifier
 from actors.config import ApiSection, MetricsSection
-from actors.observability.endpoint import serve_http
+from actors.observability.endpoint import ScrapeGate, serve_http
 from actors.observability.redis_gauges import RedisGauges
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
@@ -48,8 +48,9 @@ class ApiServer:
             self.store.client, keys.nonce_prefix, self.keys, skew_ms=int(self.section.skew_s * 1000)
         )
         services = ApiServices(
-            self.store, Queues(self.store), verifier, self.section, ctx.health, self.gauges, ctx.log
-        )
+            self.store, Queues(self.store), verifier, self.section, ctx.health, self.gauges,
+            ScrapeGate(self.metrics), ctx.log,
+        )  # fmt: skip
         bind = self._shared_bind() if self.shared_port else self.section.bind
         await serve_http(
             ctx, build_app(services), bind, self.gauges, self.metrics.status_count_interval_s,

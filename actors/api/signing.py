@@ -9,12 +9,17 @@ The scheme (the seed's anti-replay design, issue 5): a request carries four head
   string ``METHOD \\n path-with-query \\n timestamp \\n nonce \\n hex SHA-256 of the body``.
 
 The server (``verify``) checks, in this order, so that nothing unauthenticated is ever
-written: the headers are present and well-formed; the key exists; the timestamp is within
-the allowed skew of Redis's clock; the signature matches (constant-time); and only then the
-nonce, with ``SET NX`` and an expiry longer than the skew window, so a replay is refused
-even inside the window. A read-only key may only ``GET``/``HEAD``. Errors say what was
-wrong (missing header, skew, bad signature, replay) and never which part of a secret
-matched. Secrets never appear in an error or a log line.
+written: the headers are present and well-formed; the timestamp is within the allowed skew
+of Redis's clock; the key exists and the signature matches (constant-time); and only then
+the nonce, with ``SET NX`` and an expiry longer than the skew window, so a replay is
+refused even inside the window. A read-only key may only ``GET``/``HEAD``. Errors say what
+was wrong (missing header, skew, replay) and never which part of a secret matched.
+
+An unknown key id and a wrong signature are one answer to the client (``AuthError.answer``:
+``bad_signature``, "signature or key not accepted"), reached through the same steps (an
+unknown id is checked against a decoy secret): a caller cannot learn which key ids exist.
+The error itself keeps the difference for the server's log. Secrets never appear in an
+error or a log line.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ NONCE_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,64}")
 KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 SIGNATURE_PATTERN = re.compile(r"[0-9a-f]{64}")
 READ_METHODS = frozenset({"GET", "HEAD"})
+#: What a client is told for an unknown key id and for a wrong signature alike.
+NOT_ACCEPTED = ("bad_signature", "signature or key not accepted")
 
 
 @attrs.frozen
@@ -60,6 +67,14 @@ class AuthError(Exception):
 
     def __str__(self) -> str:
         return f"{self.status} {self.code}: {self.detail}"
+
+    @property
+    def answer(self) -> tuple[str, str]:
+        """The code and detail the client is told: ``code`` and ``detail`` themselves,
+        except that an unknown key reads as a bad signature (``NOT_ACCEPTED``)."""
+        if self.code in ("unknown_key", "bad_signature"):
+            return NOT_ACCEPTED
+        return self.code, self.detail
 
 
 def canonical(
@@ -99,18 +114,27 @@ class Verifier:
     """Key prefix of the nonce store (``actors.store.keys.Keys.nonce_prefix``)."""
     keys: dict[str, ApiKey]
     skew_ms: int = 300_000
+    _decoy: bytes = attrs.field(init=False, repr=False, factory=lambda: secrets.token_bytes(32))
+    """What an unknown key id's signature is checked against: no client knows it."""
 
     async def verify(
         self, method: str, path_with_query: str, headers: dict[str, str], body: bytes
     ) -> ApiKey:
         """The request's key, or AuthError saying what was wrong (nothing written then)."""
-        key, timestamp, nonce, signature = self._parse(headers)
+        key_id, timestamp, nonce, signature = self._parse(headers)
+        key = self.keys.get(key_id)
+        # An unknown key id takes the same steps as a known one (clock, skew, HMAC): no
+        # answer, and no difference in time, tells a caller which ids exist.
         now_ms = await self.client.clock_ms()
         self._check_time(int(timestamp), now_ms)
         expected = hmac.new(
-            key.secret, canonical(method, path_with_query, timestamp, nonce, body), "sha256"
-        ).hexdigest()
-        if not hmac.compare_digest(expected, signature):
+            key.secret if key is not None else self._decoy,
+            canonical(method, path_with_query, timestamp, nonce, body), "sha256",
+        ).hexdigest()  # fmt: skip
+        matches = hmac.compare_digest(expected, signature)
+        if key is None:
+            raise AuthError(401, "unknown_key", f"no key {key_id!r}")
+        if not matches:
             raise AuthError(401, "bad_signature", "the signature does not match the request")
         # Only an authentic request may write a nonce; it outlives the skew window twice
         # over, so the same request cannot come back while its timestamp is acceptable.
@@ -123,7 +147,7 @@ class Verifier:
             raise AuthError(403, "read_only", f"key {key.key_id!r} is read-only")
         return key
 
-    def _parse(self, headers: dict[str, str]) -> tuple[ApiKey, str, str, str]:
+    def _parse(self, headers: dict[str, str]) -> tuple[str, str, str, str]:
         lowered = {name.lower(): value for name, value in headers.items()}
         values = []
         for name in HEADERS:
@@ -142,10 +166,7 @@ class Verifier:
             )
         if not SIGNATURE_PATTERN.fullmatch(signature):
             raise AuthError(401, "malformed", f"header {SIGNATURE_HEADER} must be 64 hex digits")
-        key = self.keys.get(key_id)
-        if key is None:
-            raise AuthError(401, "unknown_key", f"no key {key_id!r}")
-        return key, timestamp, nonce, signature
+        return key_id, timestamp, nonce, signature
 
     def _check_time(self, timestamp_ms: int, now_ms: int) -> None:
         if timestamp_ms < now_ms - self.skew_ms:
