@@ -1,7 +1,8 @@
 """The dashboard in a real browser: Debian's Chromium, driven by Playwright, against a real
 node. The page signs its own requests (WebCrypto), so these tests also prove the browser
-side of the signature scheme. Skipped, saying why, only where no Chromium is installed
-(`.ci/run` installs it)."""
+side of the signature scheme; they run under the node's Content-Security-Policy (so a
+``wait_for_function`` takes a function: the policy forbids evaluating a string). Skipped,
+saying why, only where no Chromium is installed (`.ci/run` installs it)."""
 
 from __future__ import annotations
 
@@ -80,8 +81,9 @@ def test_the_queue_table_shows_the_backlog_a_test_created(page: Any, api: ApiNod
     # Purging the backlog from the page (a write, confirmed in a dialog) empties it.
     page.on("dialog", lambda dialog: dialog.accept())
     page.locator(f'#queues tr[data-type="{kind}"] button').click()
-    page.wait_for_function(
-        f"document.querySelector('#queues tr[data-type=\"{kind}\"] td.backlog').textContent === '0'"
+    page.wait_for_function(  # a function, not an expression: the page's policy forbids eval
+        f"() => document.querySelector('#queues tr[data-type=\"{kind}\"] td.backlog')"
+        ".textContent === '0'"
     )
     with Client(api.url, *ADMIN) as client:
         assert client.queues(kind)["undelivered"] == 0
@@ -178,7 +180,7 @@ def test_nodes_and_task_explanations(page: Any, api: ApiNode) -> None:
     page.fill("#task-id", doomed)
     page.click("#task-search button")
     page.wait_for_function(
-        "document.querySelector('#task-runs') && "
+        "() => document.querySelector('#task-runs') && "
         "document.querySelector('#task-runs').textContent.includes('dead letter')"
     )
     runs = page.locator("#task-runs").inner_text()
@@ -194,3 +196,104 @@ def test_the_screenshot_command_runs(tmp_path: Path) -> None:
         "dashboard-queues.png", "dashboard-dlq.png", "dashboard-nodes.png", "dashboard-task.png",
     }  # fmt: skip
     assert all(p.stat().st_size > 5_000 for p in shots)
+
+
+# -- hardening: the page under its Content-Security-Policy, and no secret kept ------------
+
+WATCH_VIOLATIONS = """
+window.__violations = [];
+document.addEventListener("securitypolicyviolation",
+  (e) => window.__violations.push(`${e.violatedDirective} ${e.blockedURI}`));
+"""
+
+
+def watched(page: Any) -> list[str]:
+    """Collect what the browser reports about the page: CSP violations (as events and as
+    console errors) and uncaught script errors; returns the list it appends to."""
+    problems: list[str] = []
+    page.add_init_script(WATCH_VIOLATIONS)
+
+    def console(message: Any) -> None:
+        if message.type == "error":
+            problems.append(message.text)
+
+    page.on("console", console)
+    page.on("pageerror", lambda error: problems.append(f"uncaught: {error}"))
+    return problems
+
+
+def csp_problems(page: Any, problems: list[str]) -> list[str]:
+    reported = [p for p in problems if "Content Security Policy" in p or "uncaught" in p]
+    return reported + list(page.evaluate("window.__violations"))
+
+
+def stored_anywhere(page: Any) -> str:
+    """Everything the page could keep across a reload: both storages and the cookies."""
+    return str(page.evaluate(
+        "JSON.stringify({session: {...sessionStorage}, local: {...localStorage},"
+        " cookies: document.cookie})"
+    ))  # fmt: skip
+
+
+def some_queue(api: ApiNode) -> None:
+    """A fire of ``work``, so that the queue table has a row to show."""
+    task_id = f"dash-{time.monotonic_ns()}"
+    with Client(api.url, *ADMIN) as client:
+        client.create_task("work", {"kind": "cron", "cron": "0 0 1 1 *"}, None, task_id)
+        client.trigger(task_id)
+
+
+def test_the_dashboard_works_under_its_csp_and_keeps_no_secret(page: Any, api: ApiNode) -> None:
+    some_queue(api)
+    problems = watched(page)
+    response = page.goto(api.url + "/dashboard/")
+    assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
+    page.fill("#key-id", ADMIN[0])
+    page.fill("#secret", ADMIN[1])
+    page.click("#login button[type=submit]")
+    page.locator("#queues tbody tr").first.wait_for()
+    # Fires/s needs two scrapes of /metrics, which the page signs: a number, not "-".
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#queues tbody tr td:nth-child(8)')]"
+        ".some((td) => /^[0-9]/.test(td.textContent))"
+    )
+    for view in ("dlq", "nodes", "tasks", "queues"):
+        page.click(f'#tabs button[data-view="{view}"]')
+    page.locator(".node").first.wait_for(state="attached")
+    assert page.locator("#error").is_hidden()
+    assert csp_problems(page, problems) == []
+
+    kept = stored_anywhere(page)
+    assert ADMIN[1] not in kept
+    assert page.evaluate("sessionStorage.getItem('metronome-key-id')") == ADMIN[0]
+    assert page.input_value("#secret") == ""
+    # The signing key in memory cannot give the secret back.
+    assert page.evaluate("state.hmacKey.extractable") is False
+    exported = page.evaluate(
+        "crypto.subtle.exportKey('raw', state.hmacKey).then(() => 'exported', (e) => e.name)"
+    )
+    assert exported == "InvalidAccessError"
+
+    # The policy is in force: a script injected inline is refused, and reported.
+    page.evaluate(
+        "() => { const s = document.createElement('script');"
+        " s.textContent = 'window.__inlineRan = true'; document.body.append(s); }"
+    )
+    page.wait_for_function("() => window.__violations.length > 0")
+    assert page.evaluate("window.__inlineRan === undefined")
+
+
+def test_after_a_reload_the_secret_is_asked_again(page: Any, api: ApiNode) -> None:
+    some_queue(api)
+    sign_in(page, api, READER)
+    page.locator("#queues tbody tr").first.wait_for()
+    page.reload()
+    page.locator("#login").wait_for()
+    assert page.locator("#views").is_hidden()
+    assert page.input_value("#key-id") == READER[0]  # the key id alone is remembered
+    assert page.input_value("#secret") == ""
+    assert READER[1] not in stored_anywhere(page)
+    page.fill("#secret", READER[1])
+    page.click("#login button[type=submit]")
+    page.locator("#queues tbody tr").first.wait_for()
+    assert page.locator("#who").inner_text() == f"{READER[0]} (read-only)"

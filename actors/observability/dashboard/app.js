@@ -1,11 +1,18 @@
 // The Metronome dashboard: plain JavaScript, no build step. Every /v1 request is signed
 // here exactly as docs/API.md says (WebCrypto HMAC-SHA256 over the canonical string, a
 // fresh nonce each); a failed action shows the API's problem details as they came.
+//
+// The secret is never kept: signing in turns it into a non-extractable WebCrypto key held
+// in this page's memory alone (script can sign with it, nothing can read it back), so a
+// reload asks for it again. Only the key id is remembered, in this tab's session storage.
+// The node's Content-Security-Policy allows no inline script or style: everything the
+// page does is in this file, wired with addEventListener.
 "use strict";
 
-const state = { keyId: null, secret: null, readOnly: true, view: "queues", rates: {},
+const state = { keyId: null, hmacKey: null, readOnly: true, view: "queues", rates: {},
   history: {}, lastMetrics: null, timer: null };
 const encoder = new TextEncoder();
+const KEY_ID_ITEM = "metronome-key-id";
 
 function hex(buffer) {
   return Array.from(new Uint8Array(buffer), (b) => b.toString(16).padStart(2, "0")).join("");
@@ -16,16 +23,27 @@ function nonce() {
   return btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_");
 }
 
+function signingKey(secret) {
+  // extractable = false: the key can sign, and neither this script nor anything injected
+  // into the page can export the secret from it.
+  return crypto.subtle.importKey("raw", encoder.encode(secret),
+    { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+}
+
 async function sign(method, pathWithQuery, body) {
   const timestamp = String(Date.now());
   const once = nonce();
   const digest = hex(await crypto.subtle.digest("SHA-256", encoder.encode(body)));
   const canonical = [method, pathWithQuery, timestamp, once, digest].join("\n");
-  const key = await crypto.subtle.importKey("raw", encoder.encode(state.secret),
-    { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
-  const mac = hex(await crypto.subtle.sign("HMAC", key, encoder.encode(canonical)));
+  const mac = hex(await crypto.subtle.sign("HMAC", state.hmacKey, encoder.encode(canonical)));
   return { "X-Metronome-Key": state.keyId, "X-Metronome-Timestamp": timestamp,
     "X-Metronome-Nonce": once, "X-Metronome-Signature": mac };
+}
+
+async function signedFetch(method, target, body) {
+  const headers = await sign(method, target, body);
+  if (body) headers["Content-Type"] = "application/json";
+  return fetch(target, { method, headers, body: body || undefined });
 }
 
 class Problem extends Error {
@@ -41,9 +59,7 @@ async function api(method, path, params, bodyObject) {
   ).toString() : "";
   const target = path + (query ? `?${query}` : "");
   const body = bodyObject === undefined ? "" : JSON.stringify(bodyObject);
-  const headers = await sign(method, target, body);
-  if (body) headers["Content-Type"] = "application/json";
-  const response = await fetch(target, { method, headers, body: body || undefined });
+  const response = await signedFetch(method, target, body);
   const text = await response.text();
   let data;
   try { data = JSON.parse(text); } catch { data = { detail: text }; }
@@ -92,8 +108,13 @@ function parseMetrics(text) {
 }
 
 async function refreshRates(types) {
+  // Signed: a node may keep /metrics from unsigned clients ([metrics] allow, token_env).
   let text;
-  try { text = await (await fetch("/metrics")).text(); } catch { return; }
+  try {
+    const response = await signedFetch("GET", "/metrics", "");
+    if (!response.ok) return;
+    text = await response.text();
+  } catch { return; }
   const now = { at: Date.now(), values: parseMetrics(text) };
   const before = state.lastMetrics;
   state.lastMetrics = now;
@@ -263,10 +284,12 @@ function show(view) {
 
 async function signIn(keyId, secret) {
   state.keyId = keyId;
-  state.secret = secret;
-  const me = await api("GET", "/v1/whoami");
+  state.hmacKey = await signingKey(secret);
+  let me;
+  try { me = await api("GET", "/v1/whoami"); } catch (error) { state.hmacKey = null; throw error; }
   state.readOnly = me.read_only;
-  sessionStorage.setItem("metronome-key", JSON.stringify({ keyId, secret }));
+  sessionStorage.setItem(KEY_ID_ITEM, keyId);
+  document.getElementById("secret").value = "";
   document.body.classList.toggle("read-only", me.read_only);
   document.getElementById("who").textContent = `${me.key_id}${me.read_only ? " (read-only)" : ""}`;
   document.getElementById("login").hidden = true;
@@ -279,7 +302,8 @@ async function signIn(keyId, secret) {
 
 document.getElementById("login").addEventListener("submit", (e) => {
   e.preventDefault();
-  act(() => signIn(document.getElementById("key-id").value, document.getElementById("secret").value));
+  const secret = document.getElementById("secret");
+  act(() => signIn(document.getElementById("key-id").value, secret.value));
 });
 for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => show(b.dataset.view));
 document.getElementById("dlq-type").addEventListener("change", () => act(renderDlq));
@@ -299,8 +323,10 @@ document.getElementById("dlq-purge-all").addEventListener("click", () => act(asy
   await api("POST", `/v1/dlq/${encodeURIComponent(type)}/purge`, null, { all: true, confirm: type });
   await renderDlq();
 }));
-const saved = sessionStorage.getItem("metronome-key");
-if (saved) {
-  const { keyId, secret } = JSON.parse(saved);
-  act(() => signIn(keyId, secret).catch((error) => { sessionStorage.removeItem("metronome-key"); throw error; }));
+// Never a secret in storage: clear the item that used to hold one.
+sessionStorage.removeItem("metronome-key");
+const rememberedKeyId = sessionStorage.getItem(KEY_ID_ITEM);
+if (rememberedKeyId) {
+  document.getElementById("key-id").value = rememberedKeyId;
+  document.getElementById("secret").focus();
 }
