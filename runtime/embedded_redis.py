@@ -5,7 +5,16 @@ found on PATH, or the Valkey binary of the ``metronome-scheduler[embedded]`` ext
 listens on a Unix socket in ``data_dir`` (no port to collide with; ``embedded_port`` adds a
 loopback TCP port), keeps an append-only file there, and is stopped with SIGTERM (which makes
 it fsync the AOF) when the node stops. Its actor is ready once the server answers PING, so
-siblings started after it (``rest_for_one``) can rely on it.
+siblings started after it (``rest_for_one``) can rely on it. A server still loading its
+data answers ``LOADING``: it is alive and making progress, so it is waited for however long
+that takes (a ``redis_loading`` line every few seconds); a start is given up only when the
+server exits, or gives no answer at all for ``SILENCE_LIMIT_S``.
+
+A TCP port is reachable by every local user, so with ``embedded_port`` the server requires a
+password: a random one, made once and kept in ``redis.password`` in the data dir (mode 0600),
+handed to the server on its stdin (never on its command line, which every user can read),
+and put in the URL the node's clients use; a node's child processes read the same file. The
+Unix socket (mode 700) asks for the same password then.
 
 The server is owned for life: it gets SIGTERM when its node dies, even by SIGKILL
 (``PR_SET_PDEATHSIG``), and it and its node hold an exclusive lock on the data dir
@@ -16,20 +25,28 @@ The socket is removed only while holding that lock (a leftover of a dead server)
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import enum
 import fcntl
 import importlib.util
 import os
+import re
+import secrets
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
 import redis
 import trio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from runtime.actor import ActorContext, TaskStatus
 from runtime.errors import RuntimeStartError
@@ -41,6 +58,17 @@ HOW_TO_GET_ONE = (
 )
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux; keep a margin
 _LOCK_FILE = "metronome.lock"
+PASSWORD_FILE = "redis.password"
+#: What a password file may hold: URL-safe characters, so it goes into the client URL and
+#: the server's config as it is.
+_PASSWORD = re.compile(r"[A-Za-z0-9._~-]{16,512}")
+#: How long a starting server may give no answer at all (not listening yet, or hung) before
+#: its start is given up. One that answers LOADING is alive and is waited for.
+SILENCE_LIMIT_S = 15.0
+#: How often a ``redis_loading`` line is written while the server loads its data.
+LOADING_REPORT_S = 5.0
+_READY_POLL_S = 0.02
+_LOADING_POLL_S = 0.2
 #: How long a starting node waits for the lock of a server that is going away.
 _LOCK_WAIT_S = 5.0
 _POLL_S = 0.1
@@ -100,10 +128,25 @@ class EmbeddedRedis:
         return self.data_dir.resolve() / "redis.sock"
 
     @property
+    def password_path(self) -> Path:
+        return self.data_dir.resolve() / PASSWORD_FILE
+
+    def password(self) -> str | None:
+        """The server's password: only with a TCP port (the socket alone is the node's
+        user's, mode 700). Made by the main process when it locks the data dir."""
+        return read_password(self.password_path) if self.port else None
+
+    @property
     def url(self) -> str:
-        return f"unix://{self.socket_path}"
+        """What the node's clients (its child processes' too) connect with: the socket,
+        with the password when there is one."""
+        password = self.password()
+        credentials = f":{password}@" if password else ""
+        return f"unix://{credentials}{self.socket_path}"
 
     def command(self, binary: str) -> list[str]:
+        """The server's command line; with a password, ``-`` (the rest of its config,
+        the password, comes on its stdin: a command line is visible to every user)."""
         return [
             binary,
             "--port", str(self.port),
@@ -116,6 +159,7 @@ class EmbeddedRedis:
             "--save", "",
             "--logfile", "redis.log",
             "--daemonize", "no",
+            *(["-"] if self.port else []),
         ]  # fmt: skip
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
@@ -133,9 +177,18 @@ class EmbeddedRedis:
             # We hold the data dir's lock, so no live server of ours uses this socket: it
             # is a leftover of a server that died, safe to remove.
             self.socket_path.unlink(missing_ok=True)
-            process = _spawn(self.command(binary), lock)
-            await self._wait_ready(process)
-            ctx.log.info("embedded_redis_ready", binary=binary, url=self.url, pid=process.pid)
+            password = self.password()
+            config = f"requirepass {password}\n" if password else None
+            process = _spawn(self.command(binary), lock, config)
+            await self._wait_ready(process, password, ctx)
+            ctx.log.info(
+                "embedded_redis_ready",
+                binary=binary,
+                url=f"unix://{self.socket_path}",
+                port=self.port or None,
+                password_file=str(self.password_path) if password else None,
+                pid=process.pid,
+            )
             task_status.started()
             await _exited(process)
             raise RuntimeError(f"embedded redis-server exited with status {process.returncode}")
@@ -176,32 +229,158 @@ class EmbeddedRedis:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         _HELD_LOCKS[path] = fd
+        if self.port:  # under the lock: one writer, before any client reads it
+            ensure_password(self.password_path)
         return fd
 
-    async def _wait_ready(self, process: subprocess.Popen[bytes]) -> None:
-        client = redis.Redis(unix_socket_path=str(self.socket_path), socket_timeout=1.0)
+    async def _wait_ready(
+        self, process: subprocess.Popen[bytes], password: str | None, ctx: ActorContext
+    ) -> None:
+        client = probe_client(self.socket_path, password)
+
+        def still_running() -> None:
+            if process.poll() is not None:
+                log = self.data_dir / "redis.log"
+                tail = log.read_text(errors="replace")[-500:] if log.exists() else ""
+                raise RuntimeStartError(
+                    f"embedded redis-server exited with status {process.returncode}: {tail}"
+                )
+
+        async def report(elapsed_s: float) -> None:
+            perc = await trio.to_thread.run_sync(loaded_perc, client)
+            ctx.log.info(
+                "redis_loading", elapsed_s=round(elapsed_s, 1), loaded_perc=perc, pid=process.pid
+            )
+
         try:
-            with trio.fail_after(15):
-                while True:
-                    if process.poll() is not None:
-                        log = self.data_dir / "redis.log"
-                        tail = log.read_text(errors="replace")[-500:] if log.exists() else ""
-                        raise RuntimeStartError(
-                            f"embedded redis-server exited with status {process.returncode}: {tail}"
-                        )
-                    if await trio.to_thread.run_sync(_pings, client):
-                        return
-                    await trio.sleep(0.02)
+            await wait_ready(lambda: probe(client), still_running, report)
         finally:
             client.close()
 
 
-def _spawn(command: list[str], lock: int) -> subprocess.Popen[bytes]:
+class Answer(enum.Enum):
+    """What a starting server answered a PING."""
+
+    READY = "ready"
+    LOADING = "loading"
+    """Alive, loading its data (``-LOADING``): it answers, it only cannot serve yet."""
+    NONE = "none"
+    """No answer: not listening yet, or hung."""
+
+
+async def wait_ready(
+    ping: Callable[[], Answer],
+    still_running: Callable[[], None],
+    report_loading: Callable[[float], Awaitable[None]],
+    *,
+    silence_limit_s: float = SILENCE_LIMIT_S,
+    report_every_s: float = LOADING_REPORT_S,
+) -> None:
+    """Until the server answers PING. A server loading a large AOF or RDB answers LOADING
+    for as long as it takes, so only silence is bounded: a start is given up when the
+    server gives no answer at all for ``silence_limit_s`` (or ``still_running`` raises,
+    the process having exited). While it loads, ``report_loading(elapsed_s)`` is awaited
+    at once and every ``report_every_s``, so a long start is visibly alive, not a hang.
+    ``ping`` may block on the server: it runs on a worker thread."""
+    start = last_answer = next_report = trio.current_time()
+    while True:
+        still_running()
+        answer = await trio.to_thread.run_sync(ping)
+        now = trio.current_time()
+        if answer is Answer.READY:
+            return
+        if answer is Answer.LOADING:
+            last_answer = now
+            if now >= next_report:
+                await report_loading(now - start)
+                next_report = now + report_every_s
+        elif now - last_answer > silence_limit_s:
+            still_running()  # an exit explains the silence best
+            raise RuntimeStartError(
+                f"embedded redis-server gave no answer for {silence_limit_s:g} s"
+            )
+        await trio.sleep(_LOADING_POLL_S if answer is Answer.LOADING else _READY_POLL_S)
+
+
+def probe_client(socket_path: Path, password: str | None, timeout_s: float = 1.0) -> redis.Redis:
+    """A client for ``probe``: one call is one attempt (redis-py's own retries would wait
+    out a LOADING reply, or silence, inside a single probe)."""
+    return redis.Redis(
+        unix_socket_path=str(socket_path),
+        password=password,
+        socket_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 0),
+    )
+
+
+def probe(client: redis.Redis) -> Answer:
+    """One PING of a starting server. A password it refuses is a start error, not silence:
+    waiting would not change it."""
+    try:
+        client.ping()
+    except redis.exceptions.BusyLoadingError:
+        return Answer.LOADING
+    except redis.exceptions.AuthenticationError as exc:
+        message = f"embedded redis-server refused the node's password: {exc}"
+        raise RuntimeStartError(message) from None
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
+        return Answer.NONE
+    return Answer.READY
+
+
+def loaded_perc(client: redis.Redis) -> float | None:
+    """How much of its data a loading server has read (INFO persistence, which it answers
+    while loading); None if it does not say."""
+    try:
+        info = client.info("persistence")
+    except (redis.exceptions.RedisError, OSError):
+        return None
+    value = info.get("loading_loaded_perc")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def ensure_password(path: Path) -> None:
+    """Make the password file if there is none: 32 random bytes as hex, mode 0600, written
+    whole under a temporary name first, so a reader never sees half of it. Called under
+    the data dir's lock (one writer)."""
+    if path.exists():
+        read_password(path)  # a bad one is an error now, naming the file
+        if path.stat().st_mode & 0o077:  # e.g. copied with the data dir: ours alone again
+            path.chmod(0o600)
+        return
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{PASSWORD_FILE}.")  # 0600
+    try:
+        os.write(fd, f"{secrets.token_hex(32)}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+
+
+def read_password(path: Path) -> str:
+    """The embedded server's password, from its file (made by the node's main process)."""
+    try:
+        password = path.read_text().strip()
+    except FileNotFoundError:
+        raise RuntimeStartError(
+            f"{path} is missing: the node's main process makes it when it starts the "
+            "embedded server"
+        ) from None
+    if not _PASSWORD.fullmatch(password):
+        raise RuntimeStartError(
+            f"{path} holds no usable password (16 to 512 of A-Z a-z 0-9 . _ ~ -); delete "
+            "it and the node makes a new one"
+        )
+    return password
+
+
+def _spawn(command: list[str], lock: int, config: str | None) -> subprocess.Popen[bytes]:
     """Start the server from this (the trio) thread: the death signal is tied to the
     thread that forks, and trio's own ``open_process`` forks from a worker thread that may
     end while the node runs on. In a process group of its own: a Ctrl-C at the terminal
     signals the node's group, and the server must not quit under the node's feet; the
-    node stops it last, after everything that uses it."""
+    node stops it last, after everything that uses it. ``config``: more config lines for
+    its stdin (read whole before it starts), for what must not be on a command line."""
     parent = os.getpid()
 
     def die_with_parent() -> None:  # runs in the child, between fork and exec
@@ -210,14 +389,20 @@ def _spawn(command: list[str], lock: int) -> subprocess.Popen[bytes]:
         if os.getppid() != parent:  # the node died before the line above: follow it
             os._exit(1)
 
-    return subprocess.Popen(
+    process = subprocess.Popen(
         command,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL if config is None else subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         pass_fds=(lock,),  # the server holds the data dir's lock as long as it lives
         preexec_fn=die_with_parent,
         process_group=0,
     )
+    if process.stdin is not None:
+        # A few bytes: they fit the pipe, never block. A server that exited at once (a
+        # broken pipe) is reported by the readiness wait, with its log.
+        with contextlib.suppress(BrokenPipeError), process.stdin:
+            process.stdin.write(config.encode() if config else b"")
+    return process
 
 
 async def _exited(process: subprocess.Popen[bytes]) -> None:
@@ -225,13 +410,6 @@ async def _exited(process: subprocess.Popen[bytes]) -> None:
     started through trio."""
     while process.poll() is None:  # noqa: ASYNC110 - nothing to wait on but the process
         await trio.sleep(_POLL_S)
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
-        return False  # not listening yet, or still loading its AOF (BusyLoadingError)
 
 
 async def _terminate(process: subprocess.Popen[bytes]) -> None:

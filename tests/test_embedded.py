@@ -1,24 +1,39 @@
-"""The embedded Redis server is owned for life by its node: real processes, real SIGKILL."""
+"""The embedded Redis server is owned for life by its node: real processes, real SIGKILL;
+a TCP port only with its password; a large dataset is waited for while it loads."""
 
 from __future__ import annotations
 
 import signal
+import socket
+import stat
+import subprocess
 import time
 from pathlib import Path
 
 import redis
 
+from runtime.embedded_redis import find_server_binary
 from runtime.testing.local_redis import free_port
 from tests.node_process import NodeProcess, alive
 
 
-def embedded_config(tmp_path: Path, name: str, data: Path, port: int) -> Path:
+def embedded_config(
+    tmp_path: Path, name: str, data: Path, port: int, redis_extra: str = "", extra: str = ""
+) -> Path:
     path = tmp_path / f"{name}.toml"
     path.write_text(
         f'namespace = "embedded-test"\n[node]\nname = "{name}"\nshutdown_grace_s = 5\n'
         f'[redis]\nurl = "embedded"\ndata_dir = "{data}"\nembedded_port = {port}\n'
+        f"{redis_extra}{extra}"
     )
     return path
+
+
+def socket_client(data: Path) -> redis.Redis:
+    """A client on the server's socket, with its password when it has one (a TCP port)."""
+    password_file = data / "redis.password"
+    password = password_file.read_text().strip() if password_file.exists() else None
+    return redis.Redis(unix_socket_path=str(data / "redis.sock"), password=password)
 
 
 def wait_gone(pid: int, timeout_s: float = 30.0) -> bool:
@@ -40,7 +55,7 @@ def test_a_killed_node_takes_its_server_along_and_restarts_cleanly_ten_times(
         try:
             ready = node.wait_for("embedded_redis_ready")[0]
             node.wait_for("poller_ready")
-            client = redis.Redis(unix_socket_path=str(data / "redis.sock"))
+            client = socket_client(data)
             if attempt == 0:
                 client.set("survives", "yes")
             assert client.get("survives") == b"yes"  # the same data, every time
@@ -94,3 +109,118 @@ def test_a_second_node_on_the_same_data_dir_refuses_and_leaves_the_first_alone(
         assert first.wait() == 0
     finally:
         first.kill()
+
+
+def test_with_a_tcp_port_only_clients_with_the_password_get_in(tmp_path: Path) -> None:
+    """Every local user can reach a TCP port: the server wants the password kept in the
+    data dir (0600), which the node's processes use (the scheduler runs in a child process
+    here) and an operator reads; it is on no command line and in no log line."""
+    data = tmp_path / "data"
+    port = free_port()
+    node = NodeProcess(
+        embedded_config(tmp_path, "n1", data, port, extra="[processes]\nscheduler = 1\n")
+    )
+    try:
+        ready = node.wait_for("embedded_redis_ready")[0]
+        node.wait_for("poller_ready")  # the child process got in with the password
+        password_file = (data / "redis.password").resolve()
+        assert ready["password_file"] == str(password_file)
+        assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
+        password = password_file.read_text().strip()
+        assert _unauthenticated_ping(port).startswith(b"-NOAUTH")
+        operator = redis.Redis(host="127.0.0.1", port=port, password=password)
+        assert operator.hget("embedded-test:meta", "partitions") == b"16"  # the node's
+        operator.close()
+        client = socket_client(data)  # the socket: the same password
+        assert client.ping()
+        client.close()
+        assert password not in Path(f"/proc/{ready['pid']}/cmdline").read_text()
+        node.signal(signal.SIGTERM)
+        assert node.wait() == 0
+    finally:
+        node.kill()
+    assert not node.events("actor_crashed"), node.raw[-20:]
+    assert not [line for line in node.raw if password in line]
+
+
+#: Keys in the dataset that loads slowly, and how long each takes to load (µs).
+KEYS = 2000
+KEY_LOAD_DELAY_US = 1000
+
+
+def test_a_server_loading_a_large_dataset_is_waited_for_with_progress_lines(
+    tmp_path: Path,
+) -> None:
+    """Loading takes as long as the data needs: the server answers LOADING meanwhile, the
+    node says how far it is (``redis_loading``) and starts its actors once it is done. The
+    server here loads each key slowly (its own ``key-load-delay`` setting), with a TCP port,
+    so the wait goes through the password too."""
+    data = tmp_path / "data"
+    _write_aof(data, KEYS)
+    slow = tmp_path / "slow-redis-server"
+    slow.write_text(
+        f"#!/bin/sh\nexec {find_server_binary()} --key-load-delay {KEY_LOAD_DELAY_US} "
+        '--loading-process-events-interval-bytes 1024 "$@"\n'
+    )
+    slow.chmod(0o755)
+    config = embedded_config(
+        tmp_path, "n1", data, free_port(), redis_extra=f'server_binary = "{slow}"\n'
+    )
+    node = NodeProcess(config)
+    try:
+        loading = node.wait_for("redis_loading")[0]
+        node.wait_for("embedded_redis_ready")
+        node.wait_for("poller_ready")
+        client = socket_client(data)
+        assert client.dbsize() >= KEYS  # everything loaded, and the node's own keys
+        client.close()
+        node.signal(signal.SIGTERM)
+        assert node.wait() == 0
+    finally:
+        node.kill()
+    assert 0 <= loading["loaded_perc"] < 100, loading
+    assert not node.events("actor_crashed"), node.raw[-20:]
+
+
+def _write_aof(data: Path, keys: int) -> None:
+    """A data dir as the embedded server leaves it (AOF, its base an RDB), holding
+    ``keys`` keys."""
+    data.mkdir()
+    filler = data / "filler.sock"
+    server = subprocess.Popen(
+        [
+            find_server_binary(), "--port", "0", "--unixsocket", str(filler),
+            "--dir", str(data), "--appendonly", "yes", "--save", "", "--logfile", "filler.log",
+        ],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    client = redis.Redis(unix_socket_path=str(filler))
+    try:
+        deadline = time.monotonic() + 30
+        while not filler.exists():
+            assert time.monotonic() < deadline, "the filler server never listened"
+            time.sleep(0.02)
+        pipe = client.pipeline(transaction=False)
+        for i in range(keys):
+            pipe.set(f"k{i}", "x" * 100)
+        pipe.execute()
+        client.bgrewriteaof()  # the keys go into the RDB base
+        while _rewriting(client):
+            assert time.monotonic() < deadline, "the AOF rewrite never ended"
+            time.sleep(0.05)
+    finally:
+        client.close()
+        server.terminate()
+        server.wait()
+
+
+def _rewriting(client: redis.Redis) -> bool:
+    info = client.info("persistence")
+    return bool(info["aof_rewrite_in_progress"] or info["aof_rewrite_scheduled"])
+
+
+def _unauthenticated_ping(port: int) -> bytes:
+    """What the server answers a PING from a client that gives no password."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(b"PING\r\n")
+        return conn.recv(1024)
