@@ -45,6 +45,7 @@ from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext
 from runtime.errors import RedisUnavailable
+from runtime.liveness import instance_id
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
 from tests.node_process import NodeProcess
@@ -197,7 +198,7 @@ async def test_a_holder_gone_from_this_host_is_taken_over_without_waiting_for_it
     await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id="x"))
     exited = await trio.lowlevel.open_process(["true"])
     await exited.wait()
-    dead = f"{socket.gethostname()}:{exited.pid}:feed"
+    dead = f"{socket.gethostname()}:{exited.pid}:{instance_id()}:feed"
     _, first = await claim(store, dead, lease_ms=600_000)
     assert first.tasks  # held for ten minutes by a process that is gone
     _, other = await claim(store, "elsewhere:1:live")
@@ -219,7 +220,7 @@ async def test_a_poller_gone_from_this_host_leaves_the_membership_at_once(
     keys = await store.keys()
     exited = await trio.lowlevel.open_process(["true"])
     await exited.wait()
-    dead = f"{socket.gethostname()}:{exited.pid}:feed"
+    dead = f"{socket.gethostname()}:{exited.pid}:{instance_id()}:feed"
     until = await store.now_ms() + 600_000
     await store.client.execute("ZADD", keys.pollers, until, dead, until, "elsewhere:1:live")
     poller = Poller(store, PollerSettings())
