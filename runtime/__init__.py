@@ -8,6 +8,7 @@ from runtime.actor import ActorContext, ActorFn, TaskStatus, actor
 from runtime.channels import Mailbox
 from runtime.errors import (
     ConfigError,
+    RedisRefused,
     RedisUnavailable,
     RestartIntensityExceeded,
     RuntimeStartError,
@@ -20,6 +21,7 @@ __all__ = [
     "ChildSpec",
     "ConfigError",
     "Mailbox",
+    "RedisRefused",
     "RedisUnavailable",
     "Restart",
     "RestartIntensityExceeded",

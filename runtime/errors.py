@@ -5,8 +5,12 @@
 - ``RestartIntensityExceeded``: a supervisor gave up; its parent decides what happens next.
 - ``ChildProcessFailed``: a part of the node running as a child process exited with an
   error status; like any crash, its supervisor restarts it.
-- ``RedisUnavailable``: Redis could not be reached or timed out. It crashes the calling
-  actor on purpose ("let it crash"): the supervisor restarts it with backoff.
+- ``RedisUnavailable``: Redis could not be reached, timed out, or answered that it cannot
+  serve for a moment (loading, busy, changing roles). Actors wait it out
+  (``RedisClient.ride_out``); the API answers 503.
+- ``RedisRefused``: Redis is up and refused a command: writes refused (``OOM``,
+  ``MISCONF``, ``NOREPLICAS``) or a permission missing. Actors repeat the step with
+  backoff and one clear line (``runtime.redis_replies`` classifies every reply).
 """
 
 from __future__ import annotations
@@ -53,3 +57,13 @@ class ChildProcessFailed(Exception):
 
 class RedisUnavailable(Exception):
     """Redis did not answer (connection refused or lost, timeout)."""
+
+
+class RedisRefused(RedisUnavailable):
+    """Redis answered, and refused the command (``runtime.redis_replies``): ``kind`` is
+    ``refused_write``, ``permission`` or ``rejected``; ``fix`` says what an operator does."""
+
+    def __init__(self, kind: str, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.fix = fix

@@ -14,9 +14,13 @@ client cannot run on trio. So every call leaves the trio thread via ``trio.to_th
 
 Connection loss and timeouts surface as ``RedisUnavailable`` (never a hang), and mark the
 client unreachable: one ``redis_unreachable`` line when an outage begins, one
-``redis_reachable`` (with its length) when a call gets through again. Actors do not crash
-on it: ``ride_out`` waits (probing with capped, jittered backoff, cancellably) and repeats
-their step once Redis answers.
+``redis_reachable`` (with its length) when a call gets through again. Every error reply is
+classified once (``runtime.redis_replies``): a transient one (loading, busy, failing over)
+is an outage like the others; a refused one (writes refused, a permission missing, a
+command rejected) is ``RedisRefused``. Actors crash on neither: ``ride_out`` waits
+(probing with capped, jittered backoff, cancellably) and repeats their step once Redis
+answers, or, after a refusal, once a backoff has passed (``redis_refused`` when refusals
+begin, ``redis_accepting`` when a refused step goes through).
 
 Scripts are called by SHA; on NOSCRIPT (a restarted or failed-over server) the source is sent
 once with EVAL, which also caches it on that server (and on the right shard in a cluster).
@@ -45,9 +49,10 @@ import redis.sentinel
 import trio
 
 from runtime.config import SENTINEL_SCHEMES, RedisSection, parse_sentinel_url
-from runtime.errors import RedisUnavailable
+from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.io_threads import IOThreads
-from runtime.logging import get_logger
+from runtime.logging import get_logger, notify_observers
+from runtime.redis_replies import ReplyClass, classify, refused, reply_class, reply_text
 
 T = TypeVar("T")
 
@@ -60,16 +65,15 @@ NoScriptError = redis.exceptions.NoScriptError
 #: How often a pipelined script call is re-sent after NOSCRIPT (a server restarted or had
 #: SCRIPT FLUSH between our load and our call); past that the error is returned in place.
 _NOSCRIPT_RETRIES = 5
-#: Error replies of a server changing roles (a failover) or not ready yet: the same as
-#: unreachable for a moment. A blocked read on a primary being demoted is ``UNBLOCKED``; a
-#: write reaching a replica is ``READONLY``; a cluster moving slots answers ``TRYAGAIN``.
-_TRANSIENT_REPLIES = ("UNBLOCKED", "READONLY", "MASTERDOWN", "TRYAGAIN", "LOADING")
 #: Longest wait in ``aclose`` for calls still running on the I/O threads.
 _CLOSE_WAIT_S = 6.0
 #: Probing an unreachable Redis: the first wait, doubling (with jitter) up to the cap, so
 #: fires resume within about a second of Redis answering again.
 _PROBE_FIRST_S = 0.05
 _PROBE_CAP_S = 1.0
+#: Repeating a step Redis refused: the first wait, doubling (with jitter) up to the cap.
+_REFUSED_FIRST_S = 0.1
+_REFUSED_CAP_S = 5.0
 
 
 @attrs.frozen
@@ -108,6 +112,12 @@ class RedisClient:
         self._clock: tuple[float, int] | None = None  # (local monotonic s, Redis ms) at reading
         self._down_since: float | None = None
         """Monotonic time of the first failed call of the current outage; None: reachable."""
+        self._refused: RedisRefused | None = None
+        """The refusal of the current run of refused steps (``ride_out``); None: none."""
+        self.recovered_at: float | None = None
+        """Monotonic time the last outage or run of refusals ended (None: none seen): a
+        claimer waits a lease after it before taking over other consumers' messages,
+        whose renewals could not get through meanwhile."""
         self._log = get_logger(actor="redis")
 
     # -- construction ---------------------------------------------------------------------
@@ -158,12 +168,19 @@ class RedisClient:
             except redis.exceptions.ClusterDownError as exc:
                 raise RedisUnavailable(f"redis cluster at {self.description}: {exc}") from exc
             except redis.exceptions.ResponseError as exc:
-                if str(exc).startswith(_TRANSIENT_REPLIES):
-                    raise RedisUnavailable(f"redis at {self.description}: {exc}") from exc
-                raise
+                if isinstance(exc, NoScriptError):
+                    raise
+                classified = classify(exc, self.description)
+                if classified is exc:
+                    raise
+                raise classified from exc
 
         try:
             result = await self._threads.run(guarded)
+        except RedisRefused:
+            if self._down_since is not None:  # refused: so it answers
+                self._mark_up()
+            raise
         except RedisUnavailable as exc:
             self._mark_down(exc)
             raise
@@ -225,7 +242,7 @@ class RedisClient:
             )
             for command in commands:
                 pipe.execute_command(*command)
-            return _transient_raised(list(pipe.execute(raise_on_error=False)))
+            return self._classified(list(pipe.execute(raise_on_error=False)))
 
         return await self.run_sync(run)
 
@@ -273,9 +290,25 @@ class RedisClient:
                 retried = self._pipelined_evalsha([calls[i] for i in missing])
                 for i, reply in zip(missing, retried, strict=True):
                     replies[i] = reply
-            return _transient_raised(replies)
+            return self._classified(replies)
 
         return await self.run_sync(run)
+
+    def _classified(self, replies: list[Reply]) -> list[Reply]:
+        """A pipeline's replies with each error reply classified: a transient one raises
+        for the whole call (as ``ConnectionError``, which ``run_sync`` reports as
+        ``RedisUnavailable``), so the caller waits for the server instead of taking it for a
+        failed command; a refused one is returned in place as ``RedisRefused``."""
+        out = list(replies)
+        for i, reply in enumerate(out):
+            if not isinstance(reply, redis.exceptions.ResponseError) or isinstance(
+                reply, NoScriptError
+            ):
+                continue
+            if reply_class(reply) is ReplyClass.TRANSIENT:
+                raise redis.exceptions.ConnectionError(reply_text(reply))
+            out[i] = classify(reply, self.description)  # rejected: the reply itself
+        return out
 
     def _pipelined_evalsha(
         self, calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
@@ -299,6 +332,12 @@ class RedisClient:
             )
         else:
             self._raw.script_load(script.source)
+
+    async def wait_abandoned(self) -> None:
+        """Until every call abandoned on cancellation has ended (it reached Redis or
+        failed): so that a step taken next cannot race a write given up on. Cancellable;
+        each such call is bounded by the socket timeout."""
+        await self._threads.wait_abandoned()
 
     async def ping(self) -> bool:
         return bool(await self.run_sync(lambda: self._raw.ping()))
@@ -335,12 +374,36 @@ class RedisClient:
         if self._down_since is not None:
             outage_s = round(time.monotonic() - self._down_since, 3)
             self._down_since = None
+            self.recovered_at = time.monotonic()
             self._log.info("redis_reachable", redis=self.description, outage_s=outage_s)
+
+    def _note_refused(self, error: RedisRefused, actor: str) -> None:
+        """A step was refused: the first refusal of a run logs it (with the fix); each is
+        counted (``redis_refused`` observers' event)."""
+        if self._refused is None:
+            self._refused = error
+            self._log.error(
+                "redis_refused", redis=self.description, kind=error.kind, error=str(error),
+                fix=error.fix, actor=actor,
+            )  # fmt: skip
+        notify_observers(actor, [("redis_refused", {"kind": error.kind})])
+
+    def _note_accepted(self) -> None:
+        if self._refused is not None:
+            kind, self._refused = self._refused.kind, None
+            self.recovered_at = time.monotonic()
+            self._log.info("redis_accepting", redis=self.description, after=kind)
 
     @property
     def reachable(self) -> bool:
         """False from a call that could not reach Redis until one that could."""
         return self._down_since is None
+
+    @property
+    def refusing(self) -> str | None:
+        """While steps are being refused (from a refusal until a refused step goes
+        through): the refusal's kind (``refused_write``, ``permission``, ``rejected``)."""
+        return None if self._refused is None else self._refused.kind
 
     async def wait_until_reachable(self) -> None:
         """Until Redis answers PING, probing with capped, jittered backoff (cancellable).
@@ -357,15 +420,36 @@ class RedisClient:
             await trio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, _PROBE_CAP_S)
 
-    async def ride_out(self, step: Callable[[], Awaitable[T]]) -> T:
+    async def ride_out(self, step: Callable[[], Awaitable[T]], actor: str = "") -> T:
         """Run ``step``; while Redis is unreachable or stalled, wait for it and run ``step``
-        again. For steps that are safe to repeat (a poller tick, a consumer read, a batch's
-        completion): an outage is a state the actor waits through, not a crash."""
+        again; while Redis refuses it (writes refused, a permission missing, a command
+        rejected: ``runtime.redis_replies``), run it again after a capped, jittered
+        backoff. For steps that are safe to repeat (a poller tick, a consumer read, a
+        batch's completion): an outage or a refusal is a state the actor waits through,
+        not a crash. ``actor``: who is waiting, for the ``redis_refused`` line."""
+        refusals = 0
         while True:
             try:
-                return await step()
+                result = await step()
+            except RedisRefused as exc:
+                refusals += 1
+                await self._wait_after_refusal(exc, refusals, actor)
+                continue
+            except ResponseError as exc:  # rejected: the command cannot succeed as sent
+                refusals += 1
+                await self._wait_after_refusal(refused(exc, self.description), refusals, actor)
+                continue
             except RedisUnavailable:
                 await self.wait_until_reachable()
+                continue
+            if refusals:
+                self._note_accepted()
+            return result
+
+    async def _wait_after_refusal(self, error: RedisRefused, refusals: int, actor: str) -> None:
+        self._note_refused(error, actor)
+        delay = min(_REFUSED_CAP_S, _REFUSED_FIRST_S * 2 ** min(refusals - 1, 10))
+        await trio.sleep(delay * random.uniform(0.5, 1.0))
 
     @property
     def _raw(self) -> Any:
@@ -441,18 +525,6 @@ def _send_and_read(conn: Any, commands: Sequence[Sequence[Any]]) -> list[Reply]:
             replies.append(conn.read_response())
         except redis.exceptions.ResponseError as exc:
             replies.append(exc)
-    return replies
-
-
-def _transient_raised(replies: list[Reply]) -> list[Reply]:
-    """A pipeline's replies, unless one is a server changing roles: then the whole call
-    raises (as ``ConnectionError``, which ``run_sync`` reports as ``RedisUnavailable``), so
-    the caller waits for the failover instead of taking it for a failed command."""
-    for reply in replies:
-        if isinstance(reply, redis.exceptions.ResponseError) and str(reply).startswith(
-            _TRANSIENT_REPLIES
-        ):
-            raise redis.exceptions.ConnectionError(str(reply))
     return replies
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis.exceptions
 import structlog.testing
 import trio
 
@@ -969,20 +968,30 @@ async def test_a_failed_enqueue_sent_with_its_commit_leaves_the_grid_where_it_wa
 ) -> None:
     """The commit travels in the enqueue's pipeline; when the enqueue fails (here its stream
     key holds a string: WRONGTYPE), the commit finds the enqueue's marker missing and moves
-    nothing: the tasks stay due, and fire once the stream can take them."""
+    nothing: the tasks stay due, the tick waits (Redis rejected the enqueue: it repeats it
+    with backoff, no crash), and they fire once the stream can take them."""
     store, past, ids = await tasks_in_partitions(redis_client, namespace, partitions)
     keys = await store.keys()
     scripts = await store.scripts()
     await store.client.execute("SET", keys.queue("t"), "not a stream")
     poller = Poller(store, PollerSettings())
     every = list(range(partitions))
-    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
-        await poller.tick(scripts, every, get_logger())
-    for task in await store.get_many(ids):
-        assert task is not None and (task.next_run_ms, task.fires) == (past, 0)  # not committed
-    await store.client.execute("DEL", keys.queue("t"))
-    result = await poller.tick(scripts, every, get_logger())
+    results: list[TickResult] = []
+
+    async def tick() -> None:
+        results.append(await poller.tick(scripts, every, get_logger()))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tick)
+        with trio.fail_after(30):
+            while store.client.refusing != "rejected":  # noqa: ASYNC110 - another task
+                await trio.sleep(0.01)
+        for task in await store.get_many(ids):
+            assert task is not None and (task.next_run_ms, task.fires) == (past, 0)  # not moved
+        await store.client.execute("DEL", keys.queue("t"))
+    (result,) = results
     assert result.enqueued == len(ids)
+    assert store.client.refusing is None
     fired = sorted(f["schedule_id"] for f in await stream_fires(store, "t"))
     assert fired == sorted(f"{i}:{past}" for i in ids)
     for task in await store.get_many(ids):

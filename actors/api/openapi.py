@@ -287,6 +287,11 @@ SCHEMAS: dict[str, Any] = {
                 "additionalProperties": _STR,
                 "description": "actor path → why it is down; only for a signed request",
             },
+            "redis_refusing": {
+                **_STR,
+                "description": "present while Redis refuses this process's steps: "
+                "refused_write, permission or rejected",
+            },
         },
     ),
 }

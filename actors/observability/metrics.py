@@ -4,7 +4,8 @@
 (``install``): every ``queued``, ``running``, ``finished``, ``retried``, ``dead``,
 ``misfired``, ``duplicate_dropped``, ``reclaimed`` event (the first three as one summary a
 batch: ``fires_queued`` and ``runs_started`` where their debug lines are off, and
-``runs_finished`` always) and every actor restart or give-up becomes a sample, so the
+``runs_finished`` always), every step Redis refused (``redis_refused``, from
+``runtime.redis_io``) and every actor restart or give-up becomes a sample, so the
 metrics say what the audit log says. Labels are the task type, an outcome or reason from a
 fixed set, or an actor path (the tree's shape): never a task id, so cardinality stays
 bounded. docs/OBSERVABILITY.md lists every metric.
@@ -81,6 +82,12 @@ DURATION = Histogram(
     ["type"],
     buckets=_DURATION_BUCKETS,
 )
+REDIS_REFUSALS = Counter(
+    "metronome_redis_refusals_total",
+    "Steps Redis refused and that wait to be repeated, by kind: refused_write (OOM, "
+    "MISCONF, NOREPLICAS), permission (NOPERM, a disabled command) or rejected.",
+    ["kind"],
+)
 RESTARTS = Counter("metronome_actor_restarts_total", "Actor restarts by its supervisor.", ["actor"])
 GIVE_UPS = Counter(
     "metronome_actor_give_ups_total",
@@ -143,6 +150,8 @@ def count_events(actor: str, events: Events) -> None:
             tally[(DUPLICATES, kind)] += 1
         elif event == "reclaimed":
             tally[(RECLAIMS, kind)] += 1
+        elif event == "redis_refused":
+            tally[(REDIS_REFUSALS, str(fields.get("kind", "")))] += 1
         elif event == "actor_restarting":
             tally[(RESTARTS, actor)] += 1
         elif event == "actor_gave_up":

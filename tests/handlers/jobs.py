@@ -74,6 +74,18 @@ async def flaky(ctx: HandlerContext) -> str:
     return "finally"
 
 
+async def slow_flaky(ctx: HandlerContext) -> str:
+    """Records its start, sleeps payload["sleep_s"] seconds, then fails until attempt
+    payload["succeed_on"] (a test changes Redis while it runs)."""
+    _record(ctx, "started")
+    await trio.sleep(float(ctx.payload.get("sleep_s", 1.0)))
+    if ctx.attempt < int(ctx.payload.get("succeed_on", 1)):
+        _record(ctx, "failed")
+        raise RuntimeError("not yet")
+    _record(ctx, "ran")
+    return "finally"
+
+
 async def asks_retry(ctx: HandlerContext) -> None:
     _record(ctx, "failed")
     raise RetryLater(0.2, "come back soon")

@@ -1,0 +1,227 @@
+"""Redis refusing commands: every error reply classified, nothing acknowledged that
+depends on a refused write, no actor crashing on a reply.
+
+Each test runs against a real redis-server: the suite's own (a namespace of its own) where
+the fault is confined to one key, a dedicated one where the fault is server-wide
+(``maxmemory``, a busy script, ACL users)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import trio
+
+from actors.config import ConsumerSection
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.store.keys import GROUP
+from actors.store.tasks import TaskStore
+from runtime.config import RedisSection
+from runtime.embedded_redis import find_server_binary
+from runtime.errors import RedisRefused, RedisUnavailable
+from runtime.redis_io import RedisClient
+from runtime.redis_replies import ReplyClass, reply_class
+from runtime.testing.local_redis import RedisProcess
+from tests.execution_harness import (
+    node_config,
+    periodic_tasks,
+    records,
+    running_node,
+    wait_every_fire_ran,
+    wait_until,
+)
+
+LogLines = Callable[[], list[dict[str, Any]]]
+
+
+@pytest.fixture
+def server() -> Iterator[RedisProcess]:
+    """A server of this test alone: its faults reach no other test."""
+    process = RedisProcess(find_server_binary()).start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+async def own_client(server: RedisProcess) -> Any:
+    client = RedisClient.from_settings(server.url, RedisSection(url=server.url))
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def _events(log_lines: LogLines, name: str) -> list[dict[str, Any]]:
+    return [e for e in log_lines() if e["event"] == name]
+
+
+async def _pending(store: TaskStore, task_type: str) -> int:
+    keys = await store.keys()
+    summary = await store.client.execute("XPENDING", keys.queue(task_type), GROUP)
+    return int(summary["pending"])
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind"),
+    [
+        ("LOADING Redis is loading the dataset in memory", ReplyClass.TRANSIENT),
+        ("BUSY Redis is busy running a script.", ReplyClass.TRANSIENT),
+        ("CLUSTERDOWN The cluster is down", ReplyClass.TRANSIENT),
+        ("READONLY You can't write against a read only replica.", ReplyClass.TRANSIENT),
+        ("OOM command not allowed when used memory > 'maxmemory'. script: 1f, on @user_script:3.",
+         ReplyClass.REFUSED_WRITE),
+        ("MISCONF Redis is configured to save RDB snapshots", ReplyClass.REFUSED_WRITE),
+        ("NOREPLICAS Not enough good replicas to write.", ReplyClass.REFUSED_WRITE),
+        ("NOPERM User u has no permissions to run the 'xadd' command", ReplyClass.PERMISSION),
+        ("ERR The user executing the script can't run this command or subcommand script: 1f",
+         ReplyClass.PERMISSION),
+        ("ERR unknown command 'FLUSHALL', with args beginning with: ", ReplyClass.PERMISSION),
+        ("WRONGTYPE Operation against a key holding the wrong kind of value",
+         ReplyClass.REJECTED),
+        ("ERR syntax error", ReplyClass.REJECTED),
+    ],
+)  # fmt: skip
+def test_every_error_reply_has_one_class(reply: str, kind: ReplyClass) -> None:
+    assert reply_class(reply) is kind
+
+
+async def test_a_failed_run_stays_pending_while_its_retry_write_is_refused(
+    redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path, record: Path,
+    log_lines: LogLines,
+) -> None:  # fmt: skip
+    """The retry key holds a string: the retry write fails with WRONGTYPE. The failed run
+    must not be acknowledged (it would be lost: no retry, no dead letter), and it must be
+    retried once the key is fixed; no actor crashes meanwhile."""
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    section = ConsumerSection(
+        handler="tests.handlers.jobs:flaky", max_attempts=3, backoff_base_s=0.05
+    )
+    config = node_config(redis_url, namespace, tmp_path, {"flaky": section})
+    await store.create(TaskSpec("flaky", Schedule("once", at_ms=0), {"succeed_on": 1}, task_id="f"))
+    keys = await store.keys()
+    retry_key = keys.retry(keys.partition_of("f"))
+    await redis_client.execute("SET", retry_key, "not a sorted set")
+    async with running_node(config):
+        await wait_until(lambda: _true(any(r["event"] == "failed" for r in records(record))))
+        await wait_until(
+            lambda: _true(
+                any(e.get("kind") == "rejected" for e in _events(log_lines, "redis_refused"))
+            )
+        )
+        await trio.sleep(0.5)  # the consumer keeps retrying its batch meanwhile
+        assert await _pending(store, "flaky") == 1  # not acknowledged
+        assert not [e for e in log_lines() if e["event"] == "retried"]
+        await redis_client.execute("DEL", retry_key)
+        await wait_until(lambda: _true(any(r["event"] == "ran" for r in records(record))))
+    assert [(r["event"], r["attempt"]) for r in records(record)] == [("failed", 0), ("ran", 1)]
+    assert not _events(log_lines, "actor_crashed")
+    assert _events(log_lines, "redis_accepting")
+    assert await redis_client.execute("XLEN", keys.dlq("flaky")) == 0
+
+
+async def test_writes_refused_at_maxmemory_lose_no_retry(
+    server: RedisProcess, own_client: RedisClient, namespace: str, tmp_path: Path,
+    record: Path, log_lines: LogLines,
+) -> None:  # fmt: skip
+    """Redis at maxmemory (noeviction) while a failing run finishes: its retry is written
+    once Redis takes writes again, and runs; nothing was acknowledged before."""
+    store = TaskStore(own_client, namespace, default_partitions=4)
+    section = ConsumerSection(
+        handler="tests.handlers.jobs:slow_flaky", max_attempts=3, backoff_base_s=0.05
+    )
+    config = node_config(server.url, namespace, tmp_path, {"slow": section})
+    payload = {"succeed_on": 1, "sleep_s": 1.0}
+    await store.create(TaskSpec("slow", Schedule("once", at_ms=0), payload, task_id="s"))
+    async with running_node(config):
+        await wait_until(lambda: _true(any(r["event"] == "started" for r in records(record))))
+        await own_client.execute("CONFIG", "SET", "maxmemory", "1")
+        await wait_until(lambda: _true(any(r["event"] == "failed" for r in records(record))))
+        await wait_until(
+            lambda: _true(
+                any(e.get("kind") == "refused_write" for e in _events(log_lines, "redis_refused"))
+            )
+        )
+        assert await _pending(store, "slow") == 1
+        await own_client.execute("CONFIG", "SET", "maxmemory", "0")
+        await wait_until(lambda: _true(any(r["event"] == "ran" for r in records(record))))
+    runs = [(r["event"], r["attempt"]) for r in records(record)]
+    assert runs == [("started", 0), ("failed", 0), ("started", 1), ("ran", 1)]
+    assert not _events(log_lines, "actor_crashed")
+    refused = _events(log_lines, "redis_refused")
+    assert "maxmemory" in refused[0]["fix"] or "OOM" in refused[0]["fix"]
+
+
+def _busy_script(url: str, seconds: float) -> threading.Thread:
+    """A Lua busy loop of ``seconds`` on another connection (Redis answers BUSY meanwhile)."""
+    loop = (
+        "local t0 = redis.call('TIME') local s = tonumber(ARGV[1]) "
+        "while true do local t = redis.call('TIME') "
+        "if (t[1] - t0[1]) + (t[2] - t0[2]) / 1e6 > s then return 1 end end"
+    )
+    client = redis.Redis.from_url(url, socket_timeout=seconds + 30)
+    thread = threading.Thread(target=client.eval, args=(loop, 0, seconds), daemon=True)
+    thread.start()
+    return thread
+
+
+async def test_a_busy_script_is_ridden_out_like_an_outage(
+    server: RedisProcess, own_client: RedisClient, namespace: str, tmp_path: Path,
+    record: Path, log_lines: LogLines,
+) -> None:  # fmt: skip
+    store = TaskStore(own_client, namespace, default_partitions=4)
+    section = ConsumerSection(handler="tests.handlers.jobs:noop", concurrency=20, lease_s=3)
+    config = node_config(server.url, namespace, tmp_path, {"work": section})
+    await own_client.execute("CONFIG", "SET", "busy-reply-threshold", "100")
+    ids, start_ms = await periodic_tasks(store, 10, 0.5)
+    async with running_node(config):
+        await wait_until(lambda: _true(len(records(record)) >= 20))
+        busy = _busy_script(server.url, 3.0)
+        await trio.to_thread.run_sync(busy.join)
+        until_ms = await store.now_ms() + 1500
+        await wait_every_fire_ran(record, ids, start_ms, until_ms)
+    assert any("BUSY" in e["error"] for e in _events(log_lines, "redis_unreachable"))
+    assert not _events(log_lines, "actor_crashed")
+    assert not _events(log_lines, "redis_refused")
+
+
+async def test_a_missing_permission_is_one_line_and_a_wait_not_a_crash(
+    server: RedisProcess, own_client: RedisClient, log_lines: LogLines
+) -> None:
+    await own_client.execute("ACL", "SETUSER", "limited", "on", ">pw", "~*", "+@all", "-xlen")
+    url = f"redis://limited:pw@127.0.0.1:{server.port}/0"
+    client = RedisClient.from_settings(url, RedisSection(url=url))
+    try:
+        with pytest.raises(RedisRefused) as refused:
+            await client.execute("XLEN", "s")
+        assert refused.value.kind == "permission"
+        assert isinstance(refused.value, RedisUnavailable)  # API: 503, never a 500
+        result: list[int] = []
+
+        async def step() -> None:
+            result.append(await client.execute("XLEN", "s"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.ride_out, step, "node/test")
+            await wait_until(lambda: _true(len(_events(log_lines, "redis_refused")) >= 1))
+            assert client.refusing == "permission"
+            await trio.sleep(0.5)  # refused again meanwhile, logged once
+            await own_client.execute("ACL", "SETUSER", "limited", "+xlen")
+            await wait_until(lambda: _true(bool(result)))
+        (line,) = _events(log_lines, "redis_refused")
+        assert line["kind"] == "permission" and "users.acl" in line["fix"]
+        assert line["actor"] == "node/test"
+        assert _events(log_lines, "redis_accepting")
+        assert client.refusing is None
+    finally:
+        await client.aclose()
