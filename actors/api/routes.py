@@ -305,8 +305,13 @@ async def readyz(call: Call) -> Response:
         redis_ok = await call.store.client.ping()
     except Exception:
         redis_ok = False
-    ready = redis_ok and not down
+    # Redis answering PING may still refuse writes (OOM, MISCONF): not ready while this
+    # process's steps are being refused (runtime.redis_replies).
+    refusing = call.store.client.refusing
+    ready = redis_ok and not down and refusing is None
     answer: dict[str, Any] = {"ready": ready, "redis": redis_ok}
+    if refusing is not None:
+        answer["redis_refusing"] = refusing
     # Without Redis no signature can be checked (its clock and nonces live there).
     if redis_ok and await _signed_key(call) is not None:
         answer["actors_down"] = down
@@ -324,8 +329,10 @@ async def _signed_key(call: Call) -> ApiKey | None:
             request.method, _path_with_query(request), dict(request.headers), call.body
         )
     except (AuthError, RedisUnavailable) as exc:
-        call.services.log.info("api_request", method=request.method, path=request.url.path,
-                               refused=str(exc))  # fmt: skip
+        call.services.log.info(
+            "api_request", method=request.method, path=request.url.path, key=None,
+            refused=str(exc), claimed_key=request.headers.get(KEY_HEADER, "")[:64],
+        )  # fmt: skip
         return None
 
 

@@ -368,7 +368,8 @@ class Scripts(TaskScripts):
         return int(count)
 
     async def dead_letter(self, task_type: str, entries: Sequence[DeadLetterWrite]) -> list[str]:
-        """``dead_letter.lua``: move messages to the DLQ with their ACK; the DLQ entry ids."""
+        """``dead_letter.lua``: move messages to the DLQ with their ACK; the DLQ entry ids
+        ('' for a message no longer pending: it gets no second dead letter)."""
         if not entries:
             return []
         (ids,) = await self._run([self._dead_letter_call(task_type, entries)])
@@ -423,18 +424,19 @@ class Scripts(TaskScripts):
         acks: Sequence[str],
     ) -> None:
         """A consumer's batch of outcomes, in the order that keeps the ACK invariant:
-        retry contexts and task outcomes first, then dead letters and ACKs. On one server
-        a single pipeline runs in order; across cluster shards it need not, so there the
-        partition writes complete first and the stream writes follow."""
+        retry contexts and task outcomes first, then dead letters and ACKs, only once every
+        one of those writes succeeded. Two round trips, on one server too: a pipeline runs
+        every command, so an ACK pipelined behind a refused write (``OOM``, ``MISCONF``, a
+        key of the wrong type) would be acknowledged with its retry never written. A write
+        that fails raises here with nothing acknowledged; the caller repeats the whole
+        batch (each write is safe to repeat: a retry context or outcome is set again, a
+        dead letter is written only while its message is still pending)."""
         partition_calls = self._partition_calls(retries, outcomes)
         stream_calls = ([self._dead_letter_call(task_type, dead)] if dead else []) + (
             [self._ack_call(task_type, acks)] if acks else []
         )
-        if self.client.is_cluster:
-            await self._run(partition_calls)
-            await self._run(stream_calls)
-        else:
-            await self._run(partition_calls + stream_calls)
+        await self._run(partition_calls)
+        await self._run(stream_calls)
 
     async def renew_leases(self, task_type: str, consumer: str, ids: Sequence[str]) -> list[str]:
         """``renew_leases.lua``: reset the idle time of our own in-flight messages."""
@@ -470,11 +472,13 @@ class Scripts(TaskScripts):
         )
         return bool(int(reply))
 
-    async def recover(self, task_type: str, consumer: str, count: int) -> list[Reclaimed]:
-        """``recover.lua``: claim back what an earlier incarnation of ``consumer`` left
-        pending (idle reset), as (id, fields)."""
+    async def recover(
+        self, task_type: str, consumer: str, count: int, min_idle_ms: int = 0
+    ) -> list[Reclaimed]:
+        """``recover.lua``: claim back what is pending under ``consumer`` with at least
+        ``min_idle_ms`` of idle time (idle reset, delivery count kept), as (id, fields)."""
         (entries,) = await self._run(
-            [(lua.RECOVER, [self.keys.queue(task_type)], [GROUP, consumer, count])]
+            [(lua.RECOVER, [self.keys.queue(task_type)], [GROUP, consumer, count, min_idle_ms])]
         )
         return [
             Reclaimed(msg_id.decode(), consumer, 0, 0, flat_fields(fields))
@@ -485,19 +489,18 @@ class Scripts(TaskScripts):
 
     async def reclaim(
         self, task_type: str, consumer: str, lease_ms: int, count: int, max_deliveries: int,
-        node: str,
+        node: str, sent_ms: int | None = None, max_delay_ms: int = 0,
     ) -> Reclaim:  # fmt: skip
         """``reclaim.lua``: take over up to ``count`` messages idle past the lease for
-        ``consumer``; dead-letter those delivered ``max_deliveries`` times (poison)."""
+        ``consumer``; dead-letter those delivered ``max_deliveries`` times (poison).
+        ``sent_ms``: the caller's reading of Redis's clock as it sends the call; when the
+        call runs more than ``max_delay_ms`` later (Redis paused or stalled in between),
+        it takes nothing (``Reclaim.stalled``)."""
         k = self.keys
-        ((claimed, poisoned),) = await self._run(
-            [
-                (
-                    lua.RECLAIM,
-                    [k.queue(task_type), k.dlq(task_type)],
-                    [GROUP, consumer, lease_ms, count, max_deliveries, node],
-                )
-            ]
+        args = [GROUP, consumer, lease_ms, count, max_deliveries, node, task_type]
+        args += [or_empty(sent_ms), max_delay_ms]
+        ((claimed, poisoned, stalled),) = await self._run(
+            [(lua.RECLAIM, [k.queue(task_type), k.dlq(task_type)], args)]
         )
         return Reclaim(
             claimed=[
@@ -507,6 +510,7 @@ class Scripts(TaskScripts):
                 for msg_id, owner, idle, deliveries, fields in claimed
             ],
             poisoned=[m.decode() for m in poisoned],
+            stalled=bool(int(stalled)),
         )
 
     async def prune_consumers(self, task_type: str, min_idle_ms: int, keep: str) -> list[str]:
@@ -548,7 +552,13 @@ class Scripts(TaskScripts):
         ``REPLAY_MALFORMED`` (``actors.store.codes``), the entry's task id or None)."""
         k = self.keys
         ((outcomes, task_ids),) = await self._run(
-            [(lua.REPLAY_DEAD, [k.queue(task_type), k.dlq(task_type)], [task_type, *entry_ids])]
+            [
+                (
+                    lua.REPLAY_DEAD,
+                    [k.queue(task_type), k.dlq(task_type)],
+                    [task_type, k.seen_prefix(task_type), *entry_ids],
+                )
+            ]
         )
         return [
             (as_str(outcome), as_str(task_id) or None)
