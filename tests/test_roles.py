@@ -175,7 +175,7 @@ async def test_a_duplicate_dropped_at_begin_is_no_longer_in_flight(store: TaskSt
     flight = Flight()
     free = trio_util.AsyncValue(5)
     reader = Reader(
-        scripts, streams, "t", "n1", flight, free, start,
+        scripts, streams, "t", "n1", flight, ConsumerState(free=free), start,
         block_ms=100, dedupe_window_ms=60_000, actor="test",
     )  # fmt: skip
     for m in (first, second):

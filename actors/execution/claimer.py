@@ -1,10 +1,18 @@
 """The claimer of one task type: takes over messages whose consumer died.
 
 Every ``claimer_interval_s`` it runs ``reclaim.lua`` for as many messages as its node's
-consumer of the type has free slots: messages pending longer than the lease (their
-consumer stopped renewing them: it died, or released them at shutdown) are claimed for
-this node's consumer and handed to it through its mailbox; a message already delivered
-``max_deliveries`` times is poison and goes to the dead-letter queue instead.
+consumer of the type has free slots (less what already waits in its mailbox): messages
+pending longer than the lease (their consumer stopped renewing them: it died, or released
+them at shutdown) are claimed for this node's consumer and handed to it through its
+mailbox; a message already delivered ``max_deliveries`` times is poison and goes to the
+dead-letter queue instead.
+
+Live holders win after an outage. While Redis is away or stalled, no consumer can renew,
+yet its messages' idle time keeps counting on Redis's clock. So a claimer takes nothing
+for a full lease after an outage or a run of refusals it saw end
+(``RedisClient.recovered_at``), and a reclaim call that Redis ran more than a third of a
+lease after it was sent (a pause or stall in between) takes nothing and counts as an
+outage seen: by then every live holder has renewed.
 
 Every round it also trims the stream's acknowledged entries from its head
 (``trim_acked.lua``: consumers acknowledge without deleting, which saves Redis an ``XDEL``
@@ -15,6 +23,7 @@ messages is never removed.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import attrs
@@ -60,6 +69,8 @@ class Claimer:
         self.node = node
         self.settings = settings
         self.actor = f"node/consumers/{task_type}/claimer"
+        self._stalled_at = -1e18
+        """Monotonic time of the last reclaim call that found Redis had stalled it."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         redis = self.store.client
@@ -76,15 +87,27 @@ class Claimer:
                 await redis.ride_out(lambda: self.prune(scripts))
                 last_prune = trio.current_time()
 
+    def _in_grace(self, client: Any) -> bool:
+        """Whether an outage (or a stall, or refusals) ended less than a lease ago."""
+        ended = max(client.recovered_at or -1e18, self._stalled_at)
+        return time.monotonic() - ended < self.settings.lease_s
+
     async def tick(self, scripts: Scripts) -> int:
         """Reclaim up to the consumer's free slots; return how many were handed over."""
-        name, free = self.state.name, self.state.free.value
-        if name is None or free <= 0:
+        name = self.state.name
+        free = self.state.free.value - len(self.state.held)
+        client = scripts.client
+        if name is None or free <= 0 or self._in_grace(client):
             return 0
         s = self.settings
+        lease_ms = int(s.lease_s * 1000)
         reclaim = await scripts.reclaim(
-            self.type, name, int(s.lease_s * 1000), free, s.max_deliveries, self.node
-        )
+            self.type, name, lease_ms, free, s.max_deliveries, self.node,
+            sent_ms=await client.clock_ms(), max_delay_ms=lease_ms // 3,
+        )  # fmt: skip
+        if reclaim.stalled:
+            self._stalled_at = time.monotonic()
+            return 0
         events: list[tuple[str, dict[str, Any]]] = [
             ("dead", {"msg_id": m, "type": self.type, "reason": "poison"}) for m in reclaim.poisoned
         ]
@@ -110,6 +133,8 @@ class Claimer:
                 )
             )
         emit_events(self.actor, events)
+        for message in messages:  # held before the first await: renewed from now on
+            self.state.held[message.msg_id] = message
         for message in messages:
             await self.inbox.send.send(message)
         return len(messages)

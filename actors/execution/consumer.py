@@ -10,9 +10,9 @@ It wires four parts, each its own module, around one ``Flight`` (what this run h
 3. completing (here, with the pure decision in ``completion``): outcomes flushed in
    batches, results-log lines written first, then retry contexts and task outcomes, then
    dead letters and ACKs (``Scripts.complete``);
-4. leases (``leases``): every ``lease_s / 3`` the lease of every message in flight is
-   renewed, so a live, busy consumer is never robbed; at the end everything unfinished is
-   released.
+4. leases (``leases``): every ``lease_s / 3`` the lease of every message this consumer
+   holds is renewed (in flight, or waiting in its mailbox: ``ConsumerState.held``), so a
+   live, busy consumer is never robbed; at the end everything unfinished is released.
 
 Invariant: a message is acknowledged only after its handler finished and its outcome
 (result line, retry context or DLQ entry) is written. A node killed at any point leaves
@@ -53,7 +53,8 @@ FLUSH_GATHER_S = 0.005
 RECOVER_MAX = 10_000
 
 
-def _drain(inbox: Mailbox[Message]) -> None:
+def _drain(inbox: Mailbox[Message], state: ConsumerState) -> None:
+    state.held.clear()
     while True:
         try:
             inbox.receive.receive_nowait()
@@ -81,6 +82,11 @@ class ConsumerState:
     """This node's consumer name in the group, once the consumer is running."""
     free: trio_util.AsyncValue[int] = attrs.field(factory=lambda: trio_util.AsyncValue(0))
     """Free handler slots right now."""
+    held: dict[str, Message] = attrs.field(factory=dict)
+    """Messages the claimer took over for the consumer, waiting in its mailbox (by id):
+    pending under the consumer's name, so their leases are renewed with those in flight,
+    and a recovery of the name's pending entries leaves them to the mailbox. The claimer
+    adds them; the consumer's reader moves each into its flight as it starts it."""
 
 
 class Consumer:
@@ -122,7 +128,7 @@ class Consumer:
         # What the claimer put in the mailbox was claimed for an earlier incarnation: under
         # our stable name it is recovered below with the rest, else it is released by the
         # incarnation that held it. Either way it must not also run from the mailbox.
-        _drain(self.inbox)
+        _drain(self.inbox, self.state)
         recovered = []
         if identity.stable:
             recovered = await redis.ride_out(lambda: scripts.recover(self.type, name, RECOVER_MAX))
@@ -145,14 +151,15 @@ class Consumer:
                     handlers, self.actor,
                 )  # fmt: skip
                 reader = Reader(
-                    scripts, streams, self.type, self.node, flight, self.state.free, pool.submit,
+                    scripts, streams, self.type, self.node, flight, self.state, pool.submit,
                     block_ms=self.settings.block_ms, actor=self.actor,
                     dedupe_window_ms=int(self.settings.dedupe_window_s * 1000),
+                    lease_ms=lease_ms,
                 )  # fmt: skip
                 helpers.start_soon(pool.watch_timeouts)
                 helpers.start_soon(
                     leases.renew_forever, scripts, self.type, identity, flight,
-                    self.settings.lease_s,
+                    self.state.held, self.settings.lease_s,
                 )  # fmt: skip
                 helpers.start_soon(self._flush_loop, scripts, flight)
                 helpers.start_soon(self._watch_stop, ctx, stopping)

@@ -5,6 +5,7 @@ nodes' claimers take it at once."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 
 import structlog
 import trio
@@ -12,6 +13,7 @@ import trio
 from actors.execution.completion import fire_fields
 from actors.execution.flight import Flight
 from actors.execution.identity import Identity
+from actors.store.messages import Message
 from actors.store.scripts import Scripts
 from runtime.logging import emit_events
 
@@ -20,13 +22,20 @@ RELEASED_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
 
 
 async def renew_forever(
-    scripts: Scripts, task_type: str, identity: Identity, flight: Flight, lease_s: float
+    scripts: Scripts,
+    task_type: str,
+    identity: Identity,
+    flight: Flight,
+    held: Mapping[str, Message],
+    lease_s: float,
 ) -> None:
-    """Every lease/3, reset the idle time of every message in flight (ours only), and
-    keep holding our name (``actors.execution.identity``)."""
+    """Every lease/3, reset the idle time of every message we hold (ours only): in flight,
+    and waiting in the mailbox (``held``); and keep holding our name
+    (``actors.execution.identity``). After an outage the renewal that waited for Redis
+    runs as soon as Redis answers."""
     while True:
         await trio.sleep(lease_s / 3)
-        ids = list(flight.messages)
+        ids = [*flight.messages, *held]
         await scripts.client.ride_out(
             functools.partial(_renew, scripts, task_type, identity, ids, int(lease_s * 1000))
         )

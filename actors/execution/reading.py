@@ -6,14 +6,21 @@ Per read it asks XREADGROUP for only as many messages as it has free handler slo
 (backpressure: it never hoards messages other nodes could run). A read in progress is not
 abandoned on a stop request (what it returns would sit in our PEL unseen): its messages
 are kept in flight unstarted, and released at the end.
+
+A read whose reply was lost may have delivered messages no one here has seen: pending
+under our name, never renewed. They are taken back after a read that failed, and, since
+a client can retry a read internally (redis-py's cluster client does) so that no error
+ever reaches us, every lease from the reading loop itself: whatever is pending under our
+name, idle past half a lease, and neither in flight nor in the mailbox.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import trio
 import trio_util
 
 from actors.execution.completion import fire_fields
@@ -25,6 +32,9 @@ from actors.store.streams import Streams
 from runtime.channels import Mailbox
 from runtime.errors import RedisUnavailable
 from runtime.logging import debug_enabled, emit_events, notify_observers
+
+if TYPE_CHECKING:
+    from actors.execution.consumer import ConsumerState
 
 #: Most pending messages taken back after a read whose reply was lost.
 RECOVER_UNSEEN = 10_000
@@ -38,23 +48,33 @@ class Reader:
         task_type: str,
         node: str,
         flight: Flight,
-        free: trio_util.AsyncValue[int],
+        state: ConsumerState,
         start: Callable[[list[Message]], None],
         *,
         block_ms: int,
         dedupe_window_ms: int,
         actor: str,
+        lease_ms: int = 30_000,
     ) -> None:
         self.scripts, self.streams = scripts, streams
         self.type, self.node, self.actor = task_type, node, actor
         self.flight = flight
-        self.free = free
+        self.free = state.free
+        self.held = state.held
         self._start = start
         self.block_ms, self.dedupe_window_ms = block_ms, dedupe_window_ms
+        self.lease_ms = lease_ms
 
     async def read_stream(self, consumer: str, stopping: trio_util.AsyncBool) -> None:
         """Read while not stopping."""
+        next_sweep = trio.current_time() + self.lease_ms / 1000
         while not stopping.value:
+            if trio.current_time() >= next_sweep:
+                next_sweep = trio.current_time() + self.lease_ms / 1000
+                messages, malformed = await self.scripts.client.ride_out(
+                    lambda: self._unseen(consumer, self.lease_ms // 2)
+                )
+                await self._take(messages, malformed, stopping)
             if self.free.value <= 0:  # (a slot is usually free: no waiting task to start)
                 async with trio_util.move_on_when(stopping.wait_value, True):
                     await self.free.wait_value(lambda free: free > 0)
@@ -69,12 +89,21 @@ class Reader:
                 messages, malformed = await self.scripts.client.ride_out(
                     lambda: self._unseen(consumer)
                 )
-            for message in messages:
-                self.flight.messages[message.msg_id] = message
-            if malformed:
-                await self._dead_letter_malformed(malformed)
-            if messages and not stopping.value:
-                await self.begin(messages)
+            await self._take(messages, malformed, stopping)
+
+    async def _take(
+        self,
+        messages: list[Message],
+        malformed: list[tuple[str, dict[bytes, bytes], str]],
+        stopping: trio_util.AsyncBool,
+    ) -> None:
+        """Read messages: in flight (renewed, released at the end), then started."""
+        for message in messages:
+            self.flight.messages[message.msg_id] = message
+        if malformed:
+            await self._dead_letter_malformed(malformed)
+        if messages and not stopping.value:
+            await self.begin(messages)
 
     async def read_recovered(self, entries: list[Reclaimed], stopping: trio_util.AsyncBool) -> None:
         """What an earlier incarnation of our name left pending (``recover.lua``): already
@@ -98,16 +127,18 @@ class Reader:
                 await self.begin([message])
 
     async def _unseen(
-        self, consumer: str
+        self, consumer: str, min_idle_ms: int = 0
     ) -> tuple[list[Message], list[tuple[str, dict[bytes, bytes], str]]]:
         """A read whose reply was lost (Redis went away mid-call) may have delivered
         messages: pending under our name, never seen here. A new read with ``>`` would not
         return them; take them back now (idle reset, so no claimer takes them too) rather
-        than a lease later. Those already in flight are left to their handlers."""
-        entries = await self.scripts.recover(self.type, consumer, RECOVER_UNSEEN)
+        than a lease later. Those already in flight are left to their handlers, and those
+        waiting in the mailbox to the mailbox (each starts once). Called from the reading
+        loop only, so no read of ours is under way meanwhile."""
+        entries = await self.scripts.recover(self.type, consumer, RECOVER_UNSEEN, min_idle_ms)
         messages, malformed = [], []
         for entry in entries:
-            if entry.msg_id in self.flight.messages:
+            if entry.msg_id in self.flight.messages or entry.msg_id in self.held:
                 continue
             try:
                 messages.append(Message.decode(entry.msg_id, entry.fields, self.type))
@@ -122,6 +153,8 @@ class Reader:
         async with trio_util.move_on_when(stopping.wait_value, True):
             async for message in inbox.receive:
                 await self.free.wait_value(lambda free: free > 0)
+                if self.held.pop(message.msg_id, None) is None:
+                    continue  # recovered or released meanwhile: not ours to start here
                 self.flight.messages[message.msg_id] = message
                 await self.begin([message])
 

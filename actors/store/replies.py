@@ -369,6 +369,10 @@ class Reclaimed:
 class Reclaim:
     claimed: list[Reclaimed]
     poisoned: list[str]
+    stalled: bool = False
+    """The call reached Redis later than ``max_delay_ms`` after it was sent (Redis was
+    paused or stalled meanwhile): it took nothing, since the holders' renewals were held
+    up too."""
 
 
 @attrs.frozen

@@ -2,21 +2,55 @@
 -- KEYS[1]  the type's stream   KEYS[2]  its dead-letter stream (same slot)
 -- ARGV[1]  group   ARGV[2]  this node's consumer   ARGV[3]  min idle ms (the lease)
 -- ARGV[4]  most messages to take   ARGV[5]  max deliveries   ARGV[6]  node name
--- Returns {claimed, poisoned}: claimed is a list of {id, previous owner, idle ms,
--- deliveries, {field, value, ...}}; poisoned is a list of message ids moved to the DLQ.
+-- ARGV[7]  the type (a dead letter's 'type' field)
+-- ARGV[8]  the caller's reading of Redis's clock when it sent this call ('' = unknown)
+-- ARGV[9]  most ms this call may have waited to run (Redis paused or stalled meanwhile)
+-- Returns {claimed, poisoned, stalled}: claimed is a list of {id, previous owner, idle ms,
+-- deliveries, {field, value, ...}}; poisoned is a list of message ids moved to the DLQ;
+-- stalled is 1 when the call ran more than ARGV[9] ms after it was sent: then it takes
+-- nothing, since the live holders' renewals were held up by the same stall and their
+-- messages look idle without their consumer being gone.
 -- A message delivered max-deliveries times already is not claimed again: it keeps
--- killing its consumers, so it goes to the DLQ with its fields and the reason.
+-- killing its consumers, so it goes to the DLQ with its fields in the full form (a
+-- compact message's schedule_id, type and enq_ms added, so it can be replayed) and the
+-- reason. The window looked at is larger than the count (4x, +100), so this consumer's
+-- own idle entries (its own consumer recovers them) cannot hide others' dead messages.
 local t = redis.call('TIME')
 local now = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
-local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[3], '-', '+', ARGV[4])
+if ARGV[8] ~= '' and tonumber(now) - tonumber(ARGV[8]) > tonumber(ARGV[9]) then
+  return {{}, {}, 1}
+end
+local want = tonumber(ARGV[4])
+local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[3], '-', '+',
+  want * 4 + 100)
 local claimed, poisoned = {}, {}
+
+local function full_form(id, raw)
+  local f, fields = {}, {}
+  for j = 1, #raw, 2 do
+    f[raw[j]] = raw[j + 1]
+    fields[#fields + 1] = raw[j]
+    fields[#fields + 1] = raw[j + 1]
+  end
+  local function add(name, value)
+    if f[name] == nil and value ~= nil then
+      fields[#fields + 1] = name
+      fields[#fields + 1] = value
+    end
+  end
+  if f.task_id and f.due_ms then add('schedule_id', f.task_id .. ':' .. f.due_ms) end
+  add('type', ARGV[7])
+  add('enq_ms', string.match(id, '^(%d+)'))
+  return fields
+end
+
 for _, p in ipairs(pending) do
   local id, owner, idle, deliveries = p[1], p[2], p[3], p[4]
   if owner ~= ARGV[2] then
     if deliveries >= tonumber(ARGV[5]) then
       local entry = redis.call('XRANGE', KEYS[1], id, id)
       if entry[1] then
-        local fields = entry[1][2]
+        local fields = full_form(id, entry[1][2])
         fields[#fields + 1] = 'reason'
         fields[#fields + 1] = 'poison'
         fields[#fields + 1] = 'error'
@@ -27,12 +61,14 @@ for _, p in ipairs(pending) do
         fields[#fields + 1] = ARGV[6]
         fields[#fields + 1] = 'dead_ms'
         fields[#fields + 1] = now
+        fields[#fields + 1] = 'msg_id'
+        fields[#fields + 1] = id
         redis.call('XADD', KEYS[2], '*', unpack(fields))
       end
       redis.call('XACK', KEYS[1], ARGV[1], id)
       redis.call('XDEL', KEYS[1], id)
       poisoned[#poisoned + 1] = id
-    else
+    elseif #claimed < want then
       local got = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], id)
       if got[1] then
         claimed[#claimed + 1] = {id, owner, idle, deliveries + 1, got[1][2]}
@@ -40,4 +76,4 @@ for _, p in ipairs(pending) do
     end
   end
 end
-return {claimed, poisoned}
+return {claimed, poisoned, 0}

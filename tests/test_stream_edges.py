@@ -1,0 +1,258 @@
+"""The consumer's edges against a real Redis: repeated calls after a lost reply, poison
+from compact messages, replays within a dedupe window, what a consumer holds in its
+mailbox, and messages pending under its own name that it never saw."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from actors.config import ConsumerSection
+from actors.execution import leases
+from actors.execution.claimer import Claimer, ClaimerSettings
+from actors.execution.consumer import ConsumerState
+from actors.execution.flight import Flight
+from actors.execution.identity import Identity
+from actors.store.keys import GROUP, Keys
+from actors.store.messages import Message
+from actors.store.replies import DeadLetterWrite
+from actors.store.scripts import Scripts
+from actors.store.tasks import TaskStore
+from runtime.channels import Mailbox
+from runtime.redis_io import RedisClient
+from tests.execution_harness import node_config, records, running_node, wait_until
+
+
+@pytest.fixture
+def keys(namespace: str) -> Keys:
+    return Keys(namespace, 4, compact_messages=True)
+
+
+@pytest.fixture
+def scripts(redis_client: RedisClient, keys: Keys) -> Scripts:
+    return Scripts(redis_client, keys)
+
+
+async def compact_messages(client: RedisClient, keys: Keys, count: int) -> list[str]:
+    """``count`` messages in the compact form (task_id, payload, attempt, due_ms)."""
+    stream = keys.queue("t")
+    await client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
+    return [
+        (
+            await client.execute(
+                "XADD", stream, "*", "task_id", f"x{i}", "payload", "{}", "attempt", "0",
+                "due_ms", "7",
+            )
+        ).decode()
+        for i in range(count)
+    ]  # fmt: skip
+
+
+async def read_as(client: RedisClient, keys: Keys, consumer: str, count: int = 100) -> None:
+    await client.execute(
+        "XREADGROUP", "GROUP", GROUP, consumer, "COUNT", count, "STREAMS", keys.queue("t"), ">"
+    )
+
+
+async def pending(client: RedisClient, keys: Keys) -> dict[str, tuple[str, int, int]]:
+    """id -> (owner, idle ms, deliveries)."""
+    raw = client.raw
+    rows = await client.run_sync(lambda: raw.xpending_range(keys.queue("t"), GROUP, "-", "+", 100))
+    return {
+        _text(r["message_id"]): (
+            _text(r["consumer"]),
+            int(r["time_since_delivered"]),
+            int(r["times_delivered"]),
+        )
+        for r in rows
+    }
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def set_idle(client: RedisClient, keys: Keys, owner: str, ids: list[str]) -> None:
+    """Make pending messages look abandoned (idle far past any lease)."""
+    raw = client.raw
+    await client.run_sync(
+        lambda: raw.xclaim(keys.queue("t"), GROUP, owner, 0, ids, idle=10**9, justid=True)
+    )
+
+
+async def test_a_dead_letter_sent_again_after_a_lost_reply_is_written_once(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    (msg,) = await compact_messages(redis_client, keys, 1)
+    await read_as(redis_client, keys, "c")
+    entry = DeadLetterWrite(msg, {"task_id": "x0", "reason": "failed"})
+    first = await scripts.dead_letter("t", [entry])
+    again = await scripts.dead_letter("t", [entry])  # the same call, its reply lost
+    assert first[0] and again == [""]
+    assert await redis_client.execute("XLEN", keys.dlq("t")) == 1
+
+
+async def test_recover_keeps_delivery_counts_and_leaves_fresh_entries(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """Taking back its own entries is not a delivery (poison is counted in deliveries);
+    with a minimum idle time, what was just read or renewed stays where it is."""
+    ids = await compact_messages(redis_client, keys, 2)
+    await read_as(redis_client, keys, "c")
+    await set_idle(redis_client, keys, "c", [ids[0]])
+    taken = await scripts.recover("t", "c", 10, min_idle_ms=60_000)
+    assert [r.msg_id for r in taken] == [ids[0]]
+    assert (await pending(redis_client, keys))[ids[0]][2] == 1  # still one delivery
+    assert len(await scripts.recover("t", "c", 10)) == 2  # no minimum: all of them
+    assert {d for _, _, d in (await pending(redis_client, keys)).values()} == {1}
+
+
+async def test_poison_of_a_compact_message_is_a_full_dead_letter_that_replays(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    (msg,) = await compact_messages(redis_client, keys, 1)
+    await read_as(redis_client, keys, "dead-1")
+    for owner in ("dead-2", "dead-3"):
+        await redis_client.execute("XCLAIM", keys.queue("t"), GROUP, owner, 0, msg)
+    await set_idle(redis_client, keys, "dead-3", [msg])
+    reclaim = await scripts.reclaim("t", "me", 1000, 10, 3, "n1")
+    assert reclaim.poisoned == [msg] and reclaim.claimed == []
+    ((dlq_id, fields),) = await redis_client.execute("XRANGE", keys.dlq("t"), "-", "+")
+    assert fields[b"schedule_id"] == b"x0:7"
+    assert fields[b"type"] == b"t"
+    assert fields[b"enq_ms"] == msg.split("-")[0].encode()
+    assert fields[b"reason"] == b"poison"
+    ((new_id, task_id),) = await scripts.replay_dead("t", [dlq_id.decode()])
+    assert task_id == "x0" and new_id not in ("missing", "malformed")
+    replayed = await redis_client.execute("XRANGE", keys.queue("t"), new_id, new_id)
+    message = Message.decode(new_id, replayed[0][1], "t")
+    assert (message.schedule_id, message.attempt, message.due_ms) == ("x0:7", 0, 7)
+
+
+async def test_a_compact_dead_letter_written_before_is_replayed_too(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """Dead letters that kept only the compact fields (no schedule_id, no type) replay."""
+    dlq_id = await redis_client.execute(
+        "XADD", keys.dlq("t"), "*", "task_id", "x9", "payload", "{}", "attempt", "0",
+        "due_ms", "9", "reason", "poison",
+    )  # fmt: skip
+    ((new_id, _),) = await scripts.replay_dead("t", [dlq_id.decode()])
+    assert new_id not in ("missing", "malformed")
+
+
+async def test_a_replayed_fire_runs_even_within_the_dedupe_window(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """The fire's earlier attempts were marked started (begin_runs.lua); its replay keeps
+    its schedule_id and starts at attempt 0 again, and must not be dropped as a duplicate."""
+    (msg,) = await compact_messages(redis_client, keys, 1)
+    await read_as(redis_client, keys, "c")
+    raw = await redis_client.execute("XRANGE", keys.queue("t"), msg, msg)
+    original = Message.decode(msg, raw[0][1], "t")
+    assert await scripts.begin_runs("t", [original], 60_000) == [True]
+    entry = DeadLetterWrite(msg, {**original.fields(), "attempts": "1", "reason": "failed"})
+    (dlq_id,) = await scripts.dead_letter("t", [entry])
+    ((new_id, _),) = await scripts.replay_dead("t", [dlq_id])
+    await read_as(redis_client, keys, "c")
+    raw = await redis_client.execute("XRANGE", keys.queue("t"), new_id, new_id)
+    replay = Message.decode(new_id, raw[0][1], "t")
+    assert replay.fire_key == original.fire_key
+    assert await scripts.begin_runs("t", [replay], 60_000) == [True]
+
+
+async def test_reclaim_looks_past_this_consumers_own_idle_entries(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    ids = await compact_messages(redis_client, keys, 4)
+    await read_as(redis_client, keys, "me", 3)
+    await read_as(redis_client, keys, "dead", 1)
+    await set_idle(redis_client, keys, "me", ids[:3])
+    await set_idle(redis_client, keys, "dead", ids[3:])
+    reclaim = await scripts.reclaim("t", "me", 1000, 1, 5, "n1")
+    assert [r.msg_id for r in reclaim.claimed] == [ids[3]]
+
+
+async def test_a_reclaim_that_redis_ran_late_takes_nothing(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """A call held up by a pause or stall finds every message idle, the live holders'
+    included (their renewals were held up too): it takes nothing."""
+    ids = await compact_messages(redis_client, keys, 1)
+    await read_as(redis_client, keys, "busy")
+    await set_idle(redis_client, keys, "busy", ids)
+    now_ms = await redis_client.time_ms()
+    late = await scripts.reclaim("t", "me", 1000, 10, 5, "n1", sent_ms=now_ms - 5000,
+                                 max_delay_ms=1000)  # fmt: skip
+    assert late.stalled and late.claimed == []
+    assert (await pending(redis_client, keys))[ids[0]][0] == "busy"
+    on_time = await scripts.reclaim("t", "me", 1000, 10, 5, "n1", sent_ms=now_ms,
+                                    max_delay_ms=60_000)  # fmt: skip
+    assert not on_time.stalled and [r.msg_id for r in on_time.claimed] == ids
+
+
+async def test_messages_waiting_in_the_mailbox_keep_their_lease(
+    redis_client: RedisClient, namespace: str, keys: Keys, scripts: Scripts
+) -> None:
+    """The claimer took messages over for a consumer whose slots then filled: they wait in
+    its mailbox, pending under its name. Their leases are renewed with those in flight, so
+    another node's claimer does not take them (the fire would run twice)."""
+    ids = await compact_messages(redis_client, keys, 2)
+    await read_as(redis_client, keys, "dead")
+    await set_idle(redis_client, keys, "dead", ids)
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    state = ConsumerState(name="me")
+    state.free.value = 2
+    inbox: Mailbox[Message] = Mailbox.open(10)
+    lease_s = 0.6
+    claimer = Claimer(store, "t", state, inbox, "n1", ClaimerSettings(lease_s=lease_s))
+    assert await claimer.tick(scripts) == 2
+    assert set(state.held) == set(ids)
+    identity = Identity("me", "host:1:token", stable=True)
+    stolen: list[Any] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            leases.renew_forever, scripts, "t", identity, Flight(), state.held, lease_s
+        )
+        for _ in range(10):  # a thief with the same lease, for three leases
+            await trio.sleep(lease_s / 5)
+            stolen += (
+                await scripts.reclaim("t", "thief", int(lease_s * 1000), 10, 5, "n2")
+            ).claimed
+        nursery.cancel_scope.cancel()
+    assert stolen == []
+    assert {owner for owner, _, _ in (await pending(redis_client, keys)).values()} == {"me"}
+
+
+async def test_a_message_read_under_our_name_but_never_seen_still_runs(
+    redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path, record: Path
+) -> None:
+    """A read whose reply was lost without an error reaching the reader (a client that
+    retries internally) leaves a message pending under the consumer's own name: its own
+    claimer skips it, and no other node may exist. The consumer takes it back itself."""
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    section = ConsumerSection(handler="tests.handlers.jobs:noop", lease_s=1)
+    config = node_config(redis_url, namespace, tmp_path, {"t": section}, pollers=0)
+    stream = (await store.keys()).queue("t")
+    async with running_node(config):
+        await wait_until(lambda: _group_exists(redis_client, stream))
+        await redis_client.execute(
+            "XADD", stream, "*", "task_id", "lost", "payload", "{}", "attempt", "0",
+            "due_ms", "5",
+        )  # fmt: skip
+        await redis_client.execute(
+            "XREADGROUP", "GROUP", GROUP, "n1", "COUNT", 10, "STREAMS", stream, ">"
+        )
+        await wait_until(lambda: _true(any(r["task_id"] == "lost" for r in records(record))))
+    assert [r["task_id"] for r in records(record)] == ["lost"]
+
+
+async def _group_exists(client: RedisClient, stream: str) -> bool:
+    return bool(await client.execute("EXISTS", stream))
+
+
+async def _true(value: bool) -> bool:
+    return value
