@@ -9,7 +9,10 @@ Semantics:
 - at most ``size`` calls run at once (one per thread); more wait in the queue, in order;
 - cancelling a waiting trio task abandons its call at once: the call may still run (it
   cannot be interrupted; its socket timeout bounds it), and its result is dropped;
-- ``close()`` stops the threads after the calls already queued (abandoned ones included).
+- ``close()`` stops the threads after the calls already queued (abandoned ones included);
+- ``wait_abandoned()`` waits until every abandoned call that had started has ended (one
+  queued but not started is never run): for a caller whose next step must not race a
+  write it gave up on (a poller releasing its partitions after an enqueue it abandoned).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ T = TypeVar("T")
 
 
 class _Call:
-    __slots__ = ("abandoned", "fn", "task", "token")
+    __slots__ = ("abandoned", "ended", "fn", "task", "token")
 
     def __init__(
         self, fn: Callable[[], Any], task: trio.lowlevel.Task, token: trio.lowlevel.TrioToken
@@ -38,6 +41,8 @@ class _Call:
         # Invariant: read and written only on the trio thread (abort and _deliver run there);
         # the worker may read it as a hint to skip a call nobody waits for.
         self.abandoned = False
+        self.ended = threading.Event()
+        """Set by the worker once the call ran, or was skipped as abandoned."""
 
     def deliver(self, result: outcome.Outcome[Any]) -> None:
         if not self.abandoned:
@@ -53,6 +58,8 @@ class IOThreads:
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._abandoned: list[_Call] = []
+        """Calls given up on that may still be running (trio thread only)."""
 
     def _ensure_threads(self) -> None:
         if len(self._threads) < self._size:
@@ -70,8 +77,12 @@ class IOThreads:
             if call is None:
                 return
             if call.abandoned:
+                call.ended.set()
                 continue
-            result = outcome.capture(call.fn)
+            try:
+                result = outcome.capture(call.fn)
+            finally:
+                call.ended.set()
             # If the trio run that asked is gone, nobody waits for this result.
             with contextlib.suppress(trio.RunFinishedError):
                 call.token.run_sync_soon(call.deliver, result)
@@ -85,10 +96,20 @@ class IOThreads:
 
         def abort(_raise_cancel: Any) -> trio.lowlevel.Abort:
             call.abandoned = True
+            self._abandoned.append(call)
             return trio.lowlevel.Abort.SUCCEEDED
 
         result: T = await trio.lowlevel.wait_task_rescheduled(abort)
         return result
+
+    async def wait_abandoned(self, poll_s: float = 0.01) -> None:
+        """Until every call abandoned so far has ended (cancellable; each is bounded by
+        its socket timeout)."""
+        while True:
+            self._abandoned = [c for c in self._abandoned if not c.ended.is_set()]
+            if not self._abandoned:
+                return
+            await trio.sleep(poll_s)
 
     def close(self) -> list[threading.Thread]:
         """Stop every thread once the calls queued before are done (non-blocking); return

@@ -172,8 +172,14 @@ class Poller:
 
     async def leave(self, scripts: Scripts, log: structlog.typing.FilteringBoundLogger) -> None:
         """Hand every partition back and leave the pollers, so others take over at once;
-        best effort (otherwise the leases run out)."""
+        best effort (otherwise the leases run out).
+
+        Ordering: first every Redis call abandoned on cancellation must have ended. An
+        enqueue cut off mid-call may still land; released before it did, the partition's
+        next owner could claim the same grid times and append them before it (a fire
+        twice). Past the deadline nothing is released: the leases run out instead."""
         try:
+            await scripts.client.wait_abandoned()
             released = await scripts.release_partitions(sorted(self.owned), self.poller_id)
             await scripts.poller_members(self.poller_id, 0)
             for p in self.owned:

@@ -14,8 +14,9 @@
 -- marker is missing: an enqueue pipelined ahead of this commit did not complete, so
 -- nothing changes (a grid time moves only after its fires are in the stream). Fencing: if
 -- the partition is no longer this poller's, or the claim is no longer in flight (another
--- owner took the partition over), every id is lost and nothing changes: the new owner
--- claims those grid times again. A task is also lost when an API write changed it since the
+-- owner took the partition over), nothing changes and every id is lost (the new owner
+-- claims those grid times again) but those whose state is already the one this commit
+-- writes: the same commit ran before and its reply was lost. A task is also lost when an API write changed it since the
 -- claim (its updated_ms or grid time moved: updated, paused, stopped, deleted and created
 -- again) or deleted it; it is left as that write put it.
 --
@@ -33,18 +34,26 @@ local tasks_from = 6 + checks  -- the first task's group
 local o = redis.call('HMGET', KEYS[2], 'poller', 'inflight', 'writes')
 local inflight = o[2] or ''
 local at = string.find(' ' .. inflight, ' ' .. token .. ':', 1, true)
-local out = {-1}
-if o[1] ~= me or not at then
-  for i = tasks_from, #ARGV, 5 do out[#out + 1] = ARGV[i] end
-  return out
-end
-local unchanged = (o[3] or '0') == ARGV[4]
-local keep = false
 local function out_with_earliest(reply)
   local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   if first[2] then reply[1] = tonumber(first[2]) end
   return reply
 end
+local out = {-1}
+if o[1] ~= me or not at then
+  -- Not in flight: taken over, or this very commit already ran and its reply was lost
+  -- (the caller sends it again). A task whose stored state is the one this commit writes
+  -- was committed by it, and is not lost.
+  for i = tasks_from, #ARGV, 5 do
+    if redis.call('HGET', ARGV[1] .. ':state:' .. ARGV[i + 1], ARGV[i]) ~= ARGV[i + 4] then
+      out[#out + 1] = ARGV[i]
+    end
+  end
+  if o[1] == me then return out_with_earliest(out) end
+  return out
+end
+local unchanged = (o[3] or '0') == ARGV[4]
+local keep = false
 local moved, finished = {}, {}  -- the zset's changes, a few commands for the whole batch
 for i = tasks_from, #ARGV, 5 do
   local id, b, score = ARGV[i], ARGV[i + 1], ARGV[i + 2]
