@@ -73,7 +73,7 @@ _PROBE_FIRST_S = 0.05
 _PROBE_CAP_S = 1.0
 #: Repeating a step Redis refused: the first wait, doubling (with jitter) up to the cap.
 _REFUSED_FIRST_S = 0.1
-_REFUSED_CAP_S = 5.0
+_REFUSED_CAP_S = 2.0
 
 
 @attrs.frozen
