@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     p_chaos.add_argument("--nodes", type=int, default=3)
     p_chaos.add_argument("--fault-s", type=float, default=5.0, help="outage or stall length")
     p_chaos.add_argument("--every-s", type=float, default=10.0, help="kill scenarios: how often")
+    p_chaos.add_argument(
+        "--hold-s", type=float, default=15.0, help="long-handler: how long each handler runs"
+    )
     p_reclaim = modes.add_parser("reclaim", help="reclaim latency after kill -9")
     p_reclaim.add_argument("k", type=int, nargs="?", default=20)
     p_reclaim.add_argument("lease_s", type=float, nargs="?", default=5.0)
@@ -183,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.mode == "chaos":
             figures = chaos.run(
                 args.scenario, args.n, args.interval_s, args.duration_s, args.nodes,
-                args.fault_s, args.every_s,
+                args.fault_s, args.every_s, hold_s=args.hold_s,
             )  # fmt: skip
             emit({"mode": "chaos", **figures})
         elif args.mode == "reclaim":

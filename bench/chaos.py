@@ -14,6 +14,8 @@ test), injects the scenario's fault, and prints one JSON line:
 - ``first_fresh_fire_s``: from the fault's end (Redis answering again, the pause over, the
   last node restarted) to the first start of a fire due after it;
 - ``node_exits``: node processes that exited on their own (a kill of ours is not one);
+- ``reclaimed``, ``actor_crashes``, ``redis_refused``: those lines in the nodes' logs
+  (messages taken over from another consumer; actors that crashed; refusal runs begun);
 - ``tasks_before`` / ``tasks_after``: tasks stored before the run and after it.
 
 Scenarios: ``redis-restart`` (SIGKILL Redis, start it again from its AOF ``--fault-s``
@@ -24,7 +26,13 @@ primaries with a replica each, the nodes in cluster mode; ``CLUSTER FAILOVER`` o
 replica in turn), ``kill-nodes`` (SIGKILL a
 random node every ``--every-s``, restart it 3 s later), ``kill-children`` (SIGKILL a random
 child process of a node run with ``[processes]``, every ``--every-s``), ``flaky`` (one fire
-in ten fails its first attempt; its retry must run).
+in ten fails its first attempt; its retry must run), ``redis-busy`` (a Lua busy loop of
+``--fault-s`` with ``busy-reply-threshold`` 100 ms: Redis answers ``BUSY``), ``redis-oom``
+(``maxmemory`` 1 with ``noeviction`` for ``--fault-s``: every write refused with ``OOM``
+while the flaky handler's failed first attempts need their retries written),
+``long-handler`` (handlers of ``--hold-s`` seconds, ``lease_s`` 6, a ``CLIENT PAUSE`` of
+``--fault-s`` longer than the lease: the live, busy consumers must keep their messages).
+The three Redis-refusal scenarios involve no kill: any duplicate is a bug there.
 """
 
 from __future__ import annotations
@@ -49,15 +57,17 @@ from runtime.testing.local_redis import LocalCluster, LocalSentinel, RedisProces
 
 SCENARIOS = (
     "redis-restart", "redis-stall", "sentinel-failover", "cluster-failover", "kill-nodes",
-    "kill-children", "flaky",
+    "kill-children", "flaky", "redis-busy", "redis-oom", "long-handler",
 )  # fmt: skip
+#: Scenarios whose handler fails one fire in ten on its first attempt (retries counted).
+FLAKY = ("flaky", "redis-oom")
 #: A fire due this close to a fault (before or after) may be in flight when it strikes.
 REACH_MS = 15_000
 
 
 def run(
     scenario: str, n: int, interval_s: float, duration_s: float, nodes: int, fault_s: float,
-    every_s: float, concurrency: int = 200,
+    every_s: float, concurrency: int = 200, hold_s: float = 15.0,
 ) -> dict[str, Any]:  # fmt: skip
     if scenario not in SCENARIOS:
         raise SystemExit(f"chaos: unknown scenario {scenario!r}; one of {', '.join(SCENARIOS)}")
@@ -87,8 +97,12 @@ def run(
             "handler": "bench.handlers:record_flushed", "lease_s": 5.0,
             "cluster": cluster is not None,
         }  # fmt: skip
-        if scenario == "flaky":
+        if scenario in FLAKY:
             options = {"handler": "bench.handlers:record_flaky", "backoff_base_s": 0.2}
+        if scenario == "long-handler":  # every fire runs hold_s: room for all of them
+            options = {"handler": "bench.handlers:record_long", "lease_s": 6.0}
+            os.environ["METRONOME_BENCH_HOLD_S"] = str(hold_s)
+            concurrency = max(concurrency, int(n / interval_s * (hold_s + 5) / nodes) + 50)
         if scenario == "kill-children":
             options["processes"] = 1
         procs = start_nodes(workdir, url, nodes, concurrency, "info", **options)
@@ -112,7 +126,7 @@ def run(
             exits += sum(1 for p in procs if p.poll() is not None)
         finally:
             stop_nodes(procs)
-        figures = _analyse(workdir, n, interval_s, duration_s, t0_ms, scenario == "flaky")
+        figures = _analyse(workdir, n, interval_s, duration_s, t0_ms, scenario in FLAKY)
         extra = _fault_figures(workdir, faults)
         after = _count_tasks(
             sentinel.replica.url if sentinel is not None else url, cluster is not None
@@ -142,13 +156,23 @@ def _inject(
         time.sleep(fault_s)
         server.start(server.port)  # from its AOF, on the same port; returns once it answers
         return [(start, time.time())], 0
-    if scenario == "redis-stall":
+    if scenario in ("redis-stall", "long-handler"):
         client = redis.Redis.from_url(server.url)
         start = time.time()
         client.client_pause(int(fault_s * 1000), all=True)
         client.close()
         time.sleep(fault_s)
         return [(start, start + fault_s)], 0
+    if scenario == "redis-busy":
+        return [_busy(server, fault_s)], 0
+    if scenario == "redis-oom":
+        client = redis.Redis.from_url(server.url)
+        start = time.time()
+        client.config_set("maxmemory", "1")
+        time.sleep(fault_s)
+        client.config_set("maxmemory", "0")
+        client.close()
+        return [(start, time.time())], 0
     faults: list[tuple[float, float]] = []
     exits = 0
     while time.time() + every_s < end_s:
@@ -171,6 +195,22 @@ def _inject(
             )
             faults.append((start, time.time()))
     return faults, exits
+
+
+def _busy(server: RedisProcess, fault_s: float) -> tuple[float, float]:
+    """A script that loops ``fault_s`` seconds on Redis's clock: past 100 ms every other
+    client is answered ``BUSY`` until it returns."""
+    client = redis.Redis.from_url(server.url, socket_timeout=fault_s + 30)
+    client.config_set("busy-reply-threshold", "100")
+    loop = (
+        "local t0 = redis.call('TIME') local s = tonumber(ARGV[1]) "
+        "while true do local t = redis.call('TIME') "
+        "if (t[1] - t0[1]) + (t[2] - t0[2]) / 1e6 > s then return 1 end end"
+    )
+    start = time.time()
+    client.eval(loop, 0, fault_s)
+    client.close()
+    return start, time.time()
 
 
 def _fail_over(sentinel: LocalSentinel) -> tuple[float, float]:
@@ -209,7 +249,11 @@ def _fault_figures(workdir: Path, faults: list[tuple[float, float]]) -> dict[str
     if faults:
         end_ms = max(e for _, e in faults) * 1000
         fresh = [min(t) - end_ms for (_, due, _), t in starts.items() if due >= end_ms]
+    logs = [p.read_text(errors="replace") for p in workdir.glob("node-*.log")]
     return {
+        "reclaimed": sum(text.count('"event":"reclaimed"') for text in logs),
+        "actor_crashes": sum(text.count('"event":"actor_crashed"') for text in logs),
+        "redis_refused": sum(text.count('"event":"redis_refused"') for text in logs),
         "duplicates_explained": explained,
         "duplicates_unexplained": unexplained,
         "first_fresh_fire_s": round(min(fresh) / 1000, 3) if fresh else None,

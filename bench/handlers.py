@@ -53,6 +53,15 @@ async def record_flaky(ctx: HandlerContext) -> None:
         raise RuntimeError("flaky on purpose: the retry must run it")
 
 
+async def record_long(ctx: HandlerContext) -> None:
+    """``record_flushed``, then sleeps ``$METRONOME_BENCH_HOLD_S`` seconds (a long handler
+    across a fault: ``bench chaos long-handler``)."""
+    out = _file()
+    out.write(f"{ctx.task_id} {ctx.due_ms} {time.time() * 1000:.1f}\n")
+    out.flush()
+    await trio.sleep(float(os.environ.get("METRONOME_BENCH_HOLD_S", "15")))
+
+
 async def hold(ctx: HandlerContext) -> None:
     """Records its start (flushed at once: the process may be killed), then sleeps
     payload["sleep_s"] seconds."""

@@ -39,6 +39,8 @@ def chaos(scenario: str, *args: str) -> dict[str, Any]:
         ("kill-nodes", ["--every-s", "5"]),
         ("kill-children", ["--every-s", "4"]),
         ("flaky", []),
+        ("redis-busy", ["--fault-s", "4"]),
+        ("redis-oom", ["--fault-s", "4"]),
     ],
 )
 def test_nothing_is_lost_under(scenario: str, args: list[str]) -> None:
@@ -50,5 +52,26 @@ def test_nothing_is_lost_under(scenario: str, args: list[str]) -> None:
     assert figures["tasks_after"] == figures["tasks_before"] == 200
     if scenario != "flaky":
         assert figures["faults"] >= 1, figures
-    else:
+    if scenario in ("flaky", "redis-oom"):
         assert figures["failed_first"] > 0 and figures["retries_lost"] == 0, figures
+    if scenario.startswith("redis-") and scenario not in ("redis-restart", "redis-stall"):
+        assert figures["duplicates"] == 0, figures  # no kill: a duplicate is a bug
+        assert figures["actor_crashes"] == 0, figures
+
+
+@pytest.mark.chaos
+def test_live_busy_consumers_keep_their_messages_through_a_pause_longer_than_the_lease() -> None:
+    """15 s handlers, lease_s 6, an 8 s CLIENT PAUSE: no message is reclaimed from a live
+    consumer, so no fire starts twice (no kill here: a duplicate is a bug)."""
+    figures = subprocess.run(
+        [sys.executable, "-m", "bench", "chaos", "long-handler", "--n", "100", "--interval-s",
+         "2", "--duration-s", "45", "--nodes", "3", "--fault-s", "8", "--hold-s", "15"],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )  # fmt: skip
+    assert figures.returncode == 0, figures.stderr[-2000:]
+    result = json.loads(figures.stdout.strip().splitlines()[-1])
+    assert result["expected"] > 1000, result
+    assert result["missed"] == 0, result
+    assert result["duplicates"] == 0, result
+    assert result["reclaimed"] == 0, result
+    assert result["node_exits"] == 0, result
