@@ -46,6 +46,34 @@ async def test_cancelling_abandons_a_blocked_call_promptly() -> None:
     threads.close()
 
 
+async def test_waiting_for_abandoned_calls_ends_when_the_running_one_has_ended() -> None:
+    """A caller whose next step must not race a call it gave up on (a poller releasing its
+    partitions after an abandoned enqueue) waits until that call has ended; an abandoned
+    call that had not started never runs, and is not waited for."""
+    threads = IOThreads(1)
+    release = threading.Event()
+    ran: list[str] = []
+
+    def blocked() -> None:
+        release.wait(5)
+        ran.append("blocked")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(threads.run, blocked)
+        await trio.sleep(0.05)
+        nursery.start_soon(threads.run, lambda: ran.append("queued"))
+        await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()  # both abandoned: one running, one queued
+    with trio.move_on_after(0.2) as waited:
+        await threads.wait_abandoned()
+    assert waited.cancelled_caught  # the running one has not ended yet
+    release.set()
+    with trio.fail_after(5):
+        await threads.wait_abandoned()
+    assert ran == ["blocked"]
+    threads.close()
+
+
 async def test_at_most_size_calls_run_at_once() -> None:
     threads = IOThreads(3)
     running = 0
