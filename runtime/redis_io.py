@@ -273,26 +273,48 @@ class RedisClient:
         """Calls of any scripts pipelined in one round trip; replies in order.
 
         In a cluster, calls to different shards may run in any order relative to each
-        other: a caller that needs one write before another makes two round trips.
+        other: a caller that needs one write before another uses ``scripts_in_order``.
         """
+        return await self.run_sync(lambda: self._script_calls(calls))
 
-        def run() -> list[Reply]:
-            replies = self._pipelined_evalsha(calls)
-            for _ in range(_NOSCRIPT_RETRIES):
-                missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
-                if not missing:
-                    break
-                # Only the calls that failed are sent again: the others already ran (a script
-                # can appear mid-pipeline, loaded by a concurrent caller), and running them
-                # twice would, for example, enqueue a fire twice.
-                for script in {calls[i][0] for i in missing}:
-                    self._load_everywhere(script)
-                retried = self._pipelined_evalsha([calls[i] for i in missing])
-                for i, reply in zip(missing, retried, strict=True):
-                    replies[i] = reply
-            return self._classified(replies)
+    async def scripts_in_order(
+        self,
+        first: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
+        then: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
+    ) -> tuple[list[Reply], list[Reply] | None]:
+        """``first`` pipelined, then ``then`` only once every reply of ``first`` is a
+        success (else None for it): two round trips to Redis, so that nothing in ``then``
+        runs unless ``first`` did (a pipeline runs every command, and cluster shards in no
+        set order), and one hop to the I/O thread, which is most of a call's client CPU."""
+
+        def run() -> tuple[list[Reply], list[Reply] | None]:
+            replies = self._script_calls(first)
+            if any(isinstance(r, Exception) for r in replies):
+                return replies, None
+            return replies, self._script_calls(then)
 
         return await self.run_sync(run)
+
+    def _script_calls(
+        self, calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
+    ) -> list[Reply]:
+        """``mixed_scripts``' work, in the I/O thread."""
+        if not calls:
+            return []
+        replies = self._pipelined_evalsha(calls)
+        for _ in range(_NOSCRIPT_RETRIES):
+            missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+            if not missing:
+                break
+            # Only the calls that failed are sent again: the others already ran (a script
+            # can appear mid-pipeline, loaded by a concurrent caller), and running them
+            # twice would, for example, enqueue a fire twice.
+            for script in {calls[i][0] for i in missing}:
+                self._load_everywhere(script)
+            retried = self._pipelined_evalsha([calls[i] for i in missing])
+            for i, reply in zip(missing, retried, strict=True):
+                replies[i] = reply
+        return self._classified(replies)
 
     def _classified(self, replies: list[Reply]) -> list[Reply]:
         """A pipeline's replies with each error reply classified: a transient one raises

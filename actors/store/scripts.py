@@ -425,18 +425,21 @@ class Scripts(TaskScripts):
     ) -> None:
         """A consumer's batch of outcomes, in the order that keeps the ACK invariant:
         retry contexts and task outcomes first, then dead letters and ACKs, only once every
-        one of those writes succeeded. Two round trips, on one server too: a pipeline runs
-        every command, so an ACK pipelined behind a refused write (``OOM``, ``MISCONF``, a
-        key of the wrong type) would be acknowledged with its retry never written. A write
-        that fails raises here with nothing acknowledged; the caller repeats the whole
-        batch (each write is safe to repeat: a retry context or outcome is set again, a
-        dead letter is written only while its message is still pending)."""
+        one of those writes succeeded. Two round trips (in one hop to the I/O thread), on
+        one server too: a pipeline runs every command, so an ACK pipelined behind a refused
+        write (``OOM``, ``MISCONF``, a key of the wrong type) would be acknowledged with its
+        retry never written. A write that fails raises here with nothing acknowledged; the
+        caller repeats the whole batch (each write is safe to repeat: a retry context or
+        outcome is set again, a dead letter is written only while its message is still
+        pending)."""
         partition_calls = self._partition_calls(retries, outcomes)
         stream_calls = ([self._dead_letter_call(task_type, dead)] if dead else []) + (
             [self._ack_call(task_type, acks)] if acks else []
         )
-        await self._run(partition_calls)
-        await self._run(stream_calls)
+        written, acknowledged = await self.client.scripts_in_order(partition_calls, stream_calls)
+        for reply in [*written, *(acknowledged or ())]:
+            if isinstance(reply, Exception):
+                raise reply
 
     async def renew_leases(self, task_type: str, consumer: str, ids: Sequence[str]) -> list[str]:
         """``renew_leases.lua``: reset the idle time of our own in-flight messages."""
