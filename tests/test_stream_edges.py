@@ -16,10 +16,12 @@ from actors.execution.claimer import Claimer, ClaimerSettings
 from actors.execution.consumer import ConsumerState
 from actors.execution.flight import Flight
 from actors.execution.identity import Identity
+from actors.execution.reading import Reader
 from actors.store.keys import GROUP, Keys
 from actors.store.messages import Message
 from actors.store.replies import DeadLetterWrite
 from actors.store.scripts import Scripts
+from actors.store.streams import Streams
 from actors.store.tasks import TaskStore
 from runtime.channels import Mailbox
 from runtime.redis_io import RedisClient
@@ -225,6 +227,25 @@ async def test_messages_waiting_in_the_mailbox_keep_their_lease(
         nursery.cancel_scope.cancel()
     assert stolen == []
     assert {owner for owner, _, _ in (await pending(redis_client, keys)).values()} == {"me"}
+
+
+async def test_a_recovery_after_a_failed_read_leaves_mailbox_messages_to_the_mailbox(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """After a read that failed, the reader takes back what is pending under its name and
+    not running; a message the claimer handed over and that waits in the mailbox is
+    pending under the name too, and must start once: from the mailbox, not also here."""
+    ids = await compact_messages(redis_client, keys, 2)
+    await read_as(redis_client, keys, "me")  # the lost read's delivery, and the mailbox's
+    state = ConsumerState(name="me")
+    raw = await redis_client.execute("XRANGE", keys.queue("t"), ids[0], ids[0])
+    state.held[ids[0]] = Message.decode(ids[0], raw[0][1], "t")
+    reader = Reader(
+        scripts, Streams(redis_client, keys), "t", "n1", Flight(), state, lambda _: None,
+        block_ms=100, dedupe_window_ms=0, actor="test",
+    )  # fmt: skip
+    messages, malformed = await reader._unseen("me")
+    assert [m.msg_id for m in messages] == [ids[1]] and malformed == []
 
 
 async def test_a_message_read_under_our_name_but_never_seen_still_runs(

@@ -32,7 +32,7 @@ class Identity:
     name: str
     """This consumer's name in the group."""
     owner: str
-    """This incarnation's owner value (host:pid:token)."""
+    """This incarnation's owner value (``host:pid:instance:token``, ``runtime.liveness``)."""
     stable: bool
     """False: the stable name was held by a live consumer elsewhere; this is a fresh one."""
 

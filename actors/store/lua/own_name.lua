@@ -1,6 +1,6 @@
 -- own_name: take (or keep) a consumer name in a type's group for one live consumer.
 -- KEYS[1]  the name's owner key ({ns:q:<type>}:owner:<name>, the stream's slot)
--- ARGV[1]  this incarnation's owner value (host:pid:token)   ARGV[2]  ttl ms
+-- ARGV[1]  this incarnation's owner value (host:pid:instance:token)   ARGV[2]  ttl ms
 -- ARGV[3]  a holder this caller found dead and may take over from ('' = none)
 -- Returns {1} when the name is now ours (the key set or refreshed for ttl ms), else
 -- {0, current holder}. A live consumer refreshes its key every lease/3, so a name is never
