@@ -56,7 +56,8 @@ class ChildProcessFailed(Exception):
 
 
 class RedisUnavailable(Exception):
-    """Redis did not answer (connection refused or lost, timeout)."""
+    """Redis did not answer (connection refused or lost, timeout), or answered that it
+    cannot serve for a moment (``LOADING``, ``BUSY``, a server changing roles)."""
 
 
 class RedisRefused(RedisUnavailable):

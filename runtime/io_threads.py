@@ -96,6 +96,7 @@ class IOThreads:
 
         def abort(_raise_cancel: Any) -> trio.lowlevel.Abort:
             call.abandoned = True
+            self._abandoned = [c for c in self._abandoned if not c.ended.is_set()]
             self._abandoned.append(call)
             return trio.lowlevel.Abort.SUCCEEDED
 

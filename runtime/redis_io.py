@@ -52,7 +52,15 @@ from runtime.config import SENTINEL_SCHEMES, RedisSection, parse_sentinel_url
 from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.io_threads import IOThreads
 from runtime.logging import get_logger, notify_observers
-from runtime.redis_replies import ReplyClass, classify, refused, reply_class, reply_text
+from runtime.redis_replies import (
+    RESTART,
+    ReplyClass,
+    classify,
+    error_code,
+    refused,
+    reply_class,
+    reply_text,
+)
 
 T = TypeVar("T")
 
@@ -113,7 +121,13 @@ class RedisClient:
         self._down_since: float | None = None
         """Monotonic time of the first failed call of the current outage; None: reachable."""
         self._refused: RedisRefused | None = None
-        """The refusal of the current run of refused steps (``ride_out``); None: none."""
+        """The refusal that began the current run of refused steps; None: none."""
+        self._refused_steps = 0
+        """Steps waiting to be repeated after a refusal right now (``ride_out``)."""
+        self._refused_since = 0.0
+        """Monotonic time the current run of refusals began."""
+        self.disruption_s = 0.0
+        """How long the last outage or run of refusals lasted (with ``recovered_at``)."""
         self.recovered_at: float | None = None
         """Monotonic time the last outage or run of refusals ended (None: none seen): a
         claimer waits a lease after it before taking over other consumers' messages,
@@ -396,24 +410,35 @@ class RedisClient:
         if self._down_since is not None:
             outage_s = round(time.monotonic() - self._down_since, 3)
             self._down_since = None
-            self.recovered_at = time.monotonic()
+            self.recovered_at, self.disruption_s = time.monotonic(), outage_s
             self._log.info("redis_reachable", redis=self.description, outage_s=outage_s)
 
-    def _note_refused(self, error: RedisRefused, actor: str) -> None:
-        """A step was refused: the first refusal of a run logs it (with the fix); each is
-        counted (``redis_refused`` observers' event)."""
+    def _note_refused(self, error: RedisRefused, actor: str, first: bool) -> None:
+        """A step was refused; ``first``: its first refusal (it starts waiting). The first
+        refusal of a run is logged (with the fix) and counted through the log line; each
+        later one is counted (``redis_refused`` observers' event)."""
+        if first:
+            self._refused_steps += 1
         if self._refused is None:
-            self._refused = error
+            self._refused, self._refused_since = error, time.monotonic()
+            line = {"actor": actor} if actor else {}
             self._log.error(
                 "redis_refused", redis=self.description, kind=error.kind, error=str(error),
-                fix=error.fix, actor=actor,
+                fix=error.fix, **line,
             )  # fmt: skip
-        notify_observers(actor, [("redis_refused", {"kind": error.kind})])
+        else:
+            notify_observers(actor, [("redis_refused", {"kind": error.kind})])
 
-    def _note_accepted(self) -> None:
-        if self._refused is not None:
-            kind, self._refused = self._refused.kind, None
+    def _step_done(self, accepted: bool) -> None:
+        """A step that was refused ended: went through (``accepted``), or was given up
+        (cancelled, or failed otherwise). The run of refusals ends with its last step."""
+        self._refused_steps -= 1
+        if self._refused_steps or self._refused is None:
+            return
+        kind, self._refused = self._refused.kind, None
+        if accepted:
             self.recovered_at = time.monotonic()
+            self.disruption_s = self.recovered_at - self._refused_since
             self._log.info("redis_accepting", redis=self.description, after=kind)
 
     @property
@@ -423,8 +448,8 @@ class RedisClient:
 
     @property
     def refusing(self) -> str | None:
-        """While steps are being refused (from a refusal until a refused step goes
-        through): the refusal's kind (``refused_write``, ``permission``, ``rejected``)."""
+        """While steps wait to be repeated after a refusal: the first refusal's kind
+        (``refused_write``, ``permission``, ``rejected``); None when none waits."""
         return None if self._refused is None else self._refused.kind
 
     async def wait_until_reachable(self) -> None:
@@ -450,28 +475,48 @@ class RedisClient:
         batch's completion): an outage or a refusal is a state the actor waits through,
         not a crash. ``actor``: who is waiting, for the ``redis_refused`` line."""
         refusals = 0
-        while True:
-            try:
-                result = await step()
-            except RedisRefused as exc:
-                refusals += 1
-                await self._wait_after_refusal(exc, refusals, actor)
-                continue
-            except ResponseError as exc:  # rejected: the command cannot succeed as sent
-                refusals += 1
-                await self._wait_after_refusal(refused(exc, self.description), refusals, actor)
-                continue
-            except RedisUnavailable:
-                await self.wait_until_reachable()
-                continue
+        try:
+            while True:
+                try:
+                    result = await step()
+                except RedisRefused as exc:
+                    refusals += 1
+                    await self._wait_after_refusal(exc, refusals, actor)
+                    continue
+                except ResponseError as exc:  # rejected: the command cannot succeed as sent
+                    if reply_class(exc) is ReplyClass.REJECTED and error_code(exc) in RESTART:
+                        raise
+                    refusals += 1
+                    await self._wait_after_refusal(refused(exc, self.description), refusals, actor)
+                    continue
+                except RedisUnavailable:
+                    await self.wait_until_reachable()
+                    continue
+                if refusals:
+                    self._step_done(accepted=True)
+                    refusals = 0
+                return result
+        finally:
             if refusals:
-                self._note_accepted()
-            return result
+                self._step_done(accepted=False)
 
     async def _wait_after_refusal(self, error: RedisRefused, refusals: int, actor: str) -> None:
-        self._note_refused(error, actor)
+        self._note_refused(error, actor, first=refusals == 1)
         delay = min(_REFUSED_CAP_S, _REFUSED_FIRST_S * 2 ** min(refusals - 1, 10))
         await trio.sleep(delay * random.uniform(0.5, 1.0))
+
+    async def wait_after(self, error: RedisUnavailable, actor: str = "") -> None:
+        """What ``ride_out`` waits after ``error``, for a caller that handles the failed
+        call itself: a refusal, the longest refusal backoff (one line, counted); an outage,
+        until Redis answers."""
+        if isinstance(error, RedisRefused):
+            try:
+                await self._wait_after_refusal(error, 1, actor)
+                await trio.sleep(_REFUSED_CAP_S / 2)
+            finally:
+                self._step_done(accepted=False)
+        else:
+            await self.wait_until_reachable()
 
     @property
     def _raw(self) -> Any:

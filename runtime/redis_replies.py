@@ -13,13 +13,16 @@ table ``CLASSES`` maps each code a node can meet to one of four classes, and
   to store anything. ``RedisRefused``: the step is repeated with backoff until Redis takes
   writes again; nothing that depends on the refused write is acknowledged (writes are
   ordered before acknowledgements, ``actors.store.scripts.Scripts.complete``).
-- **permission** (``NOPERM``, ``NOAUTH``, ``WRONGPASS``, a script's "can't run this
-  command", an unknown or renamed command): the server's configuration forbids what the
-  node needs. ``RedisRefused`` too, with a line naming the fix; the node keeps serving
-  what it can.
+- **permission** (``NOPERM``, a script's "can't run this command", an unknown or renamed
+  command): the server's configuration forbids what the node needs. (``NOAUTH`` and
+  ``WRONGPASS`` are listed too, but redis-py raises them as connection errors: a node with
+  the wrong password waits as for an outage, its ``redis_unreachable`` line naming them.)
+  ``RedisRefused`` too, with a line naming the fix; the node keeps serving what it can.
 - **rejected** (``WRONGTYPE`` and any code not above): the command cannot succeed as
-  sent: a key holding data of another kind, a bug. ``RedisRefused`` as well, so no actor
-  crash-loops on it: the step waits at the longest backoff and says what was refused.
+  sent: a key holding data of another kind, a bug. It reaches the caller as the reply
+  itself (one may expect it: ``XGROUP CREATE`` expects ``BUSYGROUP``); at ``ride_out`` it
+  is a refusal, so no actor crash-loops on it. ``NOGROUP`` (``RESTART``) alone lets the
+  step fail: the actor is restarted and creates what is gone.
 
 ``NOSCRIPT`` never reaches this table: ``runtime.redis_io`` sends the script's source.
 """
@@ -56,6 +59,11 @@ CLASSES: dict[str, ReplyClass] = {
     "NOAUTH": ReplyClass.PERMISSION,
     "WRONGPASS": ReplyClass.PERMISSION,
 }
+
+#: Rejected codes that a waiting actor cannot outwait: what it works on is gone (a stream
+#: or its consumer group deleted, a server back empty). ``ride_out`` lets the step fail,
+#: so the actor is restarted and builds it again (a consumer creates its group).
+RESTART = frozenset({"NOGROUP"})
 
 #: ``ERR`` replies that are about permission or configuration, not the command's data.
 _PERMISSION_PHRASES = ("can't run this command", "unknown command", "no permissions")

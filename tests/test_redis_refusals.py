@@ -152,11 +152,14 @@ async def test_writes_refused_at_maxmemory_lose_no_retry(
                 any(e.get("kind") == "refused_write" for e in _events(log_lines, "redis_refused"))
             )
         )
-        assert await _pending(store, "slow") == 1
+        await trio.sleep(1.0)  # the batch's completion is refused meanwhile, again and again
+        assert await _pending(store, "slow") == 1  # not acknowledged
+        assert not _events(log_lines, "retried")  # its retry not written either
         await own_client.execute("CONFIG", "SET", "maxmemory", "0")
         await wait_until(lambda: _true(any(r["event"] == "ran" for r in records(record))))
     runs = [(r["event"], r["attempt"]) for r in records(record)]
     assert runs == [("started", 0), ("failed", 0), ("started", 1), ("ran", 1)]
+    assert len(_events(log_lines, "retried")) == 1
     assert not _events(log_lines, "actor_crashed")
     refused = _events(log_lines, "redis_refused")
     assert "maxmemory" in refused[0]["fix"] or "OOM" in refused[0]["fix"]

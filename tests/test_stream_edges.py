@@ -4,6 +4,7 @@ mailbox, and messages pending under its own name that it never saw."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +210,7 @@ async def test_messages_waiting_in_the_mailbox_keep_their_lease(
     state = ConsumerState(name="me")
     state.free.value = 2
     inbox: Mailbox[Message] = Mailbox.open(10)
-    lease_s = 0.6
+    lease_s = 1.5
     claimer = Claimer(store, "t", state, inbox, "n1", ClaimerSettings(lease_s=lease_s))
     assert await claimer.tick(scripts) == 2
     assert set(state.held) == set(ids)
@@ -249,8 +250,9 @@ async def test_a_recovery_after_a_failed_read_leaves_mailbox_messages_to_the_mai
 
 
 async def test_a_message_read_under_our_name_but_never_seen_still_runs(
-    redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path, record: Path
-) -> None:
+    redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path, record: Path,
+    log_lines: Callable[[], list[dict[str, Any]]],
+) -> None:  # fmt: skip
     """A read whose reply was lost without an error reaching the reader (a client that
     retries internally) leaves a message pending under the consumer's own name: its own
     claimer skips it, and no other node may exist. The consumer takes it back itself."""
@@ -258,17 +260,23 @@ async def test_a_message_read_under_our_name_but_never_seen_still_runs(
     section = ConsumerSection(handler="tests.handlers.jobs:noop", lease_s=1)
     config = node_config(redis_url, namespace, tmp_path, {"t": section}, pollers=0)
     stream = (await store.keys()).queue("t")
+    raw = redis_client.raw
+
+    def lost_read() -> Any:
+        """Appended and read under the node's name in one transaction: the node's own
+        blocked read never gets it."""
+        pipe = raw.pipeline(transaction=True)
+        pipe.xadd(stream, {"task_id": "lost", "payload": "{}", "attempt": "0", "due_ms": "5"})
+        pipe.xreadgroup(GROUP, "n1", {stream: ">"}, count=10)
+        return pipe.execute()[1]
+
     async with running_node(config):
         await wait_until(lambda: _group_exists(redis_client, stream))
-        await redis_client.execute(
-            "XADD", stream, "*", "task_id", "lost", "payload", "{}", "attempt", "0",
-            "due_ms", "5",
-        )  # fmt: skip
-        await redis_client.execute(
-            "XREADGROUP", "GROUP", GROUP, "n1", "COUNT", 10, "STREAMS", stream, ">"
-        )
-        await wait_until(lambda: _true(any(r["task_id"] == "lost" for r in records(record))))
+        assert await redis_client.run_sync(lost_read)  # delivered to "n1", reply dropped
+        await wait_until(lambda: _true(any(r["task_id"] == "lost" for r in records(record))), 30)
     assert [r["task_id"] for r in records(record)] == ["lost"]
+    recovered = [e for e in log_lines() if e["event"] == "recovered"]
+    assert [e["task_id"] for e in recovered] == ["lost"]
 
 
 async def _group_exists(client: RedisClient, stream: str) -> bool:

@@ -23,7 +23,7 @@ from actors.domain.errors import (
     TaskConflict,
     TaskNotFound,
 )
-from runtime.errors import RedisUnavailable
+from runtime.errors import RedisRefused, RedisUnavailable
 
 MEDIA_TYPE = "application/problem+json"
 TYPE_PREFIX = "urn:metronome:problem:"
@@ -100,10 +100,6 @@ def from_exception(exc: Exception) -> Problem | None:
         return Problem(409, "conflict", str(exc))
     if isinstance(exc, InvalidTransition):
         return Problem(409, "invalid_transition", str(exc))
-    if isinstance(exc, RedisUnavailable):
-        return Problem(503, "redis_unavailable", "Redis is unreachable; retry later")
-    if isinstance(exc, LayoutMismatch):
-        return Problem(503, "layout_mismatch", str(exc))
     if _no_permission(exc):
         return Problem(
             503,
@@ -111,13 +107,22 @@ def from_exception(exc: Exception) -> Problem | None:
             "Redis refused a command: the node's ACL user lacks a permission "
             "(deploy/redis/users.acl lists what Metronome needs)",
         )
+    if isinstance(exc, RedisRefused):
+        return Problem(503, "redis_refused", f"Redis refused the command ({exc.kind}); {exc.fix}")
+    if isinstance(exc, RedisUnavailable):
+        return Problem(503, "redis_unavailable", "Redis is unreachable; retry later")
+    if isinstance(exc, LayoutMismatch):
+        return Problem(503, "layout_mismatch", str(exc))
     return None
 
 
 def _no_permission(exc: Exception) -> bool:
-    """Redis's NOPERM, also from inside a script (a plain ResponseError there)."""
+    """Redis's NOPERM, also from inside a script (a plain ResponseError there), and
+    the node's classification of it (``RedisRefused`` of kind ``permission``)."""
     if isinstance(exc, redis.exceptions.NoPermissionError):
         return True
+    if isinstance(exc, RedisRefused):
+        return exc.kind == "permission"
     return isinstance(exc, redis.exceptions.ResponseError) and (
         "NOPERM" in str(exc) or "can't run this command" in str(exc)
     )

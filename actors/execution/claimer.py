@@ -7,12 +7,14 @@ them at shutdown) are claimed for this node's consumer and handed to it through 
 mailbox; a message already delivered ``max_deliveries`` times is poison and goes to the
 dead-letter queue instead.
 
-Live holders win after an outage. While Redis is away or stalled, no consumer can renew,
-yet its messages' idle time keeps counting on Redis's clock. So a claimer takes nothing
-for a full lease after an outage or a run of refusals it saw end
-(``RedisClient.recovered_at``), and a reclaim call that Redis ran more than a third of a
-lease after it was sent (a pause or stall in between) takes nothing and counts as an
-outage seen: by then every live holder has renewed.
+Live holders win after an outage. While Redis is away, stalled or refusing writes, no
+consumer can renew, yet its messages' idle time keeps counting on Redis's clock. So a
+claimer takes nothing for a full lease after an outage or a run of refusals it saw end
+that lasted a third of a lease or more (``RedisClient.recovered_at``, ``disruption_s``),
+and a reclaim call that Redis ran more than a third of a lease after it was sent (a pause
+or stall in between: the call carries the stream server's clock as the claimer last read
+it from that server, carried forward on the local monotonic clock) takes nothing and
+counts as such an outage: by then every live holder has renewed.
 
 Every round it also trims the stream's acknowledged entries from its head
 (``trim_acked.lua``: consumers acknowledge without deleting, which saves Redis an ``XDEL``
@@ -32,11 +34,13 @@ import trio
 from actors.execution.consumer import ConsumerState
 from actors.store.keys import CONSUMER_GONE_MS
 from actors.store.messages import MalformedMessage, Message
+from actors.store.replies import Reclaim
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.channels import Mailbox
 from runtime.logging import emit_events
+from runtime.redis_io import RedisClient
 
 PRUNE_EVERY_S = 30.0
 
@@ -71,6 +75,8 @@ class Claimer:
         self.actor = f"node/consumers/{task_type}/claimer"
         self._stalled_at = -1e18
         """Monotonic time of the last reclaim call that found Redis had stalled it."""
+        self._clock: tuple[float, int] | None = None
+        """(local monotonic s, the stream server's ms) as the last reclaim read them."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         redis = self.store.client
@@ -87,27 +93,47 @@ class Claimer:
                 await redis.ride_out(lambda: self.prune(scripts))
                 last_prune = trio.current_time()
 
-    def _in_grace(self, client: Any) -> bool:
-        """Whether an outage (or a stall, or refusals) ended less than a lease ago."""
-        ended = max(client.recovered_at or -1e18, self._stalled_at)
+    def _in_grace(self, client: RedisClient) -> bool:
+        """Whether an outage (or a stall, or refusals) long enough to have kept the live
+        holders from renewing ended less than a lease ago."""
+        ended = self._stalled_at
+        if client.recovered_at is not None and client.disruption_s >= self.settings.lease_s / 3:
+            ended = max(ended, client.recovered_at)
         return time.monotonic() - ended < self.settings.lease_s
+
+    def _sent_ms(self) -> int | None:
+        """The stream server's clock now, as last read from it (None: not read yet)."""
+        if self._clock is None:
+            return None
+        at, redis_ms = self._clock
+        return redis_ms + int((time.monotonic() - at) * 1000)
 
     async def tick(self, scripts: Scripts) -> int:
         """Reclaim up to the consumer's free slots; return how many were handed over."""
-        name = self.state.name
-        free = self.state.free.value - len(self.state.held)
-        client = scripts.client
-        if name is None or free <= 0 or self._in_grace(client):
-            return 0
-        s = self.settings
-        lease_ms = int(s.lease_s * 1000)
-        reclaim = await scripts.reclaim(
-            self.type, name, lease_ms, free, s.max_deliveries, self.node,
-            sent_ms=await client.clock_ms(), max_delay_ms=lease_ms // 3,
-        )  # fmt: skip
-        if reclaim.stalled:
-            self._stalled_at = time.monotonic()
-            return 0
+        async with self.state.pending_lock:
+            name = self.state.name
+            free = self.state.free.value - len(self.state.held)
+            if name is None or free <= 0 or self._in_grace(scripts.client):
+                return 0
+            s = self.settings
+            lease_ms = int(s.lease_s * 1000)
+            reclaim = await scripts.reclaim(
+                self.type, name, lease_ms, free, s.max_deliveries, self.node,
+                sent_ms=self._sent_ms(), max_delay_ms=lease_ms // 3,
+            )  # fmt: skip
+            self._clock = (time.monotonic(), reclaim.now_ms)
+            if reclaim.stalled:
+                self._stalled_at = time.monotonic()
+                return 0
+            messages = self._hand_over(reclaim, name)
+        for message in messages:
+            await self.inbox.send.send(message)
+        return len(messages)
+
+    def _hand_over(self, reclaim: Reclaim, name: str) -> list[Message]:
+        """The reclaimed messages to send to the consumer, held from now on (renewed);
+        none if the consumer restarted under another name meanwhile (they wait out a
+        lease and are taken again). Logs what was reclaimed and what was poison."""
         events: list[tuple[str, dict[str, Any]]] = [
             ("dead", {"msg_id": m, "type": self.type, "reason": "poison"}) for m in reclaim.poisoned
         ]
@@ -133,11 +159,11 @@ class Claimer:
                 )
             )
         emit_events(self.actor, events)
+        if self.state.name != name:
+            return []
         for message in messages:  # held before the first await: renewed from now on
             self.state.held[message.msg_id] = message
-        for message in messages:
-            await self.inbox.send.send(message)
-        return len(messages)
+        return messages
 
     async def prune(self, scripts: Scripts) -> list[str]:
         names = await scripts.prune_consumers(self.type, CONSUMER_GONE_MS, self.state.name or "")

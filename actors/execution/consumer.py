@@ -82,6 +82,12 @@ class ConsumerState:
     """This node's consumer name in the group, once the consumer is running."""
     free: trio_util.AsyncValue[int] = attrs.field(factory=lambda: trio_util.AsyncValue(0))
     """Free handler slots right now."""
+    pending_lock: trio.Lock = attrs.field(factory=trio.Lock)
+    """Held while the consumer's pending entries change hands here: a recovery of the
+    name's entries (its reply and the flight), the claimer's hand-over (its reply and
+    ``held``), and a batch's completion (its ACKs and the flight). So none of them acts
+    on a reply that another one has made stale (a message recovered that was just
+    acknowledged, or handed over at the same moment)."""
     held: dict[str, Message] = attrs.field(factory=dict)
     """Messages the claimer took over for the consumer, waiting in its mailbox (by id):
     pending under the consumer's name, so their leases are renewed with those in flight,
@@ -191,12 +197,12 @@ class Consumer:
 
     # -- completing -------------------------------------------------------------------------
 
-    async def _complete(self, scripts: Scripts, plan: Completion) -> None:
+    async def _complete(self, scripts: Scripts, plan: Completion, written: set[int]) -> None:
         """One attempt at writing a batch's outcomes, shielded (see ``_flush``)."""
         with trio.CancelScope(shield=True):
             await scripts.complete(
                 self.type, retries=plan.retries, outcomes=plan.outcomes, dead=plan.dead,
-                acks=plan.acks,
+                acks=plan.acks, written=written,
             )  # fmt: skip
 
     async def _flush_loop(self, scripts: Scripts, flight: Flight) -> None:
@@ -226,8 +232,13 @@ class Consumer:
 
             # Redis away: the batch waits (cancellably: cut at shutdown, its messages stay
             # pending and are reclaimed, never lost) and is written once Redis answers.
-            await scripts.client.ride_out(functools.partial(self._complete, scripts, plan))
-            flight.settled(batch)
+            # Repeated after a refusal, only the writes not done yet are sent again.
+            written: set[int] = set()
+            async with self.state.pending_lock:
+                await scripts.client.ride_out(
+                    functools.partial(self._complete, scripts, plan, written), self.actor
+                )
+                flight.settled(batch)
             summary = ("runs_finished", {"type": self.type, "durations_ms": plan.durations_ms})
             emit_encoded(self.actor, "finished", bodies, summary, plan.finished_fields)
             emit_events(self.actor, plan.events)

@@ -1,6 +1,7 @@
-"""A consumer's leases: renewing those of the messages it is running, so a live, busy
-consumer is never robbed, and releasing everything it still holds when it stops, so other
-nodes' claimers take it at once."""
+"""A consumer's leases: renewing those of every message it holds (running, finished and
+awaiting its flush, or waiting in its mailbox), so a live, busy consumer is never robbed,
+and releasing everything it still holds when it stops, so other nodes' claimers take it
+at once."""
 
 from __future__ import annotations
 

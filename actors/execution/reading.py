@@ -36,7 +36,8 @@ from runtime.logging import debug_enabled, emit_events, notify_observers
 if TYPE_CHECKING:
     from actors.execution.consumer import ConsumerState
 
-#: Most pending messages taken back after a read whose reply was lost.
+#: Most pending messages taken back at once: after a read whose reply was lost, and by the
+#: sweep every lease of what is pending under our name and was never seen.
 RECOVER_UNSEEN = 10_000
 
 
@@ -61,6 +62,7 @@ class Reader:
         self.flight = flight
         self.free = state.free
         self.held = state.held
+        self.pending_lock = state.pending_lock
         self._start = start
         self.block_ms, self.dedupe_window_ms = block_ms, dedupe_window_ms
         self.lease_ms = lease_ms
@@ -71,10 +73,8 @@ class Reader:
         while not stopping.value:
             if trio.current_time() >= next_sweep:
                 next_sweep = trio.current_time() + self.lease_ms / 1000
-                messages, malformed = await self.scripts.client.ride_out(
-                    lambda: self._unseen(consumer, self.lease_ms // 2)
-                )
-                await self._take(messages, malformed, stopping)
+                swept = await self._recover_unseen(consumer, self.lease_ms // 2)
+                await self._take(*swept, stopping)
             if self.free.value <= 0:  # (a slot is usually free: no waiting task to start)
                 async with trio_util.move_on_when(stopping.wait_value, True):
                     await self.free.wait_value(lambda free: free > 0)
@@ -84,12 +84,26 @@ class Reader:
                 messages, malformed = await self.streams.read_group(
                     self.type, consumer, self.free.value, self.block_ms
                 )
-            except RedisUnavailable:
-                await self.scripts.client.wait_until_reachable()
-                messages, malformed = await self.scripts.client.ride_out(
-                    lambda: self._unseen(consumer)
-                )
+            except RedisUnavailable as exc:
+                # Refused (NOREPLICAS, a permission): PING answers at once, so wait as
+                # ride_out does for a refusal (backoff, one line), not for an outage.
+                await self.scripts.client.wait_after(exc, self.actor)
+                messages, malformed = await self._recover_unseen(consumer, 0)
             await self._take(messages, malformed, stopping)
+
+    async def _recover_unseen(
+        self, consumer: str, min_idle_ms: int
+    ) -> tuple[list[Message], list[tuple[str, dict[bytes, bytes], str]]]:
+        """``_unseen``, under the consumer's pending lock (``ConsumerState.pending_lock``):
+        no batch settles and no hand-over lands while its reply is on the way, so what it
+        returns is neither finished nor in the mailbox; in flight before the lock goes."""
+        async with self.pending_lock:
+            messages, malformed = await self.scripts.client.ride_out(
+                lambda: self._unseen(consumer, min_idle_ms), self.actor
+            )
+            for message in messages:
+                self.flight.messages[message.msg_id] = message
+        return messages, malformed
 
     async def _take(
         self,
@@ -114,13 +128,14 @@ class Reader:
                 messages.append(Message.decode(entry.msg_id, entry.fields, self.type))
             except MalformedMessage as exc:
                 malformed.append((entry.msg_id, entry.fields, str(exc)))
+        # In flight at once (before any await: a recovery of the name's entries leaves
+        # them alone), though they start only as slots free up: their leases are renewed
+        # meanwhile, so no other node's claimer takes one that will still run here.
+        for message in messages:
+            self.flight.messages[message.msg_id] = message
         if malformed:
             await self._dead_letter_malformed(malformed)
         emit_events(self.actor, [("recovered", fire_fields(m)) for m in messages])
-        # In flight at once, though they start only as slots free up: their leases are
-        # renewed meanwhile, so no other node's claimer takes one that will still run here.
-        for message in messages:
-            self.flight.messages[message.msg_id] = message
         async with trio_util.move_on_when(stopping.wait_value, True):
             for message in messages:
                 await self.free.wait_value(lambda free: free > 0)
@@ -153,8 +168,10 @@ class Reader:
         async with trio_util.move_on_when(stopping.wait_value, True):
             async for message in inbox.receive:
                 await self.free.wait_value(lambda free: free > 0)
-                if self.held.pop(message.msg_id, None) is None:
-                    continue  # recovered or released meanwhile: not ours to start here
+                if self.held.pop(message.msg_id, None) is None or (
+                    message.msg_id in self.flight.messages
+                ):
+                    continue  # recovered, released or running already: not to start here
                 self.flight.messages[message.msg_id] = message
                 await self.begin([message])
 

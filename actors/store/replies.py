@@ -373,6 +373,8 @@ class Reclaim:
     """The call reached Redis later than ``max_delay_ms`` after it was sent (Redis was
     paused or stalled meanwhile): it took nothing, since the holders' renewals were held
     up too."""
+    now_ms: int = 0
+    """Redis's time as the call ran, on the stream's own server."""
 
 
 @attrs.frozen

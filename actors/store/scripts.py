@@ -422,22 +422,34 @@ class Scripts(TaskScripts):
         outcomes: Sequence[OutcomeWrite],
         dead: Sequence[DeadLetterWrite],
         acks: Sequence[str],
+        written: set[int] | None = None,
     ) -> None:
         """A consumer's batch of outcomes, in the order that keeps the ACK invariant:
         retry contexts and task outcomes first, then dead letters and ACKs, only once every
         one of those writes succeeded. Two round trips (in one hop to the I/O thread), on
         one server too: a pipeline runs every command, so an ACK pipelined behind a refused
         write (``OOM``, ``MISCONF``, a key of the wrong type) would be acknowledged with its
-        retry never written. A write that fails raises here with nothing acknowledged; the
-        caller repeats the whole batch (each write is safe to repeat: a retry context or
-        outcome is set again, a dead letter is written only while its message is still
-        pending)."""
+        retry never written. A write that fails raises here with nothing acknowledged.
+
+        ``written``: the partition writes of this batch that went through on an earlier
+        attempt (by index; this call adds to it), so that an attempt repeated after a
+        refusal sends only the rest: a retry context written again after the dispatcher
+        took it would run that attempt twice. (After a lost connection nothing is known
+        and every write is sent again.) Dead letters are safe to repeat: one is written
+        only while its message is pending."""
+        done = written if written is not None else set()
         partition_calls = self._partition_calls(retries, outcomes)
+        todo = [i for i in range(len(partition_calls)) if i not in done]
         stream_calls = ([self._dead_letter_call(task_type, dead)] if dead else []) + (
             [self._ack_call(task_type, acks)] if acks else []
         )
-        written, acknowledged = await self.client.scripts_in_order(partition_calls, stream_calls)
-        for reply in [*written, *(acknowledged or ())]:
+        first, then = await self.client.scripts_in_order(
+            [partition_calls[i] for i in todo], stream_calls
+        )
+        done.update(
+            i for i, reply in zip(todo, first, strict=True) if not isinstance(reply, Exception)
+        )
+        for reply in [*first, *(then or ())]:
             if isinstance(reply, Exception):
                 raise reply
 
@@ -502,7 +514,7 @@ class Scripts(TaskScripts):
         k = self.keys
         args = [GROUP, consumer, lease_ms, count, max_deliveries, node, task_type]
         args += [or_empty(sent_ms), max_delay_ms]
-        ((claimed, poisoned, stalled),) = await self._run(
+        ((claimed, poisoned, stalled, now_ms),) = await self._run(
             [(lua.RECLAIM, [k.queue(task_type), k.dlq(task_type)], args)]
         )
         return Reclaim(
@@ -514,6 +526,7 @@ class Scripts(TaskScripts):
             ],
             poisoned=[m.decode() for m in poisoned],
             stalled=bool(int(stalled)),
+            now_ms=int(now_ms),
         )
 
     async def prune_consumers(self, task_type: str, min_idle_ms: int, keep: str) -> list[str]:

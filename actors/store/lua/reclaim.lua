@@ -5,11 +5,12 @@
 -- ARGV[7]  the type (a dead letter's 'type' field)
 -- ARGV[8]  the caller's reading of Redis's clock when it sent this call ('' = unknown)
 -- ARGV[9]  most ms this call may have waited to run (Redis paused or stalled meanwhile)
--- Returns {claimed, poisoned, stalled}: claimed is a list of {id, previous owner, idle ms,
+-- Returns {claimed, poisoned, stalled, now}: claimed is a list of {id, previous owner, idle ms,
 -- deliveries, {field, value, ...}}; poisoned is a list of message ids moved to the DLQ;
 -- stalled is 1 when the call ran more than ARGV[9] ms after it was sent: then it takes
 -- nothing, since the live holders' renewals were held up by the same stall and their
--- messages look idle without their consumer being gone.
+-- messages look idle without their consumer being gone; now is Redis's time (ms) as the
+-- call ran, the clock of this stream's server for the caller's next ARGV[8].
 -- A message delivered max-deliveries times already is not claimed again: it keeps
 -- killing its consumers, so it goes to the DLQ with its fields in the full form (a
 -- compact message's schedule_id, type and enq_ms added, so it can be replayed) and the
@@ -18,7 +19,7 @@
 local t = redis.call('TIME')
 local now = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
 if ARGV[8] ~= '' and tonumber(now) - tonumber(ARGV[8]) > tonumber(ARGV[9]) then
-  return {{}, {}, 1}
+  return {{}, {}, 1, now}
 end
 local want = tonumber(ARGV[4])
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[3], '-', '+',
@@ -76,4 +77,4 @@ for _, p in ipairs(pending) do
     end
   end
 end
-return {claimed, poisoned, 0}
+return {claimed, poisoned, 0, now}
