@@ -19,11 +19,17 @@ import trio
 from actors.config import ConsumerSection
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
+from actors.execution.claimer import Claimer, ClaimerSettings
+from actors.execution.consumer import ConsumerState
 from actors.store.keys import GROUP
+from actors.store.messages import Message
 from actors.store.tasks import TaskStore
+from runtime.actor import ActorContext
+from runtime.channels import Mailbox
 from runtime.config import RedisSection
 from runtime.embedded_redis import find_server_binary
 from runtime.errors import RedisRefused, RedisUnavailable
+from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
 from runtime.redis_replies import ReplyClass, reply_class
 from runtime.testing.local_redis import RedisProcess
@@ -228,3 +234,46 @@ async def test_a_missing_permission_is_one_line_and_a_wait_not_a_crash(
         assert client.refusing is None
     finally:
         await client.aclose()
+
+
+async def test_a_refused_trim_does_not_hold_up_the_reclaims(
+    server: RedisProcess, own_client: RedisClient, namespace: str, log_lines: LogLines
+) -> None:
+    """The claimer's housekeeping (trim, prune) refused for good (here the ACL lacks
+    XTRIM): it is skipped with one line, and the claimer keeps taking over dead consumers'
+    messages round after round."""
+    await own_client.execute("ACL", "SETUSER", "notrim", "on", ">pw", "~*", "+@all", "-xtrim")
+    url = f"redis://notrim:pw@127.0.0.1:{server.port}/0"
+    client = RedisClient.from_settings(url, RedisSection(url=url))
+    store = TaskStore(client, namespace, default_partitions=4)
+    keys = await store.keys()
+    stream = keys.queue("t")
+    await own_client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
+    done = await own_client.execute("XADD", stream, "*", "task_id", "done")
+    await own_client.execute("XREADGROUP", "GROUP", GROUP, "c", "STREAMS", stream, ">")
+    await own_client.execute("XACK", stream, GROUP, done)  # acknowledged: the trim's to drop
+    state = ConsumerState(name="alive")
+    state.free.value = 5
+    inbox: Mailbox[Message] = Mailbox.open(5)
+    claimer = Claimer(store, "t", state, inbox, "n1", ClaimerSettings(interval_s=0.05, lease_s=0.2))
+    ctx = ActorContext("node/consumers/t/claimer", 1.0, get_logger(actor="claimer"))
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(claimer.run, ctx)
+            await wait_until(lambda: _true(bool(_events(log_lines, "housekeeping_skipped"))))
+            for i in range(2):  # a consumer dies holding a message, twice
+                await own_client.execute(
+                    "XADD", stream, "*", "task_id", f"x{i}", "payload", "{}", "attempt", "0",
+                    "due_ms", "5",
+                )  # fmt: skip
+                await own_client.execute(
+                    "XREADGROUP", "GROUP", GROUP, f"dead{i}", "STREAMS", stream, ">"
+                )
+                with trio.fail_after(30):
+                    handed = await inbox.receive.receive()
+                assert handed.task_id == f"x{i}"
+            nursery.cancel_scope.cancel()
+    finally:
+        await client.aclose()
+    (skipped,) = _events(log_lines, "housekeeping_skipped")
+    assert skipped["kind"] == "permission"

@@ -26,6 +26,7 @@ messages is never removed.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import attrs
@@ -39,8 +40,10 @@ from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.channels import Mailbox
+from runtime.errors import RedisRefused
 from runtime.logging import emit_events
-from runtime.redis_io import RedisClient
+from runtime.redis_io import RedisClient, ResponseError
+from runtime.redis_replies import RESTART, error_code
 
 PRUNE_EVERY_S = 30.0
 
@@ -77,6 +80,8 @@ class Claimer:
         """Monotonic time of the last reclaim call that found Redis had stalled it."""
         self._clock: tuple[float, int] | None = None
         """(local monotonic s, the stream server's ms) as the last reclaim read them."""
+        self._skipped: set[str] = set()
+        """Kinds of refusal a housekeeping step was skipped for (logged once each)."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         redis = self.store.client
@@ -87,11 +92,25 @@ class Claimer:
         last_prune = trio.current_time()
         while True:
             await trio.sleep(self.settings.interval_s)
-            await redis.ride_out(lambda: self.tick(scripts))
-            await redis.ride_out(lambda: scripts.trim_acked(self.type))
+            await redis.ride_out(lambda: self.tick(scripts), self.actor)
+            await redis.ride_out(lambda: self._housekeeping(ctx, scripts.trim_acked(self.type)))
             if trio.current_time() - last_prune >= PRUNE_EVERY_S:
-                await redis.ride_out(lambda: self.prune(scripts))
+                await redis.ride_out(lambda: self._housekeeping(ctx, self.prune(scripts)))
                 last_prune = trio.current_time()
+
+    async def _housekeeping(self, ctx: ActorContext, step: Awaitable[object]) -> None:
+        """A trim or prune: refused (a permission, a key of another kind), it is skipped
+        until the next round, with one line a kind of refusal, rather than holding up the
+        reclaims behind it. An outage is still waited out (``ride_out``)."""
+        try:
+            await step
+        except (RedisRefused, ResponseError) as exc:
+            if error_code(exc) in RESTART:
+                raise
+            kind = exc.kind if isinstance(exc, RedisRefused) else "rejected"
+            if kind not in self._skipped:
+                self._skipped.add(kind)
+                ctx.log.warning("housekeeping_skipped", kind=kind, error=str(exc))
 
     def _in_grace(self, client: RedisClient) -> bool:
         """Whether an outage (or a stall, or refusals) long enough to have kept the live

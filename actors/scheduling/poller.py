@@ -135,7 +135,7 @@ class Poller:
                 # Redis away: wait and tick again; what was claimed and not committed is
                 # claimed again (by this poller, or after the lease by another), so a
                 # repeated tick loses nothing.
-                result = await redis.ride_out(lambda: self.round(scripts, ctx.log))
+                result = await redis.ride_out(lambda: self.round(scripts, ctx.log), ctx.path)
                 await trio.sleep(self.sleep_s(result))
         finally:
             with trio.CancelScope(shield=True, deadline=trio.current_time() + LEAVE_S):

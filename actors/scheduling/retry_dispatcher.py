@@ -62,7 +62,7 @@ class RetryDispatcher:
         ctx.log.info("retry_dispatcher_ready", partitions=partitions)
         task_status.started()
         while True:
-            result = await redis.ride_out(lambda: self.tick(scripts, partitions))
+            result = await redis.ride_out(lambda: self.tick(scripts, partitions), ctx.path)
             await trio.sleep(sleep_s(result, self.settings.max_tick_s, self.settings.min_tick_s))
 
     async def tick(self, scripts: Scripts, partitions: list[int]) -> TickResult:
