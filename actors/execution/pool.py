@@ -58,7 +58,9 @@ class HandlerPool:
         """Set by the next run to start, while the watchdog waits with nothing running."""
 
     def submit(self, messages: list[Message]) -> None:
-        """Queue ``messages`` to run; the caller made sure there are free slots for them."""
+        """Queue ``messages`` to run. A read asks for no more than the free slots; messages
+        taken back (a lost read's, the sweep's) may be more: they wait in the queue, and
+        ``free`` goes below zero until they have run, so nothing more is read meanwhile."""
         if not messages:
             return
         self._queue.extend(messages)
