@@ -505,18 +505,17 @@ class RedisClient:
         delay = min(_REFUSED_CAP_S, _REFUSED_FIRST_S * 2 ** min(refusals - 1, 10))
         await trio.sleep(delay * random.uniform(0.5, 1.0))
 
-    async def wait_after(self, error: RedisUnavailable, actor: str = "") -> None:
-        """What ``ride_out`` waits after ``error``, for a caller that handles the failed
-        call itself: a refusal, the longest refusal backoff (one line, counted); an outage,
-        until Redis answers."""
-        if isinstance(error, RedisRefused):
-            try:
-                await self._wait_after_refusal(error, 1, actor)
-                await trio.sleep(_REFUSED_CAP_S / 2)
-            finally:
-                self._step_done(accepted=False)
-        else:
-            await self.wait_until_reachable()
+    async def wait_refused(self, error: RedisRefused, refusals: int, actor: str = "") -> None:
+        """What ``ride_out`` waits after the ``refusals``-th refusal in a row of a step, for
+        a caller that repeats the step itself (a consumer's read, which must take back
+        what a failed read may have delivered). The caller ends the run with
+        ``refusal_ended`` once the step goes through, or it gives up."""
+        await self._wait_after_refusal(error, refusals, actor)
+
+    def refusal_ended(self, *, accepted: bool) -> None:
+        """A step waited on with ``wait_refused`` went through (``accepted``) or was given
+        up."""
+        self._step_done(accepted)
 
     @property
     def _raw(self) -> Any:

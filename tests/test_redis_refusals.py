@@ -277,3 +277,35 @@ async def test_a_refused_trim_does_not_hold_up_the_reclaims(
         await client.aclose()
     (skipped,) = _events(log_lines, "housekeeping_skipped")
     assert skipped["kind"] == "permission"
+
+
+async def test_a_refused_read_waits_with_backoff_and_one_line(
+    server: RedisProcess, own_client: RedisClient, namespace: str, tmp_path: Path,
+    record: Path, log_lines: LogLines,
+) -> None:  # fmt: skip
+    """The consumer's read refused (here the ACL lacks XREADGROUP; NOREPLICAS does the same
+    to a write command): PING still answers, so the reader must wait the refusal backoff,
+    not spin; one line for the run; it reads again once allowed."""
+    await own_client.execute(
+        "ACL", "SETUSER", "noread", "on", ">pw", "~*", "&*", "+@all", "-xreadgroup"
+    )
+    url = f"redis://noread:pw@127.0.0.1:{server.port}/0"
+    store = TaskStore(own_client, namespace, default_partitions=4)
+    section = ConsumerSection(handler="tests.handlers.jobs:noop")
+    config = node_config(url, namespace, tmp_path, {"work": section}, pollers=0)
+    await store.create(TaskSpec("work", Schedule("once", at_ms=0), task_id="w"))
+    stream = (await store.keys()).queue("work")
+    await own_client.execute(
+        "XADD", stream, "*", "task_id", "w", "payload", "{}", "attempt", "0", "due_ms", "5"
+    )
+    async with running_node(config):
+        await wait_until(lambda: _true(bool(_events(log_lines, "redis_refused"))))
+        await trio.sleep(3)
+        denied = await own_client.execute("ACL", "LOG")
+        reads = sum(int(e[b"count"]) for e in denied if e[b"object"] == b"xreadgroup")
+        assert 0 < reads < 30, reads  # a backoff, not a PING loop (hundreds a second)
+        await own_client.execute("ACL", "SETUSER", "noread", "+xreadgroup")
+        await wait_until(lambda: _true(any(r["task_id"] == "w" for r in records(record))))
+    assert len(_events(log_lines, "redis_refused")) == 1
+    assert _events(log_lines, "redis_accepting")
+    assert not _events(log_lines, "actor_crashed")

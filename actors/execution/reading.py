@@ -30,7 +30,7 @@ from actors.store.replies import DeadLetterWrite, Reclaimed
 from actors.store.scripts import Scripts
 from actors.store.streams import Streams
 from runtime.channels import Mailbox
-from runtime.errors import RedisUnavailable
+from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.logging import debug_enabled, emit_events, notify_observers
 
 if TYPE_CHECKING:
@@ -66,9 +66,19 @@ class Reader:
         self._start = start
         self.block_ms, self.dedupe_window_ms = block_ms, dedupe_window_ms
         self.lease_ms = lease_ms
+        self._refusals = 0
+        """Reads refused in a row (a refusal run the client counts as one waiting step)."""
 
     async def read_stream(self, consumer: str, stopping: trio_util.AsyncBool) -> None:
         """Read while not stopping."""
+        try:
+            await self._read_stream(consumer, stopping)
+        finally:
+            if self._refusals:
+                self._refusals = 0
+                self.scripts.client.refusal_ended(accepted=False)
+
+    async def _read_stream(self, consumer: str, stopping: trio_util.AsyncBool) -> None:
         next_sweep = trio.current_time() + self.lease_ms / 1000
         while not stopping.value:
             if trio.current_time() >= next_sweep:
@@ -84,11 +94,19 @@ class Reader:
                 messages, malformed = await self.streams.read_group(
                     self.type, consumer, self.free.value, self.block_ms
                 )
-            except RedisUnavailable as exc:
+            except RedisRefused as exc:
                 # Refused (NOREPLICAS, a permission): PING answers at once, so wait as
-                # ride_out does for a refusal (backoff, one line), not for an outage.
-                await self.scripts.client.wait_after(exc, self.actor)
+                # ride_out does for a refusal (backoff, one line a run), not for an outage.
+                self._refusals += 1
+                await self.scripts.client.wait_refused(exc, self._refusals, self.actor)
                 messages, malformed = await self._recover_unseen(consumer, 0)
+            except RedisUnavailable:
+                await self.scripts.client.wait_until_reachable()
+                messages, malformed = await self._recover_unseen(consumer, 0)
+            else:
+                if self._refusals:
+                    self._refusals = 0
+                    self.scripts.client.refusal_ended(accepted=True)
             await self._take(messages, malformed, stopping)
 
     async def _recover_unseen(
