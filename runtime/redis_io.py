@@ -53,13 +53,12 @@ from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.io_threads import IOThreads
 from runtime.logging import get_logger, notify_observers
 from runtime.redis_replies import (
-    RESTART,
     ReplyClass,
     classify,
-    error_code,
     refused,
     reply_class,
     reply_text,
+    restarts,
 )
 
 T = TypeVar("T")
@@ -429,7 +428,7 @@ class RedisClient:
         else:
             notify_observers(actor, [("redis_refused", {"kind": error.kind})])
 
-    def _step_done(self, accepted: bool) -> None:
+    def refusal_ended(self, *, accepted: bool) -> None:
         """A step that was refused ended: went through (``accepted``), or was given up
         (cancelled, or failed otherwise). The run of refusals ends with its last step."""
         self._refused_steps -= 1
@@ -481,41 +480,32 @@ class RedisClient:
                     result = await step()
                 except RedisRefused as exc:
                     refusals += 1
-                    await self._wait_after_refusal(exc, refusals, actor)
+                    await self.wait_refused(exc, refusals, actor)
                     continue
                 except ResponseError as exc:  # rejected: the command cannot succeed as sent
-                    if reply_class(exc) is ReplyClass.REJECTED and error_code(exc) in RESTART:
+                    if restarts(exc):
                         raise
                     refusals += 1
-                    await self._wait_after_refusal(refused(exc, self.description), refusals, actor)
+                    await self.wait_refused(refused(exc, self.description), refusals, actor)
                     continue
                 except RedisUnavailable:
                     await self.wait_until_reachable()
                     continue
                 if refusals:
-                    self._step_done(accepted=True)
+                    self.refusal_ended(accepted=True)
                     refusals = 0
                 return result
         finally:
             if refusals:
-                self._step_done(accepted=False)
+                self.refusal_ended(accepted=False)
 
-    async def _wait_after_refusal(self, error: RedisRefused, refusals: int, actor: str) -> None:
+    async def wait_refused(self, error: RedisRefused, refusals: int, actor: str = "") -> None:
+        """The wait after the ``refusals``-th refusal in a row of a step (``ride_out``'s, or
+        a caller's that repeats the step itself, as a consumer's read does: it ends the
+        run with ``refusal_ended``)."""
         self._note_refused(error, actor, first=refusals == 1)
         delay = min(_REFUSED_CAP_S, _REFUSED_FIRST_S * 2 ** min(refusals - 1, 10))
         await trio.sleep(delay * random.uniform(0.5, 1.0))
-
-    async def wait_refused(self, error: RedisRefused, refusals: int, actor: str = "") -> None:
-        """What ``ride_out`` waits after the ``refusals``-th refusal in a row of a step, for
-        a caller that repeats the step itself (a consumer's read, which must take back
-        what a failed read may have delivered). The caller ends the run with
-        ``refusal_ended`` once the step goes through, or it gives up."""
-        await self._wait_after_refusal(error, refusals, actor)
-
-    def refusal_ended(self, *, accepted: bool) -> None:
-        """A step waited on with ``wait_refused`` went through (``accepted``) or was given
-        up."""
-        self._step_done(accepted)
 
     @property
     def _raw(self) -> Any:

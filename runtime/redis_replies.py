@@ -65,6 +65,12 @@ CLASSES: dict[str, ReplyClass] = {
 #: so the actor is restarted and builds it again (a consumer creates its group).
 RESTART = frozenset({"NOGROUP"})
 
+
+def restarts(error: BaseException) -> bool:
+    """Whether ``error`` is a reply no wait can mend (``RESTART``): the actor must fail."""
+    return error_code(error) in RESTART
+
+
 #: ``ERR`` replies that are about permission or configuration, not the command's data.
 _PERMISSION_PHRASES = ("can't run this command", "unknown command", "no permissions")
 

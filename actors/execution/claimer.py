@@ -43,7 +43,7 @@ from runtime.channels import Mailbox
 from runtime.errors import RedisRefused
 from runtime.logging import emit_events
 from runtime.redis_io import RedisClient, ResponseError
-from runtime.redis_replies import RESTART, error_code
+from runtime.redis_replies import restarts
 
 PRUNE_EVERY_S = 30.0
 
@@ -105,7 +105,7 @@ class Claimer:
         try:
             await step
         except (RedisRefused, ResponseError) as exc:
-            if error_code(exc) in RESTART:
+            if restarts(exc):
                 raise
             kind = exc.kind if isinstance(exc, RedisRefused) else "rejected"
             if kind not in self._skipped:

@@ -37,7 +37,7 @@ from actors.store.replies import (
     decode_lean_claim,
     decode_partition_claim,
 )
-from actors.store.task_scripts import Call, TaskScripts, or_empty
+from actors.store.task_scripts import Call, TaskScripts, or_empty, raise_first_error
 
 #: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
 ENQUEUE_CHUNK = 500
@@ -449,9 +449,7 @@ class Scripts(TaskScripts):
         done.update(
             i for i, reply in zip(todo, first, strict=True) if not isinstance(reply, Exception)
         )
-        for reply in [*first, *(then or ())]:
-            if isinstance(reply, Exception):
-                raise reply
+        raise_first_error([*first, *(then or ())])
 
     async def renew_leases(self, task_type: str, consumer: str, ids: Sequence[str]) -> list[str]:
         """``renew_leases.lua``: reset the idle time of our own in-flight messages."""

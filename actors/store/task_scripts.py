@@ -15,6 +15,13 @@ from runtime.redis_io import RedisClient, Reply, Script
 Call = tuple[Script, list[Any], list[Any]]
 
 
+def raise_first_error(replies: Iterable[Reply]) -> None:
+    """Raise the first reply that is an error (a failed call of a pipeline), if any."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+
+
 def or_empty(value: int | None) -> int | str:
     """Scripts read '' as "none" for an optional time."""
     return "" if value is None else value
@@ -31,9 +38,7 @@ class TaskScripts:
         if not calls:
             return []
         replies = await self.client.mixed_scripts(calls)
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
+        raise_first_error(replies)
         return replies
 
     async def create_tasks(self, rows: dict[int, list[TaskRow]]) -> dict[int, list[int]]:
