@@ -6,7 +6,7 @@ nothing), then one node with ``[processes] consumers = 1`` and no poller, the de
 ``info`` logging and the benchmark's no-op recording handler at concurrency 1,000, reads
 them all. Timed from its first read to the last acknowledgement; CPU from the node's
 processes over the same window. At 20,000 fires/s on 2 cores the consumer process is the
-limit (docs/PERFORMANCE.md, twelfth session), so this is the number that moves it.
+limit (docs/PERFORMANCE.md), so this is the number that moves it.
 """
 
 from __future__ import annotations

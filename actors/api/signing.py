@@ -1,6 +1,6 @@
 """Request signatures for the API: what a client signs and how a server checks it.
 
-The scheme (the seed's anti-replay design, issue 5): a request carries four headers —
+The scheme (the seed's anti-replay design): a request carries four headers —
 
 - ``X-Metronome-Key``: the key id;
 - ``X-Metronome-Timestamp``: Unix time in milliseconds when it was signed;

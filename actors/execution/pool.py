@@ -1,13 +1,13 @@
 """A type's handler runs: long-lived worker tasks fed from a queue, each run cancelled by
 one watchdog when it outlives the type's timeout.
 
-Why not a trio task and a deadline cancel scope per message (what the consumer did until
-issue 16): at 10,000 fires/s those were ~15 µs of a consumer's ~60 µs a fire (a task
-object, its coroutine and context, a deadline in trio's heap). Here a worker takes the next
-message from a deque (parked while there is none) and runs it inside a cancel scope it
-keeps from one message to the next; a new scope is needed only after a timeout cancelled
-one. Workers are started as they are needed, never more than ``size`` (the type's
-concurrency: the reader asks Redis for no more messages than there are free slots).
+Why not a trio task and a deadline cancel scope per message: at 10,000 fires/s those were
+~15 µs of a consumer's ~60 µs a fire (a task object, its coroutine and context, a deadline
+in trio's heap). Here a worker takes the next message from a deque (parked while there is
+none) and runs it inside a cancel scope it keeps from one message to the next; a new
+scope is needed only after a timeout cancelled one. Workers are started as they are
+needed, never more than ``size`` (the type's concurrency: the reader asks Redis for no
+more messages than there are free slots).
 
 Timeouts: every run of a type has the same timeout, so the busy workers, kept in the order
 their current runs started, are also in the order of their deadlines. The watchdog sleeps

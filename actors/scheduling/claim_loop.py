@@ -50,7 +50,7 @@ def sleep_s(result: TickResult, max_tick_s: float, min_tick_s: float = 0.0) -> f
 #: Most fires a tick gathers at the shortest pause (bounds the lag the pause adds at high
 #: rates; with several pollers, their ticks together): above ``TICK_FIRES / min_tick_s``
 #: fires a second of the namespace (10,000 at the default 20 ms) the pause shrinks so a
-#: tick gathers this many. Measured on 2 cores (docs/PERFORMANCE.md, fourteenth session):
+#: tick gathers this many. Measured on 2 cores (``bench fire``, docs/PERFORMANCE.md):
 #: at 20,000 fires/s 10 ms kept p99 start lag at 54 ms, 20 ms took it to 89.
 TICK_FIRES = 200.0
 
@@ -62,8 +62,7 @@ def shortest_pause_s(min_tick_s: float, fires_per_s: float) -> float:
     Below that rate a tick costs the node about the same CPU whatever it carries (two
     round trips and the consumer's read and flush after it), so the pause, not the rate,
     sets the CPU: at 1,000 fires/s 20 ms took the node from 58 to 29 % of a core against 5
-    ms, Redis from 14 to 9 %, p99 start lag 18 -> 34 ms (docs/PERFORMANCE.md, fifteenth
-    session)."""
+    ms, Redis from 14 to 9 %, p99 start lag 18 -> 34 ms (``bench fire``, docs/PERFORMANCE.md)."""
     if fires_per_s * min_tick_s <= TICK_FIRES:
         return min_tick_s
     return TICK_FIRES / fires_per_s

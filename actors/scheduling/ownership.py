@@ -1,4 +1,4 @@
-"""Partition ownership: which partitions a poller serves (issue 16).
+"""Partition ownership: which partitions a poller serves.
 
 Each partition is served by one poller at a time. A poller owns a partition by a lease in
 the partition's owner hash, taken and renewed by every claim (``claim_due.lua``) and fenced

@@ -12,7 +12,7 @@ poller reads the definitions it does not have in a second call (``read_definitio
 with the state again: one whose version moved meanwhile is left due for the next tick).
 Once every due task has been claimed once, a claim reads one record a task instead of two:
 one Redis hash read and its reply a fire fewer (~3 µs of Redis CPU at 10,000 fires/s),
-for ~560 bytes of poller memory a task kept (docs/PERFORMANCE.md, thirteenth session), up
+for ~560 bytes of poller memory a task kept (``bench fire``, docs/PERFORMANCE.md), up
 to ``limit`` tasks, and only tasks that fire again within ``KEEP_IF_NEXT_WITHIN_MS``.
 """
 

@@ -8,7 +8,7 @@ migrate`` has run). The full form, which versions before it read and still write
 it was appended: the entry id's milliseconds). Readers derive what a compact message leaves
 out, so both forms read alike; the compact one is 3 of 7 fields fewer for Redis to append,
 store and return (~0.7 µs of Redis CPU a fire at 10,000 fires/s, and a stream entry of 41
-bytes against 89: docs/PERFORMANCE.md, fourteenth session). A message carries everything
+bytes against 89: ``bench fire``, docs/PERFORMANCE.md). A message carries everything
 its handler needs: consumers never read the task's records back. Dead letters and
 replays keep the full form.
 """
