@@ -10,7 +10,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from actors.domain.schedules import Misfire
+from actors.domain.schedules import Misfire, Overlap
 from runtime.config import check_name
 
 
@@ -78,6 +78,30 @@ def add_schedule_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--misfire", choices=typing.get_args(Misfire),
                        help="fires missed while nothing ran: run one (coalesce), none (skip) "
                        "or each (fire_all)")  # fmt: skip
+    group.add_argument("--overlap", choices=typing.get_args(Overlap),
+                       help="a fire due while one is in flight: runs too (allow_all), is not "
+                       "run (skip), waits (buffer_one, buffer_all) or replaces it "
+                       "(cancel_other)")  # fmt: skip
+    group.add_argument(
+        "--catchup-window",
+        type=float,
+        metavar="SECONDS",
+        dest="catchup_window",
+        help="a fire more than N s late is not run (expired)",
+    )
+    group.add_argument(
+        "--spread",
+        type=float,
+        metavar="SECONDS",
+        help="move every fire by a fixed offset below N s, chosen from the id",
+    )
+    group.add_argument(
+        "--pause-after-failures",
+        type=int,
+        metavar="N",
+        dest="pause_after_failures",
+        help="pause the task after N fires in a row ended dead",
+    )
 
 
 def parse_time(text: str, flag: str) -> int:
@@ -92,7 +116,16 @@ def parse_time(text: str, flag: str) -> int:
     return int(parsed.timestamp() * 1000)
 
 
-_MODIFIERS = ("tz", "jitter", "start", "end", "max_runs", "misfire")
+_MODIFIERS = (
+    "tz", "jitter", "start", "end", "max_runs", "misfire", "overlap", "catchup_window",
+    "spread", "pause_after_failures",
+)  # fmt: skip
+#: Flags copied into the schedule as they are: flag -> schedule field.
+_PLAIN = {
+    "tz": "tz", "jitter": "jitter_s", "max_runs": "max_runs", "misfire": "misfire",
+    "overlap": "overlap", "catchup_window": "catchup_window_s", "spread": "spread_s",
+    "pause_after_failures": "pause_after_failures",
+}  # fmt: skip
 
 
 def _kinds(args: argparse.Namespace) -> list[str]:
@@ -127,18 +160,13 @@ def schedule_from(
         schedule = {"kind": "cron", "cron": args.cron}
     else:
         schedule = {"kind": "once", "at_ms": parse_time(args.at, "--at")}
-    if args.tz is not None:
-        schedule["tz"] = args.tz
-    if args.jitter is not None:
-        schedule["jitter_s"] = args.jitter
+    for flag, field in _PLAIN.items():
+        if getattr(args, flag) is not None:
+            schedule[field] = getattr(args, flag)
     if args.start is not None:
         schedule["start_ms"] = parse_time(args.start, "--start")
     if args.end is not None:
         schedule["end_ms"] = parse_time(args.end, "--end")
-    if args.max_runs is not None:
-        schedule["max_runs"] = args.max_runs
-    if args.misfire is not None:
-        schedule["misfire"] = args.misfire
     return schedule
 
 

@@ -17,7 +17,7 @@ from typing import Any, get_args
 from actors.api.bodies import ENTRY_ID_PATTERN, MAX_PAGE
 from actors.api.endpoint import Endpoint
 from actors.domain.model import MAX_TASK_ID, STATUSES
-from actors.domain.schedules import Kind, Misfire
+from actors.domain.schedules import Kind, Misfire, Overlap
 from runtime.config import MAX_NAME, NAME_PATTERN
 
 VERSION = "1.0.0"
@@ -78,6 +78,22 @@ SCHEMAS: dict[str, Any] = {
             "jitter_s": _NUM,
             "misfire": {"enum": list(get_args(Misfire))},
             "misfire_cap": _INT,
+            "overlap": {
+                "enum": list(get_args(Overlap)),
+                "description": "a fire due while an earlier one is in flight (default allow_all)",
+            },
+            "catchup_window_s": {
+                "type": ["number", "null"],
+                "description": "a fire later than this is not run (default: no limit)",
+            },
+            "spread_s": {
+                "type": "number",
+                "description": "a fixed offset in [0, spread_s) chosen from the task id",
+            },
+            "pause_after_failures": {
+                "type": ["integer", "null"],
+                "description": "pause after this many dead fires in a row (default: never)",
+            },
         },
     ),
     "TaskCreate": _obj(

@@ -21,6 +21,7 @@ Common options: ``start_ms``/``end_ms`` bound the grid, ``max_runs`` caps the fi
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import math
 import random
 import zoneinfo
@@ -31,6 +32,7 @@ import cronsim
 
 Kind = Literal["interval", "cron", "once"]
 Misfire = Literal["coalesce", "skip", "fire_all"]
+Overlap = Literal["allow_all", "skip", "buffer_one", "buffer_all", "cancel_other"]
 
 #: Occurrences examined when counting missed cron fires; beyond it, the count is a floor.
 _MAX_CRON_SCAN = 1000
@@ -43,6 +45,11 @@ MAX_EVERY_S = 10 * 366 * 86_400
 #: Largest run count a task may be bounded to, and most fires one late claim may enqueue.
 MAX_RUNS = 2**53
 MAX_MISFIRE_CAP = 10_000
+#: Longest catch-up window and spread: a year, and a day.
+MAX_CATCHUP_WINDOW_S = 366 * 86_400
+MAX_SPREAD_S = 86_400
+#: Most dead fires in a row a task may be set to pause after.
+MAX_PAUSE_AFTER_FAILURES = 1_000_000
 
 
 def _check(schedule: Schedule) -> None:
@@ -94,6 +101,24 @@ def _check(schedule: Schedule) -> None:
         raise ValueError(f"schedule.max_runs: must be within 1..2**53, got {schedule.max_runs}")
     if not (0 <= schedule.jitter_s <= 86_400):
         raise ValueError(f"schedule.jitter_s: must be within 0..86400, got {schedule.jitter_s}")
+    window = schedule.catchup_window_s
+    if window is not None and not (
+        math.isfinite(window) and 0.001 <= window <= MAX_CATCHUP_WINDOW_S
+    ):
+        raise ValueError(
+            f"schedule.catchup_window_s: must be within 0.001..{MAX_CATCHUP_WINDOW_S} "
+            f"(a year), got {window!r}"
+        )
+    if not (math.isfinite(schedule.spread_s) and 0 <= schedule.spread_s <= MAX_SPREAD_S):
+        raise ValueError(
+            f"schedule.spread_s: must be within 0..{MAX_SPREAD_S}, got {schedule.spread_s!r}"
+        )
+    failures = schedule.pause_after_failures
+    if failures is not None and not 1 <= failures <= MAX_PAUSE_AFTER_FAILURES:
+        raise ValueError(
+            f"schedule.pause_after_failures: must be within 1..{MAX_PAUSE_AFTER_FAILURES}, "
+            f"got {failures}"
+        )
     if not 1 <= schedule.misfire_cap <= MAX_MISFIRE_CAP:
         raise ValueError(
             f"schedule.misfire_cap: must be within 1..{MAX_MISFIRE_CAP}, got {schedule.misfire_cap}"
@@ -133,6 +158,16 @@ class Schedule:
     jitter_s: float = 0.0
     misfire: Misfire = "coalesce"
     misfire_cap: int = 100
+    overlap: Overlap = "allow_all"
+    """What a fire due while an earlier fire of the task is in flight does (``allow_all``:
+    it runs alongside; see docs/API.md)."""
+    catchup_window_s: float | None = None
+    """A fire later than this past its due time is not run (reason ``expired``); None:
+    however late."""
+    spread_s: float = 0.0
+    """Every fire is moved by the same offset in ``[0, spread_s)``, chosen from the task id."""
+    pause_after_failures: int | None = None
+    """Pause the task after this many fires in a row ended dead; None: never."""
 
     def __attrs_post_init__(self) -> None:
         _check(self)
@@ -178,6 +213,15 @@ class Schedule:
         if self.kind == "cron":
             return self._bounded(self._cron_after(max(now_ms, due_ms)))
         return None
+
+    def offset_ms(self, task_id: str) -> int:
+        """The task's spread: a fixed offset in ``[0, spread_s)`` every fire of it is moved
+        by, the same on every node, restart and fire (so previews and histories show it),
+        and independent of the task's partition (a different hash)."""
+        if not self.spread_s:
+            return 0
+        digest = hashlib.blake2b(task_id.encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") % max(1, round(self.spread_s * 1000))
 
     def jitter_ms(self) -> int:
         return int(random.uniform(0, self.jitter_s) * 1000) if self.jitter_s else 0

@@ -42,7 +42,7 @@ from typing import Any
 import msgpack
 
 from actors.domain.model import STATUSES, Task, converter
-from actors.domain.schedules import Misfire, Schedule
+from actors.domain.schedules import Misfire, Overlap, Schedule
 
 #: Status codes as stored: a status is stored as its index in ``model.STATUSES``.
 STATUS_NAMES = STATUSES
@@ -54,13 +54,14 @@ OUTCOME_NAMES: tuple[str, ...] = ("ok", "retry", "dead")
 #: Append only: a stored code never changes meaning.
 _SCHEDULE_FIELDS: tuple[str, ...] = (
     "kind", "every_s", "cron", "tz", "at_ms", "start_ms", "end_ms", "max_runs", "jitter_s",
-    "misfire", "misfire_cap",
+    "misfire", "misfire_cap", "overlap", "catchup_window_s", "spread_s", "pause_after_failures",
 )  # fmt: skip
 _FIELD_CODE = {name: code for code, name in enumerate(_SCHEDULE_FIELDS)}
 #: Enumerated string values stored as codes.
 _VALUE_CODES: dict[str, tuple[str, ...]] = {
     "kind": ("interval", "cron", "once"),
     "misfire": typing.get_args(Misfire),
+    "overlap": typing.get_args(Overlap),
 }
 
 
