@@ -136,6 +136,20 @@ class Keys:
     def schedule(self, partition: int) -> str:
         return f"{self.tag(partition)}:schedule"
 
+    def flights(self, partition: int) -> str:
+        """The fires in flight of tasks with an overlap policy, what waits behind them and
+        their dead streaks (``overlap.lua``, ``record_outcomes.lua``): hash task_id -> record."""
+        return f"{self.tag(partition)}:flight"
+
+    def not_run(self, partition: int) -> str:
+        """Fires not run, per task: hash task_id -> 'count reason due_ms blocking_due_ms'
+        (the last one, and how many in all; ``overlap.lua``)."""
+        return f"{self.tag(partition)}:notrun"
+
+    def notes(self, partition: int) -> str:
+        """Operators' notes on paused or resumed tasks: hash task_id -> JSON."""
+        return f"{self.tag(partition)}:notes"
+
     def partition_owner(self, partition: int) -> str:
         """Which poller serves the partition, until when (``claim_due.lua``)."""
         return f"{self.tag(partition)}:poller"
@@ -159,6 +173,10 @@ class Keys:
     def owner(self, task_type: str, consumer: str) -> str:
         """Who holds a consumer name of a type's group (``own_name.lua``)."""
         return f"{{{self.namespace}:q:{task_type}}}:owner:{consumer}"
+
+    def cancels(self, task_type: str) -> str:
+        """Fires to cancel wherever they run (``cancel_other``): hash schedule_id -> ms."""
+        return f"{{{self.namespace}:q:{task_type}}}:cancel"
 
     def seen_prefix(self, task_type: str) -> str:
         """Markers of fires started recently (consumer-side dedupe), in the queue's slot."""
