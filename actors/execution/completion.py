@@ -16,6 +16,14 @@ from typing import Any
 
 import attrs
 
+from actors.store.flights import (
+    ENDED_CANCELLED,
+    ENDED_DEAD,
+    ENDED_EXPIRED,
+    ENDED_OK,
+    FlightEnd,
+    parse_policy,
+)
 from actors.store.messages import Message
 from actors.store.records import OUTCOME_NAMES
 from actors.store.replies import DeadLetterWrite, OutcomeWrite, RetryWrite
@@ -38,6 +46,10 @@ class Outcome:
     retry_after_s: float | None = None
     """Set by RetryLater."""
     unrecoverable: bool = False
+    not_run: str | None = None
+    """``cancelled`` (a ``cancel_other`` fire replaced it while it ran) or ``expired``
+    (later than its catch-up window when it would have started): acknowledged, never
+    retried."""
 
 
 @attrs.frozen
@@ -73,7 +85,9 @@ class Completion:
     """``finished`` encoded (``LIFECYCLE.encode_many``): the ``finished`` log lines and
     the results-log lines share them."""
     events: list[tuple[str, dict[str, Any]]]
-    """The other lifecycle lines: ``retried`` and ``dead`` (failures, a few)."""
+    """The other lifecycle lines: ``retried``, ``dead``, ``cancelled``, ``not_run`` (a few)."""
+    flights: list[FlightEnd] = attrs.field(factory=list)
+    """Fires of tasks with a policy that ended (``actors.store.flights``)."""
 
     @property
     def durations_ms(self) -> list[int]:
@@ -150,8 +164,9 @@ def decide(
     draw: Callable[[], float] = random.random,
 ) -> Completion:
     """Split a batch into results, retries, dead letters and ACKs (see the module)."""
-    ok = [o for o in batch if o.error is None]
-    failed = [o for o in batch if o.error is not None]
+    ok = [o for o in batch if o.error is None and o.not_run is None]
+    failed = [o for o in batch if o.error is not None and o.not_run is None]
+    not_run = [o for o in batch if o.not_run is not None]
     retry = [
         o for o in failed if not o.unrecoverable and o.message.attempt + 1 < policy.max_attempts
     ]
@@ -199,6 +214,7 @@ def decide(
         )
         for o in dead
     ]
+    events += [_not_run_line(o) for o in not_run]
     return Completion(
         results=[o.result for o in ok],
         retries=[
@@ -207,11 +223,40 @@ def decide(
         ],
         outcomes=outcomes,
         dead=[_dead_letter(o, node) for o in dead],
-        acks=[o.message.msg_id for o in ok + retry],
+        acks=[o.message.msg_id for o in ok + retry + not_run],
         finished=finished,
         bodies=LIFECYCLE.encode_many(finished),
         events=events,
+        flights=_flight_ends(batch, retry) if any(o.message.policy for o in batch) else [],
     )
+
+
+def _not_run_line(o: Outcome) -> tuple[str, dict[str, Any]]:
+    if o.not_run == "cancelled":
+        return ("cancelled", {**lifecycle(o), "reason": "overlap"})
+    return ("not_run", fire_fields(o.message, due_ms=o.message.due_ms, reason=o.not_run))
+
+
+_ENDED = {None: ENDED_OK, "cancelled": ENDED_CANCELLED, "expired": ENDED_EXPIRED}
+
+
+def _flight_ends(batch: Sequence[Outcome], retry: Sequence[Outcome]) -> list[FlightEnd]:
+    """The ends of fires whose task has a policy: every outcome but a retry (a fire
+    waiting for its retry is still in flight)."""
+    retried = {id(o) for o in retry}
+    ends = []
+    for o in batch:
+        policy = parse_policy(o.message.policy) if o.message.policy else None
+        if policy is None or id(o) in retried:
+            continue
+        if not policy.tracked and policy.pause_after is None:
+            continue
+        ended = ENDED_DEAD if o.error is not None and o.not_run is None else _ENDED[o.not_run]
+        ends.append(
+            FlightEnd(o.message.task_id, ended, o.message.due_ms, policy.pause_after,
+                      first_line(o.error))
+        )  # fmt: skip
+    return ends
 
 
 def _reason(o: Outcome) -> str:

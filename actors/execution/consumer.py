@@ -49,6 +49,8 @@ from runtime.logging import emit_encoded, emit_events
 
 #: How long the flusher waits after the first completion for others to join its batch.
 FLUSH_GATHER_S = 0.005
+#: How often running ``cancel_other`` fires are checked for a cancel request.
+CANCEL_CHECK_S = 0.5
 #: Most pending messages a starting consumer takes back from its earlier incarnation.
 RECOVER_MAX = 10_000
 
@@ -168,6 +170,7 @@ class Consumer:
                     self.state.held, self.settings.lease_s,
                 )  # fmt: skip
                 helpers.start_soon(self._flush_loop, scripts, flight)
+                helpers.start_soon(self._watch_cancels, scripts, pool)
                 helpers.start_soon(self._watch_stop, ctx, stopping)
                 async with trio.open_nursery() as readers:
                     readers.start_soon(reader.read_stream, name, stopping)
@@ -188,6 +191,20 @@ class Consumer:
         # read as an exit to restart).
         await ctx.wait_stop_requested()
 
+    async def _watch_cancels(self, scripts: Scripts, pool: HandlerPool) -> None:
+        """Cancel the running fires a ``cancel_other`` fire of their task replaced,
+        wherever it was decided (``cancel_fires.lua``): looked up every
+        ``CANCEL_CHECK_S`` while such fires run here, not at all otherwise."""
+        while True:
+            await trio.sleep(CANCEL_CHECK_S)
+            running = pool.replaceable()
+            if running:
+                sids = list(running)
+                named = await scripts.client.ride_out(
+                    functools.partial(scripts.cancel_requests, self.type, sids)
+                )
+                pool.cancel([running[sid] for sid in named])
+
     @staticmethod
     async def _watch_stop(ctx: ActorContext, stopping: trio_util.AsyncBool) -> None:
         await trio_util.wait_any(
@@ -197,12 +214,14 @@ class Consumer:
 
     # -- completing -------------------------------------------------------------------------
 
-    async def _complete(self, scripts: Scripts, plan: Completion, written: set[int]) -> None:
+    async def _complete(
+        self, scripts: Scripts, plan: Completion, written: set[int], paused: list[tuple[str, int]]
+    ) -> None:
         """One attempt at writing a batch's outcomes, shielded (see ``_flush``)."""
         with trio.CancelScope(shield=True):
             await scripts.complete(
                 self.type, retries=plan.retries, outcomes=plan.outcomes, dead=plan.dead,
-                acks=plan.acks, written=written,
+                acks=plan.acks, written=written, flights=plan.flights, paused=paused,
             )  # fmt: skip
 
     async def _flush_loop(self, scripts: Scripts, flight: Flight) -> None:
@@ -234,11 +253,26 @@ class Consumer:
             # pending and are reclaimed, never lost) and is written once Redis answers.
             # Repeated after a refusal, only the writes not done yet are sent again.
             written: set[int] = set()
+            paused: list[tuple[str, int]] = []
             async with self.state.pending_lock:
                 await scripts.client.ride_out(
-                    functools.partial(self._complete, scripts, plan, written), self.actor
+                    functools.partial(self._complete, scripts, plan, written, paused), self.actor
                 )
                 flight.settled(batch)
             summary = ("runs_finished", {"type": self.type, "durations_ms": plan.durations_ms})
             emit_encoded(self.actor, "finished", bodies, summary, plan.finished_fields)
             emit_events(self.actor, plan.events)
+            if paused:
+                emit_events(self.actor, _paused_lines(paused, plan))
+
+
+def _paused_lines(
+    paused: list[tuple[str, int]], plan: Completion
+) -> list[tuple[str, dict[str, object]]]:
+    """A ``paused`` line for each task its failures paused, with its last error."""
+    errors = {e.task_id: e.error for e in plan.flights}
+    return [
+        ("paused", {"task_id": task_id, "reason": "failures", "failures": streak,
+                    "error": errors.get(task_id, "")})
+        for task_id, streak in paused
+    ]  # fmt: skip

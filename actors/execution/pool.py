@@ -56,6 +56,11 @@ class HandlerPool:
         when its run ends, added again at its worker's next)."""
         self._idle_watchdog: trio.Event | None = None
         """Set by the next run to start, while the watchdog waits with nothing running."""
+        self._replaceable: dict[str, tuple[Message, trio.CancelScope]] = {}
+        """Running messages of ``cancel_other`` tasks (by id), with their worker's scope:
+        a newer fire of the task may cancel them (``cancel``)."""
+        self._cancelled: set[str] = set()
+        """Ids of the messages ``cancel`` cancelled, until their outcome is handed over."""
 
     def submit(self, messages: list[Message]) -> None:
         """Queue ``messages`` to run. A read asks for no more than the free slots; messages
@@ -80,6 +85,8 @@ class HandlerPool:
                         while not self._queue:
                             await self._idle.park()
                         message = self._queue.popleft()
+                        if message.policy[:1] == "C":
+                            self._replaceable[message.msg_id] = (message, scope)
                         started_ms = now_ms()
                         self._busy[scope] = trio.current_time() + self.runner.timeout_s
                         if self._idle_watchdog is not None:
@@ -91,14 +98,32 @@ class HandlerPool:
                             # Cancelled too (the node stopping): the slot is free again,
                             # and the message stays in flight, released at shutdown.
                             self._busy.pop(scope, None)
+                            self._replaceable.pop(message.msg_id, None)
                             self.free.value += 1
                         if scope.cancel_called:
                             break  # timed out, and the handler swallowed the cancellation
                         self.done(outcome)
-                # Only a timeout leaves the scope: its run's outcome says so.
-                self.done(self.runner.timed_out(message, started_ms))
+                # Only a timeout or ``cancel`` leaves the scope: its run's outcome says so.
+                if message.msg_id in self._cancelled:
+                    self._cancelled.discard(message.msg_id)
+                    self.done(Outcome(message, started_ms, now_ms(), not_run="cancelled"))
+                else:
+                    self.done(self.runner.timed_out(message, started_ms))
         finally:
             self._workers -= 1
+
+    def replaceable(self) -> dict[str, str]:
+        """Running fires a newer fire of their task may cancel: schedule_id -> message id."""
+        return {m.schedule_id: msg_id for msg_id, (m, _) in self._replaceable.items()}
+
+    def cancel(self, msg_ids: list[str]) -> None:
+        """Cancel these runs (a ``cancel_other`` fire replaced them): each one's outcome is
+        ``cancelled``, acknowledged and not retried."""
+        for msg_id in msg_ids:
+            entry = self._replaceable.pop(msg_id, None)
+            if entry is not None:
+                self._cancelled.add(msg_id)
+                entry[1].cancel()
 
     async def watch_timeouts(self) -> None:
         """Cancel each run that outlives the timeout (see the module); runs forever."""

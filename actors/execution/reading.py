@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 import trio
 import trio_util
 
-from actors.execution.completion import fire_fields
+from actors.execution.completion import Outcome, fire_fields
 from actors.execution.flight import Flight
+from actors.store.flights import parse_policy
 from actors.store.messages import MalformedMessage, Message
 from actors.store.replies import DeadLetterWrite, Reclaimed
 from actors.store.scripts import Scripts
@@ -208,6 +209,8 @@ class Reader:
                 for m in duplicates:  # acknowledged: no longer ours to renew or release
                     self.flight.messages.pop(m.msg_id, None)
                 emit_events(self.actor, [("duplicate_dropped", fire_fields(m)) for m in duplicates])
+        if any(m.policy for m in runnable):
+            runnable = await self._unexpired(runnable)
         now_ms = int(time.time() * 1000)
         # A debug line (the fire's info line, written when it ends, has its start time);
         # when it is not written, observers (metrics: starts, start lag) get the batch's
@@ -224,6 +227,23 @@ class Reader:
                 self.actor, [("runs_started", {"type": self.type, "start_lags_ms": lags})]
             )
         self._start(runnable)
+
+    async def _unexpired(self, messages: list[Message]) -> list[Message]:
+        """The messages to start: a first attempt later than its task's catch-up window
+        (on Redis's clock, carried forward) is not run; its outcome says ``expired``."""
+        windowed = [(m, parse_policy(m.policy).window_ms) for m in messages if m.policy]
+        if not any(w is not None and m.attempt == 0 for m, w in windowed):
+            return messages
+        redis_ms = await self.scripts.client.ride_out(lambda: self.scripts.client.clock_ms())
+        expired = {
+            m.msg_id
+            for m, window in windowed
+            if window is not None and m.attempt == 0 and redis_ms - m.due_ms > window
+        }
+        for m in messages:
+            if m.msg_id in expired:
+                self.flight.finish(Outcome(m, redis_ms, redis_ms, not_run="expired"))
+        return [m for m in messages if m.msg_id not in expired]
 
     async def _dead_letter_malformed(
         self, malformed: list[tuple[str, dict[bytes, bytes], str]]

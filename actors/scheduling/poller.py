@@ -47,8 +47,10 @@ from actors.scheduling.claim_loop import (
     sleep_s,
 )
 from actors.scheduling.ownership import Membership
+from actors.scheduling.policies import apply_policies
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS, DefinitionCache
 from actors.store.enqueue import enqueue_and_commit_fires, enqueue_fires
+from actors.store.flights import ENDED_DROPPED, FlightEnd, parse_policy
 from actors.store.keys import Keys, schedule_id
 from actors.store.known_states import KnownStates
 from actors.store.replies import Claimed, Commit, Fire, FireCommit, fire_commit
@@ -71,6 +73,16 @@ class PollerSettings(ClaimLoopSettings):
 
 #: How long a stopping poller tries to hand its partitions back (then their leases expire).
 LEAVE_S = 2.0
+
+
+def _plan(task: Claimed, now_ms: int) -> FirePlan:
+    """The misfire policy's plan for a claimed task; none for a task claimed before its
+    grid time (woken to start a fire waiting behind one that ended: ``overlap.lua``)."""
+    if task.due_ms > now_ms:
+        return FirePlan((), task.due_ms)
+    return plan_fires(
+        task.schedule, task.due_ms, now_ms, task.fires, owed_until_ms=task.owed_until_ms
+    )
 
 
 def _misfired(task: Claimed, plan: FirePlan) -> dict[str, Any]:
@@ -272,7 +284,7 @@ class Poller:
             self._known.pop(p, None)
         now = max(c.now_ms for c in claims) if claims else 0
         plans: dict[int, list[tuple[Claimed, FirePlan]]] = defaultdict(list)
-        messages: list[tuple[Claimed, int]] = []
+        planned: list[tuple[int, Claimed, FirePlan]] = []
         scheduled: list[tuple[str, dict[str, Any]]] = []
         misfired: list[tuple[str, dict[str, Any]]] = []
         debug = debug_enabled()
@@ -290,15 +302,9 @@ class Poller:
                             },
                         )
                     )
-                plan = plan_fires(
-                    task.schedule,
-                    task.due_ms,
-                    claim.now_ms,
-                    task.fires,
-                    owed_until_ms=task.owed_until_ms,
-                )
+                plan = _plan(task, claim.now_ms)
                 plans[claim.partition].append((task, plan))
-                messages += [(task, due) for due in plan.fires]
+                planned.append((claim.partition, task, plan))
                 if plan.missed:
                     misfired.append(("misfired", _misfired(task, plan)))
         # One info line per fire is written when it ends (the consumer's, with every
@@ -314,20 +320,24 @@ class Poller:
         # the enqueue left its markers: nothing is committed if the enqueue failed, and the
         # claims expire and the fires come back).
         redis = scripts.client
-        types = {t.type for t, _ in messages}
+        decided = await redis.ride_out(lambda: apply_policies(scripts, token, now, planned))
+        fires = decided.fires
+        if decided.cancels:
+            await redis.ride_out(lambda: scripts.cancel_fires(decided.cancels))
+        if decided.not_run:
+            emit_events(self.actor, decided.not_run)
+        types = {f.type for f in fires}
         earliest_by_partition = {c.partition: c.earliest_ms for c in claims}
         writes = {c.partition: c.writes for c in claims}
-        commits = self._commits(plans)
-        fires = [
-            Fire(t.task_id, t.type, t.payload, due, prior=t.prior_claim) for t, due in messages
-        ]
+        commits = self._commits(plans, decided.commits)
+        dropped: list[Fire] = []
         committed = self._committed.take(types)
         done: dict[int, Commit] = {}
         if fires and scripts.commits_with_enqueue(s.dedupe_window_ms):
             done = await redis.ride_out(
                 lambda: enqueue_and_commit_fires(
                     scripts, fires, now, self.actor, s.dedupe_window_ms, token, committed,
-                    self.poller_id, commits, writes,
+                    self.poller_id, commits, writes, dropped,
                 )
             )  # fmt: skip
         else:
@@ -337,13 +347,21 @@ class Poller:
             if fires:
                 await redis.ride_out(
                     lambda: enqueue_fires(
-                        scripts, fires, now, self.actor, s.dedupe_window_ms, token, committed
+                        scripts,
+                        fires,
+                        now,
+                        self.actor,
+                        s.dedupe_window_ms,
+                        token,
+                        committed,
+                        dropped,
                     )
                 )
             if commits:
                 done = await redis.ride_out(
                     lambda: scripts.commit_fires(self.poller_id, token, commits, writes)
                 )
+        await self._end_dropped(scripts, dropped)
         # After a commit the partition's earliest due time is the committed one.
         for p, commit in done.items():
             for lost in commit.lost:
@@ -357,11 +375,24 @@ class Poller:
         for c in claims:
             self._known[c.partition] = (earliest_by_partition[c.partition], c.now_ms, at)
         return TickResult(
-            enqueued=len(messages),
+            enqueued=len(fires),
             now_ms=now,
             earliest_ms=earliest(list(earliest_by_partition.values())),
             full=any(len(c.tasks) >= s.batch_size for c in claims),
         )
+
+    @staticmethod
+    async def _end_dropped(scripts: Scripts, dropped: list[Fire]) -> None:
+        """A tracked fire put in flight afresh whose copy the enqueue found appended
+        already (its earlier claim's poller died after appending it, and it has run and
+        ended since): its flight ends here, or it would wait on a fire that ran."""
+        ends = [
+            FlightEnd(f.task_id, ENDED_DROPPED, f.due_ms)
+            for f in dropped
+            if f.fresh and parse_policy(f.policy).tracked
+        ]
+        if ends:
+            await scripts.client.ride_out(lambda: scripts.end_flights(ends))
 
     def _remember(
         self, partition: int, writes: int, commits: list[FireCommit], commit: Commit
@@ -377,18 +408,19 @@ class Poller:
     @staticmethod
     def _commits(
         plans: dict[int, list[tuple[Claimed, FirePlan]]],
+        changed: dict[str, tuple[int | None, int | None, int]],
     ) -> dict[int, list[FireCommit]]:
         """Each claimed task's commit: its grid moved on to the plan's next time (with that
-        time's jitter in the score) and its fires counted."""
-        return {
-            partition: [
-                fire_commit(
-                    task,
-                    plan.next_ms,
-                    None if plan.next_ms is None else plan.next_ms + task.schedule.jitter_ms(),
-                    len(plan.fires),
+        time's jitter in the score) and its fires counted, or as the policies ``changed``
+        it (next grid time, score or None for the usual one, fires)."""
+        out: dict[int, list[FireCommit]] = {}
+        for partition, items in plans.items():
+            commits = out[partition] = []
+            for task, plan in items:
+                next_ms, score, fired = changed.get(
+                    task.task_id, (plan.next_ms, None, len(plan.fires))
                 )
-                for task, plan in items
-            ]
-            for partition, items in plans.items()
-        }
+                if score is None and next_ms is not None:
+                    score = next_ms + task.schedule.jitter_ms()
+                commits.append(fire_commit(task, next_ms, score, fired))
+        return out

@@ -32,14 +32,16 @@ async def enqueue_fires(
     dedupe_window_ms: int,
     token: str = "",
     committed: Mapping[str, Sequence[str]] | None = None,
+    dropped: list[Fire] | None = None,
 ) -> int:
     """XADD every fire its prior claim (``Fire.prior``) had not appended, log ``queued``
     (debug) or ``duplicate_dropped`` for each, and return how many were appended.
     ``token``: the claim these fires come from (needed when ``dedupe_window_ms`` > 0);
     ``committed``: the caller's earlier claims whose markers may go (``Scripts.enqueue``).
-    Raises if any call failed: the caller must not commit."""
+    Raises if any call failed: the caller must not commit. ``dropped`` gets the fires
+    dropped as duplicates."""
     flags = await scripts.enqueue(fires, now_ms, dedupe_window_ms, token, committed)
-    return _report(fires, flags, now_ms, actor)
+    return _report(fires, flags, now_ms, actor, dropped)
 
 
 async def enqueue_and_commit_fires(
@@ -53,6 +55,7 @@ async def enqueue_and_commit_fires(
     poller: str,
     commits: dict[int, list[FireCommit]],
     writes: Mapping[int, int],
+    dropped: list[Fire] | None = None,
 ) -> dict[int, Commit]:
     """``enqueue_fires``, then commit the claim's partitions (``Scripts.commit_fires``):
     one round trip on a single server (``Scripts.enqueue_and_commit``). Raises if an
@@ -60,13 +63,16 @@ async def enqueue_and_commit_fires(
     flags, done = await scripts.enqueue_and_commit(
         fires, now_ms, dedupe_window_ms, token, committed, poller, commits, writes
     )
-    _report(fires, flags, now_ms, actor)
+    _report(fires, flags, now_ms, actor, dropped)
     return done
 
 
-def _report(fires: Sequence[Fire], flags: Sequence[bool], now_ms: int, actor: str) -> int:
+def _report(
+    fires: Sequence[Fire], flags: Sequence[bool], now_ms: int, actor: str,
+    dropped_fires: list[Fire] | None = None,
+) -> int:  # fmt: skip
     """Log ``queued`` (debug) or ``duplicate_dropped`` for each fire, count the rest for
-    observers; return how many were appended."""
+    observers, add the dropped ones to ``dropped_fires``; return how many were appended."""
     # ``queued`` is a debug line (every fire's one info line is written when it ends, with
     # its queued time); when it is not written, observers (metrics) get one count a type
     # instead of a line's fields built for every fire. A dropped duplicate is an info line.
@@ -78,6 +84,8 @@ def _report(fires: Sequence[Fire], flags: Sequence[bool], now_ms: int, actor: st
         if flag and not debug:
             counts[fire.type]["retry" if fire.attempt else "first"] += 1
             continue
+        if not flag and dropped_fires is not None:
+            dropped_fires.append(fire)
         (queued if flag else dropped).append(
             (
                 "queued" if flag else "duplicate_dropped",

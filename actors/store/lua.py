@@ -19,6 +19,13 @@ def _load(name: str, *, records: bool = False) -> Script:
     return Script(name, source)
 
 
+def _load_flight(name: str) -> Script:
+    """A script of fires in flight: ``records.lua`` and ``flight.lua`` before its source."""
+    source = (_LUA_DIR / f"{name}.lua").read_text(encoding="utf-8")
+    flight = (_LUA_DIR / "flight.lua").read_text(encoding="utf-8")
+    return Script(name, records_prelude() + flight + source)
+
+
 def records_prelude() -> str:
     """``records.lua`` alone: how a task is stored, shared by every task script."""
     return (_LUA_DIR / "records.lua").read_text(encoding="utf-8")
@@ -52,3 +59,6 @@ PURGE_QUEUE = _load("purge_queue")
 OWN_NAME = _load("own_name")
 DISOWN_NAME = _load("disown_name")
 RECOVER = _load("recover")
+OVERLAP = _load_flight("overlap")
+END_FLIGHTS = _load_flight("end_flights")
+CANCEL_FIRES = _load("cancel_fires")

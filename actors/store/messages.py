@@ -5,7 +5,9 @@ run), ``due_ms``. That is the compact form, written where the namespace's meta k
 ``messages`` = 2 (every namespace this version creates; an older one once ``metronome
 migrate`` has run). The full form, which versions before it read and still write, adds
 ``schedule_id`` (always ``task_id:due_ms``), ``type`` (the stream's) and ``enq_ms`` (when
-it was appended: the entry id's milliseconds). Readers derive what a compact message leaves
+it was appended: the entry id's milliseconds). Either form has ``o``, the task's policy
+code, when its task has an overlap policy, a catch-up window or a failure limit
+(``actors.store.flights``). Readers derive what a compact message leaves
 out, so both forms read alike; the compact one is 3 of 7 fields fewer for Redis to append,
 store and return (~0.7 µs of Redis CPU a fire at 10,000 fires/s, and a stream entry of 41
 bytes against 89: ``bench fire``, docs/PERFORMANCE.md). A message carries everything
@@ -40,6 +42,8 @@ class Message:
     enq_ms: int
     payload: Any = attrs.field(eq=False, repr=False)
     """``payload_json`` parsed (once, when the message is decoded)."""
+    policy: str = ""
+    """Its task's policy code (field ``o``: ``actors.store.flights``), '' for none."""
 
     @property
     def fire_key(self) -> str:
@@ -57,6 +61,7 @@ class Message:
             due_ms = int(fields[b"due_ms"])
             get = fields.get  # the full form's fields (see the module)
             sid, of_type, enq = get(b"schedule_id"), get(b"type"), get(b"enq_ms")
+            policy = get(b"o")
             return cls(
                 msg_id=mid,
                 task_id=task_id,
@@ -67,6 +72,7 @@ class Message:
                 due_ms=due_ms,
                 enq_ms=int(mid.partition("-")[0]) if enq is None else int(enq),
                 payload=json.loads(payload),
+                policy="" if policy is None else policy.decode(),
             )
         except (KeyError, ValueError, UnicodeDecodeError, AttributeError) as exc:
             raise MalformedMessage(
@@ -74,7 +80,7 @@ class Message:
             ) from exc
 
     def fields(self) -> dict[str, str]:
-        return {
+        fields = {
             "task_id": self.task_id,
             "schedule_id": self.schedule_id,
             "type": self.type,
@@ -83,6 +89,9 @@ class Message:
             "due_ms": str(self.due_ms),
             "enq_ms": str(self.enq_ms),
         }
+        if self.policy:
+            fields["o"] = self.policy
+        return fields
 
 
 def flat_fields(raw: Any) -> dict[bytes, bytes]:

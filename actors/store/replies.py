@@ -44,6 +44,11 @@ class Fire:
     prior: str = ""
     """The token of an earlier claim of this fire that was never committed (its poller or
     dispatcher died): what it appended is not appended again (``enqueue.lua``)."""
+    policy: str = ""
+    """Its task's policy code (``actors.store.flights.policy_code``), '' for none."""
+    fresh: bool = True
+    """False for a fire an earlier claim put in flight (``overlap.lua``): if the enqueue
+    finds it appended already, that copy is the one in flight."""
 
 
 @attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build

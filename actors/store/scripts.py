@@ -19,6 +19,7 @@ from typing import Any
 from actors.store import lua
 from actors.store.codes import optional_ms
 from actors.store.definitions import DefinitionCache
+from actors.store.flights import FlightEnd, FlightScripts, paused_of
 from actors.store.keys import GROUP
 from actors.store.known_states import KnownStates
 from actors.store.messages import Message, flat_fields
@@ -37,7 +38,7 @@ from actors.store.replies import (
     decode_lean_claim,
     decode_partition_claim,
 )
-from actors.store.task_scripts import Call, TaskScripts, or_empty, raise_first_error
+from actors.store.task_scripts import Call, or_empty, raise_first_error
 
 #: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
 ENQUEUE_CHUNK = 500
@@ -53,7 +54,7 @@ TRIM_STEP = 100_000
 TRIM_CALLS = 20
 
 
-class Scripts(TaskScripts):
+class Scripts(FlightScripts):
     """Every Lua script of one namespace, as typed async methods (the task store's own
     scripts are in the base class)."""
 
@@ -277,7 +278,7 @@ class Scripts(TaskScripts):
                 ]  # fmt: skip
                 for i in chunk:
                     f = fires[i]
-                    args += [f.task_id, f.due_ms, f.payload, f.attempt, f.prior]
+                    args += [f.task_id, f.due_ms, f.payload, f.attempt, f.prior, f.policy]
                 calls.append((lua.ENQUEUE, [self.keys.queue(task_type)], args))
                 order += chunk
         return calls, order
@@ -312,11 +313,11 @@ class Scripts(TaskScripts):
         for partition, reply in zip(partitions, replies, strict=True):
             flat = reply[2:]
             retries = []
-            for i in range(0, len(flat), 7):
-                sid, task_id, task_type, payload, attempt, due, prior = flat[i : i + 7]
+            for i in range(0, len(flat), 8):
+                sid, task_id, task_type, payload, attempt, due, prior, policy = flat[i : i + 8]
                 fire = Fire(
                     task_id.decode(), task_type.decode(), payload, int(due), int(attempt),
-                    prior.decode(),
+                    prior.decode(), policy.decode(),
                 )  # fmt: skip
                 retries.append((sid.decode(), fire))
             claims.append(RetryClaim(partition, int(reply[0]), optional_ms(reply[1]), retries))
@@ -382,7 +383,7 @@ class Scripts(TaskScripts):
             m = r.message
             args += [
                 m.schedule_id, r.delay_ms, m.task_id, m.type, m.payload_json,
-                m.attempt + 1, m.due_ms, r.error,
+                m.attempt + 1, m.due_ms, r.error, m.policy,
             ]  # fmt: skip
         return (lua.SCHEDULE_RETRIES, [k.retry(partition)], args)
 
@@ -423,6 +424,8 @@ class Scripts(TaskScripts):
         dead: Sequence[DeadLetterWrite],
         acks: Sequence[str],
         written: set[int] | None = None,
+        flights: Sequence[FlightEnd] = (),
+        paused: list[tuple[str, int]] | None = None,
     ) -> None:
         """A consumer's batch of outcomes, in the order that keeps the ACK invariant:
         retry contexts and task outcomes first, then dead letters and ACKs, only once every
@@ -436,9 +439,14 @@ class Scripts(TaskScripts):
         refusal sends only the rest: a retry context written again after the dispatcher
         took it would run that attempt twice. (After a lost connection nothing is known
         and every write is sent again.) Dead letters are safe to repeat: one is written
-        only while its message is pending."""
+        only while its message is pending.
+
+        ``flights``: fires of tasks with a policy that ended (``end_flights.lua``, with the
+        partition writes); ``paused`` gets the tasks that paused for their failures."""
         done = written if written is not None else set()
         partition_calls = self._partition_calls(retries, outcomes)
+        flight_calls = len(partition_calls)
+        partition_calls += self.end_flight_calls(flights)
         todo = [i for i in range(len(partition_calls)) if i not in done]
         stream_calls = ([self._dead_letter_call(task_type, dead)] if dead else []) + (
             [self._ack_call(task_type, acks)] if acks else []
@@ -449,6 +457,11 @@ class Scripts(TaskScripts):
         done.update(
             i for i, reply in zip(todo, first, strict=True) if not isinstance(reply, Exception)
         )
+        if paused is not None and flights:
+            paused += paused_of(
+                [r for i, r in zip(todo, first, strict=True)
+                 if i >= flight_calls and not isinstance(r, Exception)]
+            )  # fmt: skip
         raise_first_error([*first, *(then or ())])
 
     async def renew_leases(self, task_type: str, consumer: str, ids: Sequence[str]) -> list[str]:

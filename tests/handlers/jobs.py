@@ -98,3 +98,13 @@ async def hopeless(ctx: HandlerContext) -> None:
 
 def not_a_handler() -> None:
     """Takes no context: resolving it must fail."""
+
+
+async def blocked(ctx: HandlerContext) -> None:
+    """Never returns on its own: records its start, and its cancellation."""
+    _record(ctx, "started")
+    try:
+        await trio.sleep_forever()
+    except trio.Cancelled:
+        _record(ctx, "cancelled")
+        raise

@@ -2,8 +2,9 @@
 -- KEYS[1]  retry zset of the partition
 -- ARGV[1]  retry-context key prefix   ARGV[2]  claim token   ARGV[3]  limit   ARGV[4]  lease_ms
 -- Returns {now_ms, earliest score after claim or -1,
---          schedule_id, task_id, type, payload, attempt, due_ms, prior, ...} (7 per retry);
--- prior: the token of an earlier claim never committed ('' if none; see enqueue.lua).
+--          schedule_id, task_id, type, payload, attempt, due_ms, prior, policy, ...} (8 per
+-- retry); prior: the token of an earlier claim never committed ('' if none; see
+-- enqueue.lua); policy: the fire's policy code ('' if none).
 -- Same claim-then-commit rule as claim_due: a dispatcher killed before commit_retries
 -- leaves the retry to be claimed again after the lease (maybe a duplicate, never a loss).
 local t = redis.call('TIME')
@@ -14,7 +15,8 @@ local lease_until = string.format('%d', now + tonumber(ARGV[4]))
 local out = {now, -1}
 for _, sid in ipairs(due) do
   local key = ARGV[1] .. sid
-  local f = redis.call('HMGET', key, 'task_id', 'type', 'payload', 'attempt', 'due_ms', 'claim')
+  local f = redis.call('HMGET', key, 'task_id', 'type', 'payload', 'attempt', 'due_ms', 'claim',
+    'o')
   if not f[1] then
     redis.call('ZREM', KEYS[1], sid)  -- context gone: nothing to retry
   else
@@ -23,6 +25,7 @@ for _, sid in ipairs(due) do
     out[#out + 1] = sid
     for j = 1, 5 do out[#out + 1] = f[j] end
     out[#out + 1] = f[6] or ''
+    out[#out + 1] = f[7] or ''
   end
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

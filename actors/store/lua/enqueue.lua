@@ -7,8 +7,9 @@
 -- ARGV[7]  tokens of earlier claims of this caller, committed in full since: their markers
 --          go now ('' = none; space-separated)
 -- ARGV[8]  '1': compact messages (task_id, payload, attempt, due_ms), '' = the full form
--- ARGV[9..] groups of 5: task_id, due_ms, payload (JSON), attempt,
---           prior claim ('' = none: the task held no earlier claim)
+-- ARGV[9..] groups of 6: task_id, due_ms, payload (JSON), attempt,
+--           prior claim ('' = none: the task held no earlier claim), policy code ('' =
+--           none: actors/store/flights.py; written as the message's field o)
 -- Returns one flag per fire: 1 appended, 0 dropped as a duplicate.
 --
 -- Markers, one hash per claim and stream (<prefix><token>, kept for the window): field =
@@ -53,14 +54,24 @@ local function known(prior)
 end
 local compact = ARGV[8] == '1'
 local out, fires = {}, {}
-for i = 9, #ARGV, 5 do
-  local id, due, attempt, prior = ARGV[i], ARGV[i + 1], ARGV[i + 3], ARGV[i + 4]
+for i = 9, #ARGV, 6 do
+  local id, due, attempt, prior, policy = ARGV[i], ARGV[i + 1], ARGV[i + 3], ARGV[i + 4],
+    ARGV[i + 5]
   local sid = id .. ':' .. due
   local fire = sid .. ':' .. attempt
   if window > 0 and prior ~= '' and known(prior)[fire] then
     out[#out + 1] = 0
   else
-    if compact then
+    if policy ~= '' then  -- a tracked fire: the full or compact form, and o
+      local f = {'task_id', id, 'payload', ARGV[i + 2], 'attempt', attempt, 'due_ms', due,
+        'o', policy}
+      if not compact then
+        for _, v in ipairs({'schedule_id', sid, 'type', ARGV[2], 'enq_ms', ARGV[1]}) do
+          f[#f + 1] = v
+        end
+      end
+      redis.call('XADD', KEYS[1], '*', unpack(f))
+    elseif compact then
       redis.call('XADD', KEYS[1], '*', 'task_id', id, 'payload', ARGV[i + 2],
         'attempt', attempt, 'due_ms', due)
     else

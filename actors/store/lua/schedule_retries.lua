@@ -1,8 +1,8 @@
 -- schedule_retries: save retry contexts and add them to the partition's retry zset.
 -- KEYS[1]  retry zset of the partition
 -- ARGV[1]  retry-context key prefix ({ns:P}:retry:)
--- ARGV[2..] groups of 8: schedule_id, delay_ms, task_id, type, payload, attempt
---           (of the retry), due_ms, last_error
+-- ARGV[2..] groups of 9: schedule_id, delay_ms, task_id, type, payload, attempt
+--           (of the retry), due_ms, last_error, policy code ('' = none)
 -- The retry is due at Redis's TIME + delay_ms: one clock for every node (a node whose own
 -- clock is skewed neither retries early nor late).
 -- Returns the number saved. Idempotent per schedule_id: a message that failed twice
@@ -10,13 +10,18 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n = 0
-for i = 2, #ARGV, 8 do
+for i = 2, #ARGV, 9 do
   local sid = ARGV[i]
   local retry_at = string.format('%d', now + tonumber(ARGV[i + 1]))
   redis.call('HSET', ARGV[1] .. sid, 'task_id', ARGV[i + 2], 'type', ARGV[i + 3],
     'payload', ARGV[i + 4], 'attempt', ARGV[i + 5], 'due_ms', ARGV[i + 6],
     'last_error', ARGV[i + 7], 'retry_at_ms', retry_at)
-  redis.call('HDEL', ARGV[1] .. sid, 'claim')
+  if ARGV[i + 8] ~= '' then
+    redis.call('HSET', ARGV[1] .. sid, 'o', ARGV[i + 8])
+    redis.call('HDEL', ARGV[1] .. sid, 'claim')
+  else
+    redis.call('HDEL', ARGV[1] .. sid, 'claim', 'o')
+  end
   redis.call('ZADD', KEYS[1], retry_at, sid)
   n = n + 1
 end

@@ -1,0 +1,209 @@
+"""Overlap policies, catch-up windows and failure limits: the tasks' fires in flight.
+
+A task whose schedule sets ``overlap`` (other than ``allow_all``), ``catchup_window_s`` or
+``pause_after_failures`` has its fires carry a short policy code in their stream message
+(field ``o``; ``policy_code``), so the consumer that ends one knows to tell the task's
+partition (``end_flights.lua``) without reading the task. Every other fire carries
+nothing and costs nothing more.
+
+In the partition's slot, a flight record per task (``lua/flight.lua``) holds the due
+time of its fire in flight (from enqueue until acknowledged, dead-lettered or out of
+retries), the due times waiting behind it (``buffer_one``, ``buffer_all``) and its dead
+streak. The poller asks ``overlap.lua`` which planned fires start (one call per partition,
+only for such tasks), and the consumers' completions end them, atomically each: a node's
+memory never decides an overlap, and a node killed mid-run strands nothing (its message is
+reclaimed and ends elsewhere, or is dead-lettered, and that ends the flight).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from actors.domain.schedules import Schedule
+from actors.store import lua
+from actors.store.task_scripts import Call, TaskScripts
+
+#: Policy letters as messages and ``overlap.lua`` carry them.
+LETTERS = {"allow_all": "A", "skip": "S", "buffer_one": "1", "buffer_all": "B",
+           "cancel_other": "C"}  # fmt: skip
+#: Most due times a ``buffer_all`` task keeps waiting; later ones are not run (``overlap``).
+BUFFER_CAP = 1000
+#: How long a cancel request waits for the fire it names (ms): a fire waiting for a retry
+#: may start this late.
+CANCEL_KEEP_MS = 86_400_000
+#: How a fire ended, as ``end_flights.lua`` reads it (0 and 2 as ``records.OUTCOME_NAMES``).
+ENDED_OK, ENDED_DEAD, ENDED_CANCELLED, ENDED_EXPIRED, ENDED_DROPPED = 0, 2, 3, 4, 5
+
+
+@functools.lru_cache(maxsize=4096)
+def policy_code(schedule: Schedule) -> str:
+    """The code a fire of ``schedule`` carries in its message: '' for a plain schedule,
+    else the overlap letter, then ``;w<ms>`` (catch-up window) and ``;p<n>`` (failures)."""
+    window, failures = schedule.catchup_window_s, schedule.pause_after_failures
+    if schedule.overlap == "allow_all" and window is None and failures is None:
+        return ""
+    code = LETTERS[schedule.overlap]
+    if window is not None:
+        code += f";w{max(1, round(window * 1000))}"
+    if failures is not None:
+        code += f";p{failures}"
+    return code
+
+
+@attrs.frozen
+class Policy:
+    """A message's policy code, read (``parse_policy``)."""
+
+    letter: str = "A"
+    window_ms: int | None = None
+    pause_after: int | None = None
+
+    @property
+    def tracked(self) -> bool:
+        """Whether its fires are in flight records (any policy but ``allow_all``)."""
+        return self.letter != "A"
+
+
+@functools.lru_cache(maxsize=1024)
+def parse_policy(code: str) -> Policy:
+    """A policy code as ``policy_code`` writes it; an unknown part is ignored (a newer
+    version's), an unreadable one leaves the fire plain."""
+    letter, *parts = code.split(";")
+    window = failures = None
+    for part in parts:
+        if part[:1] == "w" and part[1:].isdigit():
+            window = int(part[1:])
+        elif part[:1] == "p" and part[1:].isdigit():
+            failures = int(part[1:])
+    return Policy(letter if letter in LETTERS.values() else "A", window, failures)
+
+
+@attrs.frozen
+class Planned:
+    """A claimed task's fires as the misfire policy and the catch-up window left them."""
+
+    task_id: str
+    letter: str
+    dues: Sequence[int]
+    expired: Sequence[int] = ()
+    ends: bool = False
+    """The plan ends the task's grid (no grid time after these)."""
+
+
+@attrs.frozen
+class Decision:
+    """Which of a task's planned fires start now (``overlap.lua``)."""
+
+    run: list[tuple[int, bool]]
+    """(due time, fresh): fresh is False for a fire an earlier claim put in flight, whose
+    copy the enqueue may find appended already (then that copy is the one in flight)."""
+    cancel: list[int]
+    skipped: list[int]
+    blocking: int | None
+    park: int | None = None
+    """The grid ended with fires still waiting: the task stays scheduled (at this grid
+    time, woken when the fire in flight ends) until they have started."""
+    before: int = 0
+    """Planned due times decided by an earlier claim (not fired again; not counted)."""
+
+
+def _times(text: bytes) -> list[int]:
+    return [int(t) for t in text.split(b",") if t]
+
+
+def _decision(reply: list[Any]) -> Decision:
+    _, run, cancel, skipped, blocking, park, before = reply
+    started = [(int(t.lstrip(b"r")), not t.startswith(b"r")) for t in run.split(b",") if t]
+    return Decision(
+        started, _times(cancel), _times(skipped), int(blocking) if blocking else None,
+        int(park) if park else None, int(before),
+    )  # fmt: skip
+
+
+@attrs.frozen
+class FlightEnd:
+    """A tracked fire that ended (or was found a duplicate): ``ended`` is an ``ENDED_*``."""
+
+    task_id: str
+    ended: int
+    due_ms: int
+    pause_after: int | None = None
+    error: str = ""
+
+
+class FlightScripts(TaskScripts):
+    """The scripts of fires in flight."""
+
+    async def decide_overlaps(
+        self, token: str, priors: Mapping[int, str], planned: Mapping[int, Sequence[Planned]]
+    ) -> dict[str, Decision]:
+        """``overlap.lua`` per partition: the decision for every planned task, by id.
+        ``priors``: per partition, its claims never committed (``Claimed.prior_claim``)."""
+        calls: list[Call] = []
+        for partition, tasks in planned.items():
+            args: list[Any] = [BUFFER_CAP, token, priors.get(partition, "")]
+            for t in tasks:
+                args += [t.task_id, t.letter, "1" if t.ends else "", len(t.dues), len(t.expired),
+                         *t.dues, *t.expired]  # fmt: skip
+            keys = [self.keys.flights(partition), self.keys.not_run(partition)]
+            calls.append((lua.OVERLAP, keys, args))
+        decisions: dict[str, Decision] = {}
+        for reply in await self._run(calls):
+            for item in reply:
+                decisions[item[0].decode()] = _decision(item)
+        return decisions
+
+    async def cancel_fires(self, by_type: Mapping[str, Sequence[str]]) -> None:
+        """``cancel_fires.lua`` per type: ask its consumers to cancel these fires."""
+        await self._run(
+            [
+                (lua.CANCEL_FIRES, [self.keys.cancels(t)], [CANCEL_KEEP_MS, *sids])
+                for t, sids in by_type.items()
+                if sids
+            ]
+        )
+
+    async def cancel_requests(self, task_type: str, sids: Sequence[str]) -> list[str]:
+        """Which of ``sids`` a cancel request names; those requests are taken (removed)."""
+        if not sids:
+            return []
+        key = self.keys.cancels(task_type)
+        found = await self.client.execute("HMGET", key, *sids)
+        named = [sid for sid, at in zip(sids, found, strict=True) if at is not None]
+        if named:
+            await self.client.execute("HDEL", key, *named)
+        return named
+
+    def end_flight_calls(self, ends: Sequence[FlightEnd]) -> list[Call]:
+        """``end_flights.lua`` calls, one per partition."""
+        k = self.keys
+        by: dict[int, list[FlightEnd]] = defaultdict(list)
+        for e in ends:
+            by[k.partition_of(e.task_id)].append(e)
+        calls: list[Call] = []
+        for partition, items in by.items():
+            args: list[Any] = [k.tag(partition)]
+            for e in items:
+                args += [e.task_id, k.bucket_of(e.task_id), e.ended, e.due_ms,
+                         "" if e.pause_after is None else e.pause_after, e.error]  # fmt: skip
+            keys = [k.schedule(partition), k.flights(partition), k.notes(partition)]
+            calls.append((lua.END_FLIGHTS, keys, args))
+        return calls
+
+    async def end_flights(self, ends: Sequence[FlightEnd]) -> list[tuple[str, int]]:
+        """``end_flights.lua``: end these fires; the tasks it paused, with their streaks."""
+        return paused_of(await self._run(self.end_flight_calls(ends)))
+
+
+def paused_of(replies: Sequence[Any]) -> list[tuple[str, int]]:
+    """The (task_id, dead streak) of the tasks ``end_flights.lua`` replies say it paused."""
+    out = []
+    for reply in replies:
+        for i in range(0, len(reply), 2):
+            out.append((reply[i].decode(), int(reply[i + 1])))
+    return out

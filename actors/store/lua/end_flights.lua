@@ -1,0 +1,49 @@
+-- end_flights: fires of tasks with an overlap policy, a catch-up window or a failure
+-- limit have ended: their in-flight marks go, a fire waiting behind one is woken, and a
+-- task whose fires ended dead too many times in a row is paused.
+-- KEYS[1]  the partition's schedule zset   KEYS[2]  its flight hash   KEYS[3]  its notes hash
+-- ARGV[1]  partition tag
+-- ARGV[2..] groups of 6: task_id, bucket, end (0 ok, 2 dead, 3 cancelled, 4 expired,
+--           5 dropped: an enqueue found the fire appended already), due_ms, pause after
+--           this many dead fires in a row ('' = never), the error's last line
+-- Returns {task_id, dead streak, ...} of the tasks it paused.
+--
+-- A mark is removed only by the fire it names (a fire cancel_other replaced, or one run
+-- twice, ends nothing). A woken task gets score now if it is scheduled (ZADD XX LT: a
+-- paused or deleted task is not put back), so its poller claims it and enqueues the
+-- waiting fire (overlap.lua). A pause is an API-like write: new version, counted write.
+local tag = ARGV[1]
+local paused = {}
+local now
+for i = 2, #ARGV, 6 do
+  local id, b, ended, due, limit = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3],
+    tonumber(ARGV[i + 4])
+  local f = get_flight(KEYS[2], id)
+  if ended ~= 5 or f.inflight == due then
+    if f.inflight == due then
+      f.inflight, f.replaced = '', ''
+      if #f.waiting > 0 then
+        now = now or now_ms()
+        redis.call('ZADD', KEYS[1], 'XX', 'LT', ms(now), id)
+      end
+    end
+    if ended == 2 then f.streak = f.streak + 1 elseif ended == 0 then f.streak = 0 end
+    if limit and f.streak >= limit then
+      local s = get_state(tag, b, id)
+      if s and s[1] == ACTIVE then
+        now = now or now_ms()
+        s[1], s[4] = PAUSED, new_version(tag, s[4])
+        redis.call('ZREM', KEYS[1], id)
+        put_state(tag, b, id, s)
+        count_write(tag)
+        redis.call('HSET', KEYS[3], id, cjson.encode({note = ARGV[i + 5], action = 'pause',
+          reason = 'failures', failures = f.streak, at_ms = now}))
+        paused[#paused + 1] = id
+        paused[#paused + 1] = f.streak
+      end
+      f.streak = 0
+    end
+    put_flight(KEYS[2], id, f)
+  end
+end
+return paused

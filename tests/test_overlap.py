@@ -1,0 +1,233 @@
+"""Overlap policies, catch-up windows and pause on failure, end to end: a real Redis, a
+node's tree in-process (and node processes where a fire must run on another node or be
+killed), real handlers that record what ran and when."""
+
+from __future__ import annotations
+
+import itertools
+import signal
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from actors.config import ConsumerSection
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.store.tasks import TaskStore
+from runtime.redis_io import RedisClient
+from tests.execution_harness import node_config, records, running_node, wait_records, wait_until
+from tests.node_process import NodeProcess
+
+
+def _store(redis_client: RedisClient, namespace: str) -> TaskStore:
+    return TaskStore(redis_client, namespace, default_partitions=4)
+
+
+def _runs(path: Path, task_id: str) -> list[tuple[int, int, int]]:
+    """(due, started, ended) of each run of a task that ended, by start."""
+    started: dict[str, int] = {}
+    out = []
+    for r in records(path):
+        if r["task_id"] != task_id:
+            continue
+        if r["event"] == "started":
+            started[r["schedule_id"]] = r["t_ms"]
+        elif r["event"] in ("ran", "cancelled") and r["schedule_id"] in started:
+            out.append((r["due_ms"], started[r["schedule_id"]], r["t_ms"]))
+    return sorted(out, key=lambda run: run[1])
+
+
+def _assert_one_at_a_time(runs: list[tuple[int, int, int]]) -> None:
+    for before, after in itertools.pairwise(runs):
+        assert after[1] >= before[2], f"runs overlap: {before} and {after}"
+
+
+async def test_skip_never_runs_a_task_twice_at_once(
+    redis_client: RedisClient,
+    redis_url: str,
+    namespace: str,
+    tmp_path: Path,
+    record: Path,
+    log_lines: Any,
+) -> None:
+    store = _store(redis_client, namespace)
+    start_ms = await store.now_ms() + 500
+    schedule = Schedule("interval", every_s=1, start_ms=start_ms, overlap="skip")
+    (task,) = await store.create_many([TaskSpec("work", schedule, {"sleep_s": 2.5})])
+    consumers = {"work": ConsumerSection("tests.handlers.jobs:sleepy", concurrency=5)}
+    async with running_node(node_config(redis_url, namespace, tmp_path, consumers)):
+        await wait_records(record, lambda _: len(_runs(record, task.task_id)) >= 3, 60)
+    runs = _runs(record, task.task_id)
+    _assert_one_at_a_time(runs)
+    dues = [due for due, _, _ in runs]
+    # Each run takes 2.5 s of a 1 s grid: the grid times between two runs were skipped.
+    assert all(b - a >= 2000 for a, b in itertools.pairwise(dues)), dues
+    skipped = [e for e in log_lines() if e["event"] == "not_run" and e["task_id"] == task.task_id]
+    assert skipped and {e["reason"] for e in skipped} == {"overlap"}
+    assert all(e["blocking"].startswith(task.task_id + ":") for e in skipped)
+    ran = {f"{task.task_id}:{d}" for d in dues}
+    assert not ran & {e["schedule_id"] for e in skipped}
+
+
+async def test_buffer_all_runs_every_grid_time_one_after_another(
+    redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path, record: Path
+) -> None:
+    store = _store(redis_client, namespace)
+    start_ms = await store.now_ms() + 500
+    schedule = Schedule(
+        "interval", every_s=0.5, start_ms=start_ms, overlap="buffer_all", max_runs=5
+    )
+    (task,) = await store.create_many([TaskSpec("work", schedule, {"sleep_s": 1.0})])
+    consumers = {"work": ConsumerSection("tests.handlers.jobs:sleepy", concurrency=5)}
+    async with running_node(node_config(redis_url, namespace, tmp_path, consumers)):
+        await wait_records(record, lambda _: len(_runs(record, task.task_id)) >= 5, 60)
+    runs = _runs(record, task.task_id)
+    _assert_one_at_a_time(runs)
+    assert [due for due, _, _ in runs] == [start_ms + k * 500 for k in range(5)]
+    keys = await store.keys()
+    flight = keys.flights(keys.partition_of(task.task_id))
+    assert await redis_client.execute("HGET", flight, task.task_id) is None  # nothing left
+
+
+async def test_buffer_one_keeps_one_waiting_and_skips_the_rest(
+    redis_client: RedisClient,
+    redis_url: str,
+    namespace: str,
+    tmp_path: Path,
+    record: Path,
+    log_lines: Any,
+) -> None:
+    store = _store(redis_client, namespace)
+    start_ms = await store.now_ms() + 500
+    schedule = Schedule("interval", every_s=0.5, start_ms=start_ms, overlap="buffer_one")
+    (task,) = await store.create_many([TaskSpec("work", schedule, {"sleep_s": 2.0})])
+    consumers = {"work": ConsumerSection("tests.handlers.jobs:sleepy", concurrency=5)}
+    async with running_node(node_config(redis_url, namespace, tmp_path, consumers)):
+        await wait_records(record, lambda _: len(_runs(record, task.task_id)) >= 3, 60)
+    runs = _runs(record, task.task_id)
+    _assert_one_at_a_time(runs)
+    dues = [due for due, _, _ in runs]
+    # The first fire runs; the next grid time waits for it and starts when it ends; the
+    # grid times that came while one was waiting were skipped.
+    assert dues[:2] == [start_ms, start_ms + 500], dues
+    skipped = [e for e in log_lines() if e["event"] == "not_run" and e["task_id"] == task.task_id]
+    assert skipped and not {f"{task.task_id}:{d}" for d in dues} & {
+        e["schedule_id"] for e in skipped
+    }
+
+
+async def test_cancel_other_cancels_the_run_on_another_node(
+    redis_client: RedisClient,
+    redis_url: str,
+    namespace: str,
+    tmp_path: Path,
+    record: Path,
+    log_lines: Any,
+) -> None:
+    """The fire runs in a node process; the poller that replaces it runs here."""
+    store = _store(redis_client, namespace)
+    config = tmp_path / "node.toml"
+    config.write_text(
+        f'namespace = "{namespace}"\n[node]\nname = "other"\nshutdown_grace_s = 5\n'
+        f'[redis]\nurl = "{redis_url}"\n[scheduler]\npollers = 0\npartitions = 4\n'
+        f'[execution]\nresults_log = "{tmp_path / "results.jsonl"}"\n'
+        'claimer_interval_s = 0.2\n[consumers.work]\nhandler = "tests.handlers.jobs:blocked"\n'
+        "concurrency = 5\n"
+    )
+    node = NodeProcess(config)
+    try:
+        await trio.to_thread.run_sync(node.wait_for, "consumer_ready")
+        start_ms = await store.now_ms() + 500
+        schedule = Schedule("interval", every_s=2, start_ms=start_ms, overlap="cancel_other")
+        (task,) = await store.create_many([TaskSpec("work", schedule)])
+        async with running_node(node_config(redis_url, namespace, tmp_path, {})):
+            await wait_records(
+                record,
+                lambda rs: sum(r["event"] == "cancelled" for r in rs) >= 2,
+                60,
+            )
+        cancelled = await trio.to_thread.run_sync(node.wait_for, "cancelled", 2)
+    finally:
+        node.signal(signal.SIGTERM)
+        await trio.to_thread.run_sync(node.wait)
+    runs = _runs(record, task.task_id)
+    _assert_one_at_a_time(runs)
+    assert [due for due, _, _ in runs[:2]] == [start_ms, start_ms + 2000]
+    assert {e["reason"] for e in cancelled} == {"overlap"}
+    assert not [e for e in node.events() if e["event"] in ("retried", "dead")]
+
+
+async def test_a_fire_later_than_the_catchup_window_is_not_run(
+    redis_client: RedisClient,
+    redis_url: str,
+    namespace: str,
+    tmp_path: Path,
+    record: Path,
+    log_lines: Any,
+) -> None:
+    """Claimed late (the poller starts after the window) and queued late (a backlog the
+    consumer reaches after the window): neither runs; a fire in time does."""
+    store = _store(redis_client, namespace)
+    now = await store.now_ms()
+    late = TaskSpec(
+        "work", Schedule("once", at_ms=now - 5000, catchup_window_s=2), task_id="late-claim"
+    )
+    on_time = TaskSpec("work", Schedule("once", at_ms=now, catchup_window_s=60), task_id="ok")
+    backlog = TaskSpec("work", Schedule("once", at_ms=now, catchup_window_s=1), task_id="queued")
+    await store.create_many([late, on_time, backlog])
+    # The poller enqueues while no consumer runs; the consumer comes after the window.
+    async with running_node(node_config(redis_url, namespace, tmp_path, {})):
+        stream = (await store.keys()).queue("work")
+        await wait_until(lambda: _xlen(redis_client, stream, 2))
+    await trio.sleep(1.5)
+    consumers = {"work": ConsumerSection("tests.handlers.jobs:noop")}
+    async with running_node(node_config(redis_url, namespace, tmp_path, consumers)):
+        await wait_records(record, lambda rs: any(r["task_id"] == "ok" for r in rs))
+        await wait_until(lambda: _pending_done(redis_client, stream))
+    assert {r["task_id"] for r in records(record)} == {"ok"}
+    not_run = {e["task_id"]: e for e in log_lines() if e["event"] == "not_run"}
+    assert not_run["late-claim"]["reason"] == "expired"
+    assert not_run["queued"]["reason"] == "expired"
+
+
+async def _xlen(client: RedisClient, stream: str, count: int) -> bool:
+    return int(await client.execute("XLEN", stream)) >= count
+
+
+async def _pending_done(client: RedisClient, stream: str) -> bool:
+    groups = await client.execute("XINFO", "GROUPS", stream)
+    return all(int(g[b"pending"] if isinstance(g, dict) else g[5]) == 0 for g in groups)
+
+
+async def test_a_task_pauses_after_its_fires_end_dead_in_a_row(
+    redis_client: RedisClient,
+    redis_url: str,
+    namespace: str,
+    tmp_path: Path,
+    record: Path,
+    log_lines: Any,
+) -> None:
+    store = _store(redis_client, namespace)
+    start_ms = await store.now_ms() + 300
+    schedule = Schedule("interval", every_s=0.3, start_ms=start_ms, pause_after_failures=2)
+    (task,) = await store.create_many([TaskSpec("work", schedule)])
+    consumers = {"work": ConsumerSection("tests.handlers.jobs:failing", max_attempts=1)}
+    async with running_node(node_config(redis_url, namespace, tmp_path, consumers)):
+        await wait_until(lambda: _status_is(store, task.task_id, "paused"))
+        failed_then = len(records(record))
+        await trio.sleep(1.0)  # paused: nothing more runs
+        assert len(records(record)) == failed_then
+    assert failed_then >= 2
+    paused = [e for e in log_lines() if e["event"] == "paused"]
+    assert paused and paused[0]["reason"] == "failures" and paused[0]["failures"] == 2
+    assert "boom" in paused[0]["error"]
+    keys = await store.keys()
+    notes = keys.notes(keys.partition_of(task.task_id))
+    note = await redis_client.execute("HGET", notes, task.task_id)
+    assert note is not None and b"failures" in note
+
+
+async def _status_is(store: TaskStore, task_id: str, status: str) -> bool:
+    task = await store.get(task_id)
+    return task is not None and task.status == status
