@@ -14,6 +14,7 @@ from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.store.notes import MAX_NOTE_CHARS
 from actors.store.tasks import TaskStore
+from runtime.logging import Events, observe_events, stop_observing
 from runtime.redis_io import RedisClient
 
 
@@ -53,6 +54,26 @@ async def test_a_note_is_kept_with_the_change_and_replaced_by_the_next(store: Ta
     assert (note["note"], note["action"]) == ("migration done", "resume")
     assert await store.pause("n") == "paused"
     assert await _stored_note(store, "n") is None
+
+
+async def test_the_paused_line_carries_the_note(store: TaskStore) -> None:
+    await _task(store, "logged")
+    seen: list[tuple[str, dict[str, object]]] = []
+
+    def observe(_actor: str, events: Events) -> None:
+        seen.extend((event, dict(fields)) for event, fields in events)
+
+    observe_events(observe)
+    try:
+        await store.pause("logged", "quiet hours")
+        await store.resume("logged")
+    finally:
+        stop_observing(observe)
+    lines = [(e, f) for e, f in seen if f.get("task_id") == "logged"]
+    assert lines == [
+        ("paused", {"task_id": "logged", "status": "paused", "note": "quiet hours"}),
+        ("resumed", {"task_id": "logged", "status": "active"}),
+    ]
 
 
 async def test_deleting_a_task_deletes_its_note(store: TaskStore) -> None:

@@ -402,7 +402,8 @@ class TaskStore:
         raise_for_code(code, task_id, f"cannot {action} a {status} task")
         if code == Code.OK:
             event = {"pause": "paused", "resume": "resumed", "stop": "stopped"}[action]
-            emit_events(STORE_ACTOR, [(event, {"task_id": task_id, "status": status})])
+            noted = {"note": note} if note is not None else {}
+            emit_events(STORE_ACTOR, [(event, {"task_id": task_id, "status": status, **noted})])
         return status
 
     async def delete(self, task_id: str) -> bool:
