@@ -290,6 +290,43 @@ def test_update_pause_resume_stop_and_delete(client: Client, db: redis.Redis, ke
         assert refused.value.status == 404
 
 
+def test_pause_and_resume_keep_a_note_that_get_and_explain_show(
+    client: Client, db: redis.Redis, keys: Keys
+) -> None:
+    task_id = unique("noted")
+    client.create_task("idle", EVERY_HOUR, None, task_id)
+    assert client.get_task(task_id)["note"] is None
+    assert client.pause(task_id, note="vendor outage, see INC-42")["status"] == "paused"
+    note = client.get_task(task_id)["note"]
+    assert (note["note"], note["action"], note["by"]) == ("vendor outage, see INC-42", "pause",
+                                                          ADMIN[0])  # fmt: skip
+    assert json.loads(db.hget(keys.notes(keys.partition_of(task_id)), task_id) or "") == note
+    facts = client.explain(task_id)
+    assert facts["note"] == note
+    assert facts["summary"][1].endswith(f"by key {ADMIN[0]}: vendor outage, see INC-42")
+    assert all("note" not in t for t in client.list_tasks("idle", "paused")["tasks"])
+
+    # Refused whole: nothing changes, the field is named.
+    path = f"/v1/tasks/{task_id}/resume"
+    for body, field in (({"note": "x" * 501}, "note"), ({"note": 7}, "note"),
+                        ({"note": "   "}, "note"), ({"note": "ok", "by": "me"}, "by"),
+                        (["note"], "body")):  # fmt: skip
+        with pytest.raises(ApiError) as refused:
+            client.request("POST", path, body=body)
+        assert refused.value.status == 422 and refused.value.errors[0]["field"] == field, body
+    assert client.get_task(task_id)["status"] == "paused"
+    assert client.get_task(task_id)["note"] == note
+
+    # An empty body, {} or a null note: the change alone, which removes the earlier note.
+    assert client.request("POST", path, body={"note": None})["status"] == "active"
+    assert client.get_task(task_id)["note"] is None
+    assert client.request("POST", f"/v1/tasks/{task_id}/pause", body={})["status"] == "paused"
+    assert client.resume(task_id, note="back")["status"] == "active"
+    assert client.get_task(task_id)["note"]["action"] == "resume"
+    client.delete_task(task_id)
+    assert db.hget(keys.notes(keys.partition_of(task_id)), task_id) is None
+
+
 def test_concurrent_updates_to_one_task_leave_it_consistent(
     client: Client, api: ApiNode, db: redis.Redis, keys: Keys
 ) -> None:
@@ -386,6 +423,33 @@ def test_explain_says_why_a_task_is_or_is_not_running(client: Client, record_fil
     facts = wait_until(lambda: (f := client.explain(dead))["dead_letters"]["count"] and f)
     assert facts["dead_letters"]["newest"]["reason"] == "unrecoverable"
     assert any("dead letter" in line for line in facts["summary"])
+
+
+def test_explain_says_which_fires_were_not_run_and_why(
+    client: Client, db: redis.Redis, keys: Keys
+) -> None:
+    """The not-run record as the fire path stores it (count, reason, due, blocking due)."""
+    task_id = unique("skipped")
+    client.create_task("idle", EVERY_HOUR, None, task_id)
+    assert client.explain(task_id)["not_run"] is None
+    record = keys.not_run(keys.partition_of(task_id))
+    db.hset(record, task_id, "2 overlap 1796299200000 1796299140000")
+    facts = client.explain(task_id)
+    assert facts["not_run"] == {"count": 2, "reason": "overlap", "due_ms": 1796299200000,
+                                "blocking_due_ms": 1796299140000}  # fmt: skip
+    assert facts["summary"][1] == (
+        "2 fires not run: the last, due 2026-12-03T12:00:00Z, was skipped (overlap) while "
+        "the fire due 11:59:00Z was still in flight"
+    )
+    db.hset(record, task_id, "1 expired 1796299200000 -")
+    facts = client.explain(task_id)
+    assert facts["not_run"]["blocking_due_ms"] is None
+    assert "(expired: later than its catch-up window)" in facts["summary"][1]
+    for bad in ("", "two overlap 1796299200000 -", "3 overlap", "1 expired 1 - more"):
+        db.hset(record, task_id, bad)
+        facts = client.explain(task_id)
+        assert facts["not_run"] == {"unreadable": bad}
+        assert "not-run record is stored but cannot be read" in facts["summary"][1]
 
 
 def test_explain_and_queues_show_a_running_fire_and_the_one_queued_behind_it(

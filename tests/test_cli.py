@@ -115,6 +115,24 @@ def test_task_lifecycle_with_tables_and_json(api: ApiNode) -> None:
     assert missing.returncode == 3 and "not found" in missing.stderr
 
 
+def test_pause_and_resume_with_a_note_that_get_shows(api: ApiNode) -> None:
+    task_id = f"cli-{time.monotonic_ns()}"
+    run(api, "tasks", "add", "--type", "work", "--cron", "0 0 1 1 *", "--id", task_id)
+    paused = run(api, "tasks", "pause", task_id, "--note", "vendor outage")
+    assert paused.returncode == 0 and paused.stdout.strip() == f"{task_id} paused (paused)"
+    note = ok_json(api, "tasks", "get", task_id)["note"]
+    assert (note["note"], note["action"], note["by"]) == ("vendor outage", "pause", ADMIN[0])
+    shown = run(api, "tasks", "get", task_id).stdout
+    assert f"by key {ADMIN[0]}: vendor outage" in shown.splitlines()[-1]
+    assert shown.splitlines()[-1].startswith("note:")
+    too_long = run(api, "tasks", "resume", task_id, "--note", "x" * 501)
+    assert too_long.returncode != 0 and "note" in too_long.stderr
+    assert ok_json(api, "tasks", "resume", task_id, "--note", "back")["status"] == "active"
+    assert ok_json(api, "tasks", "get", task_id)["note"]["note"] == "back"
+    assert ok_json(api, "tasks", "pause", task_id)["status"] == "paused"
+    assert "note:" not in run(api, "tasks", "get", task_id).stdout
+
+
 def test_trigger_and_queues(api: ApiNode, tmp_path: Path) -> None:
     task_id = f"cli-{time.monotonic_ns()}"
     run(api, "tasks", "add", "--type", "work", "--cron", "0 0 1 1 *", "--id", task_id)

@@ -171,6 +171,16 @@ def test_nodes_and_task_explanations(page: Any, api: ApiNode) -> None:
     page.click("#task-search button")
     page.locator("#explain li").first.wait_for()
     assert "active: next fire at" in page.locator("#explain").inner_text()
+    assert page.locator("#task-note").count() == 0
+    # A paused task shows its note, the operator's text as text.
+    with Client(api.url, *ADMIN) as client:
+        client.pause(task_id, note="<b>vendor</b> outage")
+    page.click("#task-search button")
+    page.locator("#task-note").wait_for()
+    note = page.locator("#task-note").inner_text()
+    assert note.startswith(f"Note: paused by key {ADMIN[0]} at ") and note.endswith(
+        ": <b>vendor</b> outage"
+    )
     # A task that failed: its dead letter and last run show up among its runs.
     doomed = f"dash-{time.monotonic_ns()}"
     with Client(api.url, *ADMIN) as client:

@@ -100,6 +100,31 @@ def test_events_become_samples_with_bounded_labels() -> None:
     assert get("metronome_handler_duration_seconds_count") == 2
 
 
+def test_fires_not_run_are_counted_by_reason_from_not_run_and_misfired_lines() -> None:
+    """One ``not_run`` line a fire (overlap, expired), and the ``missed`` count of a
+    ``misfired`` line by its policy; a reason outside the known set counts as ``other``."""
+    kind = f"unit{time.monotonic_ns()}"
+    fire = {"task_id": "t1", "schedule_id": "t1:2000", "type": kind, "due_ms": 2000}
+    with counting():
+        emit_events("node/x", [
+            ("not_run", {**fire, "reason": "overlap", "blocking": "t1:1000"}),
+            ("not_run", {**fire, "reason": "overlap"}),
+            ("not_run", {**fire, "reason": "expired"}),
+            ("not_run", {**fire, "reason": "a reason from a newer version"}),
+            ("misfired", {**fire, "policy": "skip", "missed": 3, "fired": 0}),
+            ("misfired", {**fire, "policy": "coalesce", "missed": 2, "fired": 1}),
+            ("misfired", {**fire, "policy": "fire_all", "missed": 5, "fired": 10}),
+            ("misfired", {**fire, "policy": "fire_all", "missed": 0, "fired": 4}),
+        ])  # fmt: skip
+
+    def get(reason: str) -> float:
+        return type_sample(kind, "metronome_fires_not_run_total", reason=reason)
+
+    assert (get("overlap"), get("expired"), get("other")) == (2, 1, 1)
+    assert (get("misfire_skip"), get("coalesced"), get("misfire_cap")) == (3, 2, 5)
+    assert type_sample(kind, "metronome_misfires_total", policy="fire_all") == 2
+
+
 def test_a_batchs_summary_counts_as_its_per_fire_events_would() -> None:
     """Where the per-fire debug lines ``queued`` and ``running`` are not written, the
     poller and the reader hand observers one summary a batch, and the consumer one for its

@@ -127,7 +127,8 @@ def cmd_tasks_update(api: Client, args: argparse.Namespace) -> Result:
 
 def _simple(action: str, verb: str) -> Callable[[Client, argparse.Namespace], Result]:
     def command(api: Client, args: argparse.Namespace) -> Result:
-        result: dict[str, Any] = getattr(api, action)(args.task_id)
+        note = {"note": args.note} if getattr(args, "note", None) is not None else {}
+        result: dict[str, Any] = getattr(api, action)(args.task_id, **note)
         return result, f"{args.task_id} {verb}" + (
             f" ({result['status']})" if "status" in result else ""
         )
@@ -334,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
     ]:
         sub = tasks.add_parser(name, help=text)
         sub.add_argument("task_id", help="the task's id")
+        if name in ("pause", "resume"):
+            sub.add_argument("--note", help="why (up to 500 characters), kept with the task")
         sub.set_defaults(run=run)
     ls = tasks.add_parser("ls", help="list tasks")
     ls.add_argument("--type", help="only tasks of this type")

@@ -137,14 +137,16 @@ class Client:
         """``payload=...`` and/or ``schedule={...}``."""
         return self._object("PATCH", f"/v1/tasks/{_seg(task_id)}", body=changes)
 
-    def _action(self, task_id: str, action: str) -> dict[str, Any]:
-        return self._object("POST", f"/v1/tasks/{_seg(task_id)}/{action}")
+    def _action(self, task_id: str, action: str, body: Any = None) -> dict[str, Any]:
+        return self._object("POST", f"/v1/tasks/{_seg(task_id)}/{action}", body=body)
 
-    def pause(self, task_id: str) -> dict[str, Any]:
-        return self._action(task_id, "pause")
+    def pause(self, task_id: str, note: str | None = None) -> dict[str, Any]:
+        """Pause; ``note`` (up to 500 characters) says why, kept with the task."""
+        return self._action(task_id, "pause", None if note is None else {"note": note})
 
-    def resume(self, task_id: str) -> dict[str, Any]:
-        return self._action(task_id, "resume")
+    def resume(self, task_id: str, note: str | None = None) -> dict[str, Any]:
+        """Resume a paused task; ``note`` says why, kept with the task."""
+        return self._action(task_id, "resume", None if note is None else {"note": note})
 
     def stop(self, task_id: str) -> dict[str, Any]:
         return self._action(task_id, "stop")

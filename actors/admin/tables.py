@@ -7,6 +7,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from actors.store.notes import describe_note
+
 
 def when(ms: int | None) -> str:
     if ms is None:
@@ -47,6 +49,8 @@ def show_task(task: dict[str, Any]) -> str:
         ("last error", task["last_error"] or "-"),
         ("payload", json.dumps(task["payload"])),
     ]
+    if task.get("note"):
+        lines.append(("note", describe_note(task["note"])))
     return "\n".join(f"{k + ':':<24}{v}" for k, v in lines)
 
 

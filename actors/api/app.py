@@ -65,9 +65,12 @@ ROUTES: list[Endpoint] = [
       problems=(404,)),
     *(
         E("POST", f"/v1/tasks/{{task_id}}/{action}", transition(action),
-          f"{action.capitalize()} a task", {200: "TaskStatus"}, problems=(404, 409))
-        for action in ("pause", "resume", "stop")
+          f"{action.capitalize()} a task (an optional note says why)", {200: "TaskStatus"},
+          body="NoteBody", body_optional=True, problems=(404, 409))
+        for action in ("pause", "resume")
     ),
+    E("POST", "/v1/tasks/{task_id}/stop", transition("stop"), "Stop a task",
+      {200: "TaskStatus"}, problems=(404, 409)),
     E("POST", "/v1/tasks/{task_id}/trigger", trigger_task,
       "Run a task now, once, outside its schedule (not a stopped one)", {202: "Triggered"},
       problems=(404, 409)),

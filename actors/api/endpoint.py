@@ -24,6 +24,8 @@ class Endpoint:
     """Success statuses and the name of each one's response schema."""
     body: str | None = None
     """The request body's schema name, if it takes one."""
+    body_optional: bool = False
+    """Whether the body may be left out (empty)."""
     query: tuple[str, ...] = ()
     """Query parameters it accepts (documented from ``openapi.PARAMS``)."""
     problems: tuple[int, ...] = ()

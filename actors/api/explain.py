@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from actors.api.task_notes import note_facts, note_sentences
 from actors.domain.errors import TaskNotFound
 from actors.domain.model import Task
 from actors.domain.schedules import Schedule
@@ -112,7 +113,9 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
         "last_status": task.last_status,
         "last_error": task.last_error,
     }
-    facts["summary"] = _summary(task, facts, now)
+    facts.update(await note_facts(store, task_id))
+    summary = _summary(task, facts, now)
+    facts["summary"] = summary[:1] + note_sentences(facts) + summary[1:]
     return facts
 
 

@@ -16,6 +16,7 @@ from typing import Any, get_args
 
 from actors.api.bodies import ENTRY_ID_PATTERN, MAX_PAGE
 from actors.api.endpoint import Endpoint
+from actors.api.openapi_notes import NOTE_SCHEMAS
 from actors.domain.model import MAX_TASK_ID, STATUSES
 from actors.domain.schedules import Kind, Misfire, Overlap
 from runtime.config import MAX_NAME, NAME_PATTERN
@@ -132,8 +133,10 @@ SCHEMAS: dict[str, Any] = {
             "last_run_ms": _nullable(_INT),
             "last_status": _nullable(_STR),
             "last_error": _nullable(_STR),
+            "note": _nullable(_ref("Note")),
         },
     ),
+    **NOTE_SCHEMAS,
     "Created": _obj(["task_id", "created"], {"task_id": _STR, "created": _BOOL}),
     "BulkCreate": _obj(["tasks"], {"tasks": {"type": "array", "items": _ref("TaskCreate")}}),
     "BulkCreated": _obj(
@@ -171,7 +174,11 @@ SCHEMAS: dict[str, Any] = {
             "dead_letters",
             "last_error",
         ],
-        {"summary": {"type": "array", "items": _STR}},
+        {
+            "summary": {"type": "array", "items": _STR},
+            "note": _nullable(_ref("Note")),
+            "not_run": _nullable(_ref("NotRun")),
+        },
         extra=True,
     ),
     "Clear": _obj(["confirm"], {"confirm": _STR}),
@@ -341,7 +348,7 @@ def _op(route: Endpoint) -> dict[str, Any]:
     if params:
         op["parameters"] = params
     if route.body:
-        op["requestBody"] = {"required": True, **_json(route.body)}
+        op["requestBody"] = {"required": not route.body_optional, **_json(route.body)}
     if route.public:
         op["security"] = []
     return op

@@ -33,6 +33,7 @@ from actors.api.explain import explain
 from actors.api.problems import Problem, from_exception, invalid
 from actors.api.queues import Queues, tally
 from actors.api.signing import KEY_HEADER, ApiKey, AuthError, Verifier
+from actors.api.task_notes import note_of, note_param
 from actors.config import ApiSection
 from actors.domain.model import TaskSpec, parse_schedule, parse_spec, parse_specs
 from actors.domain.schedules import Schedule, check_submitted
@@ -175,7 +176,7 @@ async def get_task(call: Call) -> Response:
     task = await call.store.get(task_id)
     if task is None:
         raise Problem(404, "not_found", f"task {task_id!r} not found")
-    return ok(task.to_dict())
+    return ok({**task.to_dict(), "note": await note_of(call.store, task_id)})
 
 
 async def update_task(call: Call) -> Response:
@@ -199,7 +200,10 @@ async def update_task(call: Call) -> Response:
 def transition(action: str) -> Handler:
     async def endpoint(call: Call) -> Response:
         task_id = bodies.task_id_param(call.path("task_id"))
-        status = await getattr(call.store, action)(task_id)
+        if action == "stop":
+            status = await call.store.stop(task_id)
+        else:  # pause and resume keep a note, if the body gives one
+            status = await getattr(call.store, action)(task_id, note_param(call.body), call.key_id)
         return ok({"task_id": task_id, "status": status})
 
     return endpoint

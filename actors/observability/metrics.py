@@ -2,9 +2,9 @@
 
 ``count_events`` is registered with ``runtime.logging.observe_events`` when a node starts
 (``install``): every ``queued``, ``running``, ``finished``, ``retried``, ``dead``,
-``misfired``, ``duplicate_dropped``, ``reclaimed`` event (the first three as one summary a
-batch: ``fires_queued`` and ``runs_started`` where their debug lines are off, and
-``runs_finished`` always), every step Redis refused (``redis_refused``, from
+``misfired``, ``not_run``, ``duplicate_dropped``, ``reclaimed`` event (the first three
+as one summary a batch: ``fires_queued`` and ``runs_started`` where their debug lines are
+off, and ``runs_finished`` always), every step Redis refused (``redis_refused``, from
 ``runtime.redis_io``) and every actor restart or give-up becomes a sample, so the
 metrics say what the audit log says. Labels are the task type, an outcome or reason from a
 fixed set, or an actor path (the tree's shape): never a task id, so cardinality stays
@@ -56,8 +56,9 @@ MISFIRES = Counter(
 )
 NOT_RUN = Counter(
     "metronome_fires_not_run_total",
-    "Missed grid times that were not fired, by reason: coalesced, skipped or capped "
-    "(fire_all beyond misfire_cap).",
+    "Fires due and not run, by reason: overlap (one was still in flight), expired (later "
+    "than the catch-up window), misfire_skip, coalesced, misfire_cap (fire_all beyond "
+    "misfire_cap), other.",
     ["type", "reason"],
 )
 DUPLICATES = Counter(
@@ -95,7 +96,15 @@ GIVE_UPS = Counter(
     ["actor"],
 )
 
-_NOT_RUN_REASON = {"coalesce": "coalesced", "skip": "skipped", "fire_all": "capped"}
+#: A ``misfired`` line's policy -> the reason its missed grid times were not run.
+_MISFIRE_REASON = {"coalesce": "coalesced", "skip": "misfire_skip", "fire_all": "misfire_cap"}
+#: The reasons ``metronome_fires_not_run_total`` keeps; any other counts as ``other``, so a
+#: line from a newer version cannot grow the label set.
+NOT_RUN_REASONS = frozenset({"overlap", "expired", *_MISFIRE_REASON.values(), "other"})
+
+
+def _not_run_reason(reason: Any) -> str:
+    return reason if reason in NOT_RUN_REASONS else "other"
 
 
 def count_events(actor: str, events: Events) -> None:
@@ -145,7 +154,9 @@ def count_events(actor: str, events: Events) -> None:
             tally[(MISFIRES, kind, policy)] += 1
             missed = int(fields.get("missed", 0))  # grid times not fired one by one
             if missed > 0:
-                tally[(NOT_RUN, kind, _NOT_RUN_REASON.get(policy, policy))] += missed
+                tally[(NOT_RUN, kind, _not_run_reason(_MISFIRE_REASON.get(policy)))] += missed
+        elif event == "not_run":  # one fire not run (overlap, expired)
+            tally[(NOT_RUN, kind, _not_run_reason(fields.get("reason")))] += 1
         elif event == "duplicate_dropped":
             tally[(DUPLICATES, kind)] += 1
         elif event == "reclaimed":

@@ -81,9 +81,11 @@ class TaskScripts:
         return int(code), status.decode()
 
     async def set_status(
-        self, task_id: str, action: str, next_ms: int | None = None, score: int | None = None
-    ) -> tuple[int, str]:
-        """``set_status.lua``: pause, resume (at ``next_ms``) or stop; (``Code``, status)."""
+        self, task_id: str, action: str, next_ms: int | None = None, score: int | None = None,
+        note: str = "",
+    ) -> tuple[int, str]:  # fmt: skip
+        """``set_status.lua``: pause, resume (at ``next_ms``) or stop, keeping ``note``
+        (``actors.store.notes``; '' = none) with the change; (``Code``, status)."""
         k, p = self.keys, self.keys.partition_of(task_id)
         ((code, status),) = await self._run(
             [
@@ -97,6 +99,7 @@ class TaskScripts:
                         action,
                         or_empty(next_ms),
                         or_empty(score),
+                        note,
                     ],
                 )
             ]

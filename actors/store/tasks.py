@@ -37,6 +37,7 @@ from actors.store.keys import (
     Keys,
     schedule_id,
 )
+from actors.store.notes import encode_note
 from actors.store.placement import ListCursor, Placement
 from actors.store.records import decode_task, status_index
 from actors.store.replies import Fire, TaskRow
@@ -367,16 +368,20 @@ class TaskStore:
         emit_events(STORE_ACTOR, [("updated", {"task_id": task_id, "fields": changed})])
         return status
 
-    async def pause(self, task_id: str) -> str:
-        return await self._set_status(task_id, "pause")
+    async def pause(self, task_id: str, note: str | None = None, by: str | None = None) -> str:
+        """Pause; ``note`` (``actors.store.notes``), from key ``by``, is kept with it."""
+        return await self._set_status(task_id, "pause", note, by)
 
-    async def resume(self, task_id: str) -> str:
-        return await self._set_status(task_id, "resume")
+    async def resume(self, task_id: str, note: str | None = None, by: str | None = None) -> str:
+        return await self._set_status(task_id, "resume", note, by)
 
     async def stop(self, task_id: str) -> str:
         return await self._set_status(task_id, "stop")
 
-    async def _set_status(self, task_id: str, action: str) -> str:
+    async def _set_status(
+        self, task_id: str, action: str, note: str | None = None, by: str | None = None
+    ) -> str:
+        stored = "" if note is None else encode_note(note, action, await self.now_ms(), by)
         next_ms: int | None = None
         score: int | None = None
         if action == "resume":
@@ -391,11 +396,14 @@ class TaskStore:
                 )
                 if next_ms is not None:
                     score = next_ms + task.schedule.jitter_ms()
-        code, status = await (await self.scripts()).set_status(task_id, action, next_ms, score)
+        code, status = await (await self.scripts()).set_status(
+            task_id, action, next_ms, score, stored
+        )
         raise_for_code(code, task_id, f"cannot {action} a {status} task")
         if code == Code.OK:
             event = {"pause": "paused", "resume": "resumed", "stop": "stopped"}[action]
-            emit_events(STORE_ACTOR, [(event, {"task_id": task_id, "status": status})])
+            noted = {"note": note} if note is not None else {}
+            emit_events(STORE_ACTOR, [(event, {"task_id": task_id, "status": status, **noted})])
         return status
 
     async def delete(self, task_id: str) -> bool:

@@ -238,6 +238,16 @@ async function renderNodes() {
       el("td", { class: "num" }, `${p.restarts[path] || 0} restarts`))))))));
 }
 
+// A task's note: who paused or resumed it, when and why (docs/API.md), or the automatic
+// pause after a streak of dead fires. Text nodes only: a note is the operator's input.
+function noteText(note) {
+  if (note.unreadable !== undefined) return `a note is stored but cannot be read: ${note.unreadable}`;
+  const head = note.reason === "failures"
+    ? `paused after ${note.failures} dead fires in a row`
+    : `${note.action === "resume" ? "resumed" : "paused"}${note.by ? ` by key ${note.by}` : ""}`;
+  return `${head} at ${when(note.at_ms)}: ${note.note}`;
+}
+
 async function explainTask(taskId) {
   const box = document.getElementById("task");
   const facts = await api("GET", `/v1/tasks/${encodeURIComponent(taskId)}/explain`);
@@ -256,6 +266,7 @@ async function explainTask(taskId) {
   if (facts.last_run_ms) runs.push(["last run", "", facts.last_status, when(facts.last_run_ms), facts.last_error || ""]);
   box.replaceChildren(
     el("h3", {}, `${facts.task_id}: ${facts.status}, ${facts.schedule_text}`),
+    ...(facts.note ? [el("p", { id: "task-note", class: "note" }, `Note: ${noteText(facts.note)}`)] : []),
     el("ul", { id: "explain" }, ...facts.summary.map((line) => el("li", {}, line))),
     el("p", { class: "hint" }, `${facts.fires} fires, ${facts.runs} runs; next run ${when(facts.next_run_ms)}`),
     table("task-runs", ["Fire", "Attempt", "State", "When", "Detail"], runs),

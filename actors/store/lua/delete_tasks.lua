@@ -1,4 +1,4 @@
--- delete_tasks: delete tasks of one partition and their index entries.
+-- delete_tasks: delete tasks of one partition, their index entries and their notes.
 -- KEYS[1]  schedule zset of the partition
 -- ARGV[1]  partition tag   ARGV[2..]  pairs: task_id, bucket
 -- Returns the number of tasks deleted. Callers bound the ids per call (a clear of a million
@@ -15,6 +15,7 @@ for i = 2, #ARGV, 2 do
     redis.call('HDEL', tag .. ':run:' .. b, id)
     redis.call('HDEL', tag .. ':type:' .. typ .. ':' .. b, id)
     redis.call('HDEL', tag .. ':errors', id)
+    redis.call('HDEL', tag .. ':notes', id)
     redis.call('ZREM', KEYS[1], id)
     n = n + 1
   end

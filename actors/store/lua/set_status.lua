@@ -3,6 +3,9 @@
 -- ARGV[1]  partition tag   ARGV[2]  task_id   ARGV[3]  bucket
 -- ARGV[4]  action: pause | resume | stop
 -- ARGV[5]  next_ms for resume ('' = never)   ARGV[6]  score for resume
+-- ARGV[7]  the note (compact JSON, actors/store/notes.py) kept with the change, or '' (none)
+-- A change replaces the task's note in <tag>:notes: the given one, or none (the earlier
+-- note described a status the task has left). Nothing is written when nothing changes.
 -- Returns {code, status}: 1 changed, 0 already so, -2 not found, -3 not allowed from status.
 local tag, id, b, action = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local s = get_state(tag, b, id)
@@ -26,5 +29,10 @@ else
   redis.call('ZREM', KEYS[1], id)
 end
 put_state(tag, b, id, s)
+if (ARGV[7] or '') ~= '' then
+  redis.call('HSET', tag .. ':notes', id, ARGV[7])
+else
+  redis.call('HDEL', tag .. ':notes', id)
+end
 count_write(tag)
 return {1, STATUS_NAMES[s[1]]}
