@@ -22,8 +22,9 @@ from actors.domain.schedules import Overlap
 class TaskBackfillBody:
     start_ms: int
     end_ms: int
-    overlap: Overlap | None = None
-    """The policy the fires run under; default: the task's own."""
+    overlap: str | None = None
+    """The policy the fires run under (checked by the store against ``Overlap``);
+    default: the task's own."""
     dry_run: bool = False
 
 

@@ -101,8 +101,9 @@ class TaskBackfill:
 
 
 def check_window(start_ms: int, end_ms: int, now_ms: int) -> None:
-    """A window a backfill may cover: ``0 <= start_ms < end_ms <= now`` (Redis's clock);
-    InvalidTask naming the field otherwise."""
+    """A window a backfill may cover: ``0 <= start_ms < end_ms <= now``, InvalidTask naming
+    the field otherwise. ``now`` is a fresh ``TIME``: whether a grid time has come is
+    due-ness, which Redis's clock decides (a backfill never fires early)."""
     if not 0 <= start_ms <= MAX_MS:
         raise InvalidTask(f"start_ms: must be Unix milliseconds within 0..{MAX_MS}")
     if end_ms <= start_ms:
@@ -254,7 +255,7 @@ async def backfill_task(
     if overlap is not None and overlap not in typing.get_args(Overlap):
         allowed = ", ".join(typing.get_args(Overlap))
         raise InvalidTask(f"overlap: must be one of {allowed}, got {overlap!r}")
-    check_window(start_ms, end_ms, await store.now_ms())
+    check_window(start_ms, end_ms, await store.client.time_ms())
     task = await store.get(task_id)
     if task is None:
         raise TaskNotFound(task_id)
@@ -289,7 +290,7 @@ async def backfill_type(
     the fires are planned first and the call is refused whole if they number more than
     ``max_fires``. The tasks with a grid time in the window, in listing order."""
     check_name("type", task_type)
-    check_window(start_ms, end_ms, await store.now_ms())
+    check_window(start_ms, end_ms, await store.client.time_ms())
     planned: list[tuple[Task, list[int]]] = []
     total, cursor = 0, None
     while True:
