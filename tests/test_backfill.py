@@ -25,8 +25,8 @@ PARIS = zoneinfo.ZoneInfo("Europe/Paris")
 MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000
 
 
-def paris_ms(*parts: int) -> int:
-    return int(dt.datetime(*parts, tzinfo=PARIS).timestamp() * 1000)  # type: ignore[misc]
+def paris_ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> int:
+    return int(dt.datetime(year, month, day, hour, minute, tzinfo=PARIS).timestamp() * 1000)
 
 
 @pytest.fixture

@@ -168,7 +168,7 @@ def test_a_type_backfill_covers_its_active_and_paused_tasks(
     expected = {f"{ids[n]}:{start + k * HOUR}" for n in ("active", "paused") for k in range(3)}
 
     def dead_ids() -> set[str]:
-        entries = db.xrange(keys.dlq(kind))
+        entries: Any = db.xrange(keys.dlq(kind))
         return {f[b"schedule_id"].decode() for _, f in entries} & expected
 
     wait_until(lambda: dead_ids() == expected, 30)
