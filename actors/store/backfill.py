@@ -25,7 +25,6 @@ leaves them); ``max_runs`` does not limit a backfill.
 
 from __future__ import annotations
 
-import math
 import typing
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -134,7 +133,7 @@ def _first(task: Task, start_ms: int) -> int | None:
         return schedule.first_due(low)
     every = schedule._every_ms()
     anchor = _interval_anchor(task)
-    first = anchor + math.ceil((low - anchor) / every) * every
+    first = anchor - (anchor - low) // every * every  # the first at or after low (exact)
     if first > MAX_MS or (schedule.end_ms is not None and first > schedule.end_ms):
         return None
     return first
