@@ -261,6 +261,11 @@ class ApiSection:
     task_types: list[str] = attrs.field(factory=list, validator=_type_list)
     """The namespace's task types: when set, creating a task of any other type is refused
     (catches typos that would otherwise queue fires nobody consumes)."""
+    backfill_max_fires: int = attrs.field(default=10_000, validator=within(1, 1_000_000))
+    """Most fires one backfill request may enqueue (a larger window is refused whole)."""
+    backfill_rate: float = attrs.field(default=5_000.0, validator=within(1, 1_000_000))
+    """Fires a second a backfill request appends at most, so it does not starve the live
+    fires; the request answers when its last fire is in (10,000 fires: 2 s)."""
 
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network

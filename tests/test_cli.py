@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import subprocess
@@ -380,3 +381,41 @@ def test_the_signing_example_in_the_api_docs_works_as_written(api: ApiNode) -> N
                           timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("201 {'task_id'"), done.stdout
+
+
+def test_backfill_a_task_and_a_type_with_tables_and_json(api: ApiNode) -> None:
+    task_id = f"cli-backfill-{time.monotonic_ns()}"
+    kind = f"cliback{time.monotonic_ns() % 10**6}"  # a type of its own: by-type sees it alone
+    ok_json(api, "tasks", "add", "--type", kind, "--cron", "0 * * * *", "--id", task_id)
+    hour = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    start, end = (hour - dt.timedelta(hours=3)).isoformat(), hour.isoformat()
+    window = ["--from", start, "--to", end]
+    expected = [int((hour - dt.timedelta(hours=h)).timestamp() * 1000) for h in (3, 2, 1)]
+
+    dry = run(api, "tasks", "backfill", task_id, *window, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    assert lines[0].split() == ["DUE", "(UTC)", "DUE_MS", "SCHEDULE_ID"]
+    assert [line.split()[-1] for line in lines[1:4]] == [f"{task_id}:{d}" for d in expected]
+    assert "dry run, nothing enqueued" in lines[-1] and "3 would be enqueued" in lines[-1]
+
+    done = ok_json(api, "tasks", "backfill", task_id, "--from", str(expected[0]), "--to", end,
+                   "--overlap", "skip")  # fmt: skip
+    assert [f["due_ms"] for f in done["fires"]] == expected
+    assert (done["enqueued"], done["overlap"]) == (3, "skip")
+    again = run(api, "tasks", "backfill", task_id, *window)
+    assert again.returncode == 0 and "0 enqueued, 3 already backfilled" in again.stdout
+
+    by_type = ok_json(api, "backfill", "--type", kind, *window, "--dry-run")
+    assert by_type["tasks"] == [
+        {"task_id": task_id, "fires": 3, "enqueued": 0, "already_backfilled": 3}
+    ]
+    table = run(api, "backfill", "--type", kind, *window).stdout.splitlines()
+    assert table[0].split() == ["TASK_ID", "FIRES", "ENQUEUED", "ALREADY"]
+    assert table[1].split() == [task_id, "3", "0", "3"]
+
+    future = (hour + dt.timedelta(hours=2)).isoformat()
+    refused = run(api, "tasks", "backfill", task_id, "--from", start, "--to", future)
+    assert refused.returncode == 5 and "end_ms: must not be in the future" in refused.stderr
+    bad = run(api, "tasks", "backfill", task_id, "--from", "last week", "--to", end)
+    assert bad.returncode == 2 and "--from" in bad.stderr

@@ -128,3 +128,17 @@ async def test_inspection_and_dead_letter_operations_on_a_cluster(store: TaskSto
     )  # fmt: skip
     assert await store.client.execute("XLEN", keys.queue("w")) == 2
     assert await queues.purge("w") == 0
+
+
+async def test_a_backfill_on_a_cluster_appends_each_fire_once(store: TaskStore) -> None:
+    now = await store.now_ms()
+    start = now - now % 60_000 - 10 * 60_000
+    for i in range(4):  # types on different slots
+        spec = TaskSpec(f"fill{i}", Schedule("interval", every_s=60, start_ms=start), None, f"b{i}")
+        await store.create(spec)
+    first = await store.backfill_type("fill2", start, start + 5 * 60_000)
+    assert [(b.task_id, b.enqueued) for b in first] == [("b2", 5)]
+    again = await store.backfill("b2", start, start + 6 * 60_000)
+    assert (again.enqueued, again.already) == (1, 5)
+    keys = await store.keys()
+    assert await store.client.execute("XLEN", keys.queue("fill2")) == 6

@@ -5,6 +5,7 @@
     metronome queues
     metronome partitions                      # which poller serves what, what is due
     metronome dlq replay report --all
+    metronome tasks backfill daily --from 2025-03-01T00:00:00Z --to 2025-03-08T00:00:00Z
     metronome serve deploy/node.toml          # = python -m runtime deploy/node.toml
     metronome migrate --redis redis://host:6379/0 --namespace metronome   # after an upgrade
 
@@ -28,6 +29,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from actors.admin.backfill_cmds import add_backfill_commands
 from actors.admin.client import ApiError, ApiUnavailable, Client
 from actors.admin.inputs import (
     InvalidArgument,
@@ -354,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     clear.add_argument("type", help="the task type")
     clear.add_argument("--yes", action="store_true", help="confirm: this cannot be undone")
     clear.set_defaults(run=cmd_tasks_clear)
+
+    add_backfill_commands(commands, tasks)
 
     queues = commands.add_parser(
         "queues",

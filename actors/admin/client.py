@@ -154,6 +154,28 @@ class Client:
     def trigger(self, task_id: str) -> dict[str, Any]:
         return self._action(task_id, "trigger")
 
+    def backfill(
+        self,
+        task_id: str,
+        start_ms: int,
+        end_ms: int,
+        overlap: str | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Run the task's grid times in ``[start_ms, end_ms)`` (a past window), each once
+        however often this is repeated; ``dry_run``: only say which they are."""
+        body: dict[str, Any] = {"start_ms": start_ms, "end_ms": end_ms, "dry_run": dry_run}
+        if overlap is not None:
+            body["overlap"] = overlap
+        return self._object("POST", f"/v1/tasks/{_seg(task_id)}/backfill", body=body)
+
+    def backfill_type(
+        self, task_type: str, start_ms: int, end_ms: int, dry_run: bool = False
+    ) -> dict[str, Any]:
+        """``backfill`` for every active or paused task of a type: counts per task."""
+        body = {"type": task_type, "start_ms": start_ms, "end_ms": end_ms, "dry_run": dry_run}
+        return self._object("POST", "/v1/backfill", body=body)
+
     def delete_task(self, task_id: str) -> dict[str, Any]:
         return self._object("DELETE", f"/v1/tasks/{_seg(task_id)}")
 

@@ -13,6 +13,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
+from actors.api.backfill_routes import SCHEMAS as BACKFILL_SCHEMAS
+from actors.api.backfill_routes import backfill_task, backfill_type
 from actors.api.endpoint import Endpoint
 from actors.api.openapi import openapi_document
 from actors.api.problems import Problem
@@ -74,6 +76,12 @@ ROUTES: list[Endpoint] = [
     E("POST", "/v1/tasks/{task_id}/trigger", trigger_task,
       "Run a task now, once, outside its schedule (not a stopped one)", {202: "Triggered"},
       problems=(404, 409)),
+    E("POST", "/v1/tasks/{task_id}/backfill", backfill_task,
+      "Run the task's grid times of a past window, each once however often repeated",
+      {200: "TaskBackfilled"}, body="TaskBackfill", problems=(404, 409)),
+    E("POST", "/v1/backfill", backfill_type,
+      "Backfill a past window of every active or paused task of a type", {200: "TypeBackfilled"},
+      body="TypeBackfill"),
     E("GET", "/v1/tasks/{task_id}/explain", explain_task, "Why this task is or is not running",
       {200: "Explanation"}, problems=(404,)),
     E("POST", "/v1/types/{type}/clear", clear_type,
@@ -111,7 +119,7 @@ async def to_dashboard(_request: Request) -> Response:
 def build_app(services: ApiServices) -> ASGIApp:
     """The API as an ASGI app: the routes, the dashboard, and the security headers on every
     answer (``SecurityHeaders``)."""
-    document = openapi_document(ROUTES)
+    document = openapi_document(ROUTES, BACKFILL_SCHEMAS)
 
     async def serve_openapi(_request: Request) -> Response:
         return JSONResponse(document)

@@ -11,7 +11,7 @@ match what is declared here. ``docs/API.md`` is the prose companion.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, get_args
 
 from actors.api.bodies import ENTRY_ID_PATTERN, MAX_PAGE
@@ -366,8 +366,11 @@ PARAMS: dict[str, dict[str, Any]] = {
 }
 
 
-def openapi_document(routes: Sequence[Endpoint]) -> dict[str, Any]:
-    """The document of these endpoints (``actors.api.app.ROUTES``)."""
+def openapi_document(
+    routes: Sequence[Endpoint], more_schemas: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The document of these endpoints (``actors.api.app.ROUTES``); ``more_schemas``: the
+    body and response schemas an endpoint module declares next to its endpoints."""
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = _op(route)
@@ -384,7 +387,7 @@ def openapi_document(routes: Sequence[Endpoint]) -> dict[str, Any]:
         },
         "paths": paths,
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **(more_schemas or {})},
             "securitySchemes": {
                 "signature": {
                     "type": "apiKey",

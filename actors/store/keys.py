@@ -23,6 +23,8 @@ Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
 - ``{ns:q:<type>}:dlq``           stream: dead letters of one type        [dlq:{type}]
 - ``{ns:q:<type>}:enq:<sid>:<n>``  string with expiry: attempt n of fire sid enqueued
 - ``{ns:q:<type>}:seen:<sid>:<n>`` string with expiry: attempt n of fire sid started
+- ``{ns:q:<type>}:backfilled:<id>`` hash with expiry: due_ms -> '' of the task's fires a
+                                  backfill appended (``backfill.lua``)
 
 ``P`` is the task's partition, ``crc32(task_id) % partitions``; ``B`` its bucket,
 ``bucket_hash(task_id) % buckets`` (both counts fixed per namespace, in the meta key). A
@@ -177,6 +179,11 @@ class Keys:
     def cancels(self, task_type: str) -> str:
         """Fires to cancel wherever they run (``cancel_other``): hash schedule_id -> ms."""
         return f"{{{self.namespace}:q:{task_type}}}:cancel"
+
+    def backfilled(self, task_type: str, task_id: str) -> str:
+        """The grid times of a task that backfills appended (``backfill.lua``): hash due_ms
+        -> '', in the queue's slot so that marking and appending are one atomic step."""
+        return f"{{{self.namespace}:q:{task_type}}}:backfilled:{task_id}"
 
     def seen_prefix(self, task_type: str) -> str:
         """Markers of fires started recently (consumer-side dedupe), in the queue's slot."""

@@ -592,6 +592,20 @@ class Scripts(FlightScripts):
             for outcome, task_id in zip(outcomes, task_ids, strict=True)
         ]
 
+    async def backfill(
+        self, task_type: str, task_id: str, payload: str, due_times: Sequence[int],
+        now_ms: int, retention_ms: int,
+    ) -> list[bool]:  # fmt: skip
+        """``backfill.lua``: append a task's grid times not backfilled before (one call;
+        the caller keeps it to ``ENQUEUE_CHUNK`` times); per time, True if appended."""
+        k = self.keys
+        args = [now_ms, task_type, task_id, payload, retention_ms,
+                "1" if k.compact_messages else "", *due_times]  # fmt: skip
+        (flags,) = await self._run(
+            [(lua.BACKFILL, [k.queue(task_type), k.backfilled(task_type, task_id)], args)]
+        )
+        return [bool(int(flag)) for flag in flags]
+
 
 def as_str(value: bytes | str | int) -> str:
     """A script reply element as text."""

@@ -27,6 +27,7 @@ from actors.domain.errors import (
 )
 from actors.domain.model import STATUSES, Task, TaskSpec, encode_payload, new_task_id
 from actors.domain.schedules import Schedule
+from actors.store import backfill as backfilling
 from actors.store.codes import Code, raise_for_code
 from actors.store.enqueue import enqueue_fires
 from actors.store.keys import (
@@ -343,6 +344,21 @@ class TaskStore:
         await enqueue_fires(await self.scripts(), [fire], now, STORE_ACTOR, dedupe_window_ms=0)
         emit_events(STORE_ACTOR, [("triggered", {"task_id": task_id})])
         return schedule_id(task_id, now)
+
+    async def backfill(
+        self, task_id: str, start_ms: int, end_ms: int, **options: Any
+    ) -> backfilling.TaskBackfill:
+        """Run the task's grid times in ``[start_ms, end_ms)`` (a past window), each once
+        however often this is repeated; ``actors.store.backfill.backfill_task`` (options:
+        overlap, dry_run, max_fires, rate)."""
+        return await backfilling.backfill_task(self, task_id, start_ms, end_ms, **options)
+
+    async def backfill_type(
+        self, task_type: str, start_ms: int, end_ms: int, **options: Any
+    ) -> list[backfilling.TaskBackfill]:
+        """``backfill`` for every active or paused task of a type, bounded in total
+        (``actors.store.backfill.backfill_type``)."""
+        return await backfilling.backfill_type(self, task_type, start_ms, end_ms, **options)
 
     async def update(
         self,

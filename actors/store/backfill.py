@@ -1,0 +1,319 @@
+"""Backfill: running the grid times of a past window, for one task or every task of a type.
+
+A backfill appends one message per grid time in ``[start_ms, end_ms)`` to the type's
+stream, as the poller would have appended it: attempt 0, ``due_ms`` the grid time, so its
+``schedule_id`` (``task_id:due_ms``) is the one the original fire had and a duplicate of
+it is recognisable downstream. The grid comes from the schedule's own functions
+(``Schedule.first_due`` / ``next_after``, the ones the poller walks), within the
+schedule's ``start_ms`` / ``end_ms`` bounds; an interval grid is the one through the
+task's current grid time (its next fire), extended back as far as the window asks.
+
+Idempotent: ``backfill.lua`` marks each appended grid time in a hash per task
+(``Keys.backfilled``, in the stream's slot, kept ``RETENTION_MS`` after the task's last
+backfill) and appends only the times it marks new, in one script, so running the same
+backfill twice (or two at once) appends each fire once. A backfill is not a replay of what
+the poller did: a grid time that already ran runs again, which is what a backfill is for.
+
+Bounded: a call covers at most ``[api] backfill_max_fires`` fires (refused whole, before
+anything is written, beyond it), appended ``CHUNK`` at a time and paced to ``[api]
+backfill_rate`` fires a second, so a large backfill shares the stream and Redis with the
+live fires instead of starving them. The request answers once every chunk is in.
+
+The schedule, the task's state and its fire count are left as they are (as a trigger
+leaves them); ``max_runs`` does not limit a backfill.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from actors.domain.errors import InvalidTask, InvalidTransition, TaskNotFound
+from actors.domain.model import Task, encode_payload
+from actors.domain.schedules import MAX_MS, Overlap
+from actors.store.keys import schedule_id
+from actors.store.scripts import ENQUEUE_CHUNK
+from runtime.config import check_name
+from runtime.logging import emit_events
+
+if TYPE_CHECKING:
+    from actors.store.tasks import TaskStore
+
+#: How long a task's backfill markers are kept after its last backfill: the same window
+#: backfilled again within it appends nothing; after it, it runs again.
+RETENTION_MS = 7 * 86_400_000
+#: Grid times per ``backfill.lua`` call: bounds how long one call holds Redis (~1-2 ms).
+CHUNK = ENQUEUE_CHUNK
+#: Defaults of ``[api] backfill_max_fires`` and ``[api] backfill_rate``.
+DEFAULT_MAX_FIRES = 10_000
+DEFAULT_RATE = 5_000.0
+#: The statuses whose tasks a by-type backfill covers.
+TYPE_STATUSES = ("active", "paused")
+#: Tasks per listing page read by a by-type backfill.
+_PAGE = 1000
+_ACTOR = "store"
+
+
+@attrs.frozen
+class TaskBackfill:
+    """What a backfill of one task did (or, dry, would do)."""
+
+    task_id: str
+    type: str
+    overlap: str
+    fires: tuple[int, ...]
+    """The window's grid times, in order."""
+    enqueued: int
+    """Appended by this call (0 for a dry run)."""
+    already: int
+    """Grid times an earlier backfill appended (not appended again)."""
+
+    def to_dict(self, start_ms: int, end_ms: int, dry_run: bool) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "type": self.type,
+            "start_ms": start_ms,
+            "end_ms": end_ms,
+            "overlap": self.overlap,
+            "dry_run": dry_run,
+            "fires": [
+                {"due_ms": d, "schedule_id": schedule_id(self.task_id, d)} for d in self.fires
+            ],
+            "enqueued": self.enqueued,
+            "already_backfilled": self.already,
+        }
+
+    def counts(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "fires": len(self.fires),
+            "enqueued": self.enqueued,
+            "already_backfilled": self.already,
+        }
+
+
+# -- the grid -----------------------------------------------------------------------------
+
+
+def check_window(start_ms: int, end_ms: int, now_ms: int) -> None:
+    """A window a backfill may cover: ``0 <= start_ms < end_ms <= now``, InvalidTask naming
+    the field otherwise. ``now`` is a fresh ``TIME``: whether a grid time has come is
+    due-ness, which Redis's clock decides (a backfill never fires early)."""
+    if not 0 <= start_ms <= MAX_MS:
+        raise InvalidTask(f"start_ms: must be Unix milliseconds within 0..{MAX_MS}")
+    if end_ms <= start_ms:
+        raise InvalidTask(f"end_ms: must be after start_ms ({start_ms}), got {end_ms}")
+    if end_ms > now_ms:
+        raise InvalidTask(
+            f"end_ms: must not be in the future (Redis's clock says {now_ms}), got {end_ms}"
+        )
+
+
+def _interval_anchor(task: Task) -> int:
+    """A time on the task's interval grid: its next grid time (the grid the poller walks,
+    moved only by a schedule update or a resume with nothing left to fire), else the
+    schedule's start, else the creation time (where a new task's grid starts)."""
+    if task.next_run_ms is not None:
+        return task.next_run_ms
+    return task.schedule.start_ms if task.schedule.start_ms is not None else task.created_ms
+
+
+def _first(task: Task, start_ms: int) -> int | None:
+    """The task's first grid time at or after ``start_ms`` (and its schedule's start)."""
+    schedule = task.schedule
+    if schedule.kind == "once":
+        at = schedule.first_due(start_ms)
+        return at if at is not None and at >= start_ms else None
+    low = max(start_ms, schedule.start_ms if schedule.start_ms is not None else start_ms)
+    if schedule.kind == "cron":
+        return schedule.first_due(low)
+    every = schedule._every_ms()
+    anchor = _interval_anchor(task)
+    first = anchor - (anchor - low) // every * every  # the first at or after low (exact)
+    if first > MAX_MS or (schedule.end_ms is not None and first > schedule.end_ms):
+        return None
+    return first
+
+
+def window_fires(task: Task, start_ms: int, end_ms: int, limit: int) -> list[int]:
+    """The task's grid times in ``[start_ms, end_ms)``, in order: at most ``limit + 1`` of
+    them (one more than ``limit`` says the window holds more)."""
+    out: list[int] = []
+    due = _first(task, start_ms)
+    while due is not None and due < end_ms and len(out) <= limit:
+        out.append(due)
+        due = task.schedule.next_after(due)
+    return out
+
+
+def _count_text(task: Task, start_ms: int, end_ms: int, limit: int) -> str:
+    """How many fires the window holds, for a refusal: exact for an interval, a floor for
+    a cron schedule (counting a minutely cron over years would take long)."""
+    schedule = task.schedule
+    first = _first(task, start_ms)
+    if schedule.kind != "interval" or first is None:
+        return f"more than {limit}"
+    last = end_ms - 1 if schedule.end_ms is None else min(end_ms - 1, schedule.end_ms)
+    return str((last - first) // schedule._every_ms() + 1)
+
+
+# -- appending ----------------------------------------------------------------------------
+
+
+class Pacer:
+    """Spaces appends to at most ``rate`` fires a second over one backfill call."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self._started: float | None = None
+        self._sent = 0
+
+    async def before(self, count: int) -> None:
+        """Wait until ``count`` more fires may go (the first chunk goes at once)."""
+        if self._started is None:
+            self._started = trio.current_time()
+        await trio.sleep_until(self._started + self._sent / self.rate)
+        self._sent += count
+
+
+async def append_fires(
+    store: TaskStore, task: Task, due_times: Sequence[int], overlap: Overlap, pacer: Pacer
+) -> list[bool]:
+    """Append these grid times of ``task`` to its type's stream, each unless an earlier
+    backfill did (``backfill.lua``), ``CHUNK`` a call, paced by ``pacer``; per time, True
+    if this call appended it. Every backfill append goes through here."""
+    # overlap: the policy a backfill runs its fires under (``overlap``: the body's, else the
+    # task's own) is applied here, to this list of a task's due times, before they reach
+    # the stream; until then every fire is appended (allow_all).
+    scripts = await store.scripts()
+    payload = encode_payload(task.payload)
+    flags: list[bool] = []
+    for i in range(0, len(due_times), CHUNK):
+        chunk = due_times[i : i + CHUNK]
+        await pacer.before(len(chunk))
+        flags += await scripts.backfill(
+            task.type, task.task_id, payload, chunk, await store.now_ms(), RETENTION_MS
+        )
+    return flags
+
+
+async def count_backfilled(store: TaskStore, task: Task, due_times: Sequence[int]) -> int:
+    """How many of these grid times an earlier backfill appended (a dry run's answer)."""
+    keys = await store.keys()
+    marker = keys.backfilled(task.type, task.task_id)
+    replies = await store.client.pipeline(
+        [("HMGET", marker, *due_times[i : i + CHUNK]) for i in range(0, len(due_times), CHUNK)]
+    )
+    return sum(value is not None for reply in replies for value in reply)
+
+
+async def _run(
+    store: TaskStore, task: Task, fires: list[int], overlap: Overlap, dry_run: bool, pacer: Pacer
+) -> TaskBackfill:
+    if dry_run:
+        already = await count_backfilled(store, task, fires) if fires else 0
+        return TaskBackfill(task.task_id, task.type, overlap, tuple(fires), 0, already)
+    flags = await append_fires(store, task, fires, overlap, pacer)
+    enqueued = sum(flags)
+    return TaskBackfill(
+        task.task_id, task.type, overlap, tuple(fires), enqueued, len(fires) - enqueued
+    )
+
+
+def _emit(start_ms: int, end_ms: int, done: Sequence[TaskBackfill]) -> None:
+    emit_events(
+        _ACTOR,
+        [
+            ("backfilled", {"task_id": b.task_id, "type": b.type, "start_ms": start_ms,
+                            "end_ms": end_ms, "fires": len(b.fires), "enqueued": b.enqueued})
+            for b in done
+        ],
+    )  # fmt: skip
+
+
+# -- the operations -----------------------------------------------------------------------
+
+
+async def backfill_task(
+    store: TaskStore,
+    task_id: str,
+    start_ms: int,
+    end_ms: int,
+    *,
+    overlap: str | None = None,
+    dry_run: bool = False,
+    max_fires: int = DEFAULT_MAX_FIRES,
+    rate: float = DEFAULT_RATE,
+) -> TaskBackfill:
+    """Backfill one task's window (``TaskStore.backfill``). A stopped task is refused
+    (InvalidTransition), as a trigger is; a paused or finished one is backfilled."""
+    if overlap is not None and overlap not in typing.get_args(Overlap):
+        allowed = ", ".join(typing.get_args(Overlap))
+        raise InvalidTask(f"overlap: must be one of {allowed}, got {overlap!r}")
+    check_window(start_ms, end_ms, await store.client.time_ms())
+    task = await store.get(task_id)
+    if task is None:
+        raise TaskNotFound(task_id)
+    if task.status == "stopped":
+        raise InvalidTransition(f"task {task_id!r} is stopped (for good): it cannot be backfilled")
+    fires = window_fires(task, start_ms, end_ms, max_fires)
+    if len(fires) > max_fires:
+        raise InvalidTask(
+            f"end_ms: the window holds {_count_text(task, start_ms, end_ms, max_fires)} fires "
+            f"of task {task_id!r}, more than the {max_fires} one backfill may enqueue ([api] "
+            "backfill_max_fires): backfill shorter windows"
+        )
+    policy = typing.cast(Overlap, overlap or task.schedule.overlap)
+    done = await _run(store, task, fires, policy, dry_run, Pacer(rate))
+    if not dry_run:
+        _emit(start_ms, end_ms, [done])
+    return done
+
+
+async def backfill_type(
+    store: TaskStore,
+    task_type: str,
+    start_ms: int,
+    end_ms: int,
+    *,
+    dry_run: bool = False,
+    max_fires: int = DEFAULT_MAX_FIRES,
+    rate: float = DEFAULT_RATE,
+) -> list[TaskBackfill]:
+    """Backfill the window of every active or paused task of a type, each under its own
+    overlap policy (``TaskStore.backfill_type``): the type index is read page by page, all
+    the fires are planned first and the call is refused whole if they number more than
+    ``max_fires``. The tasks with a grid time in the window, in listing order."""
+    check_name("type", task_type)
+    check_window(start_ms, end_ms, await store.client.time_ms())
+    planned: list[tuple[Task, list[int]]] = []
+    total, cursor = 0, None
+    while True:
+        page, cursor = await store.list_tasks(task_type, None, cursor, _PAGE)
+        for task in page:
+            if task.status not in TYPE_STATUSES:
+                continue
+            fires = window_fires(task, start_ms, end_ms, max_fires - total)
+            total += len(fires)
+            if total > max_fires:
+                raise InvalidTask(
+                    f"end_ms: the window holds more than {max_fires} fires of the tasks of "
+                    f"type {task_type!r}, the most one backfill may enqueue ([api] "
+                    "backfill_max_fires): backfill shorter windows"
+                )
+            if fires:
+                planned.append((task, fires))
+        if cursor is None:
+            break
+    pacer = Pacer(rate)
+    done = [
+        await _run(store, task, fires, task.schedule.overlap, dry_run, pacer)
+        for task, fires in planned
+    ]
+    if not dry_run:
+        _emit(start_ms, end_ms, done)
+    return done

@@ -1,0 +1,208 @@
+"""Backfill in the task store against a real Redis: which grid times a window holds (cron
+across DST changes, interval grids, schedule bounds), what lands in the stream (read back
+with XRANGE and decoded as a consumer decodes it), idempotence, and the refusals. The API,
+the client and the CLI: test_backfill_api.py and test_cli.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+import zoneinfo
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from actors.domain.errors import InvalidTask, InvalidTransition, TaskNotFound
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.store.backfill import RETENTION_MS
+from actors.store.keys import LAYOUT_VERSION, Keys
+from actors.store.messages import Message, flat_fields
+from actors.store.tasks import TaskStore
+from runtime.redis_io import RedisClient
+
+PARIS = zoneinfo.ZoneInfo("Europe/Paris")
+MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000
+
+
+def paris_ms(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> int:
+    return int(dt.datetime(year, month, day, hour, minute, tzinfo=PARIS).timestamp() * 1000)
+
+
+@pytest.fixture
+async def store(redis_client: RedisClient, namespace: str) -> TaskStore:
+    return TaskStore(redis_client, namespace, default_partitions=4)
+
+
+async def stream(store: TaskStore, task_type: str) -> list[Message]:
+    keys = await store.keys()
+    entries = await store.client.execute("XRANGE", keys.queue(task_type), "-", "+")
+    return [Message.decode(i, flat_fields(f), task_type) for i, f in entries]
+
+
+def walk(schedule: Schedule, first: int, end_ms: int) -> list[int]:
+    """The grid as the poller walks it: from one grid time, ``next_after`` after another."""
+    out: list[int] = []
+    due: int | None = first
+    while due is not None and due < end_ms:
+        out.append(due)
+        due = schedule.next_after(due)
+    return out
+
+
+async def make(store: TaskStore, task_id: str, schedule: Schedule, kind: str = "report") -> None:
+    await store.create(TaskSpec(kind, schedule, {"id": task_id}, task_id))
+
+
+async def test_a_cron_backfill_across_both_dst_changes_enqueues_the_grid_once(
+    store: TaskStore, log_lines: Callable[[], list[dict[str, Any]]]
+) -> None:
+    # Daily at 02:30 in Paris: on 2024-03-31 02:30 does not exist (fires at 03:00); every
+    # 30 minutes: on 2024-10-27 02:00-02:59 happens twice, and fires on both sides.
+    daily = Schedule("cron", cron="30 2 * * *", tz="Europe/Paris")
+    halves = Schedule("cron", cron="*/30 * * * *", tz="Europe/Paris")
+    await make(store, "daily", daily)
+    await make(store, "halves", halves)
+    start, end = paris_ms(2024, 3, 28), paris_ms(2024, 4, 3)
+    dry = await store.backfill("daily", start, end, dry_run=True)
+    keys = await store.keys()
+    assert not await store.client.execute("EXISTS", keys.queue("report"))
+    assert not await store.client.execute("EXISTS", keys.backfilled("report", "daily"))
+    expected = walk(daily, paris_ms(2024, 3, 28, 2, 30), end)
+    assert list(dry.fires) == expected and len(expected) == 6
+    assert paris_ms(2024, 3, 31, 3, 0) in expected  # the DST gap's first valid minute
+    assert (dry.enqueued, dry.already) == (0, 0)
+
+    done = await store.backfill("daily", start, end)
+    assert (list(done.fires), done.enqueued, done.already) == (expected, 6, 0)
+    messages = await stream(store, "report")
+    assert [(m.task_id, m.due_ms, m.attempt, m.payload) for m in messages] == [
+        ("daily", due, 0, {"id": "daily"}) for due in expected
+    ]
+    assert [m.schedule_id for m in messages] == [f"daily:{due}" for due in expected]
+
+    again = await store.backfill("daily", start, end)
+    assert (again.enqueued, again.already) == (0, 6)
+    assert len(await stream(store, "report")) == 6
+    ttl = await store.client.execute("PTTL", keys.backfilled("report", "daily"))
+    assert 0 < ttl <= RETENTION_MS
+    redo = await store.backfill("daily", start, end, dry_run=True)
+    assert (redo.enqueued, redo.already) == (0, 6)
+
+    fold_start, fold_end = paris_ms(2024, 10, 27, 1), paris_ms(2024, 10, 27, 4)
+    folded = await store.backfill("halves", fold_start, fold_end)
+    walked = walk(halves, fold_start, fold_end)
+    assert list(folded.fires) == walked and folded.enqueued == len(walked)
+    assert len(walked) == 8  # four real hours: 02:00 and 02:30 come twice
+    assert walked == list(range(fold_start, fold_end, 30 * MINUTE))
+    lines = [line for line in log_lines() if line["event"] == "backfilled"]
+    assert [(x["task_id"], x["fires"], x["enqueued"]) for x in lines] == [
+        ("daily", 6, 6), ("daily", 6, 0), ("halves", 8, 8),
+    ]  # fmt: skip
+    assert lines[0]["start_ms"] == start and lines[0]["end_ms"] == end
+
+
+async def test_an_interval_backfill_stays_on_the_tasks_grid_and_within_its_bounds(
+    store: TaskStore,
+) -> None:
+    now = await store.now_ms()
+    begins = now - 10 * MINUTE + 1234
+    await make(store, "bounded", Schedule("interval", every_s=60, start_ms=begins))
+    await make(store, "free", Schedule("interval", every_s=60))
+    done = await store.backfill("bounded", now - HOUR, now)
+    assert done.fires == tuple(walk(Schedule("interval", every_s=60), begins, now))
+    assert done.fires[0] == begins and len(done.fires) == 10  # nothing before start_ms
+
+    # No start: the grid runs through the task's next grid time, back before its creation.
+    free = await store.get("free")
+    assert free is not None and free.next_run_ms is not None
+    window = await store.backfill("free", now - HOUR, now)
+    assert len(window.fires) == 60
+    assert {(due - free.next_run_ms) % MINUTE for due in window.fires} == {0}
+
+    ended = Schedule("interval", every_s=60, start_ms=begins, end_ms=begins + 3 * MINUTE)
+    await make(store, "ended", ended)
+    assert (await store.backfill("ended", now - HOUR, now)).fires == tuple(
+        begins + k * MINUTE for k in range(4)
+    )  # end_ms is the schedule's last possible grid time
+    await make(store, "once", Schedule("once", at_ms=begins))
+    assert (await store.backfill("once", now - HOUR, now)).fires == (begins,)
+    assert (await store.backfill("once", begins + 1, now)).fires == ()
+
+
+async def test_refusals_write_nothing(store: TaskStore) -> None:
+    now = await store.now_ms()
+    await make(store, "tick", Schedule("interval", every_s=1))
+    cases: list[tuple[dict[str, Any], type[Exception], str]] = [
+        ({"start_ms": now - HOUR, "end_ms": now + HOUR}, InvalidTask, "end_ms: must not be in"),
+        ({"start_ms": now - HOUR, "end_ms": now - HOUR}, InvalidTask, "end_ms: must be after"),
+        ({"start_ms": -1, "end_ms": now}, InvalidTask, "start_ms"),
+        ({"start_ms": now - DAY, "end_ms": now}, InvalidTask, "86400 fires"),
+        ({"start_ms": now - HOUR, "end_ms": now, "overlap": "some"}, InvalidTask, "overlap"),
+    ]
+    for options, error, text in cases:
+        with pytest.raises(error, match=text):
+            await store.backfill("tick", **options)
+    with pytest.raises(InvalidTask, match="more than the 10 one backfill"):
+        await store.backfill("tick", now - 11_000, now, max_fires=10)
+    with pytest.raises(TaskNotFound):
+        await store.backfill("nobody", now - HOUR, now)
+    await store.stop("tick")
+    with pytest.raises(InvalidTransition):
+        await store.backfill("tick", now - HOUR, now)
+    keys = await store.keys()
+    assert not await store.client.execute("EXISTS", keys.queue("report"))
+    assert not await store.client.execute("EXISTS", keys.backfilled("report", "tick"))
+
+
+async def test_a_large_backfill_goes_in_chunks_and_a_type_backfill_covers_its_live_tasks(
+    store: TaskStore,
+) -> None:
+    now = await store.now_ms()
+    start = now - now % HOUR - HOUR
+    for task_id in ("a", "b", "c", "d"):
+        await make(store, task_id, Schedule("interval", every_s=1, start_ms=start), "sweep")
+    await make(store, "other", Schedule("interval", every_s=1, start_ms=start), "elsewhere")
+    await store.pause("b")
+    await store.stop("c")
+    # 1,200 fires: three script calls of up to 500, paced (here: barely).
+    one = await store.backfill("a", start, start + 1200 * 1000, rate=1_000_000)
+    assert one.enqueued == 1200 and len(await stream(store, "sweep")) == 1200
+
+    with pytest.raises(InvalidTask, match="more than 2000 fires of the tasks of type 'sweep'"):
+        await store.backfill_type("sweep", start, start + 1001 * 1000, max_fires=2000)
+    dry = await store.backfill_type("sweep", start, start + 1300 * 1000, dry_run=True)
+    assert [(b.task_id, len(b.fires), b.enqueued, b.already) for b in sorted(dry, key=id_of)] == [
+        ("a", 1300, 0, 1200), ("b", 1300, 0, 0), ("d", 1300, 0, 0),
+    ]  # fmt: skip
+    done = await store.backfill_type("sweep", start, start + 1300 * 1000, rate=1_000_000)
+    assert [(b.task_id, b.enqueued, b.already) for b in sorted(done, key=id_of)] == [
+        ("a", 100, 1200), ("b", 1300, 0), ("d", 1300, 0),
+    ]  # fmt: skip
+    messages = await stream(store, "sweep")
+    assert len(messages) == 1200 + 100 + 2600
+    assert len({m.schedule_id for m in messages}) == len(messages)
+    assert not await stream(store, "elsewhere")
+    assert await store.backfill_type("nothing", start, start + 1000) == []
+
+
+def id_of(backfill: Any) -> str:
+    return str(backfill.task_id)
+
+
+async def test_a_namespace_with_full_messages_gets_full_backfill_messages(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    # A namespace an older version made: its meta has no ``messages`` field.
+    await redis_client.execute("HSET", f"{namespace}:meta", "layout", LAYOUT_VERSION)
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    assert not (await store.keys()).compact_messages
+    now = await store.now_ms()
+    await make(store, "full", Schedule("interval", every_s=60, start_ms=now - 3 * MINUTE))
+    done = await store.backfill("full", now - HOUR, now)
+    keys: Keys = await store.keys()
+    entries = await redis_client.execute("XRANGE", keys.queue("report"), "-", "+")
+    fields = [flat_fields(f) for _, f in entries]
+    assert [f[b"schedule_id"].decode() for f in fields] == [f"full:{d}" for d in done.fires]
+    assert {f[b"type"] for f in fields} == {b"report"}
+    assert all(int(f[b"enq_ms"]) >= now for f in fields)
