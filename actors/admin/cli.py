@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import sys
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,7 @@ from actors.admin.inputs import (
 )
 from actors.admin.tables import partition_rows, queue_rows, show_task, table, task_rows, when
 from actors.domain.model import MAX_TASK_ID, STATUSES
+from actors.domain.schedules import Overlap
 from actors.store.keys import DEFAULT_BUCKETS, MAX_BUCKETS
 
 EXIT_OK, EXIT_OTHER, EXIT_USAGE = 0, 1, 2
@@ -139,7 +141,13 @@ def _simple(action: str, verb: str) -> Callable[[Client, argparse.Namespace], Re
 
 
 def cmd_tasks_trigger(api: Client, args: argparse.Namespace) -> Result:
-    result = api.trigger(args.task_id)
+    result = api.trigger(args.task_id, args.overlap)
+    if not result.get("queued", True):
+        return (
+            result,
+            f"{args.task_id} triggered: fire {result['schedule_id']} not queued now "
+            f"(overlap {args.overlap}: it waits or was skipped)",
+        )
     return result, f"{args.task_id} triggered: fire {result['schedule_id']} queued"
 
 
@@ -339,6 +347,11 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("task_id", help="the task's id")
         if name in ("pause", "resume"):
             sub.add_argument("--note", help="why (up to 500 characters), kept with the task")
+        if name == "trigger":
+            sub.add_argument(
+                "--overlap", choices=typing.get_args(Overlap),
+                help="the policy this fire runs under (default allow_all)",
+            )  # fmt: skip
         sub.set_defaults(run=run)
     ls = tasks.add_parser("ls", help="list tasks")
     ls.add_argument("--type", help="only tasks of this type")

@@ -151,8 +151,9 @@ class Client:
     def stop(self, task_id: str) -> dict[str, Any]:
         return self._action(task_id, "stop")
 
-    def trigger(self, task_id: str) -> dict[str, Any]:
-        return self._action(task_id, "trigger")
+    def trigger(self, task_id: str, overlap: str | None = None) -> dict[str, Any]:
+        """Run once now; ``overlap``: the policy this fire runs under (default allow_all)."""
+        return self._action(task_id, "trigger", None if overlap is None else {"overlap": overlap})
 
     def backfill(
         self,

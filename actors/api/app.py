@@ -75,7 +75,7 @@ ROUTES: list[Endpoint] = [
       {200: "TaskStatus"}, problems=(404, 409)),
     E("POST", "/v1/tasks/{task_id}/trigger", trigger_task,
       "Run a task now, once, outside its schedule (not a stopped one)", {202: "Triggered"},
-      problems=(404, 409)),
+      body="TriggerBody", body_optional=True, problems=(404, 409)),
     E("POST", "/v1/tasks/{task_id}/backfill", backfill_task,
       "Run the task's grid times of a past window, each once however often repeated",
       {200: "TaskBackfilled"}, body="TaskBackfill", problems=(404, 409)),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from typing import Any, TypeVar
 
 import attrs
@@ -16,6 +17,7 @@ import cattrs
 
 from actors.api.problems import Problem, invalid
 from actors.domain.model import MAX_TASK_ID, STATUSES, converter
+from actors.domain.schedules import Overlap
 from runtime.config import check_name, describe
 
 T = TypeVar("T")
@@ -87,6 +89,21 @@ def json_object(body: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise invalid(f"body: must be a JSON object, got {type(data).__name__}")
     return data
+
+
+def overlap_param(body: bytes) -> Overlap:
+    """The overlap policy a trigger asks for (an optional body ``{"overlap": ...}``;
+    default ``allow_all``), or 422 naming the problem."""
+    if not body.strip():
+        return "allow_all"
+    data = json_object(body)
+    unknown = sorted(set(data) - {"overlap"})
+    if unknown:
+        raise invalid("; ".join(f"{k}: unknown key (known keys: overlap)" for k in unknown))
+    overlap = data.get("overlap", "allow_all")
+    if overlap not in typing.get_args(Overlap):
+        raise invalid(f"overlap: must be one of {', '.join(typing.get_args(Overlap))}")
+    return typing.cast(Overlap, overlap)
 
 
 def structure(body: bytes, cls: type[T]) -> T:

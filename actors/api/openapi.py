@@ -160,7 +160,10 @@ SCHEMAS: dict[str, Any] = {
     ),
     "TaskUpdate": _obj([], {"payload": {}, "schedule": _ref("Schedule")}),
     "TaskStatus": _obj(["task_id", "status"], {"task_id": _STR, "status": _STR}),
-    "Triggered": _obj(["task_id", "schedule_id"], {"task_id": _STR, "schedule_id": _STR}),
+    "Triggered": _obj(
+        ["task_id", "schedule_id", "queued"],
+        {"task_id": _STR, "schedule_id": _STR, "queued": _BOOL},
+    ),
     "Deleted": _obj(["task_id", "deleted"], {"task_id": _STR, "deleted": _BOOL}),
     "Explanation": _obj(
         [

@@ -21,6 +21,15 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 NOTE_SCHEMAS: dict[str, Any] = {
+    "TriggerBody": _obj(
+        {
+            "overlap": {
+                "enum": ["allow_all", "skip", "buffer_one", "buffer_all", "cancel_other"],
+                "description": "the overlap policy this fire runs under (default allow_all: it "
+                "runs whatever is in flight)",
+            }
+        }
+    ),
     "NoteBody": _obj(
         {
             "note": {

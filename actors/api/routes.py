@@ -211,8 +211,9 @@ def transition(action: str) -> Handler:
 
 async def trigger_task(call: Call) -> Response:
     task_id = bodies.task_id_param(call.path("task_id"))
-    schedule_id = await call.store.trigger(task_id)
-    return ok({"task_id": task_id, "schedule_id": schedule_id}, 202)
+    overlap = bodies.overlap_param(call.body)
+    schedule_id, queued = await call.store.trigger(task_id, overlap)
+    return ok({"task_id": task_id, "schedule_id": schedule_id, "queued": queued}, 202)
 
 
 async def delete_task(call: Call) -> Response:

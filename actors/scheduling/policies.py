@@ -93,7 +93,7 @@ async def apply_policies(
     if not asked:
         return out
     decisions = await scripts.decide_overlaps(token, priors, asked)
-    for partition, items in asked.items():
+    for items in asked.values():
         for item in items:
             task = tasks[item.task_id]
             decision = decisions[item.task_id]

@@ -36,6 +36,7 @@ from actors.domain.errors import InvalidTask, InvalidTransition, TaskNotFound
 from actors.domain.model import Task, encode_payload
 from actors.domain.schedules import MAX_MS, Overlap
 from actors.store.keys import schedule_id
+from actors.store.manual_fires import fire_under
 from actors.store.scripts import ENQUEUE_CHUNK
 from runtime.config import check_name
 from runtime.logging import emit_events
@@ -186,19 +187,26 @@ async def append_fires(
     """Append these grid times of ``task`` to its type's stream, each unless an earlier
     backfill did (``backfill.lua``), ``CHUNK`` a call, paced by ``pacer``; per time, True
     if this call appended it. Every backfill append goes through here."""
-    # overlap: the policy a backfill runs its fires under (``overlap``: the body's, else the
-    # task's own) is applied here, to this list of a task's due times, before they reach
-    # the stream; until then every fire is appended (allow_all).
+    # The policy the fires run under (``overlap``: the body's, else the task's own) decides
+    # which of them reach the stream now (``manual_fires``): under allow_all, every one.
     scripts = await store.scripts()
     payload = encode_payload(task.payload)
-    flags: list[bool] = []
-    for i in range(0, len(due_times), CHUNK):
-        chunk = due_times[i : i + CHUNK]
-        await pacer.before(len(chunk))
-        flags += await scripts.backfill(
-            task.type, task.task_id, payload, chunk, await store.now_ms(), RETENTION_MS
-        )
-    return flags
+
+    async def append(dues: Sequence[int], policy: str) -> list[bool]:
+        flags: list[bool] = []
+        for i in range(0, len(dues), CHUNK):
+            chunk = dues[i : i + CHUNK]
+            await pacer.before(len(chunk))
+            flags += await scripts.backfill(
+                task.type, task.task_id, payload, chunk, await store.now_ms(), RETENTION_MS,
+                policy,
+            )  # fmt: skip
+        return flags
+
+    appended = await fire_under(
+        scripts, task.task_id, task.type, due_times, overlap, append, _ACTOR
+    )
+    return [appended[d] for d in due_times]
 
 
 async def count_backfilled(store: TaskStore, task: Task, due_times: Sequence[int]) -> int:

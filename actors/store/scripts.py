@@ -594,13 +594,14 @@ class Scripts(FlightScripts):
 
     async def backfill(
         self, task_type: str, task_id: str, payload: str, due_times: Sequence[int],
-        now_ms: int, retention_ms: int,
+        now_ms: int, retention_ms: int, policy: str = "",
     ) -> list[bool]:  # fmt: skip
         """``backfill.lua``: append a task's grid times not backfilled before (one call;
-        the caller keeps it to ``ENQUEUE_CHUNK`` times); per time, True if appended."""
+        the caller keeps it to ``ENQUEUE_CHUNK`` times); per time, True if appended.
+        ``policy``: the messages' policy code ('' = none)."""
         k = self.keys
         args = [now_ms, task_type, task_id, payload, retention_ms,
-                "1" if k.compact_messages else "", *due_times]  # fmt: skip
+                "1" if k.compact_messages else "", policy, *due_times]  # fmt: skip
         (flags,) = await self._run(
             [(lua.BACKFILL, [k.queue(task_type), k.backfilled(task_type, task_id)], args)]
         )

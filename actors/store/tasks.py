@@ -26,7 +26,7 @@ from actors.domain.errors import (
     TaskNotFound,
 )
 from actors.domain.model import STATUSES, Task, TaskSpec, encode_payload, new_task_id
-from actors.domain.schedules import Schedule
+from actors.domain.schedules import Overlap, Schedule
 from actors.store import backfill as backfilling
 from actors.store.codes import Code, raise_for_code
 from actors.store.enqueue import enqueue_fires
@@ -38,6 +38,7 @@ from actors.store.keys import (
     Keys,
     schedule_id,
 )
+from actors.store.manual_fires import fire_under
 from actors.store.notes import encode_note
 from actors.store.placement import ListCursor, Placement
 from actors.store.records import decode_task, status_index
@@ -326,12 +327,14 @@ class TaskStore:
 
     # -- change ---------------------------------------------------------------------------
 
-    async def trigger(self, task_id: str) -> str:
+    async def trigger(self, task_id: str, overlap: Overlap = "allow_all") -> tuple[str, bool]:
         """Run a task now, once, outside its schedule (which is left as it is); returns the
-        fire's schedule_id. A paused or finished task can be triggered (a manual run is an
-        explicit request); a stopped one cannot: stopping is for good (InvalidTransition).
-        The status is read before the enqueue, so a stop racing a trigger may let that one
-        manual fire through."""
+        fire's schedule_id and whether it was queued now (``overlap`` other than
+        ``allow_all``: it may wait behind the task's fire in flight, or be skipped;
+        ``actors.store.manual_fires``). A paused or finished task can be triggered (a
+        manual run is an explicit request); a stopped one cannot: stopping is for good
+        (InvalidTransition). The status is read before the enqueue, so a stop racing a
+        trigger may let that one manual fire through."""
         task = await self.get(task_id)
         if task is None:
             raise TaskNotFound(task_id)
@@ -340,10 +343,17 @@ class TaskStore:
                 f"task {task_id!r} is stopped (for good): it cannot be triggered"
             )
         now = await self.now_ms()
-        fire = Fire(task_id, task.type, encode_payload(task.payload), now)
-        await enqueue_fires(await self.scripts(), [fire], now, STORE_ACTOR, dedupe_window_ms=0)
-        emit_events(STORE_ACTOR, [("triggered", {"task_id": task_id})])
-        return schedule_id(task_id, now)
+        payload = encode_payload(task.payload)
+        scripts = await self.scripts()
+
+        async def append(dues: Sequence[int], policy: str) -> list[bool]:
+            fires = [Fire(task_id, task.type, payload, d, policy=policy) for d in dues]
+            await enqueue_fires(scripts, fires, now, STORE_ACTOR, dedupe_window_ms=0)
+            return [True] * len(fires)
+
+        queued = await fire_under(scripts, task_id, task.type, [now], overlap, append, STORE_ACTOR)
+        emit_events(STORE_ACTOR, [("triggered", {"task_id": task_id, "queued": queued[now]})])
+        return schedule_id(task_id, now), queued[now]
 
     async def backfill(
         self, task_id: str, start_ms: int, end_ms: int, **options: Any

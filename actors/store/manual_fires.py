@@ -1,0 +1,67 @@
+"""Fires an operator asks for (a trigger, a backfill) under an overlap policy of the call.
+
+A manual fire under ``allow_all`` is appended as it is and ends no task's flight. Under
+any other policy it goes through ``overlap.lua`` like a grid time, in the order given:
+it starts, waits behind the task's fire in flight (released as that one ends), is
+skipped, or replaces it (``cancel_other``). Its message carries the policy's letter alone:
+no catch-up window (an operator's fire is never too late) and no failure count.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from actors.domain.schedules import Overlap
+from actors.store.flights import ENDED_DROPPED, LETTERS, Decision, FlightEnd, Planned
+from actors.store.keys import schedule_id
+from actors.store.scripts import Scripts
+from runtime.logging import emit_events
+
+#: Appends fires of one task (due times, policy letter) and says, per fire, if appended.
+Append = Callable[[Sequence[int], str], Awaitable[list[bool]]]
+
+
+async def fire_under(
+    scripts: Scripts, task_id: str, task_type: str, dues: Sequence[int], overlap: Overlap,
+    append: Append, actor: str,
+) -> dict[int, bool]:  # fmt: skip
+    """Per due time of ``dues``, whether it was appended now (False: skipped, waiting, or
+    appended before). ``append`` writes the messages (the trigger's or backfill's way)."""
+    letter = LETTERS[overlap]
+    if letter == "A":
+        return dict(zip(dues, await append(dues, ""), strict=True))
+    partition = scripts.keys.partition_of(task_id)
+    token = f"manual-{secrets.token_hex(6)}"  # no claim of a poller: nothing to repeat
+    planned = {partition: [Planned(task_id, letter, list(dues))]}
+    decision = (await scripts.decide_overlaps(token, {}, planned))[task_id]
+    if decision.cancel:
+        sids = [schedule_id(task_id, d) for d in decision.cancel]
+        await scripts.cancel_fires({task_type: sids})
+    _log_skipped(task_id, task_type, decision, actor)
+    run = [d for d, _ in decision.run]
+    flags = await append(run, letter) if run else []
+    dropped = [
+        FlightEnd(task_id, ENDED_DROPPED, d)
+        for (d, fresh), flag in zip(decision.run, flags, strict=True)
+        if fresh and not flag
+    ]
+    if dropped:  # appended by an earlier call: that copy has run, or runs, on its own
+        await scripts.end_flights(dropped)
+    appended = dict(zip(run, flags, strict=True))
+    return {d: appended.get(d, False) for d in dues}
+
+
+def _log_skipped(task_id: str, task_type: str, decision: Decision, actor: str) -> None:
+    lines: list[tuple[str, dict[str, Any]]] = []
+    for due in decision.skipped:
+        fields: dict[str, Any] = {
+            "task_id": task_id, "schedule_id": schedule_id(task_id, due), "type": task_type,
+            "due_ms": due, "reason": "overlap",
+        }  # fmt: skip
+        if decision.blocking is not None:
+            fields["blocking"] = schedule_id(task_id, decision.blocking)
+        lines.append(("not_run", fields))
+    if lines:
+        emit_events(actor, lines)
