@@ -378,14 +378,16 @@ class Poller:
     def _commits(
         plans: dict[int, list[tuple[Claimed, FirePlan]]],
     ) -> dict[int, list[FireCommit]]:
-        """Each claimed task's commit: its grid moved on to the plan's next time (with that
-        time's jitter in the score) and its fires counted."""
+        """Each claimed task's commit: its grid moved on to the plan's next time (with the
+        task's spread and that time's jitter in the score) and its fires counted."""
         return {
             partition: [
                 fire_commit(
                     task,
                     plan.next_ms,
-                    None if plan.next_ms is None else plan.next_ms + task.schedule.jitter_ms(),
+                    None
+                    if plan.next_ms is None
+                    else task.schedule.score_ms(plan.next_ms, task.task_id),
                     len(plan.fires),
                 )
                 for task, plan in items
