@@ -17,6 +17,7 @@ from typing import Any, get_args
 from actors.api.bodies import ENTRY_ID_PATTERN, MAX_PAGE
 from actors.api.endpoint import Endpoint
 from actors.domain.model import MAX_TASK_ID, STATUSES
+from actors.domain.preview import MAX_PREVIEW
 from actors.domain.schedules import Kind, Misfire, Overlap
 from runtime.config import MAX_NAME, NAME_PATTERN
 
@@ -173,6 +174,29 @@ SCHEMAS: dict[str, Any] = {
         ],
         {"summary": {"type": "array", "items": _STR}},
         extra=True,
+    ),
+    "PlannedFire": _obj(
+        ["due_ms", "due", "local", "fire_ms", "fire", "note"],
+        {
+            "due_ms": _INT,
+            "due": {**_STR, "description": "the grid time (the fire's due_ms), UTC"},
+            "local": {**_STR, "description": "the grid time in the schedule's zone"},
+            "fire_ms": _INT,
+            "fire": {**_STR, "description": "when it is enqueued: grid time + spread, UTC"},
+            "note": {**_nullable(_STR), "description": "what a DST change did to it"},
+        },
+    ),
+    "Upcoming": _obj(
+        ["task_id", "status", "now_ms", "tz", "offset_ms", "fires", "notes"],
+        {
+            "task_id": _STR,
+            "status": _STATUS,
+            "now_ms": _INT,
+            "tz": _STR,
+            "offset_ms": {**_INT, "description": "the task's spread offset"},
+            "fires": {"type": "array", "items": _ref("PlannedFire")},
+            "notes": {"type": "array", "items": _STR},
+        },
     ),
     "Clear": _obj(["confirm"], {"confirm": _STR}),
     "Cleared": _obj(["type", "deleted"], {"type": _STR, "deleted": _INT}),
@@ -356,6 +380,7 @@ PARAMS: dict[str, dict[str, Any]] = {
     "cursor": _STR,
     "before": _ENTRY_ID,
     "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
+    "n": {"type": "integer", "minimum": 1, "maximum": MAX_PREVIEW},
 }
 
 

@@ -136,10 +136,11 @@ def _gap_note(cron: str, zone: zoneinfo.ZoneInfo, prev_ms: int, due_ms: int) -> 
     if not missing:
         return None
     names = ", ".join(f"{w:%H:%M}" for w in missing)
-    when = f"on {missing[0]:%Y-%m-%d} (clocks go forward)"
+    verb = "does" if len(missing) == 1 else "do"
+    when = f"{verb} not exist on {missing[0]:%Y-%m-%d} (clocks go forward)"
     if not _matches(cron, local):
-        return f"{names} do not exist {when}: fires at {local:%H:%M} instead"
-    return f"{names} do not exist {when}: no fire then"
+        return f"{names} {when}: fires at {local:%H:%M} instead"
+    return f"{names} {when}: no fire then"
 
 
 def _missing_wall_times(
@@ -148,7 +149,7 @@ def _missing_wall_times(
     """Wall times (naive) the expression matches after ``before`` and up to ``local`` that
     the zone skipped."""
     start, end = _wall(before), _wall(local)
-    found = []
+    found: list[dt.datetime] = []
     for wall in cronsim.CronSim(cron, start.replace(tzinfo=dt.UTC)):
         naive = wall.replace(tzinfo=None)
         if naive > end or len(found) >= _GAP_SCAN:
