@@ -70,7 +70,10 @@ SCHEMAS: dict[str, Any] = {
         {
             "kind": {"enum": list(get_args(Kind))},
             "every_s": {"type": "number", "description": "interval: seconds between fires"},
-            "cron": {"type": "string", "description": "cron: five-field expression"},
+            "cron": {
+                "type": "string",
+                "description": "cron: five-field expression; H in minute/hour: from the task id",
+            },
             "tz": {"type": "string", "description": "cron: IANA time zone (default UTC)"},
             "at_ms": {"type": "integer", "description": "once: Unix ms"},
             "start_ms": _INT,
