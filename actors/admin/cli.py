@@ -2,6 +2,8 @@
 
     metronome tasks add --type report --cron "0 9 * * 1-5" --tz Europe/Paris --id daily
     metronome tasks explain daily
+    metronome tasks upcoming daily -n 5       # the next fires, as they will run
+    metronome schedule preview --cron "H 9 * * *" --tz Europe/Paris --id daily   # local
     metronome queues
     metronome partitions                      # which poller serves what, what is due
     metronome dlq replay report --all
@@ -43,6 +45,7 @@ from actors.admin.inputs import (
     schedule_from,
     tasks_from,
 )
+from actors.admin.preview_cli import add_schedule_parser, add_upcoming_parser, run_schedule
 from actors.admin.tables import partition_rows, queue_rows, show_task, table, task_rows, when
 from actors.domain.model import MAX_TASK_ID, STATUSES
 from actors.domain.schedules import Overlap
@@ -353,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
                 help="the policy this fire runs under (default allow_all)",
             )  # fmt: skip
         sub.set_defaults(run=run)
+    add_upcoming_parser(tasks)
     ls = tasks.add_parser("ls", help="list tasks")
     ls.add_argument("--type", help="only tasks of this type")
     ls.add_argument("--status", choices=STATUSES, help="only tasks in this status")
@@ -385,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
         "partitions", help="which poller serves each partition, and what is due in it"
     )
     partitions.set_defaults(run=cmd_partitions)
+    add_schedule_parser(commands)
     dlq = commands.add_parser("dlq", help="dead letters").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
@@ -471,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "migrate":
             return cmd_migrate(args)
+        if args.command == "schedule":
+            return run_schedule(args)
         code = _run(args)
         sys.stdout.flush()
         return code

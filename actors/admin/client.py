@@ -183,6 +183,11 @@ class Client:
     def explain(self, task_id: str) -> dict[str, Any]:
         return self._object("GET", f"/v1/tasks/{_seg(task_id)}/explain")
 
+    def upcoming(self, task_id: str, n: int = 10) -> dict[str, Any]:
+        """The task's next ``n`` fires: grid time (``due``) and when each is enqueued
+        (``fire``: with the task's spread, without the random jitter)."""
+        return self._object("GET", f"/v1/tasks/{_seg(task_id)}/upcoming", params={"n": n})
+
     def clear_type(self, task_type: str) -> dict[str, Any]:
         return self._object(
             "POST", f"/v1/types/{_seg(task_type)}/clear", body={"confirm": task_type}

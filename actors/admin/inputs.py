@@ -68,7 +68,11 @@ def tasks_from(text: str, source: str) -> list[Any]:
 def add_schedule_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("schedule (one of --every, --cron, --at)")
     group.add_argument("--every", type=float, metavar="SECONDS", help="fire every N seconds")
-    group.add_argument("--cron", metavar="EXPR", help="five-field cron expression")
+    group.add_argument(
+        "--cron",
+        metavar="EXPR",
+        help="five-field cron expression; H in the minute or hour: chosen from the task id",
+    )
     group.add_argument("--tz", help="time zone of --cron (default UTC)")
     group.add_argument("--at", metavar="TIME", help="once, at an ISO 8601 time or Unix ms")
     group.add_argument("--jitter", type=float, metavar="SECONDS", help="random delay up to N s")

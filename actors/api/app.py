@@ -45,6 +45,7 @@ from actors.api.routes import (
     update_task,
     whoami,
 )
+from actors.api.upcoming import upcoming_fires
 from actors.observability.endpoint import SecurityHeaders
 
 E = Endpoint
@@ -84,6 +85,9 @@ ROUTES: list[Endpoint] = [
       body="TypeBackfill"),
     E("GET", "/v1/tasks/{task_id}/explain", explain_task, "Why this task is or is not running",
       {200: "Explanation"}, problems=(404,)),
+    E("GET", "/v1/tasks/{task_id}/upcoming", upcoming_fires,
+      "The task's next fires: grid time and when the poller enqueues each (jitter aside)",
+      {200: "Upcoming"}, query=("n",), problems=(404,)),
     E("POST", "/v1/types/{type}/clear", clear_type,
       "Delete every task of a type (confirm must repeat the type)", {200: "Cleared"},
       body="Clear"),

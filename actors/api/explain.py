@@ -16,6 +16,7 @@ import datetime as dt
 from typing import Any
 
 from actors.api.task_notes import note_facts, note_sentences
+from actors.api.upcoming import task_upcoming
 from actors.domain.errors import TaskNotFound
 from actors.domain.model import Task
 from actors.domain.schedules import Schedule
@@ -31,6 +32,8 @@ STREAM_SCAN_CAP = 10_000
 _PAGE = 1000
 #: A fire this late while its task is active means nothing is serving its partition.
 OVERDUE_MS = 5_000
+#: Upcoming fires explain lists (``GET /v1/tasks/{task_id}/upcoming`` lists more).
+UPCOMING_SHOWN = 3
 
 
 def iso(ms: int | None) -> str | None:
@@ -56,6 +59,8 @@ def describe_schedule(schedule: Schedule) -> str:
         text += f", until {iso(schedule.end_ms)}"
     if schedule.max_runs is not None:
         text += f", at most {schedule.max_runs} runs"
+    if schedule.spread_s:
+        text += f", spread over {schedule.spread_s:g}s"
     if schedule.jitter_s:
         text += f", jitter up to {schedule.jitter_s:g}s"
     return text
@@ -114,6 +119,7 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
         "last_error": task.last_error,
     }
     facts.update(await note_facts(store, task_id))
+    facts["upcoming"] = task_upcoming(task, UPCOMING_SHOWN, now)["fires"]
     summary = _summary(task, facts, now)
     facts["summary"] = summary[:1] + note_sentences(facts) + summary[1:]
     return facts
@@ -265,11 +271,13 @@ def _summary(task: Task, facts: dict[str, Any], now: int) -> list[str]:
         lines.append(f"overdue by {(now - facts['index_score_ms']) / 1000:.1f}s: {served}")
     else:
         due = facts["index_score_ms"]
-        jitter = f" (jittered to {iso(due)})" if due != task.next_run_ms else ""
+        jitter = f" (enqueued at {iso(due)})" if due != task.next_run_ms else ""
         lines.append(
             f"active: next fire at {facts['next_run']}{jitter} "
             f"(in {max(0, due - now) / 1000:.1f}s), {facts['schedule_text']}"
         )
+    if facts["upcoming"]:
+        lines.append("next fires: " + ", ".join(_fire_text(f) for f in facts["upcoming"]))
     for retry in facts["retries"]:
         lines.append(
             f"fire {retry['schedule_id']} waits for retry attempt {retry['attempt'] + 1} at "
@@ -309,3 +317,14 @@ def _summary(task: Task, facts: dict[str, Any], now: int) -> list[str]:
     else:
         lines.append("has not run yet")
     return lines
+
+
+def _fire_text(fire: dict[str, Any]) -> str:
+    """One upcoming fire in words: its grid time, when it is enqueued if later, and what a
+    DST change did to it."""
+    text = str(fire["due"])
+    if fire["fire_ms"] != fire["due_ms"]:
+        text += f" (enqueued {fire['fire']})"
+    if fire["note"]:
+        text += f" [{fire['note']}]"
+    return text

@@ -18,6 +18,7 @@ from actors.api.bodies import ENTRY_ID_PATTERN, MAX_PAGE
 from actors.api.endpoint import Endpoint
 from actors.api.openapi_notes import NOTE_SCHEMAS
 from actors.domain.model import MAX_TASK_ID, STATUSES
+from actors.domain.preview import MAX_PREVIEW
 from actors.domain.schedules import Kind, Misfire, Overlap
 from runtime.config import MAX_NAME, NAME_PATTERN
 
@@ -70,7 +71,10 @@ SCHEMAS: dict[str, Any] = {
         {
             "kind": {"enum": list(get_args(Kind))},
             "every_s": {"type": "number", "description": "interval: seconds between fires"},
-            "cron": {"type": "string", "description": "cron: five-field expression"},
+            "cron": {
+                "type": "string",
+                "description": "cron: five-field expression; H in minute/hour: from the task id",
+            },
             "tz": {"type": "string", "description": "cron: IANA time zone (default UTC)"},
             "at_ms": {"type": "integer", "description": "once: Unix ms"},
             "start_ms": _INT,
@@ -183,6 +187,29 @@ SCHEMAS: dict[str, Any] = {
             "not_run": _nullable(_ref("NotRun")),
         },
         extra=True,
+    ),
+    "PlannedFire": _obj(
+        ["due_ms", "due", "local", "fire_ms", "fire", "note"],
+        {
+            "due_ms": _INT,
+            "due": {**_STR, "description": "the grid time (the fire's due_ms), UTC"},
+            "local": {**_STR, "description": "the grid time in the schedule's zone"},
+            "fire_ms": _INT,
+            "fire": {**_STR, "description": "when it is enqueued: grid time + spread, UTC"},
+            "note": {**_nullable(_STR), "description": "what a DST change did to it"},
+        },
+    ),
+    "Upcoming": _obj(
+        ["task_id", "status", "now_ms", "tz", "offset_ms", "fires", "notes"],
+        {
+            "task_id": _STR,
+            "status": _STATUS,
+            "now_ms": _INT,
+            "tz": _STR,
+            "offset_ms": {**_INT, "description": "the task's spread offset"},
+            "fires": {"type": "array", "items": _ref("PlannedFire")},
+            "notes": {"type": "array", "items": _STR},
+        },
     ),
     "Clear": _obj(["confirm"], {"confirm": _STR}),
     "Cleared": _obj(["type", "deleted"], {"type": _STR, "deleted": _INT}),
@@ -366,6 +393,7 @@ PARAMS: dict[str, dict[str, Any]] = {
     "cursor": _STR,
     "before": _ENTRY_ID,
     "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
+    "n": {"type": "integer", "minimum": 1, "maximum": MAX_PREVIEW},
 }
 
 

@@ -11,8 +11,13 @@ skewed clock never fires early or late.
   (the first occurrence) while ``*/30``-style jobs fire on both sides.
 - **once**: fires at ``at_ms``, then the task is finished.
 
+A cron minute or hour may be ``H`` (``H 9 * * *``): chosen from the task id when the task is
+created or its schedule replaced, and stored resolved (``actors.domain.cron_hash``).
+
 Common options: ``start_ms``/``end_ms`` bound the grid, ``max_runs`` caps the fires,
-``jitter_s`` delays each fire by up to that much (the grid itself is not moved), and
+``spread_s`` delays every fire of a task by the same offset below it, chosen from the task
+id, and ``jitter_s`` each fire by a fresh random amount up to it (neither moves the grid
+itself: ``score_ms`` is where both are added), and
 ``misfire`` decides what happens to fires missed while nothing ran:
 ``coalesce`` (default: fire once for all of them, then continue on the grid), ``skip``
 (fire none, continue on the grid) or ``fire_all`` (fire each, at most ``misfire_cap``).
@@ -21,7 +26,9 @@ Common options: ``start_ms``/``end_ms`` bound the grid, ``max_runs`` caps the fi
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
+import itertools
 import math
 import random
 import zoneinfo
@@ -30,12 +37,16 @@ from typing import Any, Literal
 import attrs
 import cronsim
 
+from actors.domain.cron_hash import is_hashed, resolve_hashed
+
 Kind = Literal["interval", "cron", "once"]
 Misfire = Literal["coalesce", "skip", "fire_all"]
 Overlap = Literal["allow_all", "skip", "buffer_one", "buffer_all", "cancel_other"]
 
 #: Occurrences examined when counting missed cron fires; beyond it, the count is a floor.
 _MAX_CRON_SCAN = 1000
+#: Cron times examined for the shortest gap a spread must fit in (a year of a daily job).
+_GAP_SAMPLE = 400
 
 
 #: The last millisecond of year 9999: later times cannot be dates (or cron grid points).
@@ -66,8 +77,11 @@ def _check(schedule: Schedule) -> None:
         if not schedule.cron:
             raise ValueError("schedule.cron: required for a cron schedule")
         try:
-            cronsim.CronSim(schedule.cron, dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
-        except cronsim.CronSimError as exc:
+            # An H form is checked as the values any task id would resolve it to.
+            cronsim.CronSim(
+                resolve_hashed(schedule.cron, ""), dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+            )
+        except (cronsim.CronSimError, ValueError) as exc:
             raise ValueError(f"schedule.cron: {schedule.cron!r} is not valid: {exc}") from exc
     if kind == "once" and schedule.at_ms is None:
         raise ValueError("schedule.at_ms: required for a one-shot schedule")
@@ -141,6 +155,37 @@ def check_submitted(schedule: Schedule, min_interval_s: float) -> None:
             f"schedule.cron: must have exactly five fields (minute hour day-of-month month "
             f"day-of-week), got {len(schedule.cron.split())} in {schedule.cron!r}"
         )
+    if schedule.spread_s:
+        _check_spread(schedule)
+
+
+def _check_spread(schedule: Schedule) -> None:
+    """A spread (with the jitter on top) must end before the next grid time: a fire placed
+    after it would find that time come too and be coalesced or skipped by the misfire
+    policy every time. Cron gaps are measured over a sample of the expression's times."""
+    gap_ms = _shortest_gap_ms(schedule)
+    if gap_ms is not None and (schedule.spread_s + schedule.jitter_s) * 1000 > gap_ms:
+        raise ValueError(
+            f"schedule.spread_s: spread_s + jitter_s ({schedule.spread_s + schedule.jitter_s:g} "
+            f"s) must not exceed the shortest time between two fires ({gap_ms / 1000:g} s)"
+        )
+
+
+def _shortest_gap_ms(schedule: Schedule) -> int | None:
+    if schedule.kind == "interval":
+        return schedule._every_ms()
+    if schedule.kind != "cron":
+        return None
+    assert schedule.cron is not None
+    return _shortest_cron_gap_ms(schedule.cron, schedule.tz)
+
+
+@functools.lru_cache(maxsize=256)  # a bulk create checks one schedule per task
+def _shortest_cron_gap_ms(cron: str, tz: str) -> int | None:
+    start = dt.datetime(2000, 1, 1, tzinfo=zoneinfo.ZoneInfo(tz))
+    sample = itertools.islice(cronsim.CronSim(resolve_hashed(cron, ""), start), _GAP_SAMPLE)
+    times = [int(t.timestamp() * 1000) for t in sample]
+    return min((b - a for a, b in itertools.pairwise(times)), default=None)
 
 
 @attrs.frozen
@@ -222,6 +267,24 @@ class Schedule:
             return 0
         digest = hashlib.blake2b(task_id.encode(), digest_size=8).digest()
         return int.from_bytes(digest, "big") % max(1, round(self.spread_s * 1000))
+
+    def for_task(self, task_id: str) -> Schedule:
+        """The schedule a task stores: ``H`` cron fields resolved from its id
+        (``actors.domain.cron_hash``); itself when it has none."""
+        if self.cron is None or not is_hashed(self.cron):
+            return self
+        return attrs.evolve(self, cron=resolve_hashed(self.cron, task_id))
+
+    def fire_ms(self, due_ms: int, task_id: str) -> int:
+        """When the fire of grid time ``due_ms`` is enqueued, jitter aside: the grid time
+        moved by the task's spread. Previews show this; ``score_ms`` adds the jitter."""
+        return due_ms + self.offset_ms(task_id)
+
+    def score_ms(self, due_ms: int, task_id: str) -> int:
+        """The schedule index score of grid time ``due_ms``: when a poller enqueues it (the
+        spread and a fresh jitter draw). Every place that puts a grid time in the index
+        (create, update, resume, the poller's commit) uses this."""
+        return self.fire_ms(due_ms, task_id) + self.jitter_ms()
 
     def jitter_ms(self) -> int:
         return int(random.uniform(0, self.jitter_s) * 1000) if self.jitter_s else 0

@@ -410,9 +410,9 @@ class Poller:
         plans: dict[int, list[tuple[Claimed, FirePlan]]],
         changed: dict[str, tuple[int | None, int | None, int]],
     ) -> dict[int, list[FireCommit]]:
-        """Each claimed task's commit: its grid moved on to the plan's next time (with that
-        time's jitter in the score) and its fires counted, or as the policies ``changed``
-        it (next grid time, score or None for the usual one, fires)."""
+        """Each claimed task's commit: its grid moved on to the plan's next time (with the
+        task's spread and that time's jitter in the score) and its fires counted, or as the
+        policies ``changed`` it (next grid time, score or None for the usual one, fires)."""
         out: dict[int, list[FireCommit]] = {}
         for partition, items in plans.items():
             commits = out[partition] = []
@@ -421,6 +421,6 @@ class Poller:
                     task.task_id, (plan.next_ms, None, len(plan.fires))
                 )
                 if score is None and next_ms is not None:
-                    score = next_ms + task.schedule.jitter_ms()
+                    score = task.schedule.score_ms(next_ms, task.task_id)
                 commits.append(fire_commit(task, next_ms, score, fired))
         return out

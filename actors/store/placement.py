@@ -11,16 +11,19 @@ from actors.store.records import encode_schedule
 
 
 class Placement:
-    """A schedule as stored and its first grid time as script arguments (creates, updates).
-    In one bulk create thousands of tasks usually share a handful of schedules, so each
-    distinct one is encoded and placed once (the jitter is still drawn per task)."""
+    """A task's schedule as stored and its first grid time as script arguments (creates,
+    updates). ``H`` cron fields are resolved from the task id here, so what is stored is
+    concrete. In one bulk create thousands of tasks usually share a handful of schedules,
+    so each distinct one is encoded and placed once (the spread and the jitter are still
+    added per task: ``Schedule.score_ms``)."""
 
     def __init__(self, now_ms: int) -> None:
         self.now_ms = now_ms
         self._seen: dict[Schedule, tuple[bytes, int | None]] = {}
 
-    def of(self, schedule: Schedule) -> tuple[bytes, int | None, int | None]:
+    def of(self, schedule: Schedule, task_id: str) -> tuple[bytes, int | None, int | None]:
         """(stored schedule, next_ms, score); None when it never fires."""
+        schedule = schedule.for_task(task_id)
         known = self._seen.get(schedule)
         if known is None:
             known = (encode_schedule(schedule), schedule.first_due(self.now_ms))
@@ -28,7 +31,7 @@ class Placement:
         sched, due = known
         if due is None:
             return sched, None, None
-        return sched, due, due + schedule.jitter_ms()
+        return sched, due, schedule.score_ms(due, task_id)
 
 
 @attrs.frozen

@@ -188,7 +188,7 @@ class TaskStore:
             rows[partition] = []
             for index in indexes:
                 spec = specs[index]
-                sched, next_ms, score = placed.of(spec.schedule)
+                sched, next_ms, score = placed.of(spec.schedule, ids[index])
                 rows[partition].append(
                     TaskRow(ids[index], spec.type, spec.payload_json(), sched, next_ms, score)
                 )
@@ -385,7 +385,7 @@ class TaskStore:
         next_ms: int | None = None
         score: int | None = None
         if schedule is not None:
-            sched, next_ms, score = Placement(await self.now_ms()).of(schedule)
+            sched, next_ms, score = Placement(await self.now_ms()).of(schedule, task_id)
         code, status = await (await self.scripts()).update_task(
             task_id, payload_json, sched, next_ms, score
         )
@@ -421,7 +421,7 @@ class TaskStore:
                     grid if grid is None or grid > now else task.schedule.first_after(grid, now)
                 )
                 if next_ms is not None:
-                    score = next_ms + task.schedule.jitter_ms()
+                    score = task.schedule.score_ms(next_ms, task_id)
         code, status = await (await self.scripts()).set_status(
             task_id, action, next_ms, score, stored
         )
