@@ -172,7 +172,9 @@ class Queues:
         scripts = await self.store.scripts()
         last, purged = as_text(newest[0][0]), 0
         while True:
-            deleted = await scripts.purge_queue(task_type, last, PURGE_BATCH)
+            deleted, ended = await scripts.purge_queue(task_type, last, PURGE_BATCH)
+            if ended:  # a purged fire of a task with an overlap policy ends its flight
+                await scripts.end_flights(ended)
             purged += deleted
             if deleted < PURGE_BATCH:
                 break

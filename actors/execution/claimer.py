@@ -33,6 +33,7 @@ import attrs
 import trio
 
 from actors.execution.consumer import ConsumerState
+from actors.store.flights import FlightEnd
 from actors.store.keys import CONSUMER_GONE_MS
 from actors.store.messages import MalformedMessage, Message
 from actors.store.replies import Reclaim
@@ -78,6 +79,8 @@ class Claimer:
         self.actor = f"node/consumers/{task_type}/claimer"
         self._stalled_at = -1e18
         """Monotonic time of the last reclaim call that found Redis had stalled it."""
+        self._ends: list[FlightEnd] = []
+        """Flights that poison ended, to end in the task's partition (``end_flights.lua``)."""
         self._clock: tuple[float, int] | None = None
         """(local monotonic s, the stream server's ms) as the last reclaim read them."""
         self._skipped: set[str] = set()
@@ -129,6 +132,9 @@ class Claimer:
 
     async def tick(self, scripts: Scripts) -> int:
         """Reclaim up to the consumer's free slots; return how many were handed over."""
+        if self._ends:  # poison of tasks with a policy: their flights end (kept until done)
+            await scripts.end_flights(self._ends)
+            self._ends = []
         async with self.state.pending_lock:
             name = self.state.name
             free = self.state.free.value - len(self.state.held)
@@ -141,6 +147,7 @@ class Claimer:
                 sent_ms=self._sent_ms(), max_delay_ms=lease_ms // 3,
             )  # fmt: skip
             self._clock = (time.monotonic(), reclaim.now_ms)
+            self._ends += reclaim.ended
             if reclaim.stalled:
                 self._stalled_at = time.monotonic()
                 return 0

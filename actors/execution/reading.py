@@ -231,15 +231,11 @@ class Reader:
     async def _unexpired(self, messages: list[Message]) -> list[Message]:
         """The messages to start: a first attempt later than its task's catch-up window
         (on Redis's clock, carried forward) is not run; its outcome says ``expired``."""
-        windowed = [(m, parse_policy(m.policy).window_ms) for m in messages if m.policy]
-        if not any(w is not None and m.attempt == 0 for m, w in windowed):
+        windowed = [(m, parse_policy(m.policy)) for m in messages if m.policy and m.attempt == 0]
+        if not any(p.window_ms is not None for _, p in windowed):
             return messages
         redis_ms = await self.scripts.client.ride_out(lambda: self.scripts.client.clock_ms())
-        expired = {
-            m.msg_id
-            for m, window in windowed
-            if window is not None and m.attempt == 0 and redis_ms - m.due_ms > window
-        }
+        expired = {m.msg_id for m, policy in windowed if policy.expired(m.due_ms, redis_ms)}
         for m in messages:
             if m.msg_id in expired:
                 self.flight.finish(Outcome(m, redis_ms, redis_ms, not_run="expired"))

@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 
 from actors.domain.schedules import FirePlan
-from actors.store.flights import Decision, Planned, parse_policy, policy_code
+from actors.store.flights import Decision, Planned, parse_policy, task_policy_code
 from actors.store.keys import schedule_id
 from actors.store.replies import Claimed, Fire
 from actors.store.scripts import Scripts
@@ -73,12 +73,12 @@ async def apply_policies(
     plans: dict[str, FirePlan] = {}
     priors: dict[int, str] = {}
     for partition, task, plan in planned:
-        code = policy_code(task.schedule)
+        code = task_policy_code(task.schedule, task.task_id)
         policy = parse_policy(code)
         dues, expired = list(plan.fires), []
         if policy.window_ms is not None:
-            expired = [d for d in dues if now_ms - d > policy.window_ms]
-            dues = [d for d in dues if now_ms - d <= policy.window_ms]
+            expired = [d for d in dues if policy.expired(d, now_ms)]
+            dues = [d for d in dues if not policy.expired(d, now_ms)]
         if policy.tracked or expired:
             ends = plan.next_ms is None
             asked[partition].append(Planned(task.task_id, policy.letter, dues, expired, ends))
@@ -98,7 +98,7 @@ async def apply_policies(
             task = tasks[item.task_id]
             decision = decisions[item.task_id]
             _adjust_commit(out, task, plans[task.task_id], decision, now_ms)
-            code = policy_code(task.schedule)
+            code = task_policy_code(task.schedule, task.task_id)
             out.fires += [
                 Fire(task.task_id, task.type, task.payload, d, prior=task.prior_claim,
                      policy=code, fresh=fresh)

@@ -43,7 +43,8 @@ ENDED_OK, ENDED_DEAD, ENDED_CANCELLED, ENDED_EXPIRED, ENDED_DROPPED = 0, 2, 3, 4
 @functools.lru_cache(maxsize=4096)
 def policy_code(schedule: Schedule) -> str:
     """The code a fire of ``schedule`` carries in its message: '' for a plain schedule,
-    else the overlap letter, then ``;w<ms>`` (catch-up window) and ``;p<n>`` (failures)."""
+    else the overlap letter, then ``;w<ms>`` (catch-up window) and ``;p<n>`` (failures);
+    ``task_policy_code`` adds a task's spread offset."""
     window, failures = schedule.catchup_window_s, schedule.pause_after_failures
     if schedule.overlap == "allow_all" and window is None and failures is None:
         return ""
@@ -62,6 +63,12 @@ class Policy:
     letter: str = "A"
     window_ms: int | None = None
     pause_after: int | None = None
+    offset_ms: int = 0
+    """The task's spread offset: a fire's lateness counts from its grid time plus it."""
+
+    def expired(self, due_ms: int, now_ms: int) -> bool:
+        """Whether a fire of grid time ``due_ms`` is later than the catch-up window."""
+        return self.window_ms is not None and now_ms - due_ms - self.offset_ms > self.window_ms
 
     @property
     def tracked(self) -> bool:
@@ -75,12 +82,25 @@ def parse_policy(code: str) -> Policy:
     version's), an unreadable one leaves the fire plain."""
     letter, *parts = code.split(";")
     window = failures = None
+    offset = 0
     for part in parts:
         if part[:1] == "w" and part[1:].isdigit():
             window = int(part[1:])
         elif part[:1] == "p" and part[1:].isdigit():
             failures = int(part[1:])
-    return Policy(letter if letter in LETTERS.values() else "A", window, failures)
+        elif part[:1] == "s" and part[1:].isdigit():
+            offset = int(part[1:])
+    return Policy(letter if letter in LETTERS.values() else "A", window, failures, offset)
+
+
+def task_policy_code(schedule: Schedule, task_id: str) -> str:
+    """``policy_code`` for one task's fires: with a catch-up window and a spread, also the
+    task's offset (``;s<ms>``), so a consumer judges lateness from when the fire was due
+    to be enqueued."""
+    code = policy_code(schedule)
+    if schedule.spread_s and schedule.catchup_window_s is not None:
+        code += f";s{schedule.offset_ms(task_id)}"
+    return code
 
 
 @attrs.frozen
@@ -206,4 +226,16 @@ def paused_of(replies: Sequence[Any]) -> list[tuple[str, int]]:
     for reply in replies:
         for i in range(0, len(reply), 2):
             out.append((reply[i].decode(), int(reply[i + 1])))
+    return out
+
+
+def ended_flights(flat: Sequence[Any], ended: int) -> list[FlightEnd]:
+    """``FlightEnd``s from a script's flat list of (task_id, due_ms, policy code) of
+    messages it removed (poison, a purge), for the tasks whose fires are tracked."""
+    out = []
+    for i in range(0, len(flat), 3):
+        task_id, due, code = flat[i : i + 3]
+        policy = parse_policy(code.decode())
+        if policy.tracked or policy.pause_after is not None:
+            out.append(FlightEnd(task_id.decode(), ended, int(due), policy.pause_after))
     return out

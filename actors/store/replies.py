@@ -380,6 +380,8 @@ class Reclaim:
     up too."""
     now_ms: int = 0
     """Redis's time as the call ran, on the stream's own server."""
+    ended: list[Any] = attrs.field(factory=list)
+    """The flights of poisoned messages of tasks with a policy (``FlightEnd``s)."""
 
 
 @attrs.frozen

@@ -19,7 +19,14 @@ from typing import Any
 from actors.store import lua
 from actors.store.codes import optional_ms
 from actors.store.definitions import DefinitionCache
-from actors.store.flights import FlightEnd, FlightScripts, paused_of
+from actors.store.flights import (
+    ENDED_DEAD,
+    ENDED_DROPPED,
+    FlightEnd,
+    FlightScripts,
+    ended_flights,
+    paused_of,
+)
 from actors.store.keys import GROUP
 from actors.store.known_states import KnownStates
 from actors.store.messages import Message, flat_fields
@@ -525,7 +532,7 @@ class Scripts(FlightScripts):
         k = self.keys
         args = [GROUP, consumer, lease_ms, count, max_deliveries, node, task_type]
         args += [or_empty(sent_ms), max_delay_ms]
-        ((claimed, poisoned, stalled, now_ms),) = await self._run(
+        ((claimed, poisoned, stalled, now_ms, ended),) = await self._run(
             [(lua.RECLAIM, [k.queue(task_type), k.dlq(task_type)], args)]
         )
         return Reclaim(
@@ -538,6 +545,7 @@ class Scripts(FlightScripts):
             poisoned=[m.decode() for m in poisoned],
             stalled=bool(int(stalled)),
             now_ms=int(now_ms),
+            ended=ended_flights(ended, ENDED_DEAD),
         )
 
     async def prune_consumers(self, task_type: str, min_idle_ms: int, keep: str) -> list[str]:
@@ -564,13 +572,15 @@ class Scripts(FlightScripts):
 
     # -- operators --------------------------------------------------------------------------
 
-    async def purge_queue(self, task_type: str, upto: str, count: int) -> int:
+    async def purge_queue(
+        self, task_type: str, upto: str, count: int
+    ) -> tuple[int, list[FlightEnd]]:
         """``purge_queue.lua``: delete up to ``count`` undelivered messages with ids up to
-        ``upto``; how many it deleted."""
-        (deleted,) = await self._run(
+        ``upto``; how many it deleted, and the flights of tasks with a policy they end."""
+        ((deleted, ended),) = await self._run(
             [(lua.PURGE_QUEUE, [self.keys.queue(task_type)], [GROUP, upto, count])]
         )
-        return int(deleted)
+        return int(deleted), ended_flights(ended, ENDED_DROPPED)
 
     async def replay_dead(
         self, task_type: str, entry_ids: Sequence[str]

@@ -1,4 +1,5 @@
--- delete_tasks: delete tasks of one partition, their index entries and their notes.
+-- delete_tasks: delete tasks of one partition, their index entries, notes, fires in flight
+-- and fires not run (a task created again under the id starts with none).
 -- KEYS[1]  schedule zset of the partition
 -- ARGV[1]  partition tag   ARGV[2..]  pairs: task_id, bucket
 -- Returns the number of tasks deleted. Callers bound the ids per call (a clear of a million
@@ -16,6 +17,8 @@ for i = 2, #ARGV, 2 do
     redis.call('HDEL', tag .. ':type:' .. typ .. ':' .. b, id)
     redis.call('HDEL', tag .. ':errors', id)
     redis.call('HDEL', tag .. ':notes', id)
+    redis.call('HDEL', tag .. ':flight', id)
+    redis.call('HDEL', tag .. ':notrun', id)
     redis.call('ZREM', KEYS[1], id)
     n = n + 1
   end

@@ -2,11 +2,13 @@
 -- has read); messages being run (pending) are never touched.
 -- KEYS[1]  the type's stream   ARGV[1]  group   ARGV[2]  last id to consider (inclusive)
 -- ARGV[3]  most entries to delete in this call
--- Returns the number deleted. Undelivered = after the group's last-delivered id (a group
+-- Returns {the number deleted, ended}: ended lists task_id, due_ms, policy code of each
+-- deleted message that has a policy (field o: its task's flight ends with it,
+-- end_flights.lua). Undelivered = after the group's last-delivered id (a group
 -- delivers in id order); without a group every entry is undelivered. Callers loop until a
 -- call deletes fewer than ARGV[3], bounded by ARGV[2] so new fires cannot keep it going.
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return 0
+  return {0, {}}
 end
 local start = '-'
 for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
@@ -17,7 +19,13 @@ for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
   end
 end
 local entries = redis.call('XRANGE', KEYS[1], start, ARGV[2], 'COUNT', tonumber(ARGV[3]))
+local ended = {}
 for _, e in ipairs(entries) do
   redis.call('XDEL', KEYS[1], e[1])
+  local raw, f = e[2], {}
+  for j = 1, #raw, 2 do f[raw[j]] = raw[j + 1] end
+  if f.o and f.task_id and f.due_ms then
+    ended[#ended + 1], ended[#ended + 2], ended[#ended + 3] = f.task_id, f.due_ms, f.o
+  end
 end
-return #entries
+return {#entries, ended}

@@ -5,8 +5,10 @@
 -- ARGV[7]  the type (a dead letter's 'type' field)
 -- ARGV[8]  the caller's reading of Redis's clock when it sent this call ('' = unknown)
 -- ARGV[9]  most ms this call may have waited to run (Redis paused or stalled meanwhile)
--- Returns {claimed, poisoned, stalled, now}: claimed is a list of {id, previous owner, idle ms,
--- deliveries, {field, value, ...}}; poisoned is a list of message ids moved to the DLQ;
+-- Returns {claimed, poisoned, stalled, now, ended}: claimed is a list of {id, previous
+-- owner, idle ms, deliveries, {field, value, ...}}; poisoned is a list of message ids moved
+-- to the DLQ; ended lists task_id, due_ms, policy code of each poisoned message that has a
+-- policy (field o: its task's flight ends with it, end_flights.lua);
 -- stalled is 1 when the call ran more than ARGV[9] ms after it was sent: then it takes
 -- nothing, since the live holders' renewals were held up by the same stall and their
 -- messages look idle without their consumer being gone; now is Redis's time (ms) as the
@@ -19,12 +21,12 @@
 local t = redis.call('TIME')
 local now = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
 if ARGV[8] ~= '' and tonumber(now) - tonumber(ARGV[8]) > tonumber(ARGV[9]) then
-  return {{}, {}, 1, now}
+  return {{}, {}, 1, now, {}}
 end
 local want = tonumber(ARGV[4])
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[3], '-', '+',
   want * 4 + 100)
-local claimed, poisoned = {}, {}
+local claimed, poisoned, ended = {}, {}, {}
 
 local function full_form(id, raw)
   local f, fields = {}, {}
@@ -65,6 +67,15 @@ for _, p in ipairs(pending) do
         fields[#fields + 1] = 'msg_id'
         fields[#fields + 1] = id
         redis.call('XADD', KEYS[2], '*', unpack(fields))
+        local raw, o, task, due = entry[1][2], nil, nil, nil
+        for j = 1, #raw, 2 do
+          if raw[j] == 'o' then o = raw[j + 1] end
+          if raw[j] == 'task_id' then task = raw[j + 1] end
+          if raw[j] == 'due_ms' then due = raw[j + 1] end
+        end
+        if o and task and due then
+          ended[#ended + 1], ended[#ended + 2], ended[#ended + 3] = task, due, o
+        end
       end
       redis.call('XACK', KEYS[1], ARGV[1], id)
       redis.call('XDEL', KEYS[1], id)
@@ -77,4 +88,4 @@ for _, p in ipairs(pending) do
     end
   end
 end
-return {claimed, poisoned, 0, now}
+return {claimed, poisoned, 0, now, ended}
