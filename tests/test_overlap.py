@@ -87,7 +87,8 @@ async def test_buffer_all_runs_every_grid_time_one_after_another(
     assert [due for due, _, _ in runs] == [start_ms + k * 500 for k in range(5)]
     keys = await store.keys()
     flight = keys.flights(keys.partition_of(task.task_id))
-    assert await redis_client.execute("HGET", flight, task.task_id) is None  # nothing left
+    record = (await redis_client.execute("HGET", flight, task.task_id)).decode().split("|")
+    assert (record[0], record[3]) == ("", "")  # nothing in flight, nothing waiting
 
 
 async def test_buffer_one_keeps_one_waiting_and_skips_the_rest(
@@ -231,3 +232,52 @@ async def test_a_task_pauses_after_its_fires_end_dead_in_a_row(
 async def _status_is(store: TaskStore, task_id: str, status: str) -> bool:
     task = await store.get(task_id)
     return task is not None and task.status == status
+
+
+def _node_toml(tmp_path: Path, url: str, namespace: str, name: str) -> Path:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(
+        f'namespace = "{namespace}"\n[node]\nname = "{name}"\nshutdown_grace_s = 5\n'
+        f'[redis]\nurl = "{url}"\n[scheduler]\npollers = 1\npartitions = 4\nmax_tick_s = 0.05\n'
+        "claim_lease_ms = 1000\n"
+        f'[execution]\nresults_log = "{tmp_path / (name + ".jsonl")}"\nclaimer_interval_s = 0.2\n'
+        '[consumers.work]\nhandler = "tests.handlers.jobs:sleepy"\nconcurrency = 5\nlease_s = 2\n'
+    )
+    return path
+
+
+async def test_a_node_killed_mid_run_strands_no_skip_task(
+    redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path, record: Path
+) -> None:
+    """kill -9 of the node running a skip task's fire: the fire is reclaimed and run by
+    another node, its end ends the flight, and the task's later grid times run."""
+    store = _store(redis_client, namespace)
+    first = NodeProcess(_node_toml(tmp_path, redis_url, namespace, "a"))
+    second = None
+    try:
+        await trio.to_thread.run_sync(first.wait_for, "consumer_ready")
+        start_ms = await store.now_ms() + 500
+        schedule = Schedule("interval", every_s=1, start_ms=start_ms, overlap="skip")
+        (task,) = await store.create_many([TaskSpec("work", schedule, {"sleep_s": 3})])
+        started = await wait_records(
+            record, lambda rs: [r for r in rs if r["event"] == "started"], 30
+        )
+        first.proc.kill()  # SIGKILL, mid-run
+        await trio.to_thread.run_sync(first.wait)
+        killed_ms = await store.now_ms()
+        second = NodeProcess(_node_toml(tmp_path, redis_url, namespace, "b"))
+        ran = await wait_records(
+            record,
+            lambda rs: [r for r in rs if r["event"] == "ran" and r["due_ms"] > killed_ms],
+            90,
+        )
+    finally:
+        for node in (first, second):
+            if node is not None and node.proc.poll() is None:
+                node.signal(signal.SIGTERM)
+                await trio.to_thread.run_sync(node.wait)
+    by_second = [r for r in records(record) if r["pid"] == second.proc.pid]
+    # The fire the killed node was running ran again elsewhere, then the grid went on.
+    assert started[0]["schedule_id"] in {r["schedule_id"] for r in by_second}
+    assert ran
+    _assert_one_at_a_time([r for r in _runs(record, task.task_id) if r[1] > killed_ms])

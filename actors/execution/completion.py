@@ -249,8 +249,8 @@ def _flight_ends(batch: Sequence[Outcome], retry: Sequence[Outcome]) -> list[Fli
         policy = parse_policy(o.message.policy) if o.message.policy else None
         if policy is None or id(o) in retried:
             continue
-        if not policy.tracked and policy.pause_after is None:
-            continue
+        if not policy.tracked and policy.pause_after is None and o.not_run != "expired":
+            continue  # nothing to end (an expired fire is noted on its task: explain)
         ended = ENDED_DEAD if o.error is not None and o.not_run is None else _ENDED[o.not_run]
         ends.append(
             FlightEnd(o.message.task_id, ended, o.message.due_ms, policy.pause_after,

@@ -160,13 +160,18 @@ class FlightScripts(TaskScripts):
     """The scripts of fires in flight."""
 
     async def decide_overlaps(
-        self, token: str, priors: Mapping[int, str], planned: Mapping[int, Sequence[Planned]]
+        self,
+        token: str,
+        priors: Mapping[int, str],
+        planned: Mapping[int, Sequence[Planned]],
+        grid: bool = True,
     ) -> dict[str, Decision]:
         """``overlap.lua`` per partition: the decision for every planned task, by id.
-        ``priors``: per partition, its claims never committed (``Claimed.prior_claim``)."""
+        ``priors``: per partition, its claims never committed (``Claimed.prior_claim``);
+        ``grid``: a poller's claim of grid times (False: an operator's fires)."""
         calls: list[Call] = []
         for partition, tasks in planned.items():
-            args: list[Any] = [BUFFER_CAP, token, priors.get(partition, "")]
+            args: list[Any] = [BUFFER_CAP, token, priors.get(partition, ""), "1" if grid else ""]
             for t in tasks:
                 args += [t.task_id, t.letter, "1" if t.ends else "", len(t.dues), len(t.expired),
                          *t.dues, *t.expired]  # fmt: skip
@@ -211,7 +216,8 @@ class FlightScripts(TaskScripts):
             for e in items:
                 args += [e.task_id, k.bucket_of(e.task_id), e.ended, e.due_ms,
                          "" if e.pause_after is None else e.pause_after, e.error]  # fmt: skip
-            keys = [k.schedule(partition), k.flights(partition), k.notes(partition)]
+            keys = [k.schedule(partition), k.flights(partition), k.notes(partition),
+                    k.not_run(partition)]  # fmt: skip
             calls.append((lua.END_FLIGHTS, keys, args))
         return calls
 

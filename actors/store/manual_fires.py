@@ -35,7 +35,7 @@ async def fire_under(
     partition = scripts.keys.partition_of(task_id)
     token = f"manual-{secrets.token_hex(6)}"  # no claim of a poller: nothing to repeat
     planned = {partition: [Planned(task_id, letter, list(dues))]}
-    decision = (await scripts.decide_overlaps(token, {}, planned))[task_id]
+    decision = (await scripts.decide_overlaps(token, {}, planned, grid=False))[task_id]
     if decision.cancel:
         sids = [schedule_id(task_id, d) for d in decision.cancel]
         await scripts.cancel_fires({task_type: sids})

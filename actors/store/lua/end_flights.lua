@@ -2,6 +2,7 @@
 -- limit have ended: their in-flight marks go, a fire waiting behind one is woken, and a
 -- task whose fires ended dead too many times in a row is paused.
 -- KEYS[1]  the partition's schedule zset   KEYS[2]  its flight hash   KEYS[3]  its notes hash
+-- KEYS[4]  its not-run hash (an expired fire is noted there)
 -- ARGV[1]  partition tag
 -- ARGV[2..] groups of 6: task_id, bucket, end (0 ok, 2 dead, 3 cancelled, 4 expired,
 --           5 dropped: an enqueue found the fire appended already), due_ms, pause after
@@ -28,6 +29,7 @@ for i = 2, #ARGV, 6 do
       end
     end
     if ended == 2 then f.streak = f.streak + 1 elseif ended == 0 then f.streak = 0 end
+    if ended == 4 then note_not_run(KEYS[4], id, 1, 'expired', due, '') end
     if limit and f.streak >= limit then
       local s = get_state(tag, b, id)
       if s and s[1] == ACTIVE then

@@ -4,28 +4,28 @@
 -- once a cancel_other fire asked for it to be cancelled ('' = not asked); the dead
 -- streak ('' = 0); the waiting due times (comma separated, grid order); the token of the
 -- claim that put the fire in flight (a claim never committed did not enqueue it for
--- sure); and the last grid time of a task whose grid ended while fires still waited (its
--- poller keeps it scheduled until they have started; planned due times up to it were
--- decided). A task with nothing in flight, nothing waiting and no streak has no record.
+-- sure); and the latest grid time a poller's claim decided ('' = none): a claim repeated
+-- after its poller died plans grid times up to it again, and they are not decided twice
+-- (one that ran, or was skipped, stays so). A task with none of these has no record.
 local function get_flight(key, id)
   local raw = redis.call('HGET', key, id) or '|||||'
   local inflight, replaced, streak, waiting, by, final =
     string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
   local f = {inflight = inflight or '', replaced = replaced or '',
              streak = tonumber(streak) or 0, waiting = {}, by = by or '',
-             final = tonumber(final)}
+             hw = tonumber(final)}
   for w in string.gmatch(waiting or '', '[^,]+') do f.waiting[#f.waiting + 1] = w end
   return f
 end
 
 local function put_flight(key, id, f)
-  if f.inflight == '' and #f.waiting == 0 and f.streak == 0 then
+  if f.inflight == '' and #f.waiting == 0 and f.streak == 0 and not f.hw then
     redis.call('HDEL', key, id)
   else
     redis.call('HSET', key, id, f.inflight .. '|' .. f.replaced .. '|' ..
       (f.streak > 0 and tostring(f.streak) or '') .. '|' .. table.concat(f.waiting, ',') ..
       '|' .. (f.inflight ~= '' and f.by or '') .. '|' ..
-      (f.final and #f.waiting > 0 and string.format('%d', f.final) or ''))
+      (f.hw and string.format('%d', f.hw) or ''))
   end
 end
 

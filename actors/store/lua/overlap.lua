@@ -5,7 +5,8 @@
 -- ARGV[1]  most fires a buffer_all task keeps waiting   ARGV[2]  this claim's token
 -- ARGV[3]  tokens of the partition's claims never committed (space separated: a poller
 --          that died between this step and its commit)
--- ARGV[4..] per task: task_id, policy (A allow_all, S skip, 1 buffer_one, B buffer_all,
+-- ARGV[4]  '1': a poller's claim of grid times ('' = an operator's trigger or backfill)
+-- ARGV[5..] per task: task_id, policy (A allow_all, S skip, 1 buffer_one, B buffer_all,
 --           C cancel_other), '1' if the plan ends the task's grid ('' otherwise), n, m,
 --           then n planned due times (grid order), then m expired due times (later than
 --           the catch-up window: not run, only noted)
@@ -23,13 +24,14 @@
 -- asked to cancel (cancel_fires.lua) and the newest due time waits for it to end.
 -- Repeats are safe: the same claim sent again after a lost reply, or the next claim after
 -- a poller died before its commit, finds the fire it put in flight and enqueues it again
--- (the enqueue markers drop the copy); a due time waiting stays waiting, one skipped is
--- skipped again.
+-- (the enqueue markers drop the copy); a grid time decided before (in flight, waiting,
+-- skipped, or run and ended) is not decided again.
 local cap, token = tonumber(ARGV[1]), ARGV[2]
 local dead = {}
 for t in string.gmatch(ARGV[3], '%S+') do dead[t] = true end
+local grid = ARGV[4] == '1'
 local out = {}
-local i = 4
+local i = 5
 while i <= #ARGV do
   local id, policy, ends = ARGV[i], ARGV[i + 1], ARGV[i + 2] == '1'
   local n, m = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
@@ -53,7 +55,7 @@ while i <= #ARGV do
     for _, w in ipairs(f.waiting) do waiting[w] = true end
     for j = first, first + n - 1 do
       local d = ARGV[j]
-      if d == f.inflight or waiting[d] or (f.final and tonumber(d) <= f.final) then
+      if d == f.inflight or waiting[d] or (grid and f.hw and tonumber(d) <= f.hw) then
         before = before + 1  -- decided before
       elseif f.inflight == '' then
         start(d)
@@ -76,11 +78,8 @@ while i <= #ARGV do
         skipped[#skipped + 1], blocking = d, f.inflight
       end
     end
-    if ends and #f.waiting > 0 then
-      local last = n > 0 and tonumber(ARGV[first + n - 1]) or 0
-      f.final = math.max(f.final or 0, last)
-      park = string.format('%d', f.final)
-    end
+    if grid and n > 0 then f.hw = math.max(f.hw or 0, tonumber(ARGV[first + n - 1])) end
+    if ends and #f.waiting > 0 then park = string.format('%d', f.hw or 0) end
     put_flight(KEYS[1], id, f)
   end
   if #skipped > 0 then note_not_run(KEYS[2], id, #skipped, 'overlap', skipped[#skipped], blocking) end
