@@ -11,6 +11,7 @@ from typing import Any
 
 import trio
 
+from actors.api.explain import explain
 from actors.config import ConsumerSection
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
@@ -68,6 +69,9 @@ async def test_skip_never_runs_a_task_twice_at_once(
     assert all(e["blocking"].startswith(task.task_id + ":") for e in skipped)
     ran = {f"{task.task_id}:{d}" for d in dues}
     assert not ran & {e["schedule_id"] for e in skipped}
+    facts = await explain(store, task.task_id)
+    assert facts["not_run"]["reason"] == "overlap" and facts["not_run"]["count"] >= len(skipped)
+    assert any("skipped (overlap)" in line for line in facts["summary"])
 
 
 async def test_buffer_all_runs_every_grid_time_one_after_another(
@@ -87,8 +91,8 @@ async def test_buffer_all_runs_every_grid_time_one_after_another(
     assert [due for due, _, _ in runs] == [start_ms + k * 500 for k in range(5)]
     keys = await store.keys()
     flight = keys.flights(keys.partition_of(task.task_id))
-    record = (await redis_client.execute("HGET", flight, task.task_id)).decode().split("|")
-    assert (record[0], record[3]) == ("", "")  # nothing in flight, nothing waiting
+    fields = (await redis_client.execute("HGET", flight, task.task_id)).decode().split("|")
+    assert (fields[0], fields[3]) == ("", "")  # nothing in flight, nothing waiting
 
 
 async def test_buffer_one_keeps_one_waiting_and_skips_the_rest(
@@ -105,7 +109,16 @@ async def test_buffer_one_keeps_one_waiting_and_skips_the_rest(
     (task,) = await store.create_many([TaskSpec("work", schedule, {"sleep_s": 2.0})])
     consumers = {"work": ConsumerSection("tests.handlers.jobs:sleepy", concurrency=5)}
     async with running_node(node_config(redis_url, namespace, tmp_path, consumers)):
+        flights: list[dict[str, Any]] = []
+
+        async def one_waits() -> bool:  # a grid time came while the first fire runs
+            flights.append((await explain(store, task.task_id))["flight"])
+            return bool(flights[-1] and flights[-1]["waiting"])
+
+        await wait_until(one_waits)
+        flight = flights[-1]
         await wait_records(record, lambda _: len(_runs(record, task.task_id)) >= 3, 60)
+    assert flight["in_flight_due_ms"] == start_ms and flight["waiting"] == [start_ms + 500]
     runs = _runs(record, task.task_id)
     _assert_one_at_a_time(runs)
     dues = [due for due, _, _ in runs]

@@ -185,6 +185,7 @@ SCHEMAS: dict[str, Any] = {
             "summary": {"type": "array", "items": _STR},
             "note": _nullable(_ref("Note")),
             "not_run": _nullable(_ref("NotRun")),
+            "flight": _nullable(_ref("Flight")),
         },
         extra=True,
     ),

@@ -21,6 +21,16 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 NOTE_SCHEMAS: dict[str, Any] = {
+    "Flight": _obj(
+        {
+            "in_flight_due_ms": _nullable(_INT),
+            "cancel_requested": {"type": "boolean"},
+            "waiting": {"type": "array", "items": _INT, "description": "the first ten"},
+            "waiting_count": _INT,
+            "dead_streak": _INT,
+            "unreadable": _UNREADABLE,
+        }
+    ),
     "TriggerBody": _obj(
         {
             "overlap": {

@@ -22,6 +22,7 @@ from actors.store.notes import (
     decode_note,
     describe_not_run,
     describe_note,
+    moment,
     shown,
 )
 from actors.store.tasks import TaskStore
@@ -51,14 +52,16 @@ async def note_facts(store: TaskStore, task_id: str) -> dict[str, Any]:
     ``not_run`` is ``{count, reason, due_ms, blocking_due_ms}``, or ``{unreadable}``."""
     keys = await store.keys()
     partition = keys.partition_of(task_id)
-    note, not_run = await store.client.pipeline(
+    note, not_run, flight = await store.client.pipeline(
         [
             ("HGET", keys.notes(partition), task_id),
             ("HGET", keys.not_run(partition), task_id),
+            ("HGET", keys.flights(partition), task_id),
         ]
     )
     record = decode_not_run(not_run) if not_run is not None else None
     return {
+        "flight": flight_facts(flight),
         "note": decode_note(note),
         "not_run": (
             None
@@ -70,9 +73,48 @@ async def note_facts(store: TaskStore, task_id: str) -> dict[str, Any]:
     }
 
 
+def flight_facts(raw: bytes | None) -> dict[str, Any] | None:
+    """A task's fire in flight and the fires waiting behind it (``lua/flight.lua``):
+    ``{in_flight_due_ms, cancel_requested, waiting, dead_streak}``; None when none of them."""
+    if raw is None:
+        return None
+    fields = raw.decode(errors="replace").split("|")
+    if len(fields) < 4 or not all(f.isdigit() or not f for f in fields[:3]):
+        return {"unreadable": shown(raw)}
+    waiting = [int(w) for w in fields[3].split(",") if w.isdigit()]
+    streak = int(fields[2]) if fields[2] else 0
+    if not fields[0] and not waiting and not streak:
+        return None
+    return {
+        "in_flight_due_ms": int(fields[0]) if fields[0] else None,
+        "cancel_requested": bool(fields[1]),
+        "waiting": waiting[:10],
+        "waiting_count": len(waiting),
+        "dead_streak": streak,
+    }
+
+
+def flight_sentence(flight: dict[str, Any]) -> str:
+    if "unreadable" in flight:
+        return f"a flight record is stored but cannot be read: {flight['unreadable']!r}"
+    parts = []
+    if flight["in_flight_due_ms"] is not None:
+        due = moment(flight["in_flight_due_ms"])
+        asked = ", asked to cancel by a newer fire" if flight["cancel_requested"] else ""
+        parts.append(f"the fire due {due} is in flight (queued, running or retrying{asked})")
+    if flight["waiting_count"]:
+        first = moment(flight["waiting"][0])
+        parts.append(f"{flight['waiting_count']} fire(s) wait for it, the first due {first}")
+    if flight["dead_streak"]:
+        parts.append(f"{flight['dead_streak']} fire(s) in a row ended dead")
+    return "; ".join(parts)
+
+
 def note_sentences(facts: dict[str, Any]) -> list[str]:
     """The sentences ``note_facts`` adds to explain's summary."""
     lines = []
+    if facts.get("flight") is not None:
+        lines.append(flight_sentence(facts["flight"]))
     if facts["note"] is not None:
         lines.append(describe_note(facts["note"]))
     record = facts["not_run"]
