@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import typing
 
+from actors.domain.schedules import Overlap
 from bench import (
     api,
     bullmq,
@@ -89,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     p_fire.add_argument(
         "--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="settings",
         help="a node.toml setting for every node (TOML value), e.g. scheduler.min_tick_s=0.01",
+    )  # fmt: skip
+    p_fire.add_argument(
+        "--overlap", default="allow_all", choices=typing.get_args(Overlap),
+        help="every task's overlap policy (its cost a fire; the handler is quick)",
     )  # fmt: skip
     p_fire.add_argument(
         "--processes",
@@ -167,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                 cluster.url, args.n, args.interval_s, args.duration_s, args.nodes,
                 args.concurrency, args.log_level, args.split, args.processes, args.chaos,
                 args.flaky, args.scrape, shards=[node.url for node in cluster.nodes],
-                settings=tuple(args.settings),
+                settings=tuple(args.settings), overlap=args.overlap,
             )  # fmt: skip
         finally:
             cluster.remove()
@@ -180,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             figures = fire.run(
                 url, args.n, args.interval_s, args.duration_s, args.nodes, args.concurrency,
                 args.log_level, args.split, args.processes, args.chaos, args.flaky, args.scrape,
-                settings=tuple(args.settings),
+                settings=tuple(args.settings), overlap=args.overlap,
             )  # fmt: skip
             emit({"mode": "fire", **figures})
         elif args.mode == "chaos":

@@ -30,7 +30,7 @@ from typing import Any
 import trio
 
 from actors.domain.model import TaskSpec
-from actors.domain.schedules import Misfire, Schedule
+from actors.domain.schedules import Misfire, Overlap, Schedule
 from actors.store.tasks import TaskStore
 from bench.common import (
     child_pids,
@@ -154,9 +154,10 @@ def run(
     url: str, n: int, interval_s: float, duration_s: float, nodes: int, concurrency: int,
     log_level: str, split: bool = False, processes: int = 0, chaos_every_s: float = 0.0,
     flaky: bool = False, scrape_every_s: float = 0.0, shards: list[str] | None = None,
-    settings: tuple[str, ...] = (),
+    settings: tuple[str, ...] = (), overlap: Overlap = "allow_all",
 ) -> dict[str, Any]:  # fmt: skip
-    """``chaos_every_s`` > 0: SIGKILL a random child process of the node that often (it is
+    """``overlap``: every task's overlap policy (its cost a fire: the handler is quick, so
+    every fire runs whatever the policy). ``chaos_every_s`` > 0: SIGKILL a random child process of the node that often (it is
     restarted by the node), until the last kill's fires can no longer miss the window.
     ``flaky``: one fire in ten fails its first attempt and must succeed on its retry
     (0.2 s backoff): the retry path under the same conditions."""
@@ -173,7 +174,7 @@ def run(
     baseline = sum(used_memory(u) for u in servers)
     partitions = _partitions_set(settings)
     t0_ms, register_s = trio.run(
-        _register, url, n, interval_s, "coalesce", bool(shards), partitions
+        _register, url, n, interval_s, "coalesce", bool(shards), partitions, overlap
     )
     bytes_per_task = (sum(used_memory(u) for u in servers) - baseline) / n
     options: dict[str, Any] = {"cluster": True} if shards else {}
@@ -254,6 +255,7 @@ def run(
         "register_s": round(register_s, 2), **figures,
         **({"chaos_every_s": chaos_every_s, "kills": len(kills)} if chaos_every_s else {}),
         **({"flaky": True} if flaky else {}),
+        **({"overlap": overlap} if overlap != "allow_all" else {}),
         "redis_bytes_per_task": round(bytes_per_task),
         "redis_bytes_per_task_running": round(running_bytes), "node_cpu_pct": round(cpu_pct, 1),
         "workdir": str(workdir),
@@ -316,7 +318,7 @@ def _partitions_set(settings: tuple[str, ...]) -> int | None:
 
 async def _register(
     url: str, n: int, interval_s: float, misfire: Misfire = "coalesce", cluster: bool = False,
-    partitions: int | None = None,
+    partitions: int | None = None, overlap: Overlap = "allow_all",
 ) -> tuple[int, float]:  # fmt: skip
     client = RedisClient.from_settings(url, RedisSection(url=url, cluster=cluster))
     store = TaskStore(
@@ -334,6 +336,7 @@ async def _register(
                 every_s=interval_s,
                 start_ms=t0 + i * interval_ms // n,
                 misfire=misfire,
+                overlap=overlap,
             ),
             task_id=f"b{i}",
         )
