@@ -157,8 +157,9 @@ def run(
     settings: tuple[str, ...] = (), overlap: Overlap = "allow_all",
 ) -> dict[str, Any]:  # fmt: skip
     """``overlap``: every task's overlap policy (its cost a fire: the handler is quick, so
-    every fire runs whatever the policy). ``chaos_every_s`` > 0: SIGKILL a random child process of the node that often (it is
-    restarted by the node), until the last kill's fires can no longer miss the window.
+    every fire runs whatever the policy). ``chaos_every_s`` > 0: SIGKILL a random child
+    process of the node that often (it is restarted by the node), until the last kill's
+    fires can no longer miss the window.
     ``flaky``: one fire in ten fails its first attempt and must succeed on its retry
     (0.2 s backoff): the retry path under the same conditions."""
     if split and nodes < 2:
