@@ -93,8 +93,13 @@ def test_a_backfill_runs_again_the_fires_the_poller_ran_and_only_once(
     assert (done["enqueued"], done["already_backfilled"]) == (len(original), 0)
     wait_until(lambda: sorted(ran(record_file, task_id)) == sorted(original * 2), 30)
     again = client.backfill(task_id, *window, overlap="skip")
-    assert (again["enqueued"], again["already_backfilled"]) == (0, len(original))
+    # Every grid time was taken by the backfill before: none is decided again.
+    assert (again["enqueued"], again["already_backfilled"], again["held_back"]) == (
+        0, len(original), 0,
+    )  # fmt: skip
     assert again["overlap"] == "skip"
+    flight = client.explain(task_id)["flight"]
+    assert flight is None or flight["in_flight_due_ms"] is None
     after = client.get_task(task_id)
     assert (after["next_run_ms"], after["fires"]) == (before["next_run_ms"], before["fires"])
     time.sleep(0.5)  # nothing more runs: the backfill appended each fire once

@@ -400,15 +400,16 @@ def test_backfill_a_task_and_a_type_with_tables_and_json(api: ApiNode) -> None:
     assert "dry run, nothing enqueued" in lines[-1] and "3 would be enqueued" in lines[-1]
 
     done = ok_json(api, "tasks", "backfill", task_id, "--from", str(expected[0]), "--to", end,
-                   "--overlap", "skip")  # fmt: skip
+                   "--overlap", "buffer_all")  # fmt: skip
     assert [f["due_ms"] for f in done["fires"]] == expected
-    assert (done["enqueued"], done["overlap"]) == (3, "skip")
+    # The first starts; the others wait for it (held back, and taken by this backfill).
+    assert (done["enqueued"], done["held_back"], done["overlap"]) == (1, 2, "buffer_all")
     again = run(api, "tasks", "backfill", task_id, *window)
     assert again.returncode == 0 and "0 enqueued, 3 already backfilled" in again.stdout
 
     by_type = ok_json(api, "backfill", "--type", kind, *window, "--dry-run")
     assert by_type["tasks"] == [
-        {"task_id": task_id, "fires": 3, "enqueued": 0, "already_backfilled": 3}
+        {"task_id": task_id, "fires": 3, "enqueued": 0, "already_backfilled": 3, "held_back": 0}
     ]
     table = run(api, "backfill", "--type", kind, *window).stdout.splitlines()
     assert table[0].split() == ["TASK_ID", "FIRES", "ENQUEUED", "ALREADY"]

@@ -294,3 +294,23 @@ async def test_a_node_killed_mid_run_strands_no_skip_task(
     assert started[0]["schedule_id"] in {r["schedule_id"] for r in by_second}
     assert ran
     _assert_one_at_a_time([r for r in _runs(record, task.task_id) if r[1] > killed_ms])
+
+
+async def test_a_trigger_under_buffer_all_waits_for_the_fire_in_flight(
+    redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path, record: Path
+) -> None:
+    """Two triggers of a task of no policy, each under buffer_all: the second waits for
+    the first to end, then starts (the poller wakes the task to start it)."""
+    store = _store(redis_client, namespace)
+    schedule = Schedule("interval", every_s=3600, start_ms=await store.now_ms() + 3_600_000)
+    (task,) = await store.create_many([TaskSpec("work", schedule, {"sleep_s": 1.5})])
+    consumers = {"work": ConsumerSection("tests.handlers.jobs:sleepy", concurrency=5)}
+    async with running_node(node_config(redis_url, namespace, tmp_path, consumers)):
+        first, queued_first = await store.trigger(task.task_id, "buffer_all")
+        await trio.sleep(0.01)  # a later millisecond: another fire
+        second, queued_second = await store.trigger(task.task_id, "buffer_all")
+        assert (queued_first, queued_second) == (True, False)
+        await wait_records(record, lambda _: len(_runs(record, task.task_id)) >= 2, 60)
+    runs = _runs(record, task.task_id)
+    _assert_one_at_a_time(runs)
+    assert [f"{task.task_id}:{due}" for due, _, _ in runs] == [first, second]

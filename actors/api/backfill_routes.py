@@ -71,6 +71,7 @@ async def backfill_type(call: Call) -> Response:
             "fires": sum(len(b.fires) for b in done),
             "enqueued": sum(b.enqueued for b in done),
             "already_backfilled": sum(b.already for b in done),
+            "held_back": sum(b.held_back for b in done),
         }
     )
 
@@ -103,6 +104,7 @@ SCHEMAS: dict[str, Any] = {
             "fires",
             "enqueued",
             "already_backfilled",
+            "held_back",
         ],
         {
             "task_id": oa._STR,
@@ -119,6 +121,7 @@ SCHEMAS: dict[str, Any] = {
             },
             "enqueued": oa._INT,
             "already_backfilled": oa._INT,
+            "held_back": oa._INT,
         },
     ),
     "TypeBackfill": oa._obj(
@@ -135,6 +138,7 @@ SCHEMAS: dict[str, Any] = {
             "fires",
             "enqueued",
             "already_backfilled",
+            "held_back",
         ],
         {
             "type": oa._STR,
@@ -144,18 +148,20 @@ SCHEMAS: dict[str, Any] = {
             "tasks": {
                 "type": "array",
                 "items": oa._obj(
-                    ["task_id", "fires", "enqueued", "already_backfilled"],
+                    ["task_id", "fires", "enqueued", "already_backfilled", "held_back"],
                     {
                         "task_id": oa._STR,
                         "fires": oa._INT,
                         "enqueued": oa._INT,
                         "already_backfilled": oa._INT,
+                        "held_back": oa._INT,
                     },
                 ),
             },
             "fires": oa._INT,
             "enqueued": oa._INT,
             "already_backfilled": oa._INT,
+            "held_back": oa._INT,
         },
     ),
 }

@@ -85,7 +85,7 @@ class HandlerPool:
                         while not self._queue:
                             await self._idle.park()
                         message = self._queue.popleft()
-                        if message.policy[:1] == "C":
+                        if message.policy and message.policy[0] == "C":
                             self._replaceable[message.msg_id] = (message, scope)
                         started_ms = now_ms()
                         self._busy[scope] = trio.current_time() + self.runner.timeout_s
@@ -98,7 +98,8 @@ class HandlerPool:
                             # Cancelled too (the node stopping): the slot is free again,
                             # and the message stays in flight, released at shutdown.
                             self._busy.pop(scope, None)
-                            self._replaceable.pop(message.msg_id, None)
+                            if message.policy:
+                                self._replaceable.pop(message.msg_id, None)
                             self.free.value += 1
                         if scope.cancel_called:
                             break  # timed out, and the handler swallowed the cancellation

@@ -43,6 +43,8 @@ class PolicyFires:
     """Per task whose commit differs from its plan's: (next grid time, score, fires)."""
 
 
+#: The letter a woken task of no overlap policy of its own is decided under.
+WAKE_LETTER = "B"
 #: How long a task whose grid ended stays scheduled while fires wait to start, if no end of
 #: its fire in flight wakes it sooner (a safety net: each end wakes it at once).
 PARK_MS = 3_600_000
@@ -72,16 +74,32 @@ async def apply_policies(
     tasks: dict[str, Claimed] = {}
     plans: dict[str, FirePlan] = {}
     priors: dict[int, str] = {}
+    fires = out.fires
     for partition, task, plan in planned:
-        code = task_policy_code(task.schedule, task.task_id)
+        s = task.schedule
+        woken = task.due_ms > now_ms  # to start a fire waiting for its flight (see below)
+        if (
+            not woken
+            and s.overlap == "allow_all"
+            and s.catchup_window_s is None
+            and s.pause_after_failures is None
+        ):
+            # No policy (most tasks): as plain as before; no schedule hashed per fire.
+            fires += [Fire(task.task_id, task.type, task.payload, d, 0, task.prior_claim)
+                      for d in plan.fires]  # fmt: skip
+            continue
+        code = task_policy_code(s, task.task_id)
         policy = parse_policy(code)
         dues, expired = list(plan.fires), []
         if policy.window_ms is not None:
             expired = [d for d in dues if policy.expired(d, now_ms)]
             dues = [d for d in dues if not policy.expired(d, now_ms)]
-        if policy.tracked or expired:
+        if policy.tracked or expired or woken:
+            # A woken task of no policy has fires waiting that an operator's trigger or
+            # backfill held back: they start under buffer_all's rule, and are tracked.
+            letter = policy.letter if policy.tracked else WAKE_LETTER
             ends = plan.next_ms is None
-            asked[partition].append(Planned(task.task_id, policy.letter, dues, expired, ends))
+            asked[partition].append(Planned(task.task_id, letter, dues, expired, ends))
             tasks[task.task_id] = task
             plans[task.task_id] = plan
             priors[partition] = task.prior_claim
@@ -99,6 +117,8 @@ async def apply_policies(
             decision = decisions[item.task_id]
             _adjust_commit(out, task, plans[task.task_id], decision, now_ms)
             code = task_policy_code(task.schedule, task.task_id)
+            if item.letter != code[:1]:  # woken, no policy of its own: tracked as it started
+                code = item.letter + code[1:]
             out.fires += [
                 Fire(task.task_id, task.type, task.payload, d, prior=task.prior_claim,
                      policy=code, fresh=fresh)

@@ -36,7 +36,7 @@ from actors.domain.errors import InvalidTask, InvalidTransition, TaskNotFound
 from actors.domain.model import Task, encode_payload
 from actors.domain.schedules import MAX_MS, Overlap
 from actors.store.keys import schedule_id
-from actors.store.manual_fires import fire_under
+from actors.store.manual_fires import APPENDED, DUPLICATE, HELD, fire_under
 from actors.store.scripts import ENQUEUE_CHUNK
 from runtime.config import check_name
 from runtime.logging import emit_events
@@ -72,6 +72,9 @@ class TaskBackfill:
     """Appended by this call (0 for a dry run)."""
     already: int
     """Grid times an earlier backfill appended (not appended again)."""
+    held_back: int = 0
+    """Grid times the overlap policy did not append now (waiting behind the task's fire in
+    flight, or skipped: a ``not_run`` line each)."""
 
     def to_dict(self, start_ms: int, end_ms: int, dry_run: bool) -> dict[str, Any]:
         return {
@@ -86,6 +89,7 @@ class TaskBackfill:
             ],
             "enqueued": self.enqueued,
             "already_backfilled": self.already,
+            "held_back": self.held_back,
         }
 
     def counts(self) -> dict[str, Any]:
@@ -94,6 +98,7 @@ class TaskBackfill:
             "fires": len(self.fires),
             "enqueued": self.enqueued,
             "already_backfilled": self.already,
+            "held_back": self.held_back,
         }
 
 
@@ -183,10 +188,11 @@ class Pacer:
 
 async def append_fires(
     store: TaskStore, task: Task, due_times: Sequence[int], overlap: Overlap, pacer: Pacer
-) -> list[bool]:
+) -> list[str]:
     """Append these grid times of ``task`` to its type's stream, each unless an earlier
-    backfill did (``backfill.lua``), ``CHUNK`` a call, paced by ``pacer``; per time, True
-    if this call appended it. Every backfill append goes through here."""
+    backfill did (``backfill.lua``), ``CHUNK`` a call, paced by ``pacer``, as the overlap
+    policy lets them (``manual_fires``); per time, its fate (``APPENDED``, ``DUPLICATE``,
+    ``HELD``). Every backfill append goes through here."""
     # The policy the fires run under (``overlap``: the body's, else the task's own) decides
     # which of them reach the stream now (``manual_fires``): under allow_all, every one.
     scripts = await store.scripts()
@@ -203,20 +209,43 @@ async def append_fires(
             )  # fmt: skip
         return flags
 
-    appended = await fire_under(
-        scripts, task.task_id, task.type, due_times, overlap, append, _ACTOR
-    )
-    return [appended[d] for d in due_times]
+    taken = await _backfilled(store, task, due_times) if overlap != "allow_all" else set()
+    fresh = [d for d in due_times if d not in taken]
+    fates = await fire_under(scripts, task.task_id, task.type, fresh, overlap, append, _ACTOR)
+    held = [d for d in fresh if fates[d] == HELD]
+    if held:
+        await _mark(store, task, held)
+    return [DUPLICATE if d in taken else fates[d] for d in due_times]
 
 
 async def count_backfilled(store: TaskStore, task: Task, due_times: Sequence[int]) -> int:
-    """How many of these grid times an earlier backfill appended (a dry run's answer)."""
+    """How many of these grid times an earlier backfill took (a dry run's answer)."""
+    return len(await _backfilled(store, task, due_times))
+
+
+async def _backfilled(store: TaskStore, task: Task, due_times: Sequence[int]) -> set[int]:
+    """The grid times an earlier backfill took: appended, or held back by its policy."""
+    if not due_times:
+        return set()
     keys = await store.keys()
     marker = keys.backfilled(task.type, task.task_id)
     replies = await store.client.pipeline(
         [("HMGET", marker, *due_times[i : i + CHUNK]) for i in range(0, len(due_times), CHUNK)]
     )
-    return sum(value is not None for reply in replies for value in reply)
+    marked = [value is not None for reply in replies for value in reply]
+    return {d for d, m in zip(due_times, marked, strict=True) if m}
+
+
+async def _mark(store: TaskStore, task: Task, due_times: Sequence[int]) -> None:
+    """Mark grid times the overlap policy held back as taken by this backfill: they start
+    when the fire in flight ends (or were skipped), and a repeat must not append them."""
+    keys = await store.keys()
+    marker = keys.backfilled(task.type, task.task_id)
+    calls: list[tuple[Any, ...]] = [
+        ("HSET", marker, *(x for d in due_times[i : i + CHUNK] for x in (d, "")))
+        for i in range(0, len(due_times), CHUNK)
+    ]
+    await store.client.pipeline([*calls, ("PEXPIRE", marker, RETENTION_MS)])
 
 
 async def _run(
@@ -225,11 +254,11 @@ async def _run(
     if dry_run:
         already = await count_backfilled(store, task, fires) if fires else 0
         return TaskBackfill(task.task_id, task.type, overlap, tuple(fires), 0, already)
-    flags = await append_fires(store, task, fires, overlap, pacer)
-    enqueued = sum(flags)
+    fates = await append_fires(store, task, fires, overlap, pacer)
     return TaskBackfill(
-        task.task_id, task.type, overlap, tuple(fires), enqueued, len(fires) - enqueued
-    )
+        task.task_id, task.type, overlap, tuple(fires), fates.count(APPENDED),
+        fates.count(DUPLICATE), fates.count(HELD),
+    )  # fmt: skip
 
 
 def _emit(start_ms: int, end_ms: int, done: Sequence[TaskBackfill]) -> None:

@@ -19,6 +19,9 @@ from actors.store.keys import schedule_id
 from actors.store.scripts import Scripts
 from runtime.logging import emit_events
 
+#: A manual fire's fate: appended now, found appended by an earlier call, or held back by
+#: the overlap policy (waiting behind the fire in flight, or skipped).
+APPENDED, DUPLICATE, HELD = "appended", "duplicate", "held"
 #: Appends fires of one task (due times, policy letter) and says, per fire, if appended.
 Append = Callable[[Sequence[int], str], Awaitable[list[bool]]]
 
@@ -26,12 +29,13 @@ Append = Callable[[Sequence[int], str], Awaitable[list[bool]]]
 async def fire_under(
     scripts: Scripts, task_id: str, task_type: str, dues: Sequence[int], overlap: Overlap,
     append: Append, actor: str,
-) -> dict[int, bool]:  # fmt: skip
-    """Per due time of ``dues``, whether it was appended now (False: skipped, waiting, or
-    appended before). ``append`` writes the messages (the trigger's or backfill's way)."""
+) -> dict[int, str]:  # fmt: skip
+    """Per due time of ``dues``, its fate (``APPENDED``, ``DUPLICATE``, ``HELD``).
+    ``append`` writes the messages (the trigger's or backfill's way)."""
     letter = LETTERS[overlap]
     if letter == "A":
-        return dict(zip(dues, await append(dues, ""), strict=True))
+        flags = await append(dues, "")
+        return {d: APPENDED if f else DUPLICATE for d, f in zip(dues, flags, strict=True)}
     partition = scripts.keys.partition_of(task_id)
     token = f"manual-{secrets.token_hex(6)}"  # no claim of a poller: nothing to repeat
     planned = {partition: [Planned(task_id, letter, list(dues))]}
@@ -49,8 +53,8 @@ async def fire_under(
     ]
     if dropped:  # appended by an earlier call: that copy has run, or runs, on its own
         await scripts.end_flights(dropped)
-    appended = dict(zip(run, flags, strict=True))
-    return {d: appended.get(d, False) for d in dues}
+    fates = {d: APPENDED if f else DUPLICATE for d, f in zip(run, flags, strict=True)}
+    return {d: fates.get(d, HELD) for d in dues}
 
 
 def _log_skipped(task_id: str, task_type: str, decision: Decision, actor: str) -> None:

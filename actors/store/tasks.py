@@ -38,7 +38,7 @@ from actors.store.keys import (
     Keys,
     schedule_id,
 )
-from actors.store.manual_fires import fire_under
+from actors.store.manual_fires import APPENDED, fire_under
 from actors.store.notes import encode_note
 from actors.store.placement import ListCursor, Placement
 from actors.store.records import decode_task, status_index
@@ -352,8 +352,9 @@ class TaskStore:
             return [True] * len(fires)
 
         queued = await fire_under(scripts, task_id, task.type, [now], overlap, append, STORE_ACTOR)
-        emit_events(STORE_ACTOR, [("triggered", {"task_id": task_id, "queued": queued[now]})])
-        return schedule_id(task_id, now), queued[now]
+        fate = queued[now] == APPENDED
+        emit_events(STORE_ACTOR, [("triggered", {"task_id": task_id, "queued": fate})])
+        return schedule_id(task_id, now), fate
 
     async def backfill(
         self, task_id: str, start_ms: int, end_ms: int, **options: Any
