@@ -109,7 +109,7 @@ async def test_inspection_and_dead_letter_operations_on_a_cluster(store: TaskSto
     there cannot be transactions and split by shard)."""
     keys = await store.keys()
     await store.create(TaskSpec("w", Schedule("interval", every_s=3600), task_id="x"))
-    schedule_id = await store.trigger("x")
+    schedule_id, _ = await store.trigger("x")
     # A dead letter as a consumer would write it (dead_letter.lua is tested elsewhere).
     dead_id = await store.client.execute(
         "XADD", keys.dlq("w"), "*", "task_id", "x", "schedule_id", schedule_id, "type", "w",
