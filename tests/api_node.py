@@ -85,6 +85,22 @@ def plain_api_node(redis_url: str, workdir: Path, prefix: str) -> Iterator[ApiNo
 
 
 @contextlib.contextmanager
+def recording_api_node(
+    redis_url: str, workdir: Path, prefix: str, record_file: Path, *, consumers: str,
+    api_extra: str = "",
+) -> Iterator[ApiNode]:  # fmt: skip
+    """``api_node`` in a namespace of its own (``prefix`` and a number), running
+    ``consumers`` whose test handlers record each call in ``record_file``: a test module's
+    shared node that runs fires."""
+    namespace = f"{prefix}{time.monotonic_ns() % 10**9}"
+    config = write_api_config(
+        workdir / "node.toml", redis_url, namespace, consumers=consumers, api_extra=api_extra
+    )
+    with api_node(config, namespace, {"METRONOME_TEST_RECORD": str(record_file)}) as node:
+        yield node
+
+
+@contextlib.contextmanager
 def api_node(config: Path, namespace: str, env: dict[str, str] | None = None) -> Iterator[ApiNode]:
     """Run the node (with the reader key's secret and ``env`` in its environment), and
     afterwards fail if it answered any request with a 500: every 500 is a bug, and the
@@ -104,6 +120,11 @@ def api_node(config: Path, namespace: str, env: dict[str, str] | None = None) ->
             node.wait(15)
         finally:
             node.kill()
+
+
+def unique(prefix: str) -> str:
+    """A task id (or type) no other test uses."""
+    return f"{prefix}-{time.monotonic_ns()}"
 
 
 def wait_until(predicate: Any, timeout_s: float = 15.0) -> Any:

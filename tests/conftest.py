@@ -11,9 +11,12 @@ from typing import Any
 
 import pytest
 
+from actors.admin.client import Client
+from actors.store.keys import Keys
 from runtime import logging as node_logging
 from runtime.config import RedisSection
 from runtime.redis_io import RedisClient
+from tests.api_node import ADMIN, ApiNode
 from tests.redis_server import redis_url_for_tests
 
 
@@ -87,3 +90,25 @@ def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "handled.jsonl"
     monkeypatch.setenv("METRONOME_TEST_RECORD", str(path))
     return path
+
+
+# -- an API node's tests (each such module has a module-scoped ``api`` fixture) -------------
+
+
+@pytest.fixture(scope="module")
+def record_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the test handlers of a module's shared node record each call."""
+    return tmp_path_factory.mktemp("record") / "handled.jsonl"
+
+
+@pytest.fixture
+def client(api: ApiNode) -> Iterator[Client]:
+    """A signing client (the admin key) of the module's ``api`` node."""
+    with Client(api.url, *ADMIN) as c:
+        yield c
+
+
+@pytest.fixture
+def keys(api: ApiNode) -> Keys:
+    """The key layout of the module's ``api`` node's namespace."""
+    return Keys(api.namespace, 16)

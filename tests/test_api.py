@@ -23,9 +23,9 @@ from tests.api_node import (
     READER,
     WORK_AND_DOOMED,
     ApiNode,
-    api_node,
+    recording_api_node,
+    unique,
     wait_until,
-    write_api_config,
 )
 
 CONSUMERS = (
@@ -46,39 +46,18 @@ EVERY_HOUR = {"kind": "interval", "every_s": 3600, "start_ms": LATER}
 
 
 @pytest.fixture(scope="module")
-def record_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("record") / "handled.jsonl"
-
-
-@pytest.fixture(scope="module")
 def api(
     redis_url: str, tmp_path_factory: pytest.TempPathFactory, record_file: Path
 ) -> Iterator[ApiNode]:
-    namespace = f"api{time.monotonic_ns() % 10**9}"
-    config = write_api_config(
-        tmp_path_factory.mktemp("api") / "node.toml",
+    with recording_api_node(
         redis_url,
-        namespace,
+        tmp_path_factory.mktemp("api"),
+        "api",
+        record_file,
         consumers=CONSUMERS,
         api_extra=TYPES,
-    )
-    with api_node(config, namespace, {"METRONOME_TEST_RECORD": str(record_file)}) as node:
+    ) as node:
         yield node
-
-
-@pytest.fixture
-def client(api: ApiNode) -> Iterator[Client]:
-    with Client(api.url, *ADMIN) as c:
-        yield c
-
-
-@pytest.fixture
-def keys(api: ApiNode) -> Keys:
-    return Keys(api.namespace, 16)
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{time.monotonic_ns()}"
 
 
 def records(path: Path, task_id: str) -> list[dict[str, Any]]:

@@ -16,46 +16,25 @@ import redis
 
 from actors.admin.client import ApiError, Client
 from actors.store.keys import Keys
-from tests.api_node import ADMIN, WORK_AND_DOOMED, ApiNode, api_node, wait_until, write_api_config
+from tests.api_node import WORK_AND_DOOMED, ApiNode, recording_api_node, unique, wait_until
 
 HOUR = 3_600_000
 SETTINGS = 'task_types = ["work", "doomed", "idle"]\nbackfill_max_fires = 2000'
 
 
 @pytest.fixture(scope="module")
-def record_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("record") / "handled.jsonl"
-
-
-@pytest.fixture(scope="module")
 def api(
     redis_url: str, tmp_path_factory: pytest.TempPathFactory, record_file: Path
 ) -> Iterator[ApiNode]:
-    namespace = f"backfill{time.monotonic_ns() % 10**9}"
-    config = write_api_config(
-        tmp_path_factory.mktemp("backfill") / "node.toml",
+    with recording_api_node(
         redis_url,
-        namespace,
+        tmp_path_factory.mktemp("backfill"),
+        "backfill",
+        record_file,
         consumers=WORK_AND_DOOMED,
         api_extra=SETTINGS,
-    )
-    with api_node(config, namespace, {"METRONOME_TEST_RECORD": str(record_file)}) as node:
+    ) as node:
         yield node
-
-
-@pytest.fixture
-def client(api: ApiNode) -> Iterator[Client]:
-    with Client(api.url, *ADMIN) as c:
-        yield c
-
-
-@pytest.fixture
-def keys(api: ApiNode) -> Keys:
-    return Keys(api.namespace, 16)
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{time.monotonic_ns()}"
 
 
 def ran(path: Path, task_id: str) -> list[str]:

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import itertools
 import signal
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+import attrs
+import pytest
 import trio
 
 from actors.api.explain import explain
@@ -44,91 +47,99 @@ def _assert_one_at_a_time(runs: list[tuple[int, int, int]]) -> None:
         assert after[1] >= before[2], f"runs overlap: {before} and {after}"
 
 
+@attrs.define
+class Setup:
+    """A task of type ``work`` and an in-process node running its handler."""
+
+    store: TaskStore
+    url: str
+    namespace: str
+    tmp_path: Path
+
+    async def task(self, every_s: float, sleep_s: float, **schedule: Any) -> tuple[str, int]:
+        """A task every ``every_s`` from half a second from now: (its id, first due)."""
+        start_ms = await self.store.now_ms() + 500
+        spec = TaskSpec(
+            "work",
+            Schedule("interval", every_s=every_s, start_ms=start_ms, **schedule),
+            {"sleep_s": sleep_s},
+        )
+        (created,) = await self.store.create_many([spec])
+        return created.task_id, start_ms
+
+    def node(self, handler: str = "sleepy") -> AbstractAsyncContextManager[Any]:
+        consumers = {"work": ConsumerSection(f"tests.handlers.jobs:{handler}", concurrency=5)}
+        return running_node(node_config(self.url, self.namespace, self.tmp_path, consumers))
+
+
+@pytest.fixture
+def setup(redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path) -> Setup:
+    return Setup(_store(redis_client, namespace), redis_url, namespace, tmp_path)
+
+
+def _skipped(lines: list[dict[str, Any]], task_id: str) -> list[dict[str, Any]]:
+    return [e for e in lines if e["event"] == "not_run" and e["task_id"] == task_id]
+
+
 async def test_skip_never_runs_a_task_twice_at_once(
-    redis_client: RedisClient,
-    redis_url: str,
-    namespace: str,
-    tmp_path: Path,
-    record: Path,
-    log_lines: Any,
+    setup: Setup, record: Path, log_lines: Any
 ) -> None:
-    store = _store(redis_client, namespace)
-    start_ms = await store.now_ms() + 500
-    schedule = Schedule("interval", every_s=1, start_ms=start_ms, overlap="skip")
-    (task,) = await store.create_many([TaskSpec("work", schedule, {"sleep_s": 2.5})])
-    consumers = {"work": ConsumerSection("tests.handlers.jobs:sleepy", concurrency=5)}
-    async with running_node(node_config(redis_url, namespace, tmp_path, consumers)):
-        await wait_records(record, lambda _: len(_runs(record, task.task_id)) >= 3, 60)
-    runs = _runs(record, task.task_id)
+    task_id, _ = await setup.task(1, 2.5, overlap="skip")
+    async with setup.node():
+        await wait_records(record, lambda _: len(_runs(record, task_id)) >= 3, 60)
+    runs = _runs(record, task_id)
     _assert_one_at_a_time(runs)
     dues = [due for due, _, _ in runs]
     # Each run takes 2.5 s of a 1 s grid: the grid times between two runs were skipped.
     assert all(b - a >= 2000 for a, b in itertools.pairwise(dues)), dues
-    skipped = [e for e in log_lines() if e["event"] == "not_run" and e["task_id"] == task.task_id]
+    skipped = _skipped(log_lines(), task_id)
     assert skipped and {e["reason"] for e in skipped} == {"overlap"}
-    assert all(e["blocking"].startswith(task.task_id + ":") for e in skipped)
-    ran = {f"{task.task_id}:{d}" for d in dues}
+    assert all(e["blocking"].startswith(task_id + ":") for e in skipped)
+    ran = {f"{task_id}:{d}" for d in dues}
     assert not ran & {e["schedule_id"] for e in skipped}
-    facts = await explain(store, task.task_id)
+    facts = await explain(setup.store, task_id)
     assert facts["not_run"]["reason"] == "overlap" and facts["not_run"]["count"] >= len(skipped)
     assert any("skipped (overlap)" in line for line in facts["summary"])
 
 
 async def test_buffer_all_runs_every_grid_time_one_after_another(
-    redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path, record: Path
+    setup: Setup, redis_client: RedisClient, record: Path
 ) -> None:
-    store = _store(redis_client, namespace)
-    start_ms = await store.now_ms() + 500
-    schedule = Schedule(
-        "interval", every_s=0.5, start_ms=start_ms, overlap="buffer_all", max_runs=5
-    )
-    (task,) = await store.create_many([TaskSpec("work", schedule, {"sleep_s": 1.0})])
-    consumers = {"work": ConsumerSection("tests.handlers.jobs:sleepy", concurrency=5)}
-    async with running_node(node_config(redis_url, namespace, tmp_path, consumers)):
-        await wait_records(record, lambda _: len(_runs(record, task.task_id)) >= 5, 60)
-    runs = _runs(record, task.task_id)
+    task_id, start_ms = await setup.task(0.5, 1.0, overlap="buffer_all", max_runs=5)
+    async with setup.node():
+        await wait_records(record, lambda _: len(_runs(record, task_id)) >= 5, 60)
+    runs = _runs(record, task_id)
     _assert_one_at_a_time(runs)
     assert [due for due, _, _ in runs] == [start_ms + k * 500 for k in range(5)]
-    keys = await store.keys()
-    flight = keys.flights(keys.partition_of(task.task_id))
-    fields = (await redis_client.execute("HGET", flight, task.task_id)).decode().split("|")
+    keys = await setup.store.keys()
+    flight = keys.flights(keys.partition_of(task_id))
+    fields = (await redis_client.execute("HGET", flight, task_id)).decode().split("|")
     assert (fields[0], fields[3]) == ("", "")  # nothing in flight, nothing waiting
 
 
 async def test_buffer_one_keeps_one_waiting_and_skips_the_rest(
-    redis_client: RedisClient,
-    redis_url: str,
-    namespace: str,
-    tmp_path: Path,
-    record: Path,
-    log_lines: Any,
+    setup: Setup, record: Path, log_lines: Any
 ) -> None:
-    store = _store(redis_client, namespace)
-    start_ms = await store.now_ms() + 500
-    schedule = Schedule("interval", every_s=0.5, start_ms=start_ms, overlap="buffer_one")
-    (task,) = await store.create_many([TaskSpec("work", schedule, {"sleep_s": 2.0})])
-    consumers = {"work": ConsumerSection("tests.handlers.jobs:sleepy", concurrency=5)}
-    async with running_node(node_config(redis_url, namespace, tmp_path, consumers)):
+    task_id, start_ms = await setup.task(0.5, 2.0, overlap="buffer_one")
+    async with setup.node():
         flights: list[dict[str, Any]] = []
 
         async def one_waits() -> bool:  # a grid time came while the first fire runs
-            flights.append((await explain(store, task.task_id))["flight"])
+            flights.append((await explain(setup.store, task_id))["flight"])
             return bool(flights[-1] and flights[-1]["waiting"])
 
         await wait_until(one_waits)
         flight = flights[-1]
-        await wait_records(record, lambda _: len(_runs(record, task.task_id)) >= 3, 60)
+        await wait_records(record, lambda _: len(_runs(record, task_id)) >= 3, 60)
     assert flight["in_flight_due_ms"] == start_ms and flight["waiting"] == [start_ms + 500]
-    runs = _runs(record, task.task_id)
+    runs = _runs(record, task_id)
     _assert_one_at_a_time(runs)
     dues = [due for due, _, _ in runs]
     # The first fire runs; the next grid time waits for it and starts when it ends; the
     # grid times that came while one was waiting were skipped.
     assert dues[:2] == [start_ms, start_ms + 500], dues
-    skipped = [e for e in log_lines() if e["event"] == "not_run" and e["task_id"] == task.task_id]
-    assert skipped and not {f"{task.task_id}:{d}" for d in dues} & {
-        e["schedule_id"] for e in skipped
-    }
+    skipped = _skipped(log_lines(), task_id)
+    assert skipped and not {f"{task_id}:{d}" for d in dues} & {e["schedule_id"] for e in skipped}
 
 
 async def test_cancel_other_cancels_the_run_on_another_node(

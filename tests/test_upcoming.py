@@ -15,35 +15,23 @@ from typing import Any
 import pytest
 
 from actors.admin.client import ApiError, Client
-from tests.api_node import ADMIN, WORK_AND_DOOMED, ApiNode, api_node, wait_until, write_api_config
+from tests.api_node import WORK_AND_DOOMED, ApiNode, recording_api_node, wait_until
 from tests.test_api import records
 from tests.test_cli import METRONOME, ok_json, run
-
-
-@pytest.fixture(scope="module")
-def record_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("record") / "handled.jsonl"
 
 
 @pytest.fixture(scope="module")
 def api(
     redis_url: str, tmp_path_factory: pytest.TempPathFactory, record_file: Path
 ) -> Iterator[ApiNode]:
-    namespace = f"upcoming{time.monotonic_ns() % 10**9}"
-    config = write_api_config(
-        tmp_path_factory.mktemp("upcoming") / "node.toml",
+    with recording_api_node(
         redis_url,
-        namespace,
+        tmp_path_factory.mktemp("upcoming"),
+        "upcoming",
+        record_file,
         consumers=WORK_AND_DOOMED,
-    )
-    with api_node(config, namespace, {"METRONOME_TEST_RECORD": str(record_file)}) as node:
+    ) as node:
         yield node
-
-
-@pytest.fixture
-def client(api: ApiNode) -> Iterator[Client]:
-    with Client(api.url, *ADMIN) as c:
-        yield c
 
 
 def test_the_fires_a_node_runs_are_the_ones_upcoming_listed(
