@@ -386,7 +386,8 @@ def test_the_signing_example_in_the_api_docs_works_as_written(api: ApiNode) -> N
 def test_backfill_a_task_and_a_type_with_tables_and_json(api: ApiNode) -> None:
     task_id = f"cli-backfill-{time.monotonic_ns()}"
     kind = f"cliback{time.monotonic_ns() % 10**6}"  # a type of its own: by-type sees it alone
-    ok_json(api, "tasks", "add", "--type", kind, "--cron", "0 * * * *", "--id", task_id)
+    ok_json(api, "tasks", "add", "--type", kind, "--cron", "0 * * * *", "--id", task_id,
+            "--overlap", "buffer_all")  # fmt: skip
     hour = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
     start, end = (hour - dt.timedelta(hours=3)).isoformat(), hour.isoformat()
     window = ["--from", start, "--to", end]
@@ -399,8 +400,7 @@ def test_backfill_a_task_and_a_type_with_tables_and_json(api: ApiNode) -> None:
     assert [line.split()[-1] for line in lines[1:4]] == [f"{task_id}:{d}" for d in expected]
     assert "dry run, nothing enqueued" in lines[-1] and "3 would be enqueued" in lines[-1]
 
-    done = ok_json(api, "tasks", "backfill", task_id, "--from", str(expected[0]), "--to", end,
-                   "--overlap", "buffer_all")  # fmt: skip
+    done = ok_json(api, "tasks", "backfill", task_id, "--from", str(expected[0]), "--to", end)
     assert [f["due_ms"] for f in done["fires"]] == expected
     # The first starts; the others wait for it (held back, and taken by this backfill).
     assert (done["enqueued"], done["held_back"], done["overlap"]) == (1, 2, "buffer_all")

@@ -16,6 +16,7 @@ import trio
 
 from actors.api.explain import explain
 from actors.config import ConsumerSection
+from actors.domain.errors import InvalidTask
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.store.tasks import TaskStore
@@ -308,15 +309,16 @@ async def test_a_node_killed_mid_run_strands_no_skip_task(
 
 
 async def test_a_trigger_under_buffer_all_waits_for_the_fire_in_flight(
-    redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path, record: Path
+    setup: Setup, record: Path
 ) -> None:
-    """Two triggers of a task of no policy, each under buffer_all: the second waits for
-    the first to end, then starts (the poller wakes the task to start it)."""
-    store = _store(redis_client, namespace)
-    schedule = Schedule("interval", every_s=3600, start_ms=await store.now_ms() + 3_600_000)
+    """Two triggers of a skip task, each under buffer_all: the second waits for the first
+    to end, then starts (the poller wakes the task to start it)."""
+    store = setup.store
+    schedule = Schedule(
+        "interval", every_s=3600, start_ms=await store.now_ms() + 3_600_000, overlap="skip"
+    )
     (task,) = await store.create_many([TaskSpec("work", schedule, {"sleep_s": 1.5})])
-    consumers = {"work": ConsumerSection("tests.handlers.jobs:sleepy", concurrency=5)}
-    async with running_node(node_config(redis_url, namespace, tmp_path, consumers)):
+    async with setup.node():
         first, queued_first = await store.trigger(task.task_id, "buffer_all")
         await trio.sleep(0.01)  # a later millisecond: another fire
         second, queued_second = await store.trigger(task.task_id, "buffer_all")
@@ -325,3 +327,15 @@ async def test_a_trigger_under_buffer_all_waits_for_the_fire_in_flight(
     runs = _runs(record, task.task_id)
     _assert_one_at_a_time(runs)
     assert [f"{task.task_id}:{due}" for due, _, _ in runs] == [first, second]
+
+
+async def test_a_policy_that_holds_fires_back_needs_one_on_the_task(setup: Setup) -> None:
+    """A task of no overlap policy has no poller release a waiting fire of it: a call may
+    skip, never hold back, and says why."""
+    store = setup.store
+    (task,) = await store.create_many([TaskSpec("work", Schedule("interval", every_s=3600))])
+    for overlap in ("buffer_one", "buffer_all", "cancel_other"):
+        with pytest.raises(InvalidTask, match="overlap policy of its own"):
+            await store.trigger(task.task_id, overlap)
+    _, queued = await store.trigger(task.task_id, "skip")
+    assert queued

@@ -54,7 +54,6 @@ class World:
     grid: int = 0
     owed: list[int] = attrs.field(factory=list)
     """Grid times a dead poller claimed and never committed: claimed again."""
-    dead: list[str] = attrs.field(factory=list)
     appended: set[int] = attrs.field(factory=set)
     running: list[int] = attrs.field(factory=list)
     runs: list[int] = attrs.field(factory=list)
@@ -67,11 +66,8 @@ class World:
     async def claim(self, dues: list[int], crash: str | None) -> None:
         token = f"c{secrets.token_hex(4)}"
         planned = {0: [Planned(TASK, self.letter, dues)]}
-        decision = (await self.scripts.decide_overlaps(token, {0: " ".join(self.dead)}, planned))[
-            TASK
-        ]
-        if crash == "before":
-            self.dead.append(token)
+        decision = (await self.scripts.decide_overlaps(token, planned))[TASK]
+        if crash == "before":  # the claim is never committed: its grid times come again
             self.owed = dues
             return
         for due in decision.cancel:  # a cancel reaches the run at once here
@@ -87,9 +83,9 @@ class World:
             self.running.append(due)
             self.runs.append(due)
         if crash == "after":
-            self.dead.append(token)
             self.owed = dues
-        else:
+        else:  # the commit confirms the appends its claim decided
+            await self.scripts.confirm_flights(token, [TASK])
             self.owed = []
 
     async def tick(self, crash: str | None) -> None:
@@ -122,6 +118,8 @@ async def _simulate(redis_url: str, policy: str, plan: list[tuple[str, Any]]) ->
         keys = Keys(f"m{secrets.token_hex(4)}", 1)
         world = World(Scripts(client, keys), LETTERS[policy])
         await client.execute("ZADD", keys.schedule(0), FAR, TASK)
+        # A state record: the task exists (an end of a deleted task's fire keeps nothing).
+        await client.execute("HSET", keys.states(0, keys.bucket_of(TASK)), TASK, b"\x00")
         for kind, arg in plan:
             if kind == "tick":
                 await world.tick(arg)

@@ -132,9 +132,7 @@ class Claimer:
 
     async def tick(self, scripts: Scripts) -> int:
         """Reclaim up to the consumer's free slots; return how many were handed over."""
-        if self._ends:  # poison of tasks with a policy: their flights end (kept until done)
-            await scripts.end_flights(self._ends)
-            self._ends = []
+        await self._end_flights(scripts)
         async with self.state.pending_lock:
             name = self.state.name
             free = self.state.free.value - len(self.state.held)
@@ -152,9 +150,17 @@ class Claimer:
                 self._stalled_at = time.monotonic()
                 return 0
             messages = self._hand_over(reclaim, name)
+        await self._end_flights(scripts)
         for message in messages:
             await self.inbox.send.send(message)
         return len(messages)
+
+    async def _end_flights(self, scripts: Scripts) -> None:
+        """End the flights of the poison just dead-lettered, at once (kept until that
+        succeeds: a step repeated after an outage sends them first)."""
+        if self._ends:
+            await scripts.end_flights(self._ends)
+            self._ends = []
 
     def _hand_over(self, reclaim: Reclaim, name: str) -> list[Message]:
         """The reclaimed messages to send to the consumer, held from now on (renewed);

@@ -329,7 +329,7 @@ class Poller:
         types = {f.type for f in fires}
         earliest_by_partition = {c.partition: c.earliest_ms for c in claims}
         writes = {c.partition: c.writes for c in claims}
-        commits = self._commits(plans, decided.commits)
+        commits = self._commits(plans, decided.commits, decided.tracked)
         dropped: list[Fire] = []
         committed = self._committed.take(types)
         done: dict[int, Commit] = {}
@@ -409,10 +409,12 @@ class Poller:
     def _commits(
         plans: dict[int, list[tuple[Claimed, FirePlan]]],
         changed: dict[str, tuple[int | None, int | None, int]],
+        tracked: set[str],
     ) -> dict[int, list[FireCommit]]:
         """Each claimed task's commit: its grid moved on to the plan's next time (with the
         task's spread and that time's jitter in the score) and its fires counted, or as the
-        policies ``changed`` it (next grid time, score or None for the usual one, fires)."""
+        policies ``changed`` it (next grid time, score or None for the usual one, fires);
+        the ``tracked`` tasks' commits confirm the fires their claim put in flight."""
         out: dict[int, list[FireCommit]] = {}
         for partition, items in plans.items():
             commits = out[partition] = []
@@ -422,5 +424,7 @@ class Poller:
                 )
                 if score is None and next_ms is not None:
                     score = task.schedule.score_ms(next_ms, task.task_id)
-                commits.append(fire_commit(task, next_ms, score, fired))
+                commit = fire_commit(task, next_ms, score, fired)
+                commit.confirm = task.task_id in tracked
+                commits.append(commit)
         return out

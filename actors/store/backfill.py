@@ -36,7 +36,7 @@ from actors.domain.errors import InvalidTask, InvalidTransition, TaskNotFound
 from actors.domain.model import Task, encode_payload
 from actors.domain.schedules import MAX_MS, Overlap
 from actors.store.keys import schedule_id
-from actors.store.manual_fires import APPENDED, DUPLICATE, HELD, fire_under
+from actors.store.manual_fires import APPENDED, DUPLICATE, HELD, check_overlap, fire_under
 from actors.store.scripts import ENQUEUE_CHUNK
 from runtime.config import check_name
 from runtime.logging import emit_events
@@ -305,6 +305,7 @@ async def backfill_task(
             "backfill_max_fires): backfill shorter windows"
         )
     policy = typing.cast(Overlap, overlap or task.schedule.overlap)
+    check_overlap(task_id, task.schedule.overlap, policy)
     done = await _run(store, task, fires, policy, dry_run, Pacer(rate))
     if not dry_run:
         _emit(start_ms, end_ms, [done])

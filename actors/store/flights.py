@@ -120,8 +120,9 @@ class Decision:
     """Which of a task's planned fires start now (``overlap.lua``)."""
 
     run: list[tuple[int, bool]]
-    """(due time, fresh): fresh is False for a fire an earlier claim put in flight, whose
-    copy the enqueue may find appended already (then that copy is the one in flight)."""
+    """(due time, fresh): fresh is False for a fire an earlier decision put in flight and
+    never confirmed, whose copy the enqueue may find appended already (then that copy is
+    the one in flight)."""
     cancel: list[int]
     skipped: list[int]
     blocking: int | None
@@ -129,7 +130,10 @@ class Decision:
     """The grid ended with fires still waiting: the task stays scheduled (at this grid
     time, woken when the fire in flight ends) until they have started."""
     before: int = 0
-    """Planned due times decided by an earlier claim (not fired again; not counted)."""
+    """Planned due times decided by an earlier claim (not fired again)."""
+    manual: frozenset[int] = frozenset()
+    """Due times in ``run`` an operator's trigger or backfill held back: they run with the
+    policy's letter alone (no catch-up window, no failure count)."""
 
 
 def _times(text: bytes) -> list[int]:
@@ -138,10 +142,17 @@ def _times(text: bytes) -> list[int]:
 
 def _decision(reply: list[Any]) -> Decision:
     _, run, cancel, skipped, blocking, park, before = reply
-    started = [(int(t.lstrip(b"r")), not t.startswith(b"r")) for t in run.split(b",") if t]
+    started: list[tuple[int, bool]] = []
+    manual = set()
+    for entry in run.split(b","):
+        if entry:
+            due = int(entry.lstrip(b"rm"))
+            started.append((due, not entry.startswith(b"r")))
+            if entry.startswith(b"m"):
+                manual.add(due)
     return Decision(
         started, _times(cancel), _times(skipped), int(blocking) if blocking else None,
-        int(park) if park else None, int(before),
+        int(park) if park else None, int(before), frozenset(manual),
     )  # fmt: skip
 
 
@@ -160,18 +171,14 @@ class FlightScripts(TaskScripts):
     """The scripts of fires in flight."""
 
     async def decide_overlaps(
-        self,
-        token: str,
-        priors: Mapping[int, str],
-        planned: Mapping[int, Sequence[Planned]],
-        grid: bool = True,
+        self, token: str, planned: Mapping[int, Sequence[Planned]], grid: bool = True
     ) -> dict[str, Decision]:
         """``overlap.lua`` per partition: the decision for every planned task, by id.
-        ``priors``: per partition, its claims never committed (``Claimed.prior_claim``);
-        ``grid``: a poller's claim of grid times (False: an operator's fires)."""
+        ``token``: the claim's (confirmed by its commit) or the operator call's (confirmed
+        by ``confirm_flights``); ``grid``: a poller's claim of grid times."""
         calls: list[Call] = []
         for partition, tasks in planned.items():
-            args: list[Any] = [BUFFER_CAP, token, priors.get(partition, ""), "1" if grid else ""]
+            args: list[Any] = [BUFFER_CAP, token, "1" if grid else ""]
             for t in tasks:
                 args += [t.task_id, t.letter, "1" if t.ends else "", len(t.dues), len(t.expired),
                          *t.dues, *t.expired]  # fmt: skip
@@ -182,6 +189,15 @@ class FlightScripts(TaskScripts):
             for item in reply:
                 decisions[item[0].decode()] = _decision(item)
         return decisions
+
+    async def confirm_flights(self, token: str, task_ids: Sequence[str]) -> None:
+        """``confirm_flights.lua``: an operator's call appended the fires it put in flight."""
+        by: dict[int, list[str]] = defaultdict(list)
+        for task_id in task_ids:
+            by[self.keys.partition_of(task_id)].append(task_id)
+        await self._run(
+            [(lua.CONFIRM_FLIGHTS, [self.keys.flights(p)], [token, *ids]) for p, ids in by.items()]
+        )
 
     async def cancel_fires(self, by_type: Mapping[str, Sequence[str]]) -> None:
         """``cancel_fires.lua`` per type: ask its consumers to cancel these fires."""

@@ -13,6 +13,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from actors.domain.errors import InvalidTask
 from actors.domain.schedules import Overlap
 from actors.store.flights import ENDED_DROPPED, LETTERS, Decision, FlightEnd, Planned
 from actors.store.keys import schedule_id
@@ -26,26 +27,46 @@ APPENDED, DUPLICATE, HELD = "appended", "duplicate", "held"
 Append = Callable[[Sequence[int], str], Awaitable[list[bool]]]
 
 
+#: What a call may ask of a task whose own overlap is ``allow_all``: its fires wait for
+#: nothing (no poller releases a waiting fire of such a task), so only these.
+WITHOUT_POLICY = ("allow_all", "skip")
+
+
+def check_overlap(task_id: str, own: Overlap, overlap: Overlap) -> None:
+    """InvalidTask unless a call's ``overlap`` can apply to a task whose own is ``own``."""
+    if own == "allow_all" and overlap not in WITHOUT_POLICY:
+        raise InvalidTask(
+            f"overlap: {overlap} holds fires back until the one in flight ends, which needs "
+            f"the task to have an overlap policy of its own; task {task_id!r} has allow_all "
+            f"(set schedule.overlap, or use {' or '.join(WITHOUT_POLICY)})"
+        )
+
+
 async def fire_under(
     scripts: Scripts, task_id: str, task_type: str, dues: Sequence[int], overlap: Overlap,
     append: Append, actor: str,
 ) -> dict[int, str]:  # fmt: skip
     """Per due time of ``dues``, its fate (``APPENDED``, ``DUPLICATE``, ``HELD``).
-    ``append`` writes the messages (the trigger's or backfill's way)."""
+    ``append`` writes the messages (the trigger's or backfill's way). The caller has
+    checked ``overlap`` against the task's own (``check_overlap``)."""
     letter = LETTERS[overlap]
     if letter == "A":
         flags = await append(dues, "")
         return {d: APPENDED if f else DUPLICATE for d, f in zip(dues, flags, strict=True)}
     partition = scripts.keys.partition_of(task_id)
-    token = f"manual-{secrets.token_hex(6)}"  # no claim of a poller: nothing to repeat
+    # A token of this call: the decision is confirmed once the append went through; left
+    # unconfirmed (the call died), the next decision about the task appends it again.
+    token = f"manual-{secrets.token_hex(6)}"
     planned = {partition: [Planned(task_id, letter, list(dues))]}
-    decision = (await scripts.decide_overlaps(token, {}, planned, grid=False))[task_id]
+    decision = (await scripts.decide_overlaps(token, planned, grid=False))[task_id]
     if decision.cancel:
         sids = [schedule_id(task_id, d) for d in decision.cancel]
         await scripts.cancel_fires({task_type: sids})
     _log_skipped(task_id, task_type, decision, actor)
     run = [d for d, _ in decision.run]
     flags = await append(run, letter) if run else []
+    if run:
+        await scripts.confirm_flights(token, [task_id])
     dropped = [
         FlightEnd(task_id, ENDED_DROPPED, d)
         for (d, fresh), flag in zip(decision.run, flags, strict=True)

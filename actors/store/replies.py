@@ -305,6 +305,9 @@ class FireCommit:
     values: list[Any] = attrs.field(factory=list)
     """``state``'s values: what the poller knows the task's state to be once committed
     (``actors.store.known_states``)."""
+    confirm: bool = False
+    """The claim put one of the task's fires in flight (``overlap.lua``): the commit
+    confirms it was appended."""
 
 
 def fire_commit(task: Claimed, next_ms: int | None, score: int | None, fired: int) -> FireCommit:

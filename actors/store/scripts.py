@@ -165,7 +165,8 @@ class Scripts(FlightScripts):
         marker_keys = [key for key, _ in markers]
         for partition, items in commits.items():
             args: list[Any] = [k.tag(partition), poller, token, writes[partition]]
-            args += [len(checks), *checks]
+            confirms = [c.task_id for c in items if c.confirm]
+            args += [len(checks), *checks, len(confirms), *confirms]
             for c in items:
                 args += [c.task_id, c.bucket, or_empty(c.score), c.due_ms, c.state]
             keys = [k.schedule(partition), k.partition_owner(partition), *marker_keys]

@@ -38,7 +38,7 @@ from actors.store.keys import (
     Keys,
     schedule_id,
 )
-from actors.store.manual_fires import APPENDED, fire_under
+from actors.store.manual_fires import APPENDED, check_overlap, fire_under
 from actors.store.notes import encode_note
 from actors.store.placement import ListCursor, Placement
 from actors.store.records import decode_task, status_index
@@ -342,6 +342,7 @@ class TaskStore:
             raise InvalidTransition(
                 f"task {task_id!r} is stopped (for good): it cannot be triggered"
             )
+        check_overlap(task_id, task.schedule.overlap, overlap)
         now = await self.now_ms()
         payload = encode_payload(task.payload)
         scripts = await self.scripts()

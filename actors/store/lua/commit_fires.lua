@@ -6,7 +6,10 @@
 -- ARGV[4]  the partition's write count as the claim read it
 -- ARGV[5]  M, how many markers to check   ARGV[6..5+M]  the field each must hold (the part
 --          of the claim its enqueue call wrote)
--- ARGV[6+M..] groups of 5: task_id, bucket, score ('' = finished: out of the schedule),
+-- ARGV[6+M]  T, how many tasks of the claim put a fire in flight (overlap.lua)
+-- ARGV[7+M..6+M+T]  their ids: their appends went through (the markers are there), so
+--          their decisions are confirmed (flight.lua), whatever the rest of the commit does
+-- ARGV[7+M+T..] groups of 5: task_id, bucket, score ('' = finished: out of the schedule),
 --           due_ms (the grid time claimed), the new state record (the claimed one with its
 --           grid moved on and its fires counted, built by the poller; its version, values[4],
 --           is the claimed one)
@@ -30,7 +33,11 @@ local checks = tonumber(ARGV[5])
 for i = 1, checks do  -- HGET, not HEXISTS: the ACL a deployment granted (deploy/redis)
   if not redis.call('HGET', KEYS[2 + i], ARGV[5 + i]) then return {-2} end
 end
-local tasks_from = 6 + checks  -- the first task's group
+local confirms = tonumber(ARGV[6 + checks])
+for i = 7 + checks, 6 + checks + confirms do
+  confirm_flight(tag .. ':flight', ARGV[i], token)
+end
+local tasks_from = 7 + checks + confirms  -- the first task's group
 local o = redis.call('HMGET', KEYS[2], 'poller', 'inflight', 'writes')
 local inflight = o[2] or ''
 local at = string.find(' ' .. inflight, ' ' .. token .. ':', 1, true)

@@ -10,7 +10,8 @@
 -- Returns {task_id, dead streak, ...} of the tasks it paused.
 --
 -- A mark is removed only by the fire it names (a fire cancel_other replaced, or one run
--- twice, ends nothing). A woken task gets score now if it is scheduled (ZADD XX LT: a
+-- twice, ends nothing). The end of a fire of a task deleted meanwhile writes nothing (a
+-- task created again under the id starts with no streak, no mark). A woken task gets score now if it is scheduled (ZADD XX LT: a
 -- paused or deleted task is not put back), so its poller claims it and enqueues the
 -- waiting fire (overlap.lua). A pause is an API-like write: new version, counted write.
 local tag = ARGV[1]
@@ -20,7 +21,9 @@ for i = 2, #ARGV, 6 do
   local id, b, ended, due, limit = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3],
     tonumber(ARGV[i + 4])
   local f = get_flight(KEYS[2], id)
-  if ended ~= 5 or f.inflight == due then
+  if not redis.call('HGET', tag .. ':state:' .. b, id) then
+    redis.call('HDEL', KEYS[2], id)  -- a deleted task: nothing of it is kept
+  elseif ended ~= 5 or f.inflight == due then
     if f.inflight == due then
       f.inflight, f.replaced = '', ''
       if #f.waiting > 0 then

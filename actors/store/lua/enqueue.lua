@@ -8,7 +8,8 @@
 --          go now ('' = none; space-separated)
 -- ARGV[8]  '1': compact messages (task_id, payload, attempt, due_ms), '' = the full form
 -- ARGV[9..] groups of 6: task_id, due_ms, payload (JSON), attempt,
---           prior claim ('' = none: the task held no earlier claim), policy code ('' =
+--           prior claims ('' = none: the task held no earlier claim; several are space
+--           separated), policy code ('' =
 --           none: actors/store/flights.py; written as the message's field o)
 -- Returns one flag per fire: 1 appended, 0 dropped as a duplicate.
 --
@@ -39,14 +40,16 @@ if window > 0 then
     return out
   end
 end
-local appended_by = {}  -- prior claim -> {fire = true} of what it appended
-local function known(prior)
+local appended_by = {}  -- prior claims -> {fire = true} of what they appended
+local function known(prior)  -- prior: one or more claim tokens, space separated
   local set = appended_by[prior]
   if not set then
     set = {}
-    for _, v in ipairs(redis.call('HVALS', ARGV[3] .. prior)) do
-      local bar = string.find(v, '|', 1, true)
-      for fire in string.gmatch(string.sub(v, bar + 1), '[^\n]+') do set[fire] = true end
+    for claim in string.gmatch(prior, '%S+') do
+      for _, v in ipairs(redis.call('HVALS', ARGV[3] .. claim)) do
+        local bar = string.find(v, '|', 1, true)
+        for fire in string.gmatch(string.sub(v, bar + 1), '[^\n]+') do set[fire] = true end
+      end
     end
     appended_by[prior] = set
   end

@@ -1,12 +1,15 @@
 -- flight.lua: prepended to the scripts that read or write a task's flight record
--- (overlap.lua, end_flights.lua). A record, in the partition's flight hash under the task
--- id, is six fields separated by '|': the due time in flight ('' = none); the same again
--- once a cancel_other fire asked for it to be cancelled ('' = not asked); the dead
--- streak ('' = 0); the waiting due times (comma separated, grid order); the token of the
--- claim that put the fire in flight (a claim never committed did not enqueue it for
--- sure); and the latest grid time a poller's claim decided ('' = none): a claim repeated
--- after its poller died plans grid times up to it again, and they are not decided twice
--- (one that ran, or was skipped, stays so). A task with none of these has no record.
+-- (overlap.lua, end_flights.lua, commit_fires.lua, confirm_flights.lua). A record, in the
+-- partition's flight hash under the task id, is six fields separated by '|': the due time
+-- in flight ('' = none); the same again once a cancel_other fire asked for it to be
+-- cancelled ('' = not asked); the dead streak ('' = 0); the waiting due times (comma
+-- separated, in order; 'm' marks one an operator's trigger or backfill held back); the
+-- token of the claim or call that put the fire in flight, until its append is confirmed
+-- ('' once confirmed: a commit, or the operator's call once its append went through; one
+-- left over is a call that died, maybe before its append); and the latest grid time a
+-- poller's claim decided ('' = none): a claim repeated after its poller died plans grid
+-- times up to it again, and they are not decided twice (one that ran, or was skipped,
+-- stays so). A task with none of these has no record.
 local function get_flight(key, id)
   local raw = redis.call('HGET', key, id) or '|||||'
   local inflight, replaced, streak, waiting, by, final =
@@ -35,4 +38,13 @@ local function note_not_run(key, id, count, reason, due, blocking)
   local total = count + (old and tonumber(string.match(old, '^(%d+)')) or 0)
   redis.call('HSET', key, id, string.format('%d', total) .. ' ' .. reason .. ' ' .. due .. ' ' ..
     (blocking ~= '' and blocking or '-'))
+end
+
+-- The append of the fire this token put in flight went through: its decision stands.
+local function confirm_flight(key, id, token)
+  local f = get_flight(key, id)
+  if f.by == token and f.by ~= '' then
+    f.by = ''
+    put_flight(key, id, f)
+  end
 end

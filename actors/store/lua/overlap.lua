@@ -2,17 +2,18 @@
 -- the fires not run (overlap, expired). One call per partition per tick, only for the
 -- claimed tasks that have a policy or an expired fire; atomic with the in-flight marks.
 -- KEYS[1]  the partition's flight hash ({ns:P}:flight)   KEYS[2]  its not-run hash
--- ARGV[1]  most fires a buffer_all task keeps waiting   ARGV[2]  this claim's token
--- ARGV[3]  tokens of the partition's claims never committed (space separated: a poller
---          that died between this step and its commit)
--- ARGV[4]  '1': a poller's claim of grid times ('' = an operator's trigger or backfill)
--- ARGV[5..] per task: task_id, policy (A allow_all, S skip, 1 buffer_one, B buffer_all,
---           C cancel_other), '1' if the plan ends the task's grid ('' otherwise), n, m,
---           then n planned due times (grid order), then m expired due times (later than
---           the catch-up window: not run, only noted)
--- Returns per task: {task_id, due times to enqueue (comma separated; one an earlier claim
--- put in flight is prefixed 'r': if the enqueue finds it appended already, that copy is
--- the one in flight), due times of fires to cancel (comma separated), skipped due times
+-- ARGV[1]  most fires a buffer_all task keeps waiting   ARGV[2]  this claim's (or call's)
+--          token: the fires it puts in flight are unconfirmed until its commit
+--          (commit_fires.lua) or, for an operator's call, confirm_flights.lua
+-- ARGV[3]  '1': a poller's claim of grid times ('' = an operator's trigger or backfill)
+-- ARGV[4..] per task: task_id, policy (A allow_all: expired times noted only, S skip,
+--           1 buffer_one, B buffer_all, C cancel_other), '1' if the plan ends the task's
+--           grid ('' otherwise), n, m, then n planned due times (in order), then m expired
+--           due times (later than the catch-up window: not run, only noted)
+-- Returns per task: {task_id, due times to enqueue (comma separated; prefixed 'r' when an
+-- earlier decision put it in flight and was never confirmed: if the enqueue finds it
+-- appended already, that copy is the one in flight; then 'm' when an operator's call
+-- held it back), due times of fires to cancel (comma separated), skipped due times
 -- (comma separated), the due time in flight they waited on ('' = none), the last grid
 -- time if the grid ended with fires still waiting ('' = none: the poller keeps the task
 -- scheduled until they start), how many planned due times were decided before}.
@@ -20,18 +21,18 @@
 -- The fire in flight is a task's fire from its enqueue until it is acknowledged,
 -- dead-lettered or its retries end (end_flights.lua). skip: a due time that comes while
 -- one is in flight is not run; buffer_one: one waits, later ones are not run;
--- buffer_all: all wait (up to ARGV[1]), in grid order; cancel_other: the one in flight is
--- asked to cancel (cancel_fires.lua) and the newest due time waits for it to end.
--- Repeats are safe: the same claim sent again after a lost reply, or the next claim after
--- a poller died before its commit, finds the fire it put in flight and enqueues it again
--- (the enqueue markers drop the copy); a grid time decided before (in flight, waiting,
--- skipped, or run and ended) is not decided again.
+-- buffer_all: all wait (up to ARGV[1]), in order; cancel_other: the one in flight is asked
+-- to cancel (cancel_fires.lua; asked again at every decision until it ends) and the
+-- newest due time waits for it to end.
+-- Repeats are safe: the same claim sent again after a lost reply, or any decision after
+-- a poller or API call died before its append was confirmed, enqueues the fire in flight
+-- again (the enqueue markers drop a copy where the dying claim had appended one; past the
+-- dedupe window it may run twice, as at-least-once allows, never not at all); a grid time
+-- decided before (in flight, waiting, skipped, or run and ended) is not decided again.
 local cap, token = tonumber(ARGV[1]), ARGV[2]
-local dead = {}
-for t in string.gmatch(ARGV[3], '%S+') do dead[t] = true end
-local grid = ARGV[4] == '1'
+local grid = ARGV[3] == '1'
 local out = {}
-local i = 5
+local i = 4
 while i <= #ARGV do
   local id, policy, ends = ARGV[i], ARGV[i + 1], ARGV[i + 2] == '1'
   local n, m = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
@@ -40,46 +41,55 @@ while i <= #ARGV do
   local run, skipped, cancel, blocking, park, before = {}, {}, {}, '', '', 0
   if policy ~= 'A' then
     local f = get_flight(KEYS[1], id)
-    local function start(d)
-      f.inflight, f.replaced, f.by = d, '', token
-      run[#run + 1] = d
+    local held = grid and '' or 'm'  -- how an operator's waiting fire is marked
+    local function start(w)
+      local manual = string.sub(w, 1, 1) == 'm'
+      f.inflight, f.replaced, f.by = manual and string.sub(w, 2) or w, '', token
+      run[#run + 1] = w
     end
-    if f.inflight ~= '' and (f.by == token or dead[f.by]) then  -- maybe never enqueued
+    if f.inflight ~= '' and f.by ~= '' then  -- maybe never appended: append it again
       run[#run + 1] = 'r' .. f.inflight
-      if f.replaced ~= '' then cancel[#cancel + 1] = f.replaced end
       f.by = token
     elseif f.inflight == '' and #f.waiting > 0 then  -- a waiting fire starts first
       start(table.remove(f.waiting, 1))
     end
+    if f.replaced ~= '' then cancel[#cancel + 1] = f.replaced end  -- until it has ended
     local waiting = {}
-    for _, w in ipairs(f.waiting) do waiting[w] = true end
+    for _, w in ipairs(f.waiting) do waiting[(string.gsub(w, '^m', ''))] = true end
     for j = first, first + n - 1 do
       local d = ARGV[j]
       if d == f.inflight or waiting[d] or (grid and f.hw and tonumber(d) <= f.hw) then
         before = before + 1  -- decided before
       elseif f.inflight == '' then
-        start(d)
+        start(held .. d)
       elseif policy == 'C' then
-        if run[#run] == f.inflight then  -- put in flight by this call: never enqueued
-          run[#run] = nil
+        local last = run[#run]
+        if last == f.inflight or last == 'm' .. f.inflight then  -- put in flight now
+          run[#run] = nil  -- never appended: replaced at once, never runs
           skipped[#skipped + 1], blocking = f.inflight, d
-          f.inflight, f.by = d, token
-          run[#run + 1] = d
+          start(held .. d)
         else  -- cancelled wherever it is; the newest due time waits for it to end
           if f.replaced ~= f.inflight then
             cancel[#cancel + 1], f.replaced = f.inflight, f.inflight
           end
-          for _, w in ipairs(f.waiting) do skipped[#skipped + 1], waiting[w] = w, nil end
-          f.waiting, waiting[d], blocking = {d}, true, f.inflight
+          for _, w in ipairs(f.waiting) do
+            local due = string.gsub(w, '^m', '')
+            skipped[#skipped + 1], waiting[due] = due, nil
+          end
+          f.waiting, waiting[d], blocking = {held .. d}, true, f.inflight
         end
       elseif (policy == '1' and #f.waiting == 0) or (policy == 'B' and #f.waiting < cap) then
-        f.waiting[#f.waiting + 1], waiting[d] = d, true
+        f.waiting[#f.waiting + 1], waiting[d] = held .. d, true
       else
         skipped[#skipped + 1], blocking = d, f.inflight
       end
     end
-    if grid and n > 0 then f.hw = math.max(f.hw or 0, tonumber(ARGV[first + n - 1])) end
-    if ends and #f.waiting > 0 then park = string.format('%d', f.hw or 0) end
+    if grid and n + m > 0 then  -- the latest grid time decided: expired ones count too
+      local last = math.max(n > 0 and tonumber(ARGV[first + n - 1]) or 0,
+                            m > 0 and tonumber(ARGV[first + n + m - 1]) or 0)
+      f.hw = math.max(f.hw or 0, last)
+    end
+    if ends and #f.waiting > 0 and f.hw then park = string.format('%d', f.hw) end
     put_flight(KEYS[1], id, f)
   end
   if #skipped > 0 then note_not_run(KEYS[2], id, #skipped, 'overlap', skipped[#skipped], blocking) end

@@ -1,0 +1,93 @@
+"""The scripts of fires in flight called directly against a real Redis: the edge cases a
+poller or an operator's call dying half-way leaves behind."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.store.flights import ENDED_DEAD, ENDED_OK, FlightEnd, Planned
+from actors.store.keys import Keys
+from actors.store.replies import Fire
+from actors.store.scripts import Scripts
+from runtime.redis_io import RedisClient
+
+
+@pytest.fixture
+def scripts(redis_client: RedisClient, namespace: str) -> Scripts:
+    return Scripts(redis_client, Keys(namespace, 1))
+
+
+async def _exists(scripts: Scripts, task_id: str) -> None:
+    """A state record: the task exists."""
+    keys = scripts.keys
+    await scripts.client.execute("HSET", keys.states(0, keys.bucket_of(task_id)), task_id, b"\0")
+
+
+async def _record(scripts: Scripts, task_id: str) -> list[str]:
+    raw = await scripts.client.execute("HGET", scripts.keys.flights(0), task_id)
+    return [] if raw is None else raw.decode().split("|")
+
+
+async def test_a_fire_never_confirmed_is_appended_again_by_the_next_decision(
+    scripts: Scripts,
+) -> None:
+    """A poller put a fire in flight and died before its append (its claim long
+    forgotten): the next claim appends it again instead of skipping behind it forever."""
+    await _exists(scripts, "t")
+    first = await scripts.decide_overlaps("dead-claim", {0: [Planned("t", "S", [1000])]})
+    assert first["t"].run == [(1000, True)]
+    later = await scripts.decide_overlaps("next-claim", {0: [Planned("t", "S", [2000])]})
+    assert later["t"].run == [(1000, False)]  # again: the enqueue markers drop a copy
+    assert later["t"].skipped == [2000] and later["t"].blocking == 1000
+    await scripts.confirm_flights("next-claim", ["t"])
+    confirmed = await scripts.decide_overlaps("third", {0: [Planned("t", "S", [3000])]})
+    assert confirmed["t"].run == [] and confirmed["t"].skipped == [3000]
+
+
+async def test_a_fire_held_back_by_an_operator_runs_with_the_letter_alone(
+    scripts: Scripts,
+) -> None:
+    """A backfill's fire waiting behind the one in flight starts later without the task's
+    catch-up window (an operator's fire is never too late)."""
+    await _exists(scripts, "t")
+    await scripts.decide_overlaps("c1", {0: [Planned("t", "B", [1000])]})
+    await scripts.confirm_flights("c1", ["t"])
+    held = await scripts.decide_overlaps("op", {0: [Planned("t", "B", [10, 20])]}, grid=False)
+    assert held["t"].run == [] and held["t"].skipped == []
+    await scripts.end_flights([FlightEnd("t", ENDED_OK, 1000)])
+    woken = await scripts.decide_overlaps("c2", {0: [Planned("t", "B", [])]})
+    assert woken["t"].run == [(10, True)] and woken["t"].manual == {10}
+
+
+async def test_a_cancel_is_asked_again_until_the_replaced_fire_ends(scripts: Scripts) -> None:
+    await _exists(scripts, "t")
+    await scripts.decide_overlaps("c1", {0: [Planned("t", "C", [1000])]})
+    await scripts.confirm_flights("c1", ["t"])
+    replaced = await scripts.decide_overlaps("c2", {0: [Planned("t", "C", [2000])]})
+    assert replaced["t"].cancel == [1000] and replaced["t"].run == []
+    # c2's poller died before it sent the cancel: the next decision asks again.
+    again = await scripts.decide_overlaps("c3", {0: [Planned("t", "C", [3000])]})
+    assert again["t"].cancel == [1000] and again["t"].skipped == [2000]
+    await scripts.end_flights([FlightEnd("t", 3, 1000)])  # cancelled: the newest starts
+    started = await scripts.decide_overlaps("c4", {0: [Planned("t", "C", [])]})
+    assert started["t"].run == [(3000, True)] and started["t"].cancel == []
+
+
+async def test_the_end_of_a_deleted_tasks_fire_keeps_nothing(scripts: Scripts) -> None:
+    """No streak, no mark: a task created again under the id starts clean."""
+    await scripts.decide_overlaps("c1", {0: [Planned("gone", "S", [1000])]})
+    await scripts.end_flights([FlightEnd("gone", ENDED_DEAD, 1000, pause_after=5)])
+    assert await _record(scripts, "gone") == []
+
+
+async def test_an_enqueue_drops_a_fire_any_of_its_prior_claims_appended(
+    scripts: Scripts,
+) -> None:
+    """Two claims never committed before this one: a fire the second appended is found."""
+    await scripts.client.execute("XGROUP", "CREATE", scripts.keys.queue("w"), "metronome", "0",
+                                 "MKSTREAM")  # fmt: skip
+    fire = Fire("t", "w", "{}", 1000)
+    assert await scripts.enqueue([fire], 1000, 60_000, "claim-2") == [True]
+    again = Fire("t", "w", "{}", 1000, prior="claim-1 claim-2")
+    assert await scripts.enqueue([again], 1000, 60_000, "claim-3") == [False]
+    assert await scripts.client.execute("XLEN", scripts.keys.queue("w")) == 1
