@@ -305,7 +305,9 @@ class Poller:
                 plan = _plan(task, claim.now_ms)
                 plans[claim.partition].append((task, plan))
                 planned.append((claim.partition, task, plan))
-                if plan.missed:
+                # Grid times past the end of a grid (max_runs) are not missed fires: a task
+                # kept scheduled for fires waiting behind its last one plans none.
+                if plan.missed and (plan.fires or plan.next_ms is not None):
                     misfired.append(("misfired", _misfired(task, plan)))
         # One info line per fire is written when it ends (the consumer's, with every
         # lifecycle time); the claim's own line is a debug line.
