@@ -339,3 +339,18 @@ async def test_a_policy_that_holds_fires_back_needs_one_on_the_task(setup: Setup
             await store.trigger(task.task_id, overlap)
     _, queued = await store.trigger(task.task_id, "skip")
     assert queued
+
+
+async def test_a_schedule_replaced_with_allow_all_drops_the_fires_waiting(setup: Setup) -> None:
+    """No claim starts a waiting fire of a task of no policy: they go with the change."""
+    store = setup.store
+    schedule = Schedule("interval", every_s=3600, overlap="buffer_all")
+    (task,) = await store.create_many([TaskSpec("work", schedule)])
+    keys = await store.keys()
+    flights = keys.flights(keys.partition_of(task.task_id))
+    await store.trigger(task.task_id, "buffer_all")
+    await trio.sleep(0.01)  # a later millisecond: another fire, which waits
+    await store.trigger(task.task_id, "buffer_all")
+    assert (await explain(store, task.task_id))["flight"]["waiting_count"] == 1
+    await store.update(task.task_id, schedule=Schedule("interval", every_s=3600))
+    assert await store.client.execute("HGET", flights, task.task_id) is None

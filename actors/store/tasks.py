@@ -392,6 +392,11 @@ class TaskStore:
             task_id, payload_json, sched, next_ms, score
         )
         raise_for_code(code, task_id)
+        if schedule is not None and schedule.overlap == "allow_all":
+            # Nothing waits behind a fire of a task of no policy (no claim would start it):
+            # fires held back under its former policy are dropped with its flight record.
+            keys = await self.keys()
+            await self.client.execute("HDEL", keys.flights(keys.partition_of(task_id)), task_id)
         changed = [f for f, new in (("payload", payload_json), ("schedule", sched)) if new]
         emit_events(STORE_ACTOR, [("updated", {"task_id": task_id, "fields": changed})])
         return status
