@@ -81,7 +81,7 @@ def flight_facts(raw: bytes | None) -> dict[str, Any] | None:
     fields = raw.decode(errors="replace").split("|")
     if len(fields) < 4 or not all(f.isdigit() or not f for f in fields[:3]):
         return {"unreadable": shown(raw)}
-    waiting = [int(w) for w in fields[3].split(",") if w.isdigit()]
+    waiting = [int(w.lstrip("m")) for w in fields[3].split(",") if w.lstrip("m").isdigit()]
     streak = int(fields[2]) if fields[2] else 0
     if not fields[0] and not waiting and not streak:
         return None
