@@ -63,7 +63,7 @@ class Client:
         self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None
     ) -> Any:
         """Send one signed request; the decoded JSON answer, or ApiError/ApiUnavailable."""
-        query = urlencode({k: v for k, v in (params or {}).items() if v is not None})
+        query = urlencode({k: v for k, v in (params or {}).items() if v is not None}, doseq=True)
         target = path + (f"?{query}" if query else "")
         data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = sign(self.key, method, target, data, int(time.time() * 1000))
@@ -98,14 +98,18 @@ class Client:
         schedule: dict[str, Any],
         payload: Any = None,
         task_id: str | None = None,
+        labels: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"type": task_type, "schedule": schedule, "payload": payload}
         if task_id is not None:
             body["task_id"] = task_id
+        if labels:
+            body["labels"] = labels
         return self._object("POST", "/v1/tasks", body=body)
 
     def create_tasks(self, tasks: list[dict[str, Any]]) -> dict[str, Any]:
-        """Bulk create: each item like ``create_task``'s body (type, schedule, payload, task_id)."""
+        """Bulk create: each item like ``create_task``'s body (type, schedule, payload,
+        task_id, labels)."""
         return self._object("POST", "/v1/tasks/bulk", body={"tasks": tasks})
 
     def get_task(self, task_id: str) -> dict[str, Any]:
@@ -117,24 +121,39 @@ class Client:
         status: str | None = None,
         cursor: str | None = None,
         limit: int | None = None,
+        *,
+        labels: dict[str, str] | None = None,
+        next_before: int | None = None,
+        last_status: str | None = None,
     ) -> dict[str, Any]:
-        params = {"type": task_type, "status": status, "cursor": cursor, "limit": limit}
+        """A page of tasks; ``labels``: every pair must match; ``next_before``: Unix ms
+        (next fire at or before); ``last_status``: ok, retry or dead."""
+        params = {
+            "type": task_type,
+            "status": status,
+            "label": [f"{k}={v}" for k, v in (labels or {}).items()] or None,
+            "next_before": next_before,
+            "last_status": last_status,
+            "cursor": cursor,
+            "limit": limit,
+        }
         return self._object("GET", "/v1/tasks", params=params)
 
     def iter_tasks(
-        self, task_type: str | None = None, status: str | None = None
+        self, task_type: str | None = None, status: str | None = None, **filters: Any
     ) -> Iterator[dict[str, Any]]:
-        """Every task matching, following the cursor page by page."""
+        """Every task matching, following the cursor page by page (``filters``: those of
+        ``list_tasks``)."""
         cursor = None
         while True:
-            page = self.list_tasks(task_type, status, cursor, 1000)
+            page = self.list_tasks(task_type, status, cursor, 1000, **filters)
             yield from page["tasks"]
             cursor = page["next_cursor"]
             if cursor is None:
                 return
 
     def update_task(self, task_id: str, **changes: Any) -> dict[str, Any]:
-        """``payload=...`` and/or ``schedule={...}``."""
+        """``payload=...``, ``schedule={...}`` and/or ``labels={...}`` (the whole set)."""
         return self._object("PATCH", f"/v1/tasks/{_seg(task_id)}", body=changes)
 
     def _action(self, task_id: str, action: str, body: Any = None) -> dict[str, Any]:

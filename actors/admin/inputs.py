@@ -10,6 +10,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from actors.domain.errors import InvalidTask
+from actors.domain.labels import parse_label_filters
 from actors.domain.schedules import Misfire, Overlap
 from runtime.config import check_name
 
@@ -27,6 +29,20 @@ def checked_name(what: str, value: str, max_len: int = 64) -> str:
     try:
         return check_name(what, value, max_len)
     except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
+def add_label_flag(parser: argparse.ArgumentParser, text: str) -> None:
+    parser.add_argument(
+        "--label", action="append", default=[], metavar="KEY=VALUE", dest="labels", help=text
+    )
+
+
+def labels_from(values: list[str]) -> dict[str, str]:
+    """``--label k=v`` flags as labels, or InvalidArgument saying why."""
+    try:
+        return parse_label_filters(values, "--label")
+    except InvalidTask as exc:
         raise InvalidArgument(str(exc)) from None
 
 
