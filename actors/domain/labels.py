@@ -55,12 +55,14 @@ def check_labels(data: Any, field: str = "labels") -> dict[str, str]:
     if len(data) > MAX_LABELS:
         problems.append(f"{field}: at most {MAX_LABELS} labels, got {len(data)}")
     for key, value in data.items():
-        where = f"{field}.{key}" if isinstance(key, str) else field
+        # A bad key is named in the message, not in the field (it may hold anything).
         problem = label_key_problem(key)
-        if problem is None:
-            problem = label_value_problem(value)
         if problem is not None:
-            problems.append(f"{where}: {problem}")
+            problems.append(f"{field}: {problem}")
+            continue
+        problem = label_value_problem(value)
+        if problem is not None:
+            problems.append(f"{field}.{key}: {problem}")
     if problems:
         raise InvalidTask("; ".join(problems))
     return dict(data)
