@@ -38,11 +38,12 @@ from actors.admin.inputs import (
     InvalidArgument,
     UsageError,
     add_label_flag,
+    add_list_filter_flags,
     add_schedule_flags,
     checked_name,
     labels_from,
+    list_filters,
     modifiers_only,
-    parse_time,
     payload_from,
     read_text,
     schedule_from,
@@ -53,7 +54,6 @@ from actors.admin.tables import partition_rows, queue_rows, show_task, table, ta
 from actors.domain.model import MAX_TASK_ID, STATUSES
 from actors.domain.schedules import Overlap
 from actors.store.keys import DEFAULT_BUCKETS, MAX_BUCKETS
-from actors.store.records import OUTCOME_NAMES
 
 EXIT_OK, EXIT_OTHER, EXIT_USAGE = 0, 1, 2
 EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_INVALID, EXIT_AUTH, EXIT_UNAVAILABLE = 3, 4, 5, 6, 7
@@ -111,12 +111,7 @@ def cmd_tasks_get(api: Client, args: argparse.Namespace) -> Result:
 
 
 def cmd_tasks_ls(api: Client, args: argparse.Namespace) -> Result:
-    before = args.next_before
-    filters: dict[str, Any] = {
-        "labels": labels_from(args.labels),
-        "next_before": None if before is None else parse_time(before, "--next-before"),
-        "last_status": args.last_status,
-    }
+    filters = list_filters(args)
     if args.all:
         tasks = list(api.iter_tasks(args.type, args.status, **filters))
         return {"tasks": tasks, "next_cursor": None}, task_rows(tasks)
@@ -374,11 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls = tasks.add_parser("ls", help="list tasks")
     ls.add_argument("--type", help="only tasks of this type")
     ls.add_argument("--status", choices=STATUSES, help="only tasks in this status")
-    add_label_flag(ls, "only tasks with this label (repeatable: every one must match)")
-    ls.add_argument("--next-before", metavar="TIME",
-                    help="only tasks next due at or before (ISO 8601 or Unix ms)")  # fmt: skip
-    ls.add_argument("--last-status", choices=OUTCOME_NAMES,
-                    help="only tasks whose last run ended so")  # fmt: skip
+    add_list_filter_flags(ls)
     ls.add_argument("--limit", type=int, default=100, help="tasks per page (1-1000)")
     ls.add_argument("--cursor", help="page cursor from the previous listing")
     ls.add_argument("--all", action="store_true", help="follow the cursor to the end")

@@ -13,6 +13,7 @@ from typing import Any
 from actors.domain.errors import InvalidTask
 from actors.domain.labels import parse_label_filters
 from actors.domain.schedules import Misfire, Overlap
+from actors.store.records import OUTCOME_NAMES
 from runtime.config import check_name
 
 
@@ -44,6 +45,25 @@ def labels_from(values: list[str]) -> dict[str, str]:
         return parse_label_filters(values, "--label")
     except InvalidTask as exc:
         raise InvalidArgument(str(exc)) from None
+
+
+def add_list_filter_flags(parser: argparse.ArgumentParser) -> None:
+    """``tasks ls``'s filters beyond type and status (``list_filters`` reads them)."""
+    add_label_flag(parser, "only tasks with this label (repeatable: every one must match)")
+    parser.add_argument("--next-before", metavar="TIME",
+                        help="only tasks next due at or before (ISO 8601 or Unix ms)")  # fmt: skip
+    parser.add_argument("--last-status", choices=OUTCOME_NAMES,
+                        help="only tasks whose last run ended so")  # fmt: skip
+
+
+def list_filters(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``Client.list_tasks`` filters of ``add_list_filter_flags``'s flags."""
+    before = args.next_before
+    return {
+        "labels": labels_from(args.labels),
+        "next_before": None if before is None else parse_time(before, "--next-before"),
+        "last_status": args.last_status,
+    }
 
 
 def read_text(path: str, flag: str) -> str:

@@ -126,7 +126,10 @@ async def list_page(
 ) -> tuple[list[Task], str | None]:
     """A page of the tasks ``wanted`` keeps, from ``cursor`` on (``TaskStore.list_tasks``)."""
     keys = await store.keys()
-    types = [wanted.task_type] if wanted.task_type else await store.types()
+    if wanted.task_type or wanted.labels:
+        types = [wanted.task_type] if wanted.task_type else []
+    else:
+        types = await store.types()
     indexes = _indexes(keys, wanted, types)
     position = ListCursor.parse(cursor, len(indexes), keys.partitions, keys.buckets)
     tasks: list[Task] = []
