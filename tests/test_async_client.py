@@ -200,6 +200,7 @@ SAMPLES: dict[Any, Any] = {
     bool: True,
     Any: None,
     dict[str, Any]: {},
+    dict[str, str]: {"k": "v"},
     list[str]: ["x"],
     list[dict[str, Any]]: [],
 }
@@ -221,7 +222,7 @@ def calls_of(name: str) -> list[Call]:
     params = [
         p
         for p in inspect.signature(method).parameters.values()
-        if p.kind is p.POSITIONAL_OR_KEYWORD
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
     ]
     required = {p.name: sample(hints[p.name]) for p in params if p.default is p.empty}
     every = {p.name: sample(hints[p.name]) for p in params}

@@ -116,6 +116,39 @@ def test_task_lifecycle_with_tables_and_json(api: ApiNode) -> None:
     assert missing.returncode == 3 and "not found" in missing.stderr
 
 
+def test_labels_on_add_update_get_and_ls(api: ApiNode) -> None:
+    base = f"cli-l{time.monotonic_ns()}"
+    add = ["tasks", "add", "--type", "work", "--every", "3600", "--start", "4102444800000"]
+    for i in range(6):
+        tenant = "acme" if i % 2 else "umbrella"
+        done = run(api, *add, "--id", f"{base}-{i}", "--label", f"tenant={tenant}",
+                   "--label", f"run={base}")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    shown = ok_json(api, "tasks", "get", f"{base}-1")
+    assert shown["labels"] == {"tenant": "acme", "run": base}
+    assert "tenant=acme" in run(api, "tasks", "get", f"{base}-1").stdout
+    listed = ok_json(
+        api, "tasks", "ls", "--all", "--label", f"run={base}", "--label", "tenant=acme"
+    )
+    assert sorted(t["task_id"] for t in listed["tasks"]) == [f"{base}-{i}" for i in (1, 3, 5)]
+    paged = ok_json(api, "tasks", "ls", "--label", f"run={base}", "--limit", "1")
+    assert len(paged["tasks"]) <= 2
+    soon = ok_json(api, "tasks", "ls", "--all", "--label", f"run={base}",
+                   "--next-before", "2099-01-01T00:00:00Z")  # fmt: skip
+    assert soon["tasks"] == []
+    dead = ok_json(api, "tasks", "ls", "--all", "--label", f"run={base}", "--last-status", "dead")
+    assert dead["tasks"] == []
+
+    ok_json(api, "tasks", "update", f"{base}-1", "--label", "tenant=initech")
+    assert ok_json(api, "tasks", "get", f"{base}-1")["labels"] == {"tenant": "initech"}
+    ok_json(api, "tasks", "update", f"{base}-1", "--no-labels")
+    assert ok_json(api, "tasks", "get", f"{base}-1")["labels"] == {}
+    bad = run(api, *add, "--label", "tenant")
+    assert bad.returncode == 5 and "--label" in bad.stderr
+    refused = run(api, *add, "--label", "a=b:c")
+    assert refused.returncode == 5 and "--label" in refused.stderr
+
+
 def test_pause_and_resume_with_a_note_that_get_shows(api: ApiNode) -> None:
     task_id = f"cli-{time.monotonic_ns()}"
     run(api, "tasks", "add", "--type", "work", "--cron", "0 0 1 1 *", "--id", task_id)

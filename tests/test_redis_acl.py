@@ -61,7 +61,9 @@ def test_a_node_needs_nothing_beyond_the_shipped_acl(
         client.create_task("work", {"kind": "interval", "every_s": 1}, None, "w")
         client.create_task("doomed", {"kind": "once", "at_ms": now_ms}, None, "d")
         client.create_task("flaky", {"kind": "once", "at_ms": now_ms}, {"succeed_on": 2}, "f")
-        client.create_task("nobody", {"kind": "cron", "cron": "0 0 1 1 *"}, None, "n")
+        client.create_task(
+            "nobody", {"kind": "cron", "cron": "0 0 1 1 *"}, None, "n", labels={"team": "ops"}
+        )
         wait_until(lambda: client.get_task("w")["runs"] >= 2, 60)
         wait_until(lambda: client.get_task("f")["last_status"] == "ok", 60)
         (dead,) = wait_until(lambda: client.dead_letters("doomed")["dead_letters"], 60)
@@ -76,6 +78,8 @@ def test_a_node_needs_nothing_beyond_the_shipped_acl(
         client.pause("w")
         client.resume("w")
         client.list_tasks()
+        assert [t["task_id"] for t in client.list_tasks(labels={"team": "ops"})["tasks"]] == ["n"]
+        client.update_task("n", labels={"team": "dev"})
         assert len(client.partitions()["partitions"]) == 16
         client.purge("doomed", None)
         client.delete_task("f")

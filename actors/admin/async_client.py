@@ -72,12 +72,13 @@ class AsyncClient(Endpoints[Awaitable[dict[str, Any]]]):
         return cast(dict[str, Any], answer)
 
     async def iter_tasks(
-        self, task_type: str | None = None, status: str | None = None
+        self, task_type: str | None = None, status: str | None = None, **filters: Any
     ) -> AsyncIterator[dict[str, Any]]:
-        """Every task matching, following the cursor page by page."""
+        """Every task matching, following the cursor page by page (``filters``: those of
+        ``list_tasks``)."""
         cursor = None
         while True:
-            page = await self.list_tasks(task_type, status, cursor, PAGE)
+            page = await self.list_tasks(task_type, status, cursor, PAGE, **filters)
             for task in page["tasks"]:
                 yield task
             cursor = page["next_cursor"]

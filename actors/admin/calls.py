@@ -73,7 +73,7 @@ def prepare(
 ) -> Prepared:
     """Sign one request, now: the server checks the canonical string of exactly this
     target (path and query as sent) and these body bytes."""
-    query = urlencode({k: v for k, v in (params or {}).items() if v is not None})
+    query = urlencode({k: v for k, v in (params or {}).items() if v is not None}, doseq=True)
     target = path + (f"?{query}" if query else "")
     data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
     headers = sign(key, method, target, data, int(time.time() * 1000))
@@ -119,16 +119,20 @@ class Endpoints(ABC, Generic[R]):
         schedule: dict[str, Any],
         payload: Any = None,
         task_id: str | None = None,
+        labels: dict[str, str] | None = None,
     ) -> R:
         """Idempotent with a ``task_id`` of the caller's (the same definition again is not
         created twice; another one is a 409)."""
         body: dict[str, Any] = {"type": task_type, "schedule": schedule, "payload": payload}
         if task_id is not None:
             body["task_id"] = task_id
+        if labels:
+            body["labels"] = labels
         return self._send(Call("POST", "/v1/tasks", body=body))
 
     def create_tasks(self, tasks: list[dict[str, Any]]) -> R:
-        """Bulk create: each item like ``create_task``'s body (type, schedule, payload, task_id)."""
+        """Bulk create: each item like ``create_task``'s body (type, schedule, payload,
+        task_id, labels)."""
         return self._send(Call("POST", "/v1/tasks/bulk", body={"tasks": tasks}))
 
     def get_task(self, task_id: str) -> R:
@@ -140,13 +144,27 @@ class Endpoints(ABC, Generic[R]):
         status: str | None = None,
         cursor: str | None = None,
         limit: int | None = None,
+        *,
+        labels: dict[str, str] | None = None,
+        next_before: int | None = None,
+        last_status: str | None = None,
     ) -> R:
-        """One page; ``next_cursor`` asks for the next (``iter_tasks`` follows them all)."""
-        params = {"type": task_type, "status": status, "cursor": cursor, "limit": limit}
+        """One page; ``next_cursor`` asks for the next (``iter_tasks`` follows them all).
+        ``labels``: every pair must match; ``next_before``: Unix ms (next fire at or
+        before); ``last_status``: ok, retry or dead."""
+        params = {
+            "type": task_type,
+            "status": status,
+            "label": [f"{k}={v}" for k, v in (labels or {}).items()] or None,
+            "next_before": next_before,
+            "last_status": last_status,
+            "cursor": cursor,
+            "limit": limit,
+        }
         return self._send(Call("GET", "/v1/tasks", params=params))
 
     def update_task(self, task_id: str, **changes: Any) -> R:
-        """``payload=...`` and/or ``schedule={...}``."""
+        """``payload=...``, ``schedule={...}`` and/or ``labels={...}`` (the whole set)."""
         return self._send(Call("PATCH", _task(task_id), body=changes))
 
     def pause(self, task_id: str, note: str | None = None) -> R:

@@ -37,8 +37,12 @@ from actors.admin.client import ApiError, ApiUnavailable, Client
 from actors.admin.inputs import (
     InvalidArgument,
     UsageError,
+    add_label_flag,
+    add_list_filter_flags,
     add_schedule_flags,
     checked_name,
+    labels_from,
+    list_filters,
     modifiers_only,
     payload_from,
     read_text,
@@ -95,7 +99,8 @@ def cmd_tasks_add(api: Client, args: argparse.Namespace) -> Result:
     schedule = schedule_from(args, required=True)
     assert schedule is not None
     task_id = None if args.id is None else checked_name("--id", args.id, MAX_TASK_ID)
-    result = api.create_task(args.type, schedule, payload_from(args.payload), task_id)
+    labels = labels_from(args.labels)
+    result = api.create_task(args.type, schedule, payload_from(args.payload), task_id, labels)
     verb = "created" if result["created"] else "already exists (same definition)"
     return result, f"{result['task_id']} {verb}"
 
@@ -106,10 +111,11 @@ def cmd_tasks_get(api: Client, args: argparse.Namespace) -> Result:
 
 
 def cmd_tasks_ls(api: Client, args: argparse.Namespace) -> Result:
+    filters = list_filters(args)
     if args.all:
-        tasks = list(api.iter_tasks(args.type, args.status))
+        tasks = list(api.iter_tasks(args.type, args.status, **filters))
         return {"tasks": tasks, "next_cursor": None}, task_rows(tasks)
-    page = api.list_tasks(args.type, args.status, args.cursor, args.limit)
+    page = api.list_tasks(args.type, args.status, args.cursor, args.limit, **filters)
     human = task_rows(page["tasks"])
     if page["next_cursor"]:
         human += f"\n(more: --cursor {page['next_cursor']}, or --all)"
@@ -126,8 +132,10 @@ def cmd_tasks_update(api: Client, args: argparse.Namespace) -> Result:
         changes["schedule"] = schedule
     if args.payload is not None:
         changes["payload"] = payload_from(args.payload)
+    if args.labels or args.no_labels:
+        changes["labels"] = labels_from(args.labels)
     if not changes:
-        raise UsageError("tasks update: give --payload and/or a schedule")
+        raise UsageError("tasks update: give --payload, --label and/or a schedule")
     result = api.update_task(args.task_id, **changes)
     return result, f"{result['task_id']} updated ({result['status']})"
 
@@ -335,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--file", help="bulk: a JSON list or JSON lines of tasks ('-' = stdin)")
     add.add_argument("--batch", type=int, default=5000,
                      help="tasks per bulk request (at most the node's [api] max_bulk)")  # fmt: skip
+    add_label_flag(add, "a label to find the task by (repeatable)")
     add_schedule_flags(add)
     add.set_defaults(run=cmd_tasks_add)
     for name, run, text in [
@@ -360,13 +369,16 @@ def build_parser() -> argparse.ArgumentParser:
     ls = tasks.add_parser("ls", help="list tasks")
     ls.add_argument("--type", help="only tasks of this type")
     ls.add_argument("--status", choices=STATUSES, help="only tasks in this status")
+    add_list_filter_flags(ls)
     ls.add_argument("--limit", type=int, default=100, help="tasks per page (1-1000)")
     ls.add_argument("--cursor", help="page cursor from the previous listing")
     ls.add_argument("--all", action="store_true", help="follow the cursor to the end")
     ls.set_defaults(run=cmd_tasks_ls)
-    update = tasks.add_parser("update", help="replace a task's payload and/or schedule")
+    update = tasks.add_parser("update", help="replace a task's payload, schedule and/or labels")
     update.add_argument("task_id", help="the task's id")
     update.add_argument("--payload", help="JSON (@file reads a file)")
+    add_label_flag(update, "the task's labels: these replace all it had (repeatable)")
+    update.add_argument("--no-labels", action="store_true", help="remove all its labels")
     add_schedule_flags(update)
     update.set_defaults(run=cmd_tasks_update)
     clear = tasks.add_parser("clear", help="delete every task of a type")

@@ -75,12 +75,13 @@ class Client(Endpoints[dict[str, Any]]):
         return cast(dict[str, Any], answer)
 
     def iter_tasks(
-        self, task_type: str | None = None, status: str | None = None
+        self, task_type: str | None = None, status: str | None = None, **filters: Any
     ) -> Iterator[dict[str, Any]]:
-        """Every task matching, following the cursor page by page."""
+        """Every task matching, following the cursor page by page (``filters``: those of
+        ``list_tasks``)."""
         cursor = None
         while True:
-            page = self.list_tasks(task_type, status, cursor, PAGE)
+            page = self.list_tasks(task_type, status, cursor, PAGE, **filters)
             yield from page["tasks"]
             cursor = page["next_cursor"]
             if cursor is None:

@@ -10,7 +10,10 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from actors.domain.errors import InvalidTask
+from actors.domain.labels import parse_label_filters
 from actors.domain.schedules import Misfire, Overlap
+from actors.store.records import OUTCOME_NAMES
 from runtime.config import check_name
 
 
@@ -28,6 +31,39 @@ def checked_name(what: str, value: str, max_len: int = 64) -> str:
         return check_name(what, value, max_len)
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from None
+
+
+def add_label_flag(parser: argparse.ArgumentParser, text: str) -> None:
+    parser.add_argument(
+        "--label", action="append", default=[], metavar="KEY=VALUE", dest="labels", help=text
+    )
+
+
+def labels_from(values: list[str]) -> dict[str, str]:
+    """``--label k=v`` flags as labels, or InvalidArgument saying why."""
+    try:
+        return parse_label_filters(values, "--label")
+    except InvalidTask as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
+def add_list_filter_flags(parser: argparse.ArgumentParser) -> None:
+    """``tasks ls``'s filters beyond type and status (``list_filters`` reads them)."""
+    add_label_flag(parser, "only tasks with this label (repeatable: every one must match)")
+    parser.add_argument("--next-before", metavar="TIME",
+                        help="only tasks next due at or before (ISO 8601 or Unix ms)")  # fmt: skip
+    parser.add_argument("--last-status", choices=OUTCOME_NAMES,
+                        help="only tasks whose last run ended so")  # fmt: skip
+
+
+def list_filters(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``Client.list_tasks`` filters of ``add_list_filter_flags``'s flags."""
+    before = args.next_before
+    return {
+        "labels": labels_from(args.labels),
+        "next_before": None if before is None else parse_time(before, "--next-before"),
+        "last_status": args.last_status,
+    }
 
 
 def read_text(path: str, flag: str) -> str:

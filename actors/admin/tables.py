@@ -49,6 +49,8 @@ def show_task(task: dict[str, Any]) -> str:
         ("last error", task["last_error"] or "-"),
         ("payload", json.dumps(task["payload"])),
     ]
+    if task.get("labels"):
+        lines.append(("labels", ", ".join(f"{k}={v}" for k, v in task["labels"].items())))
     if task.get("note"):
         lines.append(("note", describe_note(task["note"])))
     return "\n".join(f"{k + ':':<24}{v}" for k, v in lines)

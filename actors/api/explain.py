@@ -97,6 +97,7 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
         "task_id": task_id,
         "now_ms": now,
         "status": task.status,
+        "labels": task.labels,
         "schedule": task.schedule.to_dict(),
         "schedule_text": describe_schedule(task.schedule),
         "next_run_ms": task.next_run_ms,

@@ -16,10 +16,12 @@ from typing import Any, get_args
 
 from actors.api.bodies import ENTRY_ID_PATTERN, MAX_PAGE
 from actors.api.endpoint import Endpoint
+from actors.api.openapi_labels import LABEL_FILTER, LABELS
 from actors.api.openapi_notes import NOTE_SCHEMAS
 from actors.domain.model import MAX_TASK_ID, STATUSES
 from actors.domain.preview import MAX_PREVIEW
 from actors.domain.schedules import Kind, Misfire, Overlap
+from actors.store.records import OUTCOME_NAMES
 from runtime.config import MAX_NAME, NAME_PATTERN
 
 VERSION = "1.0.0"
@@ -103,7 +105,13 @@ SCHEMAS: dict[str, Any] = {
     ),
     "TaskCreate": _obj(
         ["type", "schedule"],
-        {"type": _NAME, "schedule": _ref("Schedule"), "payload": {}, "task_id": _TASK_ID},
+        {
+            "type": _NAME,
+            "schedule": _ref("Schedule"),
+            "payload": {},
+            "task_id": _TASK_ID,
+            "labels": LABELS,
+        },
     ),
     "Task": _obj(
         [
@@ -121,6 +129,7 @@ SCHEMAS: dict[str, Any] = {
             "last_run_ms",
             "last_status",
             "last_error",
+            "labels",
         ],
         {
             "task_id": _STR,
@@ -137,6 +146,7 @@ SCHEMAS: dict[str, Any] = {
             "last_run_ms": _nullable(_INT),
             "last_status": _nullable(_STR),
             "last_error": _nullable(_STR),
+            "labels": LABELS,
             "note": _nullable(_ref("Note")),
         },
     ),
@@ -162,7 +172,7 @@ SCHEMAS: dict[str, Any] = {
         ["tasks", "next_cursor"],
         {"tasks": {"type": "array", "items": _ref("Task")}, "next_cursor": _nullable(_STR)},
     ),
-    "TaskUpdate": _obj([], {"payload": {}, "schedule": _ref("Schedule")}),
+    "TaskUpdate": _obj([], {"payload": {}, "schedule": _ref("Schedule"), "labels": LABELS}),
     "TaskStatus": _obj(["task_id", "status"], {"task_id": _STR, "status": _STR}),
     "Triggered": _obj(
         ["task_id", "schedule_id", "queued"],
@@ -391,6 +401,9 @@ PARAMS: dict[str, dict[str, Any]] = {
     "type": _NAME,
     "entry_id": _ENTRY_ID,
     "status": _STATUS,
+    "label": LABEL_FILTER,
+    "next_before": {"type": "integer", "minimum": 0, "maximum": 10**15},
+    "last_status": {"enum": list(OUTCOME_NAMES)},
     "cursor": _STR,
     "before": _ENTRY_ID,
     "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},

@@ -35,6 +35,7 @@ from actors.api.queues import Queues, tally
 from actors.api.signing import KEY_HEADER, ApiKey, AuthError, Verifier
 from actors.api.task_notes import note_of, note_param
 from actors.config import ApiSection
+from actors.domain.labels import check_labels
 from actors.domain.model import TaskSpec, parse_schedule, parse_spec, parse_specs
 from actors.domain.schedules import Schedule, check_submitted
 from actors.observability.endpoint import ScrapeGate, metrics_response
@@ -166,7 +167,11 @@ async def list_tasks(call: Call) -> Response:
     if task_type is not None:
         bodies.name_param("type", task_type)
     tasks, cursor = await call.store.list_tasks(
-        task_type, bodies.status_param(query), query.get("cursor"), bodies.limit_param(query, 100)
+        task_type,
+        bodies.status_param(query),
+        query.get("cursor"),
+        bodies.limit_param(query, 100),
+        **bodies.task_filters(query),
     )
     return ok({"tasks": [t.to_dict() for t in tasks], "next_cursor": cursor})
 
@@ -182,18 +187,21 @@ async def get_task(call: Call) -> Response:
 async def update_task(call: Call) -> Response:
     task_id = bodies.task_id_param(call.path("task_id"))
     data = bodies.json_object(call.body)
-    unknown = sorted(set(data) - {"payload", "schedule"})
+    unknown = sorted(set(data) - {"payload", "schedule", "labels"})
     if unknown:
         raise invalid(
-            "; ".join(f"{k}: unknown key (known keys: payload, schedule)" for k in unknown)
+            "; ".join(f"{k}: unknown key (known keys: payload, schedule, labels)" for k in unknown)
         )
     if not data:
-        raise invalid("body: give payload and/or schedule")
+        raise invalid("body: give payload, schedule and/or labels")
+    labels = check_labels(data["labels"]) if "labels" in data else None
     schedule = parse_schedule(data["schedule"]) if "schedule" in data else None
     problems = _submitted(call, schedule) if schedule is not None else []
     if problems:
         raise invalid("; ".join(problems))
-    status = await call.store.update(task_id, payload=data.get("payload", KEEP), schedule=schedule)
+    status = await call.store.update(
+        task_id, payload=data.get("payload", KEEP), schedule=schedule, labels=labels
+    )
     return ok({"task_id": task_id, "status": status})
 
 

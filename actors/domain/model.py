@@ -18,6 +18,7 @@ import attrs
 import cattrs
 
 from actors.domain.errors import InvalidTask
+from actors.domain.labels import check_labels, encode_labels
 from actors.domain.schedules import Schedule
 from runtime.config import check_name, describe, make_converter
 
@@ -76,6 +77,8 @@ class TaskSpec:
     schedule: Schedule
     payload: Any = None
     task_id: str | None = None
+    labels: dict[str, str] = attrs.field(factory=dict)
+    """Key/value pairs to find the task by (``actors.domain.labels``)."""
     _payload_json: str = attrs.field(init=False, eq=False, repr=False, default="")
     """The payload as stored, encoded once when the spec is built (it is validated then)."""
 
@@ -89,16 +92,24 @@ class TaskSpec:
                     check_name(field, value, max_len)
                 except ValueError as exc:
                     raise InvalidTask(f"{field}: {exc}") from exc
+        if self.labels:
+            object.__setattr__(self, "labels", check_labels(self.labels))
         object.__setattr__(self, "_payload_json", encode_payload(self.payload))
 
     def payload_json(self) -> str:
         return self._payload_json
+
+    def labels_json(self) -> str:
+        """The labels as stored, '' for none."""
+        return encode_labels(self.labels)
 
 
 def parse_spec(data: Any) -> TaskSpec:
     """A TaskSpec from plain data (an API body), or InvalidTask naming every bad field."""
     if not isinstance(data, dict):
         raise InvalidTask(f"a task must be a JSON object, got {type(data).__name__}")
+    if "labels" in data:  # checked first, so its errors name each label
+        check_labels(data["labels"])
     try:
         return converter.structure(data, TaskSpec)
     except InvalidTask:
@@ -107,7 +118,7 @@ def parse_spec(data: Any) -> TaskSpec:
         raise InvalidTask(describe(exc)) from exc
 
 
-_SPEC_KEYS = frozenset({"type", "schedule", "payload", "task_id"})
+_SPEC_KEYS = frozenset({"type", "schedule", "payload", "task_id", "labels"})
 _FIELD = re.compile(r"[A-Za-z_][\w.\[\]]*: ")
 
 
@@ -138,6 +149,9 @@ def _fast_spec(item: Any, schedules: dict[tuple[Any, ...], Schedule]) -> TaskSpe
         return None
     if task_id is not None and not isinstance(task_id, str):
         return None
+    labels = item.get("labels", {})
+    if not isinstance(labels, dict):
+        return None
     # The value's type is part of the key (1 == 1.0 == True, but only some are valid). Key
     # order is not normalised: a client sends its schedules alike, and a different order
     # only costs a cache entry. A nested value is unhashable: the general path takes it.
@@ -149,7 +163,7 @@ def _fast_spec(item: Any, schedules: dict[tuple[Any, ...], Schedule]) -> TaskSpe
     if built is None:
         built = parse_schedule(schedule)
         schedules[key] = built
-    return TaskSpec(task_type, built, item.get("payload"), task_id)
+    return TaskSpec(task_type, built, item.get("payload"), task_id, labels)
 
 
 def parse_schedule(data: Any) -> Schedule:
@@ -179,6 +193,7 @@ class Task:
     last_run_ms: int | None
     last_status: str | None
     last_error: str | None
+    labels: dict[str, str] = attrs.field(factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = attrs.asdict(self, recurse=False)

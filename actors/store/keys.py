@@ -17,6 +17,8 @@ Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
                                   inflight (claims not committed yet), writes (API
                                   writes to its tasks, counted)           (new: ownership)
 - ``{ns:P}:type:<type>:<B>``      hash: task_id -> '' of one type         (index for list/clear)
+- ``{ns:P}:labels``               hash: task_id -> labels as compact JSON (labelled tasks only)
+- ``{ns:P}:label:<k>=<v>:<B>``    hash: task_id -> '' of one label pair   (index for list)
 - ``{ns:P}:retry``                zset: schedule_id -> retry due ms       [retry:zset]
 - ``{ns:P}:retry:<schedule_id>``  hash: retry context                     [retry:task:{id}]
 - ``{ns:q:<type>}:queue``         stream + consumer group of one type     [queue:{type}]
@@ -43,6 +45,7 @@ import zlib
 
 import attrs
 
+from actors.domain.labels import label_key_problem, label_value_problem
 from runtime.config import check_name
 
 #: Bumped when the layout changes incompatibly; stored in the meta key.
@@ -134,6 +137,19 @@ class Keys:
 
     def by_type(self, partition: int, task_type: str, bucket: int) -> str:
         return f"{self.tag(partition)}:type:{task_type}:{bucket}"
+
+    def labels(self, partition: int) -> str:
+        """Labels of the partition's labelled tasks: hash task_id -> compact JSON (a task
+        without labels has no field). Scripts build this from the tag
+        (``create_tasks.lua``, ``update_task.lua``, ``delete_tasks.lua``)."""
+        return f"{self.tag(partition)}:labels"
+
+    def by_label(self, partition: int, key: str, value: str, bucket: int) -> str:
+        """The index of one label pair, bucketed like the type index: hash task_id -> ''."""
+        problem = label_key_problem(key) or label_value_problem(value)
+        if problem is not None:
+            raise ValueError(f"label: {problem}")
+        return f"{self.tag(partition)}:label:{key}={value}:{bucket}"
 
     def schedule(self, partition: int) -> str:
         return f"{self.tag(partition)}:schedule"

@@ -19,6 +19,13 @@ def _load(name: str, *, records: bool = False) -> Script:
     return Script(name, source)
 
 
+def _load_labelled(name: str) -> Script:
+    """A script that writes or deletes labels: ``records.lua`` and ``labels.lua`` first."""
+    source = (_LUA_DIR / f"{name}.lua").read_text(encoding="utf-8")
+    labels = (_LUA_DIR / "labels.lua").read_text(encoding="utf-8")
+    return Script(name, records_prelude() + labels + source)
+
+
 def _load_flight(name: str) -> Script:
     """A script of fires in flight: ``records.lua`` and ``flight.lua`` before its source."""
     source = (_LUA_DIR / f"{name}.lua").read_text(encoding="utf-8")
@@ -31,15 +38,15 @@ def records_prelude() -> str:
     return (_LUA_DIR / "records.lua").read_text(encoding="utf-8")
 
 
-CREATE_TASKS = _load("create_tasks", records=True)
+CREATE_TASKS = _load_labelled("create_tasks")
 CLAIM_DUE = _load("claim_due", records=True)
 READ_DEFINITIONS = _load("read_definitions")
 COMMIT_FIRES = _load_flight("commit_fires")
 RELEASE_PARTITION = _load("release_partition")
 POLLER_MEMBERS = _load("poller_members")
 SET_STATUS = _load("set_status", records=True)
-UPDATE_TASK = _load("update_task", records=True)
-DELETE_TASKS = _load("delete_tasks", records=True)
+UPDATE_TASK = _load_labelled("update_task")
+DELETE_TASKS = _load_labelled("delete_tasks")
 MIGRATE_TASKS = _load("migrate_tasks")
 ENQUEUE = _load("enqueue")
 BEGIN_RUNS = _load("begin_runs")

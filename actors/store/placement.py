@@ -36,7 +36,8 @@ class Placement:
 
 @attrs.frozen
 class ListCursor:
-    """Where a listing stands: type index, partition, next bucket. Opaque to clients."""
+    """Where a listing stands: which index (of the types listed, or the label index),
+    partition, next bucket. Opaque to clients."""
 
     type_index: int
     partition: int

@@ -41,6 +41,7 @@ from typing import Any
 
 import msgpack
 
+from actors.domain.labels import decode_labels
 from actors.domain.model import STATUSES, Task, converter
 from actors.domain.schedules import Misfire, Overlap, Schedule
 
@@ -212,10 +213,15 @@ def claim_of(state: bytes) -> str | None:
 
 
 def decode_task(
-    task_id: str, definition: bytes, state: bytes, error: bytes | None, run: bytes | None = None
+    task_id: str,
+    definition: bytes,
+    state: bytes,
+    error: bytes | None,
+    run: bytes | None = None,
+    labels: bytes | None = None,
 ) -> Task:
-    """A task from its records (the run record and last error if it has them). Raises
-    RecordError."""
+    """A task from its records (the run record, last error and labels if it has them).
+    Raises RecordError."""
     try:
         task_type, payload, sched, created = unpack(definition, DEFINITION_VALUES)
         status, next_ms, fires, updated, runs, retries, last_run, last_status, _ = unpack(
@@ -238,6 +244,7 @@ def decode_task(
             last_run_ms=last_run,
             last_status=None if last_status is None else OUTCOME_NAMES[last_status],
             last_error=None if error is None else error.decode(errors="replace"),
+            labels=decode_labels(labels),
         )
     except (RecordError, ValueError, TypeError, IndexError, AttributeError) as exc:
         raise RecordError(

@@ -397,3 +397,5 @@ class TaskRow:
     sched: bytes
     next_ms: int | None
     score: int | None
+    labels_json: str = ""
+    """Its labels as stored ('' = none: nothing is written)."""

@@ -49,16 +49,17 @@ class TaskScripts:
             args: list[Any] = [k.tag(partition)]
             for r in items:
                 args += [r.task_id, k.bucket_of(r.task_id), r.type, r.payload_json, r.sched,
-                         or_empty(r.next_ms), or_empty(r.score)]  # fmt: skip
+                         or_empty(r.next_ms), or_empty(r.score), r.labels_json]  # fmt: skip
             calls.append((lua.CREATE_TASKS, [k.schedule(partition)], args))
         replies = await self._run(calls)
         return {p: [int(c) for c in r] for p, r in zip(rows, replies, strict=True)}
 
     async def update_task(
         self, task_id: str, payload_json: str, sched: bytes | str, next_ms: int | None,
-        score: int | None,
+        score: int | None, labels_json: str = "",
     ) -> tuple[int, str]:  # fmt: skip
-        """``update_task.lua``: replace payload and/or schedule ('' keeps one);
+        """``update_task.lua``: replace payload, schedule and/or labels ('' keeps one;
+        labels '{}' removes them all);
         (``Code``, status afterwards)."""
         k, p = self.keys, self.keys.partition_of(task_id)
         ((code, status),) = await self._run(
@@ -74,6 +75,7 @@ class TaskScripts:
                         sched,
                         or_empty(next_ms),
                         or_empty(score),
+                        labels_json,
                     ],
                 )
             ]

@@ -12,7 +12,7 @@ stored in its meta key; every node reads them from there.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -25,6 +25,7 @@ from actors.domain.errors import (
     TaskConflict,
     TaskNotFound,
 )
+from actors.domain.labels import check_labels, encode_labels
 from actors.domain.model import STATUSES, Task, TaskSpec, encode_payload, new_task_id
 from actors.domain.schedules import Overlap, Schedule
 from actors.store import backfill as backfilling
@@ -38,9 +39,10 @@ from actors.store.keys import (
     Keys,
     schedule_id,
 )
+from actors.store.labels import TaskFilter, index_members, list_page
 from actors.store.manual_fires import APPENDED, check_overlap, fire_under
 from actors.store.notes import encode_note
-from actors.store.placement import ListCursor, Placement
+from actors.store.placement import Placement
 from actors.store.records import decode_task, status_index
 from actors.store.replies import Fire, TaskRow
 from actors.store.scripts import Scripts
@@ -56,11 +58,6 @@ STORE_ACTOR = "store"
 CLEAR_BATCH = 500
 #: Type-index buckets read in one pipelined round trip when clearing a type.
 CLEAR_SPAN = 256
-#: Most type-index buckets one listing round trip reads: a partition's worth by default.
-#: It starts at one and grows fourfold while the buckets it reads hold fewer tasks than the
-#: page still needs: a common type costs no read-ahead, and a small namespace (16
-#: partitions of 1024 mostly empty buckets) is listed in ~20 round trips, one page.
-MAX_LIST_SPAN = 1024
 
 
 @attrs.frozen
@@ -189,9 +186,9 @@ class TaskStore:
             for index in indexes:
                 spec = specs[index]
                 sched, next_ms, score = placed.of(spec.schedule, ids[index])
-                rows[partition].append(
-                    TaskRow(ids[index], spec.type, spec.payload_json(), sched, next_ms, score)
-                )
+                row = TaskRow(ids[index], spec.type, spec.payload_json(), sched, next_ms, score,
+                              spec.labels_json())  # fmt: skip
+                rows[partition].append(row)
         replies = await (await self.scripts()).create_tasks(rows)
         new_types = {spec.type for spec in specs} - self._known_types
         if new_types:  # types are never removed from the set: remembering them is safe
@@ -211,7 +208,8 @@ class TaskStore:
         conflicts = [ids[i] for i, code in codes.items() if code < 0]
         if conflicts and raise_conflicts:
             raise TaskConflict(
-                f"tasks exist with a different type, payload or schedule: {', '.join(conflicts)}"
+                "tasks exist with a different type, payload, schedule or labels: "
+                + ", ".join(conflicts)
             )
         return [Created(ids[i], codes[i] == Code.OK, codes[i] < 0) for i in range(len(specs))]
 
@@ -232,14 +230,15 @@ class TaskStore:
                 ("HGET", keys.states(partition, bucket), task_id),
                 ("HGET", keys.runs(partition, bucket), task_id),
                 ("HGET", keys.errors(partition), task_id),
+                ("HGET", keys.labels(partition), task_id),
             ]
         replies = await self.client.pipeline(commands) if commands else []
         tasks: list[Task | None] = []
         for i, task_id in enumerate(task_ids):
-            definition, state, run, error = replies[4 * i : 4 * i + 4]
+            definition, state, run, error, labels = replies[5 * i : 5 * i + 5]
             # Both records or neither: the scripts write and delete them together.
             tasks.append(
-                decode_task(task_id, definition, state, error, run) if definition else None
+                decode_task(task_id, definition, state, error, run, labels) if definition else None
             )
         return tasks
 
@@ -250,56 +249,27 @@ class TaskStore:
         cursor: str | None = None,
         limit: int = 100,
         max_calls: int = 64,
+        *,
+        labels: Mapping[str, str] | None = None,
+        next_before: int | None = None,
+        last_status: str | None = None,
     ) -> tuple[list[Task], str | None]:
-        """A page of tasks, filtered by type and/or status; pass the returned cursor back for
-        the next page (None = done). Pages may be shorter than ``limit`` (even empty) when
-        filtering: one call reads at most ``max_calls`` index pages, so a rare status over a
-        million tasks costs many short calls, never one long one."""
-        if status is not None and status not in STATUSES:
-            raise InvalidTask(f"status: must be one of {', '.join(STATUSES)}, got {status!r}")
-        keys = await self.keys()
-        types = [check_name("type", task_type)] if task_type else await self.types()
-        position = ListCursor.parse(cursor, len(types), keys.partitions, keys.buckets)
-        tasks: list[Task] = []
-        calls, span = 0, 1
-        while position is not None and len(tasks) < limit and calls < max_calls:
-            calls += 1
-            # A cursor stands between buckets: whole buckets are read (~60 tasks each when
-            # the namespace is sized for its tasks), so a page may pass ``limit`` by one.
-            end = min(position.bucket + span, keys.buckets)
-            members = await self._type_members(
-                keys, position.partition, types[position.type_index], range(position.bucket, end)
-            )
-            found = await self.get_many([task_id for task_id, _ in members])
-            tasks += [t for t in found if t is not None and (status is None or t.status == status)]
-            position = position.advance(end, len(types), keys.partitions, keys.buckets)
-            if len(members) < limit - len(tasks):
-                span = min(span * 4, MAX_LIST_SPAN)
-        return tasks, (position.format() if position is not None else None)
+        """A page of tasks, filtered by type, status, labels (every pair must match), next
+        fire (at or before ``next_before``) and last outcome; pass the returned cursor back
+        for the next page (None = done). Pages may be shorter than ``limit`` (even empty)
+        when filtering: one call reads at most ``max_calls`` index pages, so a rare status
+        over a million tasks costs many short calls, never one long one. With labels, the
+        index of the first pair is read (``actors.store.labels``)."""
+        wanted = TaskFilter(task_type, status, dict(labels or {}), next_before, last_status)
+        return await list_page(self, wanted, cursor, limit, max_calls)
 
     async def _type_members(
         self, keys: Keys, partition: int, task_type: str, buckets: range
     ) -> list[tuple[str, int]]:
-        """Every (task id, bucket) in these buckets of a type's index: one pipelined round
-        trip, more only for a bucket grown past the compact encoding (HSCAN pages it)."""
-        members: list[tuple[str, int]] = []
-        scans = [(bucket, 0) for bucket in buckets]
-        while scans:
-            replies = await self.client.pipeline(
-                [
-                    ("HSCAN", keys.by_type(partition, task_type, bucket), scan, "COUNT", 1000)
-                    for bucket, scan in scans
-                ]
-            )
-            following = []
-            for (bucket, _), (scan, fields) in zip(scans, replies, strict=True):
-                # redis-py answers HSCAN with a dict (field -> value)
-                names = fields if isinstance(fields, dict) else fields[::2]
-                members += [(task_id.decode(), bucket) for task_id in names]
-                if int(scan):
-                    following.append((bucket, int(scan)))
-            scans = following
-        return members
+        """Every (task id, bucket) in these buckets of a type's index."""
+        return await index_members(
+            self.client, lambda b: keys.by_type(partition, task_type, b), buckets
+        )
 
     async def count_by_status(self, buckets_per_call: int = 256) -> dict[str, int]:
         """Tasks per status, reading every state record (one ``HVALS`` a bucket, pipelined,
@@ -378,18 +348,21 @@ class TaskStore:
         *,
         payload: Any = KEEP,
         schedule: Schedule | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> str:
-        """Replace payload and/or schedule; returns the task's status afterwards."""
+        """Replace payload, schedule and/or labels (the whole set; None keeps them);
+        returns the task's status afterwards."""
         payload_json = ""
         if not isinstance(payload, _Keep):
             payload_json = encode_payload(payload)
+        labels_json = "" if labels is None else encode_labels(check_labels(labels)) or "{}"
         sched: bytes | str = ""
         next_ms: int | None = None
         score: int | None = None
         if schedule is not None:
             sched, next_ms, score = Placement(await self.now_ms()).of(schedule, task_id)
         code, status = await (await self.scripts()).update_task(
-            task_id, payload_json, sched, next_ms, score
+            task_id, payload_json, sched, next_ms, score, labels_json
         )
         raise_for_code(code, task_id)
         if schedule is not None and schedule.overlap == "allow_all":
@@ -397,7 +370,11 @@ class TaskStore:
             # fires held back under its former policy are dropped with its flight record.
             keys = await self.keys()
             await self.client.execute("HDEL", keys.flights(keys.partition_of(task_id)), task_id)
-        changed = [f for f, new in (("payload", payload_json), ("schedule", sched)) if new]
+        changed = [
+            f
+            for f, new in (("payload", payload_json), ("schedule", sched), ("labels", labels_json))
+            if new
+        ]
         emit_events(STORE_ACTOR, [("updated", {"task_id": task_id, "fields": changed})])
         return status
 

@@ -1,20 +1,22 @@
 -- create_tasks: create tasks of one partition; idempotent for a repeated definition.
 -- KEYS[1]  schedule zset of the partition
 -- ARGV[1]  partition tag ({ns:P})
--- ARGV[2..] groups of 7: task_id, bucket, type, payload (JSON), sched (encoded),
---           next_ms ('' = never), score
--- Returns one code per task: 1 created, 0 existed with the same definition, -1 conflict.
+-- ARGV[2..] groups of 8: task_id, bucket, type, payload (JSON), sched (encoded),
+--           next_ms ('' = never), score, labels (compact JSON, '' = none)
+-- Returns one code per task: 1 created, 0 existed with the same definition and labels,
+-- -1 conflict.
 local tag = ARGV[1]
 local version  -- the created tasks' version and creation time (records.lua new_version)
 local out = {}
 local created = false
-for i = 2, #ARGV, 7 do
-  local id, b, typ, payload, sched, nxt, score =
-    ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5], ARGV[i+6]
+for i = 2, #ARGV, 8 do
+  local id, b, typ, payload, sched, nxt, score, labels =
+    ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5], ARGV[i+6], ARGV[i+7]
   local cur = redis.call('HGET', tag .. ':def:' .. b, id)
   if cur then
     local typ0, payload0, sched0 = cmsgpack.unpack(cur)
-    if typ0 == typ and payload0 == payload and sched0 == sched then
+    local labels0 = redis.call('HGET', tag .. ':labels', id) or ''
+    if typ0 == typ and payload0 == payload and sched0 == sched and labels0 == labels then
       out[#out + 1] = 0
     else
       out[#out + 1] = -1
@@ -29,6 +31,7 @@ for i = 2, #ARGV, 7 do
       redis.call('ZADD', KEYS[1], score, id)
     end
     redis.call('HSET', tag .. ':type:' .. typ .. ':' .. b, id, '')
+    if labels ~= '' then put_labels(tag, b, id, labels) end
     out[#out + 1] = 1
     created = true
   end

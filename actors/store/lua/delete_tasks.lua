@@ -1,4 +1,4 @@
--- delete_tasks: delete tasks of one partition, their index entries, notes, fires in flight
+-- delete_tasks: delete tasks of one partition, their index entries, labels, notes, fires in flight
 -- and fires not run (a task created again under the id starts with none).
 -- KEYS[1]  schedule zset of the partition
 -- ARGV[1]  partition tag   ARGV[2..]  pairs: task_id, bucket
@@ -15,6 +15,7 @@ for i = 2, #ARGV, 2 do
     redis.call('HDEL', tag .. ':state:' .. b, id)
     redis.call('HDEL', tag .. ':run:' .. b, id)
     redis.call('HDEL', tag .. ':type:' .. typ .. ':' .. b, id)
+    drop_labels(tag, b, id)
     redis.call('HDEL', tag .. ':errors', id)
     redis.call('HDEL', tag .. ':notes', id)
     redis.call('HDEL', tag .. ':flight', id)

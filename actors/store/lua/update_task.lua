@@ -3,6 +3,7 @@
 -- ARGV[1]  partition tag   ARGV[2]  task_id   ARGV[3]  bucket
 -- ARGV[4]  payload JSON or '' (keep)   ARGV[5]  sched (encoded) or '' (keep)
 -- ARGV[6]  next_ms for the new schedule ('' = never)   ARGV[7]  score
+-- ARGV[8]  labels as compact JSON ('{}' = none) replacing the task's, or '' (keep)
 -- Returns {code, status}: 1 updated, -2 not found.
 -- A new schedule takes effect at once: the claim (if any) is dropped so a poller holding it
 -- cannot commit the old grid; a finished task with a new schedule becomes active again.
@@ -25,6 +26,7 @@ if ARGV[5] ~= '' then
     if s[1] == ACTIVE then redis.call('ZADD', KEYS[1], ARGV[7], id) end
   end
 end
+if ARGV[8] ~= '' then put_labels(tag, b, id, ARGV[8]) end
 redis.call('HSET', tag .. ':def:' .. b, id, cmsgpack.pack(typ, payload, sched, created))
 s[4] = new_version(tag, s[4])  -- commit_fires and the pollers' definitions see it
 put_state(tag, b, id, s)
