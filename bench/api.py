@@ -15,7 +15,7 @@ requests through ``actors.admin.client`` (what users and the CLI use):
 4. the HTTP floor: ``GET /healthz`` flat out (no signature, no Redis) → requests/s and the
    node's CPU per request, what the server costs before any work is done.
 
-Issue 5's targets: bulk >= 20,000 tasks/s; single >= 1,000/s with p99 <= 50 ms.
+The targets: bulk >= 20,000 tasks/s; single >= 1,000/s with p99 <= 50 ms (docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``python -m bench bullmq N INTERVAL_S DURATION_S``: BullMQ's side of ``bench fire``.
 
-The issue-16 comparison, repeatable: the same fires driven through BullMQ (the version
-pinned in ``bench/peers/bullmq/package.json``) on a Redis this benchmark starts, measured
+The comparison in docs/PERFORMANCE.md, repeatable: the same fires driven through BullMQ (the
+version pinned in ``bench/peers/bullmq/package.json``) on a Redis this benchmark starts, measured
 exactly as ``bench fire`` measures Metronome. N job schedulers ``b0``..``b<N-1>``, each
 ``every`` INTERVAL_S with a start date spread over the interval (scheduler i first due at
 t0 + i/N * INTERVAL_S, the grid ``bench fire`` uses); finished jobs are removed

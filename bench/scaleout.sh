@@ -12,7 +12,7 @@ run() {
 run 100000 10 40 --nodes 1 --processes 1               # 10,000/s, one Redis
 run 200000 10 40 --nodes 2 --processes 2               # 20,000/s, one Redis
 run 200000 10 40 --nodes 2 --processes 2 --cluster 3   # 20,000/s, 3 shards
-run 400000 10 40 --nodes 4 --processes 2               # 40,000/s, one Redis (issue 16's shard target)
+run 400000 10 40 --nodes 4 --processes 2               # 40,000/s, one Redis (the per-shard target)
 run 400000 10 40 --nodes 4 --processes 2 --cluster 3   # 40,000/s, 3 shards
 run 600000 10 40 --nodes 6 --processes 2 --cluster 3   # 60,000/s, 3 shards
 cat "$out"

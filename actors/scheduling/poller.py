@@ -245,7 +245,7 @@ class Poller:
         the share of the partitions it wants (tasks spread evenly over them). So every
         poller pauses as one poller serving them all would: each partition's claims gather
         as many fires, and the CPU a fire stays flat as pollers are added (with its own
-        rate, two pollers at 10,000 fires/s paused half as long: Redis 22.3 against ~19 µs
+        rate, two pollers at 10,000 fires/s paused half as long: Redis 22.2 against ~19 µs
         a fire, docs/PERFORMANCE.md)."""
         membership = self.membership
         if membership is None or not membership.wanted:
