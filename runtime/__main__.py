@@ -1,4 +1,5 @@
-"""``python -m runtime node.toml``: run one node until SIGINT/SIGTERM.
+"""``python -m runtime node.toml``: run one node until SIGINT/SIGTERM
+(``python -m runtime --version``: print the version and exit).
 
 Exit status: 0 after a clean stop, 1 when the root supervisor gave up, 2 on a usage or
 configuration error (one line on stderr naming the problem).
@@ -20,6 +21,7 @@ from runtime.errors import ConfigError, RuntimeStartError
 from runtime.metrics import enable_multiprocess
 from runtime.node import EXIT_CONFIG, EXIT_GAVE_UP, run_node
 from runtime.process import child_grace_s
+from runtime.version import __version__
 
 USAGE = """\
 Run one Metronome node: the actors named in NODE_TOML, supervised, until SIGINT or SIGTERM.
@@ -36,6 +38,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description=USAGE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"metronome {__version__}")
     parser.add_argument("config", metavar="NODE_TOML", type=Path, help="the node's config file")
     parser.add_argument(
         "--check",

@@ -54,6 +54,7 @@ from actors.admin.tables import partition_rows, queue_rows, show_task, table, ta
 from actors.domain.model import MAX_TASK_ID, STATUSES
 from actors.domain.schedules import Overlap
 from actors.store.keys import DEFAULT_BUCKETS, MAX_BUCKETS
+from runtime.version import __version__
 
 EXIT_OK, EXIT_OTHER, EXIT_USAGE = 0, 1, 2
 EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_INVALID, EXIT_AUTH, EXIT_UNAVAILABLE = 3, 4, 5, 6, 7
@@ -298,6 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n", 1)[1].replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"metronome {__version__}")
     parser.add_argument(
         "--url",
         default=os.environ.get("METRONOME_URL", DEFAULT_URL),
