@@ -23,6 +23,7 @@ from runtime.actor import ActorContext
 from runtime.errors import RestartIntensityExceeded
 from runtime.logging import get_logger
 from runtime.supervisor import ChildSpec
+from runtime.version import __version__
 
 EXIT_OK = 0
 EXIT_GAVE_UP = 1
@@ -36,6 +37,7 @@ async def run_node(root: ChildSpec, *, shutdown_grace_s: float, child: bool = Fa
     """
     log = get_logger(actor=root.name)
     ctx = ActorContext(root.name, shutdown_grace_s, log)
+    log.info("node_started", version=__version__, pid=os.getpid())
     finished = False
     async with trio.open_nursery() as nursery:
         if child:

@@ -17,6 +17,7 @@ import redis
 
 from actors.admin.client import ApiError, Client
 from actors.store.keys import Keys
+from runtime.version import __version__
 from tests import stored
 from tests.api_node import (
     ADMIN,
@@ -538,7 +539,7 @@ def test_replay_all_moves_every_dead_letter_back(
 
 
 def test_health_readiness_and_openapi_are_open(api: ApiNode) -> None:
-    assert httpx.get(api.url + "/healthz").json() == {"status": "ok"}
+    assert httpx.get(api.url + "/healthz").json() == {"status": "ok", "version": __version__}
     ready = httpx.get(api.url + "/readyz")
     assert ready.status_code == 200
     assert ready.json() == {"ready": True, "redis": True}  # no actor paths unsigned

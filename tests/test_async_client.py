@@ -25,6 +25,7 @@ from actors.admin.calls import Call, Endpoints
 from actors.admin.client import ApiError, ApiUnavailable, Client
 from actors.api.app import ROUTES
 from actors.api.endpoint import Endpoint
+from runtime.version import __version__
 from tests.api_node import ADMIN, WORK_AND_DOOMED, ApiNode, recording_api_node, unique
 
 HOUR = 3_600_000
@@ -143,7 +144,7 @@ async def scenario(api: Api) -> None:
     assert await api("whoami") == {"key_id": ADMIN[0], "read_only": False}
     assert (await api("nodes"))["processes"]
     assert "partitions" in await api("partitions")
-    assert await api("healthz") == {"status": "ok"}
+    assert await api("healthz") == {"status": "ok", "version": __version__}
     assert (await api("readyz"))["ready"] is True
 
     assert (await api("delete_task", first))["task_id"] == first

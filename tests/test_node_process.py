@@ -13,6 +13,7 @@ import redis
 
 from runtime.embedded_redis import find_server_binary
 from runtime.errors import RuntimeStartError
+from runtime.version import __version__
 from tests.node_process import NodeProcess
 
 
@@ -37,8 +38,10 @@ def test_sigterm_stops_gracefully_within_the_grace(tmp_path: Path) -> None:
         node.kill()
     names = [e["event"] for e in node.events()]
     assert names.index("shutdown_requested") < names.index("worker_finished")
-    assert names[-1] == "node_stopped"
+    assert names[0] == "node_started" and names[-1] == "node_stopped"
     assert "shutdown_forced" not in names
+    (started,) = node.events("node_started")
+    assert started["version"] == __version__ and started["pid"] == node.proc.pid
     stopped = node.events("actor_stopped")
     assert [e["actor"] for e in stopped] == ["node/worker"]
     for line in node.events():

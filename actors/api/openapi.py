@@ -24,6 +24,8 @@ from actors.domain.schedules import Kind, Misfire, Overlap
 from actors.store.records import OUTCOME_NAMES
 from runtime.config import MAX_NAME, NAME_PATTERN
 
+#: The version of this API document (the /v1 contract), not the release: that is
+#: ``runtime.version.__version__``, which `/healthz` answers.
 VERSION = "1.0.0"
 
 _INT = {"type": "integer"}
@@ -287,7 +289,10 @@ SCHEMAS: dict[str, Any] = {
         },
     ),
     "Purged": _obj(["type", "purged"], {"type": _STR, "purged": _INT}),
-    "Health": _obj(["status"], {"status": _STR}),
+    "Health": _obj(
+        ["status", "version"],
+        {"status": _STR, "version": {**_STR, "description": "the Metronome release it runs"}},
+    ),
     "WhoAmI": _obj(["key_id", "read_only"], {"key_id": _STR, "read_only": _BOOL}),
     "Nodes": _obj(
         ["now_ms", "processes"],

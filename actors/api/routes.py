@@ -46,6 +46,7 @@ from actors.store.tasks import KEEP, TaskStore
 from runtime.errors import RedisUnavailable
 from runtime.health import Health
 from runtime.logging import emit_events
+from runtime.version import __version__
 
 #: The API actor's path in the tree (its lines carry it as ``actor``).
 API_ACTOR = "node/api"
@@ -307,7 +308,8 @@ async def purge_dead(call: Call) -> Response:
 
 
 async def healthz(call: Call) -> Response:
-    return ok({"status": "ok"})
+    """200 for anyone while the process serves, with the version it runs."""
+    return ok({"status": "ok", "version": __version__})
 
 
 async def readyz(call: Call) -> Response:
