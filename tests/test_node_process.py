@@ -40,8 +40,8 @@ def test_sigterm_stops_gracefully_within_the_grace(tmp_path: Path) -> None:
     assert names.index("shutdown_requested") < names.index("worker_finished")
     assert names[0] == "node_started" and names[-1] == "node_stopped"
     assert "shutdown_forced" not in names
-    (started,) = node.events("node_started")
-    assert started["version"] == __version__ and started["pid"] == node.proc.pid
+    (first,) = node.events("node_started")
+    assert first["version"] == __version__ and first["pid"] == node.proc.pid
     stopped = node.events("actor_stopped")
     assert [e["actor"] for e in stopped] == ["node/worker"]
     for line in node.events():

@@ -10,6 +10,7 @@
     metronome tasks backfill daily --from 2025-03-01T00:00:00Z --to 2025-03-08T00:00:00Z
     metronome serve deploy/node.toml          # = python -m runtime deploy/node.toml
     metronome migrate --redis redis://host:6379/0 --namespace metronome   # after an upgrade
+    metronome --version                       # the release this CLI belongs to
 
 Credentials come from flags or the environment: --url / METRONOME_URL (default
 http://127.0.0.1:8080), --key-id / METRONOME_KEY_ID, --secret / METRONOME_SECRET.
