@@ -1,5 +1,6 @@
 """The release version is defined once (``runtime/version.py``) and everything shows that
-one: the package metadata, ``metronome --version`` and ``python -m runtime --version``.
+one: the package metadata, ``metronome --version``, ``python -m runtime --version``, the
+CHANGELOG and the image tag of the Kubernetes manifests.
 (``/healthz`` and the ``node_started`` line are checked with the nodes of test_api.py
 and test_node_process.py.)"""
 
@@ -59,3 +60,13 @@ def test_version_flag_prints_the_version(command: list[str], tmp_path: Path) -> 
                           cwd=tmp_path, env=no_credentials(), timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"metronome {__version__}\n"
+
+
+def test_the_kubernetes_manifests_run_this_release() -> None:
+    tags = {
+        line.split("image: metronome:", 1)[1].strip()
+        for path in (REPO / "deploy" / "k8s").glob("*.yaml")
+        for line in path.read_text().splitlines()
+        if "image: metronome:" in line
+    }
+    assert tags == {__version__}
