@@ -19,6 +19,10 @@ At the top: ``app.py`` (builds a node's supervision tree from its config: the on
 that decides which actors run and with which settings), ``config.py`` (the scheduler's
 ``node.toml`` sections) and ``examples.py`` (the example handler of the shipped config).
 
+Code outside the project imports the public names from the top-level ``metronome``
+package, never from here: everything in ``actors`` is internal. (``handlers``,
+``client``, ``model`` and ``schedules`` here are deprecated aliases of those names.)
+
 Imports point down the list above and never up: ``scheduling`` and ``execution`` do not
 import each other, ``api`` does not import the roles, and nothing in ``actors`` imports
 ``app``. ``runtime`` never imports ``actors``.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.execution.handlers import HandlerContext
+from metronome import HandlerContext
 
 
 async def echo(ctx: HandlerContext) -> Any:

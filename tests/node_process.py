@@ -30,11 +30,18 @@ class NodeProcess:
     """A node process whose stdout (JSON lines) is collected by a reader thread."""
 
     def __init__(
-        self, config: Path, *extra: str, cwd: Path | None = None, own_group: bool = False
+        self,
+        config: Path,
+        *extra: str,
+        cwd: Path | None = None,
+        own_group: bool = False,
+        pythonpath: tuple[Path, ...] = (),
     ) -> None:
         """``own_group``: the node leads a process group of its own, like a command started
-        at a terminal (``signal_group`` then signals it as Ctrl-C would)."""
-        env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+        at a terminal (``signal_group`` then signals it as Ctrl-C would). ``pythonpath``:
+        directories the node imports from after the repository (a test's handler modules)."""
+        path = os.pathsep.join(map(str, (REPO, *pythonpath)))
+        env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "runtime", str(config), *extra],
             stdout=subprocess.PIPE,
