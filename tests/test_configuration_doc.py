@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+
 from actors.config import Config
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "CONFIGURATION.md"
@@ -56,7 +57,7 @@ def code_fields(cls: type, path: str = "", array: bool = False) -> Iterator[tupl
         if field.default is attrs.NOTHING:
             default: Any = REQUIRED
         elif isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
-            default = field.default.factory()  # type: ignore[attr-defined]
+            default = field.default.factory()
         else:
             default = field.default
         yield f"{_label(path, array)} {field.name}".strip(), default
