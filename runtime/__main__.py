@@ -28,7 +28,7 @@ Run one Metronome node: the actors named in NODE_TOML, supervised, until SIGINT 
 
 The first signal stops the node gracefully within [node] shutdown_grace_s (running handlers
 finish, unstarted work is handed back); a second signal stops it at once.
-See deploy/node.toml for an annotated example and README.md for every key.
+See deploy/node.toml for an annotated example and docs/CONFIGURATION.md for every key.
 """
 
 
