@@ -100,20 +100,6 @@ def _check_arguments(args: argparse.Namespace) -> None:
         checked_name("type", args.type)
 
 
-def _serve(node_args: list[str]) -> int:
-    """``python -m runtime`` puts the current directory on the import path; a console
-    script does not, so add it: handler modules next to node.toml import either way (and
-    in the node's child processes, which inherit PYTHONPATH)."""
-    from runtime.__main__ import main as serve
-
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    os.environ["PYTHONPATH"] = os.pathsep.join([cwd, *paths])
-    return serve(node_args)
-
-
 def _run(args: argparse.Namespace) -> int:
     if not args.key_id or not args.secret:
         print("metronome: give --key-id and --secret (or METRONOME_KEY_ID, METRONOME_SECRET)",
