@@ -29,14 +29,10 @@ what is due, never to the number of tasks.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import Any
-
 import attrs
 import structlog
 import trio
 
-from actors.domain.schedules import FirePlan, plan_fires
 from actors.scheduling.claim_loop import (
     ClaimLoopSettings,
     CommittedClaims,
@@ -47,13 +43,14 @@ from actors.scheduling.claim_loop import (
     sleep_s,
 )
 from actors.scheduling.ownership import Membership
-from actors.scheduling.policies import apply_policies
+from actors.scheduling.policies import PolicyFires, apply_policies
+from actors.scheduling.tick_plan import TickPlan, plan_claims, plan_commits
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS, DefinitionCache
 from actors.store.enqueue import enqueue_and_commit_fires, enqueue_fires
-from actors.store.flights import ENDED_DROPPED, FlightEnd, parse_policy
-from actors.store.keys import Keys, schedule_id
+from actors.store.flights import end_dropped_flights
+from actors.store.keys import Keys
 from actors.store.known_states import KnownStates
-from actors.store.replies import Claimed, Commit, Fire, FireCommit, fire_commit
+from actors.store.replies import Commit, Fire, FireCommit, PartitionClaim
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
@@ -73,28 +70,6 @@ class PollerSettings(ClaimLoopSettings):
 
 #: How long a stopping poller tries to hand its partitions back (then their leases expire).
 LEAVE_S = 2.0
-
-
-def _plan(task: Claimed, now_ms: int) -> FirePlan:
-    """The misfire policy's plan for a claimed task; none for a task claimed before its
-    grid time (woken to start a fire waiting behind one that ended: ``overlap.lua``)."""
-    if task.due_ms > now_ms:
-        return FirePlan((), task.due_ms)
-    return plan_fires(
-        task.schedule, task.due_ms, now_ms, task.fires, owed_until_ms=task.owed_until_ms
-    )
-
-
-def _misfired(task: Claimed, plan: FirePlan) -> dict[str, Any]:
-    return {
-        "task_id": task.task_id,
-        "schedule_id": schedule_id(task.task_id, task.due_ms),
-        "type": task.type,
-        "policy": task.schedule.misfire,
-        "missed": plan.missed,
-        "fired": len(plan.fires),
-        "due_ms": task.due_ms,
-    }
 
 
 class Poller:
@@ -255,9 +230,44 @@ class Poller:
     async def tick(
         self, scripts: Scripts, partitions: list[int], log: structlog.typing.FilteringBoundLogger
     ) -> TickResult:
-        """Claim, enqueue and commit everything due now in ``partitions``."""
+        """Claim, enqueue and commit everything due now in ``partitions``.
+
+        From the claim on, the claims are this poller's: if Redis goes away, each step
+        waits for it and goes on with the same token rather than leave its claims to
+        expire (a lease later). An enqueue repeated after a lost reply finds its own
+        markers and answers as before; a commit checks the claim still holds (and, sent
+        with the enqueue, that the enqueue left its markers: nothing is committed if the
+        enqueue failed, and the claims expire and the fires come back)."""
         self._ticks += 1
         token = f"{self._token_base}-{self._ticks}"
+        claims = await self._claim(scripts, partitions, token, log)
+        plan = plan_claims(claims, debug_enabled())
+        # One info line per fire is written when it ends (the consumer's, with every
+        # lifecycle time); the claim's own line is a debug line.
+        if plan.scheduled:
+            emit_events(self.actor, plan.scheduled, level="debug")
+        if plan.misfired:
+            emit_events(self.actor, plan.misfired)
+        decided = await self._apply_policies(scripts, token, plan)
+        commits = plan_commits(plan.plans, decided.commits, decided.tracked)
+        writes = {c.partition: c.writes for c in claims}
+        done = await self._enqueue_and_commit(
+            scripts, token, plan.now_ms, decided.fires, commits, writes
+        )
+        return self._after_commit(
+            token, plan.now_ms, claims, commits, writes, done, decided.fires, log
+        )
+
+    async def _claim(
+        self,
+        scripts: Scripts,
+        partitions: list[int],
+        token: str,
+        log: structlog.typing.FilteringBoundLogger,
+    ) -> list[PartitionClaim]:
+        """Claim the due tasks of ``partitions`` (``claim_due.lua``) and learn from the
+        answer which partitions are this poller's: the claims of the others, held by
+        another poller, are dropped (one held by a poller found gone is taken next tick)."""
         s = self.settings
         claims = await scripts.claim_due(
             partitions, self.poller_id, token, s.batch_size, s.claim_lease_ms,
@@ -273,67 +283,55 @@ class Poller:
             else:
                 self.owned.add(c.partition)
         claims = [c for c in claims if not c.held]
+        self._report_unreadable(claims, log)
+        for p in partitions:
+            self._known.pop(p, None)
+        return claims
+
+    def _report_unreadable(
+        self, claims: list[PartitionClaim], log: structlog.typing.FilteringBoundLogger
+    ) -> None:
+        """One ``task_unreadable`` line per due task whose records this version cannot
+        read: once each, not every tick (they stay due until a version reads them)."""
         for c in claims:
             for task_id, problem in c.unreadable:
-                if task_id not in self._unreadable:  # once each, not every tick
+                if task_id not in self._unreadable:
                     if len(self._unreadable) >= 10_000:
                         self._unreadable.clear()
                     self._unreadable.add(task_id)
                     log.error("task_unreadable", task_id=task_id, error=problem)
-        for p in partitions:
-            self._known.pop(p, None)
-        now = max(c.now_ms for c in claims) if claims else 0
-        plans: dict[int, list[tuple[Claimed, FirePlan]]] = defaultdict(list)
-        planned: list[tuple[int, Claimed, FirePlan]] = []
-        scheduled: list[tuple[str, dict[str, Any]]] = []
-        misfired: list[tuple[str, dict[str, Any]]] = []
-        debug = debug_enabled()
-        for claim in claims:
-            for task in claim.tasks:
-                if debug:
-                    scheduled.append(
-                        (
-                            "scheduled",
-                            {
-                                "task_id": task.task_id,
-                                "schedule_id": schedule_id(task.task_id, task.due_ms),
-                                "type": task.type,
-                                "due_ms": task.due_ms,
-                            },
-                        )
-                    )
-                plan = _plan(task, claim.now_ms)
-                plans[claim.partition].append((task, plan))
-                planned.append((claim.partition, task, plan))
-                # Grid times past the end of a grid (max_runs) are not missed fires: a task
-                # kept scheduled for fires waiting behind its last one plans none.
-                if plan.missed and (plan.fires or plan.next_ms is not None):
-                    misfired.append(("misfired", _misfired(task, plan)))
-        # One info line per fire is written when it ends (the consumer's, with every
-        # lifecycle time); the claim's own line is a debug line.
-        if scheduled:
-            emit_events(self.actor, scheduled, level="debug")
-        if misfired:
-            emit_events(self.actor, misfired)
-        # From here on the claims are ours: if Redis goes away, the tick waits for it and
-        # goes on with the same token rather than leave its claims to expire (a lease later).
-        # An enqueue repeated after a lost reply finds its own markers and answers as
-        # before; a commit checks the claim still holds (and, sent with the enqueue, that
-        # the enqueue left its markers: nothing is committed if the enqueue failed, and the
-        # claims expire and the fires come back).
+
+    async def _apply_policies(self, scripts: Scripts, token: str, plan: TickPlan) -> PolicyFires:
+        """The planned fires through the tasks' catch-up windows and overlap policies
+        (``actors.scheduling.policies``): the running fires a ``cancel_other`` fire
+        replaces are cancelled, and each fire not run is a ``not_run`` line."""
         redis = scripts.client
-        decided = await redis.ride_out(lambda: apply_policies(scripts, token, now, planned))
-        fires = decided.fires
+        decided = await redis.ride_out(
+            lambda: apply_policies(scripts, token, plan.now_ms, plan.planned)
+        )
         if decided.cancels:
             await redis.ride_out(lambda: scripts.cancel_fires(decided.cancels))
         if decided.not_run:
             emit_events(self.actor, decided.not_run)
-        types = {f.type for f in fires}
-        earliest_by_partition = {c.partition: c.earliest_ms for c in claims}
-        writes = {c.partition: c.writes for c in claims}
-        commits = self._commits(plans, decided.commits, decided.tracked)
+        return decided
+
+    async def _enqueue_and_commit(
+        self,
+        scripts: Scripts,
+        token: str,
+        now: int,
+        fires: list[Fire],
+        commits: dict[int, list[FireCommit]],
+        writes: dict[int, int],
+    ) -> dict[int, Commit]:
+        """Append the fires to their streams and commit the claims: one round trip on a
+        single server with the dedupe window on (the commit checks the enqueue's markers),
+        else two. The enqueue carries the markers of the claims committed in full before
+        (``CommittedClaims``); a fire whose copy was appended already ends its flight."""
+        s = self.settings
+        redis = scripts.client
         dropped: list[Fire] = []
-        committed = self._committed.take(types)
+        committed = self._committed.take({f.type for f in fires})
         done: dict[int, Commit] = {}
         if fires and scripts.commits_with_enqueue(s.dedupe_window_ms):
             done = await redis.ride_out(
@@ -349,29 +347,41 @@ class Poller:
             if fires:
                 await redis.ride_out(
                     lambda: enqueue_fires(
-                        scripts,
-                        fires,
-                        now,
-                        self.actor,
-                        s.dedupe_window_ms,
-                        token,
-                        committed,
+                        scripts, fires, now, self.actor, s.dedupe_window_ms, token, committed,
                         dropped,
                     )
-                )
+                )  # fmt: skip
             if commits:
                 done = await redis.ride_out(
                     lambda: scripts.commit_fires(self.poller_id, token, commits, writes)
                 )
-        await self._end_dropped(scripts, dropped)
-        # After a commit the partition's earliest due time is the committed one.
+        await end_dropped_flights(scripts, dropped)
+        return done
+
+    def _after_commit(
+        self,
+        token: str,
+        now: int,
+        claims: list[PartitionClaim],
+        commits: dict[int, list[FireCommit]],
+        writes: dict[int, int],
+        done: dict[int, Commit],
+        fires: list[Fire],
+        log: structlog.typing.FilteringBoundLogger,
+    ) -> TickResult:
+        """Remember what the tick committed: the states it wrote (the next claims need
+        not read them), its token's markers when committed in full (they go with the next
+        enqueue of those types), and each partition's earliest due time (the committed
+        one, else the claim's), which decides when the partition is claimed again."""
+        earliest_by_partition = {c.partition: c.earliest_ms for c in claims}
         for p, commit in done.items():
             for lost in commit.lost:
                 log.warning("claim_lost", task_id=lost)
             self._remember(p, writes[p], commits[p], commit)
         earliest_by_partition |= {p: commit.earliest_ms for p, commit in done.items()}
+        types = {f.type for f in fires}
         in_full = not any(commit.lost for commit in done.values())
-        if done and in_full and types and s.dedupe_window_ms > 0:
+        if done and in_full and types and self.settings.dedupe_window_ms > 0:
             self._committed.add(token, types)
         at = trio.current_time()
         for c in claims:
@@ -380,21 +390,8 @@ class Poller:
             enqueued=len(fires),
             now_ms=now,
             earliest_ms=earliest(list(earliest_by_partition.values())),
-            full=any(len(c.tasks) >= s.batch_size for c in claims),
+            full=any(len(c.tasks) >= self.settings.batch_size for c in claims),
         )
-
-    @staticmethod
-    async def _end_dropped(scripts: Scripts, dropped: list[Fire]) -> None:
-        """A tracked fire put in flight afresh whose copy the enqueue found appended
-        already (its earlier claim's poller died after appending it, and it has run and
-        ended since): its flight ends here, or it would wait on a fire that ran."""
-        ends = [
-            FlightEnd(f.task_id, ENDED_DROPPED, f.due_ms)
-            for f in dropped
-            if f.fresh and parse_policy(f.policy).tracked
-        ]
-        if ends:
-            await scripts.client.ride_out(lambda: scripts.end_flights(ends))
 
     def _remember(
         self, partition: int, writes: int, commits: list[FireCommit], commit: Commit
@@ -406,27 +403,3 @@ class Poller:
             self._states.forget(partition)
         else:
             self._states.committed(partition, writes, commits)
-
-    @staticmethod
-    def _commits(
-        plans: dict[int, list[tuple[Claimed, FirePlan]]],
-        changed: dict[str, tuple[int | None, int | None, int]],
-        tracked: set[str],
-    ) -> dict[int, list[FireCommit]]:
-        """Each claimed task's commit: its grid moved on to the plan's next time (with the
-        task's spread and that time's jitter in the score) and its fires counted, or as the
-        policies ``changed`` it (next grid time, score or None for the usual one, fires);
-        the ``tracked`` tasks' commits confirm the fires their claim put in flight."""
-        out: dict[int, list[FireCommit]] = {}
-        for partition, items in plans.items():
-            commits = out[partition] = []
-            for task, plan in items:
-                next_ms, score, fired = changed.get(
-                    task.task_id, (plan.next_ms, None, len(plan.fires))
-                )
-                if score is None and next_ms is not None:
-                    score = task.schedule.score_ms(next_ms, task.task_id)
-                commit = fire_commit(task, next_ms, score, fired)
-                commit.confirm = task.task_id in tracked
-                commits.append(commit)
-        return out

@@ -26,6 +26,7 @@ import attrs
 
 from actors.domain.schedules import Schedule
 from actors.store import lua
+from actors.store.replies import Fire
 from actors.store.task_scripts import Call, TaskScripts
 
 #: Policy letters as messages and ``overlap.lua`` carry them.
@@ -261,3 +262,16 @@ def ended_flights(flat: Sequence[Any], ended: int) -> list[FlightEnd]:
         if policy.tracked or policy.pause_after is not None:
             out.append(FlightEnd(task_id.decode(), ended, int(due), policy.pause_after))
     return out
+
+
+async def end_dropped_flights(scripts: FlightScripts, dropped: list[Fire]) -> None:
+    """A tracked fire put in flight afresh whose copy the enqueue found appended
+    already (its earlier claim's poller died after appending it, and it has run and
+    ended since): its flight ends here, or it would wait on a fire that ran."""
+    ends = [
+        FlightEnd(f.task_id, ENDED_DROPPED, f.due_ms)
+        for f in dropped
+        if f.fresh and parse_policy(f.policy).tracked
+    ]
+    if ends:
+        await scripts.client.ride_out(lambda: scripts.end_flights(ends))

@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from actors.domain.errors import InvalidTask
+from actors.domain.errors import InvalidTask, InvalidTransition, TaskNotFound
+from actors.domain.model import encode_payload
 from actors.domain.schedules import Overlap
+from actors.store.enqueue import enqueue_fires
 from actors.store.flights import ENDED_DROPPED, LETTERS, Decision, FlightEnd, Planned
 from actors.store.keys import schedule_id
+from actors.store.replies import Fire
 from actors.store.scripts import Scripts
 from runtime.logging import emit_events
+
+if TYPE_CHECKING:
+    from actors.store.tasks import TaskStore
 
 #: A manual fire's fate: appended now, found appended by an earlier call, or held back by
 #: the overlap policy (waiting behind the fire in flight, or skipped).
@@ -90,3 +96,32 @@ def _log_skipped(task_id: str, task_type: str, decision: Decision, actor: str) -
         lines.append(("not_run", fields))
     if lines:
         emit_events(actor, lines)
+
+
+async def trigger(store: TaskStore, task_id: str, overlap: Overlap, actor: str) -> tuple[str, bool]:
+    """Run a task now, once, outside its schedule (which is left as it is); returns the
+    fire's schedule_id and whether it was queued now (``overlap`` other than
+    ``allow_all``: it may wait behind the task's fire in flight, or be skipped:
+    ``fire_under``). A paused or finished task can be triggered (a
+    manual run is an explicit request); a stopped one cannot: stopping is for good
+    (InvalidTransition). The status is read before the enqueue, so a stop racing a
+    trigger may let that one manual fire through."""
+    task = await store.get(task_id)
+    if task is None:
+        raise TaskNotFound(task_id)
+    if task.status == "stopped":
+        raise InvalidTransition(f"task {task_id!r} is stopped (for good): it cannot be triggered")
+    check_overlap(task_id, task.schedule.overlap, overlap)
+    now = await store.now_ms()
+    payload = encode_payload(task.payload)
+    scripts = await store.scripts()
+
+    async def append(dues: Sequence[int], policy: str) -> list[bool]:
+        fires = [Fire(task_id, task.type, payload, d, policy=policy) for d in dues]
+        await enqueue_fires(scripts, fires, now, actor, dedupe_window_ms=0)
+        return [True] * len(fires)
+
+    queued = await fire_under(scripts, task_id, task.type, [now], overlap, append, actor)
+    fate = queued[now] == APPENDED
+    emit_events(actor, [("triggered", {"task_id": task_id, "queued": fate})])
+    return schedule_id(task_id, now), fate

@@ -16,35 +16,30 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
-import trio.lowlevel
 
 from actors.domain.errors import (
     InvalidTask,
-    InvalidTransition,
     LayoutMismatch,
     TaskConflict,
-    TaskNotFound,
 )
 from actors.domain.labels import check_labels, encode_labels
-from actors.domain.model import STATUSES, Task, TaskSpec, encode_payload, new_task_id
+from actors.domain.model import Task, TaskSpec, encode_payload, new_task_id
 from actors.domain.schedules import Overlap, Schedule
 from actors.store import backfill as backfilling
+from actors.store import manual_fires, type_scans
 from actors.store.codes import Code, raise_for_code
-from actors.store.enqueue import enqueue_fires
 from actors.store.keys import (
     COMPACT_MESSAGES,
     DEFAULT_BUCKETS,
     LAYOUT_VERSION,
     MIGRATES_FROM,
     Keys,
-    schedule_id,
 )
-from actors.store.labels import TaskFilter, index_members, list_page
-from actors.store.manual_fires import APPENDED, check_overlap, fire_under
+from actors.store.labels import TaskFilter, list_page
 from actors.store.notes import encode_note
 from actors.store.placement import Placement
-from actors.store.records import decode_task, status_index
-from actors.store.replies import Fire, TaskRow
+from actors.store.records import decode_task
+from actors.store.replies import TaskRow
 from actors.store.scripts import Scripts
 from actors.store.streams import Streams
 from runtime.config import check_name
@@ -53,11 +48,6 @@ from runtime.redis_io import RedisClient
 
 #: The ``actor`` field of the store's lifecycle lines (it runs inside API or CLI calls).
 STORE_ACTOR = "store"
-
-#: Ids per delete script call when clearing a type: keeps each call well under a millisecond.
-CLEAR_BATCH = 500
-#: Type-index buckets read in one pipelined round trip when clearing a type.
-CLEAR_SPAN = 256
 
 
 @attrs.frozen
@@ -263,33 +253,9 @@ class TaskStore:
         wanted = TaskFilter(task_type, status, dict(labels or {}), next_before, last_status)
         return await list_page(self, wanted, cursor, limit, max_calls)
 
-    async def _type_members(
-        self, keys: Keys, partition: int, task_type: str, buckets: range
-    ) -> list[tuple[str, int]]:
-        """Every (task id, bucket) in these buckets of a type's index."""
-        return await index_members(
-            self.client, lambda b: keys.by_type(partition, task_type, b), buckets
-        )
-
     async def count_by_status(self, buckets_per_call: int = 256) -> dict[str, int]:
-        """Tasks per status, reading every state record (one ``HVALS`` a bucket, pipelined,
-        yielding to other tasks between calls): seconds at a million tasks, so for a gauge
-        refreshed every few minutes, never per request. Records this version cannot read
-        are counted as ``unreadable``."""
-        keys = await self.keys()
-        counts = dict.fromkeys([*STATUSES, "unreadable"], 0)
-        for partition in range(keys.partitions):
-            for start in range(0, keys.buckets, buckets_per_call):
-                stop = min(start + buckets_per_call, keys.buckets)
-                replies = await self.client.pipeline(
-                    [("HVALS", keys.states(partition, b)) for b in range(start, stop)]
-                )
-                for values in replies:
-                    for raw in values if isinstance(values, list) else []:
-                        index = status_index(raw)
-                        counts[STATUSES[index] if index is not None else "unreadable"] += 1
-                await trio.lowlevel.checkpoint()
-        return counts
+        """Tasks per status, every state record read: ``type_scans.count_by_status``."""
+        return await type_scans.count_by_status(self, buckets_per_call)
 
     async def types(self) -> list[str]:
         keys = await self.keys()
@@ -298,34 +264,9 @@ class TaskStore:
     # -- change ---------------------------------------------------------------------------
 
     async def trigger(self, task_id: str, overlap: Overlap = "allow_all") -> tuple[str, bool]:
-        """Run a task now, once, outside its schedule (which is left as it is); returns the
-        fire's schedule_id and whether it was queued now (``overlap`` other than
-        ``allow_all``: it may wait behind the task's fire in flight, or be skipped;
-        ``actors.store.manual_fires``). A paused or finished task can be triggered (a
-        manual run is an explicit request); a stopped one cannot: stopping is for good
-        (InvalidTransition). The status is read before the enqueue, so a stop racing a
-        trigger may let that one manual fire through."""
-        task = await self.get(task_id)
-        if task is None:
-            raise TaskNotFound(task_id)
-        if task.status == "stopped":
-            raise InvalidTransition(
-                f"task {task_id!r} is stopped (for good): it cannot be triggered"
-            )
-        check_overlap(task_id, task.schedule.overlap, overlap)
-        now = await self.now_ms()
-        payload = encode_payload(task.payload)
-        scripts = await self.scripts()
-
-        async def append(dues: Sequence[int], policy: str) -> list[bool]:
-            fires = [Fire(task_id, task.type, payload, d, policy=policy) for d in dues]
-            await enqueue_fires(scripts, fires, now, STORE_ACTOR, dedupe_window_ms=0)
-            return [True] * len(fires)
-
-        queued = await fire_under(scripts, task_id, task.type, [now], overlap, append, STORE_ACTOR)
-        fate = queued[now] == APPENDED
-        emit_events(STORE_ACTOR, [("triggered", {"task_id": task_id, "queued": fate})])
-        return schedule_id(task_id, now), fate
+        """Run a task now, once, outside its schedule: ``manual_fires.trigger``; the
+        fire's schedule_id and whether it was queued now."""
+        return await manual_fires.trigger(self, task_id, overlap, STORE_ACTOR)
 
     async def backfill(
         self, task_id: str, start_ms: int, end_ms: int, **options: Any
@@ -432,16 +373,7 @@ class TaskStore:
         return deleted
 
     async def clear_type(self, task_type: str) -> int:
-        """Delete every task of a type, ``CLEAR_BATCH`` ids per script call."""
-        keys = await self.keys()
-        check_name("type", task_type)
-        deleted = 0
-        for partition in range(keys.partitions):
-            for start in range(0, keys.buckets, CLEAR_SPAN):
-                buckets = range(start, min(start + CLEAR_SPAN, keys.buckets))
-                members = await self._type_members(keys, partition, task_type, buckets)
-                for i in range(0, len(members), CLEAR_BATCH):
-                    batch = [task_id for task_id, _ in members[i : i + CLEAR_BATCH]]
-                    deleted += await (await self.scripts()).delete_tasks(batch)
+        """Delete every task of a type (``type_scans.delete_type``), then say so once."""
+        deleted = await type_scans.delete_type(self, task_type)
         emit_events(STORE_ACTOR, [("cleared", {"type": task_type, "count": deleted})])
         return deleted

@@ -1,0 +1,112 @@
+"""What a poller's tick makes of its claims before anything is written: each claimed
+task's fires under its misfire policy, the lines that say so, and the commit that moves
+its grid on once the fires are in the stream. Pure: no Redis, no clock.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import attrs
+
+from actors.domain.schedules import FirePlan, plan_fires
+from actors.store.keys import schedule_id
+from actors.store.replies import Claimed, FireCommit, PartitionClaim, fire_commit
+
+#: A lifecycle line: its event name and fields (``runtime.logging.emit_events``).
+Line = tuple[str, dict[str, Any]]
+
+
+@attrs.define
+class TickPlan:
+    """The fires a tick's claims plan, before the policies decide which of them run."""
+
+    now_ms: int
+    """Redis's clock at the latest claim (0 when nothing was claimed)."""
+    plans: dict[int, list[tuple[Claimed, FirePlan]]]
+    """Per partition, each claimed task with its plan: what its commit starts from."""
+    planned: list[tuple[int, Claimed, FirePlan]]
+    """The same as (partition, task, plan), in claim order: what the policies judge."""
+    scheduled: list[Line]
+    """``scheduled`` debug lines, one per claimed task (only when debug lines are on)."""
+    misfired: list[Line]
+    """``misfired`` lines, one per task that missed grid times."""
+
+
+def plan_fire(task: Claimed, now_ms: int) -> FirePlan:
+    """The misfire policy's plan for a claimed task; none for a task claimed before its
+    grid time (woken to start a fire waiting behind one that ended: ``overlap.lua``)."""
+    if task.due_ms > now_ms:
+        return FirePlan((), task.due_ms)
+    return plan_fires(
+        task.schedule, task.due_ms, now_ms, task.fires, owed_until_ms=task.owed_until_ms
+    )
+
+
+def _scheduled(task: Claimed) -> Line:
+    return (
+        "scheduled",
+        {
+            "task_id": task.task_id,
+            "schedule_id": schedule_id(task.task_id, task.due_ms),
+            "type": task.type,
+            "due_ms": task.due_ms,
+        },
+    )
+
+
+def _misfired(task: Claimed, plan: FirePlan) -> Line:
+    return (
+        "misfired",
+        {
+            "task_id": task.task_id,
+            "schedule_id": schedule_id(task.task_id, task.due_ms),
+            "type": task.type,
+            "policy": task.schedule.misfire,
+            "missed": plan.missed,
+            "fired": len(plan.fires),
+            "due_ms": task.due_ms,
+        },
+    )
+
+
+def plan_claims(claims: list[PartitionClaim], debug: bool) -> TickPlan:
+    """Plan every claimed task's fires on Redis's clock at its claim. The ``scheduled``
+    lines are built only with ``debug`` on: one per claimed task is too many otherwise."""
+    now = max(c.now_ms for c in claims) if claims else 0
+    out = TickPlan(now, defaultdict(list), [], [], [])
+    for claim in claims:
+        for task in claim.tasks:
+            if debug:
+                out.scheduled.append(_scheduled(task))
+            plan = plan_fire(task, claim.now_ms)
+            out.plans[claim.partition].append((task, plan))
+            out.planned.append((claim.partition, task, plan))
+            # Grid times past the end of a grid (max_runs) are not missed fires: a task
+            # kept scheduled for fires waiting behind its last one plans none.
+            if plan.missed and (plan.fires or plan.next_ms is not None):
+                out.misfired.append(_misfired(task, plan))
+    return out
+
+
+def plan_commits(
+    plans: dict[int, list[tuple[Claimed, FirePlan]]],
+    changed: dict[str, tuple[int | None, int | None, int]],
+    tracked: set[str],
+) -> dict[int, list[FireCommit]]:
+    """Each claimed task's commit: its grid moved on to the plan's next time (with the
+    task's spread and that time's jitter in the score) and its fires counted, or as the
+    policies ``changed`` it (next grid time, score or None for the usual one, fires);
+    the ``tracked`` tasks' commits confirm the fires their claim put in flight."""
+    out: dict[int, list[FireCommit]] = {}
+    for partition, items in plans.items():
+        commits = out[partition] = []
+        for task, plan in items:
+            next_ms, score, fired = changed.get(task.task_id, (plan.next_ms, None, len(plan.fires)))
+            if score is None and next_ms is not None:
+                score = task.schedule.score_ms(next_ms, task.task_id)
+            commit = fire_commit(task, next_ms, score, fired)
+            commit.confirm = task.task_id in tracked
+            commits.append(commit)
+    return out

@@ -1,0 +1,71 @@
+"""The operators' scripts: purging a queue, replaying dead letters, backfilling a past
+window. A part of ``actors.store.scripts.Scripts``; nothing else uses it alone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from actors.store import lua
+from actors.store.flights import (
+    ENDED_DROPPED,
+    FlightEnd,
+    FlightScripts,
+    ended_flights,
+)
+from actors.store.keys import GROUP
+
+
+class OperatorScripts(FlightScripts):
+    """The scripts the API calls for operators, as typed async methods."""
+
+    # -- operators --------------------------------------------------------------------------
+
+    async def purge_queue(
+        self, task_type: str, upto: str, count: int
+    ) -> tuple[int, list[FlightEnd]]:
+        """``purge_queue.lua``: delete up to ``count`` undelivered messages with ids up to
+        ``upto``; how many it deleted, and the flights of tasks with a policy they end."""
+        ((deleted, ended),) = await self._run(
+            [(lua.PURGE_QUEUE, [self.keys.queue(task_type)], [GROUP, upto, count])]
+        )
+        return int(deleted), ended_flights(ended, ENDED_DROPPED)
+
+    async def replay_dead(
+        self, task_type: str, entry_ids: Sequence[str]
+    ) -> list[tuple[str, str | None]]:
+        """``replay_dead.lua``: per entry, (the new stream id or ``REPLAY_MISSING`` /
+        ``REPLAY_MALFORMED`` (``actors.store.codes``), the entry's task id or None)."""
+        k = self.keys
+        ((outcomes, task_ids),) = await self._run(
+            [
+                (
+                    lua.REPLAY_DEAD,
+                    [k.queue(task_type), k.dlq(task_type)],
+                    [task_type, k.seen_prefix(task_type), *entry_ids],
+                )
+            ]
+        )
+        return [
+            (as_str(outcome), as_str(task_id) or None)
+            for outcome, task_id in zip(outcomes, task_ids, strict=True)
+        ]
+
+    async def backfill(
+        self, task_type: str, task_id: str, payload: str, due_times: Sequence[int],
+        now_ms: int, retention_ms: int, policy: str = "",
+    ) -> list[bool]:  # fmt: skip
+        """``backfill.lua``: append a task's grid times not backfilled before (one call;
+        the caller keeps it to ``ENQUEUE_CHUNK`` times); per time, True if appended.
+        ``policy``: the messages' policy code ('' = none)."""
+        k = self.keys
+        args = [now_ms, task_type, task_id, payload, retention_ms,
+                "1" if k.compact_messages else "", policy, *due_times]  # fmt: skip
+        (flags,) = await self._run(
+            [(lua.BACKFILL, [k.queue(task_type), k.backfilled(task_type, task_id)], args)]
+        )
+        return [bool(int(flag)) for flag in flags]
+
+
+def as_str(value: bytes | str | int) -> str:
+    """A script reply element as text."""
+    return value.decode() if isinstance(value, bytes) else str(value)

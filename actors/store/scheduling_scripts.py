@@ -1,0 +1,319 @@
+"""The scheduling roles' scripts: the poller's claim, enqueue and commit (in one round
+trip where it can), its partition leases and membership, and the retry dispatcher's claim
+and commit. A part of ``actors.store.scripts.Scripts``; nothing else uses it alone."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from actors.store import lua
+from actors.store.codes import optional_ms
+from actors.store.definitions import DefinitionCache
+from actors.store.flights import (
+    FlightScripts,
+)
+from actors.store.known_states import KnownStates
+from actors.store.replies import (
+    Commit,
+    Fire,
+    FireCommit,
+    PartitionClaim,
+    RetryClaim,
+    add_read_definitions,
+    decode_lean_claim,
+    decode_partition_claim,
+)
+from actors.store.task_scripts import Call, or_empty
+
+#: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
+ENQUEUE_CHUNK = 500
+
+#: ``commit_fires.lua``'s answer when an enqueue marker it checks is missing: nothing changed.
+NOT_ENQUEUED = -2
+
+
+class SchedulingScripts(FlightScripts):
+    """The poller's and retry dispatcher's scripts, as typed async methods."""
+
+    # -- scheduling: poller -----------------------------------------------------------------
+
+    async def claim_due(
+        self,
+        partitions: Sequence[int],
+        poller: str,
+        token: str,
+        limit: int,
+        lease_ms: int,
+        window_ms: int = 60_000,
+        take_from: Mapping[int, str] | None = None,
+        definitions: DefinitionCache | None = None,
+        states: KnownStates | None = None,
+    ) -> list[PartitionClaim]:
+        """``claim_due.lua`` per partition: take or keep the partition for ``poller`` for
+        ``lease_ms`` and read up to ``limit`` due tasks (none where another poller holds
+        it: ``PartitionClaim.held``). ``token`` names this claim (unique per claim);
+        uncommitted claims are remembered as priors for ``window_ms``. ``take_from``:
+        partition -> a holder found gone, whose lease need not be waited for.
+
+        ``definitions``: the caller's cache (``actors.store.definitions``). The claim then
+        reads the tasks' states alone, and the definitions the cache lacks in a second
+        round trip (only for the partitions that lack some); a partition found held by
+        another poller is forgotten there.
+
+        ``states`` (with ``definitions``): the states the caller committed
+        (``actors.store.known_states``); a partition's claim then leaves the states out
+        while they are the stored ones, and the caller tells what it commits
+        (``KnownStates.committed``)."""
+        k = self.keys
+        gone = take_from or {}
+        cache = definitions if definitions is not None and definitions.limit > 0 else None
+        lean = "" if cache is None else "1"
+        known = states if cache is not None else None
+        calls: list[Call] = []
+        for p in partitions:
+            args = [k.tag(p), poller, token, limit, lease_ms, k.buckets, max(window_ms, lease_ms)]
+            writes = known.writes_to_ask(p) if known is not None else None
+            calls.append(
+                (lua.CLAIM_DUE, [k.schedule(p), k.partition_owner(p)],
+                 [*args, gone.get(p, ""), lean, or_empty(writes)])
+            )  # fmt: skip
+        replies = await self._run(calls)
+        if cache is None:
+            return [
+                decode_partition_claim(p, r, k.buckets)
+                for p, r in zip(partitions, replies, strict=True)
+            ]
+        leans = [
+            decode_lean_claim(p, r, k.buckets, cache, known)
+            for p, r in zip(partitions, replies, strict=True)
+        ]
+        for c in leans:
+            if c.claim.held:
+                cache.forget(c.claim.partition)
+                if known is not None:
+                    known.forget(c.claim.partition)
+        missing = [c for c in leans if c.misses]
+        reads = await self._run(
+            [
+                (lua.READ_DEFINITIONS,
+                 [k.schedule(c.claim.partition), k.partition_owner(c.claim.partition)],
+                 [k.tag(c.claim.partition), *[x for m in c.misses for x in m[:2]]])
+                for c in missing
+            ]
+        )  # fmt: skip
+        for c, reply in zip(missing, reads, strict=True):
+            add_read_definitions(c, reply, cache)
+        return [c.claim for c in leans]
+
+    async def commit_fires(
+        self,
+        poller: str,
+        token: str,
+        commits: dict[int, list[FireCommit]],
+        writes: Mapping[int, int],
+    ) -> dict[int, Commit]:
+        """``commit_fires.lua`` per partition: advance each grid if ``token``'s claim is
+        still in flight on a partition ``poller`` owns, and the task was not changed.
+        ``writes``: each partition's count of API writes as the claim read it
+        (``PartitionClaim.writes``)."""
+        replies = await self._run(self._commit_calls(poller, token, commits, writes, []))
+        return self._decode_commits(commits, replies)
+
+    def _commit_calls(
+        self,
+        poller: str,
+        token: str,
+        commits: dict[int, list[FireCommit]],
+        writes: Mapping[int, int],
+        markers: Sequence[tuple[str, int]],
+    ) -> list[Call]:
+        """One ``commit_fires.lua`` call per partition, each checking that ``markers``
+        (enqueue marker key, part) are there first."""
+        calls: list[Call] = []
+        k = self.keys
+        checks = [part for _, part in markers]
+        marker_keys = [key for key, _ in markers]
+        for partition, items in commits.items():
+            args: list[Any] = [k.tag(partition), poller, token, writes[partition]]
+            confirms = [c.task_id for c in items if c.confirm]
+            args += [len(checks), *checks, len(confirms), *confirms]
+            for c in items:
+                args += [c.task_id, c.bucket, or_empty(c.score), c.due_ms, c.state]
+            keys = [k.schedule(partition), k.partition_owner(partition), *marker_keys]
+            calls.append((lua.COMMIT_FIRES, keys, args))
+        return calls
+
+    @staticmethod
+    def _decode_commits(
+        commits: dict[int, list[FireCommit]], replies: list[Any]
+    ) -> dict[int, Commit]:
+        return {
+            p: Commit(optional_ms(r[0]), [x.decode() for x in r[1:]])
+            for p, r in zip(commits, replies, strict=True)
+        }
+
+    def commits_with_enqueue(self, dedupe_window_ms: int) -> bool:
+        """Whether ``enqueue_and_commit`` sends the commits in the enqueue's round trip: on
+        a single server, with markers to check (a dedupe window)."""
+        return not self.client.is_cluster and dedupe_window_ms > 0
+
+    async def enqueue_and_commit(
+        self,
+        fires: Sequence[Fire],
+        now_ms: int,
+        dedupe_window_ms: int,
+        token: str,
+        committed: Mapping[str, Sequence[str]] | None,
+        poller: str,
+        commits: dict[int, list[FireCommit]],
+        writes: Mapping[int, int],
+    ) -> tuple[list[bool], dict[int, Commit]]:
+        """``enqueue`` then ``commit_fires``, in one round trip on a single server: each
+        commit first checks that every enqueue call of the claim left its marker, so a
+        failed enqueue leaves every grid where it was (a grid time moves only after its
+        fires are in the stream) and the error is raised as ``enqueue`` would. Only where
+        ``commits_with_enqueue``: in a cluster (the streams and the partitions are on
+        different shards, which run a pipeline in no set order) or without markers
+        (``dedupe_window_ms`` 0) the caller makes two round trips, ridden out one by one."""
+        if not (fires and self.commits_with_enqueue(dedupe_window_ms)):
+            raise ValueError("enqueue_and_commit needs fires, one server and a dedupe window")
+        enqueues, order = self._enqueue_calls(fires, now_ms, dedupe_window_ms, token, committed)
+        # enqueue.lua's marker of each call: <prefix><token>, field = the call's part
+        markers = [(f"{args[2]}{token}", args[5]) for _, _, args in enqueues]
+        calls = enqueues + self._commit_calls(poller, token, commits, writes, markers)
+        # an enqueue's error is raised first (the commits behind it refused)
+        replies = await self._run(calls)
+        flags = self._enqueue_flags(replies[: len(enqueues)], order, len(fires))
+        done = self._decode_commits(commits, replies[len(enqueues) :])
+        # A commit can find a marker missing with every enqueue done only if it ran first:
+        # the enqueue's script had to be loaded again and was sent once more (mixed_scripts).
+        again = {
+            p: commits[p]
+            for p, r in zip(commits, replies[len(enqueues) :], strict=True)
+            if int(r[0]) == NOT_ENQUEUED
+        }
+        if again:
+            done |= await self.commit_fires(poller, token, again, writes)
+        return flags, done
+
+    async def release_partitions(self, partitions: Sequence[int], poller: str) -> list[int]:
+        """``release_partition.lua`` per partition: the ones ``poller`` let go of."""
+        k = self.keys
+        replies = await self._run(
+            [(lua.RELEASE_PARTITION, [k.partition_owner(p)], [poller]) for p in partitions]
+        )
+        return [p for p, released in zip(partitions, replies, strict=True) if int(released)]
+
+    async def poller_members(self, poller: str, ttl_ms: int, gone: Sequence[str] = ()) -> list[str]:
+        """``poller_members.lua``: say ``poller`` is alive for ``ttl_ms`` (0: it leaves),
+        remove the pollers in ``gone``; the live pollers, sorted."""
+        args = [poller, ttl_ms, *gone]
+        (live,) = await self._run([(lua.POLLER_MEMBERS, [self.keys.pollers], args)])
+        return [m.decode() for m in live]
+
+    async def enqueue(
+        self,
+        fires: Sequence[Fire],
+        now_ms: int,
+        dedupe_window_ms: int,
+        token: str = "",
+        committed: Mapping[str, Sequence[str]] | None = None,
+    ) -> list[bool]:
+        """``enqueue.lua``: append fires to their types' streams, one call per type per
+        ``ENQUEUE_CHUNK``; per fire (in the given order) True if appended, False if the
+        claim it came from (``Fire.prior``) had appended it already. ``token`` names this
+        claim in the markers (unique per claim: ``dedupe_window_ms`` > 0 needs one).
+        ``committed``: type -> tokens of the caller's earlier claims, committed in full
+        (no claim can name them as prior): their markers in that type's stream go, in the
+        type's first call."""
+        calls, order = self._enqueue_calls(fires, now_ms, dedupe_window_ms, token, committed)
+        return self._enqueue_flags(await self._run(calls), order, len(fires))
+
+    def _enqueue_calls(
+        self,
+        fires: Sequence[Fire],
+        now_ms: int,
+        dedupe_window_ms: int,
+        token: str,
+        committed: Mapping[str, Sequence[str]] | None,
+    ) -> tuple[list[Call], list[int]]:
+        """``enqueue``'s calls, and the index in ``fires`` of each fire they carry, in order."""
+        dropped = committed or {}
+        if dedupe_window_ms > 0 and not token:
+            raise ValueError("enqueue with a dedupe window needs the claim's token")
+        by_type: dict[str, list[int]] = defaultdict(list)
+        for i, fire in enumerate(fires):
+            by_type[fire.type].append(i)
+        calls: list[Call] = []
+        order: list[int] = []
+        for task_type, indexes in by_type.items():
+            for start in range(0, len(indexes), ENQUEUE_CHUNK):
+                chunk = indexes[start : start + ENQUEUE_CHUNK]
+                args: list[Any] = [
+                    now_ms, task_type, self.keys.enqueued_prefix(task_type), dedupe_window_ms,
+                    token, start, "" if start else " ".join(dropped.get(task_type, ())),
+                    "1" if self.keys.compact_messages else "",
+                ]  # fmt: skip
+                for i in chunk:
+                    f = fires[i]
+                    args += [f.task_id, f.due_ms, f.payload, f.attempt, f.prior, f.policy]
+                calls.append((lua.ENQUEUE, [self.keys.queue(task_type)], args))
+                order += chunk
+        return calls, order
+
+    @staticmethod
+    def _enqueue_flags(replies: list[Any], order: list[int], count: int) -> list[bool]:
+        """Per fire (in the callers' order) whether it was appended."""
+        flags = [bool(int(flag)) for reply in replies for flag in reply]
+        appended = [False] * count
+        for i, flag in zip(order, flags, strict=True):
+            appended[i] = flag
+        return appended
+
+    # -- scheduling: retry dispatcher -------------------------------------------------------
+
+    async def claim_retries(
+        self, partitions: Sequence[int], token: str, limit: int, lease_ms: int
+    ) -> list[RetryClaim]:
+        """``claim_retries.lua`` per partition: reserve up to ``limit`` due retries each."""
+        k = self.keys
+        replies = await self._run(
+            [
+                (
+                    lua.CLAIM_RETRIES,
+                    [k.retry(p)],
+                    [k.retry_context_prefix(p), token, limit, lease_ms],
+                )
+                for p in partitions
+            ]
+        )
+        claims = []
+        for partition, reply in zip(partitions, replies, strict=True):
+            flat = reply[2:]
+            retries = []
+            for i in range(0, len(flat), 8):
+                sid, task_id, task_type, payload, attempt, due, prior, policy = flat[i : i + 8]
+                fire = Fire(
+                    task_id.decode(), task_type.decode(), payload, int(due), int(attempt),
+                    prior.decode(), policy.decode(),
+                )  # fmt: skip
+                retries.append((sid.decode(), fire))
+            claims.append(RetryClaim(partition, int(reply[0]), optional_ms(reply[1]), retries))
+        return claims
+
+    async def commit_retries(self, token: str, claimed: dict[int, list[str]]) -> dict[int, Commit]:
+        """``commit_retries.lua`` per partition: delete the retry contexts whose claim by
+        ``token`` still holds; ``Commit.lost`` names the schedule ids it did not hold."""
+        k = self.keys
+        replies = await self._run(
+            [
+                (lua.COMMIT_RETRIES, [k.retry(p)], [k.retry_context_prefix(p), token, *sids])
+                for p, sids in claimed.items()
+            ]
+        )
+        return {
+            p: Commit(optional_ms(r[0]), [x.decode() for x in r[1:]])
+            for p, r in zip(claimed, replies, strict=True)
+        }

@@ -1,0 +1,157 @@
+"""Riding out a Redis that is unreachable, stalled or refusing: the outage and refusal
+state of a ``RedisClient`` and the waits through them (``ride_out``), so an actor's step
+is repeated once Redis answers (or, after a refusal, once a backoff has passed) instead of
+the actor crashing. Logs ``redis_unreachable`` / ``redis_reachable`` once per outage and
+``redis_refused`` / ``redis_accepting`` once per run of refusals.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import redis.exceptions
+import trio
+
+from runtime.errors import RedisRefused, RedisUnavailable
+from runtime.logging import notify_observers
+from runtime.redis_replies import refused, restarts
+
+T = TypeVar("T")
+
+ResponseError = redis.exceptions.ResponseError
+
+#: Probing an unreachable Redis: the first wait, doubling (with jitter) up to the cap, so
+#: fires resume within about a second of Redis answering again.
+_PROBE_FIRST_S = 0.05
+_PROBE_CAP_S = 1.0
+#: Repeating a step Redis refused: the first wait, doubling (with jitter) up to the cap.
+_REFUSED_FIRST_S = 0.1
+_REFUSED_CAP_S = 2.0
+
+
+class OutageRiding:
+    """The outage and refusal half of ``RedisClient``: its state is set by the client's
+    constructor; ``ping`` is the client's."""
+
+    description: str
+    _log: Any
+    _down_since: float | None
+    _refused: RedisRefused | None
+    _refused_steps: int
+    _refused_since: float
+    disruption_s: float
+    recovered_at: float | None
+
+    async def ping(self) -> bool:
+        raise NotImplementedError
+
+    def _mark_down(self, error: RedisUnavailable) -> None:
+        """A call failed to reach Redis: the first such failure logs the outage."""
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            self._log.warning("redis_unreachable", redis=self.description, error=str(error))
+
+    def _mark_up(self) -> None:
+        if self._down_since is not None:
+            outage_s = round(time.monotonic() - self._down_since, 3)
+            self._down_since = None
+            self.recovered_at, self.disruption_s = time.monotonic(), outage_s
+            self._log.info("redis_reachable", redis=self.description, outage_s=outage_s)
+
+    def _note_refused(self, error: RedisRefused, actor: str, first: bool) -> None:
+        """A step was refused; ``first``: its first refusal (it starts waiting). The first
+        refusal of a run is logged (with the fix) and counted through the log line; each
+        later one is counted (``redis_refused`` observers' event)."""
+        if first:
+            self._refused_steps += 1
+        if self._refused is None:
+            self._refused, self._refused_since = error, time.monotonic()
+            line = {"actor": actor} if actor else {}
+            self._log.error(
+                "redis_refused", redis=self.description, kind=error.kind, error=str(error),
+                fix=error.fix, **line,
+            )  # fmt: skip
+        else:
+            notify_observers(actor, [("redis_refused", {"kind": error.kind})])
+
+    def refusal_ended(self, *, accepted: bool) -> None:
+        """A step that was refused ended: went through (``accepted``), or was given up
+        (cancelled, or failed otherwise). The run of refusals ends with its last step."""
+        self._refused_steps -= 1
+        if self._refused_steps or self._refused is None:
+            return
+        kind, self._refused = self._refused.kind, None
+        if accepted:
+            self.recovered_at = time.monotonic()
+            self.disruption_s = self.recovered_at - self._refused_since
+            self._log.info("redis_accepting", redis=self.description, after=kind)
+
+    @property
+    def reachable(self) -> bool:
+        """False from a call that could not reach Redis until one that could."""
+        return self._down_since is None
+
+    @property
+    def refusing(self) -> str | None:
+        """While steps wait to be repeated after a refusal: the first refusal's kind
+        (``refused_write``, ``permission``, ``rejected``); None when none waits."""
+        return None if self._refused is None else self._refused.kind
+
+    async def wait_until_reachable(self) -> None:
+        """Until Redis answers PING, probing with capped, jittered backoff (cancellable).
+
+        Many actors may wait at once; each probes on its own, which costs a few PINGs a
+        second at most."""
+        delay = _PROBE_FIRST_S
+        while True:
+            try:
+                await self.ping()
+                return
+            except RedisUnavailable:
+                pass
+            await trio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, _PROBE_CAP_S)
+
+    async def ride_out(self, step: Callable[[], Awaitable[T]], actor: str = "") -> T:
+        """Run ``step``; while Redis is unreachable or stalled, wait for it and run ``step``
+        again; while Redis refuses it (writes refused, a permission missing, a command
+        rejected: ``runtime.redis_replies``), run it again after a capped, jittered
+        backoff. For steps that are safe to repeat (a poller tick, a consumer read, a
+        batch's completion): an outage or a refusal is a state the actor waits through,
+        not a crash. ``actor``: who is waiting, for the ``redis_refused`` line."""
+        refusals = 0
+        try:
+            while True:
+                try:
+                    result = await step()
+                except RedisRefused as exc:
+                    refusals += 1
+                    await self.wait_refused(exc, refusals, actor)
+                    continue
+                except ResponseError as exc:  # rejected: the command cannot succeed as sent
+                    if restarts(exc):
+                        raise
+                    refusals += 1
+                    await self.wait_refused(refused(exc, self.description), refusals, actor)
+                    continue
+                except RedisUnavailable:
+                    await self.wait_until_reachable()
+                    continue
+                if refusals:
+                    self.refusal_ended(accepted=True)
+                    refusals = 0
+                return result
+        finally:
+            if refusals:
+                self.refusal_ended(accepted=False)
+
+    async def wait_refused(self, error: RedisRefused, refusals: int, actor: str = "") -> None:
+        """The wait after the ``refusals``-th refusal in a row of a step (``ride_out``'s, or
+        a caller's that repeats the step itself, as a consumer's read does: it ends the
+        run with ``refusal_ended``)."""
+        self._note_refused(error, actor, first=refusals == 1)
+        delay = min(_REFUSED_CAP_S, _REFUSED_FIRST_S * 2 ** min(refusals - 1, 10))
+        await trio.sleep(delay * random.uniform(0.5, 1.0))
