@@ -18,6 +18,15 @@ from actors.api.backfill_routes import backfill_task, backfill_type
 from actors.api.endpoint import Endpoint
 from actors.api.openapi import openapi_document
 from actors.api.problems import Problem
+from actors.api.queue_routes import (
+    list_dead,
+    purge_dead,
+    purge_queue,
+    queue,
+    queues,
+    replay_dead,
+    show_dead,
+)
 from actors.api.routes import (
     ApiServices,
     bulk_create,
@@ -28,18 +37,11 @@ from actors.api.routes import (
     explain_task,
     get_task,
     healthz,
-    list_dead,
     list_tasks,
     metrics,
     nodes,
     partitions,
-    purge_dead,
-    purge_queue,
-    queue,
-    queues,
     readyz,
-    replay_dead,
-    show_dead,
     transition,
     trigger_task,
     update_task,

@@ -12,7 +12,7 @@ import attrs
 from starlette.responses import Response
 
 from actors.api import bodies
-from actors.api import openapi as oa
+from actors.api import openapi_parts as oa
 from actors.api.problems import invalid
 from actors.api.routes import Call, ok
 from actors.domain.schedules import Overlap
