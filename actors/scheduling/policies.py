@@ -76,7 +76,7 @@ async def apply_policies(
     ``token``) decides the same again."""
     out = PolicyFires()
     asked: dict[int, list[Planned]] = defaultdict(list)
-    claimed: dict[str, tuple[Claimed, FirePlan]] = {}
+    claimed: dict[str, tuple[Claimed, FirePlan, str]] = {}
     for partition, task, plan in planned:
         s = task.schedule
         if s.overlap == "allow_all" and s.catchup_window_s is None:
@@ -86,27 +86,28 @@ async def apply_policies(
             continue
         code = task_policy_code(s, task.task_id)
         policy = parse_policy(code)
-        dues = [d for d in plan.fires if not policy.expired(d, now_ms)]
-        expired = [d for d in plan.fires if policy.expired(d, now_ms)]
+        dues: list[int] = []
+        expired: list[int] = []
+        for d in plan.fires:
+            (expired if policy.expired(d, now_ms) else dues).append(d)
         if not policy.tracked:  # allow_all: the fires in time run; the expired are noted
             out.fires += _plain(task, dues, code)
             dues = []
         if policy.tracked or expired:
             ends = plan.next_ms is None
             asked[partition].append(Planned(task.task_id, policy.letter, dues, expired, ends))
-            claimed[task.task_id] = (task, plan)
+            claimed[task.task_id] = (task, plan, code)
     if not asked:
         return out
     decisions = await scripts.decide_overlaps(token, asked)
     for items in asked.values():
         for item in items:
-            task, plan = claimed[item.task_id]
+            task, plan, code = claimed[item.task_id]
             decision = decisions[item.task_id]
             if item.letter != "A":
                 out.tracked.add(task.task_id)
             if decision.park is not None:
                 out.commits[task.task_id] = (decision.park, now_ms + PARK_MS, len(plan.fires))
-            code = task_policy_code(task.schedule, task.task_id)
             out.fires += [
                 Fire(task.task_id, task.type, task.payload, d, prior=task.prior_claim,
                      policy=item.letter if d in decision.manual else code, fresh=fresh)

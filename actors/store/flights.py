@@ -130,8 +130,6 @@ class Decision:
     park: int | None = None
     """The grid ended with fires still waiting: the task stays scheduled (at this grid
     time, woken when the fire in flight ends) until they have started."""
-    before: int = 0
-    """Planned due times decided by an earlier claim (not fired again)."""
     manual: frozenset[int] = frozenset()
     """Due times in ``run`` an operator's trigger or backfill held back: they run with the
     policy's letter alone (no catch-up window, no failure count)."""
@@ -142,7 +140,7 @@ def _times(text: bytes) -> list[int]:
 
 
 def _decision(reply: list[Any]) -> Decision:
-    _, run, cancel, skipped, blocking, park, before = reply
+    _, run, cancel, skipped, blocking, park = reply
     started: list[tuple[int, bool]] = []
     manual = set()
     for entry in run.split(b","):
@@ -153,7 +151,7 @@ def _decision(reply: list[Any]) -> Decision:
                 manual.add(due)
     return Decision(
         started, _times(cancel), _times(skipped), int(blocking) if blocking else None,
-        int(park) if park else None, int(before), frozenset(manual),
+        int(park) if park else None, frozenset(manual),
     )  # fmt: skip
 
 

@@ -16,7 +16,7 @@
 -- held it back), due times of fires to cancel (comma separated), skipped due times
 -- (comma separated), the due time in flight they waited on ('' = none), the last grid
 -- time if the grid ended with fires still waiting ('' = none: the poller keeps the task
--- scheduled until they start), how many planned due times were decided before}.
+-- scheduled until they start)}.
 --
 -- The fire in flight is a task's fire from its enqueue until it is acknowledged,
 -- dead-lettered or its retries end (end_flights.lua). skip: a due time that comes while
@@ -38,7 +38,7 @@ while i <= #ARGV do
   local n, m = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
   local first = i + 5
   i = first + n + m
-  local run, skipped, cancel, blocking, park, before = {}, {}, {}, '', '', 0
+  local run, skipped, cancel, blocking, park = {}, {}, {}, '', ''
   if policy ~= 'A' then
     local f = get_flight(KEYS[1], id)
     local held = grid and '' or 'm'  -- how an operator's waiting fire is marked
@@ -59,7 +59,7 @@ while i <= #ARGV do
     for j = first, first + n - 1 do
       local d = ARGV[j]
       if d == f.inflight or waiting[d] or (grid and f.hw and tonumber(d) <= f.hw) then
-        before = before + 1  -- decided before
+        -- decided before: in flight, waiting, or (a grid time) skipped, run or ended
       elseif f.inflight == '' then
         start(held .. d)
       elseif policy == 'C' then
@@ -95,6 +95,6 @@ while i <= #ARGV do
   if #skipped > 0 then note_not_run(KEYS[2], id, #skipped, 'overlap', skipped[#skipped], blocking) end
   if m > 0 then note_not_run(KEYS[2], id, m, 'expired', ARGV[first + n + m - 1], '') end
   out[#out + 1] = {id, table.concat(run, ','), table.concat(cancel, ','),
-    table.concat(skipped, ','), blocking, park, before}
+    table.concat(skipped, ','), blocking, park}
 end
 return out
