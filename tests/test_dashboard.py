@@ -18,7 +18,15 @@ from typing import Any
 import pytest
 
 from actors.admin.client import Client
-from tests.api_node import ADMIN, READER, WORK_AND_DOOMED, ApiNode, api_node, write_api_config
+from tests.api_node import (
+    ADMIN,
+    READER,
+    WORK_AND_DOOMED,
+    ApiNode,
+    api_node,
+    wait_until,
+    write_api_config,
+)
 from tests.node_process import REPO
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -107,8 +115,14 @@ def test_a_dead_letter_replayed_from_the_page_runs_again(page: Any, api: ApiNode
     assert second != first
     replayed = [e for e in api.node.events("replayed") if e.get("task_id") == task_id]
     assert len(replayed) == 1
-    dead = [e for e in api.node.events("dead") if e.get("task_id") == task_id]
-    assert len(dead) == 2  # it ran again, and failed again (the handler always fails)
+
+    # It ran again, and failed again (the handler always fails). The node logs its line
+    # after the dead letter is written: wait for the line, not just the entry.
+    def dead_lines() -> list[dict[str, Any]]:
+        return [e for e in api.node.events("dead") if e.get("task_id") == task_id]
+
+    dead = wait_until(lambda: len(dead_lines()) >= 2 and dead_lines(), 30)
+    assert len(dead) == 2
 
 
 def _dead_letter_of(client: Client, task_id: str, not_entry: str | None = None) -> str:
