@@ -26,6 +26,14 @@ def _load_labelled(name: str) -> Script:
     return Script(name, records_prelude() + labels + source)
 
 
+def _load_with(name: str, *preludes: str) -> Script:
+    """A script with ``records.lua`` and these shared sources (``lua/<prelude>.lua``, in
+    order) before its own: the functions one task change shares between the script for
+    one task and the one for an operator's batch (``status.lua``, ``task_delete.lua``)."""
+    parts = [(_LUA_DIR / f"{p}.lua").read_text(encoding="utf-8") for p in (*preludes, name)]
+    return Script(name, records_prelude() + "".join(parts))
+
+
 def _load_flight(name: str) -> Script:
     """A script of fires in flight: ``records.lua`` and ``flight.lua`` before its source."""
     source = (_LUA_DIR / f"{name}.lua").read_text(encoding="utf-8")
@@ -44,9 +52,9 @@ READ_DEFINITIONS = _load("read_definitions")
 COMMIT_FIRES = _load_flight("commit_fires")
 RELEASE_PARTITION = _load("release_partition")
 POLLER_MEMBERS = _load("poller_members")
-SET_STATUS = _load("set_status", records=True)
+SET_STATUS = _load_with("set_status", "status")
 UPDATE_TASK = _load_labelled("update_task")
-DELETE_TASKS = _load_labelled("delete_tasks")
+DELETE_TASKS = _load_with("delete_tasks", "labels", "task_delete")
 MIGRATE_TASKS = _load("migrate_tasks")
 ENQUEUE = _load("enqueue")
 BEGIN_RUNS = _load("begin_runs")
@@ -71,3 +79,6 @@ END_FLIGHTS = _load_flight("end_flights")
 CANCEL_FIRES = _load("cancel_fires")
 CONFIRM_FLIGHTS = _load_flight("confirm_flights")
 BACKFILL = _load("backfill")
+ACTION_BATCH = _load_with("action_batch", "labels", "task_delete", "status")
+ACTION_FIRES = _load("action_fires")
+ACTION_LEASE = _load("action_lease")
