@@ -71,13 +71,14 @@ def test_a_selector_matches_the_listing_and_a_dry_run_writes_nothing(
     other = make(client, kind, 12, tenant="other")
     client.pause(acme[0])
     before = snapshot(db, api.namespace)
-    for selector, listing in [
+    cases: list[tuple[dict[str, Any], dict[str, Any] | None]] = [
         ({"type": kind}, {"task_type": kind}),
         ({"labels": {"tenant": "acme"}}, {"labels": {"tenant": "acme"}}),
         ({"type": kind, "status": "active", "labels": {"tenant": "acme"}},
          {"task_type": kind, "status": "active", "labels": {"tenant": "acme"}}),
         ({"ids": [*acme[:3], *other[:2], "no-such-task"], "labels": {"tenant": "other"}}, None),
-    ]:  # fmt: skip
+    ]  # fmt: skip
+    for selector, listing in cases:
         dry = client.tasks_action("pause", selector, dry_run=True)
         if listing is None:
             expected = set(other[:2])
@@ -181,7 +182,7 @@ def test_trigger_and_backfill_append_once_per_task_however_often_repeated(
     assert "stopped" in triggered["failed"][0]["reason"]
     again = client.tasks_action("trigger", {"labels": {"team": "ops"}}, action_id=action_id)
     assert again["changed"] == 19
-    entries = db.xrange(keys.queue(kind))
+    entries: list[Any] = db.xrange(keys.queue(kind))  # type: ignore[assignment]
     fired = sorted(dict(e)[b"task_id"].decode() for _, e in entries)
     assert fired == sorted(ids[:-1])  # one each, none for the stopped one nor the others
     assert {dict(e)[b"due_ms"] for _, e in entries} == {
@@ -194,12 +195,12 @@ def test_trigger_and_backfill_append_once_per_task_however_often_repeated(
     past = unique("bf")
     client.create_tasks([{"type": past, "schedule": every, "task_id": unique(f"bf{i}")}
                          for i in range(3)])  # fmt: skip
-    window = {"start_ms": now - 3_000_000, "end_ms": now - 2_700_000}  # 5 grid times each
-    done = client.tasks_action("backfill", {"type": past}, **window)
+    window = (now - 3_000_000, now - 2_700_000)  # 5 grid times each
+    done = client.tasks_action("backfill", {"type": past}, start_ms=window[0], end_ms=window[1])
     assert (done["count"], done["changed"]) == (3, 3)
     assert db.xlen(keys.queue(past)) >= 15
     length = db.xlen(keys.queue(past))
-    repeat = client.tasks_action("backfill", {"type": past}, **window)
+    repeat = client.tasks_action("backfill", {"type": past}, start_ms=window[0], end_ms=window[1])
     assert (repeat["changed"], repeat["unchanged"]) == (0, 3)
     assert db.xlen(keys.queue(past)) == length
 
