@@ -42,9 +42,10 @@ def test_a_node_killed_mid_action_is_finished_by_another_and_no_task_fires_twice
     namespace = unique("resume").replace("-", "")
     kind, action_id = "crash", unique("trigger-all")
     keys = Keys(namespace, 16)
-    with node(redis_url, tmp_path / "a", namespace) as a, node(
-        redis_url, tmp_path / "b", namespace
-    ) as b:
+    with (
+        node(redis_url, tmp_path / "a", namespace) as a,
+        node(redis_url, tmp_path / "b", namespace) as b,
+    ):
         ids = [f"t{i:05d}" for i in range(TASKS)]
         with Client(a.url, *ADMIN) as client:
             client.create_tasks([{"type": kind, "schedule": FAR, "task_id": t} for t in ids])
@@ -68,9 +69,7 @@ def test_a_node_killed_mid_action_is_finished_by_another_and_no_task_fires_twice
         assert done_at_kill < keys.partitions, "the action ended before the kill"
 
         with Client(b.url, *ADMIN) as client:
-            state = wait_until(
-                lambda: (s := client.action_status(action_id))["done"] and s, 60
-            )
+            state = wait_until(lambda: (s := client.action_status(action_id))["done"] and s, 60)
             assert (state["count"], state["changed"], state["failed_count"]) == (TASKS, TASKS, 0)
             assert state["partitions_done"] == keys.partitions
             assert any(e["action_id"] == action_id for e in b.node.events("action_resumed"))
@@ -84,4 +83,3 @@ def test_a_node_killed_mid_action_is_finished_by_another_and_no_task_fires_twice
             assert db.xlen(keys.queue(kind)) == TASKS
         (summary,) = [e for e in b.node.events("tasks_action") if e["action_id"] == action_id]
         assert summary["changed"] == TASKS
-
