@@ -274,6 +274,7 @@ def _loop_settings(
         batch_size=batch_size,
         max_tick_s=section.max_tick_s,
         min_tick_s=section.min_tick_s,
+        max_batch_delay_s=section.max_batch_delay_ms / 1000,
         claim_lease_ms=section.claim_lease_ms,
         dedupe_window_ms=int(section.dedupe_window_s * 1000),
     )

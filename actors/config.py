@@ -71,16 +71,20 @@ class SchedulerSection:
     max_tick_s: float = attrs.field(default=0.25, validator=positive)
     """Longest sleep between polls: bounds how late a task created for "now" is noticed."""
     min_tick_s: float = attrs.field(default=0.02, validator=within(0, 1))
-    """Shortest sleep between polls that found nothing more due: fires due within it are
+    """Shortest sleep between polls that found nothing more due, as far as
+    ``max_batch_delay_ms`` allows (the shorter of the two holds): fires due within it are
     handled together (fewer, larger batches for the poller, the stream and the
-    consumers), and it bounds the start lag the poller adds. Below ~10,000 fires a second
-    a tick costs about the same whatever it carries, so this sets the node's CPU: at
-    1,000 fires/s 0.02 used 29 % of a core and Redis 9 % (p99 start lag 34 ms), 0.005 58
-    and 14 % (18 ms), on 2 cores (docs/PERFORMANCE.md). Above 200 / min_tick_s fires a
-    second in the namespace (each poller's own rate scaled by its share of the partitions)
-    the pause shrinks so a tick gathers at most 200 fires (10 ms at 20,000/s):
-    ``shortest_pause_s`` in ``actors/scheduling/claim_loop.py``. 0 = the lowest lag at the
-    most CPU."""
+    consumers). Below ~10,000 fires a second a tick costs about the same whatever it
+    carries, so the pause sets the node's CPU (docs/PERFORMANCE.md). Above 200 / pause
+    fires a second in the namespace (each poller's own rate scaled by its share of the
+    partitions) the pause shrinks so a tick gathers at most 200 fires (10 ms at
+    20,000/s): ``paced_pause_s`` in ``actors/scheduling/claim_loop.py``. 0 = the lowest
+    lag at the most CPU."""
+    max_batch_delay_ms: int = attrs.field(default=10, validator=within(0, 1000))
+    """The lag budget: the most the pause between a poller's ticks may add to a fire's
+    lateness. It caps ``min_tick_s`` (whose longer pauses gather more fires a tick for
+    less CPU): 10 keeps the enqueue lag a poller adds to ~10 ms at any rate, at some CPU
+    below ~10,000 fires/s (docs/PERFORMANCE.md); raise it to trade lateness for CPU."""
     claim_lease_ms: int = attrs.field(default=10_000, validator=within(100))
     """How long a poller's hold on a partition lasts without renewal (every tick renews
     it): a poller that dies delays its partitions' fires by at most about this long (they

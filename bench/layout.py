@@ -11,7 +11,10 @@ Every variant stores N tasks with server-generated ids, type ``email``, payload
   bucket hashes, the schedule zset, the bucketed type index), default buckets (1024 per
   partition);
 - ``layout_2_after_a_run``: the same after every task's run is recorded (counters, last run
-  time and status: the state as it stays);
+  time and status, one history entry);
+- ``layout_2_full_history``: the same after 20 runs of every task are recorded: its
+  history ring full at the default ``[scheduler] history`` (the whole record as it stays
+  once a task has run that often);
 - ``layout_2_sized``: buckets sized for N (``N / (16 * 64)``), as docs/PERFORMANCE.md
   advises for a namespace far from a million tasks; at N = 1,000,000 it is the default.
 """
@@ -27,6 +30,7 @@ import trio
 
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
+from actors.store.history import DEFAULT_HISTORY, Ledger
 from actors.store.keys import DEFAULT_BUCKETS
 from actors.store.replies import OutcomeWrite
 from actors.store.tasks import TaskStore
@@ -48,14 +52,15 @@ def run(url: str, n: int) -> dict[str, Any]:
         # What a first use allocates once and keeps (loaded scripts, which FLUSHALL keeps,
         # and the server's own first-use structures: ~150 KB) is not a task's: a warm-up
         # run pays for it before any base is read.
-        trio.run(_layout_2, client, url, min(n, 1000), DEFAULT_BUCKETS, True)
+        trio.run(_layout_2, client, url, min(n, 1000), DEFAULT_BUCKETS, 1)
         client.flushall()
         figures: dict[str, Any] = {"layout_1": _layout_1(client, n)}
         sized = max(1, n // (PARTITIONS * FILL))
         for name, buckets, after_run in (
-            ("layout_2", DEFAULT_BUCKETS, False),
-            ("layout_2_after_a_run", DEFAULT_BUCKETS, True),
-            ("layout_2_sized", sized, False),
+            ("layout_2", DEFAULT_BUCKETS, 0),
+            ("layout_2_after_a_run", DEFAULT_BUCKETS, 1),
+            ("layout_2_full_history", DEFAULT_BUCKETS, DEFAULT_HISTORY),
+            ("layout_2_sized", sized, 0),
         ):
             figures[name] = round(trio.run(_layout_2, client, url, n, buckets, after_run) / n)
             client.flushall()
@@ -86,8 +91,9 @@ def _layout_1(client: redis.Redis, n: int) -> int:
     return round(used / n)
 
 
-async def _layout_2(probe: redis.Redis, url: str, n: int, buckets: int, after_run: bool) -> int:
-    """Bytes used by the n tasks, measured while the store's connections are open and idle
+async def _layout_2(probe: redis.Redis, url: str, n: int, buckets: int, runs: int) -> int:
+    """Bytes used by the n tasks after ``runs`` runs each, measured while the store's
+    connections are open and idle
     (a connection's buffers are Redis memory too; Redis shrinks an idle connection's query
     buffer within a second or two, so both readings wait for that)."""
     client = RedisClient.from_settings(url, RedisSection(url=url))
@@ -102,18 +108,22 @@ async def _layout_2(probe: redis.Redis, url: str, n: int, buckets: int, after_ru
         for offset in range(0, n, 5000):
             specs = [TaskSpec("email", schedule, PAYLOAD) for _ in range(min(5000, n - offset))]
             ids += [c.task_id for c in await store.create_many(specs)]
-        if after_run:
-            await _record_runs(store, ids, start)
+        for run in range(runs):
+            await _record_runs(store, ids, start + run * 60_000)
         await trio.sleep(SETTLE_S)
         return int(probe.info("memory")["used_memory"]) - base
     finally:
         await client.aclose()
 
 
-async def _record_runs(store: TaskStore, ids: list[str], finished_ms: int) -> None:
-    """Record an ok run for every task (as consumers do, through record_outcomes.lua)."""
+async def _record_runs(store: TaskStore, ids: list[str], due_ms: int) -> None:
+    """Record an ok run for every task, due at ``due_ms``, started 12 ms and finished 30 ms
+    later on node 1 (as consumers do, through record_outcomes.lua)."""
     scripts = await store.scripts()
+    ledger = Ledger(DEFAULT_HISTORY, 1, 60_000)
     for i in range(0, len(ids), 5000):
         await scripts.record_outcomes(
-            [OutcomeWrite(t, 0, finished_ms, "") for t in ids[i : i + 5000]]
+            [OutcomeWrite(t, 0, due_ms + 30, "", due_ms, due_ms + 12) for t in ids[i : i + 5000]],
+            "email",
+            ledger,
         )

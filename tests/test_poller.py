@@ -22,6 +22,7 @@ from actors.scheduling.claim_loop import (
     TICK_FIRES,
     RateMeter,
     TickResult,
+    paced_pause_s,
     shortest_pause_s,
 )
 from actors.scheduling.ownership import Membership, wanted_partitions
@@ -1027,3 +1028,11 @@ async def test_a_commit_run_ahead_of_its_reloaded_enqueue_is_sent_again(
     assert fired == sorted(f"{i}:{past}" for i in ids)
     for stored in await store.get_many(ids):
         assert stored is not None and (stored.next_run_ms, stored.fires) == (past + 60_000, 1)
+
+
+def test_the_lag_budget_caps_the_pause_whatever_the_rate() -> None:
+    assert paced_pause_s(0.02, 0.01, 100) == 0.01  # the budget holds below the batching rate
+    assert paced_pause_s(0.005, 0.01, 100) == 0.005  # a shorter pause holds too
+    assert paced_pause_s(0.02, 0.01, 40_000) == TICK_FIRES / 40_000  # a tick's worth
+    assert paced_pause_s(0.02, 0.05, 1_000) == 0.02  # a larger budget lets min_tick_s hold
+    assert paced_pause_s(0.02, 0.0, 1_000) == 0.0

@@ -18,6 +18,9 @@ class ClaimLoopSettings:
     batch_size: int = 1000
     max_tick_s: float = 0.25
     min_tick_s: float = 0.02
+    max_batch_delay_s: float = 0.01
+    """The most the pause between ticks may add to a fire's lateness (``[scheduler]
+    max_batch_delay_ms``): it caps the shortest pause."""
     claim_lease_ms: int = 10_000
     dedupe_window_ms: int = 60_000
 
@@ -53,6 +56,14 @@ def sleep_s(result: TickResult, max_tick_s: float, min_tick_s: float = 0.0) -> f
 #: tick gathers this many. Measured on 2 cores (``bench fire``, docs/PERFORMANCE.md):
 #: at 20,000 fires/s 10 ms kept p99 start lag at 54 ms, 20 ms took it to 89.
 TICK_FIRES = 200.0
+
+
+def paced_pause_s(min_tick_s: float, max_batch_delay_s: float, fires_per_s: float) -> float:
+    """The shortest pause after a tick: ``shortest_pause_s`` within the lag budget. A fire
+    that comes due while the loop pauses waits at most this long for the next tick, so
+    the budget bounds what pacing adds to any fire's lateness, whatever ``min_tick_s``
+    would save in CPU."""
+    return min(max_batch_delay_s, shortest_pause_s(min_tick_s, fires_per_s))
 
 
 def shortest_pause_s(min_tick_s: float, fires_per_s: float) -> float:

@@ -39,7 +39,7 @@ from actors.scheduling.claim_loop import (
     RateMeter,
     TickResult,
     earliest,
-    shortest_pause_s,
+    paced_pause_s,
     sleep_s,
 )
 from actors.scheduling.ownership import Membership
@@ -213,9 +213,11 @@ class Poller:
 
     def sleep_s(self, result: TickResult) -> float:
         """The pause after a round: see ``claim_loop.sleep_s``, with the shortest pause
-        following the namespace's rate (``claim_loop.shortest_pause_s``)."""
+        following the namespace's rate within the lag budget (``claim_loop.paced_pause_s``)."""
         self._rate.add(result.enqueued, trio.current_time())
-        shortest = shortest_pause_s(self.settings.min_tick_s, self.namespace_rate())
+        shortest = paced_pause_s(
+            self.settings.min_tick_s, self.settings.max_batch_delay_s, self.namespace_rate()
+        )
         return sleep_s(result, self.settings.max_tick_s, shortest)
 
     def namespace_rate(self) -> float:

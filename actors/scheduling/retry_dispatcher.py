@@ -63,7 +63,8 @@ class RetryDispatcher:
         task_status.started()
         while True:
             result = await redis.ride_out(lambda: self.tick(scripts, partitions), ctx.path)
-            await trio.sleep(sleep_s(result, self.settings.max_tick_s, self.settings.min_tick_s))
+            shortest = min(self.settings.min_tick_s, self.settings.max_batch_delay_s)
+            await trio.sleep(sleep_s(result, self.settings.max_tick_s, shortest))
 
     async def tick(self, scripts: Scripts, partitions: list[int]) -> TickResult:
         self._ticks += 1
