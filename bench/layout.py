@@ -46,7 +46,7 @@ FILL = 64
 
 
 def run(url: str, n: int) -> dict[str, Any]:
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=300)
     try:
         client.flushall()
         # What a first use allocates once and keeps (loaded scripts, which FLUSHALL keeps,
