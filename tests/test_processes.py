@@ -18,7 +18,8 @@ import redis
 import trio
 
 from actors.admin.client import Client
-from actors.api.signing import ApiKey, sign
+from actors.api.signing import sign
+from actors.domain.api_keys import ApiKey
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.store.keys import GROUP

@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.api.signing import ApiKey, sign
+from actors.api.signing import sign
+from actors.domain.api_keys import ApiKey
 from actors.observability.endpoint import SECURITY_HEADERS
 from tests.api_node import ADMIN, ApiNode, plain_api_node, wait_until
 

@@ -32,9 +32,10 @@ from actors.api.endpoint import Endpoint
 from actors.api.explain import explain
 from actors.api.problems import Problem, from_exception, invalid
 from actors.api.queues import Queues
-from actors.api.signing import KEY_HEADER, ApiKey, AuthError, Verifier
+from actors.api.signing import KEY_HEADER, AuthError, Verifier
 from actors.api.task_notes import note_of, note_param
 from actors.config import ApiSection
+from actors.domain.api_keys import ApiKey
 from actors.domain.labels import check_labels
 from actors.domain.model import TaskSpec, parse_schedule, parse_spec, parse_specs
 from actors.domain.schedules import Schedule, check_submitted
