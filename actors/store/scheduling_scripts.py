@@ -9,6 +9,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from actors.store import lua
+from actors.store.claim_replies import (
+    add_read_definitions,
+    decode_lean_claim,
+    decode_partition_claim,
+)
 from actors.store.codes import optional_ms
 from actors.store.definitions import DefinitionCache
 from actors.store.flights import (
@@ -21,9 +26,6 @@ from actors.store.replies import (
     FireCommit,
     PartitionClaim,
     RetryClaim,
-    add_read_definitions,
-    decode_lean_claim,
-    decode_partition_claim,
 )
 from actors.store.task_scripts import Call, or_empty
 
