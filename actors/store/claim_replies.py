@@ -17,7 +17,7 @@ import attrs
 from msgpack import unpackb
 
 from actors.domain.schedules import Schedule
-from actors.store.codes import optional_ms
+from actors.store.codes import CLAIM_HEADER, CLAIM_ITEMS, LEAN_CLAIM_ITEMS, optional_ms
 from actors.store.definitions import Definition, DefinitionCache
 from actors.store.keys import bucket_hash_of_bytes
 from actors.store.records import (
@@ -48,11 +48,6 @@ def _schedule(raw: bytes) -> Schedule:
             _SCHEDULES.clear()
         schedule = _SCHEDULES[raw] = decode_schedule(raw)
     return schedule
-
-
-#: Items per task in ``claim_due.lua``'s reply, after its header of ``CLAIM_HEADER``.
-CLAIM_ITEMS = 3
-CLAIM_HEADER = 7
 
 
 _DEFINITION, _STATE = ARRAY_HEADERS[DEFINITION_VALUES], ARRAY_HEADERS[STATE_VALUES]
@@ -113,7 +108,7 @@ def decode_lean_claim(
     partition: int, reply: list[Any], buckets: int, definitions: DefinitionCache,
     states: KnownStates | None = None,
 ) -> LeanClaim:  # fmt: skip
-    """``claim_due.lua``'s reply without definitions (ARGV[9] '1'): the tasks whose
+    """``claim_due.lua``'s reply without definitions (ARGV[9] ``FLAG_ON``): the tasks whose
     definition at their version ``definitions`` has (and, if the claim left the states
     out, whose state ``states`` knows), and the others (read next with
     ``read_definitions.lua``, then ``add_read_definitions``)."""
@@ -130,7 +125,7 @@ def decode_lean_claim(
     known_states = states.of(partition) if states is not None else {}
     known = 0
     left_out = not int(with_states)
-    for i in range(CLAIM_HEADER, len(reply), 2):
+    for i in range(CLAIM_HEADER, len(reply), LEAN_CLAIM_ITEMS):
         raw_id, state = reply[i], reply[i + 1]
         task_id = raw_id.decode()
         bucket = bucket_hash_of_bytes(raw_id) % buckets
@@ -154,7 +149,7 @@ def decode_lean_claim(
             misses.append((task_id, bucket, values))
         else:
             tasks.append(claimed_task(task_id, bucket, definition, values, owed_ms, prior_claim))
-    due = (len(reply) - CLAIM_HEADER) // 2
+    due = (len(reply) - CLAIM_HEADER) // LEAN_CLAIM_ITEMS
     if states is not None and due:  # a claim of nothing due tells nothing
         states.completed(partition, known == due)
     claim = PartitionClaim(
