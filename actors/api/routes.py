@@ -254,8 +254,9 @@ async def healthz(call: Call) -> Response:
 
 
 async def readyz(call: Call) -> Response:
-    """200 or 503 for anyone (a probe signs nothing); which actors are down (their paths
-    are the node's layout) only for a signed request."""
+    """200 or 503 for anyone (a probe signs nothing), with the version it runs (as
+    ``/healthz``: a rollout can watch one probe); which actors are down (their paths are
+    the node's layout) only for a signed request."""
     down = call.services.health.down()
     try:
         redis_ok = await call.store.client.ping()
@@ -265,7 +266,7 @@ async def readyz(call: Call) -> Response:
     # process's steps are being refused (runtime.redis_replies).
     refusing = call.store.client.refusing
     ready = redis_ok and not down and refusing is None
-    answer: dict[str, Any] = {"ready": ready, "redis": redis_ok}
+    answer: dict[str, Any] = {"ready": ready, "redis": redis_ok, "version": __version__}
     if refusing is not None:
         answer["redis_refusing"] = refusing
     # Without Redis no signature can be checked (its clock and nonces live there).
