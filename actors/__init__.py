@@ -25,5 +25,6 @@ package, never from here: everything in ``actors`` is internal. (``handlers``,
 
 Imports point down the list above and never up: ``scheduling`` and ``execution`` do not
 import each other, ``api`` does not import the roles, and nothing in ``actors`` imports
-``app``. ``runtime`` never imports ``actors``.
+``app``. ``runtime`` never imports ``actors``. ``lint-imports`` checks these rules: the
+contracts in ``pyproject.toml`` (``[tool.importlinter]``).
 """

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from actors.api.signing import KEY_ID_PATTERN, ApiKey
+from actors.domain.api_keys import KEY_ID_PATTERN, ApiKey
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS
 from actors.store.history import DEFAULT_HISTORY, MAX_HISTORY
 from actors.store.keys import DEFAULT_BUCKETS, MAX_BUCKETS

@@ -35,7 +35,8 @@ from typing import Any
 import httpx
 
 from actors.admin.client import ApiError, Client
-from actors.api.signing import ApiKey, sign
+from actors.api.signing import sign
+from actors.domain.api_keys import ApiKey
 from bench.common import percentile, tree_cpu_seconds
 from bench.fire import REPO, stop_nodes
 

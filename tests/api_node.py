@@ -106,15 +106,18 @@ def api_node(
     namespace: str,
     env: dict[str, str] | None = None,
     pythonpath: tuple[Path, ...] = (),
+    launcher: tuple[str, ...] = (),
+    cwd: Path | None = None,
 ) -> Iterator[ApiNode]:
     """Run the node (with the reader key's secret and ``env`` in its environment, and
-    ``pythonpath`` after the repository on its import path), and
+    ``pythonpath`` after the repository on its import path; ``launcher`` and ``cwd``: see
+    ``NodeProcess``), and
     afterwards fail if it answered any request with a 500: every 500 is a bug, and the
     node logs it as ``api_error`` with its traceback."""
     with pytest.MonkeyPatch.context() as patch:
         for name, value in {"TEST_READER_SECRET": READER[1], **(env or {})}.items():
             patch.setenv(name, value)
-        node = NodeProcess(config, pythonpath=pythonpath)  # takes its environment now
+        node = NodeProcess(config, pythonpath=pythonpath, launcher=launcher, cwd=cwd)  # env now
     try:
         (listening,) = node.wait_for("api_listening")
         yield ApiNode(listening["urls"][0], namespace, node)

@@ -36,14 +36,19 @@ class NodeProcess:
         cwd: Path | None = None,
         own_group: bool = False,
         pythonpath: tuple[Path, ...] = (),
+        launcher: tuple[str, ...] = (),
     ) -> None:
         """``own_group``: the node leads a process group of its own, like a command started
         at a terminal (``signal_group`` then signals it as Ctrl-C would). ``pythonpath``:
-        directories the node imports from after the repository (a test's handler modules)."""
-        path = os.pathsep.join(map(str, (REPO, *pythonpath)))
-        env = {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+        directories the node imports from after the repository (a test's handler modules).
+        ``launcher``: the command that runs the node instead of this interpreter's
+        ``python -m runtime`` (e.g. an installed ``metronome serve``); it imports Metronome
+        from its own installation, not from the repository."""
+        on_path = pythonpath if launcher else (REPO, *pythonpath)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, on_path)),
+               "PYTHONUNBUFFERED": "1"}  # fmt: skip
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime", str(config), *extra],
+            [*(launcher or (sys.executable, "-m", "runtime")), str(config), *extra],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=cwd or REPO,

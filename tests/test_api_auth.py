@@ -14,7 +14,8 @@ import pytest
 import redis
 
 from actors.admin.client import Client
-from actors.api.signing import ApiKey, sign
+from actors.api.signing import sign
+from actors.domain.api_keys import ApiKey
 from actors.store.keys import Keys
 from tests import stored
 from tests.api_node import ADMIN, READER, ApiNode, plain_api_node

@@ -13,6 +13,7 @@ import pytest
 from actors.admin.client import ApiError, Client
 from runtime.embedded_redis import find_server_binary
 from runtime.testing.local_redis import RedisProcess
+from runtime.version import __version__
 from tests.api_node import ADMIN, api_node, wait_until, write_api_config
 
 
@@ -37,6 +38,7 @@ def test_requests_get_503_while_redis_is_down_and_readyz_tells(
         assert time.monotonic() - started < 5  # refused at once, not after a hang
         ready = httpx.get(api.url + "/readyz", timeout=10)
         assert ready.status_code == 503 and ready.json()["redis"] is False
+        assert ready.json()["version"] == __version__  # a node not ready still says what it runs
         # Whatever the supervisors did meanwhile, nothing answered 500.
         assert not api.node.events("api_error")
         own_server.start(port=own_server.port)

@@ -20,7 +20,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from actors.api.signing import ApiKey, sign
+from actors.api.signing import sign
+from actors.domain.api_keys import ApiKey
 from tests.api_node import ADMIN, ApiNode, api_node, write_api_config
 
 CONSUMERS = """

@@ -10,9 +10,10 @@ import pytest
 
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
+from actors.store.claim_replies import LeanClaim, add_read_definitions
 from actors.store.definitions import Definition, DefinitionCache
 from actors.store.records import encode_definition, encode_schedule, encode_state
-from actors.store.replies import LeanClaim, PartitionClaim, add_read_definitions
+from actors.store.replies import PartitionClaim
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
 

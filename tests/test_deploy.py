@@ -102,5 +102,14 @@ def test_the_wheel_carries_the_lua_scripts_and_every_package(tmp_path: Path) -> 
     lua = {Path(n).name for n in names if n.startswith("actors/store/lua/")}
     assert lua == {p.name for p in (REPO / "actors/store/lua").glob("*.lua")}
     for package in ("actors/admin", "actors/api", "actors/execution", "actors/scheduling",
-                    "runtime"):  # fmt: skip
+                    "runtime", "metronome"):  # fmt: skip
         assert f"{package}/__init__.py" in names
+
+
+def test_the_image_builds_its_wheel_from_every_package_pyproject_names() -> None:
+    """The Dockerfile copies each top-level package of ``[tool.setuptools] packages`` (and
+    the readme) into its build stage: one left out fails the image's ``pip wheel``."""
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    tops = {name.split(".")[0] for name in packages["packages"]}
+    copied = set(re.findall(r"^COPY (\S+) \1$", (REPO / "deploy/Dockerfile").read_text(), re.M))
+    assert tops <= copied

@@ -13,8 +13,9 @@ import pytest
 import redis
 import trio
 
-from runtime.embedded_redis import Answer, find_server_binary, probe, probe_client, wait_ready
+from runtime.embedded_redis import find_server_binary
 from runtime.errors import RuntimeStartError
+from runtime.redis_readiness import Answer, probe, probe_client, wait_ready
 
 KEYS = 2000
 #: Each key takes this long to load (µs), so the dataset loads for a couple of seconds.

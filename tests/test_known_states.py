@@ -15,17 +15,12 @@ import trio
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.scheduling import poller as scheduling
+from actors.store.claim_replies import LeanClaim, add_read_definitions
 from actors.store.definitions import DefinitionCache
 from actors.store.known_states import KnownStates
 from actors.store.messages import Message
 from actors.store.records import encode_definition, encode_schedule, encode_state
-from actors.store.replies import (
-    Claimed,
-    LeanClaim,
-    PartitionClaim,
-    add_read_definitions,
-    fire_commit,
-)
+from actors.store.replies import Claimed, PartitionClaim, fire_commit
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext
 from runtime.config import RedisSection

@@ -10,8 +10,9 @@ import zoneinfo
 import pytest
 
 from actors.domain.cron_hash import resolve_hashed
+from actors.domain.misfires import plan_fires
 from actors.domain.preview import dst_notes, preview, rows, upcoming
-from actors.domain.schedules import Schedule, check_submitted, plan_fires
+from actors.domain.schedules import Schedule, check_submitted
 
 
 def ms(zone: str, year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> int:

@@ -18,12 +18,14 @@ import redis
 import trio
 
 from actors.admin.client import Client
-from actors.api.signing import ApiKey, sign
+from actors.api.signing import sign
+from actors.domain.api_keys import ApiKey
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.store.keys import GROUP
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
+from runtime.version import __version__
 from tests.api_node import ADMIN
 from tests.execution_harness import records, wait_records
 from tests.node_process import REPO, NodeProcess, alive
@@ -335,7 +337,7 @@ def test_an_api_process_reports_the_whole_node_in_readyz(
         node.wait_for("api_listening")
         node.wait_for("consumer_ready")
         ready = httpx.get(url, headers=signed_probe()).json()
-        assert ready == {"ready": True, "redis": True, "actors_down": {}}
+        assert ready == {"ready": True, "redis": True, "version": __version__, "actors_down": {}}
         os.kill(children(node)["consumers-1"], signal.SIGKILL)
         seen = []
         deadline = time.monotonic() + 10

@@ -12,8 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.api.signing import ApiKey, sign
+from actors.api.signing import sign
+from actors.domain.api_keys import ApiKey
 from actors.observability.endpoint import SECURITY_HEADERS
+from runtime.version import __version__
 from tests.api_node import ADMIN, ApiNode, plain_api_node, wait_until
 
 ADMIN_KEY = ApiKey(ADMIN[0], ADMIN[1].encode())
@@ -86,19 +88,19 @@ def test_the_dashboard_page_has_no_inline_script_style_or_handler(api: ApiNode) 
 def test_readyz_names_no_actor_to_an_unsigned_caller(api: ApiNode) -> None:
     ready = httpx.get(api.url + "/readyz")
     assert ready.status_code == 200
-    assert ready.json() == {"ready": True, "redis": True}
+    assert ready.json() == {"ready": True, "redis": True, "version": __version__}
 
 
 def test_readyz_names_the_actors_down_to_a_signed_request(api: ApiNode) -> None:
     ready = signed_get(api, "/readyz")
     assert ready.status_code == 200
-    assert ready.json() == {"ready": True, "redis": True, "actors_down": {}}
+    assert ready.json() == {"ready": True, "redis": True, "version": __version__, "actors_down": {}}
 
 
 def test_a_readyz_signed_with_a_wrong_secret_gets_the_plain_answer(api: ApiNode) -> None:
     forged = signed_get(api, "/readyz", ApiKey(ADMIN[0], b"not-the-secret-at-all"))
     assert forged.status_code == 200  # a probe's status never depends on a signature
-    assert forged.json() == {"ready": True, "redis": True}
+    assert forged.json() == {"ready": True, "redis": True, "version": __version__}
 
 
 def test_an_unknown_key_is_answered_exactly_like_a_wrong_secret(api: ApiNode) -> None:

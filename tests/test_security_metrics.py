@@ -13,8 +13,9 @@ import attrs
 import httpx
 import pytest
 
-from actors.api.signing import ApiKey, sign
+from actors.api.signing import sign
 from actors.config import Config, MetricsSection
+from actors.domain.api_keys import ApiKey
 from actors.observability.endpoint import SECURITY_HEADERS, ScrapeGate
 from runtime.config import structure
 from runtime.errors import ConfigError

@@ -15,11 +15,11 @@ from actors.api.signing import (
     NOT_ACCEPTED,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
-    ApiKey,
     AuthError,
     Verifier,
     sign,
 )
+from actors.domain.api_keys import ApiKey
 from actors.store.keys import Keys
 from runtime.redis_io import RedisClient
 

@@ -1,7 +1,7 @@
 """The release version is defined once (``runtime/version.py``) and everything shows that
 one: the package metadata, ``metronome --version``, ``python -m runtime --version``, the
 CHANGELOG and the image tag of the Kubernetes manifests.
-(``/healthz`` and the ``node_started`` line are checked with the nodes of test_api.py
+(``/healthz``, ``/readyz`` and the ``node_started`` line are checked with the nodes of test_api.py
 and test_node_process.py.)"""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Tools for operators: the ``metronome`` console script and the Python client that signs
 each API request.
 
-May import: ``actors.api`` (signing), ``actors.store`` (migrations), ``actors.domain``.
+What it may import is checked: the contracts in ``pyproject.toml`` (``[tool.importlinter]``,
+run by ``lint-imports``).
 """

@@ -23,7 +23,7 @@ from typing import Any, cast
 import httpx
 
 from actors.admin.calls import PAGE, Call, Endpoints, decode, prepare, unavailable
-from actors.api.signing import ApiKey
+from actors.domain.api_keys import ApiKey
 
 
 class AsyncClient(Endpoints[Awaitable[dict[str, Any]]]):

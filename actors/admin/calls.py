@@ -22,7 +22,8 @@ from urllib.parse import quote, urlencode
 import attrs
 import httpx
 
-from actors.api.signing import ApiKey, sign
+from actors.api.signing import sign
+from actors.domain.api_keys import ApiKey
 
 R = TypeVar("R")
 #: How many tasks ``iter_tasks`` asks for per page (the API's largest page).

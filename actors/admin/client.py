@@ -25,7 +25,7 @@ import httpx
 from actors.admin.async_client import AsyncClient
 from actors.admin.calls import PAGE, ApiError, ApiUnavailable, Call, Endpoints, decode, prepare
 from actors.admin.calls import unavailable as _unavailable
-from actors.api.signing import ApiKey
+from actors.domain.api_keys import ApiKey
 
 __all__ = ["ApiError", "ApiUnavailable", "AsyncClient", "Client"]
 

@@ -3,5 +3,6 @@ OpenAPI document is generated), request bodies, problem details, request signatu
 the operator views (``explain``: why a task is or is not running; ``queues``: backlog and
 dead letters).
 
-May import: ``actors.store``, ``actors.domain``, ``runtime``. Never the roles.
+What it may import is checked, not described: the contracts in ``pyproject.toml``
+(``[tool.importlinter]``, run by ``lint-imports``).
 """

@@ -129,10 +129,11 @@ OPERATOR_SCHEMAS: dict[str, Any] = {
         },
     ),
     "Ready": _obj(
-        ["ready", "redis"],
+        ["ready", "redis", "version"],
         {
             "ready": _BOOL,
             "redis": _BOOL,
+            "version": {**_STR, "description": "the Metronome release it runs"},
             "actors_down": {
                 "type": "object",
                 "additionalProperties": _STR,

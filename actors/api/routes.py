@@ -33,9 +33,10 @@ from actors.api.explain import explain
 from actors.api.problems import Problem, from_exception, invalid
 from actors.api.queues import Queues
 from actors.api.selectors import query_filter
-from actors.api.signing import KEY_HEADER, ApiKey, AuthError, Verifier
+from actors.api.signing import KEY_HEADER, AuthError, Verifier
 from actors.api.task_notes import note_of, note_param
 from actors.config import ApiSection
+from actors.domain.api_keys import ApiKey
 from actors.domain.labels import check_labels
 from actors.domain.model import TaskSpec, parse_schedule, parse_spec, parse_specs
 from actors.domain.schedules import Schedule, check_submitted
@@ -253,8 +254,9 @@ async def healthz(call: Call) -> Response:
 
 
 async def readyz(call: Call) -> Response:
-    """200 or 503 for anyone (a probe signs nothing); which actors are down (their paths
-    are the node's layout) only for a signed request."""
+    """200 or 503 for anyone (a probe signs nothing), with the version it runs (as
+    ``/healthz``: a rollout can watch one probe); which actors are down (their paths are
+    the node's layout) only for a signed request."""
     down = call.services.health.down()
     try:
         redis_ok = await call.store.client.ping()
@@ -264,7 +266,7 @@ async def readyz(call: Call) -> Response:
     # process's steps are being refused (runtime.redis_replies).
     refusing = call.store.client.refusing
     ready = redis_ok and not down and refusing is None
-    answer: dict[str, Any] = {"ready": ready, "redis": redis_ok}
+    answer: dict[str, Any] = {"ready": ready, "redis": redis_ok, "version": __version__}
     if refusing is not None:
         answer["redis_refusing"] = refusing
     # Without Redis no signature can be checked (its clock and nonces live there).

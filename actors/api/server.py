@@ -16,8 +16,9 @@ import socket
 from actors.api.app import build_app
 from actors.api.queues import Queues
 from actors.api.routes import ApiServices
-from actors.api.signing import ApiKey, Verifier
+from actors.api.signing import Verifier
 from actors.config import ApiSection, MetricsSection
+from actors.domain.api_keys import ApiKey
 from actors.observability.endpoint import ScrapeGate, serve_http
 from actors.observability.redis_gauges import RedisGauges
 from actors.store.apply_actions import ActionSettings

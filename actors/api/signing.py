@@ -32,6 +32,11 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from actors.domain.api_keys import KEY_ID_PATTERN
+
+# Re-exported: docs/API.md shows scripts signing with ``actors.api.signing``'s names.
+from actors.domain.api_keys import ApiKey as ApiKey
+
 if TYPE_CHECKING:  # the client side (sign) must not pay for importing redis and trio
     from runtime.redis_io import RedisClient
 
@@ -42,18 +47,10 @@ SIGNATURE_HEADER = "X-Metronome-Signature"
 HEADERS = (KEY_HEADER, TIMESTAMP_HEADER, NONCE_HEADER, SIGNATURE_HEADER)
 
 NONCE_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,64}")
-KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 SIGNATURE_PATTERN = re.compile(r"[0-9a-f]{64}")
 READ_METHODS = frozenset({"GET", "HEAD"})
 #: What a client is told for an unknown key id and for a wrong signature alike.
 NOT_ACCEPTED = ("bad_signature", "signature or key not accepted")
-
-
-@attrs.frozen
-class ApiKey:
-    key_id: str
-    secret: bytes = attrs.field(repr=False)
-    read_only: bool = False
 
 
 @attrs.frozen

@@ -24,7 +24,8 @@ import attrs
 import cronsim
 
 from actors.domain.cron_hash import is_hashed
-from actors.domain.schedules import Schedule, plan_fires
+from actors.domain.misfires import plan_fires
+from actors.domain.schedules import Schedule
 
 #: Most fires one preview lists.
 MAX_PREVIEW = 1000

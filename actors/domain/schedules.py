@@ -20,7 +20,8 @@ id, and ``jitter_s`` each fire by a fresh random amount up to it (neither moves 
 itself: ``score_ms`` is where both are added), and
 ``misfire`` decides what happens to fires missed while nothing ran:
 ``coalesce`` (default: fire once for all of them, then continue on the grid), ``skip``
-(fire none, continue on the grid) or ``fire_all`` (fire each, at most ``misfire_cap``).
+(fire none, continue on the grid) or ``fire_all`` (fire each, at most ``misfire_cap``);
+``actors.domain.misfires`` applies it.
 """
 
 from __future__ import annotations
@@ -43,8 +44,6 @@ Kind = Literal["interval", "cron", "once"]
 Misfire = Literal["coalesce", "skip", "fire_all"]
 Overlap = Literal["allow_all", "skip", "buffer_one", "buffer_all", "cancel_other"]
 
-#: Occurrences examined when counting missed cron fires; beyond it, the count is a floor.
-_MAX_CRON_SCAN = 1000
 #: Cron times examined for the shortest gap a spread must fit in (a year of a daily job).
 _GAP_SAMPLE = 400
 
@@ -173,7 +172,7 @@ def _check_spread(schedule: Schedule) -> None:
 
 def _shortest_gap_ms(schedule: Schedule) -> int | None:
     if schedule.kind == "interval":
-        return schedule._every_ms()
+        return schedule.interval_ms()
     if schedule.kind != "cron":
         return None
     assert schedule.cron is not None
@@ -244,7 +243,7 @@ class Schedule:
         """The grid time after ``due_ms`` (drift-free), or None past the end."""
         if self.kind == "interval":
             assert self.every_s is not None
-            return self._bounded(due_ms + self._every_ms())
+            return self._bounded(due_ms + self.interval_ms())
         if self.kind == "cron":
             return self._bounded(self._cron_after(due_ms))
         return None
@@ -252,7 +251,7 @@ class Schedule:
     def first_after(self, due_ms: int, now_ms: int) -> int | None:
         """The first grid time strictly after ``now_ms``, on the grid through ``due_ms``."""
         if self.kind == "interval":
-            every = self._every_ms()
+            every = self.interval_ms()
             steps = (now_ms - due_ms) // every + 1 if now_ms >= due_ms else 1
             return self._bounded(due_ms + steps * every)
         if self.kind == "cron":
@@ -289,7 +288,8 @@ class Schedule:
     def jitter_ms(self) -> int:
         return int(random.uniform(0, self.jitter_s) * 1000) if self.jitter_s else 0
 
-    def _every_ms(self) -> int:
+    def interval_ms(self) -> int:
+        """An interval schedule's period in whole milliseconds (at least 1)."""
         assert self.every_s is not None
         return max(1, round(self.every_s * 1000))
 
@@ -310,94 +310,3 @@ class Schedule:
             return int(next(cronsim.CronSim(self.cron, start)).timestamp() * 1000)
         except (OverflowError, ValueError, StopIteration):
             return None
-
-
-@attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build
-class FirePlan:
-    """What to do with one claimed task: the fires to enqueue now and the next grid time."""
-
-    fires: tuple[int, ...]
-    """Due times (grid, ms) to enqueue now, each its own schedule_id."""
-    next_ms: int | None
-    """Next grid time, or None when the task is finished."""
-    missed: int = 0
-    """Grid times that were due but are not fired one by one (coalesced or skipped)."""
-
-
-def plan_fires(
-    schedule: Schedule,
-    due_ms: int,
-    now_ms: int,
-    fires_so_far: int,
-    *,
-    owed_until_ms: int | None = None,
-) -> FirePlan:
-    """Apply the misfire policy to a task whose grid time ``due_ms`` has come (``<= now_ms``).
-
-    A misfire is when the grid time after ``due_ms`` has come too: the task was not fired
-    while it should have been (no poller ran, or the task was paused past its time).
-
-    ``owed_until_ms``: a poller claimed ``due_ms`` and died before committing; its claim
-    blocked the task until then. The grid times that came due while it did are late only
-    because of the crash, not missed while nothing ran, so they are all fired (at most
-    ``misfire_cap``); the policy applies to the grid times after it.
-    """
-    nxt = schedule.next_after(due_ms)
-    if nxt is None or nxt > now_ms:
-        fires: tuple[int, ...] = (due_ms,)
-        missed = 0
-        upcoming = nxt
-    elif owed_until_ms is not None:
-        until = max(due_ms, min(owed_until_ms, now_ms))
-        blocked = _overdue(schedule, due_ms, until, schedule.misfire_cap)  # head and last
-        owed = tuple(blocked[: schedule.misfire_cap])
-        after = schedule.next_after(blocked[-1])
-        if after is None or after > now_ms:
-            rest = FirePlan((), after)
-        else:
-            rest = plan_fires(schedule, after, now_ms, fires_so_far + len(owed))
-        fires, upcoming = owed + rest.fires, rest.next_ms
-        missed = _count_overdue(schedule, due_ms, until) - len(owed) + rest.missed
-    else:
-        overdue = _overdue(schedule, due_ms, now_ms, schedule.misfire_cap)
-        upcoming = schedule.first_after(due_ms, now_ms)
-        if schedule.misfire == "coalesce":
-            latest = overdue[-1] if schedule.kind == "interval" else _latest_cron(schedule, now_ms)
-            fires, missed = (latest,), _count_overdue(schedule, due_ms, now_ms) - 1
-        elif schedule.misfire == "skip":
-            fires, missed = (), _count_overdue(schedule, due_ms, now_ms)
-        else:
-            fires = tuple(overdue[: schedule.misfire_cap])
-            missed = _count_overdue(schedule, due_ms, now_ms) - len(fires)
-    if schedule.max_runs is not None:
-        left = max(0, schedule.max_runs - fires_so_far)
-        if len(fires) >= left:
-            fires, upcoming = fires[:left], None
-    return FirePlan(fires, upcoming, missed)
-
-
-def _latest_cron(schedule: Schedule, now_ms: int) -> int:
-    """The last cron time at or before ``now_ms`` (the one a coalesced fire stands for)."""
-    assert schedule.cron is not None
-    start = dt.datetime.fromtimestamp((now_ms + 1) / 1000, tz=zoneinfo.ZoneInfo(schedule.tz))
-    return int(next(cronsim.CronSim(schedule.cron, start, reverse=True)).timestamp() * 1000)
-
-
-def _overdue(schedule: Schedule, due_ms: int, now_ms: int, cap: int) -> list[int]:
-    """Grid times from ``due_ms`` up to ``now_ms``: the first ``cap`` of them and the last."""
-    if schedule.kind == "interval":
-        every = schedule._every_ms()
-        count = (now_ms - due_ms) // every + 1
-        head = [due_ms + k * every for k in range(min(cap, count))]
-        return [*head, due_ms + (count - 1) * every] if count > cap else head
-    out, cur = [due_ms], schedule.next_after(due_ms)
-    while cur is not None and cur <= now_ms and len(out) < max(cap, _MAX_CRON_SCAN):
-        out.append(cur)
-        cur = schedule.next_after(cur)
-    return out
-
-
-def _count_overdue(schedule: Schedule, due_ms: int, now_ms: int) -> int:
-    if schedule.kind == "interval":
-        return (now_ms - due_ms) // schedule._every_ms() + 1
-    return len(_overdue(schedule, due_ms, now_ms, _MAX_CRON_SCAN))

@@ -3,5 +3,6 @@ lease renewal, each its own module; the completion decision is a pure function) 
 claimer (taking over messages of dead consumers), plus handler resolution and the
 results log on disk.
 
-May import: ``actors.store``, ``actors.domain``, ``runtime``. Never ``scheduling``.
+May import: ``actors.store``, ``actors.domain``, ``runtime``. Never ``scheduling`` (checked:
+``lint-imports``).
 """

@@ -2,6 +2,7 @@
 read from Redis at scrape time (``redis_gauges``), the ``/metrics`` endpoint and its own
 listener (``endpoint``), and the web dashboard's static files (``dashboard/``).
 
-May import ``store``, ``domain`` and ``runtime``; nothing imports it but ``api`` and
-``app``. The roles do not know it exists: they log events, and the metrics count them.
+The roles do not know it exists: they log events, and the metrics count them. What it
+may import, and who may import it, is checked: the contracts in ``pyproject.toml``
+(``[tool.importlinter]``, run by ``lint-imports``).
 """

@@ -2,5 +2,6 @@
 and the retry dispatcher (due retries back to it), which share one claim loop
 (claim, enqueue, commit; ``claim_loop``).
 
-May import: ``actors.store``, ``actors.domain``, ``runtime``. Never ``execution``.
+May import: ``actors.store``, ``actors.domain``, ``runtime``. Never ``execution`` (checked:
+``lint-imports``).
 """

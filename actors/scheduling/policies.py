@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from actors.domain.schedules import FirePlan
+from actors.domain.misfires import FirePlan
 from actors.store.flights import Planned, parse_policy, task_policy_code
 from actors.store.history import DEFAULT_HISTORY
 from actors.store.keys import schedule_id

@@ -42,6 +42,7 @@ from actors.scheduling.claim_loop import (
     paced_pause_s,
     sleep_s,
 )
+from actors.scheduling.due_times import DueTimes
 from actors.scheduling.ownership import Membership
 from actors.scheduling.policies import PolicyFires, apply_policies
 from actors.scheduling.tick_plan import TickPlan, plan_claims, plan_commits
@@ -101,10 +102,9 @@ class Poller:
         """The states it committed, so its claims need not read those either."""
         self._unreadable: set[str] = set()
         """Due tasks whose records could not be read (said once each; they stay due)."""
-        self._known: dict[int, tuple[int | None, int, float]] = {}
-        """Per partition claimed: its earliest due time then (None: nothing scheduled),
-        Redis's clock then, and trio's clock then; a round skips a partition with nothing
-        due until ``max_tick_s`` has passed (tasks created meanwhile are noticed then)."""
+        self._due = DueTimes(settings.max_tick_s)
+        """When each partition is next due: a round skips a partition with nothing due
+        until ``max_tick_s`` has passed (tasks created meanwhile are noticed then)."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         """Actor: tick until cancelled; then hand the partitions back."""
@@ -146,15 +146,15 @@ class Poller:
             if membership.update(members):
                 log.info("partitions_wanted", partitions=membership.wanted, pollers=len(members))
         now = trio.current_time()
-        due = [p for p in membership.wanted if self._may_be_due(p, now)]
+        due = [p for p in membership.wanted if self._due.may_be_due(p, now)]
         result = await self.tick(scripts, due, log) if due else TickResult(0, 0, None, False)
-        result = self._with_known_earliest(result, membership.wanted)
+        result = self._due.with_earliest(result, membership.wanted)
         unwanted = sorted(self.owned - set(membership.wanted))
         if unwanted:
             released = await scripts.release_partitions(unwanted, self.poller_id)
             self.owned -= set(unwanted)
             for p in unwanted:
-                self._known.pop(p, None)
+                self._due.forget(p)
                 self._definitions.forget(p)
                 self._states.forget(p)
             log.info("partitions_released", partitions=released)
@@ -183,29 +183,6 @@ class Poller:
             log.info("partitions_released", partitions=released)
         except RedisUnavailable as exc:
             log.warning("partitions_not_released", error=str(exc))
-
-    def _may_be_due(self, partition: int, now: float) -> bool:
-        """Whether a round claims ``partition``: unknown, known due by now, or not looked at
-        for ``max_tick_s`` (a task created since may be due). At a few fires a second a
-        partition, most rounds then skip most partitions: less Redis work a fire."""
-        known = self._known.get(partition)
-        if known is None:
-            return True
-        earliest_ms, redis_ms, at = known
-        if now - at >= self.settings.max_tick_s:
-            return True
-        return earliest_ms is not None and earliest_ms <= redis_ms + (now - at) * 1000
-
-    def _with_known_earliest(self, result: TickResult, partitions: list[int]) -> TickResult:
-        """The round's result with the earliest due time over every wanted partition, on
-        Redis's clock estimated to now: the sleep until the next round follows it."""
-        now = trio.current_time()
-        known = [self._known[p] for p in partitions if p in self._known]
-        if not known:
-            return result
-        now_ms = max(int(redis_ms + (now - at) * 1000) for _, redis_ms, at in known)
-        times = [e for e, _, _ in known if e is not None]
-        return attrs.evolve(result, now_ms=now_ms, earliest_ms=min(times) if times else None)
 
     def partitions(self, keys: Keys) -> list[int]:
         """The partitions this poller wants now (all of them before it knows of others)."""
@@ -290,7 +267,7 @@ class Poller:
         claims = [c for c in claims if not c.held]
         self._report_unreadable(claims, log)
         for p in partitions:
-            self._known.pop(p, None)
+            self._due.forget(p)
         return claims
 
     def _report_unreadable(
@@ -390,7 +367,7 @@ class Poller:
             self._committed.add(token, types)
         at = trio.current_time()
         for c in claims:
-            self._known[c.partition] = (earliest_by_partition[c.partition], c.now_ms, at)
+            self._due.seen(c.partition, earliest_by_partition[c.partition], c.now_ms, at)
         return TickResult(
             enqueued=len(fires),
             now_ms=now,

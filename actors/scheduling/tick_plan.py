@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from actors.domain.schedules import FirePlan, plan_fires
+from actors.domain.misfires import FirePlan, plan_fires
 from actors.store.history import COALESCED, DEFAULT_HISTORY, MISFIRE_SKIPPED
 from actors.store.keys import schedule_id
 from actors.store.replies import Claimed, FireCommit, PartitionClaim, fire_commit

@@ -6,7 +6,7 @@ arguments in, typed results or typed errors out, keys built inside), the task st
 (``tasks``) and layout migrations (``migrate``). Nothing outside this package builds
 script arguments, decodes a script reply, or touches the redis-py client.
 
-May import: ``actors.domain`` and ``runtime``.
+May import: ``actors.domain`` and ``runtime`` (checked: ``lint-imports``).
 """
 
 from __future__ import annotations

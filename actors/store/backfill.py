@@ -138,7 +138,7 @@ def _first(task: Task, start_ms: int) -> int | None:
     low = max(start_ms, schedule.start_ms if schedule.start_ms is not None else start_ms)
     if schedule.kind == "cron":
         return schedule.first_due(low)
-    every = schedule._every_ms()
+    every = schedule.interval_ms()
     anchor = _interval_anchor(task)
     first = anchor - (anchor - low) // every * every  # the first at or after low (exact)
     if first > MAX_MS or (schedule.end_ms is not None and first > schedule.end_ms):
@@ -165,7 +165,7 @@ def _count_text(task: Task, start_ms: int, end_ms: int, limit: int) -> str:
     if schedule.kind != "interval" or first is None:
         return f"more than {limit}"
     last = end_ms - 1 if schedule.end_ms is None else min(end_ms - 1, schedule.end_ms)
-    return str((last - first) // schedule._every_ms() + 1)
+    return str((last - first) // schedule.interval_ms() + 1)
 
 
 # -- appending ----------------------------------------------------------------------------

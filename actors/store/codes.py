@@ -1,9 +1,18 @@
-"""The one table of script return codes, and the typed errors they become.
+"""The Lua <-> Python contract's constants, defined once, and the typed errors codes become.
 
 Every Lua script in ``lua/`` answers with these codes where it answers with a code at all,
 and with ``NONE`` (-1) where a time or score may be absent (``claim_due``'s earliest due
 time, ``commit_fires``'s next score, ...). ``replay_dead`` answers per entry with a new
-stream id or one of ``REPLAY_MISSING`` / ``REPLAY_MALFORMED``.
+stream id or one of ``REPLAY_MISSING`` / ``REPLAY_MALFORMED``. A positional flag argument
+is ``FLAG_ON`` or ``FLAG_OFF`` (``flag``). A claim's reply starts with a header of a fixed
+number of items (``CLAIM_HEADER``, ``RETRY_CLAIM_HEADER``), then a fixed number per task.
+
+The scripts see the same values under the names of ``LUA_NAMES``: ``lua/codes.lua``
+declares them and is put before every script (``actors.store.lua``). That file is written
+from this module (``python -m actors.store.codes > actors/store/lua/codes.lua``), and
+``tests/test_lua_contract.py`` fails when the two differ, when a script declares one of
+these names itself, or when a reply header marked ``-- NAME items`` in a script does not
+have that many items.
 """
 
 from __future__ import annotations
@@ -27,6 +36,73 @@ class Code(enum.IntEnum):
 NONE = -1
 REPLAY_MISSING = "missing"
 REPLAY_MALFORMED = "malformed"
+#: A positional flag argument: set, or not.
+FLAG_ON = "1"
+FLAG_OFF = ""
+#: ``commit_fires``'s answer when an enqueue marker it checks is missing: nothing changed.
+NOT_ENQUEUED = -2
+#: ``claim_due``'s reply: a header (now, earliest, held, prior, owed, writes, states), then
+#: per task its id, definition and state records; without definitions, id and state (or,
+#: with the states left out too, id and score).
+CLAIM_HEADER = 7
+CLAIM_ITEMS = 3
+LEAN_CLAIM_ITEMS = 2
+#: ``claim_retries``'s reply: a header (now, earliest), then per retry its schedule id,
+#: task id, type, payload, attempt, due time, prior claim and policy code.
+RETRY_CLAIM_HEADER = 2
+RETRY_CLAIM_ITEMS = 8
+
+#: The Lua name of each constant the scripts share (``lua/codes.lua``).
+#: History fate codes, in the order of ``actors.store.history.FATES``.
+FATE_CODES = {
+    "FATE_OK": 0, "FATE_FAILED": 1, "FATE_DEAD": 2, "FATE_CANCELLED": 3, "FATE_SKIPPED": 4,
+    "FATE_MISFIRED": 5, "FATE_EXPIRED": 6, "FATE_COALESCED": 7,
+}  # fmt: skip
+#: A history entry's bytes, the failed entries' error lines kept, and the time code of
+#: "no time" (``lua/history.lua``, ``actors.store.history``).
+HISTORY_ENTRY = 12
+HISTORY_ERRORS = 5
+NO_TIME = 65535
+
+LUA_NAMES: dict[str, int | str] = {
+    **{f"CODE_{code.name}": int(code) for code in Code},
+    "NONE": NONE,
+    "REPLAY_MISSING": REPLAY_MISSING,
+    "REPLAY_MALFORMED": REPLAY_MALFORMED,
+    "FLAG_ON": FLAG_ON,
+    "FLAG_OFF": FLAG_OFF,
+    "NOT_ENQUEUED": NOT_ENQUEUED,
+    "CLAIM_HEADER": CLAIM_HEADER,
+    "CLAIM_ITEMS": CLAIM_ITEMS,
+    "LEAN_CLAIM_ITEMS": LEAN_CLAIM_ITEMS,
+    "RETRY_CLAIM_HEADER": RETRY_CLAIM_HEADER,
+    "RETRY_CLAIM_ITEMS": RETRY_CLAIM_ITEMS,
+    **FATE_CODES,
+    "HISTORY_ENTRY": HISTORY_ENTRY,
+    "HISTORY_ERRORS": HISTORY_ERRORS,
+    "NO_TIME": NO_TIME,
+}
+
+
+def flag(on: bool) -> str:
+    """A positional flag argument of a script."""
+    return FLAG_ON if on else FLAG_OFF
+
+
+def lua_literal(value: int | str) -> str:
+    """``value`` as Lua source (the names' values are small ints and plain strings)."""
+    return str(value) if isinstance(value, int) else "'" + value + "'"
+
+
+def lua_source() -> str:
+    """``lua/codes.lua`` as this module defines it."""
+    lines = [
+        "-- codes.lua: the constants the scripts share with Python, put before every script.",
+        "-- Written from actors/store/codes.py (python -m actors.store.codes > this file);",
+        "-- tests/test_lua_contract.py fails when the two differ. Edit codes.py, not this.",
+    ]
+    lines += [f"local {name} = {lua_literal(value)}" for name, value in LUA_NAMES.items()]
+    return "\n".join(lines) + "\n"
 
 
 def optional_ms(raw: object) -> int | None:
@@ -46,3 +122,7 @@ def raise_for_code(code: int, task_id: str, detail: str = "") -> None:
     if code == Code.BAD_TRANSITION:
         raise InvalidTransition(f"task {task_id!r}: {detail}")
     raise RuntimeError(f"unexpected script code {code} for task {task_id!r}")
+
+
+if __name__ == "__main__":
+    print(lua_source(), end="")

@@ -26,6 +26,8 @@ from typing import Any
 
 import attrs
 
+from actors.store.codes import FATE_CODES, HISTORY_ENTRY, NO_TIME
+
 #: Fates in the order of their codes (``history.lua``). ``skipped`` carries its reason.
 FATES: tuple[tuple[str, str | None], ...] = (
     ("ok", None),
@@ -40,7 +42,7 @@ FATES: tuple[tuple[str, str | None], ...] = (
 #: Fate names, each once (what ``last_fate`` may be).
 FATE_NAMES = ("ok", "failed", "dead", "cancelled", "skipped", "coalesced")
 #: The misfire policy's fates (``commit_fires.lua`` records them).
-MISFIRE_SKIPPED, COALESCED = 5, 7
+MISFIRE_SKIPPED, COALESCED = FATE_CODES["FATE_MISFIRED"], FATE_CODES["FATE_COALESCED"]
 #: Where a fire came from, by code: its task's schedule, an operator's trigger or
 #: backfill, or a replayed dead letter.
 ORIGINS = ("schedule", "trigger", "backfill", "replay")
@@ -50,8 +52,8 @@ DEFAULT_HISTORY = 20
 #: The most entries a ring may keep (the config's bound).
 MAX_HISTORY = 200
 _HEADER = 6
-_ENTRY = 12
-_NO_TIME = 65535
+_ENTRY = HISTORY_ENTRY
+_NO_TIME = NO_TIME
 
 
 @attrs.frozen

@@ -190,7 +190,7 @@ class Keys:
 
     def attention(self, partition: int) -> str:
         """Tasks whose latest occurrence needs an operator: hash task_id -> entry
-        (``actors.store.attention``)."""
+        (``actors.store.ledger``)."""
         return f"{self.tag(partition)}:attention"
 
     def attention_counts(self, partition: int) -> str:

@@ -1,5 +1,9 @@
 """The Lua sources of ``lua/``, loaded once as ``Script`` objects. Private to the store:
-everything else calls them through ``actors.store.scripts.Scripts``."""
+everything else calls them through ``actors.store.scripts.Scripts``.
+
+Every script gets ``codes.lua`` first: the constants it shares with Python
+(``actors.store.codes``), so a script says ``NONE`` or ``CODE_NOT_FOUND`` where the
+decoder on this side reads the same name."""
 
 from __future__ import annotations
 
@@ -10,20 +14,25 @@ from runtime.redis_io import Script
 _LUA_DIR = Path(__file__).parent / "lua"
 
 
+def _read(name: str) -> str:
+    return (_LUA_DIR / f"{name}.lua").read_text(encoding="utf-8")
+
+
+def _script(name: str, *preludes: str) -> Script:
+    """``name``'s source after ``codes.lua`` and the ``preludes`` (sources of ``lua/``, in
+    order): Redis 7.0 scripts cannot import one another."""
+    return Script(name, "".join(_read(n) for n in ("codes", *preludes, name)))
+
+
 def _load(name: str, *, records: bool = False) -> Script:
     """``records=True``: a task script, which gets ``records.lua`` (how a task is stored)
-    put before its own source; Redis 7.0 scripts cannot import one another."""
-    source = (_LUA_DIR / f"{name}.lua").read_text(encoding="utf-8")
-    if records:
-        source = records_prelude() + source
-    return Script(name, source)
+    put before its own source."""
+    return _script(name, "records") if records else _script(name)
 
 
 def _load_labelled(name: str) -> Script:
     """A script that writes or deletes labels: ``records.lua`` and ``labels.lua`` first."""
-    source = (_LUA_DIR / f"{name}.lua").read_text(encoding="utf-8")
-    labels = (_LUA_DIR / "labels.lua").read_text(encoding="utf-8")
-    return Script(name, records_prelude() + labels + source)
+    return _script(name, "records", "labels")
 
 
 def _load_with(name: str, *preludes: str) -> Script:
@@ -31,20 +40,17 @@ def _load_with(name: str, *preludes: str) -> Script:
     order) before its own: the functions one task change shares between the script for
     one task and the one for an operator's batch (``status.lua``, ``task_delete.lua``), and
     how a task's occurrences and attention entry are kept (``history.lua``)."""
-    parts = [(_LUA_DIR / f"{p}.lua").read_text(encoding="utf-8") for p in (*preludes, name)]
-    return Script(name, records_prelude() + "".join(parts))
+    return _script(name, "records", *preludes)
 
 
 def _load_flight(name: str) -> Script:
     """A script of fires in flight: ``records.lua`` and ``flight.lua`` before its source."""
-    source = (_LUA_DIR / f"{name}.lua").read_text(encoding="utf-8")
-    flight = (_LUA_DIR / "flight.lua").read_text(encoding="utf-8")
-    return Script(name, records_prelude() + flight + source)
+    return _script(name, "records", "flight")
 
 
 def records_prelude() -> str:
     """``records.lua`` alone: how a task is stored, shared by every task script."""
-    return (_LUA_DIR / "records.lua").read_text(encoding="utf-8")
+    return _read("records")
 
 
 CREATE_TASKS = _load_labelled("create_tasks")

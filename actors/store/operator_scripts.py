@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from actors.store import lua
+from actors.store.codes import flag
 from actors.store.flights import (
     ENDED_DROPPED,
     FlightEnd,
@@ -59,7 +60,7 @@ class OperatorScripts(FlightScripts):
         ``policy``: the messages' policy code ('' = none)."""
         k = self.keys
         args = [now_ms, task_type, task_id, payload, retention_ms,
-                "1" if k.compact_messages else "", policy, *due_times]  # fmt: skip
+                flag(k.compact_messages), policy, *due_times]  # fmt: skip
         (flags,) = await self._run(
             [(lua.BACKFILL, [k.queue(task_type), k.backfilled(task_type, task_id)], args)]
         )

@@ -6,30 +6,16 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from msgpack import unpackb
 
 from actors.domain.schedules import Schedule
-from actors.store.codes import optional_ms
-from actors.store.definitions import Definition, DefinitionCache
-from actors.store.keys import bucket_hash_of_bytes
 from actors.store.messages import Message
 from actors.store.records import (
-    ARRAY_HEADERS,
-    DEFINITION_VALUES,
-    STATE_VALUES,
-    STATUS_NAMES,
-    RecordError,
     advanced_values,
-    decode_schedule,
     pack_values,
-    unpack,
 )
 
 if TYPE_CHECKING:
-    from actors.store.known_states import KnownStates
-
-#: A state record's status code for an active task.
-ACTIVE = STATUS_NAMES.index("active")
+    pass
 
 
 @attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build
@@ -74,198 +60,6 @@ class Claimed:
     state: list[Any] = attrs.field(factory=list)
     """The state record's values as claimed (``records.STATE_VALUES`` of them): the commit
     writes them back with the grid moved on."""
-
-
-#: Many tasks share a few distinct schedules: decode each stored form once.
-_SCHEDULES: dict[bytes, Schedule] = {}
-
-
-def _schedule(raw: bytes) -> Schedule:
-    schedule = _SCHEDULES.get(raw)
-    if schedule is None:
-        if len(_SCHEDULES) > 10_000:
-            _SCHEDULES.clear()
-        schedule = _SCHEDULES[raw] = decode_schedule(raw)
-    return schedule
-
-
-#: Items per task in ``claim_due.lua``'s reply, after its header of ``CLAIM_HEADER``.
-CLAIM_ITEMS = 3
-CLAIM_HEADER = 7
-
-
-_DEFINITION, _STATE = ARRAY_HEADERS[DEFINITION_VALUES], ARRAY_HEADERS[STATE_VALUES]
-#: What decoding records that are not a task's (of another version, or hand-written) raises.
-_UNDECODABLE = (RecordError, ValueError, TypeError, AttributeError, IndexError)
-
-
-def _what_is_wrong(definition: bytes | None, state: bytes, exc: Exception) -> str:
-    """Why a claimed task's records (its state alone: None) did not decode, as
-    ``records.unpack`` says it."""
-    try:
-        if definition is not None:
-            unpack(definition, DEFINITION_VALUES)
-        unpack(state, STATE_VALUES)
-    except RecordError as named:
-        return str(named)
-    return f"records not of a Metronome task: {exc!r}"
-
-
-def claimed_task(
-    task_id: str, bucket: int, definition: Definition, values: list[Any], owed_ms: int,
-    prior_claim: str,
-) -> Claimed:  # fmt: skip
-    """A claimed task from its definition and its state record's values."""
-    due_ms = values[1]
-    return Claimed(
-        task_id, bucket, definition.type, definition.payload, definition.schedule, due_ms,
-        values[2], values[3] or 0, owed_ms if owed_ms >= due_ms else None, prior_claim,
-        values,
-    )  # fmt: skip
-
-
-def decode_definition(raw: bytes) -> Definition:
-    """A definition record as a poller uses it (raises as ``unpackb`` does)."""
-    task_type, payload, sched, _ = unpackb(_DEFINITION + raw, raw=True)
-    return Definition(task_type.decode(), payload, _schedule(sched))
-
-
-def decode_state(raw: bytes) -> list[Any]:
-    """A state record's values (raises as ``unpackb`` does)."""
-    values: list[Any] = unpackb(_STATE + raw, raw=True)
-    return values
-
-
-@attrs.define
-class LeanClaim:
-    """A claim read without definitions: ``claim`` holds the tasks whose definition the
-    cache had; ``misses`` (id, bucket, state values) are the others, to read next (the
-    values None where the claim left the states out and the poller did not know it)."""
-
-    claim: PartitionClaim
-    misses: list[tuple[str, int, list[Any] | None]]
-    owed_ms: int
-    prior_claim: str
-
-
-def decode_lean_claim(
-    partition: int, reply: list[Any], buckets: int, definitions: DefinitionCache,
-    states: KnownStates | None = None,
-) -> LeanClaim:  # fmt: skip
-    """``claim_due.lua``'s reply without definitions (ARGV[9] '1'): the tasks whose
-    definition at their version ``definitions`` has (and, if the claim left the states
-    out, whose state ``states`` knows), and the others (read next with
-    ``read_definitions.lua``, then ``add_read_definitions``)."""
-    now, earliest, held, prior, owed, writes, with_states = reply[:CLAIM_HEADER]
-    prior_claim, owed_ms = prior.decode(), int(owed)
-    if int(held):
-        held_claim = PartitionClaim(partition, int(now), None, [], holder=prior_claim)
-        return LeanClaim(held_claim, [], owed_ms, prior_claim)
-    tasks: list[Claimed] = []
-    misses: list[tuple[str, int, list[Any] | None]] = []
-    unreadable: list[tuple[str, str]] = []
-    if states is not None:
-        states.claimed(partition, int(writes))
-    known_states = states.of(partition) if states is not None else {}
-    known = 0
-    left_out = not int(with_states)
-    for i in range(CLAIM_HEADER, len(reply), 2):
-        raw_id, state = reply[i], reply[i + 1]
-        task_id = raw_id.decode()
-        bucket = bucket_hash_of_bytes(raw_id) % buckets
-        if left_out:  # ``state`` is the score: the state is the one this poller committed
-            entry = known_states.get(task_id)
-            if entry is None or entry[0] != float(state):
-                misses.append((task_id, bucket, None))
-                continue
-            values = entry[1]
-            known += 1
-        else:
-            try:
-                values = unpackb(_STATE + state, raw=True)
-            except _UNDECODABLE as exc:
-                unreadable.append((task_id, _what_is_wrong(None, state, exc)))
-                continue
-            if task_id in known_states:
-                known += 1
-        definition = definitions.get(partition, task_id, values[3] or 0)
-        if definition is None:
-            misses.append((task_id, bucket, values))
-        else:
-            tasks.append(claimed_task(task_id, bucket, definition, values, owed_ms, prior_claim))
-    due = (len(reply) - CLAIM_HEADER) // 2
-    if states is not None and due:  # a claim of nothing due tells nothing
-        states.completed(partition, known == due)
-    claim = PartitionClaim(
-        partition, int(now), optional_ms(earliest), tasks, writes=int(writes),
-        unreadable=unreadable,
-    )  # fmt: skip
-    return LeanClaim(claim, misses, owed_ms, prior_claim)
-
-
-def add_read_definitions(lean: LeanClaim, reply: list[Any], definitions: DefinitionCache) -> None:
-    """``read_definitions.lua``'s reply for ``lean.misses`` (their records, then the
-    partition's count of writes): each task whose version is still the claimed one joins
-    the claim's tasks (and ``definitions``, if it fires again soon enough to be worth
-    keeping); a task changed or deleted since its claim is left out (it stays as that
-    write left it, due again next tick if it is due), one whose records do not decode goes
-    to ``unreadable``. A task claimed without its state is taken as read if no write came
-    between (the count is the claim's) and it is active, as the claim would have checked."""
-    claim = lean.claim
-    unchanged = int(reply[-1] or 0) == claim.writes
-    for (task_id, bucket, claimed), raw_def, raw_state in zip(
-        lean.misses, reply[:-1:2], reply[1:-1:2], strict=True
-    ):
-        if raw_def is None or raw_state is None:
-            continue
-        try:
-            definition = decode_definition(raw_def)
-            values = decode_state(raw_state)
-        except _UNDECODABLE as exc:
-            claim.unreadable.append((task_id, _what_is_wrong(raw_def, raw_state, exc)))
-            continue
-        if claimed is None:
-            if not unchanged or values[0] != ACTIVE or values[1] is None:
-                continue
-        elif (values[3] or 0) != (claimed[3] or 0):
-            continue
-        else:
-            values = claimed
-        if definitions.worth_keeping(definition, values[1]):
-            definitions.put(claim.partition, task_id, values[3] or 0, definition)
-        claim.tasks.append(
-            claimed_task(task_id, bucket, definition, values, lean.owed_ms, lean.prior_claim)
-        )
-
-
-def decode_partition_claim(partition: int, reply: list[Any], buckets: int) -> PartitionClaim:
-    """``claim_due.lua``'s reply for one partition. The script hands each task's two
-    records back as stored and they are decoded here (Redis's CPU is the scarce one). A
-    task whose records this version cannot read is left out (``PartitionClaim.unreadable``):
-    it stays due, and the poller says so."""
-    now, earliest, held, prior, owed, writes, _ = reply[:CLAIM_HEADER]
-    prior_claim = prior.decode()
-    owed_ms = int(owed)
-    tasks = []
-    unreadable: list[tuple[str, str]] = []
-    for i in range(CLAIM_HEADER, len(reply), CLAIM_ITEMS):
-        raw_id, definition, state = reply[i : i + CLAIM_ITEMS]
-        task_id = raw_id.decode()
-        bucket = bucket_hash_of_bytes(raw_id) % buckets
-        try:  # records.unpack, inlined: this runs for every fire
-            values = unpackb(_STATE + state, raw=True)
-            tasks.append(
-                claimed_task(task_id, bucket, decode_definition(definition), values, owed_ms,
-                             prior_claim)
-            )  # fmt: skip
-        except _UNDECODABLE as exc:
-            unreadable.append((task_id, _what_is_wrong(definition, state, exc)))
-    if int(held):
-        return PartitionClaim(partition, int(now), None, [], holder=prior_claim)
-    return PartitionClaim(
-        partition, int(now), optional_ms(earliest), tasks, writes=int(writes),
-        unreadable=unreadable,
-    )  # fmt: skip
 
 
 @attrs.frozen

@@ -9,7 +9,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from actors.store import lua
-from actors.store.codes import optional_ms
+from actors.store.claim_replies import (
+    add_read_definitions,
+    decode_lean_claim,
+    decode_partition_claim,
+)
+from actors.store.codes import (
+    NOT_ENQUEUED,
+    RETRY_CLAIM_HEADER,
+    RETRY_CLAIM_ITEMS,
+    flag,
+    optional_ms,
+)
 from actors.store.definitions import DefinitionCache
 from actors.store.flights import (
     FlightScripts,
@@ -21,17 +32,11 @@ from actors.store.replies import (
     FireCommit,
     PartitionClaim,
     RetryClaim,
-    add_read_definitions,
-    decode_lean_claim,
-    decode_partition_claim,
 )
 from actors.store.task_scripts import Call, or_empty
 
 #: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
 ENQUEUE_CHUNK = 500
-
-#: ``commit_fires.lua``'s answer when an enqueue marker it checks is missing: nothing changed.
-NOT_ENQUEUED = -2
 
 
 class SchedulingScripts(FlightScripts):
@@ -69,7 +74,7 @@ class SchedulingScripts(FlightScripts):
         k = self.keys
         gone = take_from or {}
         cache = definitions if definitions is not None and definitions.limit > 0 else None
-        lean = "" if cache is None else "1"
+        lean = flag(cache is not None)
         known = states if cache is not None else None
         calls: list[Call] = []
         for p in partitions:
@@ -259,7 +264,7 @@ class SchedulingScripts(FlightScripts):
                 args: list[Any] = [
                     now_ms, task_type, self.keys.enqueued_prefix(task_type), dedupe_window_ms,
                     token, start, "" if start else " ".join(dropped.get(task_type, ())),
-                    "1" if self.keys.compact_messages else "",
+                    flag(self.keys.compact_messages),
                 ]  # fmt: skip
                 for i in chunk:
                     f = fires[i]
@@ -271,10 +276,10 @@ class SchedulingScripts(FlightScripts):
     @staticmethod
     def _enqueue_flags(replies: list[Any], order: list[int], count: int) -> list[bool]:
         """Per fire (in the callers' order) whether it was appended."""
-        flags = [bool(int(flag)) for reply in replies for flag in reply]
+        flags = [bool(int(bit)) for reply in replies for bit in reply]
         appended = [False] * count
-        for i, flag in zip(order, flags, strict=True):
-            appended[i] = flag
+        for i, was_appended in zip(order, flags, strict=True):
+            appended[i] = was_appended
         return appended
 
     # -- scheduling: retry dispatcher -------------------------------------------------------
@@ -296,10 +301,11 @@ class SchedulingScripts(FlightScripts):
         )
         claims = []
         for partition, reply in zip(partitions, replies, strict=True):
-            flat = reply[2:]
+            flat = reply[RETRY_CLAIM_HEADER:]
             retries = []
-            for i in range(0, len(flat), 8):
-                sid, task_id, task_type, payload, attempt, due, prior, policy = flat[i : i + 8]
+            for i in range(0, len(flat), RETRY_CLAIM_ITEMS):
+                item = flat[i : i + RETRY_CLAIM_ITEMS]
+                sid, task_id, task_type, payload, attempt, due, prior, policy = item
                 fire = Fire(
                     task_id.decode(), task_type.decode(), payload, int(due), int(attempt),
                     prior.decode(), policy.decode(),

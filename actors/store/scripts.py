@@ -19,9 +19,10 @@ The roles depend on ``Scripts`` alone, so a test can subclass it to fail at a ch
 from __future__ import annotations
 
 from actors.store.action_scripts import ActionScripts
+from actors.store.codes import NOT_ENQUEUED
 from actors.store.execution_scripts import TRIM_CALLS, TRIM_STEP, ExecutionScripts
 from actors.store.operator_scripts import OperatorScripts, as_str
-from actors.store.scheduling_scripts import ENQUEUE_CHUNK, NOT_ENQUEUED, SchedulingScripts
+from actors.store.scheduling_scripts import ENQUEUE_CHUNK, SchedulingScripts
 
 __all__ = [
     "ENQUEUE_CHUNK",

@@ -4,7 +4,7 @@
 -- KEYS[2]  the task's backfill marker hash ({ns:q:<type>}:backfilled:<task_id>)
 -- ARGV[1]  enq_ms (Redis time of the call)   ARGV[2]  the type   ARGV[3]  the task id
 -- ARGV[4]  payload (JSON)   ARGV[5]  marker retention ms
--- ARGV[6]  '1': compact messages (task_id, payload, attempt, due_ms), '' = the full form
+-- ARGV[6]  FLAG_ON: compact messages (task_id, payload, attempt, due_ms), FLAG_OFF = the full form
 -- ARGV[7]  the messages' policy code (field o; '' = none: actors/store/flights.py)
 -- ARGV[8..] due times (grid ms)
 -- Returns one flag per due time: 1 appended, 0 already appended by an earlier backfill.
@@ -16,7 +16,7 @@
 -- exactly as enqueue.lua writes them (attempt 0, schedule_id = task_id:due_ms).
 local stream, marker = KEYS[1], KEYS[2]
 local enq, typ, id, payload = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local compact, policy = ARGV[6] == '1', ARGV[7]
+local compact, policy = ARGV[6] == FLAG_ON, ARGV[7]
 local out = {}
 for i = 8, #ARGV do
   local due = ARGV[i]

@@ -5,15 +5,16 @@
 -- ARGV[7]  how long an uncommitted claim is remembered (ms: the dedupe window)
 -- ARGV[8]  a holder the caller found gone (a process of its host that has exited: a
 --          killed node or scheduler process), taken over without waiting ('' = none)
--- ARGV[9]  '1': leave the definition records out (the caller keeps those it has read, by
---          version: actors/store/definitions.py), '' = return them
--- ARGV[10] with ARGV[9] '1': the partition's count of writes at which the caller knows
+-- ARGV[9]  FLAG_ON: leave the definition records out (the caller keeps those it has read, by
+--          version: actors/store/definitions.py), FLAG_OFF = return them
+-- ARGV[10] with ARGV[9] FLAG_ON: the partition's count of writes at which the caller knows
 --          every state it committed (actors/store/known_states.py); if the count is still
 --          that and the partition still the caller's, the states are left out too ('' =
 --          return them)
--- Returns {now_ms, earliest score or -1, held, prior, owed_until or -1, writes, states,
---          task_id, definition record, state record, ...} (3 per task, the records as
---          stored: actors/store/records.py decodes them; with ARGV[9] '1', 2 per task:
+-- Returns {now_ms, earliest score or NONE, held, prior, owed_until or NONE, writes, states,
+--          task_id, definition record, state record, ...} (a header of CLAIM_HEADER items,
+--          then CLAIM_ITEMS per task, the records as stored: actors/store/claim_replies.py
+--          decodes them; with ARGV[9] FLAG_ON, LEAN_CLAIM_ITEMS per task:
 --          task_id, state record; states 0, the count being ARGV[10]: 2 per task,
 --          task_id, score, and nothing is read per task). When a task is claimed the
 --          earliest is now_ms (no second ZRANGE: the commit reports the real one).
@@ -44,23 +45,24 @@
 -- (update, pause, delete) changed it since this claim read it.
 local tag, me, token = ARGV[1], ARGV[2], ARGV[3]
 local buckets = tonumber(ARGV[6])
-local lean = ARGV[9] == '1'
+local lean = ARGV[9] == FLAG_ON
 local now = now_ms()
 local o = redis.call('HMGET', KEYS[2], 'poller', 'until', 'owed', 'inflight', 'writes')
 local writes = o[5] or '0'
 local held_until = tonumber(o[2] or 0)  -- a hash without it (hand-edited): run out
 if o[1] and o[1] ~= me and o[1] ~= ARGV[8] and held_until > now then
-  return {now, -1, 1, o[1], -1, writes, 1}
+  -- CLAIM_HEADER items
+  return {now, NONE, 1, o[1], NONE, writes, 1}
 end
 local lease = tonumber(ARGV[5])
-local owed = tonumber(o[3] or -1)
+local owed = tonumber(o[3] or NONE)
 local fields = {}  -- the owner hash's changes, written in one HSET
 -- the caller's states are the stored ones (no write since, and no other owner)
 local known = lean and ARGV[10] ~= '' and o[1] == me and writes == ARGV[10]
 if o[1] ~= me then
   -- taken over: the fires due from the end of the last lease (or the release) until now
   -- are owed, at most one lease of them (after a longer outage the policy applies)
-  owed = o[2] and math.min(now, tonumber(o[2]) + lease) or -1
+  owed = o[2] and math.min(now, tonumber(o[2]) + lease) or NONE
   writes = ms(tonumber(writes) + 1)
   fields = {'poller', me, 'owed', ms(owed), 'until', ms(now + lease), 'writes', writes}
 elseif held_until - now < lease / 2 then
@@ -77,8 +79,9 @@ for t, at in string.gmatch(o[4] or '', '(%S+):(%d+)') do
   end
 end
 local limit = tonumber(ARGV[4])
-local out = {now, -1, 0, table.concat(priors, ' '), owed, writes, known and 0 or 1}
-local header = #out
+-- CLAIM_HEADER items
+local out = {now, NONE, 0, table.concat(priors, ' '), owed, writes, known and 0 or 1}
+local header = CLAIM_HEADER
 local range = {'ZRANGE', KEYS[1], '-inf', ms(now), 'BYSCORE', 'LIMIT', 0, limit}
 if known then range[#range + 1] = 'WITHSCORES' end
 local due = redis.call(unpack(range))

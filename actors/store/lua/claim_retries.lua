@@ -1,10 +1,11 @@
 -- claim_retries: reserve due retries of one partition for one retry dispatcher.
 -- KEYS[1]  retry zset of the partition
 -- ARGV[1]  retry-context key prefix   ARGV[2]  claim token   ARGV[3]  limit   ARGV[4]  lease_ms
--- Returns {now_ms, earliest score after claim or -1,
---          schedule_id, task_id, type, payload, attempt, due_ms, prior, policy, ...} (8 per
--- retry); prior: the token of an earlier claim never committed ('' if none; see
--- enqueue.lua); policy: the fire's policy code ('' if none).
+-- Returns {now_ms, earliest score after claim or NONE,
+--          schedule_id, task_id, type, payload, attempt, due_ms, prior, policy, ...}
+-- (a header of RETRY_CLAIM_HEADER items, then RETRY_CLAIM_ITEMS per retry); prior: the
+-- token of an earlier claim never committed ('' if none; see enqueue.lua); policy: the
+-- fire's policy code ('' if none).
 -- Same claim-then-commit rule as claim_due: a dispatcher killed before commit_retries
 -- leaves the retry to be claimed again after the lease (maybe a duplicate, never a loss).
 local t = redis.call('TIME')
@@ -12,7 +13,8 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local due = redis.call('ZRANGE', KEYS[1], '-inf', string.format('%d', now), 'BYSCORE',
   'LIMIT', 0, tonumber(ARGV[3]))
 local lease_until = string.format('%d', now + tonumber(ARGV[4]))
-local out = {now, -1}
+-- RETRY_CLAIM_HEADER items
+local out = {now, NONE}
 for _, sid in ipairs(due) do
   local key = ARGV[1] .. sid
   local f = redis.call('HMGET', key, 'task_id', 'type', 'payload', 'attempt', 'due_ms', 'claim',

@@ -107,7 +107,7 @@ if misfires > 0 then  -- the missed grid times of the tasks committed
     local id, fate, due = ARGV[j], tonumber(ARGV[j + 1]), ARGV[j + 2]
     if not lost[id] then
       push_history(tag, id, tonumber(ARGV[j + 4]), fate, 0, 0, tonumber(due), nil, nil, 0)
-      if ATTENTION[fate] then set_attention(tag, id, ATTENTION[fate], due, ARGV[j + 3], now) end
+      if attention_of[fate] then set_attention(tag, id, attention_of[fate], due, ARGV[j + 3], now) end
     end
   end
 end

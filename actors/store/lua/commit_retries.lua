@@ -1,9 +1,9 @@
 -- commit_retries: forget retries whose message is back in its stream.
 -- KEYS[1]  retry zset of the partition
 -- ARGV[1]  retry-context key prefix   ARGV[2]  claim token   ARGV[3..]  schedule ids
--- Returns {earliest score after the commit or -1, lost ids...}; a lost id's claim no
+-- Returns {earliest score after the commit or NONE, lost ids...}; a lost id's claim no
 -- longer holds (its lease expired and another dispatcher took it): it is left alone.
-local out = {-1}
+local out = {NONE}
 for i = 3, #ARGV do
   local key = ARGV[1] .. ARGV[i]
   if redis.call('HGET', key, 'claim') == ARGV[2] then

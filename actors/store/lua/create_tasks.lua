@@ -3,8 +3,8 @@
 -- ARGV[1]  partition tag ({ns:P})
 -- ARGV[2..] groups of 8: task_id, bucket, type, payload (JSON), sched (encoded),
 --           next_ms ('' = never), score, labels (compact JSON, '' = none)
--- Returns one code per task: 1 created, 0 existed with the same definition and labels,
--- -1 conflict.
+-- Returns one code per task: CODE_OK created, CODE_UNCHANGED existed with the same
+-- definition and labels, CODE_CONFLICT another definition.
 local tag = ARGV[1]
 local version  -- the created tasks' version and creation time (records.lua new_version)
 local out = {}
@@ -17,9 +17,9 @@ for i = 2, #ARGV, 8 do
     local typ0, payload0, sched0 = cmsgpack.unpack(cur)
     local labels0 = redis.call('HGET', tag .. ':labels', id) or ''
     if typ0 == typ and payload0 == payload and sched0 == sched and labels0 == labels then
-      out[#out + 1] = 0
+      out[#out + 1] = CODE_UNCHANGED
     else
-      out[#out + 1] = -1
+      out[#out + 1] = CODE_CONFLICT
     end
   else
     version = version or new_version(tag)
@@ -32,7 +32,7 @@ for i = 2, #ARGV, 8 do
     end
     redis.call('HSET', tag .. ':type:' .. typ .. ':' .. b, id, '')
     if labels ~= '' then put_labels(tag, b, id, labels) end
-    out[#out + 1] = 1
+    out[#out + 1] = CODE_OK
     created = true
   end
 end

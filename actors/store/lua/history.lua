@@ -1,7 +1,7 @@
 -- history.lua: prepended to the scripts that decide a fire's fate (record_outcomes.lua,
 -- overlap.lua, commit_fires.lua) and to those that delete tasks. Two records of a
 -- task in its partition's slot, read by actors/store/history.py and
--- actors/store/attention.py (the layout and its why are there):
+-- actors/store/ledger.py (the layout and its why are there):
 --   <tag>:history   id -> the task's last occurrences, newest first: a 6-byte base due
 --                   time (ms), then 12-byte entries: fate | origin << 3 | attempt << 5
 --                   (1 byte; attempt 7 = 7 or more), due - base (5 bytes, signed, ms),
@@ -11,13 +11,10 @@
 --   <tag>:attention id -> 'reason since_ms due_ms type': the task's latest occurrence
 --                   needs an operator (dead, expired, skipped, late)
 --   <tag>:attention:counts  'type reason' -> how many of the partition's tasks are so
--- Fate codes: actors/store/history.py FATES (the same order).
-local FATE_OK, FATE_FAILED, FATE_DEAD, FATE_CANCELLED = 0, 1, 2, 3
-local FATE_SKIPPED, FATE_MISFIRED, FATE_EXPIRED, FATE_COALESCED = 4, 5, 6, 7
-local HISTORY_ENTRY, HISTORY_ERRORS, NO_TIME = 12, 5, 65535
+-- Fate codes (FATE_*), HISTORY_ENTRY, HISTORY_ERRORS and NO_TIME: codes.lua.
 -- The attention reason of each fate that puts a task on the list (nil: it leaves it).
-local ATTENTION = {[FATE_DEAD] = 'dead', [FATE_SKIPPED] = 'skipped',
-                   [FATE_MISFIRED] = 'skipped', [FATE_EXPIRED] = 'expired'}
+local attention_of = {[FATE_DEAD] = 'dead', [FATE_SKIPPED] = 'skipped',
+                      [FATE_MISFIRED] = 'skipped', [FATE_EXPIRED] = 'expired'}
 
 -- A duration in 2 bytes: ms below 32,768, then whole seconds up to ~9 hours (more is
 -- shown as that); NO_TIME when there is none (a fire that did not start).

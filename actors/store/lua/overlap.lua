@@ -106,7 +106,7 @@ while i <= #ARGV do
     for _, e in ipairs(fates) do push_history(tag, id, keep, e[2], 0, 0, e[1], nil, nil, 0) end
     local last = fates[#fates]
     now = now or now_ms()
-    set_attention(tag, id, ATTENTION[last[2]], ms(last[1]), task_type, ms(now))
+    set_attention(tag, id, attention_of[last[2]], ms(last[1]), task_type, ms(now))
   end
   out[#out + 1] = {id, table.concat(run, ','), table.concat(cancel, ','),
     table.concat(skipped, ','), blocking, park}

@@ -18,7 +18,7 @@
 -- since it was created, or since layout 2) starts from the counts in its state record.
 local tag, keep, node = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local late, task_type = tonumber(ARGV[4]), ARGV[5]
-local FATE_OF = {[0] = FATE_OK, FATE_FAILED, FATE_DEAD, FATE_CANCELLED, FATE_EXPIRED}
+local fate_of = {[0] = FATE_OK, FATE_FAILED, FATE_DEAD, FATE_CANCELLED, FATE_EXPIRED}
 local n = 0
 local now
 for i = 6, #ARGV, 10 do
@@ -38,13 +38,13 @@ for i = 6, #ARGV, 10 do
       end
       redis.call('HSET', tag .. ':run:' .. b, id, cmsgpack.pack(r[1], r[2], r[3], r[4]))
     end
-    local fate, due, started = FATE_OF[outcome], tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
+    local fate, due, started = fate_of[outcome], tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
     local lag = started and started - due
     local line = ARGV[i + 9]
     local before, before_lag = push_history(tag, id, keep, fate, tonumber(ARGV[i + 8]),
       tonumber(ARGV[i + 7]), due, lag, started and finished - started, node,
       line ~= '' and line or nil)
-    local reason = ATTENTION[fate]
+    local reason = attention_of[fate]
     if fate == FATE_OK and late > 0 and lag and lag > late then reason = 'late' end
     if reason or (fate == FATE_OK and (before ~= FATE_OK
         or (late > 0 and before_lag ~= NO_TIME and time_of(before_lag) > late))) then

@@ -2,9 +2,9 @@
 -- KEYS[1]  the type's stream   KEYS[2]  its dead-letter stream (same slot)
 -- ARGV[1]  the type   ARGV[2]  seen-key prefix ({ns:q:<type>}:seen:, same slot)
 -- ARGV[3..]  dead-letter entry ids
--- Returns {outcomes, task_ids}, one of each per id: the new stream id, 'missing' (no such
--- entry: already replayed or purged) or 'malformed' (not a Metronome message: kept in the
--- DLQ for a human); and the entry's task id ('' when it has none).
+-- Returns {outcomes, task_ids}, one of each per id: the new stream id, REPLAY_MISSING (no
+-- such entry: already replayed or purged) or REPLAY_MALFORMED (not a Metronome message:
+-- kept in the DLQ for a human); and the entry's task id ('' when it has none).
 -- Moving is atomic per entry: XADD to the stream and XDEL from the DLQ in one script, so a
 -- replay can neither lose an entry nor run it twice. The fire keeps its schedule_id and
 -- due_ms (so its log lines join up with the original's; a dead letter in the compact form
@@ -32,10 +32,10 @@ for i = 3, #ARGV do
         'due_ms', f.due_ms, 'enq_ms', now, 'replay_of', ARGV[i], 'o', 'A;mr')
       redis.call('XDEL', KEYS[2], ARGV[i])
     else
-      out[#out + 1] = 'malformed'
+      out[#out + 1] = REPLAY_MALFORMED
     end
   else
-    out[#out + 1] = 'missing'
+    out[#out + 1] = REPLAY_MISSING
   end
 end
 return {out, ids}

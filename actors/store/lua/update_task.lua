@@ -4,13 +4,13 @@
 -- ARGV[4]  payload JSON or '' (keep)   ARGV[5]  sched (encoded) or '' (keep)
 -- ARGV[6]  next_ms for the new schedule ('' = never)   ARGV[7]  score
 -- ARGV[8]  labels as compact JSON ('{}' = none) replacing the task's, or '' (keep)
--- Returns {code, status}: 1 updated, -2 not found.
+-- Returns {code, status}: CODE_OK updated, CODE_NOT_FOUND not found.
 -- A new schedule takes effect at once: the claim (if any) is dropped so a poller holding it
 -- cannot commit the old grid; a finished task with a new schedule becomes active again.
 local tag, id, b = ARGV[1], ARGV[2], ARGV[3]
 local def = redis.call('HGET', tag .. ':def:' .. b, id)
 local s = get_state(tag, b, id)
-if not (def and s) then return {-2, ''} end
+if not (def and s) then return {CODE_NOT_FOUND, ''} end
 local typ, payload, sched, created = cmsgpack.unpack(def)
 if ARGV[4] ~= '' then payload = ARGV[4] end
 if ARGV[5] ~= '' then
@@ -31,4 +31,4 @@ redis.call('HSET', tag .. ':def:' .. b, id, cmsgpack.pack(typ, payload, sched, c
 s[4] = new_version(tag, s[4])  -- commit_fires and the pollers' definitions see it
 put_state(tag, b, id, s)
 count_write(tag)
-return {1, STATUS_NAMES[s[1]]}
+return {CODE_OK, STATUS_NAMES[s[1]]}
