@@ -3,7 +3,7 @@
 // with a note (POST /v1/tasks/{id}/acknowledge), which takes it off the list.
 "use strict";
 
-const attentionList = { cursor: null };
+const attentionList = { cursor: null, seq: 0 };
 
 function attentionRow(item) {
   const note = el("input", { class: "ack-note", placeholder: "note", maxlength: "500" });
@@ -23,11 +23,13 @@ function attentionRow(item) {
 async function renderAttention(more = false) {
   const status = document.getElementById("attention-status");
   const body = document.querySelector("#attention tbody");
+  const seq = ++attentionList.seq;  // the latest request's answer is the one shown
   const page = await optional("GET", "/v1/attention", {
     type: document.getElementById("att-type").value.trim(),
     reason: document.getElementById("att-reason").value,
     limit: 100, cursor: more ? attentionList.cursor : null,
   });
+  if (seq !== attentionList.seq) return;
   if (page === null) {
     body.replaceChildren();
     status.textContent = "The attention list is not available on this node.";

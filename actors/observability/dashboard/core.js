@@ -109,9 +109,18 @@ function showError(error) {
 }
 
 /** Run a view's load or an operator's action: a failure is shown (problem details), a
- * success clears the last failure. */
+ * success clears a failure shown before it started (never a later action's: that one is
+ * news the operator has not read yet). */
+const acts = { started: 0, shown: 0 };
 async function act(fn) {
-  try { await fn(); showError(null); } catch (error) { showError(error); }
+  const seq = ++acts.started;
+  try {
+    await fn();
+    if (acts.shown < seq) showError(null);
+  } catch (error) {
+    acts.shown = seq;
+    showError(error);
+  }
 }
 
 function el(tag, attrs = {}, ...children) {

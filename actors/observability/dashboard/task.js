@@ -4,7 +4,7 @@
 // what it shows afterwards is what the API reports, not what the page assumed.
 "use strict";
 
-const taskPage = { taskId: null, backfill: null };
+const taskPage = { taskId: null, backfill: null, seq: 0 };
 
 const taskPath = (taskId, tail = "") => `/v1/tasks/${encodeURIComponent(taskId)}${tail}`;
 
@@ -84,12 +84,14 @@ function renderHistory(answer) {
 
 /** Show the task page of ``taskId`` (a 404 is shown as the error, the page stays as it was). */
 async function loadTask(taskId) {
+  const seq = ++taskPage.seq;  // the task asked for last is shown, whichever answers first
   const task = await api("GET", taskPath(taskId));
   const [upcoming, facts, history] = await Promise.all([
     api("GET", taskPath(taskId, "/upcoming"), { n: 5 }),
     api("GET", taskPath(taskId, "/explain")),
     optional("GET", taskPath(taskId, "/history"), { limit: 20 }),
   ]);
+  if (seq !== taskPage.seq) return;
   if (taskPage.taskId !== task.task_id) {
     taskPage.taskId = task.task_id;
     document.getElementById("action-result").hidden = true;

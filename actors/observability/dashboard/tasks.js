@@ -6,7 +6,7 @@
 
 const PAGE_SIZE = 50;
 /** The filters the list shows, the cursor of the page shown and those before it. */
-const listing = { filters: null, cursor: null, before: [], next: null };
+const listing = { filters: null, cursor: null, before: [], next: null, seq: 0 };
 const bulk = { plan: null };
 
 /** The list form's filters; labels are "key=value" words (several: all must match). */
@@ -49,10 +49,12 @@ function taskRow(t) {
  * read on until one has a match (or a bounded number were read): most tasks do not. */
 async function loadPage(cursor) {
   const filters = listing.filters;
+  const seq = ++listing.seq;  // a later listing wins, whichever answer comes first
   const line = document.getElementById("list-status-line");
   let only = null;
   if (filters.attention) {
     only = await attentionIds(filters);
+    if (seq !== listing.seq) return;
     if (only === null) {
       document.querySelector("#tasks tbody").replaceChildren();
       line.textContent = "The attention list is not available on this node.";
@@ -69,6 +71,7 @@ async function loadPage(cursor) {
     next = page.next_cursor;
     if (!next || rows.length) break;
   }
+  if (seq !== listing.seq) return;
   listing.cursor = cursor;
   listing.next = next;
   document.querySelector("#tasks tbody").replaceChildren(...rows.map(taskRow));
