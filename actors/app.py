@@ -47,6 +47,7 @@ from actors.observability.presence import Presence
 from actors.scheduling.claim_loop import ClaimLoopSettings
 from actors.scheduling.poller import Poller, PollerSettings
 from actors.scheduling.retry_dispatcher import RetryDispatcher, RetryDispatcherSettings
+from actors.store.history import DEFAULT_HISTORY
 from actors.store.messages import Message
 from actors.store.tasks import TaskStore
 from runtime.app import Invocation
@@ -213,6 +214,7 @@ def _scheduler(config: Config, store: TaskStore) -> ChildSpec:
                 attrs.evolve(
                     _loop_settings(PollerSettings, config, i, section.pollers, section.batch_size),
                     definition_cache=section.definition_cache,
+                    history=section.history,
                 ),
             ).run,
         )
@@ -268,9 +270,9 @@ def _consumer_group(
     # Stable across restarts: the node's name, and its part in a child process (consumer
     # processes of one node must not share a name).
     name = config.node.name if part is None else f"{config.node.name}.{part}"
+    settings = consumer_settings(section, config.scheduler.history)
     consumer = Consumer(
-        store, task_type, consumer_settings(section), handler, results, config.node.name, inbox,
-        state, name,
+        store, task_type, settings, handler, results, config.node.name, inbox, state, name,
     )  # fmt: skip
     children = [
         ChildSpec("consumer", consumer.run, graceful=True, shutdown_s=config.node.shutdown_grace_s)
@@ -292,8 +294,9 @@ def _consumer_group(
     return supervisor(task_type, children, _spec(config, Strategy.REST_FOR_ONE))
 
 
-def consumer_settings(section: ConsumerSection) -> ConsumerSettings:
-    """A type's consumer settings from its ``[consumers.<type>]`` section."""
+def consumer_settings(section: ConsumerSection, history: int = DEFAULT_HISTORY) -> ConsumerSettings:
+    """A type's consumer settings from its ``[consumers.<type>]`` section (and the
+    namespace's ``[scheduler] history``)."""
     return ConsumerSettings(
         concurrency=section.concurrency,
         timeout_s=section.timeout_s,
@@ -306,4 +309,6 @@ def consumer_settings(section: ConsumerSection) -> ConsumerSettings:
         lease_s=section.lease_s,
         dedupe_window_s=section.dedupe_window_s,
         block_ms=section.block_ms,
+        history=history,
+        late_ms=round(section.late_after_s * 1000),
     )

@@ -15,6 +15,7 @@ import attrs
 
 from actors.api.signing import KEY_ID_PATTERN, ApiKey
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS
+from actors.store.history import DEFAULT_HISTORY, MAX_HISTORY
 from actors.store.keys import DEFAULT_BUCKETS, MAX_BUCKETS
 from runtime.config import (
     LogSection,
@@ -97,6 +98,12 @@ class SchedulerSection:
     again within 5 minutes; ~560 + ~300 bytes of scheduler memory a task kept; past it the
     rest are read with each claim as before (0 = keep none)."""
 
+    history: int = attrs.field(default=DEFAULT_HISTORY, validator=within(0, MAX_HISTORY))
+    """Occurrences kept per task (``GET /v1/tasks/{id}/history``): the fate of each of its
+    last grid times and manual fires, written by the scripts that decide it, 12 bytes an
+    entry (a full ring of 20 is 246 bytes of Redis a task). Every node of a namespace
+    should agree; 0 keeps none (the attention list still works)."""
+
     def __attrs_post_init__(self) -> None:
         if 0 < self.dedupe_window_s * 1000 <= self.claim_lease_ms:
             raise ValueError(
@@ -139,6 +146,10 @@ class ConsumerSection:
     """Longest XREADGROUP wait; bounds how fast a stop request is noticed."""
     claimer: bool = True
     """Run this type's claimer on this node."""
+    late_after_s: float = attrs.field(default=60.0, validator=within(0))
+    """A fire of this type that starts later than this after it was due puts its task on
+    the attention list (``GET /v1/attention``, reason ``late``) until a fire starts on
+    time (0 = never)."""
 
 
 @attrs.frozen

@@ -22,10 +22,10 @@ from actors.store.flights import (
     ENDED_EXPIRED,
     ENDED_OK,
     FlightEnd,
+    origin_of,
     parse_policy,
 )
 from actors.store.messages import Message
-from actors.store.records import OUTCOME_NAMES
 from actors.store.replies import DeadLetterWrite, OutcomeWrite, RetryWrite
 from runtime.logging import FixedFields
 
@@ -180,13 +180,8 @@ def decide(
         for o in retry
     }
     outcomes = [
-        OutcomeWrite(
-            o.message.task_id,
-            OUTCOME_NAMES.index(kind),
-            o.finished_ms,
-            (o.error or "")[:MAX_ERROR_CHARS],
-        )
-        for kind, group in (("ok", ok), ("retry", retry), ("dead", dead))
+        _outcome(o, code)
+        for code, group in ((0, ok), (1, retry), (2, dead), (3, not_run))
         for o in group
     ]
     finished = [lifecycle_values(o) for o in ok]
@@ -229,6 +224,34 @@ def decide(
         events=events,
         flights=_flight_ends(batch, retry) if any(o.message.policy for o in batch) else [],
     )
+
+
+#: ``OutcomeWrite.outcome`` of a fire not run, by reason.
+_NOT_RUN_CODES = {"cancelled": 3, "expired": 4}
+
+
+def _outcome(o: Outcome, code: int) -> OutcomeWrite:
+    """A fire's outcome for its task's run record and history (code 3: not run, by its
+    reason). A fire that did not start (expired) has no start time."""
+    m = o.message
+    if code == 3:
+        code = _NOT_RUN_CODES.get(o.not_run or "", 3)
+    error = o.error
+    return OutcomeWrite(
+        m.task_id,
+        code,
+        o.finished_ms,
+        (error or "")[:MAX_ERROR_CHARS],
+        m.due_ms,
+        None if code == 4 else o.started_ms,
+        m.attempt,
+        origin_of(m.policy) if m.policy else 0,
+        first_line(error)[:_HISTORY_LINE] if error else "",
+    )
+
+
+#: The longest error line a history entry keeps.
+_HISTORY_LINE = 200
 
 
 def _not_run_line(o: Outcome) -> tuple[str, dict[str, Any]]:

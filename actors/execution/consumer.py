@@ -40,6 +40,7 @@ from actors.execution.pool import HandlerPool
 from actors.execution.reading import Reader
 from actors.execution.results_log import ResultsLog, result_line
 from actors.execution.running import Runner
+from actors.store.history import DEFAULT_HISTORY, Ledger
 from actors.store.messages import Message
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
@@ -74,6 +75,10 @@ class ConsumerSettings:
     lease_s: float = 30.0
     dedupe_window_s: float = 0.0
     block_ms: int = 500
+    history: int = DEFAULT_HISTORY
+    """Occurrences kept per task (``[scheduler] history``)."""
+    late_ms: int = 60_000
+    """A later start puts its task on the attention list (0 = never)."""
 
 
 @attrs.define
@@ -121,6 +126,8 @@ class Consumer:
         self.state = state
         self.actor = f"node/consumers/{task_type}/consumer"
         self.runner = Runner(handler, settings.timeout_s, settings.concurrency)
+        self.ledger = Ledger(settings.history, 0, settings.late_ms)
+        """The history's length, this node's number (once known) and the lateness bound."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         redis = self.store.client
@@ -133,6 +140,8 @@ class Consumer:
             lambda: take_name(scripts, self.type, self.name, lease_ms, ctx.log)
         )
         name = identity.name
+        number = await redis.ride_out(lambda: scripts.node_number(self.node))
+        self.ledger = Ledger(self.settings.history, number, self.settings.late_ms)
         # What the claimer put in the mailbox was claimed for an earlier incarnation: under
         # our stable name it is recovered below with the rest, else it is released by the
         # incarnation that held it. Either way it must not also run from the mailbox.
@@ -222,6 +231,7 @@ class Consumer:
             await scripts.complete(
                 self.type, retries=plan.retries, outcomes=plan.outcomes, dead=plan.dead,
                 acks=plan.acks, written=written, flights=plan.flights, paused=paused,
+                ledger=self.ledger,
             )  # fmt: skip
 
     async def _flush_loop(self, scripts: Scripts, flight: Flight) -> None:

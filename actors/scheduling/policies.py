@@ -26,6 +26,7 @@ import attrs
 
 from actors.domain.schedules import FirePlan
 from actors.store.flights import Planned, parse_policy, task_policy_code
+from actors.store.history import DEFAULT_HISTORY
 from actors.store.keys import schedule_id
 from actors.store.replies import Claimed, Fire
 from actors.store.scripts import Scripts
@@ -70,6 +71,7 @@ async def apply_policies(
     token: str,
     now_ms: int,
     planned: list[tuple[int, Claimed, FirePlan]],
+    history: int = DEFAULT_HISTORY,
 ) -> PolicyFires:
     """The fires of ``planned`` (partition, task, plan) that run; ``overlap.lua`` is
     called only if a task has an overlap policy or an expired fire. A repeat (same
@@ -95,11 +97,13 @@ async def apply_policies(
             dues = []
         if policy.tracked or expired:
             ends = plan.next_ms is None
-            asked[partition].append(Planned(task.task_id, policy.letter, dues, expired, ends))
+            asked[partition].append(
+                Planned(task.task_id, policy.letter, dues, expired, ends, task.type)
+            )
             claimed[task.task_id] = (task, plan, code)
     if not asked:
         return out
-    decisions = await scripts.decide_overlaps(token, asked)
+    decisions = await scripts.decide_overlaps(token, asked, history=history)
     for items in asked.values():
         for item in items:
             task, plan, code = claimed[item.task_id]

@@ -48,6 +48,7 @@ from actors.scheduling.tick_plan import TickPlan, plan_claims, plan_commits
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS, DefinitionCache
 from actors.store.enqueue import enqueue_and_commit_fires, enqueue_fires
 from actors.store.flights import end_dropped_flights
+from actors.store.history import DEFAULT_HISTORY
 from actors.store.keys import Keys
 from actors.store.known_states import KnownStates
 from actors.store.replies import Commit, Fire, FireCommit, PartitionClaim
@@ -66,6 +67,8 @@ class PollerSettings(ClaimLoopSettings):
 
     definition_cache: int = DEFAULT_CACHED_DEFINITIONS
     """Most task definitions kept between claims (``actors.store.definitions``; 0 = none)."""
+    history: int = DEFAULT_HISTORY
+    """Occurrences kept per task (``actors.store.history``)."""
 
 
 #: How long a stopping poller tries to hand its partitions back (then their leases expire).
@@ -249,7 +252,7 @@ class Poller:
         if plan.misfired:
             emit_events(self.actor, plan.misfired)
         decided = await self._apply_policies(scripts, token, plan)
-        commits = plan_commits(plan.plans, decided.commits, decided.tracked)
+        commits = plan_commits(plan.plans, decided.commits, decided.tracked, self.settings.history)
         writes = {c.partition: c.writes for c in claims}
         done = await self._enqueue_and_commit(
             scripts, token, plan.now_ms, decided.fires, commits, writes
@@ -307,7 +310,7 @@ class Poller:
         replaces are cancelled, and each fire not run is a ``not_run`` line."""
         redis = scripts.client
         decided = await redis.ride_out(
-            lambda: apply_policies(scripts, token, plan.now_ms, plan.planned)
+            lambda: apply_policies(scripts, token, plan.now_ms, plan.planned, self.settings.history)
         )
         if decided.cancels:
             await redis.ride_out(lambda: scripts.cancel_fires(decided.cancels))

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 
 from actors.domain.schedules import FirePlan, plan_fires
+from actors.store.history import COALESCED, DEFAULT_HISTORY, MISFIRE_SKIPPED
 from actors.store.keys import schedule_id
 from actors.store.replies import Claimed, FireCommit, PartitionClaim, fire_commit
 
@@ -94,11 +95,13 @@ def plan_commits(
     plans: dict[int, list[tuple[Claimed, FirePlan]]],
     changed: dict[str, tuple[int | None, int | None, int]],
     tracked: set[str],
+    history: int = DEFAULT_HISTORY,
 ) -> dict[int, list[FireCommit]]:
     """Each claimed task's commit: its grid moved on to the plan's next time (with the
     task's spread and that time's jitter in the score) and its fires counted, or as the
     policies ``changed`` it (next grid time, score or None for the usual one, fires);
-    the ``tracked`` tasks' commits confirm the fires their claim put in flight."""
+    the ``tracked`` tasks' commits confirm the fires their claim put in flight, and a
+    task that missed grid times gets one history entry for them (``history`` kept)."""
     out: dict[int, list[FireCommit]] = {}
     for partition, items in plans.items():
         commits = out[partition] = []
@@ -108,5 +111,8 @@ def plan_commits(
                 score = task.schedule.score_ms(next_ms, task.task_id)
             commit = fire_commit(task, next_ms, score, fired)
             commit.confirm = task.task_id in tracked
+            if plan.missed and (plan.fires or plan.next_ms is not None):
+                fate = COALESCED if task.schedule.misfire == "coalesce" else MISFIRE_SKIPPED
+                commit.misfire = (fate, task.type, history)
             commits.append(commit)
     return out

@@ -35,6 +35,7 @@ import trio
 from actors.domain.errors import InvalidTask, InvalidTransition, TaskNotFound
 from actors.domain.model import Task, encode_payload
 from actors.domain.schedules import MAX_MS, Overlap
+from actors.store.flights import with_origin
 from actors.store.keys import schedule_id
 from actors.store.manual_fires import APPENDED, DUPLICATE, HELD, check_overlap, fire_under
 from actors.store.scripts import ENQUEUE_CHUNK
@@ -205,7 +206,7 @@ async def append_fires(
             await pacer.before(len(chunk))
             flags += await scripts.backfill(
                 task.type, task.task_id, payload, chunk, await store.now_ms(), RETENTION_MS,
-                policy,
+                with_origin(policy, "b"),
             )  # fmt: skip
         return flags
 

@@ -16,6 +16,7 @@ from actors.store.flights import (
     ended_flights,
     paused_of,
 )
+from actors.store.history import Ledger
 from actors.store.keys import GROUP
 from actors.store.messages import Message, flat_fields
 from actors.store.replies import (
@@ -87,23 +88,36 @@ class ExecutionScripts(FlightScripts):
             ]  # fmt: skip
         return (lua.SCHEDULE_RETRIES, [k.retry(partition)], args)
 
-    def _outcomes_call(self, partition: int, outcomes: Sequence[OutcomeWrite]) -> Call:
+    def _outcomes_call(
+        self, partition: int, outcomes: Sequence[OutcomeWrite], task_type: str, ledger: Ledger
+    ) -> Call:
         k = self.keys
-        args: list[Any] = [k.tag(partition)]
+        args: list[Any] = [k.tag(partition), ledger.keep, ledger.node, ledger.late_ms, task_type]
         for o in outcomes:
-            args += [o.task_id, k.bucket_of(o.task_id), o.outcome, o.finished_ms, o.error]
+            args += [
+                o.task_id, k.bucket_of(o.task_id), o.outcome, o.finished_ms, o.error, o.due_ms,
+                "" if o.started_ms is None else o.started_ms, o.attempt, o.origin, o.line,
+            ]  # fmt: skip
         return (lua.RECORD_OUTCOMES, [k.schedule(partition)], args)
 
     async def schedule_retries(self, retries: Sequence[RetryWrite]) -> None:
         """``schedule_retries.lua`` per partition: save retry contexts, scored by retry time."""
-        await self._run(self._partition_calls(retries, []))
+        await self._run(self._partition_calls(retries, [], "", Ledger()))
 
-    async def record_outcomes(self, outcomes: Sequence[OutcomeWrite]) -> int:
-        """``record_outcomes.lua`` per partition: each task's last run; how many updated."""
-        return sum(int(r) for r in await self._run(self._partition_calls([], outcomes)))
+    async def record_outcomes(
+        self, outcomes: Sequence[OutcomeWrite], task_type: str = "", ledger: Ledger | None = None
+    ) -> int:
+        """``record_outcomes.lua`` per partition: each task's last run and its history
+        entry; how many updated."""
+        calls = self._partition_calls([], outcomes, task_type, ledger or Ledger())
+        return sum(int(r) for r in await self._run(calls))
 
     def _partition_calls(
-        self, retries: Sequence[RetryWrite], outcomes: Sequence[OutcomeWrite]
+        self,
+        retries: Sequence[RetryWrite],
+        outcomes: Sequence[OutcomeWrite],
+        task_type: str,
+        ledger: Ledger,
     ) -> list[Call]:
         retry_by: dict[int, list[RetryWrite]] = defaultdict(list)
         for r in retries:
@@ -112,7 +126,7 @@ class ExecutionScripts(FlightScripts):
         for o in outcomes:
             outcome_by[self.keys.partition_of(o.task_id)].append(o)
         return [self._retry_call(p, rs) for p, rs in retry_by.items()] + [
-            self._outcomes_call(p, os) for p, os in outcome_by.items()
+            self._outcomes_call(p, os, task_type, ledger) for p, os in outcome_by.items()
         ]
 
     async def complete(
@@ -126,6 +140,7 @@ class ExecutionScripts(FlightScripts):
         written: set[int] | None = None,
         flights: Sequence[FlightEnd] = (),
         paused: list[tuple[str, int]] | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         """A consumer's batch of outcomes, in the order that keeps the ACK invariant:
         retry contexts and task outcomes first, then dead letters and ACKs, only once every
@@ -142,9 +157,11 @@ class ExecutionScripts(FlightScripts):
         only while its message is pending.
 
         ``flights``: fires of tasks with a policy that ended (``end_flights.lua``, with the
-        partition writes); ``paused`` gets the tasks that paused for their failures."""
+        partition writes); ``paused`` gets the tasks that paused for their failures.
+        ``ledger``: the history's length, this node's number and the type's lateness
+        bound (``actors.store.history``)."""
         done = written if written is not None else set()
-        partition_calls = self._partition_calls(retries, outcomes)
+        partition_calls = self._partition_calls(retries, outcomes, task_type, ledger or Ledger())
         flight_calls = len(partition_calls)
         partition_calls += self.end_flight_calls(flights)
         todo = [i for i in range(len(partition_calls)) if i not in done]
@@ -197,6 +214,11 @@ class ExecutionScripts(FlightScripts):
             [(lua.DISOWN_NAME, [self.keys.owner(task_type, consumer)], [owner])]
         )
         return bool(int(reply))
+
+    async def node_number(self, node: str) -> int:
+        """``node_number.lua``: the number ``node``'s name goes by in task histories."""
+        (number,) = await self._run([(lua.NODE_NUMBER, [self.keys.node_numbers], [node])])
+        return int(number)
 
     async def recover(
         self, task_type: str, consumer: str, count: int, min_idle_ms: int = 0

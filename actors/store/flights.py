@@ -26,6 +26,7 @@ import attrs
 
 from actors.domain.schedules import Schedule
 from actors.store import lua
+from actors.store.history import DEFAULT_HISTORY
 from actors.store.replies import Fire
 from actors.store.task_scripts import Call, TaskScripts
 
@@ -55,6 +56,22 @@ def policy_code(schedule: Schedule) -> str:
     if failures is not None:
         code += f";p{failures}"
     return code
+
+
+#: How a policy code marks a manual fire's origin (``;m`` and the origin's letter): a
+#: fire an operator triggered, backfilled or replayed (``actors.store.history.ORIGINS``).
+ORIGIN_LETTERS = {"t": 1, "b": 2, "r": 3}
+
+
+def with_origin(code: str, letter: str) -> str:
+    """A manual fire's policy code: its task's (or ``A`` for none) marked with its origin."""
+    return f"{code or 'A'};m{letter}"
+
+
+def origin_of(code: str) -> int:
+    """The origin a fire's policy code marks (0: its schedule)."""
+    at = code.rfind(";m")
+    return ORIGIN_LETTERS.get(code[at + 2 : at + 3], 0) if at >= 0 else 0
 
 
 @attrs.frozen
@@ -114,6 +131,8 @@ class Planned:
     expired: Sequence[int] = ()
     ends: bool = False
     """The plan ends the task's grid (no grid time after these)."""
+    task_type: str = ""
+    """The task's type (the attention list's entry names it)."""
 
 
 @attrs.frozen
@@ -170,17 +189,23 @@ class FlightScripts(TaskScripts):
     """The scripts of fires in flight."""
 
     async def decide_overlaps(
-        self, token: str, planned: Mapping[int, Sequence[Planned]], grid: bool = True
+        self,
+        token: str,
+        planned: Mapping[int, Sequence[Planned]],
+        grid: bool = True,
+        history: int = DEFAULT_HISTORY,
     ) -> dict[str, Decision]:
         """``overlap.lua`` per partition: the decision for every planned task, by id.
         ``token``: the claim's (confirmed by its commit) or the operator call's (confirmed
-        by ``confirm_flights``); ``grid``: a poller's claim of grid times."""
+        by ``confirm_flights``); ``grid``: a poller's claim of grid times (those not run
+        go into the tasks' histories, ``history`` entries kept)."""
         calls: list[Call] = []
         for partition, tasks in planned.items():
-            args: list[Any] = [BUFFER_CAP, token, "1" if grid else ""]
+            args: list[Any] = [BUFFER_CAP, token, "1" if grid else "", self.keys.tag(partition),
+                               history]  # fmt: skip
             for t in tasks:
-                args += [t.task_id, t.letter, "1" if t.ends else "", len(t.dues), len(t.expired),
-                         *t.dues, *t.expired]  # fmt: skip
+                args += [t.task_id, t.task_type, t.letter, "1" if t.ends else "", len(t.dues),
+                         len(t.expired), *t.dues, *t.expired]  # fmt: skip
             keys = [self.keys.flights(partition), self.keys.not_run(partition)]
             calls.append((lua.OVERLAP, keys, args))
         decisions: dict[str, Decision] = {}

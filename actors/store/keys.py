@@ -112,6 +112,11 @@ class Keys:
         """API nonces (``actors.api.signing``): prefix .. key_id:nonce, each with an expiry."""
         return f"{self.namespace}:nonce:"
 
+    @property
+    def node_numbers(self) -> str:
+        """The numbers node names go by in task histories (``node_number.lua``)."""
+        return f"{self.namespace}:nodenums"
+
     def partition_of(self, task_id: str) -> int:
         return zlib.crc32(task_id.encode()) % self.partitions
 
@@ -167,6 +172,30 @@ class Keys:
     def notes(self, partition: int) -> str:
         """Operators' notes on paused or resumed tasks: hash task_id -> JSON."""
         return f"{self.tag(partition)}:notes"
+
+    def history(self, partition: int) -> str:
+        """Tasks' last occurrences: hash task_id -> ring (``actors.store.history``;
+        scripts build this and the next three from the tag, ``history.lua``)."""
+        return f"{self.tag(partition)}:history"
+
+    def history_errors(self, partition: int) -> str:
+        """The error lines of tasks' failed occurrences: hash task_id -> lines."""
+        return f"{self.tag(partition)}:history:errors"
+
+    def attention(self, partition: int) -> str:
+        """Tasks whose latest occurrence needs an operator: hash task_id -> entry
+        (``actors.store.attention``)."""
+        return f"{self.tag(partition)}:attention"
+
+    def attention_counts(self, partition: int) -> str:
+        """How many of the partition's tasks are on the attention list: hash
+        'type reason' -> count."""
+        return f"{self.tag(partition)}:attention:counts"
+
+    def acks(self, partition: int) -> str:
+        """Operators' acknowledgements of tasks taken off the attention list: hash
+        task_id -> JSON (``acknowledge.lua``)."""
+        return f"{self.tag(partition)}:acks"
 
     def partition_owner(self, partition: int) -> str:
         """Which poller serves the partition, until when (``claim_due.lua``)."""

@@ -33,6 +33,13 @@ def _load_flight(name: str) -> Script:
     return Script(name, records_prelude() + flight + source)
 
 
+def _load_with(name: str, *preludes: str) -> Script:
+    """A task script with ``records.lua`` and the named preludes before its source
+    (``history``: how a task's occurrences and attention entry are kept)."""
+    parts = [(_LUA_DIR / f"{p}.lua").read_text(encoding="utf-8") for p in (*preludes, name)]
+    return Script(name, records_prelude() + "".join(parts))
+
+
 def records_prelude() -> str:
     """``records.lua`` alone: how a task is stored, shared by every task script."""
     return (_LUA_DIR / "records.lua").read_text(encoding="utf-8")
@@ -41,12 +48,12 @@ def records_prelude() -> str:
 CREATE_TASKS = _load_labelled("create_tasks")
 CLAIM_DUE = _load("claim_due", records=True)
 READ_DEFINITIONS = _load("read_definitions")
-COMMIT_FIRES = _load_flight("commit_fires")
+COMMIT_FIRES = _load_with("commit_fires", "flight", "history")
 RELEASE_PARTITION = _load("release_partition")
 POLLER_MEMBERS = _load("poller_members")
 SET_STATUS = _load("set_status", records=True)
 UPDATE_TASK = _load_labelled("update_task")
-DELETE_TASKS = _load_labelled("delete_tasks")
+DELETE_TASKS = _load_with("delete_tasks", "labels", "history")
 MIGRATE_TASKS = _load("migrate_tasks")
 ENQUEUE = _load("enqueue")
 BEGIN_RUNS = _load("begin_runs")
@@ -55,7 +62,7 @@ DEAD_LETTER = _load("dead_letter")
 SCHEDULE_RETRIES = _load("schedule_retries")
 CLAIM_RETRIES = _load("claim_retries")
 COMMIT_RETRIES = _load("commit_retries")
-RECORD_OUTCOMES = _load("record_outcomes", records=True)
+RECORD_OUTCOMES = _load_with("record_outcomes", "history")
 RECLAIM = _load("reclaim")
 RENEW_LEASES = _load("renew_leases")
 RELEASE = _load("release")
@@ -66,8 +73,10 @@ PURGE_QUEUE = _load("purge_queue")
 OWN_NAME = _load("own_name")
 DISOWN_NAME = _load("disown_name")
 RECOVER = _load("recover")
-OVERLAP = _load_flight("overlap")
+OVERLAP = _load_with("overlap", "flight", "history")
 END_FLIGHTS = _load_flight("end_flights")
 CANCEL_FIRES = _load("cancel_fires")
 CONFIRM_FLIGHTS = _load_flight("confirm_flights")
 BACKFILL = _load("backfill")
+ACKNOWLEDGE = _load_with("acknowledge", "history")
+NODE_NUMBER = _load("node_number")

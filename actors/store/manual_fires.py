@@ -17,7 +17,14 @@ from actors.domain.errors import InvalidTask, InvalidTransition, TaskNotFound
 from actors.domain.model import encode_payload
 from actors.domain.schedules import Overlap
 from actors.store.enqueue import enqueue_fires
-from actors.store.flights import ENDED_DROPPED, LETTERS, Decision, FlightEnd, Planned
+from actors.store.flights import (
+    ENDED_DROPPED,
+    LETTERS,
+    Decision,
+    FlightEnd,
+    Planned,
+    with_origin,
+)
 from actors.store.keys import schedule_id
 from actors.store.replies import Fire
 from actors.store.scripts import Scripts
@@ -117,7 +124,8 @@ async def trigger(store: TaskStore, task_id: str, overlap: Overlap, actor: str) 
     scripts = await store.scripts()
 
     async def append(dues: Sequence[int], policy: str) -> list[bool]:
-        fires = [Fire(task_id, task.type, payload, d, policy=policy) for d in dues]
+        code = with_origin(policy, "t")
+        fires = [Fire(task_id, task.type, payload, d, policy=code) for d in dues]
         await enqueue_fires(scripts, fires, now, actor, dedupe_window_ms=0)
         return [True] * len(fires)
 

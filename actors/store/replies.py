@@ -308,6 +308,9 @@ class FireCommit:
     confirm: bool = False
     """The claim put one of the task's fires in flight (``overlap.lua``): the commit
     confirms it was appended."""
+    misfire: tuple[int, str, int] | None = None
+    """The claim found grid times missed: (the history fate standing for them, coalesced
+    or skipped; the task's type; the history's length), recorded by the commit."""
 
 
 def fire_commit(task: Claimed, next_ms: int | None, score: int | None, fired: int) -> FireCommit:
@@ -346,12 +349,20 @@ class RetryWrite:
 
 @attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build
 class OutcomeWrite:
-    """A task's last run: ``outcome`` is an index of ``records.OUTCOME_NAMES``."""
+    """A fire's outcome for its task's run record and history: ``outcome`` is an index
+    of ``records.OUTCOME_NAMES``, or 3 (cancelled) / 4 (expired): not run, history only."""
 
     task_id: str
     outcome: int
     finished_ms: int
     error: str
+    due_ms: int = 0
+    started_ms: int | None = None
+    attempt: int = 0
+    origin: int = 0
+    """``actors.store.history.ORIGINS`` index."""
+    line: str = ""
+    """The error's last line (history)."""
 
 
 @attrs.frozen

@@ -139,6 +139,11 @@ class SchedulingScripts(FlightScripts):
             args: list[Any] = [k.tag(partition), poller, token, writes[partition]]
             confirms = [c.task_id for c in items if c.confirm]
             args += [len(checks), *checks, len(confirms), *confirms]
+            misfires = [c for c in items if c.misfire is not None]
+            args.append(len(misfires))
+            for c in misfires:
+                fate, task_type, history = c.misfire  # type: ignore[misc]
+                args += [c.task_id, fate, c.due_ms, task_type, history]
             for c in items:
                 args += [c.task_id, c.bucket, or_empty(c.score), c.due_ms, c.state]
             keys = [k.schedule(partition), k.partition_owner(partition), *marker_keys]

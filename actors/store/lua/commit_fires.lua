@@ -9,7 +9,11 @@
 -- ARGV[6+M]  T, how many tasks of the claim put a fire in flight (overlap.lua)
 -- ARGV[7+M..6+M+T]  their ids: their appends went through (the markers are there), so
 --          their decisions are confirmed (flight.lua), whatever the rest of the commit does
--- ARGV[7+M+T..] groups of 5: task_id, bucket, score ('' = finished: out of the schedule),
+-- ARGV[7+M+T]  K, how many tasks of the claim missed grid times
+-- then K groups of 5: task_id, history fate (coalesced or skipped: misfire), the first
+--          grid time missed, type, history length: one history entry each, written when
+--          the task's commit is (history.lua)
+-- then groups of 5: task_id, bucket, score ('' = finished: out of the schedule),
 --           due_ms (the grid time claimed), the new state record (the claimed one with its
 --           grid moved on and its fires counted, built by the poller; its version, values[4],
 --           is the claimed one)
@@ -37,7 +41,9 @@ local confirms = tonumber(ARGV[6 + checks])
 for i = 7 + checks, 6 + checks + confirms do
   confirm_flight(tag .. ':flight', ARGV[i], token)
 end
-local tasks_from = 7 + checks + confirms  -- the first task's group
+local misfires_at = 7 + checks + confirms
+local misfires = tonumber(ARGV[misfires_at])
+local tasks_from = misfires_at + 1 + 5 * misfires  -- the first task's group
 local o = redis.call('HMGET', KEYS[2], 'poller', 'inflight', 'writes')
 local inflight = o[2] or ''
 local at = string.find(' ' .. inflight, ' ' .. token .. ':', 1, true)
@@ -94,6 +100,17 @@ local function in_chunks(command, args)
 end
 in_chunks('ZADD', moved)
 in_chunks('ZREM', finished)
+if misfires > 0 then  -- the missed grid times of the tasks committed
+  local lost, now = {}, ms(now_ms())
+  for j = 2, #out do lost[out[j]] = true end
+  for j = misfires_at + 1, tasks_from - 1, 5 do
+    local id, fate, due = ARGV[j], tonumber(ARGV[j + 1]), ARGV[j + 2]
+    if not lost[id] then
+      push_history(tag, id, tonumber(ARGV[j + 4]), fate, 0, 0, tonumber(due), nil, nil, 0)
+      if ATTENTION[fate] then set_attention(tag, id, ATTENTION[fate], due, ARGV[j + 3], now) end
+    end
+  end
+end
 if keep then return out_with_earliest(out) end
 -- this claim is done: drop it from the partition's claims in flight
 local rest = {}

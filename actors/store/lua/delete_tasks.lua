@@ -1,5 +1,6 @@
 -- delete_tasks: delete tasks of one partition, their index entries, labels, notes, fires in flight
--- and fires not run (a task created again under the id starts with none).
+-- fires not run, history and attention entry (a task created again under the id starts
+-- with none).
 -- KEYS[1]  schedule zset of the partition
 -- ARGV[1]  partition tag   ARGV[2..]  pairs: task_id, bucket
 -- Returns the number of tasks deleted. Callers bound the ids per call (a clear of a million
@@ -20,6 +21,8 @@ for i = 2, #ARGV, 2 do
     redis.call('HDEL', tag .. ':notes', id)
     redis.call('HDEL', tag .. ':flight', id)
     redis.call('HDEL', tag .. ':notrun', id)
+    forget_history(tag, id)
+    redis.call('HDEL', tag .. ':acks', id)
     redis.call('ZREM', KEYS[1], id)
     n = n + 1
   end

@@ -6,7 +6,9 @@
 --          token: the fires it puts in flight are unconfirmed until its commit
 --          (commit_fires.lua) or, for an operator's call, confirm_flights.lua
 -- ARGV[3]  '1': a poller's claim of grid times ('' = an operator's trigger or backfill)
--- ARGV[4..] per task: task_id, policy (A allow_all: expired times noted only, S skip,
+-- ARGV[4]  partition tag   ARGV[5]  history length (grid times not run are occurrences of
+--          their task: history.lua; the latest puts it on the attention list)
+-- ARGV[6..] per task: task_id, type, policy (A allow_all: expired times noted only, S skip,
 --           1 buffer_one, B buffer_all, C cancel_other), '1' if the plan ends the task's
 --           grid ('' otherwise), n, m, then n planned due times (in order), then m expired
 --           due times (later than the catch-up window: not run, only noted)
@@ -31,12 +33,14 @@
 -- decided before (in flight, waiting, skipped, or run and ended) is not decided again.
 local cap, token = tonumber(ARGV[1]), ARGV[2]
 local grid = ARGV[3] == '1'
+local tag, keep = ARGV[4], tonumber(ARGV[5])
 local out = {}
-local i = 4
+local now
+local i = 6
 while i <= #ARGV do
-  local id, policy, ends = ARGV[i], ARGV[i + 1], ARGV[i + 2] == '1'
-  local n, m = tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])
-  local first = i + 5
+  local id, task_type, policy, ends = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3] == '1'
+  local n, m = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+  local first = i + 6
   i = first + n + m
   local run, skipped, cancel, blocking, park = {}, {}, {}, '', ''
   if policy ~= 'A' then
@@ -94,6 +98,16 @@ while i <= #ARGV do
   end
   if #skipped > 0 then note_not_run(KEYS[2], id, #skipped, 'overlap', skipped[#skipped], blocking) end
   if m > 0 then note_not_run(KEYS[2], id, m, 'expired', ARGV[first + n + m - 1], '') end
+  if grid and #skipped + m > 0 then
+    local fates = {}
+    for _, d in ipairs(skipped) do fates[#fates + 1] = {tonumber(d), FATE_SKIPPED} end
+    for j = first + n, first + n + m - 1 do fates[#fates + 1] = {tonumber(ARGV[j]), FATE_EXPIRED} end
+    table.sort(fates, function(a, b) return a[1] < b[1] end)
+    for _, e in ipairs(fates) do push_history(tag, id, keep, e[2], 0, 0, e[1], nil, nil, 0) end
+    local last = fates[#fates]
+    now = now or now_ms()
+    set_attention(tag, id, ATTENTION[last[2]], ms(last[1]), task_type, ms(now))
+  end
   out[#out + 1] = {id, table.concat(run, ','), table.concat(cancel, ','),
     table.concat(skipped, ','), blocking, park}
 end

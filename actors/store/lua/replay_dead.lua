@@ -10,7 +10,8 @@
 -- due_ms (so its log lines join up with the original's; a dead letter in the compact form
 -- gets its schedule_id from task_id and due_ms) and starts again at attempt 0. The
 -- consumers' dedupe markers of its earlier attempts (begin_runs.lua) are removed, so the
--- replay and its retries run even within a dedupe window.
+-- replay and its retries run even within a dedupe window. Its policy code (o) marks it
+-- replayed (actors/store/flights.py origin_of): its task's history says so.
 local t = redis.call('TIME')
 local now = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
 local out, ids = {}, {}
@@ -28,7 +29,7 @@ for i = 3, #ARGV do
       for a = 0, math.min(tried, 1000) do redis.call('DEL', ARGV[2] .. sid .. ':' .. a) end
       out[#out + 1] = redis.call('XADD', KEYS[1], '*', 'task_id', f.task_id,
         'schedule_id', sid, 'type', ARGV[1], 'payload', f.payload, 'attempt', '0',
-        'due_ms', f.due_ms, 'enq_ms', now, 'replay_of', ARGV[i])
+        'due_ms', f.due_ms, 'enq_ms', now, 'replay_of', ARGV[i], 'o', 'A;mr')
       redis.call('XDEL', KEYS[2], ARGV[i])
     else
       out[#out + 1] = 'malformed'
