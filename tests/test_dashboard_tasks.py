@@ -165,7 +165,7 @@ def test_backfill_shows_its_dry_run_then_applies_it(
 
 
 def _utc_input(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def listed(page: Any) -> set[str]:

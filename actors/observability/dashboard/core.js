@@ -155,13 +155,15 @@ const seconds = (ms) => (ms === null || ms === undefined ? "-" : `${(ms / 1000).
 const lastLine = (text) => (text || "").split("\n").filter(Boolean).pop() || "";
 const labelText = (labels) => Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(" ");
 
-/** A "datetime-local" input's value read as UTC, in Unix ms (NaN when empty or invalid). */
+/** A time input's value, UTC ISO 8601 ("2026-12-03T12:00:00Z"; without a zone it is read as
+ * UTC too), in Unix ms; NaN when empty or not a time. */
 function utcInput(id) {
-  const value = document.getElementById(id).value;
-  return value ? Date.parse(`${value}Z`) : NaN;
+  const value = document.getElementById(id).value.trim();
+  if (!value) return NaN;
+  return Date.parse(/(Z|[+-]\d\d:?\d\d)$/i.test(value) ? value : `${value}Z`);
 }
 
-/** Fill a "datetime-local" input with a UTC moment. */
+/** Fill a time input with a UTC moment, as utcInput reads it. */
 function setUtcInput(id, ms) {
-  document.getElementById(id).value = new Date(ms).toISOString().slice(0, 19);
+  document.getElementById(id).value = `${new Date(ms).toISOString().slice(0, 19)}Z`;
 }

@@ -173,7 +173,7 @@ function resetBackfill(newTask) {
 function backfillWindow() {
   const start = utcInput("backfill-start");
   const end = utcInput("backfill-end");
-  if (Number.isNaN(start) || Number.isNaN(end)) throw new Error("backfill: give a start and an end (UTC)");
+  if (Number.isNaN(start) || Number.isNaN(end)) throw new Error("backfill: give a start and an end as UTC ISO times, e.g. 2026-12-03T12:00:00Z");
   return { start_ms: start, end_ms: end };
 }
 

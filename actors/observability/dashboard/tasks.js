@@ -129,7 +129,7 @@ function bulkBody() {
   if (action === "backfill") {
     body.start_ms = utcInput("bulk-start");
     body.end_ms = utcInput("bulk-end");
-    if (Number.isNaN(body.start_ms) || Number.isNaN(body.end_ms)) throw new Error("backfill: give a start and an end (UTC)");
+    if (Number.isNaN(body.start_ms) || Number.isNaN(body.end_ms)) throw new Error("backfill: give a start and an end as UTC ISO times, e.g. 2026-12-03T12:00:00Z");
   }
   return body;
 }
