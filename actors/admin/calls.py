@@ -148,16 +148,19 @@ class Endpoints(ABC, Generic[R]):
         labels: dict[str, str] | None = None,
         next_before: int | None = None,
         last_status: str | None = None,
+        last_fate: str | None = None,
     ) -> R:
         """One page; ``next_cursor`` asks for the next (``iter_tasks`` follows them all).
         ``labels``: every pair must match; ``next_before``: Unix ms (next fire at or
-        before); ``last_status``: ok, retry or dead."""
+        before); ``last_status``: ok, retry or dead; ``last_fate``: the latest
+        occurrence's fate (ok, failed, dead, cancelled, skipped, coalesced)."""
         params = {
             "type": task_type,
             "status": status,
             "label": [f"{k}={v}" for k, v in (labels or {}).items()] or None,
             "next_before": next_before,
             "last_status": last_status,
+            "last_fate": last_fate,
             "cursor": cursor,
             "limit": limit,
         }
@@ -214,6 +217,27 @@ class Endpoints(ABC, Generic[R]):
         """The task's next ``n`` fires: grid time (``due``) and when each is enqueued
         (``fire``: with the task's spread, without the random jitter)."""
         return self._send(Call("GET", _task(task_id, "upcoming"), params={"n": n}))
+
+    def history(self, task_id: str, limit: int | None = None) -> R:
+        """The task's last occurrences, newest first: fate, origin, due, start, end, node,
+        attempt and error line of each."""
+        return self._send(Call("GET", _task(task_id, "history"), params={"limit": limit}))
+
+    def attention(
+        self,
+        task_type: str | None = None,
+        reason: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> R:
+        """One page of the tasks whose latest occurrence needs an operator (``reason``:
+        dead, expired, skipped, late); ``cursor`` asks for the next."""
+        params = {"type": task_type, "reason": reason, "cursor": cursor, "limit": limit}
+        return self._send(Call("GET", "/v1/attention", params=params))
+
+    def acknowledge(self, task_id: str, note: str | None = None) -> R:
+        """Take the task off the attention list; ``note`` says why."""
+        return self._send(Call("POST", _task(task_id, "acknowledge"), body=_maybe("note", note)))
 
     def clear_type(self, task_type: str) -> R:
         """Delete every task of the type (the API wants the type repeated as confirmation)."""

@@ -3,6 +3,8 @@
     metronome tasks add --type report --cron "0 9 * * 1-5" --tz Europe/Paris --id daily
     metronome tasks explain daily
     metronome tasks upcoming daily -n 5       # the next fires, as they will run
+    metronome tasks history daily             # its last fires: fate, lateness, node, error
+    metronome attention                       # tasks dead, expired, skipped or late now
     metronome schedule preview --cron "H 9 * * *" --tz Europe/Paris --id daily   # local
     metronome queues
     metronome partitions                      # which poller serves what, what is due
@@ -41,6 +43,7 @@ from actors.admin.exits import (
     exit_code,
 )
 from actors.admin.inputs import InvalidArgument, UsageError, checked_name
+from actors.admin.ledger_cmds import add_ledger_commands
 from actors.admin.node_cmds import add_node_commands, cmd_migrate, serve_node
 from actors.admin.preview_cli import add_schedule_parser, run_schedule
 from actors.admin.queue_cmds import add_dlq_commands, add_queue_commands
@@ -64,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_node_commands(commands)
     tasks = add_task_commands(commands)
     add_backfill_commands(commands, tasks)
+    add_ledger_commands(commands, tasks)
     add_queue_commands(commands)
     add_schedule_parser(commands)
     add_dlq_commands(commands)

@@ -13,6 +13,7 @@ from typing import Any
 from actors.domain.errors import InvalidTask
 from actors.domain.labels import parse_label_filters
 from actors.domain.schedules import Misfire, Overlap
+from actors.store.history import FATE_NAMES
 from actors.store.records import OUTCOME_NAMES
 from runtime.config import check_name
 
@@ -54,6 +55,8 @@ def add_list_filter_flags(parser: argparse.ArgumentParser) -> None:
                         help="only tasks next due at or before (ISO 8601 or Unix ms)")  # fmt: skip
     parser.add_argument("--last-status", choices=OUTCOME_NAMES,
                         help="only tasks whose last run ended so")  # fmt: skip
+    parser.add_argument("--last-fate", choices=FATE_NAMES,
+                        help="only tasks whose latest occurrence was so")  # fmt: skip
 
 
 def list_filters(args: argparse.Namespace) -> dict[str, Any]:
@@ -63,6 +66,7 @@ def list_filters(args: argparse.Namespace) -> dict[str, Any]:
         "labels": labels_from(args.labels),
         "next_before": None if before is None else parse_time(before, "--next-before"),
         "last_status": args.last_status,
+        "last_fate": args.last_fate,
     }
 
 

@@ -16,6 +16,8 @@ from starlette.types import ASGIApp
 from actors.api.backfill_routes import SCHEMAS as BACKFILL_SCHEMAS
 from actors.api.backfill_routes import backfill_task, backfill_type
 from actors.api.endpoint import Endpoint
+from actors.api.ledger_routes import SCHEMAS as LEDGER_SCHEMAS
+from actors.api.ledger_routes import acknowledge_task, attention, history
 from actors.api.openapi import openapi_document
 from actors.api.problems import Problem
 from actors.api.queue_routes import (
@@ -62,7 +64,8 @@ ROUTES: list[Endpoint] = [
     E("GET", "/v1/tasks", list_tasks,
       "List tasks, filtered by type, status, labels, next fire and last outcome (cursor "
       "pagination)", {200: "TaskPage"},
-      query=("type", "status", "label", "next_before", "last_status", "cursor", "limit")),
+      query=("type", "status", "label", "next_before", "last_status", "last_fate", "cursor",
+             "limit")),
     E("POST", "/v1/tasks/bulk", bulk_create, "Create many tasks (up to [api] max_bulk)",
       {200: "BulkCreated"}, body="BulkCreate"),
     E("GET", "/v1/tasks/{task_id}", get_task, "One task", {200: "Task"}, problems=(404,)),
@@ -92,6 +95,15 @@ ROUTES: list[Endpoint] = [
     E("GET", "/v1/tasks/{task_id}/upcoming", upcoming_fires,
       "The task's next fires: grid time and when the poller enqueues each (jitter aside)",
       {200: "Upcoming"}, query=("n",), problems=(404,)),
+    E("GET", "/v1/tasks/{task_id}/history", history,
+      "The task's last occurrences, newest first: each grid time's or manual fire's fate",
+      {200: "History"}, query=("limit",), problems=(404,)),
+    E("POST", "/v1/tasks/{task_id}/acknowledge", acknowledge_task,
+      "Take the task off the attention list (an optional note says why)",
+      {200: "Acknowledged"}, body="NoteBody", body_optional=True, problems=(404,)),
+    E("GET", "/v1/attention", attention,
+      "Tasks whose latest occurrence needs an operator: dead, expired, skipped or late",
+      {200: "AttentionPage"}, query=("type", "reason", "cursor", "limit")),
     E("POST", "/v1/types/{type}/clear", clear_type,
       "Delete every task of a type (confirm must repeat the type)", {200: "Cleared"},
       body="Clear"),
@@ -127,7 +139,7 @@ async def to_dashboard(_request: Request) -> Response:
 def build_app(services: ApiServices) -> ASGIApp:
     """The API as an ASGI app: the routes, the dashboard, and the security headers on every
     answer (``SecurityHeaders``)."""
-    document = openapi_document(ROUTES, BACKFILL_SCHEMAS)
+    document = openapi_document(ROUTES, {**BACKFILL_SCHEMAS, **LEDGER_SCHEMAS})
 
     async def serve_openapi(_request: Request) -> Response:
         return JSONResponse(document)

@@ -20,6 +20,7 @@ from actors.domain.errors import InvalidTask
 from actors.domain.labels import parse_label_filters
 from actors.domain.model import MAX_TASK_ID, STATUSES, converter
 from actors.domain.schedules import Overlap
+from actors.store.history import FATE_NAMES
 from actors.store.records import OUTCOME_NAMES
 from runtime.config import check_name, describe
 
@@ -153,7 +154,8 @@ def status_param(query: Any) -> str | None:
 
 def task_filters(query: Any) -> dict[str, Any]:
     """The listing's filters beyond type and status: ``label=k=v`` (repeatable, all must
-    match), ``next_before`` (Unix ms) and ``last_status`` (an outcome)."""
+    match), ``next_before`` (Unix ms), ``last_status`` (an outcome) and ``last_fate`` (the
+    latest occurrence's fate)."""
     try:
         labels = parse_label_filters(query.getlist("label"))
     except InvalidTask as exc:
@@ -166,10 +168,14 @@ def task_filters(query: Any) -> dict[str, Any]:
         raise invalid(
             f"last_status: must be one of {', '.join(OUTCOME_NAMES)}, got {last_status!r}"
         )
+    last_fate = query.get("last_fate")
+    if last_fate is not None and last_fate not in FATE_NAMES:
+        raise invalid(f"last_fate: must be one of {', '.join(FATE_NAMES)}, got {last_fate!r}")
     return {
         "labels": labels,
         "next_before": None if raw is None else int(raw),
         "last_status": last_status,
+        "last_fate": last_fate,
     }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from actors.api.ledger_facts import ledger_facts, ledger_sentences
 from actors.api.task_notes import note_facts, note_sentences
 from actors.api.upcoming import task_upcoming
 from actors.domain.errors import TaskNotFound
@@ -34,6 +35,8 @@ _PAGE = 1000
 OVERDUE_MS = 5_000
 #: Upcoming fires explain lists (``GET /v1/tasks/{task_id}/upcoming`` lists more).
 UPCOMING_SHOWN = 3
+#: Occurrences explain lists (``GET /v1/tasks/{task_id}/history`` lists them all).
+HISTORY_SHOWN = 5
 
 
 def iso(ms: int | None) -> str | None:
@@ -121,8 +124,9 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
     }
     facts.update(await note_facts(store, task_id))
     facts["upcoming"] = task_upcoming(task, UPCOMING_SHOWN, now)["fires"]
+    facts.update(await ledger_facts(store, task_id, HISTORY_SHOWN))
     summary = _summary(task, facts, now)
-    facts["summary"] = summary[:1] + note_sentences(facts) + summary[1:]
+    facts["summary"] = summary[:1] + note_sentences(facts) + ledger_sentences(facts) + summary[1:]
     return facts
 
 

@@ -34,6 +34,8 @@ from actors.api.openapi_parts import (
 )
 from actors.domain.preview import MAX_PREVIEW
 from actors.domain.schedules import Kind, Misfire, Overlap
+from actors.store.history import FATE_NAMES
+from actors.store.ledger import REASONS
 from actors.store.records import OUTCOME_NAMES
 
 #: The version of this API document (the /v1 contract), not the release: that is
@@ -117,6 +119,7 @@ SCHEMAS: dict[str, Any] = {
             "last_status",
             "last_error",
             "labels",
+            "last_fate",
         ],
         {
             "task_id": _STR,
@@ -134,6 +137,7 @@ SCHEMAS: dict[str, Any] = {
             "last_status": _nullable(_STR),
             "last_error": _nullable(_STR),
             "labels": LABELS,
+            "last_fate": _nullable({"enum": list(FATE_NAMES)}),
             "note": _nullable(_ref("Note")),
         },
     ),
@@ -258,6 +262,8 @@ PARAMS: dict[str, dict[str, Any]] = {
     "label": LABEL_FILTER,
     "next_before": {"type": "integer", "minimum": 0, "maximum": 10**15},
     "last_status": {"enum": list(OUTCOME_NAMES)},
+    "last_fate": {"enum": list(FATE_NAMES)},
+    "reason": {"enum": list(REASONS)},
     "cursor": _STR,
     "before": _ENTRY_ID,
     "limit": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},

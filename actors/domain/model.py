@@ -194,6 +194,9 @@ class Task:
     last_status: str | None
     last_error: str | None
     labels: dict[str, str] = attrs.field(factory=dict)
+    last_fate: str | None = None
+    """The fate of its latest occurrence (``GET /v1/tasks/{id}/history``): ``ok``,
+    ``failed``, ``dead``, ``cancelled``, ``skipped`` or ``coalesced``; None before any."""
 
     def to_dict(self) -> dict[str, Any]:
         out = attrs.asdict(self, recurse=False)

@@ -1,12 +1,13 @@
-"""Gauges read from Redis when ``/metrics`` is scraped: queues, retries, the schedule, and
-Redis itself.
+"""Gauges read from Redis when ``/metrics`` is scraped: queues, retries, the schedule, the
+attention list, and Redis itself.
 
 Counters live in the processes that count (``metrics``); what Redis holds is read here, by
-the process serving the scrape, in three pipelined round trips whatever the number of
+the process serving the scrape, in a few pipelined round trips whatever the number of
 tasks: the types, per type its stream facts (``XLEN``, ``XINFO GROUPS``/``CONSUMERS``,
-``XPENDING`` summary, DLQ ``XLEN``), and per partition the ``ZCARD`` of the schedule and
-retry sets. Readings are cached for ``cache_s``, so scrapes by several Prometheus servers
-(or a dashboard) cost Redis one reading per interval. Redis unreachable is a reading too:
+``XPENDING`` summary, DLQ ``XLEN``), per partition the ``ZCARD`` of the schedule and retry
+sets, and per partition the attention list's counts (``actors.store.ledger``). Readings
+are cached for ``cache_s``, so scrapes by several Prometheus servers (or a dashboard) cost
+Redis one reading per interval. Redis unreachable is a reading too:
 ``metronome_redis_up 0`` and the last queue figures are left out rather than made up.
 """
 
@@ -20,6 +21,7 @@ import attrs
 import trio
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from actors.store.ledger import attention_counts
 from actors.store.queue_rows import queue_row
 from actors.store.tasks import TaskStore
 from runtime.errors import RedisUnavailable
@@ -35,6 +37,8 @@ class Reading:
     queues: list[dict[str, Any]] = attrs.field(factory=list)
     scheduled: int = 0
     retrying: int = 0
+    attention: dict[tuple[str, str], int] = attrs.field(factory=dict)
+    """Tasks on the attention list by (type, reason)."""
 
 
 class RedisGauges:
@@ -83,6 +87,7 @@ class RedisGauges:
             + [("ZCARD", keys.retry(p)) for p in range(keys.partitions)]
         )
         counts = [int(c) if isinstance(c, int) else 0 for c in cards]
+        attention = await attention_counts(self.store)
         return Reading(
             at=time.monotonic(),
             up=True,
@@ -90,6 +95,7 @@ class RedisGauges:
             queues=[queue_row(t, row, now, None) for t, row in zip(types, rows, strict=True)],
             scheduled=sum(counts[: keys.partitions]),
             retrying=sum(counts[keys.partitions :]),
+            attention=attention,
         )
 
     def collect(self) -> Iterator[Metric]:
@@ -113,6 +119,14 @@ class RedisGauges:
         yield GaugeMetricFamily(
             "metronome_retries_waiting", "Retries waiting for their time.", value=reading.retrying
         )
+        needing = GaugeMetricFamily(
+            "metronome_tasks_needing_attention",
+            "Tasks whose latest occurrence is dead, expired, skipped or late (GET /v1/attention).",
+            labels=["type", "reason"],
+        )
+        for (task_type, reason), count in sorted(reading.attention.items()):
+            needing.add_metric([task_type, reason], count)
+        yield needing
         if self.statuses is not None and self.statuses_at is not None:
             tasks = GaugeMetricFamily(
                 "metronome_tasks",

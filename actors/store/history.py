@@ -37,6 +37,8 @@ FATES: tuple[tuple[str, str | None], ...] = (
     ("skipped", "expired"),
     ("coalesced", None),
 )
+#: Fate names, each once (what ``last_fate`` may be).
+FATE_NAMES = ("ok", "failed", "dead", "cancelled", "skipped", "coalesced")
 #: The misfire policy's fates (``commit_fires.lua`` records them).
 MISFIRE_SKIPPED, COALESCED = 5, 7
 #: Where a fire came from, by code: its task's schedule, an operator's trigger or

@@ -20,6 +20,7 @@ import attrs
 from actors.domain.errors import InvalidTask
 from actors.domain.labels import parse_label_filter
 from actors.domain.model import STATUSES, Task
+from actors.store.history import FATE_NAMES
 from actors.store.keys import Keys
 from actors.store.placement import ListCursor
 from actors.store.records import OUTCOME_NAMES
@@ -49,6 +50,8 @@ class TaskFilter:
     does not match)."""
     last_status: str | None = None
     """The outcome of the task's last run: ``ok``, ``retry`` or ``dead``."""
+    last_fate: str | None = None
+    """The fate of the task's latest occurrence (``actors.store.history.FATES``)."""
 
     def __attrs_post_init__(self) -> None:
         if self.task_type is not None:
@@ -62,6 +65,10 @@ class TaskFilter:
             raise InvalidTask(
                 f"last_status: must be one of {', '.join(OUTCOME_NAMES)}, got {self.last_status!r}"
             )
+        if self.last_fate is not None and self.last_fate not in FATE_NAMES:
+            raise InvalidTask(
+                f"last_fate: must be one of {', '.join(FATE_NAMES)}, got {self.last_fate!r}"
+            )
         if self.next_before is not None and (
             not isinstance(self.next_before, int) or self.next_before < 0
         ):
@@ -74,6 +81,7 @@ class TaskFilter:
             (self.task_type is None or task.type == self.task_type)
             and (self.status is None or task.status == self.status)
             and (self.last_status is None or task.last_status == self.last_status)
+            and (self.last_fate is None or task.last_fate == self.last_fate)
             and (
                 self.next_before is None
                 or (task.next_run_ms is not None and task.next_run_ms <= self.next_before)

@@ -28,6 +28,7 @@ from actors.domain.schedules import Overlap, Schedule
 from actors.store import backfill as backfilling
 from actors.store import manual_fires, type_scans
 from actors.store.codes import Code, raise_for_code
+from actors.store.history import latest_fate
 from actors.store.keys import (
     COMPACT_MESSAGES,
     DEFAULT_BUCKETS,
@@ -221,15 +222,19 @@ class TaskStore:
                 ("HGET", keys.runs(partition, bucket), task_id),
                 ("HGET", keys.errors(partition), task_id),
                 ("HGET", keys.labels(partition), task_id),
+                ("HGET", keys.history(partition), task_id),
             ]
         replies = await self.client.pipeline(commands) if commands else []
         tasks: list[Task | None] = []
         for i, task_id in enumerate(task_ids):
-            definition, state, run, error, labels = replies[5 * i : 5 * i + 5]
+            definition, state, run, error, labels, ring = replies[6 * i : 6 * i + 6]
             # Both records or neither: the scripts write and delete them together.
-            tasks.append(
+            task = (
                 decode_task(task_id, definition, state, error, run, labels) if definition else None
             )
+            if task is not None and ring is not None:
+                task = attrs.evolve(task, last_fate=latest_fate(ring))
+            tasks.append(task)
         return tasks
 
     async def list_tasks(
@@ -243,6 +248,7 @@ class TaskStore:
         labels: Mapping[str, str] | None = None,
         next_before: int | None = None,
         last_status: str | None = None,
+        last_fate: str | None = None,
     ) -> tuple[list[Task], str | None]:
         """A page of tasks, filtered by type, status, labels (every pair must match), next
         fire (at or before ``next_before``) and last outcome; pass the returned cursor back
@@ -250,7 +256,9 @@ class TaskStore:
         when filtering: one call reads at most ``max_calls`` index pages, so a rare status
         over a million tasks costs many short calls, never one long one. With labels, the
         index of the first pair is read (``actors.store.labels``)."""
-        wanted = TaskFilter(task_type, status, dict(labels or {}), next_before, last_status)
+        wanted = TaskFilter(
+            task_type, status, dict(labels or {}), next_before, last_status, last_fate
+        )
         return await list_page(self, wanted, cursor, limit, max_calls)
 
     async def count_by_status(self, buckets_per_call: int = 256) -> dict[str, int]:
