@@ -60,7 +60,8 @@ function renderExplain(facts) {
   document.getElementById("task-explain").replaceChildren(
     el("ul", { id: "explain" }, ...facts.summary.map((line) => el("li", {}, line))),
     el("p", { class: "hint" }, `${facts.fires} fires, ${facts.runs} runs; next run ${when(facts.next_run_ms)}`),
-    table("task-runs", ["Fire", "Attempt", "State", "When", "Detail"], runs));
+    runs.length ? table("task-runs", ["Fire", "Attempt", "State", "When", "Detail"], runs)
+      : el("p", { class: "hint" }, "Nothing queued, running, retrying or dead."));
 }
 
 function renderHistory(answer) {
