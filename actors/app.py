@@ -13,6 +13,7 @@ This is the one place that decides which actors run on a node (asynq's ``NewServ
     │       └── claimer         hands reclaimed messages to the consumer's mailbox
     ├── api                     only with [api]: HTTP on hypercorn (and /metrics); graceful
     ├── metrics                 only with [metrics] bind: a /metrics-only listener
+    ├── action-resumer          finishes operators' actions whose node died ([actions] resumer)
     └── presence                this process's actors and restarts in ns:nodes, every 5 s
 
 With ``[processes]``, a part (``scheduler``, ``consumers-1`` … ``consumers-N``, ``api-1`` …)
@@ -44,9 +45,11 @@ from actors.execution.results_log import ResultsLog
 from actors.observability.endpoint import MetricsServer
 from actors.observability.metrics import install as install_metrics
 from actors.observability.presence import Presence
+from actors.scheduling.action_resumer import ActionResumer, ResumerSettings
 from actors.scheduling.claim_loop import ClaimLoopSettings
 from actors.scheduling.poller import Poller, PollerSettings
 from actors.scheduling.retry_dispatcher import RetryDispatcher, RetryDispatcherSettings
+from actors.store.apply_actions import ActionSettings
 from actors.store.history import DEFAULT_HISTORY
 from actors.store.messages import Message
 from actors.store.tasks import TaskStore
@@ -97,6 +100,8 @@ def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
         # One for one: a child process that dies is restarted alone; the others go on.
         processes = [_process(part, invocation, grace) for part in parts]
         children.append(supervisor("processes", processes, _spec(config, Strategy.ONE_FOR_ONE)))
+    if config.actions.resumer:
+        children.append(roles.action_resumer())
     children.append(roles.presence(config.node.name))  # last: nothing depends on it
     return supervisor("node", children, _spec(config, Strategy.REST_FOR_ONE))
 
@@ -191,9 +196,15 @@ class _Roles:
             keys,
             shared_port=config.processes.api > 1,
             metrics=config.metrics,
+            actions=action_settings(config),
         )
         grace = config.node.shutdown_grace_s
         return ChildSpec("api", api.run, graceful=True, shutdown_s=grace)
+
+    def action_resumer(self) -> ChildSpec:
+        settings = ResumerSettings(self.config.actions.resume_interval_s,
+                                   action_settings(self.config))  # fmt: skip
+        return ChildSpec("action-resumer", ActionResumer(self.store, settings).run, shutdown_s=3)
 
     def presence(self, process: str) -> ChildSpec:
         return ChildSpec("presence", Presence(self.store, process).run, shutdown_s=3)
@@ -202,6 +213,19 @@ class _Roles:
         section = self.config.metrics
         server = MetricsServer(self.store, section)
         return ChildSpec("metrics", server.run, graceful=True, shutdown_s=5)
+
+
+def action_settings(config: Config) -> ActionSettings:
+    """How this node applies operators' actions: ``[actions]``, and ``[api]``'s backfill
+    bounds where it serves the API."""
+    section = config.actions
+    settings = ActionSettings(section.batch, section.rate, int(section.lease_s * 1000))
+    if config.api is not None:
+        settings = attrs.evolve(
+            settings, backfill_max_fires=config.api.backfill_max_fires,
+            backfill_rate=config.api.backfill_rate,
+        )  # fmt: skip
+    return settings
 
 
 def _scheduler(config: Config, store: TaskStore) -> ChildSpec:

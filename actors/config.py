@@ -279,6 +279,26 @@ class ApiSection:
     fires; the request answers when its last fire is in (10,000 fires: 2 s)."""
 
 
+@attrs.frozen
+class ActionsSection:
+    """``[actions]``: operators' actions over the tasks a selector matches (``POST
+    /v1/tasks/actions``: pause, resume, stop, trigger, delete, backfill many tasks)."""
+
+    batch: int = attrs.field(default=500, validator=within(1, 5000))
+    """Tasks per script call: each batch of a partition is applied with its progress mark
+    in one atomic step, so this bounds how long one call holds Redis."""
+    rate: float = attrs.field(default=5_000.0, validator=within(1, 1_000_000))
+    """Tasks a second an action changes at most, so it shares Redis with the live fires."""
+    lease_s: float = attrs.field(default=10.0, validator=within(1, 3600))
+    """How long a node's hold on an action it applies outlives the node (renewed every
+    third of it): a node that dies mid-way has its action taken over after this (at once by
+    a node of the same host that sees its process has exited)."""
+    resume_interval_s: float = attrs.field(default=2.0, validator=within(0.1, 3600))
+    """How often this node's resumer looks for actions left unfinished."""
+    resumer: bool = True
+    """Run the resumer on this node (it finishes actions whose node died)."""
+
+
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -349,6 +369,7 @@ class Config:
     """``[api]``: absent = this node serves no API."""
     processes: ProcessesSection = attrs.field(factory=ProcessesSection)
     metrics: MetricsSection = attrs.field(factory=MetricsSection)
+    actions: ActionsSection = attrs.field(factory=ActionsSection)
 
     def __attrs_post_init__(self) -> None:
         if self.processes.api and self.api is None:

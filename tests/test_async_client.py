@@ -116,6 +116,11 @@ async def scenario(api: Api) -> None:
     assert (await api("resume", first))["status"] == "active"
     assert (await api("stop", f"{first}-2"))["status"] == "stopped"
 
+    assert await api("history", first) == {"task_id": first, "history": []}
+    assert await api("attention", kind) == {"items": [], "cursor": None}
+    acked = await api("acknowledge", first, note="nothing to see")
+    assert (acked["acknowledged"], acked["entry"]) == (False, None)
+    assert (await api("list_tasks", kind, last_fate="dead"))["tasks"] == []
     triggered = await api("trigger", first)
     assert triggered["schedule_id"].startswith(f"{first}:")
     fires = (await api("upcoming", first, 3))["fires"]

@@ -453,3 +453,33 @@ def test_backfill_a_task_and_a_type_with_tables_and_json(api: ApiNode) -> None:
     assert refused.returncode == 5 and "end_ms: must not be in the future" in refused.stderr
     bad = run(api, "tasks", "backfill", task_id, "--from", "last week", "--to", end)
     assert bad.returncode == 2 and "--from" in bad.stderr
+
+
+def test_history_attention_and_acknowledge(api: ApiNode) -> None:
+    task_id = f"ledger-{time.monotonic_ns()}"
+    at_ms = int(time.time() * 1000)
+    ok_json(api, "tasks", "add", "--type", "doomed", "--id", task_id, "--at", str(at_ms))
+
+    def dead() -> Any:
+        history = ok_json(api, "tasks", "history", task_id)["history"]
+        return history if history and history[0]["fate"] == "dead" else None
+
+    (entry,) = wait_until(dead, timeout_s=60)
+    assert (entry["origin"], entry["attempt"], entry["due_ms"]) == ("schedule", 0, at_ms)
+    assert entry["error"].endswith("Unrecoverable: never going to work")
+    shown = run(api, "tasks", "history", task_id)
+    assert (
+        shown.returncode == 0 and "dead" in shown.stdout and "never going to work" in shown.stdout
+    )
+    listed = ok_json(api, "attention", "--type", "doomed", "--reason", "dead")["items"]
+    assert task_id in {e["task_id"] for e in listed}
+    assert task_id in run(api, "attention").stdout
+    assert ok_json(api, "tasks", "ls", "--type", "doomed", "--last-fate", "dead")["tasks"]
+    acked = ok_json(api, "tasks", "acknowledge", task_id, "--note", "expected in the test")
+    assert acked["acknowledged"] is True and acked["entry"]["reason"] == "dead"
+    listed = ok_json(api, "attention", "--type", "doomed")["items"]
+    assert task_id not in {e["task_id"] for e in listed}
+    explained = ok_json(api, "tasks", "explain", task_id)
+    assert explained["history"][0]["fate"] == "dead"
+    assert explained["acknowledged"]["note"] == "expected in the test"
+    assert explained["attention"] is None

@@ -12,7 +12,9 @@ import argparse
 import typing
 from typing import Any
 
+from actors.admin.action_cmds import add_selector_flags, run_action, selected
 from actors.admin.client import Client
+from actors.admin.exits import Result
 from actors.admin.inputs import checked_name, parse_time
 from actors.admin.tables import table, when
 from actors.domain.schedules import Overlap
@@ -34,8 +36,10 @@ def _summary(answer: dict[str, Any], fires: int) -> str:
     )
 
 
-def cmd_tasks_backfill(api: Client, args: argparse.Namespace) -> tuple[Any, str]:
+def cmd_tasks_backfill(api: Client, args: argparse.Namespace) -> Result:
     start, end = _window(args)
+    if selected(args):
+        return run_action(api, args, overlap=args.overlap, start_ms=start, end_ms=end)
     answer = api.backfill(args.task_id, start, end, overlap=args.overlap, dry_run=args.dry_run)
     rows = [[when(f["due_ms"]), f["due_ms"], f["schedule_id"]] for f in answer["fires"]]
     shown = table(["DUE (UTC)", "DUE_MS", "SCHEDULE_ID"], rows) + "\n" if rows else ""
@@ -83,8 +87,9 @@ def add_backfill_commands(commands: Any, tasks: Any) -> None:
         "backfill",
         help="run a task's grid times of a past window (each once, however often repeated)",
     )
-    one.add_argument("task_id", help="the task's id")
+    one.add_argument("task_id", nargs="?", help="the task's id (or --selector)")
     _window_flags(one)
+    add_selector_flags(one, dry_run=False)
     one.add_argument("--overlap", choices=typing.get_args(Overlap),
                      help="the policy the fires run under (default: the task's own)")  # fmt: skip
     one.set_defaults(run=cmd_tasks_backfill)

@@ -244,6 +244,35 @@ class Endpoints(ABC, Generic[R]):
         body = {"confirm": task_type}
         return self._send(Call("POST", f"/v1/types/{_seg(task_type)}/clear", body=body))
 
+    # -- actions over selected tasks ------------------------------------------------------
+
+    def tasks_action(
+        self,
+        action: str,
+        selector: dict[str, Any],
+        *,
+        dry_run: bool = False,
+        every: bool = False,
+        note: str | None = None,
+        overlap: str | None = None,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+        action_id: str | None = None,
+    ) -> R:
+        """Pause, resume, stop, trigger, delete or backfill every task ``selector`` matches
+        (``type``, ``status``, ``labels``, ``next_before``, ``last_status``, ``ids``);
+        ``dry_run``: only count them; ``every``: an empty selector means every task;
+        ``action_id``: yours, so a repeat continues the action and changes nothing twice."""
+        body: dict[str, Any] = {"selector": selector, "action": action, "dry_run": dry_run}
+        extra = {"note": note, "overlap": overlap, "start_ms": start_ms, "end_ms": end_ms,
+                 "action_id": action_id, "all": every or None}  # fmt: skip
+        body.update({k: v for k, v in extra.items() if v is not None})
+        return self._send(Call("POST", "/v1/tasks/actions", body=body))
+
+    def action_status(self, action_id: str) -> R:
+        """An action's state and progress (counts so far, partitions done)."""
+        return self._send(Call("GET", f"/v1/tasks/actions/{_seg(action_id)}"))
+
     # -- queues and dead letters ----------------------------------------------------------
 
     def queues(self, task_type: str | None = None) -> R:

@@ -1,5 +1,6 @@
 """``metronome tasks ...``: create, show, list, update, pause, resume, stop, delete,
-trigger, explain and clear tasks, through the signing client."""
+trigger, explain and clear tasks, through the signing client. Pause, resume, stop, rm and
+trigger also take ``--selector`` instead of a task id (``actors.admin.action_cmds``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+from actors.admin.action_cmds import ACTIONS, add_selector_flags, run_action, selected
 from actors.admin.client import Client
 from actors.admin.exits import Result
 from actors.admin.inputs import (
@@ -93,6 +95,8 @@ def cmd_tasks_update(api: Client, args: argparse.Namespace) -> Result:
 def _simple(action: str, verb: str) -> Callable[[Client, argparse.Namespace], Result]:
     def command(api: Client, args: argparse.Namespace) -> Result:
         note = {"note": args.note} if getattr(args, "note", None) is not None else {}
+        if args.action != "get" and selected(args):
+            return run_action(api, args, **note)
         result: dict[str, Any] = getattr(api, action)(args.task_id, **note)
         return result, f"{args.task_id} {verb}" + (
             f" ({result['status']})" if "status" in result else ""
@@ -102,6 +106,8 @@ def _simple(action: str, verb: str) -> Callable[[Client, argparse.Namespace], Re
 
 
 def cmd_tasks_trigger(api: Client, args: argparse.Namespace) -> Result:
+    if selected(args):
+        return run_action(api, args, overlap=args.overlap)
     result = api.trigger(args.task_id, args.overlap)
     if not result.get("queued", True):
         return (
@@ -169,7 +175,11 @@ def _add_one_task_parsers(tasks: Any) -> None:
         ("explain", cmd_tasks_explain, "why is this task (not) running"),
     ]:
         sub = tasks.add_parser(name, help=text)
-        sub.add_argument("task_id", help="the task's id")
+        if name in ACTIONS:  # one task, or every task a selector matches
+            sub.add_argument("task_id", nargs="?", help="the task's id (or --selector)")
+            add_selector_flags(sub)
+        else:
+            sub.add_argument("task_id", help="the task's id")
         if name in ("pause", "resume"):
             sub.add_argument("--note", help="why (up to 500 characters), kept with the task")
         if name == "trigger":

@@ -13,6 +13,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
+from actors.api.action_routes import SCHEMAS as ACTION_SCHEMAS
+from actors.api.action_routes import action_status, tasks_action
 from actors.api.backfill_routes import SCHEMAS as BACKFILL_SCHEMAS
 from actors.api.backfill_routes import backfill_task, backfill_type
 from actors.api.endpoint import Endpoint
@@ -68,6 +70,13 @@ ROUTES: list[Endpoint] = [
              "limit")),
     E("POST", "/v1/tasks/bulk", bulk_create, "Create many tasks (up to [api] max_bulk)",
       {200: "BulkCreated"}, body="BulkCreate"),
+    # Actions over selected tasks (before {task_id}: "actions" is no task id here).
+    E("POST", "/v1/tasks/actions", tasks_action,
+      "Pause, resume, stop, trigger, delete or backfill every task a selector matches "
+      "(dry_run: count them); resumable, never twice", {200: "TasksActed"}, body="TasksAction",
+      problems=(409,)),
+    E("GET", "/v1/tasks/actions/{action_id}", action_status,
+      "An action's state and progress", {200: "ActionState"}, problems=(404,)),
     E("GET", "/v1/tasks/{task_id}", get_task, "One task", {200: "Task"}, problems=(404,)),
     E("PATCH", "/v1/tasks/{task_id}", update_task, "Replace payload, schedule and/or labels",
       {200: "TaskStatus"}, body="TaskUpdate", problems=(404, 409)),
@@ -139,7 +148,7 @@ async def to_dashboard(_request: Request) -> Response:
 def build_app(services: ApiServices) -> ASGIApp:
     """The API as an ASGI app: the routes, the dashboard, and the security headers on every
     answer (``SecurityHeaders``)."""
-    document = openapi_document(ROUTES, {**BACKFILL_SCHEMAS, **LEDGER_SCHEMAS})
+    document = openapi_document(ROUTES, {**BACKFILL_SCHEMAS, **ACTION_SCHEMAS, **LEDGER_SCHEMAS})
 
     async def serve_openapi(_request: Request) -> Response:
         return JSONResponse(document)

@@ -16,12 +16,8 @@ import attrs
 import cattrs
 
 from actors.api.problems import Problem, invalid
-from actors.domain.errors import InvalidTask
-from actors.domain.labels import parse_label_filters
-from actors.domain.model import MAX_TASK_ID, STATUSES, converter
+from actors.domain.model import MAX_TASK_ID, converter
 from actors.domain.schedules import Overlap
-from actors.store.history import FATE_NAMES
-from actors.store.records import OUTCOME_NAMES
 from runtime.config import check_name, describe
 
 T = TypeVar("T")
@@ -143,40 +139,6 @@ def limit_param(query: Any, default: int) -> int:
     if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
         raise invalid(f"limit: must be an integer within 1..{MAX_PAGE}, got {raw!r}")
     return int(raw)
-
-
-def status_param(query: Any) -> str | None:
-    raw = query.get("status")
-    if raw is not None and raw not in STATUSES:
-        raise invalid(f"status: must be one of {', '.join(STATUSES)}, got {raw!r}")
-    return raw  # type: ignore[no-any-return]
-
-
-def task_filters(query: Any) -> dict[str, Any]:
-    """The listing's filters beyond type and status: ``label=k=v`` (repeatable, all must
-    match), ``next_before`` (Unix ms), ``last_status`` (an outcome) and ``last_fate`` (the
-    latest occurrence's fate)."""
-    try:
-        labels = parse_label_filters(query.getlist("label"))
-    except InvalidTask as exc:
-        raise invalid(str(exc)) from None
-    raw = query.get("next_before")
-    if raw is not None and (not raw.isdigit() or len(raw) > 16):
-        raise invalid(f"next_before: must be Unix ms (a non-negative integer), got {raw!r}")
-    last_status = query.get("last_status")
-    if last_status is not None and last_status not in OUTCOME_NAMES:
-        raise invalid(
-            f"last_status: must be one of {', '.join(OUTCOME_NAMES)}, got {last_status!r}"
-        )
-    last_fate = query.get("last_fate")
-    if last_fate is not None and last_fate not in FATE_NAMES:
-        raise invalid(f"last_fate: must be one of {', '.join(FATE_NAMES)}, got {last_fate!r}")
-    return {
-        "labels": labels,
-        "next_before": None if raw is None else int(raw),
-        "last_status": last_status,
-        "last_fate": last_fate,
-    }
 
 
 def only_keys(query: Any, allowed: set[str]) -> None:

@@ -258,6 +258,7 @@ PARAMS: dict[str, dict[str, Any]] = {
     "task_id": _TASK_ID,
     "type": _NAME,
     "entry_id": _ENTRY_ID,
+    "action_id": _NAME,
     "status": _STATUS,
     "label": LABEL_FILTER,
     "next_before": {"type": "integer", "minimum": 0, "maximum": 10**15},

@@ -32,6 +32,7 @@ from actors.api.endpoint import Endpoint
 from actors.api.explain import explain
 from actors.api.problems import Problem, from_exception, invalid
 from actors.api.queues import Queues
+from actors.api.selectors import query_filter
 from actors.api.signing import KEY_HEADER, ApiKey, AuthError, Verifier
 from actors.api.task_notes import note_of, note_param
 from actors.config import ApiSection
@@ -42,6 +43,7 @@ from actors.observability.endpoint import ScrapeGate, metrics_response
 from actors.observability.partitions import read_partitions
 from actors.observability.presence import read_nodes
 from actors.observability.redis_gauges import RedisGauges
+from actors.store.apply_actions import ActionSettings
 from actors.store.tasks import KEEP, TaskStore
 from runtime.errors import RedisUnavailable
 from runtime.health import Health
@@ -67,6 +69,8 @@ class ApiServices:
     scrape: ScrapeGate
     """Who may read ``/metrics`` unsigned (``[metrics] allow``, ``token_env``)."""
     log: Any = attrs.field(factory=lambda: structlog.get_logger().bind(actor=API_ACTOR))
+    actions: ActionSettings = attrs.field(factory=ActionSettings)
+    """How actions over selected tasks are applied (``[actions]``, ``[api] backfill_*``)."""
 
 
 @attrs.frozen
@@ -164,16 +168,12 @@ async def bulk_create(call: Call) -> Response:
 
 async def list_tasks(call: Call) -> Response:
     query = call.request.query_params
-    task_type = query.get("type")
-    if task_type is not None:
-        bodies.name_param("type", task_type)
+    wanted = query_filter(query)  # the same filters an action's selector takes
     tasks, cursor = await call.store.list_tasks(
-        task_type,
-        bodies.status_param(query),
-        query.get("cursor"),
-        bodies.limit_param(query, 100),
-        **bodies.task_filters(query),
-    )
+        wanted.task_type, wanted.status, query.get("cursor"), bodies.limit_param(query, 100),
+        labels=wanted.labels, next_before=wanted.next_before, last_status=wanted.last_status,
+        last_fate=wanted.last_fate,
+    )  # fmt: skip
     return ok({"tasks": [t.to_dict() for t in tasks], "next_cursor": cursor})
 
 

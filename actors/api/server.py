@@ -20,6 +20,7 @@ from actors.api.signing import ApiKey, Verifier
 from actors.config import ApiSection, MetricsSection
 from actors.observability.endpoint import ScrapeGate, serve_http
 from actors.observability.redis_gauges import RedisGauges
+from actors.store.apply_actions import ActionSettings
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 
@@ -33,8 +34,10 @@ class ApiServer:
         *,
         shared_port: bool,
         metrics: MetricsSection | None = None,
+        actions: ActionSettings | None = None,
     ) -> None:
         self.store = store
+        self.actions = actions or ActionSettings()
         self.metrics = metrics or MetricsSection()
         self.gauges = RedisGauges(store, self.metrics.cache_s)
         self.section = section
@@ -49,7 +52,7 @@ class ApiServer:
         )
         services = ApiServices(
             self.store, Queues(self.store), verifier, self.section, ctx.health, self.gauges,
-            ScrapeGate(self.metrics), ctx.log,
+            ScrapeGate(self.metrics), ctx.log, self.actions,
         )  # fmt: skip
         bind = self._shared_bind() if self.shared_port else self.section.bind
         await serve_http(

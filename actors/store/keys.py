@@ -25,6 +25,12 @@ Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
 - ``{ns:q:<type>}:dlq``           stream: dead letters of one type        [dlq:{type}]
 - ``{ns:q:<type>}:enq:<sid>:<n>``  string with expiry: attempt n of fire sid enqueued
 - ``{ns:q:<type>}:seen:<sid>:<n>`` string with expiry: attempt n of fire sid started
+- ``{ns:P}:action:<action_id>``  hash with expiry: an operator's action's progress in the
+                                  partition (``action_batch.lua``)
+- ``{ns:actions}:action:<action_id>`` hash with expiry: an operator's action, its lease
+- ``{ns:actions}:open``           zset: actions not done -> lease end ms
+- ``{ns:q:<type>}:action:<action_id>`` hash with expiry: tasks an action's trigger
+                                  appended (``action_fires.lua``)
 - ``{ns:q:<type>}:backfilled:<id>`` hash with expiry: due_ms -> '' of the task's fires a
                                   backfill appended (``backfill.lua``)
 
@@ -229,6 +235,27 @@ class Keys:
         """The grid times of a task that backfills appended (``backfill.lua``): hash due_ms
         -> '', in the queue's slot so that marking and appending are one atomic step."""
         return f"{{{self.namespace}:q:{task_type}}}:backfilled:{task_id}"
+
+    def action_progress(self, partition: int, action_id: str) -> str:
+        """An operator's action's progress in one partition (``action_batch.lua``): the
+        last task id done, counts, kept failures, done; in the partition's slot, so a batch
+        and its mark are one script."""
+        return f"{self.tag(partition)}:action:{action_id}"
+
+    def action_record(self, action_id: str) -> str:
+        """An operator's action: what it does, who asked, its state and lease
+        (``action_lease.lua``)."""
+        return f"{{{self.namespace}:actions}}:action:{action_id}"
+
+    @property
+    def actions_open(self) -> str:
+        """Actions not done yet, by lease end: what the resumers look at."""
+        return f"{{{self.namespace}:actions}}:open"
+
+    def action_fired(self, task_type: str, action_id: str) -> str:
+        """The tasks of a type an action's trigger appended (``action_fires.lua``), in the
+        stream's slot so that marking and appending are one step."""
+        return f"{{{self.namespace}:q:{task_type}}}:action:{action_id}"
 
     def seen_prefix(self, task_type: str) -> str:
         """Markers of fires started recently (consumer-side dedupe), in the queue's slot."""

@@ -121,7 +121,7 @@ def _type_index(keys: Keys, task_type: str) -> IndexKey:
     return lambda p, b: keys.by_type(p, task_type, b)
 
 
-def _indexes(keys: Keys, wanted: TaskFilter, types: Sequence[str]) -> list[IndexKey]:
+def walked_indexes(keys: Keys, wanted: TaskFilter, types: Sequence[str]) -> list[IndexKey]:
     """The indexes the listing walks, in order."""
     if wanted.labels:
         key, value = next(iter(wanted.labels.items()))
@@ -138,7 +138,7 @@ async def list_page(
         types = [wanted.task_type] if wanted.task_type else []
     else:
         types = await store.types()
-    indexes = _indexes(keys, wanted, types)
+    indexes = walked_indexes(keys, wanted, types)
     position = ListCursor.parse(cursor, len(indexes), keys.partitions, keys.buckets)
     tasks: list[Task] = []
     calls, span = 0, 1

@@ -26,18 +26,20 @@ def _load_labelled(name: str) -> Script:
     return Script(name, records_prelude() + labels + source)
 
 
+def _load_with(name: str, *preludes: str) -> Script:
+    """A script with ``records.lua`` and these shared sources (``lua/<prelude>.lua``, in
+    order) before its own: the functions one task change shares between the script for
+    one task and the one for an operator's batch (``status.lua``, ``task_delete.lua``), and
+    how a task's occurrences and attention entry are kept (``history.lua``)."""
+    parts = [(_LUA_DIR / f"{p}.lua").read_text(encoding="utf-8") for p in (*preludes, name)]
+    return Script(name, records_prelude() + "".join(parts))
+
+
 def _load_flight(name: str) -> Script:
     """A script of fires in flight: ``records.lua`` and ``flight.lua`` before its source."""
     source = (_LUA_DIR / f"{name}.lua").read_text(encoding="utf-8")
     flight = (_LUA_DIR / "flight.lua").read_text(encoding="utf-8")
     return Script(name, records_prelude() + flight + source)
-
-
-def _load_with(name: str, *preludes: str) -> Script:
-    """A task script with ``records.lua`` and the named preludes before its source
-    (``history``: how a task's occurrences and attention entry are kept)."""
-    parts = [(_LUA_DIR / f"{p}.lua").read_text(encoding="utf-8") for p in (*preludes, name)]
-    return Script(name, records_prelude() + "".join(parts))
 
 
 def records_prelude() -> str:
@@ -51,9 +53,9 @@ READ_DEFINITIONS = _load("read_definitions")
 COMMIT_FIRES = _load_with("commit_fires", "flight", "history")
 RELEASE_PARTITION = _load("release_partition")
 POLLER_MEMBERS = _load("poller_members")
-SET_STATUS = _load("set_status", records=True)
+SET_STATUS = _load_with("set_status", "status")
 UPDATE_TASK = _load_labelled("update_task")
-DELETE_TASKS = _load_with("delete_tasks", "labels", "history")
+DELETE_TASKS = _load_with("delete_tasks", "labels", "history", "task_delete")
 MIGRATE_TASKS = _load("migrate_tasks")
 ENQUEUE = _load("enqueue")
 BEGIN_RUNS = _load("begin_runs")
@@ -80,3 +82,6 @@ CONFIRM_FLIGHTS = _load_flight("confirm_flights")
 BACKFILL = _load("backfill")
 ACKNOWLEDGE = _load_with("acknowledge", "history")
 NODE_NUMBER = _load("node_number")
+ACTION_BATCH = _load_with("action_batch", "labels", "history", "task_delete", "status")
+ACTION_FIRES = _load("action_fires")
+ACTION_LEASE = _load("action_lease")

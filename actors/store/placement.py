@@ -1,11 +1,12 @@
-"""Small helpers of the task store: where a new schedule's first grid time goes, and where
-a listing stands between two pages."""
+"""Small helpers of the task store: where a new schedule's first grid time goes, where a
+resumed task's goes, and where a listing stands between two pages."""
 
 from __future__ import annotations
 
 import attrs
 
 from actors.domain.errors import InvalidTask
+from actors.domain.model import Task
 from actors.domain.schedules import Schedule
 from actors.store.records import encode_schedule
 
@@ -32,6 +33,17 @@ class Placement:
         if due is None:
             return sched, None, None
         return sched, due, schedule.score_ms(due, task_id)
+
+
+def resume_point(task: Task, now_ms: int) -> tuple[int | None, int | None]:
+    """Where a resumed task goes: (next grid time, its score), None when it never fires
+    again. On the grid: the next grid time after now, as if it had never paused (the pause
+    skipped the fires in between, which is what pausing means)."""
+    grid = task.next_run_ms or task.schedule.first_due(now_ms)
+    next_ms = grid if grid is None or grid > now_ms else task.schedule.first_after(grid, now_ms)
+    if next_ms is None:
+        return None, None
+    return next_ms, task.schedule.score_ms(next_ms, task.task_id)
 
 
 @attrs.frozen

@@ -8,7 +8,8 @@ pipelined in one round trip, one script call per partition or per chunk.
 
 ``Scripts`` is composed of one part per caller: the scheduling roles'
 (``actors.store.scheduling_scripts``), the execution roles' (``actors.store.execution_scripts``)
-and the operators' (``actors.store.operator_scripts``), over the flights' and the task
+the operators' (``actors.store.operator_scripts``) and their actions over selected tasks
+(``actors.store.action_scripts``), over the flights' and the task
 store's scripts (``actors.store.flights``, ``actors.store.task_scripts``).
 
 The roles depend on ``Scripts`` alone, so a test can subclass it to fail at a chosen step
@@ -17,6 +18,7 @@ The roles depend on ``Scripts`` alone, so a test can subclass it to fail at a ch
 
 from __future__ import annotations
 
+from actors.store.action_scripts import ActionScripts
 from actors.store.execution_scripts import TRIM_CALLS, TRIM_STEP, ExecutionScripts
 from actors.store.operator_scripts import OperatorScripts, as_str
 from actors.store.scheduling_scripts import ENQUEUE_CHUNK, NOT_ENQUEUED, SchedulingScripts
@@ -31,6 +33,6 @@ __all__ = [
 ]
 
 
-class Scripts(SchedulingScripts, ExecutionScripts, OperatorScripts):
+class Scripts(SchedulingScripts, ExecutionScripts, OperatorScripts, ActionScripts):
     """Every Lua script of one namespace, as typed async methods (the task store's own
     scripts are in the base class, the flights' in ``FlightScripts``)."""

@@ -38,7 +38,7 @@ from actors.store.keys import (
 )
 from actors.store.labels import TaskFilter, list_page
 from actors.store.notes import encode_note
-from actors.store.placement import Placement
+from actors.store.placement import Placement, resume_point
 from actors.store.records import decode_task
 from actors.store.replies import TaskRow
 from actors.store.scripts import Scripts
@@ -346,15 +346,7 @@ class TaskStore:
         if action == "resume":
             task = await self.get(task_id)
             if task is not None:
-                # Resume on the grid: the next grid time after now, as if it had never paused
-                # (the pause skipped the fires in between, which is what pausing means).
-                now = await self.now_ms()
-                grid = task.next_run_ms or task.schedule.first_due(now)
-                next_ms = (
-                    grid if grid is None or grid > now else task.schedule.first_after(grid, now)
-                )
-                if next_ms is not None:
-                    score = task.schedule.score_ms(next_ms, task_id)
+                next_ms, score = resume_point(task, await self.now_ms())
         code, status = await (await self.scripts()).set_status(
             task_id, action, next_ms, score, stored
         )

@@ -1,0 +1,104 @@
+"""``metronome tasks pause|resume|stop|rm|trigger|backfill --selector ...``: one action
+over every task a selector matches (``POST /v1/tasks/actions``; docs/API.md).
+
+    metronome tasks pause --selector 'type=email,tenant=acme' --dry-run
+    metronome tasks pause --selector 'type=email,tenant=acme' --note "incident 42" --yes
+    metronome tasks trigger --selector 'status=paused,team=ops' --yes
+
+A selector is ``key=value`` pairs separated by commas: ``type``, ``status``,
+``next_before`` (Unix ms) and ``last_status`` are the listing's filters, any other key is
+a label. Every action first asks for a dry run and shows the count and a sample; it is
+applied only with ``--yes`` (without it: the count, and exit status 2, as ``tasks clear``
+does without ``--yes``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from actors.admin.client import Client
+from actors.admin.exits import Result
+from actors.admin.inputs import UsageError
+
+#: Selector keys that are filters; any other key is a label.
+FILTERS = ("type", "status", "next_before", "last_status")
+#: The CLI's command names and the API's action names.
+ACTIONS = {"pause": "pause", "resume": "resume", "stop": "stop", "rm": "delete",
+           "trigger": "trigger", "backfill": "backfill"}  # fmt: skip
+
+
+def parse_selector(text: str) -> dict[str, Any]:
+    """``type=email,tenant=acme`` -> ``{"type": "email", "labels": {"tenant": "acme"}}``."""
+    selector: dict[str, Any] = {}
+    labels: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--selector: {part!r} must be key=value")
+        if key == "next_before":
+            if not value.isdigit():
+                raise UsageError(f"--selector: next_before must be Unix ms, got {value!r}")
+            selector[key] = int(value)
+        elif key in FILTERS:
+            selector[key] = value
+        else:
+            labels[key] = value
+    if labels:
+        selector["labels"] = labels
+    return selector
+
+
+def add_selector_flags(parser: argparse.ArgumentParser, *, dry_run: bool = True) -> None:
+    """The flags of an action over selected tasks (instead of one task id); ``dry_run``:
+    add ``--dry-run`` (a command that has its own leaves it out)."""
+    flag = parser.add_argument
+    flag("--selector", metavar="K=V,...",
+         help="act on every task matching: type=, status=, next_before=, last_status=, "
+         "other keys are labels")  # fmt: skip
+    flag("--all", action="store_true", dest="all_tasks",
+         help="with an empty --selector '': every task of the namespace")  # fmt: skip
+    if dry_run:
+        flag("--dry-run", action="store_true", dest="dry_run",
+             help="with --selector: count the matching tasks, change nothing")  # fmt: skip
+    flag("--yes", action="store_true", help="with --selector: apply it")
+    flag("--action-id", dest="action_id",
+         help="with --selector: your id for the action (a repeat continues it)")  # fmt: skip
+
+
+def selected(args: argparse.Namespace) -> bool:
+    """Whether the command acts on a selector (else on one task id, which it needs)."""
+    if args.selector is None:
+        if args.task_id is None:
+            raise UsageError(f"tasks {args.action}: give a task id or --selector")
+        return False
+    if args.task_id is not None:
+        raise UsageError(f"tasks {args.action}: give a task id or --selector, not both")
+    return True
+
+
+def run_action(api: Client, args: argparse.Namespace, **extra: Any) -> Result:
+    """The dry run, then (with ``--yes``) the action; ``extra``: note, overlap, window."""
+    action = ACTIONS[args.action]
+    selector = parse_selector(args.selector)
+    every = bool(args.all_tasks)
+    options = {k: v for k, v in extra.items() if v is not None}
+    dry = api.tasks_action(action, selector, dry_run=True, every=every, **options)
+    sample = ", ".join(dry["sample"]) + (" ..." if dry["count"] > len(dry["sample"]) else "")
+    shown = f"{dry['count']} tasks match" + (f": {sample}" if sample else "")
+    if args.dry_run:
+        return dry, f"{shown} (dry run: nothing changed)"
+    if not args.yes:
+        raise UsageError(
+            f"tasks {args.action} --selector would {action} {shown}; add --yes to apply it "
+            "(--dry-run only counts)"
+        )
+    done = api.tasks_action(action, selector, every=every, action_id=args.action_id, **options)
+    human = (
+        f"{action} {done['action_id']}: {done['count']} tasks, {done['changed']} changed, "
+        f"{done['unchanged']} unchanged, {done['failed_count']} failed"
+    )
+    human += "".join(f"\n  {f['task_id']}: {f['reason']}" for f in done["failed"])
+    return done, human

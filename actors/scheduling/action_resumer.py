@@ -1,0 +1,59 @@
+"""The action resumer: finishes operators' actions over selected tasks whose applying node
+died or whose request went away (``actors.store.actions``).
+
+Every node runs one (``[actions] resumer``). Every ``[actions] resume_interval_s`` it
+reads the actions not done (``{ns:actions}:open``, by lease end); one whose lease ran out,
+or whose holder is a process of this host that has exited, is taken (``action_lease.lua``:
+one taker wins) and applied from its partitions' marks (``apply_action``), renewing the
+lease as it goes. The marks make this safe whoever applied what before: no task is
+changed twice, none skipped. One action at a time; an outage is waited out (the apply is
+repeated from the marks).
+"""
+
+from __future__ import annotations
+
+import attrs
+import trio
+
+from actors.store.actions import open_actions, take_lease
+from actors.store.apply_actions import ActionSettings, LeaseLost, apply_action
+from actors.store.tasks import TaskStore
+from runtime.actor import ActorContext, TaskStatus
+from runtime.liveness import holder_is_gone, owner_value
+
+
+@attrs.frozen
+class ResumerSettings:
+    interval_s: float = 2.0
+    actions: ActionSettings = attrs.field(factory=ActionSettings)
+
+
+class ActionResumer:
+    def __init__(self, store: TaskStore, settings: ResumerSettings) -> None:
+        self.store = store
+        self.settings = settings
+
+    async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        task_status.started()
+        while True:
+            await trio.sleep(self.settings.interval_s)
+            await self.store.client.ride_out(lambda: self.resume_one(ctx), ctx.name)
+
+    async def resume_one(self, ctx: ActorContext) -> str | None:
+        """Take and finish the first action left unfinished, if any; its id."""
+        now = await self.store.client.time_ms()
+        lease_ms = self.settings.actions.lease_ms
+        for action_id, holder, until in await open_actions(self.store):
+            gone = holder if holder and holder_is_gone(holder, this_process_is_gone=False) else ""
+            if until > now and not gone:
+                continue
+            mine = owner_value()
+            if not await take_lease(self.store, action_id, mine, lease_ms, gone):
+                continue
+            ctx.log.info("action_resumed", action_id=action_id, holder=holder or None)
+            try:
+                await apply_action(self.store, action_id, mine, self.settings.actions)
+            except LeaseLost:
+                ctx.log.info("action_taken_over", action_id=action_id)
+            return action_id
+        return None

@@ -1,0 +1,321 @@
+"""Applying an operator's action (``actors.store.actions``) to the tasks its selector
+matches: partition by partition, in batches, each batch and its progress mark one script
+in the partition's slot (``action_batch.lua``), paced to ``ActionSettings.rate``.
+
+The applier holds the action's lease and renews it every third of it; a lease it finds
+taken by another ends its work (``LeaseLost``). Each partition is resolved afresh
+(``select_partition``) and applied from its mark on, so an applier that starts after
+another died changes each task once: pause, resume, stop and delete change the task in
+the script that moves the mark; a trigger appends in the stream's slot first, at most once
+per action and task (``action_fires.lua`` says why), and a backfill through the backfill
+markers (``actors.store.backfill``), then moves the mark with the outcomes.
+
+Each task changed is logged as its single-task call logs it (``paused``, ``resumed``,
+``stopped``, ``deleted``, ``triggered``, ``backfilled``, with ``action_id``); the applier
+that finishes the action writes one ``tasks_action`` line with the counts.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from actors.domain.errors import InvalidTask, TaskNotFound
+from actors.domain.model import Task, encode_payload
+from actors.domain.schedules import Overlap
+from actors.store import backfill as backfilling
+from actors.store.action_scripts import BatchItem, BatchReply
+from actors.store.actions import (
+    DONE,
+    MAX_FAILURES,
+    RETENTION_MS,
+    ActionSpec,
+    ActionState,
+    Progress,
+    finish_action,
+    read_action,
+    renew_lease,
+)
+from actors.store.manual_fires import APPENDED, HELD, check_overlap, fire_under
+from actors.store.notes import encode_note
+from actors.store.placement import resume_point
+from actors.store.selection import select_partition, sorted_after
+from runtime.logging import emit_events
+
+if TYPE_CHECKING:
+    from actors.store.tasks import TaskStore
+
+_ACTOR = "store"
+_EVENTS = {"pause": "paused", "resume": "resumed", "stop": "stopped", "delete": "deleted"}
+
+
+@attrs.frozen
+class ActionSettings:
+    """How actions are applied (``[actions]`` in node.toml)."""
+
+    batch: int = 500
+    """Tasks per script call (one partition's)."""
+    rate: float = 5_000.0
+    """Tasks a second at most, so an action shares Redis with the live fires."""
+    lease_ms: int = 10_000
+    """How long an applier's hold on an action outlives it."""
+    backfill_max_fires: int = backfilling.DEFAULT_MAX_FIRES
+    backfill_rate: float = backfilling.DEFAULT_RATE
+
+
+class LeaseLost(Exception):
+    """Another applier holds the action now: this one stops."""
+
+
+async def apply_action(
+    store: TaskStore, action_id: str, holder: str, settings: ActionSettings
+) -> ActionState:
+    """Apply what is left of the action (``holder`` holds its lease), mark it done and
+    log its summary; its state afterwards. Raises ``LeaseLost`` when another took it."""
+    state = await read_action(store, action_id)
+    if state is None:
+        raise TaskNotFound(f"action {action_id!r}")
+    if state.state == DONE:
+        return state
+    keys = await store.keys()
+    pacer = backfilling.Pacer(settings.rate)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_keep_lease, store, action_id, holder, settings.lease_ms)
+        for partition in range(keys.partitions):
+            await _apply_partition(store, state, partition, settings, pacer)
+        nursery.cancel_scope.cancel()
+    if not await finish_action(store, action_id, holder):
+        raise LeaseLost(action_id)
+    done = await read_action(store, action_id)
+    assert done is not None
+    counts = done.counts()
+    emit_events(
+        _ACTOR,
+        [("tasks_action", {
+            "action_id": action_id, "action": done.spec.action,
+            "selector": done.spec.selector.to_dict(), "key": done.key_id,
+            "count": counts["count"], "changed": counts["changed"],
+            "unchanged": counts["unchanged"], "failed": counts["failed_count"],
+        })],
+    )  # fmt: skip
+    return done
+
+
+async def _keep_lease(store: TaskStore, action_id: str, holder: str, lease_ms: int) -> None:
+    while True:
+        await trio.sleep(lease_ms / 3000)
+        if not await store.client.ride_out(lambda: renew_lease(store, action_id, holder, lease_ms)):
+            raise LeaseLost(action_id)
+
+
+async def _apply_partition(
+    store: TaskStore, state: ActionState, partition: int, settings: ActionSettings,
+    pacer: backfilling.Pacer,
+) -> None:  # fmt: skip
+    """Apply the partition from its mark on; a mark moved by another applier is read
+    again and applied from there."""
+    keys = await store.keys()
+    scripts = await store.scripts()
+    progress_key = keys.action_progress(partition, state.action_id)
+    while True:
+        progress = Progress.decode(await store.client.execute("HGETALL", progress_key))
+        if progress.done:
+            return
+        selected = await select_partition(store, state.spec.selector, partition)
+        tasks = sorted_after(selected, progress.last)
+        mark, moved = progress.last, False
+        if not tasks:
+            reply = await scripts.action_batch(
+                partition, state.action_id, "mark", mark, [], final=True, note="",
+                retention_ms=RETENTION_MS, max_failures=MAX_FAILURES,
+            )  # fmt: skip
+            moved = reply.moved is not None
+        for i in range(0, len(tasks), settings.batch):
+            chunk = tasks[i : i + settings.batch]
+            await pacer.before(len(chunk))
+            final = i + settings.batch >= len(tasks)
+            reply = await _batch(store, state, partition, mark, chunk, final, settings)
+            if reply.moved is not None:
+                moved = True
+                break
+            mark = chunk[-1].task_id
+        if not moved:
+            return
+
+
+async def _batch(
+    store: TaskStore, state: ActionState, partition: int, mark: str, chunk: Sequence[Task],
+    final: bool, settings: ActionSettings,
+) -> BatchReply:  # fmt: skip
+    scripts = await store.scripts()
+    spec = state.spec
+    note = ""
+    if spec.action in ("trigger", "backfill"):
+        outcomes = await _fire(store, state, chunk, settings)
+        items = [BatchItem(t.task_id, outcome=outcomes[t.task_id]) for t in chunk]
+        action = "mark"
+    else:
+        now = await store.now_ms()
+        if spec.note is not None:
+            note = encode_note(spec.note, spec.action, now, state.key_id)
+        items = [
+            BatchItem(t.task_id, *resume_point(t, now)) if spec.action == "resume"
+            else BatchItem(t.task_id)
+            for t in chunk
+        ]  # fmt: skip
+        action = spec.action
+    reply = await scripts.action_batch(
+        partition, state.action_id, action, mark, items, final=final, note=note,
+        retention_ms=RETENTION_MS, max_failures=MAX_FAILURES,
+    )  # fmt: skip
+    if reply.moved is None and action != "mark":
+        _log_changes(state, chunk, reply)
+    return reply
+
+
+def _log_changes(state: ActionState, chunk: Sequence[Task], reply: BatchReply) -> None:
+    spec = state.spec
+    event = _EVENTS[spec.action]
+    lines: list[tuple[str, dict[str, Any]]] = []
+    for task, (code, status) in zip(chunk, reply.results, strict=True):
+        if code != 1:
+            continue
+        fields: dict[str, Any] = {"task_id": task.task_id}
+        if spec.action != "delete":
+            fields["status"] = status
+            if spec.note is not None:
+                fields["note"] = spec.note
+        fields["action_id"] = state.action_id
+        lines.append((event, fields))
+    emit_events(_ACTOR, lines)
+
+
+async def _fire(
+    store: TaskStore, state: ActionState, chunk: Sequence[Task], settings: ActionSettings
+) -> dict[str, str]:
+    """A trigger's or backfill's appends for these tasks; per task, its outcome for the
+    mark ('1' appended by this action, '0' nothing appended, else why it failed)."""
+    spec = state.spec
+    outcomes: dict[str, str] = {}
+    ready: list[Task] = []
+    verb = "triggered" if spec.action == "trigger" else "backfilled"
+    for task in chunk:
+        policy = typing.cast(Overlap, spec.overlap or "allow_all")
+        if spec.action == "backfill":
+            policy = typing.cast(Overlap, spec.overlap or task.schedule.overlap)
+        try:
+            if task.status == "stopped":
+                raise InvalidTask(f"stopped (for good): it cannot be {verb}")
+            check_overlap(task.task_id, task.schedule.overlap, policy)
+        except InvalidTask as exc:
+            outcomes[task.task_id] = str(exc).removeprefix("overlap: ")
+            continue
+        ready.append(task)
+    if spec.action == "backfill":
+        outcomes.update(await _backfill(store, state, ready, settings))
+    else:
+        outcomes.update(await _trigger(store, state, ready))
+    return outcomes
+
+
+async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) -> dict[str, str]:
+    """One fire per task at the action's time (schedule_id ``task_id:created_ms``), at most
+    once per action: ``allow_all`` ones appended per type in one call, the others through
+    their overlap decision (``manual_fires.fire_under``) one task at a time."""
+    scripts = await store.scripts()
+    now, due = await store.now_ms(), state.created_ms
+    overlap = typing.cast(Overlap, state.spec.overlap or "allow_all")
+    outcomes: dict[str, str] = {}
+    queued: dict[str, bool] = {}
+    if overlap == "allow_all":
+        by_type: dict[str, list[Task]] = defaultdict(list)
+        for task in tasks:
+            by_type[task.type].append(task)
+        for task_type, group in by_type.items():
+            fires = [(t.task_id, encode_payload(t.payload), "") for t in group]
+            flags = await scripts.action_fires(
+                task_type, state.action_id, due, fires, now, RETENTION_MS
+            )
+            for task, appended in zip(group, flags, strict=True):
+                outcomes[task.task_id] = "1"  # appended now, or by this action before
+                if appended:
+                    queued[task.task_id] = True
+    else:
+        for task in tasks:
+
+            async def append(dues: Sequence[int], letter: str, task: Task = task) -> list[bool]:
+                fires = [(task.task_id, encode_payload(task.payload), letter) for _ in dues]
+                return await scripts.action_fires(
+                    task.type, state.action_id, due, fires, now, RETENTION_MS
+                )
+
+            fates = await fire_under(scripts, task.task_id, task.type, [due], overlap, append,
+                                     _ACTOR)  # fmt: skip
+            outcomes[task.task_id] = "0" if fates[due] == HELD else "1"
+            if fates[due] != HELD:
+                queued[task.task_id] = fates[due] == APPENDED
+            else:
+                queued[task.task_id] = False
+    emit_events(
+        _ACTOR,
+        [
+            ("triggered", {"task_id": task_id, "queued": q, "action_id": state.action_id})
+            for task_id, q in queued.items()
+        ],
+    )
+    return outcomes
+
+
+async def _backfill(
+    store: TaskStore, state: ActionState, tasks: Sequence[Task], settings: ActionSettings
+) -> dict[str, str]:
+    """Each task's grid times of the window (``actors.store.backfill``: appended once per
+    grid time however often repeated); '1' when some were appended now."""
+    spec = state.spec
+    assert spec.start_ms is not None
+    assert spec.end_ms is not None
+    pacer = backfilling.Pacer(settings.backfill_rate)
+    outcomes: dict[str, str] = {}
+    lines: list[tuple[str, dict[str, Any]]] = []
+    for task in tasks:
+        fires = backfilling.window_fires(task, spec.start_ms, spec.end_ms,
+                                         settings.backfill_max_fires)  # fmt: skip
+        policy = typing.cast(Overlap, spec.overlap or task.schedule.overlap)
+        fates = await backfilling.append_fires(store, task, fires, policy, pacer)
+        enqueued = fates.count(APPENDED)
+        outcomes[task.task_id] = "1" if enqueued else "0"
+        lines.append(("backfilled", {
+            "task_id": task.task_id, "type": task.type, "start_ms": spec.start_ms,
+            "end_ms": spec.end_ms, "fires": len(fires), "enqueued": enqueued,
+            "action_id": state.action_id,
+        }))  # fmt: skip
+    emit_events(_ACTOR, lines)
+    return outcomes
+
+
+async def plan_backfill(store: TaskStore, spec: ActionSpec, max_fires: int) -> int:
+    """A backfill's fires over every task its selector matches now: InvalidTask (nothing
+    written) past ``max_fires`` or for a window that is not past."""
+    assert spec.start_ms is not None
+    assert spec.end_ms is not None
+    backfilling.check_window(spec.start_ms, spec.end_ms, await store.client.time_ms())
+    keys = await store.keys()
+    total = 0
+    for partition in range(keys.partitions):
+        for task in await select_partition(store, spec.selector, partition):
+            if task.status == "stopped":
+                continue
+            total += len(backfilling.window_fires(task, spec.start_ms, spec.end_ms,
+                                                  max_fires - total))  # fmt: skip
+            if total > max_fires:
+                raise InvalidTask(
+                    f"end_ms: the window holds more than {max_fires} fires of the selected "
+                    "tasks, the most one backfill may enqueue ([api] backfill_max_fires): "
+                    "backfill shorter windows or fewer tasks"
+                )
+    return total

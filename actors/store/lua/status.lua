@@ -1,0 +1,40 @@
+-- status.lua: prepended (after records.lua) to the scripts that pause, resume or stop
+-- tasks: set_status.lua (one task) and action_batch.lua (a batch of an operator's action),
+-- so both change a task the same way.
+
+-- Pause, resume or stop one task. schedule: the partition's schedule zset; next_ms and
+-- score: a resume's next grid time and its index score ('' next_ms = never: finished);
+-- note: the compact JSON note kept with the change ('' = none). A change replaces the
+-- task's note in <tag>:notes (the earlier note described a status the task has left);
+-- nothing is written when nothing changes. Returns code, status: 1 changed, 0 already
+-- so, -2 not found, -3 not allowed from status.
+local function change_status(tag, b, id, action, next_ms, score, note, schedule)
+  local s = get_state(tag, b, id)
+  if not s then return -2, '' end
+  local status = s[1]
+  local target = ({pause = PAUSED, resume = ACTIVE, stop = STOPPED})[action]
+  if status == target then return 0, STATUS_NAMES[status] end
+  local allowed = (action == 'pause' and status == ACTIVE)
+    or (action == 'resume' and status == PAUSED)
+    or (action == 'stop' and (status == ACTIVE or status == PAUSED))
+  if not allowed then return -3, STATUS_NAMES[status] end
+  s[1], s[4] = target, new_version(tag, s[4])  -- a new version (commit_fires)
+  if action == 'resume' then
+    if next_ms == '' then
+      s[1], s[2] = FINISHED, nil
+    else
+      s[2] = tonumber(next_ms)
+      redis.call('ZADD', schedule, score, id)
+    end
+  else
+    redis.call('ZREM', schedule, id)
+  end
+  put_state(tag, b, id, s)
+  if (note or '') ~= '' then
+    redis.call('HSET', tag .. ':notes', id, note)
+  else
+    redis.call('HDEL', tag .. ':notes', id)
+  end
+  count_write(tag)
+  return 1, STATUS_NAMES[s[1]]
+end

@@ -1,0 +1,26 @@
+-- task_delete.lua: prepended (after records.lua, labels.lua and history.lua) to the scripts that delete
+-- tasks: delete_tasks.lua and action_batch.lua, so both delete a task the same way.
+
+-- Delete one task: its records, index entries, labels, notes, fires in flight, fires not
+-- run, history, attention entry and acknowledgement (a task created again under the id
+-- starts with none). schedule: the
+-- partition's schedule zset. Returns true when the task existed. The caller counts the
+-- partition's write (count_write) once for all it deleted.
+local function delete_task(tag, b, id, schedule)
+  local def = redis.call('HGET', tag .. ':def:' .. b, id)
+  if not def then return false end
+  local typ = cmsgpack.unpack(def)
+  redis.call('HDEL', tag .. ':def:' .. b, id)
+  redis.call('HDEL', tag .. ':state:' .. b, id)
+  redis.call('HDEL', tag .. ':run:' .. b, id)
+  redis.call('HDEL', tag .. ':type:' .. typ .. ':' .. b, id)
+  drop_labels(tag, b, id)
+  redis.call('HDEL', tag .. ':errors', id)
+  redis.call('HDEL', tag .. ':notes', id)
+  redis.call('HDEL', tag .. ':flight', id)
+  redis.call('HDEL', tag .. ':notrun', id)
+  forget_history(tag, id)
+  redis.call('HDEL', tag .. ':acks', id)
+  redis.call('ZREM', schedule, id)
+  return true
+end
