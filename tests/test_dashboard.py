@@ -7,7 +7,6 @@ saying why, only where no Chromium is installed (`.ci/run` installs it)."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -27,13 +26,10 @@ from tests.api_node import (
     wait_until,
     write_api_config,
 )
+from tests.dashboard_browser import launch_browser, needs_chromium, new_page, sign_in
 from tests.node_process import REPO
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no chromium on PATH (apt-get install chromium)"
-)
-TIMEOUT_MS = 30_000
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
@@ -49,30 +45,14 @@ def api(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ap
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
-        )
+    with launch_browser() as launched:
         yield launched
-        launched.close()
 
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    yield page
-    context.close()
-
-
-def sign_in(page: Any, api: ApiNode, key: tuple[str, str]) -> None:
-    page.goto(api.url + "/dashboard/")
-    page.fill("#key-id", key[0])
-    page.fill("#secret", key[1])
-    page.click("#login button[type=submit]")
+    with new_page(browser) as fresh:
+        yield fresh
 
 
 def test_the_queue_table_shows_the_backlog_a_test_created(page: Any, api: ApiNode) -> None:
