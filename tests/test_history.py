@@ -14,6 +14,7 @@ from actors.config import ConsumerSection
 from actors.domain.errors import TaskNotFound
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
+from actors.store.flights import Planned
 from actors.store.history import Ledger, decode_ring
 from actors.store.ledger import acknowledge, attention_counts, attention_page, task_history
 from actors.store.replies import OutcomeWrite
@@ -165,14 +166,53 @@ async def test_the_ring_stays_bounded_and_lateness_comes_and_goes(store: TaskSto
     assert ring[0].node == "#7" and ring[0].finished_ms == ring[0].started_ms + 45  # type: ignore[operator]
 
     late = base + 20_000_000
-    await scripts.record_outcomes(
-        [OutcomeWrite(task_id, 0, late + 5000, "", late, late + 4000)], "work", ledger
-    )
+
+    def ok(due: int, lag: int, **more: Any) -> OutcomeWrite:
+        return OutcomeWrite(task_id, 0, due + lag + 10, "", due, due + lag, **more)
+
+    # Not judged (a retry, a manual fire), or within its spread and jitter: not late.
+    for outcome in (
+        ok(late, 4000, allowed_ms=None),
+        ok(late, 4000, allowed_ms=3500),
+        ok(late, 4000, attempt=1),
+        ok(late, 4000, origin=2),
+    ):
+        await scripts.record_outcomes([outcome], "work", ledger)
+        assert not await _on_list(store, task_id, "late")
+    await scripts.record_outcomes([ok(late, 4000, allowed_ms=0)], "work", ledger)
     assert await _on_list(store, task_id, "late")
     assert await attention_counts(store) == {("work", "late"): 1}
     on_time = late + 1000
-    await scripts.record_outcomes(
-        [OutcomeWrite(task_id, 0, on_time + 50, "", on_time, on_time + 10)], "work", ledger
-    )
+    await scripts.record_outcomes([ok(on_time, 10, allowed_ms=0)], "work", ledger)
     assert not await _on_list(store, task_id, "late")
     assert await attention_counts(store) == {("work", "late"): 0}
+    # Late by a hair over a bound above 32.7 s (kept to the second in the ring): it still
+    # leaves the list with the next fire on time.
+    ledger = Ledger(keep=20, node=7, late_ms=60_000)
+    await scripts.record_outcomes([ok(late + 2000, 60_500, allowed_ms=0)], "work", ledger)
+    assert await _on_list(store, task_id, "late")
+    await scripts.record_outcomes([ok(late + 3000, 5, allowed_ms=0)], "work", ledger)
+    assert not await _on_list(store, task_id, "late")
+
+
+async def test_a_decision_made_again_is_recorded_once_and_a_deleted_task_gets_none(
+    store: TaskStore,
+) -> None:
+    task_id = await _task(store, 3600, start_in_ms=3_600_000)
+    scripts = await store.scripts()
+    planned = {(await store.keys()).partition_of(task_id): [
+        Planned(task_id, "A", [], [1000, 2000], task_type="work")
+    ]}  # fmt: skip
+    for token in ("claim", "claim", "again"):  # a lost reply, then a claim after a refusal
+        await scripts.decide_overlaps(token, planned)
+    history = await task_history(store, task_id)
+    assert [(o.fate, o.reason, o.due_ms) for o in history] == [
+        ("skipped", "expired", 2000), ("skipped", "expired", 1000),
+    ]  # fmt: skip
+    assert await attention_counts(store) == {("work", "expired"): 1}
+    await store.delete(task_id)
+    await scripts.decide_overlaps("late", planned)
+    assert (await attention_page(store))[0] == []
+    keys = await store.keys()
+    ring = await store.client.execute("HGET", keys.history(keys.partition_of(task_id)), task_id)
+    assert ring is None

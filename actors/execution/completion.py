@@ -22,7 +22,7 @@ from actors.store.flights import (
     ENDED_EXPIRED,
     ENDED_OK,
     FlightEnd,
-    origin_of,
+    origin_and_allowance,
     parse_policy,
 )
 from actors.store.messages import Message
@@ -237,6 +237,7 @@ def _outcome(o: Outcome, code: int) -> OutcomeWrite:
     if code == 3:
         code = _NOT_RUN_CODES.get(o.not_run or "", 3)
     error = o.error
+    origin, allowed = origin_and_allowance(m.policy) if m.policy else (0, 0)
     return OutcomeWrite(
         m.task_id,
         code,
@@ -245,8 +246,9 @@ def _outcome(o: Outcome, code: int) -> OutcomeWrite:
         m.due_ms,
         None if code == 4 else o.started_ms,
         m.attempt,
-        origin_of(m.policy) if m.policy else 0,
+        origin,
         first_line(error)[:_HISTORY_LINE] if error else "",
+        allowed if origin == 0 and m.attempt == 0 else None,
     )
 
 

@@ -83,7 +83,8 @@ async def apply_policies(
         s = task.schedule
         if s.overlap == "allow_all" and s.catchup_window_s is None:
             # No overlap policy, no window (most tasks): no schedule hashed per fire.
-            code = "" if s.pause_after_failures is None else task_policy_code(s, task.task_id)
+            plain = s.pause_after_failures is None and not s.spread_s and not s.jitter_s
+            code = "" if plain else task_policy_code(s, task.task_id)
             out.fires += _plain(task, plan.fires, code)
             continue
         code = task_policy_code(s, task.task_id)

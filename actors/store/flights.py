@@ -74,6 +74,23 @@ def origin_of(code: str) -> int:
     return ORIGIN_LETTERS.get(code[at + 2 : at + 3], 0) if at >= 0 else 0
 
 
+def origin_and_allowance(code: str) -> tuple[int, int]:
+    """A fire's origin (``origin_of``) and the lateness its start is allowed (``;l``: its
+    task's spread and jitter bound, ms; 0 when none)."""
+    at = code.find(";l")
+    if at < 0:
+        return origin_of(code), 0
+    end = code.find(";", at + 2)
+    digits = code[at + 2 : end if end >= 0 else len(code)]
+    return origin_of(code), int(digits) if digits.isdigit() else 0
+
+
+def allowance_ms(schedule: Schedule, task_id: str) -> int:
+    """How late a fire of this task may start and still be on time: its spread offset and
+    the most its jitter delays it (a fire's own jitter draw is not in its message)."""
+    return schedule.offset_ms(task_id) + round((schedule.jitter_s or 0) * 1000)
+
+
 @attrs.frozen
 class Policy:
     """A message's policy code, read (``parse_policy``)."""
@@ -113,11 +130,15 @@ def parse_policy(code: str) -> Policy:
 
 def task_policy_code(schedule: Schedule, task_id: str) -> str:
     """``policy_code`` for one task's fires: with a catch-up window and a spread, also the
-    task's offset (``;s<ms>``), so a consumer judges lateness from when the fire was due
-    to be enqueued."""
+    task's offset (``;s<ms>``), so a consumer judges expiry from when the fire was due
+    to be enqueued; with a spread or a jitter, the lateness its start is allowed
+    (``;l<ms>``: ``allowance_ms``), so the attention list does not call it late."""
     code = policy_code(schedule)
     if schedule.spread_s and schedule.catchup_window_s is not None:
         code += f";s{schedule.offset_ms(task_id)}"
+    allowed = allowance_ms(schedule, task_id)
+    if allowed:
+        code = f"{code or 'A'};l{allowed}"
     return code
 
 
@@ -202,7 +223,7 @@ class FlightScripts(TaskScripts):
         calls: list[Call] = []
         for partition, tasks in planned.items():
             args: list[Any] = [BUFFER_CAP, token, "1" if grid else "", self.keys.tag(partition),
-                               history]  # fmt: skip
+                               history, self.keys.buckets]  # fmt: skip
             for t in tasks:
                 args += [t.task_id, t.task_type, t.letter, "1" if t.ends else "", len(t.dues),
                          len(t.expired), *t.dues, *t.expired]  # fmt: skip

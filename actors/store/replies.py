@@ -157,6 +157,9 @@ class OutcomeWrite:
     """``actors.store.history.ORIGINS`` index."""
     line: str = ""
     """The error's last line (history)."""
+    allowed_ms: int | None = None
+    """The lateness the fire was allowed (its task's spread and jitter), or None when its
+    start is not judged late or on time (a retry, a manual fire)."""
 
 
 @attrs.frozen

@@ -5,10 +5,12 @@
 -- Returns {code, the entry it removed ('' = the task was not on the list)}: code 1
 -- acknowledged, 0 not on the list, -2 no such task. The acknowledgement stays until the
 -- task is deleted; the task comes back on the list with its next occurrence that needs one.
+-- An entry left by a task deleted meanwhile (by a node that did not know the list) can
+-- be acknowledged too: it goes, and nothing is kept.
 local tag, id, b = ARGV[1], ARGV[2], ARGV[3]
-if not redis.call('HGET', tag .. ':state:' .. b, id) then return {-2, ''} end
+local exists = redis.call('HEXISTS', tag .. ':state:' .. b, id) == 1
 local entry = redis.call('HGET', tag .. ':attention', id)
-if not entry then return {0, ''} end
+if not entry then return {exists and CODE_UNCHANGED or CODE_NOT_FOUND, ''} end
 set_attention(tag, id, nil, '', '', '')
-redis.call('HSET', tag .. ':acks', id, ARGV[4])
-return {1, entry}
+if exists then redis.call('HSET', tag .. ':acks', id, ARGV[4]) end
+return {CODE_OK, entry}

@@ -106,8 +106,12 @@ if misfires > 0 then  -- the missed grid times of the tasks committed
   for j = misfires_at + 1, tasks_from - 1, 5 do
     local id, fate, due = ARGV[j], tonumber(ARGV[j + 1]), ARGV[j + 2]
     if not lost[id] then
-      push_history(tag, id, tonumber(ARGV[j + 4]), fate, 0, 0, tonumber(due), nil, nil, 0)
-      if attention_of[fate] then set_attention(tag, id, attention_of[fate], due, ARGV[j + 3], now) end
+      local keep = tonumber(ARGV[j + 4])
+      local recorded = push_history(tag, id, keep, fate, 0, 0, tonumber(due), nil, nil, 0, nil,
+        true)
+      if attention_of[fate] and (recorded or keep <= 0) then
+        set_attention(tag, id, attention_of[fate], due, ARGV[j + 3], now)
+      end
     end
   end
 end

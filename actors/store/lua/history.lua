@@ -43,18 +43,32 @@ local function set_attention(tag, id, reason, due, task_type, now)
   end
 end
 
--- Record one occurrence of a task (keep: the ring's length; 0 keeps none). Returns the
--- fate of the occurrence before it and its start's time code (nil when none is kept).
-local function push_history(tag, id, keep, fate, origin, attempt, due, lag, run, node, err)
-  if keep <= 0 then return nil end
+-- Whether the ring already holds an entry of this due time and fate (a poller's decision
+-- made again: its claim sent again after a lost reply, or claimed again after its commit
+-- was refused).
+local function in_ring(ring, due, fate)
+  local base = struct.unpack('>I6', ring)
+  for at = 7, #ring - HISTORY_ENTRY + 1, HISTORY_ENTRY do
+    local head, offset = struct.unpack('>Bi5', ring, at)
+    if head % 8 == fate and base + offset == due then return true end
+  end
+  return false
+end
+
+-- Record one occurrence of a task (keep: the ring's length; 0 keeps none); once: not if
+-- the ring holds it already (in_ring). Returns whether it was recorded.
+local function push_history(tag, id, keep, fate, origin, attempt, due, lag, run, node, err,
+                            once)
+  if keep <= 0 then return false end
   local key = tag .. ':history'
   local old = redis.call('HGET', key, id)
-  local base, before, before_lag
+  local base
   if old and #old >= 6 + HISTORY_ENTRY then
+    if once and in_ring(old, due, fate) then return false end
     base = struct.unpack('>I6', old)
-    before = string.byte(old, 7) % 8
-    before_lag = string.byte(old, 13) * 256 + string.byte(old, 14)
     if math.abs(due - base) >= 549755813888 then old = nil end  -- 17 years apart: anew
+  else
+    old = nil
   end
   if not old then base, old = due, struct.pack('>I6', due) end
   local entry = struct.pack('>Bi5HHH', fate + origin * 8 + math.min(attempt, 7) * 32,
@@ -63,7 +77,8 @@ local function push_history(tag, id, keep, fate, origin, attempt, due, lag, run,
     string.sub(old, 1, 6) .. entry .. string.sub(old, 7, 6 + (keep - 1) * HISTORY_ENTRY))
   if err then
     local ekey = tag .. ':history:errors'
-    local lines = due .. ' ' .. attempt .. ' ' .. err .. '\n' .. (redis.call('HGET', ekey, id) or '')
+    local lines = ms(due) .. ' ' .. attempt .. ' ' .. err .. '\n' ..
+      (redis.call('HGET', ekey, id) or '')
     local cut, at = 0, 0
     for _ = 1, HISTORY_ERRORS do
       at = string.find(lines, '\n', at + 1, true)
@@ -72,13 +87,7 @@ local function push_history(tag, id, keep, fate, origin, attempt, due, lag, run,
     end
     redis.call('HSET', ekey, id, string.sub(lines, 1, cut))
   end
-  return before, before_lag
-end
-
--- A time code as ms (the lower bound of what it stands for).
-local function time_of(code)
-  if code < 32768 then return code end
-  return (code - 32768) * 1000
+  return true
 end
 
 -- A deleted task's history and attention entry go with it.

@@ -7,8 +7,10 @@
 --          (commit_fires.lua) or, for an operator's call, confirm_flights.lua
 -- ARGV[3]  '1': a poller's claim of grid times ('' = an operator's trigger or backfill)
 -- ARGV[4]  partition tag   ARGV[5]  history length (grid times not run are occurrences of
---          their task: history.lua; the latest puts it on the attention list)
--- ARGV[6..] per task: task_id, type, policy (A allow_all: expired times noted only, S skip,
+--          their task: history.lua, each recorded once however often it is decided
+--          again; the latest puts the task on the attention list)
+-- ARGV[6]  buckets per partition (a task deleted since its claim gets no history)
+-- ARGV[7..] per task: task_id, type, policy (A allow_all: expired times noted only, S skip,
 --           1 buffer_one, B buffer_all, C cancel_other), '1' if the plan ends the task's
 --           grid ('' otherwise), n, m, then n planned due times (in order), then m expired
 --           due times (later than the catch-up window: not run, only noted)
@@ -33,10 +35,10 @@
 -- decided before (in flight, waiting, skipped, or run and ended) is not decided again.
 local cap, token = tonumber(ARGV[1]), ARGV[2]
 local grid = ARGV[3] == '1'
-local tag, keep = ARGV[4], tonumber(ARGV[5])
+local tag, keep, buckets = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local out = {}
 local now
-local i = 6
+local i = 7
 while i <= #ARGV do
   local id, task_type, policy, ends = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3] == '1'
   local n, m = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
@@ -98,15 +100,21 @@ while i <= #ARGV do
   end
   if #skipped > 0 then note_not_run(KEYS[2], id, #skipped, 'overlap', skipped[#skipped], blocking) end
   if m > 0 then note_not_run(KEYS[2], id, m, 'expired', ARGV[first + n + m - 1], '') end
-  if grid and #skipped + m > 0 then
+  if grid and #skipped + m > 0
+      and redis.call('HEXISTS', tag .. ':state:' .. bucket_of(id, buckets), id) == 1 then
     local fates = {}
     for _, d in ipairs(skipped) do fates[#fates + 1] = {tonumber(d), FATE_SKIPPED} end
     for j = first + n, first + n + m - 1 do fates[#fates + 1] = {tonumber(ARGV[j]), FATE_EXPIRED} end
     table.sort(fates, function(a, b) return a[1] < b[1] end)
-    for _, e in ipairs(fates) do push_history(tag, id, keep, e[2], 0, 0, e[1], nil, nil, 0) end
-    local last = fates[#fates]
-    now = now or now_ms()
-    set_attention(tag, id, attention_of[last[2]], ms(last[1]), task_type, ms(now))
+    local recorded = false
+    for _, e in ipairs(fates) do
+      recorded = push_history(tag, id, keep, e[2], 0, 0, e[1], nil, nil, 0, nil, true) or recorded
+    end
+    if recorded or keep <= 0 then
+      local last = fates[#fates]
+      now = now or now_ms()
+      set_attention(tag, id, attention_of[last[2]], ms(last[1]), task_type, ms(now))
+    end
   end
   out[#out + 1] = {id, table.concat(run, ','), table.concat(cancel, ','),
     table.concat(skipped, ','), blocking, park}

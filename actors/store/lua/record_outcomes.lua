@@ -3,16 +3,17 @@
 -- ARGV[1]  partition tag   ARGV[2]  history length (0 = none kept)
 -- ARGV[3]  the node's number (history.lua)   ARGV[4]  lateness bound ms (0 = none)
 -- ARGV[5]  the fires' type
--- ARGV[6..] groups of 10: task_id, bucket, outcome code (0 ok, 1 retry, 2 dead,
+-- ARGV[6..] groups of 11: task_id, bucket, outcome code (0 ok, 1 retry, 2 dead,
 --           3 cancelled, 4 expired: not run), finished_ms, error ('' = none), due_ms,
 --           started_ms ('' = did not start), attempt, origin (0 schedule, 1 trigger,
---           2 backfill, 3 replay), the error's last line
+--           2 backfill, 3 replay), the error's last line, and the lateness the fire was
+--           allowed (its spread and jitter, ms; '' = not judged: a retry or a manual fire)
 -- Returns the number of tasks updated (a deleted task is skipped).
 -- ok resets the consecutive-failure count (retries) and forgets the last error; retry and
 -- dead increase it and keep the error in the partition's errors hash; a fire not run
 -- changes neither. Every outcome is an occurrence in the task's history; dead, expired
--- and a start later than the bound put the task on the attention list, an ok on time
--- takes it off (history.lua).
+-- and a start later than the bound (beyond its allowance) put the task on the attention
+-- list, any other ok takes it off (history.lua).
 -- Outcomes go to the task's run record, never its state record: the state is its poller's
 -- and the API's alone (commit_fires relies on that). A task without a run record (not run
 -- since it was created, or since layout 2) starts from the counts in its state record.
@@ -21,7 +22,7 @@ local late, task_type = tonumber(ARGV[4]), ARGV[5]
 local fate_of = {[0] = FATE_OK, FATE_FAILED, FATE_DEAD, FATE_CANCELLED, FATE_EXPIRED}
 local n = 0
 local now
-for i = 6, #ARGV, 10 do
+for i = 6, #ARGV, 11 do
   local id, b, outcome = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local r = get_run(tag, b, id)
   if r then
@@ -39,17 +40,17 @@ for i = 6, #ARGV, 10 do
       redis.call('HSET', tag .. ':run:' .. b, id, cmsgpack.pack(r[1], r[2], r[3], r[4]))
     end
     local fate, due, started = fate_of[outcome], tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
+    local line, allowed = ARGV[i + 9], tonumber(ARGV[i + 10])
     local lag = started and started - due
-    local line = ARGV[i + 9]
-    local before, before_lag = push_history(tag, id, keep, fate, tonumber(ARGV[i + 8]),
-      tonumber(ARGV[i + 7]), due, lag, started and finished - started, node,
-      line ~= '' and line or nil)
+    push_history(tag, id, keep, fate, tonumber(ARGV[i + 8]), tonumber(ARGV[i + 7]), due, lag,
+      started and finished - started, node, line ~= '' and line or nil)
     local reason = attention_of[fate]
-    if fate == FATE_OK and late > 0 and lag and lag > late then reason = 'late' end
-    if reason or (fate == FATE_OK and (before ~= FATE_OK
-        or (late > 0 and before_lag ~= NO_TIME and time_of(before_lag) > late))) then
-      now = now or now_ms()
-      set_attention(tag, id, reason, due, task_type, ms(now))
+    if fate == FATE_OK and late > 0 and allowed and lag and lag - allowed > late then
+      reason = 'late'
+    end
+    if reason then now = now or now_ms() end
+    if reason or fate == FATE_OK then  -- an ok on time takes the task off the list
+      set_attention(tag, id, reason, due, task_type, reason and ms(now) or '')
     end
     n = n + 1
   end
