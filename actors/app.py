@@ -313,6 +313,7 @@ def _consumer_group(
                 interval_s=config.execution.claimer_interval_s,
                 lease_s=section.lease_s,
                 max_deliveries=section.max_deliveries,
+                history=config.scheduler.history,
             ),
         )
         children.append(ChildSpec("claimer", claimer.run))

@@ -18,6 +18,7 @@ from actors.domain.schedules import Schedule
 from actors.execution.completion import RetryPolicy
 from actors.execution.handlers import resolve
 from actors.store.keys import GROUP
+from actors.store.ledger import task_history
 from actors.store.messages import Message
 from actors.store.tasks import TaskStore
 from runtime.errors import ConfigError
@@ -205,6 +206,8 @@ async def test_poison_message_goes_to_the_dlq(
     store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path
 ) -> None:
     keys = await store.keys()
+    later = Schedule("interval", every_s=3600, start_ms=await store.now_ms() + 3_600_000)
+    await store.create(TaskSpec("p", later, task_id="x"))  # its history records the poison
     stream, msg = await one_message_queued(store, "p", "x")
     await store.client.execute("XREADGROUP", "GROUP", GROUP, "c1", "STREAMS", stream, ">")
     for owner in ("c2", "c3", "c4"):  # it keeps killing whoever takes it
@@ -214,11 +217,18 @@ async def test_poison_message_goes_to_the_dlq(
     config = node_config(redis_url, namespace, tmp_path, {"p": section}, pollers=0)
     async with running_node(config):
         await wait_until(lambda: _stream_len(store, keys.dlq("p"), 1))
+        await wait_until(lambda: _dead_in_history(store, "x"))
     (entry,) = await stream_entries(store, keys.dlq("p"))
     assert (entry["reason"], entry["deliveries"], entry["task_id"]) == ("poison", "4", "x")
+    (occurrence,) = await task_history(store, "x")
+    assert occurrence.error is not None and occurrence.error.startswith("poison")
     assert abs(int(entry["dead_ms"]) - await store.now_ms()) < 60_000  # Redis's clock
     assert records(record) == []
     assert await store.client.execute("XLEN", stream) == 0
+
+
+async def _dead_in_history(store: TaskStore, task_id: str) -> bool:
+    return [o.fate for o in await task_history(store, task_id)] == ["dead"]
 
 
 async def test_malformed_message_goes_to_the_dlq(

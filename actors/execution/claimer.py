@@ -34,9 +34,10 @@ import trio
 
 from actors.execution.consumer import ConsumerState
 from actors.store.flights import FlightEnd
+from actors.store.history import DEFAULT_HISTORY, Ledger
 from actors.store.keys import CONSUMER_GONE_MS
 from actors.store.messages import MalformedMessage, Message
-from actors.store.replies import Reclaim
+from actors.store.replies import OutcomeWrite, Reclaim
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
@@ -58,6 +59,8 @@ class ClaimerSettings:
     """A message pending this long without renewal is taken over."""
     max_deliveries: int = 5
     """A message delivered this often is poison: to the DLQ instead."""
+    history: int = DEFAULT_HISTORY
+    """Occurrences kept per task: a poison message is its task's ``dead`` one."""
 
 
 class Claimer:
@@ -80,6 +83,8 @@ class Claimer:
         self._stalled_at = -1e18
         """Monotonic time of the last reclaim call that found Redis had stalled it."""
         self._ends: list[FlightEnd] = []
+        self._dead: list[OutcomeWrite] = []
+        """Poison dead-lettered, for its tasks' histories (kept until written)."""
         """Flights that poison ended, to end in the task's partition (``end_flights.lua``)."""
         self._clock: tuple[float, int] | None = None
         """(local monotonic s, the stream server's ms) as the last reclaim read them."""
@@ -146,6 +151,7 @@ class Claimer:
             )  # fmt: skip
             self._clock = (time.monotonic(), reclaim.now_ms)
             self._ends += reclaim.ended
+            self._dead += reclaim.dead
             if reclaim.stalled:
                 self._stalled_at = time.monotonic()
                 return 0
@@ -161,6 +167,9 @@ class Claimer:
         if self._ends:
             await scripts.end_flights(self._ends)
             self._ends = []
+        if self._dead:
+            await scripts.record_outcomes(self._dead, self.type, Ledger(self.settings.history))
+            self._dead = []
 
     def _hand_over(self, reclaim: Reclaim, name: str) -> list[Message]:
         """The reclaimed messages to send to the consumer, held from now on (renewed);

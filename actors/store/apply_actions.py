@@ -41,6 +41,7 @@ from actors.store.actions import (
     read_action,
     renew_lease,
 )
+from actors.store.flights import with_origin
 from actors.store.manual_fires import APPENDED, HELD, check_overlap, fire_under
 from actors.store.notes import encode_note
 from actors.store.placement import resume_point
@@ -237,7 +238,8 @@ async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) 
         for task in tasks:
             by_type[task.type].append(task)
         for task_type, group in by_type.items():
-            fires = [(t.task_id, encode_payload(t.payload), "") for t in group]
+            code = with_origin("", "t")  # a manual fire: its tasks' histories say so
+            fires = [(t.task_id, encode_payload(t.payload), code) for t in group]
             flags = await scripts.action_fires(
                 task_type, state.action_id, due, fires, now, RETENTION_MS
             )
@@ -249,7 +251,8 @@ async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) 
         for task in tasks:
 
             async def append(dues: Sequence[int], letter: str, task: Task = task) -> list[bool]:
-                fires = [(task.task_id, encode_payload(task.payload), letter) for _ in dues]
+                code = with_origin(letter, "t")
+                fires = [(task.task_id, encode_payload(task.payload), code) for _ in dues]
                 return await scripts.action_fires(
                     task.type, state.action_id, due, fires, now, RETENTION_MS
                 )

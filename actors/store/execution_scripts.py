@@ -14,6 +14,7 @@ from actors.store.flights import (
     FlightEnd,
     FlightScripts,
     ended_flights,
+    origin_of,
     paused_of,
 )
 from actors.store.history import Ledger
@@ -32,6 +33,10 @@ from actors.store.task_scripts import Call, or_empty, raise_first_error
 #: call frees ~1,000 nodes, well under a millisecond); ``trim_acked`` repeats it while
 #: it takes some, so a stream is trimmed to its acknowledged head at any rate.
 TRIM_STEP = 100_000
+#: The error line of a poison message's history entry.
+POISON_LINE = (
+    "poison: delivered too many times without finishing (its handler kills or hangs its process)"
+)
 #: Most such calls one ``trim_acked`` makes (the rest waits for the claimer's next round).
 TRIM_CALLS = 20
 
@@ -261,8 +266,16 @@ class ExecutionScripts(FlightScripts):
             poisoned=[m.decode() for m in poisoned],
             stalled=bool(int(stalled)),
             now_ms=int(now_ms),
-            ended=ended_flights(ended, ENDED_DEAD),
-        )
+            ended=ended_flights(ended, ENDED_DEAD, 4),
+            dead=[
+                OutcomeWrite(
+                    ended[i].decode(), 2, int(now_ms), POISON_LINE, int(ended[i + 1]),
+                    attempt=int(ended[i + 3]), origin=origin_of(ended[i + 2].decode()),
+                    line=POISON_LINE,
+                )
+                for i in range(0, len(ended), 4)
+            ],
+        )  # fmt: skip
 
     async def prune_consumers(self, task_type: str, min_idle_ms: int, keep: str) -> list[str]:
         """``prune_consumers.lua``: remove consumers idle that long with nothing pending

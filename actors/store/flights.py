@@ -3,8 +3,11 @@
 A task whose schedule sets ``overlap`` (other than ``allow_all``), ``catchup_window_s`` or
 ``pause_after_failures`` has its fires carry a short policy code in their stream message
 (field ``o``; ``policy_code``), so the consumer that ends one knows to tell the task's
-partition (``end_flights.lua``) without reading the task. Every other fire carries
-nothing and costs nothing more.
+partition (``end_flights.lua``) without reading the task. The code also carries what the
+task's history needs and its message does not say: a manual fire's origin (``;m``:
+trigger, backfill, replay) and how late a fire of a task with a spread or a jitter may
+start and still be on time (``;l``). Every other fire carries nothing and costs nothing
+more.
 
 In the partition's slot, a flight record per task (``lua/flight.lua``) holds the due
 time of its fire in flight (from enqueue until acknowledged, dead-lettered or out of
@@ -296,11 +299,12 @@ def paused_of(replies: Sequence[Any]) -> list[tuple[str, int]]:
     return out
 
 
-def ended_flights(flat: Sequence[Any], ended: int) -> list[FlightEnd]:
-    """``FlightEnd``s from a script's flat list of (task_id, due_ms, policy code) of
-    messages it removed (poison, a purge), for the tasks whose fires are tracked."""
+def ended_flights(flat: Sequence[Any], ended: int, width: int = 3) -> list[FlightEnd]:
+    """``FlightEnd``s from a script's flat list of (task_id, due_ms, policy code, ...:
+    ``width`` values each) of messages it removed (poison, a purge), for the tasks whose
+    fires are tracked."""
     out = []
-    for i in range(0, len(flat), 3):
+    for i in range(0, len(flat), width):
         task_id, due, code = flat[i : i + 3]
         policy = parse_policy(code.decode())
         if policy.tracked or policy.pause_after is not None:

@@ -193,6 +193,8 @@ class Reclaim:
     """Redis's time as the call ran, on the stream's own server."""
     ended: list[Any] = attrs.field(factory=list)
     """The flights of poisoned messages of tasks with a policy (``FlightEnd``s)."""
+    dead: list[OutcomeWrite] = attrs.field(factory=list)
+    """The poisoned messages as their tasks' history records them: dead."""
 
 
 @attrs.frozen

@@ -7,8 +7,9 @@
 -- ARGV[9]  most ms this call may have waited to run (Redis paused or stalled meanwhile)
 -- Returns {claimed, poisoned, stalled, now, ended}: claimed is a list of {id, previous
 -- owner, idle ms, deliveries, {field, value, ...}}; poisoned is a list of message ids moved
--- to the DLQ; ended lists task_id, due_ms, policy code of each poisoned message that has a
--- policy (field o: its task's flight ends with it, end_flights.lua);
+-- to the DLQ; ended lists task_id, due_ms, policy code ('' = none), attempt of each
+-- poisoned message (its task's history records it dead; with a policy, field o, its
+-- task's flight ends with it, end_flights.lua);
 -- stalled is 1 when the call ran more than ARGV[9] ms after it was sent: then it takes
 -- nothing, since the live holders' renewals were held up by the same stall and their
 -- messages look idle without their consumer being gone; now is Redis's time (ms) as the
@@ -67,14 +68,15 @@ for _, p in ipairs(pending) do
         fields[#fields + 1] = 'msg_id'
         fields[#fields + 1] = id
         redis.call('XADD', KEYS[2], '*', unpack(fields))
-        local raw, o, task, due = entry[1][2], nil, nil, nil
+        local raw, o, task, due, attempt = entry[1][2], '', nil, nil, '0'
         for j = 1, #raw, 2 do
           if raw[j] == 'o' then o = raw[j + 1] end
           if raw[j] == 'task_id' then task = raw[j + 1] end
           if raw[j] == 'due_ms' then due = raw[j + 1] end
+          if raw[j] == 'attempt' then attempt = raw[j + 1] end
         end
-        if o and task and due then
-          ended[#ended + 1], ended[#ended + 2], ended[#ended + 3] = task, due, o
+        if task and due then
+          for _, v in ipairs({task, due, o, attempt}) do ended[#ended + 1] = v end
         end
       end
       redis.call('XACK', KEYS[1], ARGV[1], id)
