@@ -184,6 +184,12 @@ def test_the_task_list_narrows_to_tasks_needing_attention(
     # A selector cannot say "needs attention": acting on all matching refuses, and says why.
     page.click("#bulk-dry")
     wait_text(page, "#error", "attention filter is not part of a selector")
+    # The latest fate narrows the list too (the API's last_fate filter).
+    page.select_option("#list-attention", "")
+    page.select_option("#list-fate", "dead")
+    page.click("#task-list button")
+    page.locator(f'#tasks tr[data-task="{quiet}"]').wait_for(state="detached")
+    assert page.locator(f'#tasks tr[data-task="{doomed}"]').is_visible()
 
 
 def test_act_on_all_matching_shows_a_dry_run_then_applies_it(

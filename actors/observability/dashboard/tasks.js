@@ -17,7 +17,8 @@ function readFilters() {
     if (!/^[^=]+=/.test(label)) throw new Error(`labels: "${label}" is not key=value`);
   }
   return { type: value("list-type"), status: value("list-status"), labels,
-    last_status: value("list-last"), attention: value("list-attention") };
+    last_status: value("list-last"), last_fate: value("list-fate"),
+    attention: value("list-attention") };
 }
 
 /** The ids on the attention list (of the filter's type and reason), or null where this
@@ -66,7 +67,8 @@ async function loadPage(cursor) {
   let next = cursor;
   for (let pages = 0; pages < (only ? 20 : 1); pages++) {
     const page = await api("GET", "/v1/tasks", { type: filters.type, status: filters.status,
-      label: filters.labels, last_status: filters.last_status, cursor: next, limit: PAGE_SIZE });
+      label: filters.labels, last_status: filters.last_status, last_fate: filters.last_fate,
+      cursor: next, limit: PAGE_SIZE });
     rows.push(...page.tasks.filter((t) => !only || only.has(t.task_id)));
     next = page.next_cursor;
     if (!next || rows.length) break;
@@ -114,7 +116,9 @@ function selectorOf(filters) {
     throw new Error("the attention filter is not part of a selector: clear it to act on all matching");
   }
   const selector = {};
-  for (const name of ["type", "status", "last_status"]) if (filters[name]) selector[name] = filters[name];
+  for (const name of ["type", "status", "last_status", "last_fate"]) {
+    if (filters[name]) selector[name] = filters[name];
+  }
   if (filters.labels.length) {
     selector.labels = Object.fromEntries(filters.labels.map((l) => [l.slice(0, l.indexOf("=")), l.slice(l.indexOf("=") + 1)]));
   }

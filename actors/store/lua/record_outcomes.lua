@@ -22,6 +22,9 @@ local late, task_type = tonumber(ARGV[4]), ARGV[5]
 local fate_of = {[0] = FATE_OK, FATE_FAILED, FATE_DEAD, FATE_CANCELLED, FATE_EXPIRED}
 local n = 0
 local now
+-- Whether any task of the partition is on the attention list: while none is (the usual
+-- case), an ok fire has no entry to take off and costs no lookup.
+local listed = redis.call('HLEN', tag .. ':attention') > 0
 for i = 6, #ARGV, 11 do
   local id, b, outcome = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local r = get_run(tag, b, id)
@@ -48,8 +51,8 @@ for i = 6, #ARGV, 11 do
     if fate == FATE_OK and late > 0 and allowed and lag and lag - allowed > late then
       reason = 'late'
     end
-    if reason then now = now or now_ms() end
-    if reason or fate == FATE_OK then  -- an ok on time takes the task off the list
+    if reason then now, listed = now or now_ms(), true end
+    if reason or (fate == FATE_OK and listed) then  -- an ok on time takes the task off
       set_attention(tag, id, reason, due, task_type, reason and ms(now) or '')
     end
     n = n + 1
