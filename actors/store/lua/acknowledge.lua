@@ -8,7 +8,7 @@
 -- An entry left by a task deleted meanwhile (by a node that did not know the list) can
 -- be acknowledged too: it goes, and nothing is kept.
 local tag, id, b = ARGV[1], ARGV[2], ARGV[3]
-local exists = redis.call('HEXISTS', tag .. ':state:' .. b, id) == 1
+local exists = redis.call('HGET', tag .. ':state:' .. b, id) ~= false  -- HGET: the shipped ACL
 local entry = redis.call('HGET', tag .. ':attention', id)
 if not entry then return {exists and CODE_UNCHANGED or CODE_NOT_FOUND, ''} end
 set_attention(tag, id, nil, '', '', '')

@@ -101,7 +101,7 @@ while i <= #ARGV do
   if #skipped > 0 then note_not_run(KEYS[2], id, #skipped, 'overlap', skipped[#skipped], blocking) end
   if m > 0 then note_not_run(KEYS[2], id, m, 'expired', ARGV[first + n + m - 1], '') end
   if grid and #skipped + m > 0
-      and redis.call('HEXISTS', tag .. ':state:' .. bucket_of(id, buckets), id) == 1 then
+      and redis.call('HGET', tag .. ':state:' .. bucket_of(id, buckets), id) then
     local fates = {}
     for _, d in ipairs(skipped) do fates[#fates + 1] = {tonumber(d), FATE_SKIPPED} end
     for j = first + n, first + n + m - 1 do fates[#fates + 1] = {tonumber(ARGV[j]), FATE_EXPIRED} end

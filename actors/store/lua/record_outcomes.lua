@@ -23,8 +23,9 @@ local fate_of = {[0] = FATE_OK, FATE_FAILED, FATE_DEAD, FATE_CANCELLED, FATE_EXP
 local n = 0
 local now
 -- Whether any task of the partition is on the attention list: while none is (the usual
--- case), an ok fire has no entry to take off and costs no lookup.
-local listed = redis.call('HLEN', tag .. ':attention') > 0
+-- case), an ok fire has no entry to take off and costs no lookup. (EXISTS: an emptied
+-- hash is gone; and the command the shipped ACL grants, deploy/redis/users.acl.)
+local listed = redis.call('EXISTS', tag .. ':attention') == 1
 for i = 6, #ARGV, 11 do
   local id, b, outcome = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local r = get_run(tag, b, id)
