@@ -16,9 +16,14 @@ from typing import Any
 
 import pytest
 import redis
+import trio
 
 from actors.admin.client import ApiError, Client
+from actors.store.flights import ENDED_OK, FlightEnd, Planned
 from actors.store.keys import Keys
+from actors.store.tasks import TaskStore
+from runtime.config import RedisSection
+from runtime.redis_io import RedisClient
 from tests.api_node import ADMIN, READER, ApiNode, api_node, unique, write_api_config
 
 FAR = {"kind": "interval", "every_s": 3600, "start_ms": 4_000_000_000_000}
@@ -230,3 +235,52 @@ def test_the_cli_counts_with_dry_run_and_applies_only_with_yes(
     assert "4 changed" in applied.stdout and statuses(client, ids) == {"paused"}
     one = cli("tasks", "resume", ids[0])  # the single-id form still works
     assert one.returncode == 0 and statuses(client, ids[:1]) == {"active"}
+
+
+def test_a_last_fate_selector_is_kept_from_the_dry_run_to_the_apply(
+    client: Client, api: ApiNode, db: redis.Redis
+) -> None:
+    kind = unique("fate").replace("-", "")
+    ids = make(client, kind, 6)
+    dead, alive = ids[:2], ids[2:]
+    keys = Keys(api.namespace, 16)
+    for task_id in dead:  # the latest occurrence of each: dead (a ring of one entry)
+        ring = (1_700_000_000_000).to_bytes(6, "big") + bytes([2]) + bytes(11)
+        db.hset(keys.history(keys.partition_of(task_id)), task_id, ring)
+    selector = {"type": kind, "last_fate": "dead"}
+    dry = client.tasks_action("delete", selector, dry_run=True)
+    assert dry["count"] == 2 and set(dry["sample"]) == set(dead)
+    done = client.tasks_action("delete", selector)
+    assert (done["count"], done["changed"]) == (2, 2)
+    assert {t["task_id"] for t in client.iter_tasks(kind)} == set(alive)
+    assert client.action_status(done["action_id"])["selector"] == selector
+
+
+def test_a_trigger_action_starting_a_waiting_fire_appends_that_fire(
+    client: Client, api: ApiNode, redis_url: str
+) -> None:
+    """A buffer_one task, paused with a fire waiting behind one that ended: the action's
+    overlap decision starts the waiting fire first, which is appended under its own due
+    time (its end then ends the flight), and the action's own fire waits behind it."""
+    kind = unique("buf").replace("-", "")
+    schedule = {**FAR, "overlap": "buffer_one"}
+    (task_id,) = [unique("b")]
+    client.create_task(kind, schedule, None, task_id)
+    client.pause(task_id)
+
+    async def in_flight_then_waiting() -> None:
+        redis_client = RedisClient.from_settings(redis_url, RedisSection(url=redis_url))
+        store = TaskStore(redis_client, api.namespace)
+        scripts = await store.scripts()
+        p = (await store.keys()).partition_of(task_id)
+        await scripts.decide_overlaps("c1", {p: [Planned(task_id, "1", [1000, 2000])]})
+        await scripts.end_flights([FlightEnd(task_id, ENDED_OK, 1000)])
+        await redis_client.aclose()
+
+    trio.run(in_flight_then_waiting)
+    done = client.tasks_action("trigger", {"ids": [task_id]}, overlap="buffer_one")
+    assert done["done"]
+    db = redis.Redis.from_url(redis_url)
+    entries: Any = db.xrange(Keys(api.namespace, 16).queue(kind))
+    assert [e[1][b"due_ms"] for e in entries] == [b"2000"]
+    db.close()

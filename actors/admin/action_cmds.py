@@ -22,7 +22,7 @@ from actors.admin.exits import Result
 from actors.admin.inputs import UsageError
 
 #: Selector keys that are filters; any other key is a label.
-FILTERS = ("type", "status", "next_before", "last_status")
+FILTERS = ("type", "status", "next_before", "last_status", "last_fate")
 #: The CLI's command names and the API's action names.
 ACTIONS = {"pause": "pause", "resume": "resume", "stop": "stop", "rm": "delete",
            "trigger": "trigger", "backfill": "backfill"}  # fmt: skip

@@ -52,7 +52,7 @@ def sleep_s(result: TickResult, max_tick_s: float, min_tick_s: float = 0.0) -> f
 
 #: Most fires a tick gathers at the shortest pause (bounds the lag the pause adds at high
 #: rates; with several pollers, their ticks together): above ``TICK_FIRES / min_tick_s``
-#: fires a second of the namespace (10,000 at the default 20 ms) the pause shrinks so a
+#: fires a second of the namespace (10,000 at a 20 ms pause) the pause shrinks so a
 #: tick gathers this many. Measured on 2 cores (``bench fire``, docs/PERFORMANCE.md):
 #: at 20,000 fires/s 10 ms kept p99 start lag at 54 ms, 20 ms took it to 89.
 TICK_FIRES = 200.0
@@ -68,8 +68,9 @@ def paced_pause_s(min_tick_s: float, max_batch_delay_s: float, fires_per_s: floa
 
 def shortest_pause_s(min_tick_s: float, fires_per_s: float) -> float:
     """The pause after a tick that found nothing more due: ``min_tick_s`` while a tick
-    gathers at most ``TICK_FIRES``, then shorter in proportion to the rate. With the
-    default 20 ms: 20 ms up to 10,000 fires a second, 10 ms at 20,000/s, 5 ms at 40,000/s.
+    gathers at most ``TICK_FIRES``, then shorter in proportion to the rate. With 20 ms
+    (``min_tick_s``'s default; the lag budget, ``paced_pause_s``, caps it at 10 ms by
+    default): 20 ms up to 10,000 fires a second, 10 ms at 20,000/s, 5 ms at 40,000/s.
     Below that rate a tick costs the node about the same CPU whatever it carries (two
     round trips and the consumer's read and flush after it), so the pause, not the rate,
     sets the CPU: at 1,000 fires/s 20 ms took the node from 58 to 29 % of a core against 5

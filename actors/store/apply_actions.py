@@ -41,10 +41,12 @@ from actors.store.actions import (
     read_action,
     renew_lease,
 )
+from actors.store.enqueue import enqueue_fires
 from actors.store.flights import with_origin
 from actors.store.manual_fires import APPENDED, HELD, check_overlap, fire_under
 from actors.store.notes import encode_note
 from actors.store.placement import resume_point
+from actors.store.replies import Fire
 from actors.store.selection import select_partition, sorted_after
 from runtime.logging import emit_events
 
@@ -85,11 +87,18 @@ async def apply_action(
         return state
     keys = await store.keys()
     pacer = backfilling.Pacer(settings.rate)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_keep_lease, store, action_id, holder, settings.lease_ms)
-        for partition in range(keys.partitions):
-            await _apply_partition(store, state, partition, settings, pacer)
-        nursery.cancel_scope.cancel()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_keep_lease, store, action_id, holder, settings.lease_ms)
+            for partition in range(keys.partitions):
+                await _apply_partition(store, state, partition, settings, pacer)
+            nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # One failure (a lost lease, Redis away) is the caller's to handle as itself: an
+        # exception group would slip past its ``except LeaseLost`` and ``ride_out``.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
     if not await finish_action(store, action_id, holder):
         raise LeaseLost(action_id)
     done = await read_action(store, action_id)
@@ -251,11 +260,22 @@ async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) 
         for task in tasks:
 
             async def append(dues: Sequence[int], letter: str, task: Task = task) -> list[bool]:
-                code = with_origin(letter, "t")
-                fires = [(task.task_id, encode_payload(task.payload), code) for _ in dues]
-                return await scripts.action_fires(
-                    task.type, state.action_id, due, fires, now, RETENTION_MS
-                )
+                # The overlap decision may start another fire than the action's own (one
+                # waiting behind the fire that ended, or one in flight never confirmed):
+                # each is appended under its own due time, the action's at most once.
+                code, payload = with_origin(letter, "t"), encode_payload(task.payload)
+                flags = []
+                for d in dues:
+                    if d == due:
+                        flags += await scripts.action_fires(
+                            task.type, state.action_id, due, [(task.task_id, payload, code)],
+                            now, RETENTION_MS,
+                        )  # fmt: skip
+                    else:
+                        fire = Fire(task.task_id, task.type, payload, d, policy=code)
+                        await enqueue_fires(scripts, [fire], now, _ACTOR, dedupe_window_ms=0)
+                        flags.append(True)
+                return flags
 
             fates = await fire_under(scripts, task.task_id, task.type, [due], overlap, append,
                                      _ACTOR)  # fmt: skip

@@ -274,6 +274,7 @@ class ExecutionScripts(FlightScripts):
                     line=POISON_LINE,
                 )
                 for i in range(0, len(ended), 4)
+                if ended[i + 1].isdigit() and ended[i + 3].isdigit()  # a hand-written entry
             ],
         )  # fmt: skip
 

@@ -69,7 +69,7 @@ class Selector:
         f = self.filter
         out: dict[str, Any] = {
             "type": f.task_type, "status": f.status, "next_before": f.next_before,
-            "last_status": f.last_status,
+            "last_status": f.last_status, "last_fate": f.last_fate,
         }  # fmt: skip
         out = {k: v for k, v in out.items() if v is not None}
         if f.labels:
@@ -87,7 +87,7 @@ class Selector:
         return cls(
             TaskFilter(
                 data.get("type"), data.get("status"), dict(data.get("labels") or {}),
-                data.get("next_before"), data.get("last_status"),
+                data.get("next_before"), data.get("last_status"), data.get("last_fate"),
             ),
             None if ids is None else tuple(ids),
             bool(data.get("all", False)),

@@ -164,7 +164,10 @@ document.getElementById("bulk-dry").addEventListener("click", () => act(async ()
   const sample = answer.sample.length ? `, e.g. ${answer.sample.join(", ")}` : "";
   preview.textContent = `Dry run: ${answer.count} task${answer.count === 1 ? "" : "s"} match${answer.count === 1 ? "es" : ""}${sample}.`;
   if (answer.count > 0) {
-    bulk.plan = body;
+    // One id for the action: an apply sent again (a timeout, a second click) continues it
+    // instead of starting another (a trigger would fire every task again).
+    const id = `dash-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+    bulk.plan = { ...body, action_id: id };
     const apply = document.getElementById("bulk-apply");
     apply.textContent = `Apply ${body.action} to ${answer.count} tasks`;
     apply.hidden = false;
@@ -176,7 +179,7 @@ document.getElementById("bulk-apply").addEventListener("click", () => act(async 
   resetBulk();
   const done = await api("POST", "/v1/tasks/actions", null, { ...body, dry_run: false });
   const failed = done.failed.length
-    ? ` Failed: ${done.failed.map((f) => (typeof f === "object" ? `${f.task_id}: ${f.error || f.detail || f.code || ""}` : f)).join("; ")}.`
+    ? ` Failed: ${done.failed.map((f) => (typeof f === "object" ? `${f.task_id}: ${f.reason || f.error || ""}` : f)).join("; ")}.`
     : "";
   document.getElementById("bulk-preview").textContent =
     `${body.action}: ${done.count} matched, ${done.changed} changed, ${done.unchanged} unchanged, ` +
