@@ -29,6 +29,7 @@ import attrs
 
 from actors.domain.schedules import Schedule
 from actors.store import lua
+from actors.store.codes import flag
 from actors.store.history import DEFAULT_HISTORY
 from actors.store.replies import Fire
 from actors.store.task_scripts import Call, TaskScripts
@@ -225,10 +226,10 @@ class FlightScripts(TaskScripts):
         go into the tasks' histories, ``history`` entries kept)."""
         calls: list[Call] = []
         for partition, tasks in planned.items():
-            args: list[Any] = [BUFFER_CAP, token, "1" if grid else "", self.keys.tag(partition),
+            args: list[Any] = [BUFFER_CAP, token, flag(grid), self.keys.tag(partition),
                                history, self.keys.buckets]  # fmt: skip
             for t in tasks:
-                args += [t.task_id, t.task_type, t.letter, "1" if t.ends else "", len(t.dues),
+                args += [t.task_id, t.task_type, t.letter, flag(t.ends), len(t.dues),
                          len(t.expired), *t.dues, *t.expired]  # fmt: skip
             keys = [self.keys.flights(partition), self.keys.not_run(partition)]
             calls.append((lua.OVERLAP, keys, args))

@@ -17,8 +17,9 @@
 --           due_ms (the grid time claimed), the new state record (the claimed one with its
 --           grid moved on and its fires counted, built by the poller; its version, values[4],
 --           is the claimed one)
--- Returns {earliest score in the zset after the commit or -1, lost ids...}, or {-2} when a
--- marker is missing: an enqueue pipelined ahead of this commit did not complete, so
+-- Returns {earliest score in the zset after the commit or NONE, lost ids...}, or
+-- {NOT_ENQUEUED} when a marker is missing: an enqueue pipelined ahead of this commit did
+-- not complete, so
 -- nothing changes (a grid time moves only after its fires are in the stream). Fencing: if
 -- the partition is no longer this poller's, or the claim is no longer in flight (another
 -- owner took the partition over), nothing changes and every id is lost (the new owner
@@ -35,7 +36,7 @@
 local tag, me, token = ARGV[1], ARGV[2], ARGV[3]
 local checks = tonumber(ARGV[5])
 for i = 1, checks do  -- HGET, not HEXISTS: the ACL a deployment granted (deploy/redis)
-  if not redis.call('HGET', KEYS[2 + i], ARGV[5 + i]) then return {-2} end
+  if not redis.call('HGET', KEYS[2 + i], ARGV[5 + i]) then return {NOT_ENQUEUED} end
 end
 local confirms = tonumber(ARGV[6 + checks])
 for i = 7 + checks, 6 + checks + confirms do
@@ -52,7 +53,7 @@ local function out_with_earliest(reply)
   if first[2] then reply[1] = tonumber(first[2]) end
   return reply
 end
-local out = {-1}
+local out = {NONE}
 if o[1] ~= me or not at then
   -- Not in flight: taken over, or this very commit already ran and its reply was lost
   -- (the caller sends it again). A task whose stored state is the one this commit writes

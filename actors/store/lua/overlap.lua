@@ -5,13 +5,14 @@
 -- ARGV[1]  most fires a buffer_all task keeps waiting   ARGV[2]  this claim's (or call's)
 --          token: the fires it puts in flight are unconfirmed until its commit
 --          (commit_fires.lua) or, for an operator's call, confirm_flights.lua
--- ARGV[3]  '1': a poller's claim of grid times ('' = an operator's trigger or backfill)
+-- ARGV[3]  FLAG_ON: a poller's claim of grid times (FLAG_OFF: an operator's trigger or
+--          backfill)
 -- ARGV[4]  partition tag   ARGV[5]  history length (grid times not run are occurrences of
 --          their task: history.lua, each recorded once however often it is decided
 --          again; the latest puts the task on the attention list)
 -- ARGV[6]  buckets per partition (a task deleted since its claim gets no history)
 -- ARGV[7..] per task: task_id, type, policy (A allow_all: expired times noted only, S skip,
---           1 buffer_one, B buffer_all, C cancel_other), '1' if the plan ends the task's
+--           1 buffer_one, B buffer_all, C cancel_other), FLAG_ON if the plan ends the task's
 --           grid ('' otherwise), n, m, then n planned due times (in order), then m expired
 --           due times (later than the catch-up window: not run, only noted)
 -- Returns per task: {task_id, due times to enqueue (comma separated; prefixed 'r' when an
@@ -34,13 +35,13 @@
 -- dedupe window it may run twice, as at-least-once allows, never not at all); a grid time
 -- decided before (in flight, waiting, skipped, or run and ended) is not decided again.
 local cap, token = tonumber(ARGV[1]), ARGV[2]
-local grid = ARGV[3] == '1'
+local grid = ARGV[3] == FLAG_ON
 local tag, keep, buckets = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local out = {}
 local now
 local i = 7
 while i <= #ARGV do
-  local id, task_type, policy, ends = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3] == '1'
+  local id, task_type, policy, ends = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3] == FLAG_ON
   local n, m = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
   local first = i + 6
   i = first + n + m

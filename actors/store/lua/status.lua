@@ -10,14 +10,14 @@
 -- so, -2 not found, -3 not allowed from status.
 local function change_status(tag, b, id, action, next_ms, score, note, schedule)
   local s = get_state(tag, b, id)
-  if not s then return -2, '' end
+  if not s then return CODE_NOT_FOUND, '' end
   local status = s[1]
   local target = ({pause = PAUSED, resume = ACTIVE, stop = STOPPED})[action]
   if status == target then return 0, STATUS_NAMES[status] end
   local allowed = (action == 'pause' and status == ACTIVE)
     or (action == 'resume' and status == PAUSED)
     or (action == 'stop' and (status == ACTIVE or status == PAUSED))
-  if not allowed then return -3, STATUS_NAMES[status] end
+  if not allowed then return CODE_BAD_TRANSITION, STATUS_NAMES[status] end
   s[1], s[4] = target, new_version(tag, s[4])  -- a new version (commit_fires)
   if action == 'resume' then
     if next_ms == '' then
