@@ -17,6 +17,7 @@ from runtime import logging as node_logging
 from runtime.config import RedisSection
 from runtime.redis_io import RedisClient
 from tests.api_node import ADMIN, ApiNode
+from tests.dashboard_browser import launch_browser, new_page
 from tests.redis_server import redis_url_for_tests
 
 
@@ -112,3 +113,17 @@ def client(api: ApiNode) -> Iterator[Client]:
 def keys(api: ApiNode) -> Keys:
     """The key layout of the module's ``api`` node's namespace."""
     return Keys(api.namespace, 16)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One Chromium per dashboard test module (``tests/dashboard_browser.py``)."""
+    with launch_browser() as launched:
+        yield launched
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh browser context a test: no storage, no cookies."""
+    with new_page(browser) as fresh:
+        yield fresh

@@ -26,7 +26,7 @@ from tests.api_node import (
     wait_until,
     write_api_config,
 )
-from tests.dashboard_browser import launch_browser, needs_chromium, new_page, sign_in
+from tests.dashboard_browser import needs_chromium, sign_in
 from tests.node_process import REPO
 
 pytestmark = needs_chromium
@@ -41,18 +41,6 @@ def api(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ap
     )  # fmt: skip
     with api_node(config, namespace) as node:
         yield node
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with launch_browser() as launched:
-        yield launched
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    with new_page(browser) as fresh:
-        yield fresh
 
 
 def test_the_queue_table_shows_the_backlog_a_test_created(page: Any, api: ApiNode) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from actors.admin.client import Client
 from tests.api_node import ADMIN, WORK_AND_DOOMED, ApiNode, recording_api_node, unique, wait_until
-from tests.dashboard_browser import launch_browser, needs_chromium, new_page, sign_in
+from tests.dashboard_browser import needs_chromium, sign_in
 
 pytestmark = needs_chromium
 YEARLY = {"kind": "cron", "cron": "0 0 1 1 *"}
@@ -31,18 +31,6 @@ def api(
         consumers=WORK_AND_DOOMED,
     ) as node:  # fmt: skip
         yield node
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with launch_browser() as launched:
-        yield launched
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    with new_page(browser) as fresh:
-        yield fresh
 
 
 def wait_text(page: Any, selector: str, text: str) -> None:

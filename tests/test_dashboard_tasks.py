@@ -28,7 +28,7 @@ from tests.api_node import (
     unique,
     wait_until,
 )
-from tests.dashboard_browser import launch_browser, needs_chromium, new_page, sign_in
+from tests.dashboard_browser import needs_chromium, sign_in
 
 pytestmark = needs_chromium
 YEARLY = {"kind": "cron", "cron": "0 0 1 1 *"}
@@ -47,18 +47,6 @@ def api(
         consumers=WORK_AND_DOOMED,
     ) as node:  # fmt: skip
         yield node
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with launch_browser() as launched:
-        yield launched
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    with new_page(browser) as fresh:
-        yield fresh
 
 
 def ran(record_file: Path, task_id: str) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 
 from actors.store import lua
+from actors.store.codes import flag
 from actors.store.task_scripts import TaskScripts, or_empty
 
 #: ``action_batch.lua``'s answer when the partition's mark is not the one the caller read.
@@ -67,7 +68,7 @@ class ActionScripts(TaskScripts):
         """``action_fires.lua``: append one fire per (task_id, payload, policy code) unless
         this action appended it before; per fire, True if appended now."""
         k = self.keys
-        args: list[Any] = [now_ms, task_type, due_ms, "1" if k.compact_messages else "",
+        args: list[Any] = [now_ms, task_type, due_ms, flag(k.compact_messages),
                            retention_ms]  # fmt: skip
         for fire in fires:
             args += list(fire)

@@ -5,7 +5,7 @@
 -- ARGV[1]  enq_ms (Redis time of the call)   ARGV[2]  the type
 -- ARGV[3]  due_ms: the action's time, the same for every fire of the action (its
 --          schedule_id is task_id:due_ms, so a fire of an action has one id for good)
--- ARGV[4]  '1': compact messages (task_id, payload, attempt, due_ms), '' = the full form
+-- ARGV[4]  FLAG_ON: compact messages (task_id, payload, attempt, due_ms), '' = the full form
 -- ARGV[5]  marker retention ms
 -- ARGV[6..] groups of 3: task_id, payload (JSON), policy code ('' = none: field o)
 -- Returns one flag per task: 1 appended now, 0 appended before by this action.
@@ -15,30 +15,19 @@
 -- Cluster no script can append the fire and move the partition's progress mark
 -- (action_batch.lua) atomically. The applier therefore appends first (here: HSETNX of the
 -- task on the action's marker, then XADD only for a field that was new, one atomic step
--- in the stream's slot) and moves the mark after. A node killed between the two leaves
+-- in the stream's slot: append_once.lua) and moves the mark after. A node killed between the two leaves
 -- the batch unmarked; whoever applies it again sends the same tasks here, finds their
 -- fields and appends nothing twice, then moves the mark. Marking first would skip a
 -- task whose append never happened. The marker outlives the action's record (both kept
 -- ARGV[5]), so no repeat of the action can fire a task twice.
 local stream, marker = KEYS[1], KEYS[2]
 local enq, typ, due = ARGV[1], ARGV[2], ARGV[3]
-local compact = ARGV[4] == '1'
+local compact = ARGV[4] == FLAG_ON
 local out = {}
 for i = 6, #ARGV, 3 do
-  local id, payload, policy = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if redis.call('HSETNX', marker, id, '') == 1 then
-    local f = {'task_id', id, 'payload', payload, 'attempt', '0', 'due_ms', due}
-    if not compact then
-      for _, v in ipairs({'schedule_id', id .. ':' .. due, 'type', typ, 'enq_ms', enq}) do
-        f[#f + 1] = v
-      end
-    end
-    if policy ~= '' then f[#f + 1], f[#f + 2] = 'o', policy end
-    redis.call('XADD', stream, '*', unpack(f))
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
-  end
+  local id = ARGV[i]
+  out[#out + 1] = append_once(stream, marker, id, id, ARGV[i + 1], due, compact, typ, enq,
+    ARGV[i + 2])
 end
 if #ARGV >= 6 then redis.call('PEXPIRE', marker, ARGV[5]) end
 return out
