@@ -151,6 +151,10 @@ class RedisSection:
     """Connections in the pool, and threads that may wait on Redis at once."""
     socket_timeout_s: float = attrs.field(default=5.0, validator=positive)
     connect_timeout_s: float = attrs.field(default=2.0, validator=positive)
+    native_io: bool = True
+    """``redis://`` and ``unix://`` only: the fire path's calls (claims, enqueues, stream
+    reads, outcomes) on trio sockets instead of the I/O threads (``runtime.redis_native``);
+    false: every call through redis-py on the threads."""
     data_dir: str = "metronome-data"
     """Embedded server only: its AOF, log and socket live here."""
     embedded_port: int = 0

@@ -1,7 +1,8 @@
-"""All Redis I/O: redis-py, driven from trio through a bounded pool of worker threads.
+"""All Redis I/O: redis-py, driven from trio through a bounded pool of worker threads, and
+the fire path's calls on trio sockets where the connection allows.
 
 Why threads: redis-py (the client the design names) has no trio support, and its asyncio
-client cannot run on trio. So every call leaves the trio thread via ``trio.to_thread``:
+client cannot run on trio. So its calls leave the trio thread:
 
 - a fixed set of ``max_connections`` worker threads (``runtime.io_threads``, cheaper per call
   than ``trio.to_thread``) matches the blocking connection pool, so a burst queues instead of
@@ -29,9 +30,14 @@ Every Redis call of a node's work goes through this module (``embedded_redis`` o
 the server it started; ``runtime.testing`` is the test kit), and above it only
 ``actors.store`` builds commands or reads replies: a native async client can replace it.
 
-``RedisClient`` is composed of three parts: the direct-connection script calls of the fire
-path (``runtime.redis_wire``), riding out outages and refusals (``runtime.redis_outages``),
-and building the redis-py client (``runtime.redis_connect``).
+The fire path's calls (pipelined scripts, stream reads) skip the hop on a plain TCP or
+Unix-socket connection: ``runtime.redis_native`` sends them on trio sockets with hiredis
+parsing, replies and errors as redis-py's (``[redis] native_io``, default on).
+
+``RedisClient`` is composed of four parts: the direct-connection script calls of the fire
+path (``runtime.redis_wire``) and their trio-socket pool (``runtime.redis_native``), riding
+out outages and refusals (``runtime.redis_outages``), and building the redis-py client
+(``runtime.redis_connect``).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -53,6 +59,7 @@ from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.io_threads import IOThreads
 from runtime.logging import get_logger
 from runtime.redis_connect import redact, sentinel_master, tls_options
+from runtime.redis_native import NativePool
 from runtime.redis_outages import OutageRiding
 from runtime.redis_replies import classify
 from runtime.redis_wire import DirectCalls, NoScriptError
@@ -89,11 +96,14 @@ class RedisClient(DirectCalls, OutageRiding):
         description: str,
         *,
         connect: Callable[[], Any] | None = None,
+        native: NativePool | None = None,
     ) -> None:
         """``raw``: the redis-py client; or None and ``connect``, which builds it at the
         first call (a cluster client connects as it is built: this way a node starting
-        while its cluster is unreachable waits for it like for any outage)."""
+        while its cluster is unreachable waits for it like for any outage). ``native``:
+        the same server's trio-socket pool, for the fire path's calls."""
         self._raw_client = raw
+        self._native = native
         self._connect = connect
         self._connect_lock = threading.Lock()
         self._threads = IOThreads(max_connections)
@@ -149,16 +159,27 @@ class RedisClient(DirectCalls, OutageRiding):
                 **common,
             )
             raw = redis.Redis(connection_pool=pool)
+            if settings.native_io and not url.startswith("rediss://"):
+                return cls(
+                    raw,
+                    settings.max_connections,
+                    redact(url),
+                    native=NativePool.beside(pool, settings),
+                )
         return cls(raw, settings.max_connections, redact(url))
 
     # -- calls ----------------------------------------------------------------------------
 
     async def run_sync(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` (which uses the raw client) on a worker thread; map connection errors."""
+        return await self._mapped(lambda: self._threads.run(fn))
 
-        def guarded() -> T:
+    async def _mapped(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``await call()`` with redis-py's errors mapped (``RedisUnavailable``,
+        ``RedisRefused``) and the outage state kept."""
+        try:
             try:
-                return fn()
+                result = await call()
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
                 raise RedisUnavailable(f"redis at {self.description}: {exc}") from exc
             except redis.exceptions.ClusterDownError as exc:
@@ -170,9 +191,6 @@ class RedisClient(DirectCalls, OutageRiding):
                 if classified is exc:
                     raise
                 raise classified from exc
-
-        try:
-            result = await self._threads.run(guarded)
         except RedisRefused:
             if self._down_since is not None:  # refused: so it answers
                 self._mark_up()
@@ -197,6 +215,9 @@ class RedisClient(DirectCalls, OutageRiding):
         as ``execute``'s."""
         if self.is_cluster:
             return await self.execute(*command)
+        native = self._native
+        if native is not None:
+            return await self._mapped(lambda: native.one(command))
 
         def read(conn: Any) -> Reply:
             conn.send_command(*command)
@@ -254,6 +275,9 @@ class RedisClient(DirectCalls, OutageRiding):
         In a cluster, calls to different shards may run in any order relative to each
         other: a caller that needs one write before another uses ``scripts_in_order``.
         """
+        native = self._native
+        if native is not None:
+            return await self._mapped(lambda: self._native_script_calls(native, calls))
         return await self.run_sync(lambda: self._script_calls(calls))
 
     async def scripts_in_order(
@@ -265,6 +289,18 @@ class RedisClient(DirectCalls, OutageRiding):
         success (else None for it): two round trips to Redis, so that nothing in ``then``
         runs unless ``first`` did (a pipeline runs every command, and cluster shards in no
         set order), and one hop to the I/O thread, which is most of a call's client CPU."""
+
+        native = self._native
+        if native is not None:
+
+            async def run_native() -> tuple[list[Reply], list[Reply] | None]:
+                assert native is not None
+                replies = await self._native_script_calls(native, first)
+                if any(isinstance(r, Exception) for r in replies):
+                    return replies, None
+                return replies, await self._native_script_calls(native, then)
+
+            return await self._mapped(run_native)
 
         def run() -> tuple[list[Reply], list[Reply] | None]:
             replies = self._script_calls(first)
@@ -279,6 +315,8 @@ class RedisClient(DirectCalls, OutageRiding):
         failed): so that a step taken next cannot race a write given up on. Cancellable;
         each such call is bounded by the socket timeout."""
         await self._threads.wait_abandoned()
+        if self._native is not None:
+            await self._native.wait_abandoned()
 
     async def ping(self) -> bool:
         return bool(await self.run_sync(lambda: self._raw.ping()))
@@ -326,6 +364,8 @@ class RedisClient(DirectCalls, OutageRiding):
         """Close the pool once in-flight calls (even abandoned ones, each bounded by its
         socket timeout) are done, so none opens a socket after the pool is closed."""
         with trio.CancelScope(shield=True):
+            if self._native is not None:
+                await self._native.aclose()
             threads = self._threads.close()
             deadline = time.monotonic() + _CLOSE_WAIT_S
 

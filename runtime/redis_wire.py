@@ -1,7 +1,8 @@
 """The direct-connection path of a ``RedisClient``: pipelined script calls written to and
 read from one pooled connection without redis-py's per-command machinery (the path every
 fire takes), with NOSCRIPT answered by loading the script and re-sending only the calls
-that failed, and every error reply classified once (``runtime.redis_replies``).
+that failed, and every error reply classified once (``runtime.redis_replies``). The same
+calls on a ``runtime.redis_native`` pool, when the client has one, run on the trio thread.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import redis
 import redis.cluster
 import redis.exceptions
 
+from runtime.redis_native import NativePool, pack
 from runtime.redis_replies import ReplyClass, classify, reply_class, reply_text
 
 if TYPE_CHECKING:
@@ -37,6 +39,7 @@ class DirectCalls:
 
     description: str
     is_cluster: bool
+    _native: NativePool | None
 
     @property
     def _raw(self) -> Any:
@@ -76,6 +79,30 @@ class DirectCalls:
             for script in {calls[i][0] for i in missing}:
                 self._load_everywhere(script)
             retried = self._pipelined_evalsha([calls[i] for i in missing])
+            for i, reply in zip(missing, retried, strict=True):
+                replies[i] = reply
+        return self._classified(replies)
+
+    async def _native_script_calls(
+        self, native: NativePool, calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
+    ) -> list[Reply]:
+        """``_script_calls`` on the trio thread, over ``native``."""
+        if not calls:
+            return []
+        commands = [
+            ("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls
+        ]
+        replies = await native.pipelined(pack(commands), len(commands))
+        for _ in range(_NOSCRIPT_RETRIES):
+            missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+            if not missing:
+                break
+            sources = list({calls[i][0].source for i in missing})
+            loads = [("SCRIPT", "LOAD", source) for source in sources]
+            for loaded in await native.pipelined(pack(loads), len(loads)):
+                if isinstance(loaded, redis.exceptions.ResponseError):
+                    raise loaded
+            retried = await native.pipelined(pack([commands[i] for i in missing]), len(missing))
             for i, reply in zip(missing, retried, strict=True):
                 replies[i] = reply
         return self._classified(replies)

@@ -1,0 +1,139 @@
+"""The fire path's calls on trio sockets (``runtime.redis_native``), against real servers:
+the same replies as through redis-py, a server restarted under idle connections, a stalled
+server, cancellation, and an abandoned write that ``wait_abandoned`` waits for."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from runtime.config import RedisSection
+from runtime.embedded_redis import find_server_binary
+from runtime.errors import RedisUnavailable
+from runtime.redis_io import RedisClient, Script
+from runtime.testing.local_redis import RedisProcess
+
+ECHO = Script("echo", "return {KEYS[1], ARGV[1]}")
+SET = Script("set", "redis.call('SET', KEYS[1], ARGV[1]) return 1")
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisProcess]:
+    """A server of this test alone, which it may kill or pause."""
+    server = RedisProcess(find_server_binary()).start()
+    yield server
+    server.remove()
+
+
+def client_for(url: str, **settings: object) -> RedisClient:
+    return RedisClient.from_settings(url, RedisSection(url=url, **settings))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("native_io", [True, False])
+async def test_both_paths_answer_alike(redis_url: str, namespace: str, native_io: bool) -> None:
+    client = client_for(redis_url, native_io=native_io)
+    try:
+        assert (client._native is not None) is native_io
+        key = f"{namespace}:k"
+        first, then = await client.scripts_in_order([(SET, [key], ["1"])], [(ECHO, [key], ["v"])])
+        assert (first, then) == ([1], [[key.encode(), b"v"]])
+        failing = Script("failing", "return redis.error_reply('no such thing')")
+        first, then = await client.scripts_in_order([(failing, [key], [])], [(SET, [key], ["2"])])
+        assert isinstance(first[0], Exception) and then is None
+        assert await client.execute("GET", key) == b"1"  # ``then`` did not run
+        await client.execute("SCRIPT", "FLUSH")
+        assert await client.scripts(ECHO, [([key], ["w"])]) == [[key.encode(), b"w"]]
+    finally:
+        await client.aclose()
+
+
+async def test_a_unix_socket_takes_the_native_path(tmp_path: Path, namespace: str) -> None:
+    sock = tmp_path / "r.sock"
+    server = RedisProcess(find_server_binary(), ["--unixsocket", str(sock)]).start()
+    try:
+        client = client_for(f"unix://{sock}")
+        assert client._native is not None
+        assert await client.scripts(ECHO, [(["a"], ["b"])]) == [[b"a", b"b"]]
+        await client.aclose()
+    finally:
+        server.remove()
+
+
+async def test_a_restarted_server_behind_idle_connections_is_no_outage(
+    own_server: RedisProcess,
+) -> None:
+    """The pooled connections die with the server; the next call goes on a new one."""
+    client = client_for(own_server.url)
+    try:
+        assert await client.scripts(ECHO, [(["a"], ["1"])] * 3) == [[b"a", b"1"]] * 3
+        own_server.kill()
+        await trio.to_thread.run_sync(own_server.start, own_server.port)
+        assert await client.scripts(ECHO, [(["b"], ["2"])]) == [[b"b", b"2"]]
+    finally:
+        await client.aclose()
+
+
+async def test_a_stalled_server_is_an_outage_then_answers_again(
+    own_server: RedisProcess, redis_url: str
+) -> None:
+    client = client_for(own_server.url, socket_timeout_s=0.3)
+    admin = client_for(own_server.url, native_io=False)
+    try:
+        assert await client.scripts(ECHO, [(["a"], ["1"])]) == [[b"a", b"1"]]
+        await admin.execute("CLIENT", "PAUSE", 1500, "ALL")
+        with pytest.raises(RedisUnavailable, match="Timeout"):
+            await client.scripts(ECHO, [(["a"], ["2"])])
+        with trio.fail_after(30):
+            while True:
+                try:
+                    assert await client.scripts(ECHO, [(["a"], ["3"])]) == [[b"a", b"3"]]
+                    break
+                except RedisUnavailable:
+                    await trio.sleep(0.1)
+    finally:
+        await client.aclose()
+        await admin.aclose()
+
+
+async def test_cancelling_a_blocked_read_is_prompt(own_server: RedisProcess) -> None:
+    client = client_for(own_server.url, socket_timeout_s=10)
+    try:
+        start = trio.current_time()
+        with trio.move_on_after(0.2):
+            await client.execute_unparsed("BLPOP", "never-pushed", 5)
+        assert trio.current_time() - start < 2.0
+        with trio.fail_after(10):  # the half-closed connection ends without the 5 s block
+            await client.wait_abandoned()
+        assert await client.scripts(ECHO, [(["a"], ["1"])]) == [[b"a", b"1"]]
+    finally:
+        await client.aclose()
+
+
+async def test_an_abandoned_write_is_settled_once_wait_abandoned_returns(
+    own_server: RedisProcess, namespace: str
+) -> None:
+    """A write sent to a paused server, its caller cancelled: once ``wait_abandoned``
+    returns, the server has ended that connection, so the write has run or never will (a
+    paused server drops it): the caller's next step cannot race it."""
+    client = client_for(own_server.url, socket_timeout_s=10)
+    admin = client_for(own_server.url, native_io=False)
+    key = f"{namespace}:abandoned"
+    try:
+        await client.scripts(SET, [([f"{key}:warm"], ["0"])])  # loaded, a connection pooled
+        await admin.execute("CLIENT", "PAUSE", 20_000, "WRITE")
+        with trio.move_on_after(0.2) as scope:
+            await client.scripts(SET, [([key], ["1"])])
+        assert scope.cancelled_caught
+        with trio.fail_after(30):
+            await client.wait_abandoned()
+        clients = await admin.execute("CLIENT", "LIST")
+        assert clients.count(b"cmd=evalsha") == 0, clients  # the connection is gone
+        await admin.execute("CLIENT", "UNPAUSE")
+        assert await client.scripts(SET, [([f"{key}:after"], ["2"])]) == [1]
+        assert await admin.execute("GET", key) is None  # dropped unrun, and stays so
+    finally:
+        await client.aclose()
+        await admin.aclose()
