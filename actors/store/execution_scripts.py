@@ -8,6 +8,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from msgpack import packb
+
 from actors.store import lua
 from actors.store.flights import (
     ENDED_DEAD,
@@ -97,13 +99,14 @@ class ExecutionScripts(FlightScripts):
         self, partition: int, outcomes: Sequence[OutcomeWrite], task_type: str, ledger: Ledger
     ) -> Call:
         k = self.keys
-        args: list[Any] = [k.tag(partition), ledger.keep, ledger.node, ledger.late_ms, task_type]
+        rows: list[Any] = []
         for o in outcomes:
-            args += [
+            rows += [
                 o.task_id, k.bucket_of(o.task_id), o.outcome, o.finished_ms, o.error, o.due_ms,
                 "" if o.started_ms is None else o.started_ms, o.attempt, o.origin, o.line,
                 "" if o.allowed_ms is None else o.allowed_ms,
             ]  # fmt: skip
+        args = [k.tag(partition), ledger.keep, ledger.node, ledger.late_ms, task_type, packb(rows)]
         return (lua.RECORD_OUTCOMES, [k.schedule(partition)], args)
 
     async def schedule_retries(self, retries: Sequence[RetryWrite]) -> None:

@@ -3,7 +3,8 @@
 -- ARGV[1]  partition tag   ARGV[2]  history length (0 = none kept)
 -- ARGV[3]  the node's number (history.lua)   ARGV[4]  lateness bound ms (0 = none)
 -- ARGV[5]  the fires' type
--- ARGV[6..] groups of 11: task_id, bucket, outcome code (0 ok, 1 retry, 2 dead,
+-- ARGV[6]  MessagePack of one flat array, groups of 11 (one C call decodes them all, its
+--           numbers arriving as numbers): task_id, bucket, outcome code (0 ok, 1 retry, 2 dead,
 --           3 cancelled, 4 expired: not run), finished_ms, error ('' = none), due_ms,
 --           started_ms ('' = did not start), attempt, origin (0 schedule, 1 trigger,
 --           2 backfill, 3 replay), the error's last line, and the lateness the fire was
@@ -26,11 +27,12 @@ local now
 -- case), an ok fire has no entry to take off and costs no lookup. (EXISTS: an emptied
 -- hash is gone; and the command the shipped ACL grants, deploy/redis/users.acl.)
 local listed = redis.call('EXISTS', tag .. ':attention') == 1
-for i = 6, #ARGV, 11 do
-  local id, b, outcome = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+local a = cmsgpack.unpack(ARGV[6])
+for i = 1, #a, 11 do
+  local id, b, outcome = a[i], a[i + 1], a[i + 2]
   local r = get_run(tag, b, id)
   if r then
-    local finished = tonumber(ARGV[i + 3])
+    local finished = a[i + 3]
     if outcome <= 2 then
       local failed_before = r[4] and r[4] ~= 0  -- only then is there an error to forget
       r[3], r[4] = finished, outcome
@@ -39,14 +41,14 @@ for i = 6, #ARGV, 11 do
         if failed_before then redis.call('HDEL', tag .. ':errors', id) end
       else
         r[2] = (r[2] or 0) + 1
-        redis.call('HSET', tag .. ':errors', id, ARGV[i + 4])
+        redis.call('HSET', tag .. ':errors', id, a[i + 4])
       end
       redis.call('HSET', tag .. ':run:' .. b, id, cmsgpack.pack(r[1], r[2], r[3], r[4]))
     end
-    local fate, due, started = fate_of[outcome], tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
-    local line, allowed = ARGV[i + 9], tonumber(ARGV[i + 10])
+    local fate, due, started = fate_of[outcome], a[i + 5], tonumber(a[i + 6])
+    local line, allowed = a[i + 9], tonumber(a[i + 10])
     local lag = started and started - due
-    push_history(tag, id, keep, fate, tonumber(ARGV[i + 8]), tonumber(ARGV[i + 7]), due, lag,
+    push_history(tag, id, keep, fate, a[i + 8], a[i + 7], due, lag,
       started and finished - started, node, line ~= '' and line or nil)
     local reason = attention_of[fate]
     if fate == FATE_OK and late > 0 and allowed and lag and lag - allowed > late then
