@@ -17,13 +17,22 @@ import attrs
 from msgpack import unpackb
 
 from actors.domain.schedules import Schedule
-from actors.store.codes import CLAIM_HEADER, CLAIM_ITEMS, LEAN_CLAIM_ITEMS, optional_ms
+from actors.store.codes import (
+    CLAIM_HEADER,
+    CLAIM_ITEMS,
+    DEFINITION_VALUES,
+    LEAN_CLAIM_ITEMS,
+    STATE_FIRES,
+    STATE_NEXT_MS,
+    STATE_STATUS,
+    STATE_UPDATED_MS,
+    STATE_VALUES,
+    optional_ms,
+)
 from actors.store.definitions import Definition, DefinitionCache
 from actors.store.keys import bucket_hash_of_bytes
 from actors.store.records import (
     ARRAY_HEADERS,
-    DEFINITION_VALUES,
-    STATE_VALUES,
     STATUS_NAMES,
     RecordError,
     decode_schedule,
@@ -72,11 +81,11 @@ def claimed_task(
     prior_claim: str,
 ) -> Claimed:  # fmt: skip
     """A claimed task from its definition and its state record's values."""
-    due_ms = values[1]
+    due_ms = values[STATE_NEXT_MS]
     return Claimed(
         task_id, bucket, definition.type, definition.payload, definition.schedule, due_ms,
-        values[2], values[3] or 0, owed_ms if owed_ms >= due_ms else None, prior_claim,
-        values,
+        values[STATE_FIRES], values[STATE_UPDATED_MS] or 0, owed_ms if owed_ms >= due_ms else None,
+        prior_claim, values,
     )  # fmt: skip
 
 
@@ -144,7 +153,7 @@ def decode_lean_claim(
                 continue
             if task_id in known_states:
                 known += 1
-        definition = definitions.get(partition, task_id, values[3] or 0)
+        definition = definitions.get(partition, task_id, values[STATE_UPDATED_MS] or 0)
         if definition is None:
             misses.append((task_id, bucket, values))
         else:
@@ -181,14 +190,14 @@ def add_read_definitions(lean: LeanClaim, reply: list[Any], definitions: Definit
             claim.unreadable.append((task_id, _what_is_wrong(raw_def, raw_state, exc)))
             continue
         if claimed is None:
-            if not unchanged or values[0] != ACTIVE or values[1] is None:
+            if not unchanged or values[STATE_STATUS] != ACTIVE or values[STATE_NEXT_MS] is None:
                 continue
-        elif (values[3] or 0) != (claimed[3] or 0):
+        elif (values[STATE_UPDATED_MS] or 0) != (claimed[STATE_UPDATED_MS] or 0):
             continue
         else:
             values = claimed
-        if definitions.worth_keeping(definition, values[1]):
-            definitions.put(claim.partition, task_id, values[3] or 0, definition)
+        if definitions.worth_keeping(definition, values[STATE_NEXT_MS]):
+            definitions.put(claim.partition, task_id, values[STATE_UPDATED_MS] or 0, definition)
         claim.tasks.append(
             claimed_task(task_id, bucket, definition, values, lean.owed_ms, lean.prior_claim)
         )
