@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from actors.store.codes import DEFINITION_VALUES
 from actors.store.keys import Keys
-from actors.store.records import DEFINITION_VALUES, unpack
+from actors.store.records import unpack
 
 
 def definition(db: Any, keys: Keys, task_id: str) -> list[Any] | None:

@@ -83,19 +83,18 @@ def test_a_definition_read_after_its_task_changed_is_left_for_the_next_tick() ->
     definition = encode_definition("t", "{}", encode_schedule(EVERY_MINUTE), 1000)
     claimed = [0, 5000, 0, 1000, 0, None, None, None, None]  # version 1000 when claimed
     lean = LeanClaim(PartitionClaim(0, 6000, 5000, []), [("a", 3, claimed)], -1, "")
-    cache = DefinitionCache(100)
     moved = encode_state("active", 5000, 0, 1001, 0, 0, None, None)  # updated since
-    add_read_definitions(lean, [definition, moved, b"0"], cache)
-    assert lean.claim.tasks == [] and len(cache) == 0
-    add_read_definitions(lean, [None, None, b"0"], cache)  # deleted since
-    assert lean.claim.tasks == [] and len(cache) == 0
+    assert add_read_definitions(lean, [definition, moved, b"0"]) == []
+    assert lean.claim.tasks == []
+    assert add_read_definitions(lean, [None, None, b"0"]) == []  # deleted since
+    assert lean.claim.tasks == []
     same = encode_state("active", 5000, 0, 1000, 0, 0, None, None)
-    add_read_definitions(lean, [definition, same, b"0"], cache)
+    ((kept_id, kept_version, kept),) = add_read_definitions(lean, [definition, same, b"0"])
     (task,) = lean.claim.tasks
     assert (task.task_id, task.bucket, task.type, task.due_ms, task.updated_ms) == (
         "a", 3, "t", 5000, 1000,
     )  # fmt: skip
-    assert cache.get(0, "a", 1000) is not None and cache.get(0, "a", 1001) is None
+    assert (kept_id, kept_version, kept.type) == ("a", 1000, "t")  # the version claimed
 
 
 def test_the_cache_keeps_at_most_its_limit_and_sweeps_out_what_is_not_used() -> None:

@@ -148,7 +148,7 @@ def test_a_state_read_after_a_claim_that_left_it_out_is_taken_only_if_unchanged(
     def read(reply: list[object], writes: int = 7) -> list[Claimed]:
         claim = PartitionClaim(0, 6000, 5000, [], writes=writes)
         lean = LeanClaim(claim, [("a", 3, None)], -1, "")
-        add_read_definitions(lean, reply, DefinitionCache(100))
+        add_read_definitions(lean, reply)
         return lean.claim.tasks
 
     assert read([definition, active, b"8"]) == []  # a write came between: next tick

@@ -5,7 +5,8 @@
 two drift apart: the file differs from what ``codes.py`` writes, a script declares one of
 the shared names itself (shadowing the shared value), a reply header marked
 ``-- NAME items`` has another number of items than ``NAME``, a script declares a constant
-Python does not know, or ``records.lua``'s status codes differ from ``records.py``'s.
+Python does not know, ``records.lua``'s status codes differ from ``records.py``'s, or a
+record's value is read by number instead of by its name.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from actors.store import lua
-from actors.store.codes import LUA_NAMES, lua_literal, lua_source
+from actors.store import codes, lua
+from actors.store.codes import LUA_NAMES, STATE_FIELDS, lua_literal, lua_source
 from actors.store.records import STATUS_NAMES
 from runtime.redis_io import Script
 
@@ -122,3 +123,23 @@ def test_items_of_a_table_constructor_are_counted_at_its_top_level(
     literal: str, items: int
 ) -> None:
     assert _top_level_items(literal) == items
+
+
+def test_record_positions_are_named_alike_on_both_sides() -> None:
+    """``STATE_NEXT_MS`` in Python and in a script name the same value, each side counting
+    from its own first index."""
+    positions = {n: v for n, v in LUA_NAMES.items() if n.startswith(("STATE_", "RUN_"))}
+    positions = {n: v for n, v in positions.items() if not n.endswith("_VALUES")}
+    assert len(positions) == len(STATE_FIELDS) + len(codes.RUN_FIELDS)
+    assert {n: getattr(codes, n) + 1 for n in positions} == positions
+    # claim_due.lua and records.status_index read these two from a state's first bytes
+    assert STATE_FIELDS[:2] == ("status", "next_ms")
+
+
+#: ``s[2]``, ``r[4]``, ``state[1]``: a record's value read by number.
+BY_NUMBER = re.compile(r"\b(?:s|st|state|r|run|s0|values)\[[0-9]+\]")
+
+
+def test_no_script_reads_a_record_by_number() -> None:
+    found = [f"{f}: {m}" for f, source in SCRIPTS.items() for m in BY_NUMBER.findall(source)]
+    assert found == [], "read it by name (STATE_*, RUN_* in actors/store/codes.py)"

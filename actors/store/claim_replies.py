@@ -7,6 +7,11 @@ schedules decoded once per distinct stored form, and a task whose records this v
 cannot read is set aside with what is wrong (``PartitionClaim.unreadable``), not raised:
 it stays due and the poller says so. Apart from ``replies`` (the values themselves)
 because it is the one place that knows the claim's reply layout.
+
+The decoders read the poller's caches (``DefinitionCache.get``, the states ``KnownStates``
+kept) and never write them: they return what a claim taught (``LeanClaim.complete``, the
+definitions worth keeping), and their caller, ``SchedulingScripts.claim_due``, updates the
+caches in one visible place.
 """
 
 from __future__ import annotations
@@ -17,13 +22,22 @@ import attrs
 from msgpack import unpackb
 
 from actors.domain.schedules import Schedule
-from actors.store.codes import CLAIM_HEADER, CLAIM_ITEMS, LEAN_CLAIM_ITEMS, optional_ms
+from actors.store.codes import (
+    CLAIM_HEADER,
+    CLAIM_ITEMS,
+    DEFINITION_VALUES,
+    LEAN_CLAIM_ITEMS,
+    STATE_FIRES,
+    STATE_NEXT_MS,
+    STATE_STATUS,
+    STATE_UPDATED_MS,
+    STATE_VALUES,
+    optional_ms,
+)
 from actors.store.definitions import Definition, DefinitionCache
 from actors.store.keys import bucket_hash_of_bytes
 from actors.store.records import (
     ARRAY_HEADERS,
-    DEFINITION_VALUES,
-    STATE_VALUES,
     STATUS_NAMES,
     RecordError,
     decode_schedule,
@@ -72,11 +86,11 @@ def claimed_task(
     prior_claim: str,
 ) -> Claimed:  # fmt: skip
     """A claimed task from its definition and its state record's values."""
-    due_ms = values[1]
+    due_ms = values[STATE_NEXT_MS]
     return Claimed(
         task_id, bucket, definition.type, definition.payload, definition.schedule, due_ms,
-        values[2], values[3] or 0, owed_ms if owed_ms >= due_ms else None, prior_claim,
-        values,
+        values[STATE_FIRES], values[STATE_UPDATED_MS] or 0, owed_ms if owed_ms >= due_ms else None,
+        prior_claim, values,
     )  # fmt: skip
 
 
@@ -102,6 +116,9 @@ class LeanClaim:
     misses: list[tuple[str, int, list[Any] | None]]
     owed_ms: int
     prior_claim: str
+    complete: bool | None = None
+    """Whether every due task's state was one the poller knew (``KnownStates.completed``);
+    None when nothing was due (a claim of nothing due tells nothing)."""
 
 
 def decode_lean_claim(
@@ -110,8 +127,9 @@ def decode_lean_claim(
 ) -> LeanClaim:  # fmt: skip
     """``claim_due.lua``'s reply without definitions (ARGV[9] ``FLAG_ON``): the tasks whose
     definition at their version ``definitions`` has (and, if the claim left the states
-    out, whose state ``states`` knows), and the others (read next with
-    ``read_definitions.lua``, then ``add_read_definitions``)."""
+    out, whose state ``states`` knows at the count of writes the claim read), and the
+    others (read next with ``read_definitions.lua``, then ``add_read_definitions``).
+    Reads the caches, writes neither."""
     now, earliest, held, prior, owed, writes, with_states = reply[:CLAIM_HEADER]
     prior_claim, owed_ms = prior.decode(), int(owed)
     if int(held):
@@ -120,9 +138,7 @@ def decode_lean_claim(
     tasks: list[Claimed] = []
     misses: list[tuple[str, int, list[Any] | None]] = []
     unreadable: list[tuple[str, str]] = []
-    if states is not None:
-        states.claimed(partition, int(writes))
-    known_states = states.of(partition) if states is not None else {}
+    known_states = states.kept_at(partition, int(writes)) if states is not None else {}
     known = 0
     left_out = not int(with_states)
     for i in range(CLAIM_HEADER, len(reply), LEAN_CLAIM_ITEMS):
@@ -144,30 +160,30 @@ def decode_lean_claim(
                 continue
             if task_id in known_states:
                 known += 1
-        definition = definitions.get(partition, task_id, values[3] or 0)
+        definition = definitions.get(partition, task_id, values[STATE_UPDATED_MS] or 0)
         if definition is None:
             misses.append((task_id, bucket, values))
         else:
             tasks.append(claimed_task(task_id, bucket, definition, values, owed_ms, prior_claim))
     due = (len(reply) - CLAIM_HEADER) // LEAN_CLAIM_ITEMS
-    if states is not None and due:  # a claim of nothing due tells nothing
-        states.completed(partition, known == due)
     claim = PartitionClaim(
         partition, int(now), optional_ms(earliest), tasks, writes=int(writes),
         unreadable=unreadable,
     )  # fmt: skip
-    return LeanClaim(claim, misses, owed_ms, prior_claim)
+    return LeanClaim(claim, misses, owed_ms, prior_claim, known == due if due else None)
 
 
-def add_read_definitions(lean: LeanClaim, reply: list[Any], definitions: DefinitionCache) -> None:
+def add_read_definitions(lean: LeanClaim, reply: list[Any]) -> list[tuple[str, int, Definition]]:
     """``read_definitions.lua``'s reply for ``lean.misses`` (their records, then the
     partition's count of writes): each task whose version is still the claimed one joins
-    the claim's tasks (and ``definitions``, if it fires again soon enough to be worth
-    keeping); a task changed or deleted since its claim is left out (it stays as that
-    write left it, due again next tick if it is due), one whose records do not decode goes
-    to ``unreadable``. A task claimed without its state is taken as read if no write came
-    between (the count is the claim's) and it is active, as the claim would have checked."""
+    the claim's tasks; a task changed or deleted since its claim is left out (it stays as
+    that write left it, due again next tick if it is due), one whose records do not decode
+    goes to ``unreadable``. A task claimed without its state is taken as read if no write
+    came between (the count is the claim's) and it is active, as the claim would have
+    checked. Returns (task id, version, definition) of the definitions read that fire
+    again soon enough to be worth keeping: the caller keeps them."""
     claim = lean.claim
+    keep: list[tuple[str, int, Definition]] = []
     unchanged = int(reply[-1] or 0) == claim.writes
     for (task_id, bucket, claimed), raw_def, raw_state in zip(
         lean.misses, reply[:-1:2], reply[1:-1:2], strict=True
@@ -181,17 +197,18 @@ def add_read_definitions(lean: LeanClaim, reply: list[Any], definitions: Definit
             claim.unreadable.append((task_id, _what_is_wrong(raw_def, raw_state, exc)))
             continue
         if claimed is None:
-            if not unchanged or values[0] != ACTIVE or values[1] is None:
+            if not unchanged or values[STATE_STATUS] != ACTIVE or values[STATE_NEXT_MS] is None:
                 continue
-        elif (values[3] or 0) != (claimed[3] or 0):
+        elif (values[STATE_UPDATED_MS] or 0) != (claimed[STATE_UPDATED_MS] or 0):
             continue
         else:
             values = claimed
-        if definitions.worth_keeping(definition, values[1]):
-            definitions.put(claim.partition, task_id, values[3] or 0, definition)
+        if DefinitionCache.worth_keeping(definition, values[STATE_NEXT_MS]):
+            keep.append((task_id, values[STATE_UPDATED_MS] or 0, definition))
         claim.tasks.append(
             claimed_task(task_id, bucket, definition, values, lean.owed_ms, lean.prior_claim)
         )
+    return keep
 
 
 def decode_partition_claim(partition: int, reply: list[Any], buckets: int) -> PartitionClaim:

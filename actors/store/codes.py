@@ -6,6 +6,9 @@ time, ``commit_fires``'s next score, ...). ``replay_dead`` answers per entry wit
 stream id or one of ``REPLAY_MISSING`` / ``REPLAY_MALFORMED``. A positional flag argument
 is ``FLAG_ON`` or ``FLAG_OFF`` (``flag``). A claim's reply starts with a header of a fixed
 number of items (``CLAIM_HEADER``, ``RETRY_CLAIM_HEADER``), then a fixed number per task.
+A task's records hold their values in the order of ``STATE_FIELDS``, ``RUN_FIELDS`` and
+``DEFINITION_FIELDS``, read by name on both sides (``STATE_NEXT_MS``, ``RUN_RETRIES``, ...),
+so a layout change is made here.
 
 The scripts see the same values under the names of ``LUA_NAMES``: ``lua/codes.lua``
 declares them and is put before every script (``actors.store.lua``). That file is written
@@ -52,6 +55,44 @@ LEAN_CLAIM_ITEMS = 2
 RETRY_CLAIM_HEADER = 2
 RETRY_CLAIM_ITEMS = 8
 
+#: The values of a task's records, in their stored order (``actors.store.records`` says why
+#: a task is stored so). Python and the scripts read a record's values by the positions
+#: below, never by number: each side from its own first index (Python's lists count from 0,
+#: Lua's tables from 1), so ``values[STATE_NEXT_MS]`` in Python and ``s[STATE_NEXT_MS]`` in
+#: a script read the same value. ``claim_due.lua`` and ``records.status_index`` read the
+#: status and whether there is a next time from a state record's first two bytes, so those
+#: two stay first (``tests/test_lua_contract.py``).
+DEFINITION_FIELDS = ("type", "payload", "schedule", "created_ms")
+STATE_FIELDS = (
+    "status", "next_ms", "fires", "updated_ms", "runs", "retries", "last_run_ms",
+    "last_status", "claim",
+)  # fmt: skip
+RUN_FIELDS = ("runs", "retries", "last_run_ms", "last_status")
+#: How many values each record holds.
+DEFINITION_VALUES, STATE_VALUES, RUN_VALUES = map(
+    len, (DEFINITION_FIELDS, STATE_FIELDS, RUN_FIELDS)
+)
+#: Positions of a state record's values (``updated_ms`` is also the task's version).
+STATE_STATUS = STATE_FIELDS.index("status")
+STATE_NEXT_MS = STATE_FIELDS.index("next_ms")
+STATE_FIRES = STATE_FIELDS.index("fires")
+STATE_UPDATED_MS = STATE_FIELDS.index("updated_ms")
+STATE_RUNS = STATE_FIELDS.index("runs")
+STATE_RETRIES = STATE_FIELDS.index("retries")
+STATE_LAST_RUN_MS = STATE_FIELDS.index("last_run_ms")
+STATE_LAST_STATUS = STATE_FIELDS.index("last_status")
+STATE_CLAIM = STATE_FIELDS.index("claim")
+#: Positions of a run record's values.
+RUN_RUNS = RUN_FIELDS.index("runs")
+RUN_RETRIES = RUN_FIELDS.index("retries")
+RUN_LAST_RUN_MS = RUN_FIELDS.index("last_run_ms")
+RUN_LAST_STATUS = RUN_FIELDS.index("last_status")
+#: The positions the scripts read (a definition is read whole: ``local typ, ... = unpack``).
+_LUA_POSITIONS = {
+    **{f"STATE_{name.upper()}": i for i, name in enumerate(STATE_FIELDS)},
+    **{f"RUN_{name.upper()}": i for i, name in enumerate(RUN_FIELDS)},
+}
+
 #: The Lua name of each constant the scripts share (``lua/codes.lua``).
 #: History fate codes, in the order of ``actors.store.history.FATES``.
 FATE_CODES = {
@@ -81,6 +122,9 @@ LUA_NAMES: dict[str, int | str] = {
     "HISTORY_ENTRY": HISTORY_ENTRY,
     "HISTORY_ERRORS": HISTORY_ERRORS,
     "NO_TIME": NO_TIME,
+    "STATE_VALUES": STATE_VALUES,
+    "RUN_VALUES": RUN_VALUES,
+    **{name: i + 1 for name, i in _LUA_POSITIONS.items()},  # Lua counts from 1
 }
 
 

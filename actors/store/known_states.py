@@ -78,6 +78,12 @@ class KnownStates:
         known = self._partitions.get(partition)
         return known.states if known is not None else _NONE
 
+    def kept_at(self, partition: int, writes: int) -> dict[str, tuple[int, list[Any]]]:
+        """The partition's known states if kept at ``writes``, the count of writes a claim
+        just read, else none (read-only: ``claimed`` is what forgets them)."""
+        known = self._partitions.get(partition)
+        return known.states if known is not None and known.writes == writes else _NONE
+
     def get(self, partition: int, task_id: str, score: float) -> list[Any] | None:
         """The state committed for ``task_id``, if kept and still at ``score``."""
         entry = self.of(partition).get(task_id)

@@ -49,8 +49,9 @@ def _load_flight(name: str) -> Script:
 
 
 def records_prelude() -> str:
-    """``records.lua`` alone: how a task is stored, shared by every task script."""
-    return _read("records")
+    """``records.lua`` after ``codes.lua`` (it reads records by the names defined there):
+    how a task is stored, shared by every task script."""
+    return _read("codes") + _read("records")
 
 
 CREATE_TASKS = _load_labelled("create_tasks")

@@ -28,6 +28,11 @@ there and ``unpack`` here:
   (written by versions before partition ownership; cleared by the next commit)
 - run: runs, retries or nil, last_run_ms, last status code
 
+The order of each record's values is defined once, in ``actors.store.codes``
+(``DEFINITION_FIELDS``, ``STATE_FIELDS``, ``RUN_FIELDS``), and read by name on both sides:
+here and in the poller's claim as ``values[STATE_NEXT_MS]``, in the scripts as
+``s[STATE_NEXT_MS]`` (``lua/codes.lua``), so a layout change is made there.
+
 The last error lives in the partition's ``errors`` hash (only failing tasks have one), so an
 error message cannot push a record past the listpack limit. Codes are small integers; their
 names are below and in ``actors/store/lua/records.lua``.
@@ -44,6 +49,15 @@ import msgpack
 from actors.domain.labels import decode_labels
 from actors.domain.model import STATUSES, Task, converter
 from actors.domain.schedules import Misfire, Overlap, Schedule
+from actors.store.codes import (
+    DEFINITION_VALUES,
+    RUN_VALUES,
+    STATE_CLAIM,
+    STATE_FIRES,
+    STATE_NEXT_MS,
+    STATE_STATUS,
+    STATE_VALUES,
+)
 
 #: Status codes as stored: a status is stored as its index in ``model.STATUSES``.
 STATUS_NAMES = STATUSES
@@ -66,8 +80,6 @@ _VALUE_CODES: dict[str, tuple[str, ...]] = {
 }
 
 
-#: Values in a definition record, a state record and a run record.
-DEFINITION_VALUES, STATE_VALUES, RUN_VALUES = 4, 9, 4
 #: MessagePack array headers of 0..15 values: a record behind one reads as an array.
 ARRAY_HEADERS = [bytes((0x90 + n,)) for n in range(16)]
 
@@ -190,11 +202,11 @@ def advanced_values(values: list[Any], next_ms: int | None, fired: int) -> list[
     poller, so that a commit costs Redis a plain write of them (``commit_fires.lua``)."""
     new = list(values)
     if next_ms is None:
-        new[0], new[1] = _FINISHED, None
+        new[STATE_STATUS], new[STATE_NEXT_MS] = _FINISHED, None
     else:
-        new[1] = next_ms
-    new[2] = values[2] + fired
-    new[8] = None
+        new[STATE_NEXT_MS] = next_ms
+    new[STATE_FIRES] = values[STATE_FIRES] + fired
+    new[STATE_CLAIM] = None
     return new
 
 
@@ -208,7 +220,7 @@ def status_index(state: bytes) -> int | None:
 
 def claim_of(state: bytes) -> str | None:
     """The token of the poller holding the task's due fire, if any (explain shows it)."""
-    claim = unpack(state, STATE_VALUES)[-1]
+    claim = unpack(state, STATE_VALUES)[STATE_CLAIM]
     return None if claim is None else claim.decode()
 
 

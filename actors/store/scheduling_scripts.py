@@ -70,7 +70,12 @@ class SchedulingScripts(FlightScripts):
         ``states`` (with ``definitions``): the states the caller committed
         (``actors.store.known_states``); a partition's claim then leaves the states out
         while they are the stored ones, and the caller tells what it commits
-        (``KnownStates.committed``)."""
+        (``KnownStates.committed``).
+
+        This is the one place a claim updates the caches: the decoders
+        (``actors.store.claim_replies``) read them and return what the claim taught (a
+        partition held elsewhere, whether every due state was known, the definitions worth
+        keeping), which is written to them here."""
         k = self.keys
         gone = take_from or {}
         cache = definitions if definitions is not None and definitions.limit > 0 else None
@@ -94,11 +99,16 @@ class SchedulingScripts(FlightScripts):
             decode_lean_claim(p, r, k.buckets, cache, known)
             for p, r in zip(partitions, replies, strict=True)
         ]
-        for c in leans:
+        for c in leans:  # what the claims tell the caches
+            p = c.claim.partition
             if c.claim.held:
-                cache.forget(c.claim.partition)
+                cache.forget(p)
                 if known is not None:
-                    known.forget(c.claim.partition)
+                    known.forget(p)
+            elif known is not None:
+                known.claimed(p, c.claim.writes)
+                if c.complete is not None:
+                    known.completed(p, c.complete)
         missing = [c for c in leans if c.misses]
         reads = await self._run(
             [
@@ -109,7 +119,8 @@ class SchedulingScripts(FlightScripts):
             ]
         )  # fmt: skip
         for c, reply in zip(missing, reads, strict=True):
-            add_read_definitions(c, reply, cache)
+            for task_id, version, definition in add_read_definitions(c, reply):
+                cache.put(c.claim.partition, task_id, version, definition)
         return [c.claim for c in leans]
 
     async def commit_fires(

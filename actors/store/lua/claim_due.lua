@@ -91,7 +91,8 @@ else
   for _, id in ipairs(due) do
     local b = bucket_of(id, buckets)
     -- The records go back as stored (the poller decodes them: no MessagePack work here).
-    -- An active state begins with its status (fixint 0) and then its grid time (not nil).
+    -- An active state begins with its status (fixint 0) and then its grid time (not nil):
+    -- STATE_STATUS and STATE_NEXT_MS stay a state's first two values (codes.py).
     local s = redis.call('HGET', tag .. ':state:' .. b, id)
     local def = s and string.byte(s, 1) == ACTIVE and string.byte(s, 2) ~= MP_NIL
       and (lean or redis.call('HGET', tag .. ':def:' .. b, id))

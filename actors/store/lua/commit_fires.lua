@@ -15,8 +15,8 @@
 --          the task's commit is (history.lua)
 -- then groups of 5: task_id, bucket, score ('' = finished: out of the schedule),
 --           due_ms (the grid time claimed), the new state record (the claimed one with its
---           grid moved on and its fires counted, built by the poller; its version, values[4],
---           is the claimed one)
+--           grid moved on and its fires counted, built by the poller; its version,
+--           STATE_UPDATED_MS, is the claimed one)
 -- Returns {earliest score in the zset after the commit or NONE, lost ids...}, or
 -- {NOT_ENQUEUED} when a marker is missing: an enqueue pipelined ahead of this commit did
 -- not complete, so
@@ -75,8 +75,9 @@ for i = tasks_from, #ARGV, 5 do
   local ok = unchanged
   if not ok then
     s, due = get_state(tag, b, id), tonumber(ARGV[i + 3])
-    local claimed_version = select(4, cmsgpack.unpack(ARGV[i + 4])) or 0
-    ok = s ~= nil and s[1] == ACTIVE and s[2] == due and (s[4] or 0) == claimed_version
+    local claimed_version = select(STATE_UPDATED_MS, cmsgpack.unpack(ARGV[i + 4])) or 0
+    ok = s ~= nil and s[STATE_STATUS] == ACTIVE and s[STATE_NEXT_MS] == due
+      and (s[STATE_UPDATED_MS] or 0) == claimed_version
   end
   if ok then
     redis.call('HSET', tag .. ':state:' .. b, id, ARGV[i + 4])
@@ -90,7 +91,7 @@ for i = tasks_from, #ARGV, 5 do
     out[#out + 1] = id
     -- changed but not moved (e.g. a new payload): its grid time is claimed again, and
     -- must find this claim's fires (kept in flight until the dedupe window forgets it)
-    keep = keep or (s ~= nil and s[2] == due)
+    keep = keep or (s ~= nil and s[STATE_NEXT_MS] == due)
   end
 end
 -- The zset's changes, a thousand arguments a call (unpack stops near 8,000 values).

@@ -24,12 +24,14 @@ for i = 2, #ARGV, 8 do
   else
     version = version or new_version(tag)
     redis.call('HSET', tag .. ':def:' .. b, id, cmsgpack.pack(typ, payload, sched, version))
+    local s = {[STATE_FIRES] = 0, [STATE_UPDATED_MS] = version, [STATE_RUNS] = 0}
     if nxt == '' then
-      put_state(tag, b, id, {FINISHED, nil, 0, version, 0})
+      s[STATE_STATUS] = FINISHED
     else
-      put_state(tag, b, id, {ACTIVE, tonumber(nxt), 0, version, 0})
+      s[STATE_STATUS], s[STATE_NEXT_MS] = ACTIVE, tonumber(nxt)
       redis.call('ZADD', KEYS[1], score, id)
     end
+    put_state(tag, b, id, s)
     redis.call('HSET', tag .. ':type:' .. typ .. ':' .. b, id, '')
     if labels ~= '' then put_labels(tag, b, id, labels) end
     out[#out + 1] = CODE_OK

@@ -35,9 +35,9 @@ for i = 2, #ARGV, 6 do
     if ended == 4 then note_not_run(KEYS[4], id, 1, 'expired', due, '') end
     if limit and f.streak >= limit then
       local s = get_state(tag, b, id)
-      if s and s[1] == ACTIVE then
+      if s and s[STATE_STATUS] == ACTIVE then
         now = now or now_ms()
-        s[1], s[4] = PAUSED, new_version(tag, s[4])
+        s[STATE_STATUS], s[STATE_UPDATED_MS] = PAUSED, new_version(tag, s[STATE_UPDATED_MS])
         redis.call('ZREM', KEYS[1], id)
         put_state(tag, b, id, s)
         count_write(tag)

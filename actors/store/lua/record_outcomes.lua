@@ -34,16 +34,17 @@ for i = 1, #a, 11 do
   if r then
     local finished = a[i + 3]
     if outcome <= 2 then
-      local failed_before = r[4] and r[4] ~= 0  -- only then is there an error to forget
-      r[3], r[4] = finished, outcome
+      -- only after a failure is there an error to forget
+      local failed_before = r[RUN_LAST_STATUS] and r[RUN_LAST_STATUS] ~= 0
+      r[RUN_LAST_RUN_MS], r[RUN_LAST_STATUS] = finished, outcome
       if outcome == 0 then
-        r[1], r[2] = (r[1] or 0) + 1, nil
+        r[RUN_RUNS], r[RUN_RETRIES] = (r[RUN_RUNS] or 0) + 1, nil
         if failed_before then redis.call('HDEL', tag .. ':errors', id) end
       else
-        r[2] = (r[2] or 0) + 1
+        r[RUN_RETRIES] = (r[RUN_RETRIES] or 0) + 1
         redis.call('HSET', tag .. ':errors', id, a[i + 4])
       end
-      redis.call('HSET', tag .. ':run:' .. b, id, cmsgpack.pack(r[1], r[2], r[3], r[4]))
+      put_run(tag, b, id, r)
     end
     local fate, due, started = fate_of[outcome], a[i + 5], tonumber(a[i + 6])
     local line, allowed = a[i + 9], tonumber(a[i + 10])

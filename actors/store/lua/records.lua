@@ -9,6 +9,9 @@
 --                    (once it has run under layout 3: record_outcomes.lua alone writes it)
 --   <tag>:errors     id -> last error (failing tasks only)
 --   <tag>:type:<type>:<b>  id -> ''   (the type index)
+-- Each record's values are read by name, never by number: s[STATE_NEXT_MS], r[RUN_RETRIES]
+-- (codes.lua, from the field order defined once in actors/store/codes.py STATE_FIELDS,
+-- RUN_FIELDS; a definition is read whole, local typ, payload, sched, created = unpack).
 -- Status and outcome codes: actors/store/records.py STATUS_NAMES, OUTCOME_NAMES.
 local ACTIVE, PAUSED, STOPPED, FINISHED = 0, 1, 2, 3
 local STATUS_NAMES = {[0] = 'active', 'paused', 'stopped', 'finished'}
@@ -29,23 +32,26 @@ local function now_ms()
   return t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
--- The state as a table {status, next, fires, updated, runs, retries, last_run, last_status,
--- claim}, or nil when the task does not exist. updated is also the task's version (API
--- writes move it forward; commit_fires checks it). claim: a claim token written by
--- versions before partition ownership (claims now write nothing per task); commits clear it.
+-- The state as a table (s[STATE_STATUS] .. s[STATE_CLAIM]), or nil when the task does not
+-- exist. STATE_UPDATED_MS is also the task's version (API writes move it forward;
+-- commit_fires checks it). STATE_CLAIM: a claim token written by versions before partition
+-- ownership (claims now write nothing per task); commits clear it.
 local function get_state(tag, b, id)
   local raw = redis.call('HGET', tag .. ':state:' .. b, id)
   if not raw then return nil end
   return {cmsgpack.unpack(raw)}
 end
 
--- The run record as a table {runs, retries, last_run, last_status}: the task's own, else
--- the counts its state record carries (not run under layout 3 yet); nil when no such task.
+-- The run record as a table (r[RUN_RUNS] .. r[RUN_LAST_STATUS]): the task's own, else the
+-- counts its state record carries (not run under layout 3 yet); nil when no such task.
 local function get_run(tag, b, id)
   local raw = redis.call('HGET', tag .. ':run:' .. b, id)
   if raw then return {cmsgpack.unpack(raw)} end
   local s = get_state(tag, b, id)
-  return s and {s[5], s[6], s[7], s[8]}
+  return s and {
+    [RUN_RUNS] = s[STATE_RUNS], [RUN_RETRIES] = s[STATE_RETRIES],
+    [RUN_LAST_RUN_MS] = s[STATE_LAST_RUN_MS], [RUN_LAST_STATUS] = s[STATE_LAST_STATUS],
+  }
 end
 
 -- Count an API write to the partition's tasks: a commit of a claim read before it checks
@@ -67,7 +73,11 @@ local function new_version(tag, old)
   return v
 end
 
+-- Write a state or run table as its record: its values in their order, nil where unset.
 local function put_state(tag, b, id, s)
-  redis.call('HSET', tag .. ':state:' .. b, id,
-    cmsgpack.pack(s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9]))
+  redis.call('HSET', tag .. ':state:' .. b, id, cmsgpack.pack(unpack(s, 1, STATE_VALUES)))
+end
+
+local function put_run(tag, b, id, r)
+  redis.call('HSET', tag .. ':run:' .. b, id, cmsgpack.pack(unpack(r, 1, RUN_VALUES)))
 end

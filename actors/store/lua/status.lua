@@ -11,19 +11,20 @@
 local function change_status(tag, b, id, action, next_ms, score, note, schedule)
   local s = get_state(tag, b, id)
   if not s then return CODE_NOT_FOUND, '' end
-  local status = s[1]
+  local status = s[STATE_STATUS]
   local target = ({pause = PAUSED, resume = ACTIVE, stop = STOPPED})[action]
   if status == target then return 0, STATUS_NAMES[status] end
   local allowed = (action == 'pause' and status == ACTIVE)
     or (action == 'resume' and status == PAUSED)
     or (action == 'stop' and (status == ACTIVE or status == PAUSED))
   if not allowed then return CODE_BAD_TRANSITION, STATUS_NAMES[status] end
-  s[1], s[4] = target, new_version(tag, s[4])  -- a new version (commit_fires)
+  -- a new version (commit_fires)
+  s[STATE_STATUS], s[STATE_UPDATED_MS] = target, new_version(tag, s[STATE_UPDATED_MS])
   if action == 'resume' then
     if next_ms == '' then
-      s[1], s[2] = FINISHED, nil
+      s[STATE_STATUS], s[STATE_NEXT_MS] = FINISHED, nil
     else
-      s[2] = tonumber(next_ms)
+      s[STATE_NEXT_MS] = tonumber(next_ms)
       redis.call('ZADD', schedule, score, id)
     end
   else
@@ -36,5 +37,5 @@ local function change_status(tag, b, id, action, next_ms, score, note, schedule)
     redis.call('HDEL', tag .. ':notes', id)
   end
   count_write(tag)
-  return 1, STATUS_NAMES[s[1]]
+  return 1, STATUS_NAMES[s[STATE_STATUS]]
 end

@@ -15,20 +15,21 @@ local typ, payload, sched, created = cmsgpack.unpack(def)
 if ARGV[4] ~= '' then payload = ARGV[4] end
 if ARGV[5] ~= '' then
   sched = ARGV[5]
-  s[3] = 0  -- fires count against max_runs of the schedule they were made by
-  if s[1] == FINISHED then s[1] = ACTIVE end
+  s[STATE_FIRES] = 0  -- fires count against max_runs of the schedule they were made by
+  if s[STATE_STATUS] == FINISHED then s[STATE_STATUS] = ACTIVE end
   if ARGV[6] == '' then
-    if s[1] == ACTIVE then s[1] = FINISHED end
-    s[2] = nil
+    if s[STATE_STATUS] == ACTIVE then s[STATE_STATUS] = FINISHED end
+    s[STATE_NEXT_MS] = nil
     redis.call('ZREM', KEYS[1], id)
   else
-    s[2] = tonumber(ARGV[6])
-    if s[1] == ACTIVE then redis.call('ZADD', KEYS[1], ARGV[7], id) end
+    s[STATE_NEXT_MS] = tonumber(ARGV[6])
+    if s[STATE_STATUS] == ACTIVE then redis.call('ZADD', KEYS[1], ARGV[7], id) end
   end
 end
 if ARGV[8] ~= '' then put_labels(tag, b, id, ARGV[8]) end
 redis.call('HSET', tag .. ':def:' .. b, id, cmsgpack.pack(typ, payload, sched, created))
-s[4] = new_version(tag, s[4])  -- commit_fires and the pollers' definitions see it
+-- a new version: commit_fires and the pollers' definitions see it
+s[STATE_UPDATED_MS] = new_version(tag, s[STATE_UPDATED_MS])
 put_state(tag, b, id, s)
 count_write(tag)
-return {CODE_OK, STATUS_NAMES[s[1]]}
+return {CODE_OK, STATUS_NAMES[s[STATE_STATUS]]}
