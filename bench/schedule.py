@@ -2,7 +2,8 @@
 rate with a backlog of due tasks, and enqueue lag at a sustained fire rate.
 
 The poller runs in this process (one actor, all partitions), logging its lifecycle lines as
-JSON to /dev/null so their cost is counted. Enqueue lag is measured from the stream entry's
+JSON to /dev/null so their cost is counted, under a node's garbage-collector policy
+(``runtime.gc_policy``). Enqueue lag is measured from the stream entry's
 own id (the time Redis appended it) minus the fire's due time.
 """
 
@@ -20,6 +21,7 @@ from actors.domain.schedules import Schedule
 from actors.scheduling.poller import Poller, PollerSettings
 from actors.store.tasks import TaskStore
 from bench.common import percentile, used_memory
+from runtime import gc_policy
 from runtime import logging as node_logging
 from runtime.actor import ActorContext
 from runtime.config import RedisSection
@@ -79,6 +81,7 @@ async def _enqueue_backlog(client: RedisClient, n: int) -> dict[str, Any]:
     await register(store, [TaskSpec("t", schedule) for _ in range(n)])
     keys = await store.keys()
     poller = Poller(store, PollerSettings())
+    gc_policy.tune()  # as a node does once built
     log = node_logging.get_logger(actor="bench/poller")
     started = time.perf_counter()
     done = 0
@@ -104,6 +107,7 @@ async def _sustained_lag(client: RedisClient, rate: int, seconds: float) -> dict
     await register(store, specs)
     keys = await store.keys()
     poller = Poller(store, PollerSettings())
+    gc_policy.tune()  # as a node does once built
     ctx = ActorContext("bench/poller", 1.0, node_logging.get_logger(actor="bench/poller"))
     async with trio.open_nursery() as nursery:
         await nursery.start(poller.run, ctx)
