@@ -8,8 +8,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from msgpack import packb
-
 from actors.store import lua
 from actors.store.flights import (
     ENDED_DEAD,
@@ -22,6 +20,7 @@ from actors.store.flights import (
 from actors.store.history import Ledger
 from actors.store.keys import GROUP
 from actors.store.messages import Message, flat_fields
+from actors.store.records import pack_array
 from actors.store.replies import (
     DeadLetterWrite,
     OutcomeWrite,
@@ -106,7 +105,14 @@ class ExecutionScripts(FlightScripts):
                 "" if o.started_ms is None else o.started_ms, o.attempt, o.origin, o.line,
                 "" if o.allowed_ms is None else o.allowed_ms,
             ]  # fmt: skip
-        args = [k.tag(partition), ledger.keep, ledger.node, ledger.late_ms, task_type, packb(rows)]
+        args = [
+            k.tag(partition),
+            ledger.keep,
+            ledger.node,
+            ledger.late_ms,
+            task_type,
+            pack_array(rows),
+        ]
         return (lua.RECORD_OUTCOMES, [k.schedule(partition)], args)
 
     async def schedule_retries(self, retries: Sequence[RetryWrite]) -> None:

@@ -188,6 +188,13 @@ _PACKER = msgpack.Packer(use_bin_type=False)
 _FINISHED = STATUS_NAMES.index("finished")
 
 
+def pack_array(values: list[Any]) -> bytes:
+    """Values as one MessagePack array, as a script reads one argument with
+    ``cmsgpack.unpack`` (strings and bytes both ``str``: one C call decodes it)."""
+    packed: bytes = _PACKER.pack(values)
+    return packed
+
+
 def pack_values(values: list[Any]) -> bytes:
     """Values as one record (``unpack``'s inverse): packed as an array in one C call, its
     header left off."""

@@ -26,6 +26,7 @@ from actors.store.flights import (
     FlightScripts,
 )
 from actors.store.known_states import KnownStates
+from actors.store.records import pack_array
 from actors.store.replies import (
     Commit,
     Fire,
@@ -160,8 +161,10 @@ class SchedulingScripts(FlightScripts):
             for c in misfires:
                 fate, task_type, history = c.misfire  # type: ignore[misc]
                 args += [c.task_id, fate, c.due_ms, task_type, history]
+            rows: list[Any] = []
             for c in items:
-                args += [c.task_id, c.bucket, or_empty(c.score), c.due_ms, c.state]
+                rows += [c.task_id, c.bucket, or_empty(c.score), c.due_ms, c.state]
+            args.append(pack_array(rows))
             keys = [k.schedule(partition), k.partition_owner(partition), *marker_keys]
             calls.append((lua.COMMIT_FIRES, keys, args))
         return calls
@@ -277,9 +280,11 @@ class SchedulingScripts(FlightScripts):
                     token, start, "" if start else " ".join(dropped.get(task_type, ())),
                     flag(self.keys.compact_messages),
                 ]  # fmt: skip
+                rows: list[Any] = []
                 for i in chunk:
                     f = fires[i]
-                    args += [f.task_id, f.due_ms, f.payload, f.attempt, f.prior, f.policy]
+                    rows += [f.task_id, f.due_ms, f.payload, f.attempt, f.prior, f.policy]
+                args.append(pack_array(rows))
                 calls.append((lua.ENQUEUE, [self.keys.queue(task_type)], args))
                 order += chunk
         return calls, order

@@ -13,7 +13,8 @@
 -- then K groups of 5: task_id, history fate (coalesced or skipped: misfire), the first
 --          grid time missed, type, history length: one history entry each, written when
 --          the task's commit is (history.lua)
--- then groups of 5: task_id, bucket, score ('' = finished: out of the schedule),
+-- then one value: MessagePack of one flat array (one C call decodes it; numbers arrive as
+--          numbers), groups of 5: task_id, bucket, score ('' = finished: out of the schedule),
 --           due_ms (the grid time claimed), the new state record (the claimed one with its
 --           grid moved on and its fires counted, built by the poller; its version,
 --           STATE_UPDATED_MS, is the claimed one)
@@ -44,7 +45,8 @@ for i = 7 + checks, 6 + checks + confirms do
 end
 local misfires_at = 7 + checks + confirms
 local misfires = tonumber(ARGV[misfires_at])
-local tasks_from = misfires_at + 1 + 5 * misfires  -- the first task's group
+local tasks_from = misfires_at + 1 + 5 * misfires  -- the tasks' array
+local a = cmsgpack.unpack(ARGV[tasks_from])
 local o = redis.call('HMGET', KEYS[2], 'poller', 'inflight', 'writes')
 local inflight = o[2] or ''
 local at = string.find(' ' .. inflight, ' ' .. token .. ':', 1, true)
@@ -58,9 +60,9 @@ if o[1] ~= me or not at then
   -- Not in flight: taken over, or this very commit already ran and its reply was lost
   -- (the caller sends it again). A task whose stored state is the one this commit writes
   -- was committed by it, and is not lost.
-  for i = tasks_from, #ARGV, 5 do
-    if redis.call('HGET', ARGV[1] .. ':state:' .. ARGV[i + 1], ARGV[i]) ~= ARGV[i + 4] then
-      out[#out + 1] = ARGV[i]
+  for i = 1, #a, 5 do
+    if redis.call('HGET', tag .. ':state:' .. a[i + 1], a[i]) ~= a[i + 4] then
+      out[#out + 1] = a[i]
     end
   end
   if o[1] == me then return out_with_earliest(out) end
@@ -69,18 +71,18 @@ end
 local unchanged = (o[3] or '0') == ARGV[4]
 local keep = false
 local moved, finished = {}, {}  -- the zset's changes, a few commands for the whole batch
-for i = tasks_from, #ARGV, 5 do
-  local id, b, score = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+for i = 1, #a, 5 do
+  local id, b, score = a[i], a[i + 1], a[i + 2]
   local s, due
   local ok = unchanged
   if not ok then
-    s, due = get_state(tag, b, id), tonumber(ARGV[i + 3])
-    local claimed_version = select(STATE_UPDATED_MS, cmsgpack.unpack(ARGV[i + 4])) or 0
+    s, due = get_state(tag, b, id), a[i + 3]
+    local claimed_version = select(STATE_UPDATED_MS, cmsgpack.unpack(a[i + 4])) or 0
     ok = s ~= nil and s[STATE_STATUS] == ACTIVE and s[STATE_NEXT_MS] == due
       and (s[STATE_UPDATED_MS] or 0) == claimed_version
   end
   if ok then
-    redis.call('HSET', tag .. ':state:' .. b, id, ARGV[i + 4])
+    redis.call('HSET', tag .. ':state:' .. b, id, a[i + 4])
     if score == '' then
       finished[#finished + 1] = id
     else

@@ -7,7 +7,8 @@
 -- ARGV[7]  tokens of earlier claims of this caller, committed in full since: their markers
 --          go now ('' = none; space-separated)
 -- ARGV[8]  '1': compact messages (task_id, payload, attempt, due_ms), '' = the full form
--- ARGV[9..] groups of 6: task_id, due_ms, payload (JSON), attempt,
+-- ARGV[9]  MessagePack of one flat array (one C call decodes it; numbers arrive as
+--          numbers, whole below 10^14), groups of 6: task_id, due_ms, payload (JSON), attempt,
 --           prior claims ('' = none: the task held no earlier claim; several are space
 --           separated), policy code ('' =
 --           none: actors/store/flights.py; written as the message's field o)
@@ -57,16 +58,16 @@ local function known(prior)  -- prior: one or more claim tokens, space separated
 end
 local compact = ARGV[8] == '1'
 local out, fires = {}, {}
-for i = 9, #ARGV, 6 do
-  local id, due, attempt, prior, policy = ARGV[i], ARGV[i + 1], ARGV[i + 3], ARGV[i + 4],
-    ARGV[i + 5]
+local a = cmsgpack.unpack(ARGV[9])
+for i = 1, #a, 6 do
+  local id, due, attempt, prior, policy = a[i], a[i + 1], a[i + 3], a[i + 4], a[i + 5]
   local sid = id .. ':' .. due
   local fire = sid .. ':' .. attempt
   if window > 0 and prior ~= '' and known(prior)[fire] then
     out[#out + 1] = 0
   else
     if policy ~= '' then  -- a tracked fire: the full or compact form, and o
-      local f = {'task_id', id, 'payload', ARGV[i + 2], 'attempt', attempt, 'due_ms', due,
+      local f = {'task_id', id, 'payload', a[i + 2], 'attempt', attempt, 'due_ms', due,
         'o', policy}
       if not compact then
         for _, v in ipairs({'schedule_id', sid, 'type', ARGV[2], 'enq_ms', ARGV[1]}) do
@@ -75,11 +76,11 @@ for i = 9, #ARGV, 6 do
       end
       redis.call('XADD', KEYS[1], '*', unpack(f))
     elseif compact then
-      redis.call('XADD', KEYS[1], '*', 'task_id', id, 'payload', ARGV[i + 2],
+      redis.call('XADD', KEYS[1], '*', 'task_id', id, 'payload', a[i + 2],
         'attempt', attempt, 'due_ms', due)
     else
       redis.call('XADD', KEYS[1], '*', 'task_id', id, 'schedule_id', sid, 'type', ARGV[2],
-        'payload', ARGV[i + 2], 'attempt', attempt, 'due_ms', due, 'enq_ms', ARGV[1])
+        'payload', a[i + 2], 'attempt', attempt, 'due_ms', due, 'enq_ms', ARGV[1])
     end
     out[#out + 1] = 1
   end
