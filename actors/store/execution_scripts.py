@@ -101,7 +101,7 @@ class ExecutionScripts(FlightScripts):
         rows: list[Any] = []
         for o in outcomes:
             rows += [
-                o.task_id, k.bucket_of(o.task_id), o.outcome, o.finished_ms, o.error, o.due_ms,
+                o.task_id, str(k.bucket_of(o.task_id)), o.outcome, o.finished_ms, o.error, o.due_ms,
                 "" if o.started_ms is None else o.started_ms, o.attempt, o.origin, o.line,
                 "" if o.allowed_ms is None else o.allowed_ms,
             ]  # fmt: skip

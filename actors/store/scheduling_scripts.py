@@ -163,7 +163,8 @@ class SchedulingScripts(FlightScripts):
                 args += [c.task_id, fate, c.due_ms, task_type, history]
             rows: list[Any] = []
             for c in items:
-                rows += [c.task_id, c.bucket, or_empty(c.score), c.due_ms, c.state]
+                score = "" if c.score is None else str(c.score)
+                rows += [c.task_id, str(c.bucket), score, c.due_ms, c.state]
             args.append(pack_array(rows))
             keys = [k.schedule(partition), k.partition_owner(partition), *marker_keys]
             calls.append((lua.COMMIT_FIRES, keys, args))
@@ -283,7 +284,7 @@ class SchedulingScripts(FlightScripts):
                 rows: list[Any] = []
                 for i in chunk:
                     f = fires[i]
-                    rows += [f.task_id, f.due_ms, f.payload, f.attempt, f.prior, f.policy]
+                    rows += [f.task_id, str(f.due_ms), f.payload, str(f.attempt), f.prior, f.policy]
                 args.append(pack_array(rows))
                 calls.append((lua.ENQUEUE, [self.keys.queue(task_type)], args))
                 order += chunk

@@ -13,9 +13,9 @@
 -- then K groups of 5: task_id, history fate (coalesced or skipped: misfire), the first
 --          grid time missed, type, history length: one history entry each, written when
 --          the task's commit is (history.lua)
--- then one value: MessagePack of one flat array (one C call decodes it; numbers arrive as
---          numbers), groups of 5: task_id, bucket, score ('' = finished: out of the schedule),
---           due_ms (the grid time claimed), the new state record (the claimed one with its
+-- then one value: MessagePack of one flat array (one C call decodes it), groups of 5:
+--           task_id, bucket (a string: it goes into key names), score (a string, for ZADD;
+--           '' = finished: out of the schedule), due_ms (a number: the grid time claimed), the new state record (the claimed one with its
 --           grid moved on and its fires counted, built by the poller; its version,
 --           STATE_UPDATED_MS, is the claimed one)
 -- Returns {earliest score in the zset after the commit or NONE, lost ids...}, or

@@ -7,8 +7,9 @@
 -- ARGV[7]  tokens of earlier claims of this caller, committed in full since: their markers
 --          go now ('' = none; space-separated)
 -- ARGV[8]  '1': compact messages (task_id, payload, attempt, due_ms), '' = the full form
--- ARGV[9]  MessagePack of one flat array (one C call decodes it; numbers arrive as
---          numbers, whole below 10^14), groups of 6: task_id, due_ms, payload (JSON), attempt,
+-- ARGV[9]  MessagePack of one flat array (one C call decodes it), groups of 6: task_id,
+--          due_ms, payload (JSON), attempt (due_ms and attempt as strings: they go into
+--          messages and ids, and Redis formats a Lua number with a slow printf),
 --           prior claims ('' = none: the task held no earlier claim; several are space
 --           separated), policy code ('' =
 --           none: actors/store/flights.py; written as the message's field o)

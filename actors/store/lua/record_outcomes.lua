@@ -4,7 +4,8 @@
 -- ARGV[3]  the node's number (history.lua)   ARGV[4]  lateness bound ms (0 = none)
 -- ARGV[5]  the fires' type
 -- ARGV[6]  MessagePack of one flat array, groups of 11 (one C call decodes them all, its
---           numbers arriving as numbers): task_id, bucket, outcome code (0 ok, 1 retry, 2 dead,
+--           numbers arriving as numbers; the bucket a string, for key names): task_id,
+--           bucket, outcome code (0 ok, 1 retry, 2 dead,
 --           3 cancelled, 4 expired: not run), finished_ms, error ('' = none), due_ms,
 --           started_ms ('' = did not start), attempt, origin (0 schedule, 1 trigger,
 --           2 backfill, 3 replay), the error's last line, and the lateness the fire was
