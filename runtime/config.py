@@ -152,9 +152,10 @@ class RedisSection:
     socket_timeout_s: float = attrs.field(default=5.0, validator=positive)
     connect_timeout_s: float = attrs.field(default=2.0, validator=positive)
     native_io: bool = True
-    """``redis://`` and ``unix://`` only: the fire path's calls (claims, enqueues, stream
-    reads, outcomes) on trio sockets instead of the I/O threads (``runtime.redis_native``);
-    false: every call through redis-py on the threads."""
+    """``redis://`` and ``unix://`` only: pipelined script calls and stream reads (the fire
+    path's claims, enqueues, reads and outcomes, and the API's task writes) on trio sockets
+    instead of the I/O threads (``runtime.redis_native``: up to ``max_connections`` more
+    connections); false: every call through redis-py on the threads."""
     data_dir: str = "metronome-data"
     """Embedded server only: its AOF, log and socket live here."""
     embedded_port: int = 0

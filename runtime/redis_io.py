@@ -310,13 +310,15 @@ class RedisClient(DirectCalls, OutageRiding):
 
         return await self.run_sync(run)
 
-    async def wait_abandoned(self) -> None:
+    async def wait_abandoned(self) -> bool:
         """Until every call abandoned on cancellation has ended (it reached Redis or
         failed): so that a step taken next cannot race a write given up on. Cancellable;
-        each such call is bounded by the socket timeout."""
+        each such call is bounded by the socket timeout. False when a call on the node's
+        own sockets was still unanswered then (a paused server): it may yet run."""
         await self._threads.wait_abandoned()
         if self._native is not None:
-            await self._native.wait_abandoned()
+            return await self._native.wait_abandoned()
+        return True
 
     async def ping(self) -> bool:
         return bool(await self.run_sync(lambda: self._raw.ping()))

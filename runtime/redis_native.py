@@ -15,21 +15,25 @@ place. At most ``max_connections`` calls run at once; more wait in order.
 
 Failures: a connection that cannot be made, breaks, or stays silent for the socket timeout
 raises ``redis.exceptions.ConnectionError`` / ``TimeoutError`` (the client maps them as it
-does redis-py's); the connection is dropped. A call that fails on a connection reused
-from the pool before a byte of its reply came is sent once more on a new connection (a
-server restarted while the connection idled), as redis-py's retry does.
+does redis-py's); the connection is dropped. An error reply redis-py raises rather than
+returns (``LOADING``, ``NOAUTH``, ``WRONGPASS``: its ``ConnectionError`` kinds) is raised
+likewise, after the call's other replies were read. A call is never sent twice: as redis-py
+checks a pooled connection before it sends, an idle connection the server has closed (a
+restart, an idle timeout) is found before use (nothing to read on it, or it is dropped).
 
 Cancellation is prompt. A call cancelled after its commands were (partly) sent is
 *abandoned*: its connection is half-closed and kept until ``wait_abandoned`` has read to
 its end. The server runs the commands it has read, drops any it had not started (a
 paused server's) and then closes the connection: once it has, the call has run or never
 will, so a caller's next step cannot race a write it gave up on (as with
-``IOThreads.wait_abandoned``).
+``IOThreads.wait_abandoned``). ``wait_abandoned`` says whether every one ended so; one
+still open after the socket timeout (a server paused that long) is closed and reported.
 """
 
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 from collections.abc import Sequence
 from typing import Any
@@ -61,19 +65,28 @@ class _Connection:
 
     async def read_reply(self, timeout_s: float) -> Reply:
         reader = self.reader
-        reply = reader.gets()
-        while reply is _MORE:
-            with trio.move_on_after(timeout_s) as scope:
-                data = await self.stream.receive_some(_READ_SIZE)
-            if scope.cancelled_caught:
-                raise redis.exceptions.TimeoutError("Timeout reading from socket")
-            if not data:
-                raise redis.exceptions.ConnectionError("Connection closed by server.")
-            reader.feed(data)
-            reply = reader.gets()
-        if isinstance(reply, redis.exceptions.InvalidResponse):
-            raise redis.exceptions.ConnectionError(f"protocol error: {reply}")
-        return reply
+        while True:
+            try:
+                reply = reader.gets()
+            except redis.exceptions.InvalidResponse as exc:  # not Redis speaking
+                raise redis.exceptions.ConnectionError(f"protocol error: {exc}") from exc
+            if reply is _MORE:
+                with trio.move_on_after(timeout_s) as scope:
+                    data = await self.stream.receive_some(_READ_SIZE)
+                if scope.cancelled_caught:
+                    raise redis.exceptions.TimeoutError("Timeout reading from socket")
+                if not data:
+                    raise redis.exceptions.ConnectionError("Connection closed by server.")
+                reader.feed(data)
+            elif type(reply) is not hiredis.PushNotification:  # none is asked for; skipped
+                return reply
+
+    def closed_while_idle(self) -> bool:
+        """Whether anything is readable on an idle connection: the server's end of it (a
+        restart, an idle timeout) or bytes nobody asked for; either way it is not reused."""
+        poll = select.poll()
+        poll.register(self.stream.socket.fileno(), select.POLLIN)
+        return bool(poll.poll(0))
 
 
 class NativePool:
@@ -89,6 +102,7 @@ class NativePool:
         username: str | None = None,
         password: str | None = None,
         protocol: int = 3,
+        client_name: str | None = None,
         socket_timeout_s: float = 5.0,
         connect_timeout_s: float = 5.0,
         max_connections: int = 16,
@@ -96,6 +110,7 @@ class NativePool:
         self.host, self.port, self.path, self.db = host, port, path, db
         self.address = path or f"{host}:{port}"
         self._username, self._password, self._protocol = username, password, protocol
+        self._client_name = client_name
         self._timeout_s = socket_timeout_s
         self._connect_timeout_s = connect_timeout_s
         self._slots = trio.Semaphore(max_connections)
@@ -103,6 +118,8 @@ class NativePool:
         self._abandoned: list[_Connection] = []
         """Half-closed connections of abandoned calls, not yet read to their end."""
         self._max_abandoned = max_connections
+        self._waiting = trio.Lock()
+        """Held by a ``wait_abandoned``: one reader at a time of each connection."""
 
     @classmethod
     def beside(cls, pool: Any, settings: RedisSection) -> NativePool | None:
@@ -119,6 +136,7 @@ class NativePool:
             username=kwargs.get("username"),
             password=kwargs.get("password"),
             protocol=int(kwargs.get("protocol") or 3),
+            client_name=kwargs.get("client_name"),
             socket_timeout_s=settings.socket_timeout_s,
             connect_timeout_s=settings.connect_timeout_s,
             max_connections=settings.max_connections,
@@ -133,24 +151,19 @@ class NativePool:
 
     async def pipelined(self, packed: bytes, count: int) -> list[Reply]:
         """``count`` commands, already packed (``pack``), sent at once; their replies in
-        order, an error reply in place as its exception."""
+        order, an error reply in place as its exception (but those redis-py raises)."""
         async with self._slots:
-            if self._idle:
-                try:
-                    return await self._on(self._idle.pop(), packed, count)
-                except _StaleConnection:
-                    # The server closed the idle connection (restarted, or dropped idle
-                    # clients) before any reply: the commands go once more on a new one.
-                    pass
-            try:
-                return await self._on(await self._connect(), packed, count)
-            except _StaleConnection as exc:
-                raise exc.error from None
-
-    async def _on(self, conn: _Connection, packed: bytes, count: int) -> list[Reply]:
-        replies = await self._exchange(conn, packed, count)
-        self._idle.append(conn)
-        return replies
+            conn = None
+            while self._idle and conn is None:
+                conn = self._idle.pop()
+                if conn.closed_while_idle():
+                    await self._drop(conn)
+                    conn = None
+            if conn is None:
+                conn = await self._connect()
+            replies = await self._exchange(conn, packed, count)
+            self._idle.append(conn)
+            return replies
 
     async def _exchange(self, conn: _Connection, packed: bytes, count: int) -> list[Reply]:
         """Send, read ``count`` replies; on any failure the connection is dropped (or,
@@ -165,18 +178,15 @@ class NativePool:
             raise
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             await self._drop(conn)
-            error = redis.exceptions.ConnectionError(f"Error on the connection: {exc!r}")
-            if not replies:
-                raise _StaleConnection(error) from exc
-            raise error from exc
-        except redis.exceptions.ConnectionError as exc:  # closed by the server
-            await self._drop(conn)
-            if not replies:
-                raise _StaleConnection(exc) from exc
-            raise
-        except BaseException:  # a timeout, a protocol error
+            raise redis.exceptions.ConnectionError(f"Error on the connection: {exc!r}") from exc
+        except BaseException:  # closed by the server, a timeout, a protocol error
             await self._drop(conn)
             raise
+        for reply in replies:
+            # LOADING, NOAUTH, max clients: redis-py raises these (and drops the connection)
+            if isinstance(reply, redis.exceptions.ConnectionError):
+                await self._drop(conn)
+                raise reply
         return replies
 
     async def _connect(self) -> _Connection:
@@ -197,13 +207,13 @@ class NativePool:
         hello: list[Any] = ["HELLO", self._protocol]
         if self._password is not None:
             hello += ["AUTH", self._username or "default", self._password]
-        commands = [hello] + ([["SELECT", self.db]] if self.db else [])
-        try:
-            replies = await self._exchange(conn, pack(commands), len(commands))
-        except _StaleConnection as exc:
-            raise exc.error from None
-        for reply in replies:
-            if isinstance(reply, redis.exceptions.ResponseError):
+        commands = [hello]
+        if self._client_name:
+            commands.append(["CLIENT", "SETNAME", self._client_name])
+        if self.db:
+            commands.append(["SELECT", self.db])
+        for reply in await self._exchange(conn, pack(commands), len(commands)):
+            if isinstance(reply, Exception):  # the connection is not the one asked for
                 await self._drop(conn)
                 raise reply
         return conn
@@ -213,25 +223,35 @@ class NativePool:
             conn.stream.socket.shutdown(socket.SHUT_WR)  # the server reads to here, then ends
         self._abandoned.append(conn)
         if len(self._abandoned) > self._max_abandoned:
-            # Nobody waited for these (callers that do, wait soon): the oldest has long
-            # been ended by the server; its socket is closed rather than kept.
+            # Nobody waited for these (callers that do, wait soon): the oldest is closed
+            # rather than kept, and what it sent is no longer waited for.
             self._abandoned.pop(0).stream.socket.close()
 
     async def _drop(self, conn: _Connection) -> None:
         with trio.CancelScope(shield=True):
             await conn.stream.aclose()
 
-    async def wait_abandoned(self) -> None:
-        """Until the server has ended every abandoned call's connection (each bounded by
-        the socket timeout): each of their commands has run by then, or never will."""
-        while self._abandoned:
-            conn = self._abandoned[-1]
-            with trio.move_on_after(self._timeout_s):
-                with contextlib.suppress(OSError, trio.BrokenResourceError):
-                    while await conn.stream.receive_some(_READ_SIZE):
-                        pass
-            self._abandoned.pop()
-            await self._drop(conn)
+    async def wait_abandoned(self) -> bool:
+        """Until the server has ended every abandoned call's connection, each waited for up
+        to the socket timeout: True when each did (its commands have run, or never will);
+        False when one was still open then (closed now; what it sent may yet run)."""
+        settled = True
+        async with self._waiting:
+            while self._abandoned:
+                conn = self._abandoned[0]
+                ended = False
+                with trio.move_on_after(self._timeout_s):
+                    with contextlib.suppress(
+                        OSError, trio.BrokenResourceError, trio.ClosedResourceError
+                    ):
+                        while await conn.stream.receive_some(_READ_SIZE):
+                            pass
+                    ended = True
+                settled = settled and ended
+                if conn in self._abandoned:  # not closed meanwhile as the oldest
+                    self._abandoned.remove(conn)
+                await self._drop(conn)
+        return settled
 
     async def aclose(self) -> None:
         """Close every connection (abandoned ones without waiting)."""
@@ -239,14 +259,6 @@ class NativePool:
         self._abandoned = []
         for conn in conns:
             await self._drop(conn)
-
-
-class _StaleConnection(Exception):
-    """A call failed before any reply came: ``error`` is what to raise if not retried."""
-
-    def __init__(self, error: redis.exceptions.ConnectionError) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 def pack(commands: Sequence[Sequence[Any]]) -> bytes:

@@ -18,6 +18,11 @@ from runtime.testing.local_redis import RedisProcess
 
 ECHO = Script("echo", "return {KEYS[1], ARGV[1]}")
 SET = Script("set", "redis.call('SET', KEYS[1], ARGV[1]) return 1")
+BUSY = Script(
+    "busy",
+    "local function now() local t = redis.call('TIME') return t[1] * 1000 + t[2] / 1000 end "
+    "local s = now() while now() - s < tonumber(ARGV[1]) do end return 1",
+)
 
 
 @pytest.fixture
@@ -134,6 +139,83 @@ async def test_an_abandoned_write_is_settled_once_wait_abandoned_returns(
         await admin.execute("CLIENT", "UNPAUSE")
         assert await client.scripts(SET, [([f"{key}:after"], ["2"])]) == [1]
         assert await admin.execute("GET", key) is None  # dropped unrun, and stays so
+    finally:
+        await client.aclose()
+        await admin.aclose()
+
+
+async def test_a_loading_server_is_an_outage_until_its_data_is_in(namespace: str) -> None:
+    """A server restarted with a large dataset answers ``-LOADING`` for a while: an outage
+    (``RedisUnavailable``, as through redis-py), never a reply."""
+    server = RedisProcess(find_server_binary(), ["--enable-debug-command", "yes"]).start()
+    try:
+        admin = client_for(server.url, native_io=False)
+        await admin.execute("DEBUG", "POPULATE", 3_000_000, namespace, 64)
+        await admin.execute("SAVE")
+        await admin.aclose()
+        server.kill()
+        await trio.to_thread.run_sync(server.start_without_ping)  # it loads the dump
+        client = client_for(server.url)
+        outages: list[RedisUnavailable] = []
+        try:
+            with trio.fail_after(120):
+                while True:
+                    try:
+                        reply = await client.scripts(ECHO, [(["a"], ["1"])])
+                        break
+                    except RedisUnavailable as exc:
+                        outages.append(exc)
+                        await trio.sleep(0.01)
+            assert reply == [[b"a", b"1"]]
+            assert any("loading" in str(exc) for exc in outages), outages
+        finally:
+            await client.aclose()
+    finally:
+        server.remove()
+
+
+@pytest.mark.parametrize("native_io", [True, False])
+async def test_a_wrong_password_is_an_outage_on_both_paths(native_io: bool) -> None:
+    server = RedisProcess(find_server_binary(), ["--requirepass", "right"]).start_without_ping()
+    try:
+        client = client_for(f"redis://:wrong@127.0.0.1:{server.port}/0", native_io=native_io)
+        try:
+            with pytest.raises(RedisUnavailable, match=r"(?i)password|auth"):
+                await client.scripts(ECHO, [(["a"], ["1"])])
+        finally:
+            await client.aclose()
+    finally:
+        server.remove()
+
+
+async def test_calls_abandoned_while_another_is_waited_for_are_each_settled(
+    own_server: RedisProcess, namespace: str
+) -> None:
+    """A call abandoned while ``wait_abandoned`` reads an earlier one is waited for too,
+    and each connection is read to its end once: none is left behind or read closed. (A
+    server busy with a script reads neither until the script ends.)"""
+    client = client_for(own_server.url, socket_timeout_s=10)
+    admin = client_for(own_server.url, native_io=False)
+    keys = [f"{namespace}:first", f"{namespace}:second"]
+    try:
+        await client.scripts(SET, [([f"{namespace}:warm"], ["0"])])
+        settled: list[bool] = []
+
+        async def wait() -> None:
+            settled.append(await client.wait_abandoned())
+
+        async with trio.open_nursery() as busy:
+            busy.start_soon(admin.scripts, BUSY, [([], ["1500"])])
+            await trio.sleep(0.2)  # the script runs
+            with trio.move_on_after(0.2):
+                await client.scripts(SET, [([keys[0]], ["1"])])
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait)
+                with trio.move_on_after(0.2):
+                    await client.scripts(SET, [([keys[1]], ["2"])])
+        assert settled == [True]
+        assert client._native is not None and client._native._abandoned == []
+        assert await client.scripts(SET, [([f"{namespace}:after"], ["3"])]) == [1]
     finally:
         await client.aclose()
         await admin.aclose()

@@ -167,10 +167,12 @@ class Poller:
         Ordering: first every Redis call abandoned on cancellation must have ended. An
         enqueue cut off mid-call may still land; released before it did, the partition's
         next owner could claim the same grid times and append them before it (a fire
-        twice). Past the deadline nothing is released: the leases run out instead."""
-        with trio.move_on_after(LEAVE_S / 2) as waited:
-            await scripts.client.wait_abandoned()
-        if waited.cancelled_caught:
+        twice). Past the deadline, or with a call still unanswered after the socket timeout
+        (a paused server), nothing is released: the leases run out instead."""
+        settled = False
+        with trio.move_on_after(LEAVE_S / 2):
+            settled = await scripts.client.wait_abandoned()
+        if not settled:
             log.warning("partitions_not_released", error="a call cut off is still running")
             return
         try:
