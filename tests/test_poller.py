@@ -49,6 +49,7 @@ from runtime.liveness import instance_id
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
 from tests.node_process import NodeProcess
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -86,9 +87,7 @@ async def run_pollers(
         if until is None:
             await trio.sleep(seconds)
         else:
-            with trio.fail_after(60):
-                while not await until():  # noqa: ASYNC110 - polling Redis
-                    await trio.sleep(0.05)
+            await eventually(until, 60, poll_s=0.05)
         nursery.cancel_scope.cancel()
 
 
@@ -748,11 +747,6 @@ async def test_pollers_share_the_partitions_and_take_over_from_one_that_stops(
     async def owners() -> dict[int, str]:
         return {p: (await owner(store, p)).get("poller", "") for p in range(keys.partitions)}
 
-    async def until(condition: Callable[[], Awaitable[bool]]) -> None:
-        with trio.fail_after(30):
-            while not await condition():  # noqa: ASYNC110 - polling Redis
-                await trio.sleep(0.05)
-
     async with trio.open_nursery() as outer:
         scopes = []
         for i, poller in enumerate(pollers):
@@ -776,7 +770,7 @@ async def test_pollers_share_the_partitions_and_take_over_from_one_that_stops(
                 for poller in pollers
             )
 
-        await until(shared)
+        await eventually(shared, poll_s=0.05)
         scopes[0].cancel()
         scopes[1].cancel()
         last = pollers[2].poller_id
@@ -784,7 +778,7 @@ async def test_pollers_share_the_partitions_and_take_over_from_one_that_stops(
         async def taken_over() -> bool:
             return set((await owners()).values()) == {last}
 
-        await until(taken_over)
+        await eventually(taken_over, poll_s=0.05)
         await trio.sleep(0.5)  # a few more rounds under the last poller
         end = await store.now_ms() - 200
         outer.cancel_scope.cancel()
@@ -985,9 +979,7 @@ async def test_a_failed_enqueue_sent_with_its_commit_leaves_the_grid_where_it_wa
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(tick)
-        with trio.fail_after(30):
-            while store.client.refusing != "rejected":  # noqa: ASYNC110 - another task
-                await trio.sleep(0.01)
+        await eventually(lambda: store.client.refusing == "rejected", poll_s=0.01)
         for task in await store.get_many(ids):
             assert task is not None and (task.next_run_ms, task.fires) == (past, 0)  # not moved
         await store.client.execute("DEL", keys.queue("t"))

@@ -29,6 +29,7 @@ from runtime.version import __version__
 from tests.api_node import ADMIN
 from tests.execution_harness import records, wait_records
 from tests.node_process import REPO, NodeProcess, alive
+from tests.waiting import until
 
 
 @pytest.fixture
@@ -72,10 +73,7 @@ def children(node: NodeProcess) -> dict[str, int]:
 
 
 def wait_gone(pids: list[int], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while any(alive(p) for p in pids):
-        assert time.monotonic() < deadline, f"still running: {[p for p in pids if alive(p)]}"
-        time.sleep(0.05)
+    until(lambda: not any(alive(p) for p in pids), timeout_s, what=f"{pids} all gone")
 
 
 async def test_parts_run_in_child_processes_and_stop_with_the_node(
