@@ -18,6 +18,7 @@ from actors.store.keys import Keys
 from runtime import logging as node_logging
 from runtime.config import RedisSection
 from runtime.redis_io import RedisClient
+from tests import run_order
 from tests.api_node import ADMIN, ApiNode
 from tests.dashboard_browser import launch_browser, new_page
 from tests.node_process import REPO
@@ -29,7 +30,7 @@ SOURCES = ("actors", "runtime", "metronome", "bench", "tests")
 
 def pytest_configure(config: pytest.Config) -> None:
     """Once a run, in the process that hands tests out (not in each xdist worker):
-    byte-compile the sources.
+    byte-compile the sources, and time the tests for the next run's order.
 
     A process reads ``__pycache__`` even where ``PYTHONDONTWRITEBYTECODE`` keeps it from
     writing there; without it, every node process a test starts compiles every module
@@ -38,6 +39,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     for source in SOURCES:
         compileall.compile_dir(REPO / source, quiet=1, optimize=sys.flags.optimize)
+    cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+    if cache is not None:
+        config.pluginmanager.register(run_order.Durations(cache), "metronome-durations")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -51,6 +55,12 @@ def pytest_collection() -> Generator[None, object, object]:
         return (yield)
     finally:
         sys.dont_write_bytecode = not wrote
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("loadgroup", False):  # an xdist worker under --dist loadgroup
+        run_order.plan(config, items)
 
 
 @pytest.fixture(scope="session")
