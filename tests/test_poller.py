@@ -49,7 +49,7 @@ from runtime.liveness import instance_id
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
 from tests.node_process import NodeProcess
-from tests.waiting import eventually
+from tests.waiting import eventually, settled
 
 
 @pytest.fixture
@@ -843,18 +843,27 @@ async def test_a_killed_nodes_partitions_are_taken_over_by_a_node_of_its_host(
         killed = nodes[0].wait_for("poller_ready")[0]["poller"]
         nodes[0].signal(signal.SIGKILL)
         await until(lambda held: killed not in held and len(set(held)) == 1)  # taken over
-        await trio.sleep(2.0)
-        window_end = await store.now_ms() - 500
+        window_end = await store.now_ms() + 1500  # a while of the last poller's work
+        expected = {due for due in range(start, window_end, 250) if due >= window_start}
+        await settled(lambda: every_grid_time(store, "h", 40, expected))
     finally:
         for node in nodes:
             await trio.to_thread.run_sync(node.kill)
     seen: dict[str, set[int]] = defaultdict(set)
     for fire in await stream_fires(store, "h"):
         seen[fire["task_id"]].add(int(fire["due_ms"]))
-    expected = {due for due in range(start, window_end, 250) if due >= window_start}
     assert len(seen) == 40 and len(expected) > 4
     for task_id, dues in seen.items():
         assert expected <= dues, f"{task_id} missing fires: {sorted(expected - dues)[:5]}"
+
+
+async def every_grid_time(store: TaskStore, task_type: str, tasks: int, dues: set[int]) -> bool:
+    """Whether each of the ``tasks`` tasks of ``task_type`` has a fire due at each of
+    ``dues`` in the stream."""
+    seen: dict[str, set[int]] = defaultdict(set)
+    for fire in await stream_fires(store, task_type):
+        seen[fire["task_id"]].add(int(fire["due_ms"]))
+    return len(seen) == tasks and all(dues <= due for due in seen.values())
 
 
 async def test_poller_killed_mid_batch_repeatedly_loses_no_fire(
@@ -880,8 +889,9 @@ async def test_poller_killed_mid_batch_repeatedly_loses_no_fire(
     final = NodeProcess(config)
     try:
         await trio.to_thread.run_sync(final.wait_for, "poller_ready")
-        await trio.sleep(1.5)
-        window_end = await store.now_ms() - 500
+        window_end = await store.now_ms() + 1000  # a second of the final poller's work
+        expected = set(range(start, window_end, 250))
+        await settled(lambda: every_grid_time(store, "k", 60, expected))
         final.signal(signal.SIGTERM)
         assert await trio.to_thread.run_sync(final.wait) == 0
     finally:
@@ -892,7 +902,6 @@ async def test_poller_killed_mid_batch_repeatedly_loses_no_fire(
         assert fire["schedule_id"] == f"{fire['task_id']}:{fire['due_ms']}"
         seen[fire["task_id"]].add(int(fire["due_ms"]))
     assert len(seen) == 60
-    expected = set(range(start, window_end, 250))
     assert len(expected) > 20
     for dues in seen.values():
         assert expected <= dues, f"missing fires: {sorted(expected - dues)[:5]}"

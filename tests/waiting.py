@@ -46,15 +46,29 @@ async def eventually(
 ) -> Any:
     """``until`` in trio: ``predicate`` may be a coroutine function (a Redis read); it is
     polled on trio's clock, so a test on an autojump ``MockClock`` waits no real time."""
+    value = await _poll(predicate, timeout_s, poll_s)
+    if not value:
+        raise AssertionError(_failed(what, timeout_s))
+    return value
+
+
+async def settled(
+    predicate: Callable[[], Any], timeout_s: float = 60.0, *, poll_s: float = 0.1
+) -> bool:
+    """``eventually``, for a wait whose failure the assertions after it explain better
+    (which fires are missing): whether ``predicate`` came to hold within ``timeout_s``."""
+    return bool(await _poll(predicate, timeout_s, poll_s))
+
+
+async def _poll(predicate: Callable[[], Any], timeout_s: float, poll_s: float) -> Any:
+    """What ``predicate`` returned last: something true, or false at the deadline."""
     deadline = trio.current_time() + timeout_s
     while True:
         value = predicate()
         if inspect.isawaitable(value):
             value = await value
-        if value:
+        if value or trio.current_time() > deadline:
             return value
-        if trio.current_time() > deadline:
-            raise AssertionError(_failed(what, timeout_s))
         await trio.sleep(poll_s)
 
 
