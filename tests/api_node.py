@@ -17,6 +17,7 @@ import attrs
 import pytest
 
 from tests.node_process import NodeProcess
+from tests.waiting import until
 
 #: Consumer sections most API node tests need: a type that succeeds, one that always fails
 #: at once (its fires go straight to the dead-letter queue).
@@ -137,11 +138,6 @@ def unique(prefix: str) -> str:
 
 
 def wait_until(predicate: Any, timeout_s: float = 15.0) -> Any:
-    """Poll ``predicate`` until it returns something true; return that, or fail."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"condition not met within {timeout_s}s")
+    """Poll ``predicate`` (typically a request to the node) until it returns something
+    true; return that, or fail."""
+    return until(predicate, timeout_s, poll_s=0.05)

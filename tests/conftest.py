@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import compileall
 import io
 import json
+import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +18,49 @@ from actors.store.keys import Keys
 from runtime import logging as node_logging
 from runtime.config import RedisSection
 from runtime.redis_io import RedisClient
+from tests import run_order
 from tests.api_node import ADMIN, ApiNode
 from tests.dashboard_browser import launch_browser, new_page
+from tests.node_process import REPO
 from tests.redis_server import redis_url_for_tests
+
+#: What the node processes a test starts, and the test helpers, import from the repository.
+SOURCES = ("actors", "runtime", "metronome", "bench", "tests")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Once a run, in the process that hands tests out (not in each xdist worker):
+    byte-compile the sources, and time the tests for the next run's order.
+
+    A process reads ``__pycache__`` even where ``PYTHONDONTWRITEBYTECODE`` keeps it from
+    writing there; without it, every node process a test starts compiles every module
+    from source."""
+    if hasattr(config, "workerinput"):
+        return
+    for source in SOURCES:
+        compileall.compile_dir(REPO / source, quiet=1, optimize=sys.flags.optimize)
+    cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+    if cache is not None:
+        config.pluginmanager.register(run_order.Durations(cache), "metronome-durations")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection() -> Generator[None, object, object]:
+    """The test modules as pytest rewrote them (their asserts) kept in ``__pycache__``,
+    whatever ``PYTHONDONTWRITEBYTECODE`` says: otherwise each xdist worker rewrites every
+    one of them again, each run."""
+    wrote = not sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = not wrote
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("loadgroup", False):  # an xdist worker under --dist loadgroup
+        run_order.plan(config, items)
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ from runtime.app import Invocation
 from runtime.config import NodeSection, RedisSection
 from runtime.logging import get_logger
 from tests.node_process import NodeProcess
+from tests.waiting import eventually
 
 T = TypeVar("T")
 
@@ -89,9 +90,8 @@ def records(path: Path) -> list[dict[str, Any]]:
 
 
 async def wait_until(predicate: Any, timeout_s: float = 60.0, poll_s: float = 0.02) -> None:
-    with trio.fail_after(timeout_s):
-        while not await predicate():  # noqa: ASYNC110 - polling an outside process/Redis
-            await trio.sleep(poll_s)
+    """Until ``await predicate()`` holds (a Redis read, say); fails after ``timeout_s``."""
+    await eventually(predicate, timeout_s, poll_s=poll_s)
 
 
 async def one_message_queued(store: TaskStore, task_type: str, task_id: str) -> tuple[str, str]:
@@ -165,9 +165,12 @@ async def fault_under_a_running_node(
 
 async def wait_records(path: Path, predicate: Any, timeout_s: float = 30.0) -> list[dict[str, Any]]:
     """The handlers' records once ``predicate`` holds for them (fails after ``timeout_s``)."""
-    with trio.fail_after(timeout_s):
-        while True:
-            found = records(path)
-            if predicate(found):
-                return found
-            await trio.sleep(0.05)
+
+    def found() -> tuple[list[dict[str, Any]]] | None:
+        now = records(path)
+        return (now,) if predicate(now) else None
+
+    held: tuple[list[dict[str, Any]]] = await eventually(
+        found, timeout_s, poll_s=0.05, what="the handlers' records"
+    )
+    return held[0]

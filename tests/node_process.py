@@ -60,6 +60,7 @@ class NodeProcess:
         self.raw: list[str] = []
         self._stderr: list[str] = []
         self._lock = threading.Lock()
+        self._new_line = threading.Condition(self._lock)  # or the end of the output
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self._err_reader = threading.Thread(target=self._read_stderr, daemon=True)
@@ -79,20 +80,30 @@ class NodeProcess:
                     self.raw.append(line)
                     with contextlib.suppress(json.JSONDecodeError):
                         self.lines.append(json.loads(line))
+                    self._new_line.notify_all()
+        with self._lock:
+            self._new_line.notify_all()
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         with self._lock:
             return [e for e in self.lines if name is None or e.get("event") == name]
 
     def wait_for(self, event: str, count: int = 1, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        """Every ``event`` line so far, once there are ``count``; fails if the node exits or
+        ``timeout_s`` passes first."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        found: list[dict[str, Any]] = []
+        with self._lock:
+            while (left := deadline - time.monotonic()) > 0:
+                found = [e for e in self.lines if e.get("event") == event]
+                if len(found) >= count or self.proc.poll() is not None:
+                    break
+                self._new_line.wait(min(left, 0.1))
+        if self.proc.poll() is not None:
+            self._reader.join(5)  # the lines it wrote before it exited
             found = self.events(event)
-            if len(found) >= count:
-                return found
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
+        if len(found) >= count:
+            return found
         raise AssertionError(
             f"no {count}x {event!r} within {timeout_s}s; exit={self.proc.poll()}; "
             f"stderr={self.stderr_text()!r}; last lines={self.raw[-5:]!r}"

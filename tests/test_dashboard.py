@@ -28,6 +28,7 @@ from tests.api_node import (
 )
 from tests.dashboard_browser import needs_chromium, sign_in
 from tests.node_process import REPO
+from tests.waiting import until
 
 pytestmark = needs_chromium
 
@@ -94,13 +95,13 @@ def test_a_dead_letter_replayed_from_the_page_runs_again(page: Any, api: ApiNode
 
 
 def _dead_letter_of(client: Client, task_id: str, not_entry: str | None = None) -> str:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def entry_id() -> str | None:
         for entry in client.dead_letters("doomed", limit=200)["dead_letters"]:
             if entry["task_id"] == task_id and entry["entry_id"] != not_entry:
                 return str(entry["entry_id"])
-        time.sleep(0.1)
-    raise AssertionError(f"no dead letter of {task_id}")
+        return None
+
+    return until(entry_id, 30, poll_s=0.1, what=f"a dead letter of {task_id}")
 
 
 def test_a_read_only_key_gets_no_write_buttons(page: Any, api: ApiNode) -> None:

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import trio
 
 from actors.store.tasks import TaskStore
 from runtime.config import RedisSection, parse_sentinel_url
@@ -21,6 +20,7 @@ from tests.execution_harness import (
 )
 from tests.node_process import NodeProcess
 from tests.test_outages import node_config
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -59,9 +59,11 @@ async def test_a_node_follows_a_sentinel_failover_and_loses_no_fire(
 
     async def fail_over(_node: NodeProcess) -> float:
         sentinel.primary.kill()
-        with trio.fail_after(60):
-            while sentinel.master_port() != sentinel.replica.port:  # noqa: ASYNC110
-                await trio.sleep(0.1)
+
+        def promoted() -> bool:
+            return sentinel.master_port() == sentinel.replica.port
+
+        await eventually(promoted, 60, poll_s=0.1, what="the replica promoted")
         return time.time() * 1000
 
     node, promoted_ms = await fault_under_a_running_node(

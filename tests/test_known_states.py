@@ -28,6 +28,7 @@ from runtime.embedded_redis import find_server_binary
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
 from runtime.testing.local_redis import RedisProcess
+from tests.waiting import eventually
 
 _tokens = iter(range(1, 10**9))
 EVERY_MINUTE = Schedule("interval", every_s=60, start_ms=0)
@@ -213,9 +214,10 @@ async def test_a_redis_back_without_its_last_writes_loses_no_fire(tmp_path: Path
             return out
 
         async def until(enough: Callable[[dict[str, list[int]]], bool]) -> None:
-            with trio.fail_after(60):
-                while not enough(await client.ride_out(fires)):  # noqa: ASYNC110 - Redis
-                    await trio.sleep(0.05)
+            async def holds() -> bool:
+                return enough(await client.ride_out(fires))
+
+            await eventually(holds, 60, poll_s=0.05)
 
         poller = scheduling.Poller(store, scheduling.PollerSettings())
         ctx = ActorContext("node/poller", 1.0, get_logger(actor="node/poller"))
@@ -257,9 +259,10 @@ async def test_a_running_poller_claims_without_reading_the_states_it_committed(
         return task.fires
 
     async def until_fires(low: int, high: int = 10**9) -> None:
-        with trio.fail_after(60):
-            while not low <= await fires() < high:  # noqa: ASYNC110 - polling Redis
-                await trio.sleep(0.02)
+        async def within() -> bool:
+            return low <= await fires() < high
+
+        await eventually(within, 60)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(poller.run, ctx)

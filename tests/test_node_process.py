@@ -15,6 +15,7 @@ from runtime.embedded_redis import find_server_binary
 from runtime.errors import RuntimeStartError
 from runtime.version import __version__
 from tests.node_process import NodeProcess
+from tests.waiting import until
 
 
 def sleepy(tmp_path: Path, finish_s: float, crash: bool = False, grace_s: float = 5.0) -> Path:
@@ -170,10 +171,7 @@ def test_embedded_node_runs_on_the_bundled_valkey_when_present(tmp_path: Path) -
 def test_console_log_format_is_for_humans(tmp_path: Path) -> None:
     node = NodeProcess(sleepy(tmp_path, finish_s=0.1), "--log-format", "console")
     try:
-        deadline = time.monotonic() + 20
-        while not any("actor_started" in line for line in node.raw):
-            assert time.monotonic() < deadline, node.stderr_text()
-            time.sleep(0.05)
+        until(lambda: any("actor_started" in line for line in node.raw), 20, what=node.stderr_text)
         node.signal(signal.SIGTERM)
         assert node.wait(timeout_s=20) == 0
     finally:

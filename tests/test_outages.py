@@ -25,6 +25,7 @@ from tests.execution_harness import (
     periodic_tasks,
 )
 from tests.node_process import NodeProcess
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -67,15 +68,11 @@ async def test_an_actor_rides_out_a_redis_restart_without_crashing(
             await nursery.start(tree.run, ctx)
             await trio.sleep(0.2)
             aof_server.kill()
-            with trio.fail_after(30):
-                while client.reachable:  # noqa: ASYNC110 - waiting on another thread's call
-                    await trio.sleep(0.02)
+            await eventually(lambda: not client.reachable, what="the outage noticed")
             await trio.sleep(1.0)  # the outage
             down_at = len(pings)
             await trio.to_thread.run_sync(aof_server.start, aof_server.port)
-            with trio.fail_after(30):
-                while len(pings) <= down_at + 5:  # noqa: ASYNC110
-                    await trio.sleep(0.02)
+            await eventually(lambda: len(pings) > down_at + 5, what="pings after the restart")
             ctx.stop_requested.value = True
     events = [e["event"] for e in logs]
     assert "actor_crashed" not in events and "actor_restarted" not in events

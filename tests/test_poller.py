@@ -49,6 +49,7 @@ from runtime.liveness import instance_id
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
 from tests.node_process import NodeProcess
+from tests.waiting import eventually, settled
 
 
 @pytest.fixture
@@ -86,9 +87,7 @@ async def run_pollers(
         if until is None:
             await trio.sleep(seconds)
         else:
-            with trio.fail_after(60):
-                while not await until():  # noqa: ASYNC110 - polling Redis
-                    await trio.sleep(0.05)
+            await eventually(until, 60, poll_s=0.05)
         nursery.cancel_scope.cancel()
 
 
@@ -748,11 +747,6 @@ async def test_pollers_share_the_partitions_and_take_over_from_one_that_stops(
     async def owners() -> dict[int, str]:
         return {p: (await owner(store, p)).get("poller", "") for p in range(keys.partitions)}
 
-    async def until(condition: Callable[[], Awaitable[bool]]) -> None:
-        with trio.fail_after(30):
-            while not await condition():  # noqa: ASYNC110 - polling Redis
-                await trio.sleep(0.05)
-
     async with trio.open_nursery() as outer:
         scopes = []
         for i, poller in enumerate(pollers):
@@ -776,7 +770,7 @@ async def test_pollers_share_the_partitions_and_take_over_from_one_that_stops(
                 for poller in pollers
             )
 
-        await until(shared)
+        await eventually(shared, poll_s=0.05)
         scopes[0].cancel()
         scopes[1].cancel()
         last = pollers[2].poller_id
@@ -784,7 +778,7 @@ async def test_pollers_share_the_partitions_and_take_over_from_one_that_stops(
         async def taken_over() -> bool:
             return set((await owners()).values()) == {last}
 
-        await until(taken_over)
+        await eventually(taken_over, poll_s=0.05)
         await trio.sleep(0.5)  # a few more rounds under the last poller
         end = await store.now_ms() - 200
         outer.cancel_scope.cancel()
@@ -849,18 +843,27 @@ async def test_a_killed_nodes_partitions_are_taken_over_by_a_node_of_its_host(
         killed = nodes[0].wait_for("poller_ready")[0]["poller"]
         nodes[0].signal(signal.SIGKILL)
         await until(lambda held: killed not in held and len(set(held)) == 1)  # taken over
-        await trio.sleep(2.0)
-        window_end = await store.now_ms() - 500
+        window_end = await store.now_ms() + 1500  # a while of the last poller's work
+        expected = {due for due in range(start, window_end, 250) if due >= window_start}
+        await settled(lambda: every_grid_time(store, "h", 40, expected))
     finally:
         for node in nodes:
             await trio.to_thread.run_sync(node.kill)
     seen: dict[str, set[int]] = defaultdict(set)
     for fire in await stream_fires(store, "h"):
         seen[fire["task_id"]].add(int(fire["due_ms"]))
-    expected = {due for due in range(start, window_end, 250) if due >= window_start}
     assert len(seen) == 40 and len(expected) > 4
     for task_id, dues in seen.items():
         assert expected <= dues, f"{task_id} missing fires: {sorted(expected - dues)[:5]}"
+
+
+async def every_grid_time(store: TaskStore, task_type: str, tasks: int, dues: set[int]) -> bool:
+    """Whether each of the ``tasks`` tasks of ``task_type`` has a fire due at each of
+    ``dues`` in the stream."""
+    seen: dict[str, set[int]] = defaultdict(set)
+    for fire in await stream_fires(store, task_type):
+        seen[fire["task_id"]].add(int(fire["due_ms"]))
+    return len(seen) == tasks and all(dues <= due for due in seen.values())
 
 
 async def test_poller_killed_mid_batch_repeatedly_loses_no_fire(
@@ -886,8 +889,9 @@ async def test_poller_killed_mid_batch_repeatedly_loses_no_fire(
     final = NodeProcess(config)
     try:
         await trio.to_thread.run_sync(final.wait_for, "poller_ready")
-        await trio.sleep(1.5)
-        window_end = await store.now_ms() - 500
+        window_end = await store.now_ms() + 1000  # a second of the final poller's work
+        expected = set(range(start, window_end, 250))
+        await settled(lambda: every_grid_time(store, "k", 60, expected))
         final.signal(signal.SIGTERM)
         assert await trio.to_thread.run_sync(final.wait) == 0
     finally:
@@ -898,7 +902,6 @@ async def test_poller_killed_mid_batch_repeatedly_loses_no_fire(
         assert fire["schedule_id"] == f"{fire['task_id']}:{fire['due_ms']}"
         seen[fire["task_id"]].add(int(fire["due_ms"]))
     assert len(seen) == 60
-    expected = set(range(start, window_end, 250))
     assert len(expected) > 20
     for dues in seen.values():
         assert expected <= dues, f"missing fires: {sorted(expected - dues)[:5]}"
@@ -985,9 +988,7 @@ async def test_a_failed_enqueue_sent_with_its_commit_leaves_the_grid_where_it_wa
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(tick)
-        with trio.fail_after(30):
-            while store.client.refusing != "rejected":  # noqa: ASYNC110 - another task
-                await trio.sleep(0.01)
+        await eventually(lambda: store.client.refusing == "rejected", poll_s=0.01)
         for task in await store.get_many(ids):
             assert task is not None and (task.next_run_ms, task.fires) == (past, 0)  # not moved
         await store.client.execute("DEL", keys.queue("t"))

@@ -29,6 +29,7 @@ from runtime.version import __version__
 from tests.api_node import ADMIN
 from tests.execution_harness import records, wait_records
 from tests.node_process import REPO, NodeProcess, alive
+from tests.waiting import settled, until
 
 
 @pytest.fixture
@@ -71,11 +72,16 @@ def children(node: NodeProcess) -> dict[str, int]:
     return {e["actor"].rsplit("/", 1)[1]: e["pid"] for e in node.events("process_started")}
 
 
+def ran_records(record: Path) -> list[dict[str, Any]]:
+    return [r for r in records(record) if r["event"] == "ran"]
+
+
+def ran_by(found: list[dict[str, Any]], pid: int) -> bool:
+    return any(r["event"] == "ran" and r["pid"] == pid for r in found)
+
+
 def wait_gone(pids: list[int], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while any(alive(p) for p in pids):
-        assert time.monotonic() < deadline, f"still running: {[p for p in pids if alive(p)]}"
-        time.sleep(0.05)
+    until(lambda: not any(alive(p) for p in pids), timeout_s, what=f"{pids} all gone")
 
 
 async def test_parts_run_in_child_processes_and_stop_with_the_node(
@@ -128,13 +134,15 @@ async def test_a_killed_child_is_restarted_alone_and_loses_no_fire(
     try:
         await trio.to_thread.run_sync(node.wait_for, "consumer_ready", 2)
         before = children(node)
-        await trio.sleep(2.0)
+        await wait_records(record, lambda rs: ran_by(rs, before["consumers-1"]))  # at work
         os.kill(before["consumers-1"], signal.SIGKILL)
         await trio.to_thread.run_sync(node.wait_for, "actor_restarted")
         await trio.to_thread.run_sync(node.wait_for, "consumer_ready", 3)
         after = children(node)
-        await trio.sleep(3.5)  # the lease (2 s) passes: the dead process's messages rerun
-        window_end = await store.now_ms() - 1500
+        # Past the lease (2 s): the dead process's messages run again.
+        window_end = await store.now_ms() + 2000
+        expected = {f"{t}:{due}" for t in ids for due in range(start_ms, window_end, 300)}
+        await settled(lambda: expected <= {r["schedule_id"] for r in ran_records(record)})
         node.signal(signal.SIGTERM)
         assert await trio.to_thread.run_sync(node.wait) == 0
     finally:
@@ -144,8 +152,7 @@ async def test_a_killed_child_is_restarted_alone_and_loses_no_fire(
     assert after["scheduler"] == before["scheduler"]
     crashed = node.events("actor_crashed")
     assert [e["actor"] for e in crashed] == ["node/processes/consumers-1"]
-    ran = Counter(r["schedule_id"] for r in records(record) if r["event"] == "ran")
-    expected = {f"{t}:{due}" for t in ids for due in range(start_ms, window_end, 300)}
+    ran = Counter(r["schedule_id"] for r in ran_records(record))
     assert len(expected) >= 30
     missing = expected - set(ran)
     assert not missing, f"{len(missing)} fires never ran, e.g. {sorted(missing)[:3]}"

@@ -20,6 +20,7 @@ from runtime.logging import get_logger
 from runtime.redis_io import RedisClient, Script, _redact
 from runtime.supervisor import ChildSpec, SupervisorSpec, supervisor
 from runtime.testing.local_redis import RedisProcess, free_port
+from tests.waiting import eventually
 
 ECHO = Script("echo", "return {KEYS[1], ARGV[1]}")
 
@@ -152,14 +153,10 @@ async def test_lost_connection_crashes_the_actor_and_the_restart_recovers(
             await nursery.start(tree.run, ctx)
             await trio.sleep(0.2)
             own_server.kill()
-            with trio.fail_after(10):
-                while not any(e["event"] == "actor_crashed" for e in logs):  # noqa: ASYNC110
-                    await trio.sleep(0.02)
+            await eventually(lambda: any(e["event"] == "actor_crashed" for e in logs), 10)
             down_at = len(pings)
             await trio.to_thread.run_sync(own_server.start, own_server.port)
-            with trio.fail_after(10):
-                while len(pings) <= down_at:  # noqa: ASYNC110
-                    await trio.sleep(0.02)
+            await eventually(lambda: len(pings) > down_at, 10, what="a ping after the restart")
             ctx.stop_requested.value = True
     crashes = [e for e in logs if e["event"] == "actor_crashed"]
     assert crashes

@@ -18,6 +18,10 @@ from typing import Any
 
 import redis
 
+#: A primary sends a new replica its data at once, instead of waiting (Redis's default:
+#: 5 s) for more replicas to share one diskless transfer.
+SYNC_AT_ONCE = ["--repl-diskless-sync-delay", "0"]
+
 #: How long a manual cluster failover is given before it is asked for again (Redis gives up
 #: on one after 5 s: CLUSTER_MF_TIMEOUT).
 MANUAL_FAILOVER_RETRY_S = 8.0
@@ -35,7 +39,7 @@ class RedisProcess:
     def __init__(self, binary: str, extra_args: list[str] | None = None) -> None:
         self.binary = binary
         self.dir = Path(tempfile.mkdtemp(prefix="metronome-redis-"))
-        self.extra_args = extra_args or []
+        self.extra_args = list(extra_args or [])
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -56,8 +60,20 @@ class RedisProcess:
         )  # fmt: skip
 
     def start(self, port: int | None = None) -> RedisProcess:
-        for _ in range(5):
-            self._spawn(port or free_port())
+        return self.spawn(port).wait_started(port)
+
+    def spawn(self, port: int | None = None) -> RedisProcess:
+        """Start the process and return at once: ``wait_started`` waits for it (several
+        servers boot side by side)."""
+        self._spawn(port or free_port())
+        return self
+
+    def wait_started(self, port: int | None = None) -> RedisProcess:
+        """Once the spawned server answers PING; one that exits first (its free port taken
+        meanwhile) is spawned again, on a new port unless ``port`` is given."""
+        for attempt in range(5):
+            if attempt:
+                self._spawn(port or free_port())
             if self._wait_ready():
                 return self
             self.stop()
@@ -88,7 +104,7 @@ class RedisProcess:
                 with contextlib.suppress(redis.exceptions.ConnectionError):
                     if client.ping():
                         return True
-                time.sleep(0.02)
+                time.sleep(0.01)
             return False
         finally:
             client.close()
@@ -119,7 +135,7 @@ class LocalCluster:
     SLOTS = 16384
 
     def __init__(self, binary: str, size: int = 3, replicas: bool = False) -> None:
-        args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+        args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", *SYNC_AT_ONCE]
         if replicas:  # replicas must be able to take over: persist as a primary would
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         self.nodes = [RedisProcess(binary, args) for _ in range(size)]
@@ -132,7 +148,9 @@ class LocalCluster:
     def start(self, timeout_s: float = 30.0) -> LocalCluster:
         everyone = self.nodes + self.replicas
         for node in everyone:
-            node.start()
+            node.spawn()
+        for node in everyone:
+            node.wait_started()
         # Any: redis-py's execute_command is untyped.
         clients: list[Any] = [redis.Redis(port=node.port, socket_timeout=2) for node in everyone]
         try:
@@ -140,18 +158,20 @@ class LocalCluster:
             for i, client in enumerate(clients[: len(self.nodes)]):
                 last = self.SLOTS - 1 if i == len(self.nodes) - 1 else (i + 1) * per - 1
                 client.execute_command("CLUSTER", "ADDSLOTSRANGE", i * per, last)
-            for node in everyone[1:]:
-                clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
+            # Every pair meets: nodes that only heard of each other through gossip take
+            # seconds to shake hands.
+            for i, client in enumerate(clients):
+                for node in everyone[i + 1 :]:
+                    client.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
             deadline = time.monotonic() + timeout_s
-            self._wait(clients, deadline, lambda: all(
-                len(c.execute_command("CLUSTER", "NODES").splitlines()) == len(everyone)
-                for c in clients
-            ))  # fmt: skip
+            self._wait(clients, deadline, lambda: all(self._agrees(c, 0) for c in clients))
             for primary, replica in zip(clients, clients[len(self.nodes) :], strict=False):
                 node_id = primary.execute_command("CLUSTER", "MYID")
                 replica.execute_command("CLUSTER", "REPLICATE", node_id)
             self._wait(clients, deadline, lambda: all(
-                b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO") for c in clients
+                b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO")
+                and self._agrees(c, len(self.replicas))
+                for c in clients
             ) and all(self._synced(r) for r in clients[len(self.nodes) :]))  # fmt: skip
             return self
         finally:
@@ -163,8 +183,21 @@ class LocalCluster:
         while time.monotonic() < deadline:
             if ready():
                 return
-            time.sleep(0.05)
+            time.sleep(0.02)
         raise RuntimeError("local Redis Cluster did not settle")
+
+    def _agrees(self, client: Any, replicas: int) -> bool:
+        """Whether a node sees every node of the cluster, none in a handshake or suspected,
+        and ``replicas`` of them as replicas (a primary votes in a failover only for a node
+        it knows as a replica of the primary failed over)."""
+        lines = client.execute_command("CLUSTER", "NODES").decode().splitlines()
+        flags = [set(line.split()[2].split(",")) for line in lines]
+        unsettled = {"handshake", "noaddr", "fail", "fail?"}
+        return (
+            len(lines) == len(self.nodes) + len(self.replicas)
+            and not any(unsettled & f for f in flags)
+            and sum("slave" in f for f in flags) == replicas
+        )
 
     @staticmethod
     def _synced(replica: Any) -> bool:
@@ -203,8 +236,9 @@ class LocalSentinel:
     def __init__(self, binary: str, service: str = "metronome") -> None:
         self.binary = binary
         self.service = service
-        self.primary = RedisProcess(binary, ["--appendonly", "yes", "--appendfsync", "always"])
-        self.replica = RedisProcess(binary, ["--appendonly", "yes", "--appendfsync", "always"])
+        persist = ["--appendonly", "yes", "--appendfsync", "always", *SYNC_AT_ONCE]
+        self.primary = RedisProcess(binary, persist)
+        self.replica = RedisProcess(binary, persist)
         self.sentinels: list[subprocess.Popen[bytes]] = []
         self.sentinel_ports: list[int] = []
         self.dir = Path(tempfile.mkdtemp(prefix="metronome-sentinel-"))
@@ -218,6 +252,13 @@ class LocalSentinel:
         self.primary.start()
         self.replica.extra_args += ["--replicaof", "127.0.0.1", str(self.primary.port)]
         self.replica.start()
+        deadline = time.monotonic() + timeout_s
+        # Synced before the sentinels start: a sentinel lists a primary's replicas from its
+        # INFO, asked at once and then every 10 s.
+        while not self._replica_synced():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the local Sentinel's replica did not sync")
+            time.sleep(0.02)
         for i in range(3):
             port = free_port()
             conf = self.dir / f"sentinel-{i}.conf"
@@ -237,11 +278,10 @@ class LocalSentinel:
                 )
             )
             self.sentinel_ports.append(port)
-        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self._replica_synced() and all(self._knows_replica(p) for p in self.sentinel_ports):
+            if all(self._settled(p) for p in self.sentinel_ports):
                 return self
-            time.sleep(0.1)
+            time.sleep(0.02)
         raise RuntimeError("local Sentinel setup did not settle")
 
     def master_port(self) -> int | None:
@@ -268,10 +308,15 @@ class LocalSentinel:
         finally:
             client.close()
 
-    def _knows_replica(self, port: int) -> bool:
-        client = redis.Redis(port=port, socket_timeout=1)
+    def _settled(self, port: int) -> bool:
+        """Whether the sentinel on ``port`` knows the replica and the other sentinels (a
+        failover needs their votes)."""
+        client: Any = redis.Redis(port=port, socket_timeout=1)
         try:
-            return bool(client.sentinel_slaves(self.service))
+            others = len(self.sentinel_ports) - 1
+            return bool(client.sentinel_slaves(self.service)) and (
+                len(client.sentinel_sentinels(self.service)) >= others
+            )
         except redis.exceptions.RedisError:
             return False
         finally:

@@ -1,0 +1,94 @@
+"""How an xdist run (``--dist loadgroup``) hands tests to its workers.
+
+The tests of a module that share something it starts (a node, Chromium, a cluster) go to
+one worker together, or each worker that got one of them would start its own; a module
+whose tests take long together is cut in consecutive parts, each on one worker. Work goes
+out longest first, by what each test took in earlier runs (kept in pytest's cache): a long
+test handed out last would keep the run going while the other workers sit idle. Without
+earlier runs (a fresh checkout), each test counts as ``UNKNOWN_S``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: Fixtures that start something for a whole module (a node, Chromium) or for a worker's
+#: session (a cluster).
+SHARED_PER_MODULE = frozenset({"api", "browser", "cluster_url", "with_token", "elsewhere", "venv"})
+#: Where the durations are kept in pytest's cache.
+CACHE_KEY = "metronome/durations"
+#: What a test no earlier run timed counts as.
+UNKNOWN_S = 3.0
+#: A module sharing a node is cut in parts of about this long, each on a worker with a
+#: node of its own: one part of minutes would keep the run going alone at its end.
+PART_S = 30.0
+
+
+class Durations:
+    """In the process that hands tests out (the xdist controller): tells each worker what
+    the tests took before, and keeps what they take in this run."""
+
+    def __init__(self, cache: pytest.Cache) -> None:
+        self.cache = cache
+        self.before: dict[str, float] = cache.get(CACHE_KEY, {})
+        self.now: dict[str, float] = defaultdict(float)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        """Each worker orders its collection by the same durations, read once here: a
+        collection that differs between workers would stop the run."""
+        node.workerinput[CACHE_KEY] = self.before
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.now[_plain(report.nodeid)] += report.duration  # setup, call and teardown
+
+    def pytest_sessionfinish(self) -> None:
+        if self.now:
+            merged = {**self.before, **{k: round(v, 3) for k, v in self.now.items()}}
+            self.cache.set(CACHE_KEY, merged)
+
+
+def plan(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker: mark the groups, then put the longest work first (a stable sort:
+    a group's tests stay together and in their order)."""
+    before: dict[str, float] = getattr(config, "workerinput", {}).get(CACHE_KEY, {})
+    took = {item.nodeid: before.get(item.nodeid, UNKNOWN_S) for item in items}
+    shared: dict[Path, list[pytest.Item]] = defaultdict(list)
+    for item in items:
+        if SHARED_PER_MODULE & set(getattr(item, "fixturenames", ())):
+            shared[item.path].append(item)
+    for path, module in shared.items():
+        parts = max(1, round(sum(took[item.nodeid] for item in module) / PART_S))
+        for item, part in zip(module, _cut(module, parts, took), strict=True):
+            item.add_marker(pytest.mark.xdist_group(f"{path.stem}-{part}"))
+    weight: dict[str, float] = defaultdict(float)
+    for item in items:
+        weight[_unit(item)] += took[item.nodeid]
+    items.sort(key=lambda item: -weight[_unit(item)])
+
+
+def _cut(module: list[pytest.Item], parts: int, took: dict[str, float]) -> list[int]:
+    """Which of ``parts`` consecutive parts of about equal duration each test falls in."""
+    total = sum(took[item.nodeid] for item in module)
+    before = 0.0
+    out = []
+    for item in module:
+        out.append(min(parts - 1, int(before / total * parts)))
+        before += took[item.nodeid]
+    return out
+
+
+def _unit(item: pytest.Item) -> str:
+    """What xdist hands out whole: the test's group, or the test alone."""
+    group = item.get_closest_marker("xdist_group")
+    return f"@{group.args[0]}" if group else item.nodeid
+
+
+def _plain(nodeid: str) -> str:
+    """A test's id without the group xdist appends to it (``id@group``)."""
+    at = nodeid.rfind("@")
+    return nodeid[:at] if at > nodeid.rfind("]") else nodeid
