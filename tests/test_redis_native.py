@@ -149,7 +149,7 @@ async def test_a_loading_server_is_an_outage_until_its_data_is_in(namespace: str
     (``RedisUnavailable``, as through redis-py), never a reply."""
     server = RedisProcess(find_server_binary(), ["--enable-debug-command", "yes"]).start()
     try:
-        admin = client_for(server.url, native_io=False)
+        admin = client_for(server.url, native_io=False, socket_timeout_s=120)
         await admin.execute("DEBUG", "POPULATE", 3_000_000, namespace, 64)
         await admin.execute("SAVE")
         await admin.aclose()

@@ -28,9 +28,14 @@ MANUAL_FAILOVER_RETRY_S = 8.0
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free loopback port a cluster node may use too (its bus port, 10,000 higher, must
+    exist: Redis refuses a cluster port above 55535)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port <= 55535:
+            return port
 
 
 class RedisProcess:
