@@ -28,10 +28,10 @@ def sentinel_master(url: str, settings: RedisSection, common: dict[str, Any]) ->
         options["username"] = username
     if password is not None:
         options["password"] = password
-    manager = redis.sentinel.Sentinel(sentinels, sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
-    return manager.master_for(  # type: ignore[no-untyped-call]
-        service, db=db, max_connections=settings.max_connections, **options
-    )
+    # Any: redis-py types Sentinel in some versions and not in others.
+    sentinel_class: Any = redis.sentinel.Sentinel
+    manager = sentinel_class(sentinels, sentinel_kwargs=timeouts)
+    return manager.master_for(service, db=db, max_connections=settings.max_connections, **options)
 
 
 def tls_options(settings: RedisSection) -> dict[str, Any]:
