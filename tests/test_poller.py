@@ -779,14 +779,17 @@ async def test_pollers_share_the_partitions_and_take_over_from_one_that_stops(
             return set((await owners()).values()) == {last}
 
         await eventually(taken_over, poll_s=0.05)
-        await trio.sleep(0.5)  # a few more rounds under the last poller
-        end = await store.now_ms() - 200
+        end = await store.now_ms() + 500  # a few more rounds under the last poller
+        expected = {f"{t.task_id}:{due}" for t in created for due in range(start, end, 100)}
+
+        async def all_in() -> bool:
+            return expected <= {f["schedule_id"] for f in await stream_fires(store, "r")}
+
+        await settled(all_in)  # a loaded machine's poller may run late, not lose fires
         outer.cancel_scope.cancel()
     fires = Counter(f["schedule_id"] for f in await stream_fires(store, "r"))
     assert set(fires.values()) == {1}  # no fire twice
-    for task in created:
-        expected = {f"{task.task_id}:{due}" for due in range(start, end, 100)}
-        assert expected <= set(fires), f"missing: {sorted(expected - set(fires))[:3]}"
+    assert expected <= set(fires), f"missing: {sorted(expected - set(fires))[:3]}"
 
 
 # -- kill -9 ------------------------------------------------------------------------------------
