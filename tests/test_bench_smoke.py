@@ -3,15 +3,47 @@ was done. Figures are not checked here (performance claims come from full runs).
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.node_process import REPO
+
+#: Benchmarks that run at once, over all the xdist workers of a run: each drives nodes flat
+#: out, and more at once on a small machine starve each other of the work they count.
+SLOTS = 2
+
+
+@pytest.fixture(autouse=True)
+def bench_slot(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Iterator[None]:
+    """One of ``SLOTS`` for the test (a lock file in the run's temp root, which its
+    workers share), waited for as long as it takes."""
+    if worker_id == "master":  # no xdist: one test at a time anyway
+        yield
+        return
+    root = tmp_path_factory.getbasetemp().parent
+    while True:
+        for slot in range(SLOTS):
+            fd = os.open(root / f"bench-slot-{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield
+                return
+            finally:
+                os.close(fd)  # the lock goes with it
+        time.sleep(0.1)
 
 
 def bench(*args: str) -> dict[str, Any]:

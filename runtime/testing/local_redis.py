@@ -151,6 +151,15 @@ class LocalCluster:
         return self.nodes[0].url
 
     def start(self, timeout_s: float = 30.0) -> LocalCluster:
+        """Start and form the cluster; one that does not form is removed, not left running."""
+        try:
+            self._form(timeout_s)
+        except BaseException:
+            self.remove()
+            raise
+        return self
+
+    def _form(self, timeout_s: float) -> None:
         everyone = self.nodes + self.replicas
         for node in everyone:
             node.spawn()
@@ -178,7 +187,6 @@ class LocalCluster:
                 and self._agrees(c, len(self.replicas))
                 for c in clients
             ) and all(self._synced(r) for r in clients[len(self.nodes) :]))  # fmt: skip
-            return self
         finally:
             for client in clients:
                 client.close()
@@ -254,6 +262,16 @@ class LocalSentinel:
         return f"redis+sentinel://{hosts}/{self.service}"
 
     def start(self, timeout_s: float = 30.0) -> LocalSentinel:
+        """Start everything and wait until it settles; a setup that does not is removed,
+        not left running."""
+        try:
+            self._settle(timeout_s)
+        except BaseException:
+            self.remove()
+            raise
+        return self
+
+    def _settle(self, timeout_s: float) -> None:
         self.primary.start()
         self.replica.extra_args += ["--replicaof", "127.0.0.1", str(self.primary.port)]
         self.replica.start()
@@ -285,7 +303,7 @@ class LocalSentinel:
             self.sentinel_ports.append(port)
         while time.monotonic() < deadline:
             if all(self._settled(p) for p in self.sentinel_ports):
-                return self
+                return
             time.sleep(0.02)
         raise RuntimeError("local Sentinel setup did not settle")
 
