@@ -234,16 +234,18 @@ class NativePool:
     async def wait_abandoned(self) -> bool:
         """Until the server has ended every abandoned call's connection, each waited for up
         to the socket timeout: True when each did (its commands have run, or never will);
-        False when one was still open then (closed now; what it sent may yet run)."""
+        False when one was still open then, or was closed unread as the oldest of too many
+        (what it sent may yet run)."""
         settled = True
         async with self._waiting:
             while self._abandoned:
                 conn = self._abandoned[0]
                 ended = False
-                with trio.move_on_after(self._timeout_s):
-                    with contextlib.suppress(
-                        OSError, trio.BrokenResourceError, trio.ClosedResourceError
-                    ):
+                with (
+                    contextlib.suppress(trio.ClosedResourceError),  # closed as the oldest
+                    trio.move_on_after(self._timeout_s),
+                ):
+                    with contextlib.suppress(OSError, trio.BrokenResourceError):  # a reset
                         while await conn.stream.receive_some(_READ_SIZE):
                             pass
                     ended = True
