@@ -13,6 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,17 @@ def free_port() -> int:
             port = int(sock.getsockname()[1])
         if port <= 55535:
             return port
+
+
+@contextlib.contextmanager
+def removed_if_it_fails(setup: LocalCluster | LocalSentinel) -> Iterator[None]:
+    """A local setup whose start fails (or is interrupted) is removed, its servers stopped,
+    rather than left running behind the error."""
+    try:
+        yield
+    except BaseException:
+        setup.remove()
+        raise
 
 
 class RedisProcess:
@@ -152,11 +164,8 @@ class LocalCluster:
 
     def start(self, timeout_s: float = 30.0) -> LocalCluster:
         """Start and form the cluster; one that does not form is removed, not left running."""
-        try:
+        with removed_if_it_fails(self):
             self._form(timeout_s)
-        except BaseException:
-            self.remove()
-            raise
         return self
 
     def _form(self, timeout_s: float) -> None:
@@ -264,11 +273,8 @@ class LocalSentinel:
     def start(self, timeout_s: float = 30.0) -> LocalSentinel:
         """Start everything and wait until it settles; a setup that does not is removed,
         not left running."""
-        try:
+        with removed_if_it_fails(self):
             self._settle(timeout_s)
-        except BaseException:
-            self.remove()
-            raise
         return self
 
     def _settle(self, timeout_s: float) -> None:
