@@ -15,9 +15,9 @@
 --          the task's commit is (history.lua)
 -- then one value: MessagePack of one flat array (one C call decodes it), groups of 5:
 --           task_id, bucket (a string: it goes into key names), score (a string, for ZADD;
---           '' = finished: out of the schedule), due_ms (a number: the grid time claimed), the new state record (the claimed one with its
---           grid moved on and its fires counted, built by the poller; its version,
---           STATE_UPDATED_MS, is the claimed one)
+--           '' = finished: out of the schedule), due_ms (a number: the grid time claimed),
+--           the new state record (the claimed one with its grid moved on and its fires
+--           counted, built by the poller; its version, STATE_UPDATED_MS, is the claimed one)
 -- Returns {earliest score in the zset after the commit or NONE, lost ids...}, or
 -- {NOT_ENQUEUED} when a marker is missing: an enqueue pipelined ahead of this commit did
 -- not complete, so
