@@ -35,14 +35,12 @@ from typing import TypeVar
 
 import attrs
 
-from actors.api.server import ApiServer
 from actors.config import Config, ConsumerSection
 from actors.execution.claimer import Claimer, ClaimerSettings
 from actors.execution.completion import RetryPolicy
 from actors.execution.consumer import Consumer, ConsumerSettings, ConsumerState
 from actors.execution.handlers import resolve
 from actors.execution.results_log import ResultsLog
-from actors.observability.endpoint import MetricsServer
 from actors.observability.metrics import install as install_metrics
 from actors.observability.presence import Presence
 from actors.scheduling.action_resumer import ActionResumer, ResumerSettings
@@ -187,6 +185,10 @@ class _Roles:
         return supervisor("consumers", types, _spec(config, Strategy.ONE_FOR_ONE))
 
     def api(self) -> ChildSpec:
+        # The HTTP stack loads only on nodes that serve it: a node start is a process start,
+        # and hypercorn and starlette are a third of what a node would otherwise import.
+        from actors.api.server import ApiServer
+
         config = self.config
         assert config.api is not None
         keys = [key.resolve() for key in config.api.keys]
@@ -210,6 +212,8 @@ class _Roles:
         return ChildSpec("presence", Presence(self.store, process).run, shutdown_s=3)
 
     def metrics(self) -> ChildSpec:
+        from actors.observability.endpoint import MetricsServer
+
         section = self.config.metrics
         server = MetricsServer(self.store, section)
         return ChildSpec("metrics", server.run, graceful=True, shutdown_s=5)

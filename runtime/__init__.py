@@ -2,33 +2,54 @@
 
 Nothing in this package knows about tasks or schedules; the scheduler's roles live in
 ``actors/`` and are plugged in through a node application (see ``runtime.app``).
+
+The names below are loaded on first use: a process that needs only ``runtime.config`` (the
+``metronome`` command, a script reading a config) does not pay for trio and the logging stack.
 """
 
-from runtime.actor import ActorContext, ActorFn, TaskStatus, actor
-from runtime.channels import Mailbox
-from runtime.errors import (
-    ConfigError,
-    RedisRefused,
-    RedisUnavailable,
-    RestartIntensityExceeded,
-    RuntimeStartError,
-)
-from runtime.supervisor import ChildSpec, Restart, Strategy, SupervisorSpec, supervisor
+from __future__ import annotations
 
-__all__ = [
-    "ActorContext",
-    "ActorFn",
-    "ChildSpec",
-    "ConfigError",
-    "Mailbox",
-    "RedisRefused",
-    "RedisUnavailable",
-    "Restart",
-    "RestartIntensityExceeded",
-    "RuntimeStartError",
-    "Strategy",
-    "SupervisorSpec",
-    "TaskStatus",
-    "actor",
-    "supervisor",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runtime.actor import ActorContext, ActorFn, TaskStatus, actor
+    from runtime.channels import Mailbox
+    from runtime.errors import (
+        ConfigError,
+        RedisRefused,
+        RedisUnavailable,
+        RestartIntensityExceeded,
+        RuntimeStartError,
+    )
+    from runtime.supervisor import ChildSpec, Restart, Strategy, SupervisorSpec, supervisor
+
+#: Each public name and the module that defines it.
+_HOMES = {
+    "ActorContext": "runtime.actor",
+    "ActorFn": "runtime.actor",
+    "TaskStatus": "runtime.actor",
+    "actor": "runtime.actor",
+    "Mailbox": "runtime.channels",
+    "ConfigError": "runtime.errors",
+    "RedisRefused": "runtime.errors",
+    "RedisUnavailable": "runtime.errors",
+    "RestartIntensityExceeded": "runtime.errors",
+    "RuntimeStartError": "runtime.errors",
+    "ChildSpec": "runtime.supervisor",
+    "Restart": "runtime.supervisor",
+    "Strategy": "runtime.supervisor",
+    "SupervisorSpec": "runtime.supervisor",
+    "supervisor": "runtime.supervisor",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'runtime' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
