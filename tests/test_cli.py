@@ -1,5 +1,7 @@
-"""The ``metronome`` console script end to end: a real process against a real node, its
-``--json`` output parsed, its exit codes checked."""
+"""The ``metronome`` command end to end against a real node: its ``--json`` output parsed,
+its tables read, its exit codes checked. Most calls run ``main`` in this process
+(tests/cli_runner.py); the installed console script, exit statuses, a closed pipe and
+``serve`` are checked with real processes."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from tests.api_node import (
     wait_until,
     write_api_config,
 )
+from tests.cli_runner import run_in_process
 from tests.node_process import REPO
 
 METRONOME = Path(sys.executable).parent / "metronome"
@@ -54,10 +57,8 @@ def api(node_config: Path, cli_namespace: str) -> Iterator[ApiNode]:
         yield node
 
 
-def run(
-    api: ApiNode, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    environment = {
+def environment(api: ApiNode, env: dict[str, str] | None = None) -> dict[str, str]:
+    return {
         **os.environ,
         "METRONOME_URL": api.url,
         "METRONOME_KEY_ID": ADMIN[0],
@@ -65,9 +66,23 @@ def run(
         "PYTHONPATH": str(REPO),  # the test handlers the node config names
         **(env or {}),
     }
+
+
+def run(
+    api: ApiNode, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``metronome *args`` against ``api``'s node, run in this process (tests/cli_runner.py)."""
+    return run_in_process(list(args), environment(api, env))
+
+
+def run_process(
+    api: ApiNode, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The same as a real ``metronome`` process: for what only a process shows."""
     return subprocess.run(
-        [str(METRONOME), *args], capture_output=True, text=True, env=environment, timeout=60
-    )
+        [str(METRONOME), *args], capture_output=True, text=True, env=environment(api, env),
+        timeout=60,
+    )  # fmt: skip
 
 
 def ok_json(api: ApiNode, *args: str) -> Any:
@@ -234,24 +249,25 @@ def test_dead_letters_ls_show_replay_purge(api: ApiNode) -> None:
 
 
 def test_exit_codes_for_bad_input_bad_credentials_and_no_server(api: ApiNode) -> None:
-    invalid = run(api, "tasks", "add", "--type", "bad type", "--every", "1")
+    invalid = run_process(api, "tasks", "add", "--type", "bad type", "--every", "1")
     assert invalid.returncode == 5 and "type" in invalid.stderr
-    no_schedule = run(api, "tasks", "add", "--type", "work")
+    no_schedule = run_process(api, "tasks", "add", "--type", "work")
     assert no_schedule.returncode == 2
-    wrong = run(api, "tasks", "ls", env={"METRONOME_SECRET": "not-the-secret-at-all"})
+    wrong = run_process(api, "tasks", "ls", env={"METRONOME_SECRET": "not-the-secret-at-all"})
     assert wrong.returncode == 6 and "bad_signature" in wrong.stderr
-    reader = run(api, "tasks", "add", "--type", "work", "--every", "5",
+    reader = run_process(api, "tasks", "add", "--type", "work", "--every", "5",
                  env={"METRONOME_KEY_ID": READER[0], "METRONOME_SECRET": READER[1]})  # fmt: skip
     assert reader.returncode == 6 and "read_only" in reader.stderr
-    unset = run(api, "tasks", "ls", env={"METRONOME_SECRET": ""})
+    unset = run_process(api, "tasks", "ls", env={"METRONOME_SECRET": ""})
     assert unset.returncode == 2
-    gone = run(api, "--url", "http://127.0.0.1:9", "tasks", "ls")
+    gone = run_process(api, "--url", "http://127.0.0.1:9", "tasks", "ls")
     assert gone.returncode == 7 and "cannot reach" in gone.stderr
 
 
 def test_serve_is_python_m_runtime(api: ApiNode, node_config: Path) -> None:
     # --check resolves every key, so the reader key's secret must be in the environment.
-    checked = run(api, "serve", str(node_config), "--check", env={"TEST_READER_SECRET": READER[1]})
+    reader_secret = {"TEST_READER_SECRET": READER[1]}
+    checked = run_process(api, "serve", str(node_config), "--check", env=reader_secret)
     assert checked.returncode == 0, checked.stderr
     assert checked.stdout.strip().endswith(": ok")
 
@@ -300,15 +316,13 @@ def test_bad_input_is_one_line_and_a_documented_exit_status(api: ApiNode, tmp_pa
 
 
 def test_output_cut_short_by_a_closed_pipe_ends_quietly(api: ApiNode, tmp_path: Path) -> None:
-    environment = {**os.environ, "METRONOME_URL": api.url, "METRONOME_KEY_ID": ADMIN[0],
-                   "METRONOME_SECRET": ADMIN[1]}  # fmt: skip
     lines = [json.dumps({"type": "work", "schedule": {"kind": "cron", "cron": "0 0 1 1 *"}})
              for _ in range(3000)]  # fmt: skip
     (tmp_path / "many.jsonl").write_text("\n".join(lines))
     assert run(api, "tasks", "add", "--file", str(tmp_path / "many.jsonl")).returncode == 0
     done = subprocess.run(
         f"'{METRONOME}' tasks ls --all | head -1",
-        shell=True, capture_output=True, text=True, env=environment, timeout=60,
+        shell=True, capture_output=True, text=True, env=environment(api), timeout=60,
     )  # fmt: skip
     assert done.stdout.startswith("TASK_ID")
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
@@ -396,9 +410,9 @@ def test_serve_imports_handler_modules_from_the_current_directory(
     config = tmp_path / "node.toml"
     config.write_text(f'[redis]\nurl = "{redis_url}"\n[consumers.local]\n'
                       'handler = "local_handlers:run"\n')  # fmt: skip
-    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    without_path = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([str(METRONOME), "serve", "node.toml", "--check"], cwd=tmp_path,
-                          capture_output=True, text=True, env=environment, timeout=60)  # fmt: skip
+                          capture_output=True, text=True, env=without_path, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
 
 

@@ -25,6 +25,7 @@ from actors.store.tasks import TaskStore
 from runtime.config import RedisSection
 from runtime.redis_io import RedisClient
 from tests.api_node import ADMIN, READER, ApiNode, api_node, unique, write_api_config
+from tests.cli_runner import run_in_process
 
 FAR = {"kind": "interval", "every_s": 3600, "start_ms": 4_000_000_000_000}
 METRONOME = Path(sys.executable).parent / "metronome"
@@ -219,8 +220,7 @@ def test_the_cli_counts_with_dry_run_and_applies_only_with_yes(
            "METRONOME_SECRET": ADMIN[1]}  # fmt: skip
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(METRONOME), *args], env=env, capture_output=True, text=True,
-                              timeout=60)  # fmt: skip
+        return run_in_process(list(args), env)
 
     dry = cli("--json", "tasks", "pause", "--selector", f"type={kind},tenant=acme", "--dry-run")
     assert dry.returncode == 0, dry.stderr

@@ -16,8 +16,9 @@ import pytest
 
 from actors.admin.client import ApiError, Client
 from tests.api_node import WORK_AND_DOOMED, ApiNode, recording_api_node, wait_until
+from tests.cli_runner import run_in_process
 from tests.test_api import records
-from tests.test_cli import METRONOME, ok_json, run
+from tests.test_cli import ok_json, run
 
 
 @pytest.fixture(scope="module")
@@ -107,9 +108,7 @@ def test_the_cli_lists_a_tasks_upcoming_fires(api: ApiNode, client: Client) -> N
 def preview(*args: str) -> subprocess.CompletedProcess[str]:
     """``metronome schedule preview`` with no credentials and no node: it is local."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("METRONOME_")}
-    return subprocess.run(
-        [str(METRONOME), *args], capture_output=True, text=True, env=env, timeout=60
-    )
+    return run_in_process(list(args), env)
 
 
 def test_schedule_preview_is_local_and_marks_dst_changes() -> None:
