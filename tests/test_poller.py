@@ -884,11 +884,14 @@ async def test_poller_killed_mid_batch_repeatedly_loses_no_fire(
     config = poller_config(tmp_path, redis_url, namespace)
     rng = random.Random(7)
     kills = 0
+    waited_s = 0.0  # the least time the kills took: the window below covers at least that
     for _ in range(8):
         node = NodeProcess(config)
         try:
             await trio.to_thread.run_sync(node.wait_for, "poller_ready")
-            await trio.sleep(rng.uniform(0.05, 0.5))
+            pause_s = rng.uniform(0.05, 0.5)
+            waited_s += pause_s
+            await trio.sleep(pause_s)
             node.signal(signal.SIGKILL)
             kills += 1
         finally:
@@ -909,7 +912,7 @@ async def test_poller_killed_mid_batch_repeatedly_loses_no_fire(
         assert fire["schedule_id"] == f"{fire['task_id']}:{fire['due_ms']}"
         seen[fire["task_id"]].add(int(fire["due_ms"]))
     assert len(seen) == 60
-    assert len(expected) > 20
+    assert len(expected) >= int((waited_s + 0.5) / 0.25)  # grid times from all eight lives
     for dues in seen.values():
         assert expected <= dues, f"missing fires: {sorted(expected - dues)[:5]}"
 
