@@ -30,13 +30,15 @@ SOURCES = ("actors", "runtime", "metronome", "bench", "tests")
 
 def pytest_configure(config: pytest.Config) -> None:
     """Once a run, in the process that hands tests out (not in each xdist worker):
-    byte-compile the sources, and time the tests for the next run's order.
+    check that xdist will group the tests, byte-compile the sources, and time the tests
+    for the next run's order.
 
     A process reads ``__pycache__`` even where ``PYTHONDONTWRITEBYTECODE`` keeps it from
     writing there; without it, every node process a test starts compiles every module
     from source."""
     if hasattr(config, "workerinput"):
         return
+    run_order.check_tools(config)
     for source in SOURCES:
         compileall.compile_dir(REPO / source, quiet=1, optimize=sys.flags.optimize)
     cache = getattr(config, "cache", None)  # None under -p no:cacheprovider

@@ -11,6 +11,7 @@ earlier runs (a fresh checkout), each test counts as ``UNKNOWN_S``.
 from __future__ import annotations
 
 from collections import defaultdict
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,27 @@ def plan(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         weight[_unit(item)] += took[item.nodeid]
     items.sort(key=lambda item: -weight[_unit(item)])
+
+
+def check_tools(config: pytest.Config) -> None:
+    """Refuse a pytest and pytest-xdist known not to group under ``--dist loadgroup``: each
+    test of a shared module would start its own node and browser on whichever worker it
+    landed, a much slower run with nothing to say why. pytest 9.2 keeps node ids where
+    pytest-xdist 3.8 cannot append a group to them."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    pytest_release = _release(metadata.version("pytest"))
+    xdist_release = _release(metadata.version("pytest-xdist"))
+    if pytest_release >= (9, 2) and xdist_release < (3, 9):
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} with pytest-xdist {'.'.join(map(str, xdist_release))} "
+            "does not group tests under --dist loadgroup: install the test extra's pytest "
+            "(pip install -e '.[test]')"
+        )
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
 
 
 def _cut(module: list[pytest.Item], parts: int, took: dict[str, float]) -> list[int]:
