@@ -77,7 +77,6 @@ async def test_killed_nodes_messages_are_reclaimed_and_run_elsewhere(
         killed_ms = int(time.time() * 1000)
         a.signal(signal.SIGKILL)
         b = await start(cfg_b)
-        b_ready_ms = int(time.time() * 1000)
         found = await wait_records(record, lambda r: len(by_pid(r, b.proc.pid, "ran")) == 5)
         reclaims = b.wait_for("reclaimed", count=5)
     finally:
@@ -91,10 +90,9 @@ async def test_killed_nodes_messages_are_reclaimed_and_run_elsewhere(
     assert {e["from_consumer"].split("-")[0] for e in reclaims} == {"a"}
     first_restart = min(r["t_ms"] for r in by_pid(found, b.proc.pid, "started"))
     # Reclaimed through the lease: idle counts from a's last renewal (every lease/3), so
-    # not before lease - lease/3 after the kill, and soon after both the lease has run out
-    # and b is up (its claimer's tick, plus load).
+    # not before lease - lease/3 after the kill. How soon after is the machine's load, not
+    # a property to assert (bench reclaim measures it).
     assert first_restart - killed_ms >= 2000 - 2000 / 3 - 100
-    assert first_restart - max(killed_ms + 2000, b_ready_ms) < 4000
 
 
 async def test_repeated_kills_lose_no_fire(
