@@ -1,6 +1,7 @@
 """``python -m bench idle N``: a node's CPU share and Redis bytes per task with N tasks
-registered and none due (all first due in a day). ``--processes K``: the node runs its
-scheduler and K consumer processes as children; the CPU is the whole process tree's."""
+registered and none due (all first due in a day), and what an operator's reads cost at that
+size (``bench/reads.py``). ``--processes K``: the node runs its scheduler and K consumer
+processes as children; the CPU is the whole process tree's."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import trio
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.store.tasks import TaskStore
+from bench import reads
 from bench.common import tree_cpu_seconds, used_memory
 from bench.fire import NAMESPACE, start_nodes, stop_nodes
 from bench.schedule import register
@@ -25,6 +27,7 @@ def run(url: str, n: int, seconds: float, processes: int = 0) -> dict[str, Any]:
     baseline = used_memory(url)
     register_s = trio.run(_register, url, n)
     bytes_per_task = (used_memory(url) - baseline) / n
+    read_costs = trio.run(_reads, url)
     workdir = Path(tempfile.mkdtemp(prefix="metronome-bench-idle-"))
     procs = start_nodes(workdir, url, 1, 10, "info", processes=processes)
     try:
@@ -37,8 +40,16 @@ def run(url: str, n: int, seconds: float, processes: int = 0) -> dict[str, Any]:
     return {
         "n": n, "seconds": seconds, "register_s": round(register_s, 2),
         "register_per_s": round(n / register_s), "redis_bytes_per_task": round(bytes_per_task),
-        "node_cpu_pct": round(cpu_pct, 2), "processes": processes,
+        "node_cpu_pct": round(cpu_pct, 2), "processes": processes, **read_costs,
     }  # fmt: skip
+
+
+async def _reads(url: str) -> dict[str, Any]:
+    client = RedisClient.from_settings(url, RedisSection(url=url))
+    try:
+        return await reads.run(TaskStore(client, NAMESPACE))
+    finally:
+        await client.aclose()
 
 
 async def _register(url: str, n: int) -> float:

@@ -19,6 +19,7 @@ from actors.domain.errors import (
 from actors.domain.model import TaskSpec, parse_spec
 from actors.domain.schedules import Schedule
 from actors.store.keys import Keys
+from actors.store.labels import MAX_LIST_READ
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
 
@@ -171,6 +172,31 @@ async def test_a_few_tasks_are_listed_in_one_page_with_the_default_buckets(
     assert cursor is None and sorted(t.task_id for t in everything) == sorted(ids)
     only_b, cursor = await store.list_tasks(task_type="b")
     assert cursor is None and sorted(t.task_id for t in only_b) == sorted(ids[1:])
+
+
+async def test_a_rare_status_is_listed_in_short_calls_that_each_read_a_bounded_number(
+    store: TaskStore,
+) -> None:
+    """A filter that keeps one task of many: each call reads about ``MAX_LIST_READ`` tasks
+    and answers what it found with a cursor, and following the cursors finds the one."""
+    created = await store.create_many(
+        [TaskSpec("many", EVERY_MINUTE, task_id=f"m{i}") for i in range(3 * MAX_LIST_READ)]
+    )
+    rare = created[-1].task_id
+    await store.pause(rare)
+    found: list[str] = []
+    cursor: str | None = None
+    calls = 0
+    while True:
+        page, cursor = await store.list_tasks(status="paused", cursor=cursor)
+        found += [t.task_id for t in page]
+        calls += 1
+        if cursor is None:
+            break
+    assert found == [rare]
+    # Each call stopped after about MAX_LIST_READ tasks, so reading them all took three
+    # or more.
+    assert calls >= 3
 
 
 async def test_list_refuses_bad_filters(store: TaskStore) -> None:

@@ -31,10 +31,15 @@ if TYPE_CHECKING:
     from actors.store.tasks import TaskStore
 
 #: Most index buckets one listing round trip reads: a partition's worth by default. It
-#: starts at one and grows fourfold while the buckets it reads hold fewer tasks than the
-#: page still needs: a common type costs no read-ahead, and a small namespace (16
+#: starts at one and grows fourfold while the buckets it reads hold fewer tasks than a
+#: page, and no further than what is left of ``MAX_LIST_READ`` would fill at the tasks a
+#: bucket held so far: a common type costs no read-ahead, and a small namespace (16
 #: partitions of 1024 mostly empty buckets) is listed in ~20 round trips, one page.
 MAX_LIST_SPAN = 1024
+#: Most tasks one page request reads, matching or not: a filter that keeps few tasks of
+#: many (a rare status at ten million) answers a short or empty page and a cursor after
+#: about this many, instead of reading the namespace in one request.
+MAX_LIST_READ = 5_000
 
 
 @attrs.frozen
@@ -141,17 +146,23 @@ async def list_page(
     indexes = walked_indexes(keys, wanted, types)
     position = ListCursor.parse(cursor, len(indexes), keys.partitions, keys.buckets)
     tasks: list[Task] = []
-    calls, span = 0, 1
+    calls, span, read, spanned = 0, 1, 0, 0  # spanned: buckets read
     while position is not None and len(tasks) < limit and calls < max_calls:
+        if read >= MAX_LIST_READ:  # a short page now, the rest from its cursor
+            break
         calls += 1
         # A cursor stands between buckets: whole buckets are read (~60 tasks each when
         # the namespace is sized for its tasks), so a page may pass ``limit`` by one.
-        end = min(position.bucket + span, keys.buckets)
+        first = position.bucket
+        end = min(first + span, keys.buckets)
         key_of = functools.partial(indexes[position.type_index], position.partition)
-        members = await index_members(store.client, key_of, range(position.bucket, end))
+        members = await index_members(store.client, key_of, range(first, end))
         found = await store.get_many([task_id for task_id, _ in members])
         tasks += [t for t in found if t is not None and wanted.matches(t)]
         position = position.advance(end, len(indexes), keys.partitions, keys.buckets)
-        if len(members) < limit - len(tasks):
+        read, spanned = read + len(members), spanned + end - first
+        if len(members) < limit:
             span = min(span * 4, MAX_LIST_SPAN)
+        if read:  # no more buckets than the tasks left to read would fill, at this density
+            span = max(1, min(span, (MAX_LIST_READ - read) * spanned // read))
     return tasks, (position.format() if position is not None else None)

@@ -253,8 +253,9 @@ class TaskStore:
         """A page of tasks, filtered by type, status, labels (every pair must match), next
         fire (at or before ``next_before``) and last outcome; pass the returned cursor back
         for the next page (None = done). Pages may be shorter than ``limit`` (even empty)
-        when filtering: one call reads at most ``max_calls`` index pages, so a rare status
-        over a million tasks costs many short calls, never one long one. With labels, the
+        when filtering: one call reads at most ``max_calls`` index pages and about
+        ``labels.MAX_LIST_READ`` tasks, so a rare status over ten million tasks costs many
+        short calls, never one long one. With labels, the
         index of the first pair is read (``actors.store.labels``)."""
         wanted = TaskFilter(
             task_type, status, dict(labels or {}), next_before, last_status, last_fate
