@@ -5,6 +5,8 @@ Nothing in this package knows about tasks or schedules; the scheduler's roles li
 
 The names below are loaded on first use: a process that needs only ``runtime.config`` (the
 ``metronome`` command, a script reading a config) does not pay for trio and the logging stack.
+The decorators ``actor`` and ``supervisor`` share their modules' names, so they are imported
+from those modules (``from runtime.actor import actor``), never from the package.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runtime.actor import ActorContext, ActorFn, TaskStatus, actor
+    from runtime.actor import ActorContext, ActorFn, TaskStatus
     from runtime.channels import Mailbox
     from runtime.errors import (
         ConfigError,
@@ -22,14 +24,13 @@ if TYPE_CHECKING:
         RestartIntensityExceeded,
         RuntimeStartError,
     )
-    from runtime.supervisor import ChildSpec, Restart, Strategy, SupervisorSpec, supervisor
+    from runtime.supervisor import ChildSpec, Restart, Strategy, SupervisorSpec
 
 #: Each public name and the module that defines it.
 _HOMES = {
     "ActorContext": "runtime.actor",
     "ActorFn": "runtime.actor",
     "TaskStatus": "runtime.actor",
-    "actor": "runtime.actor",
     "Mailbox": "runtime.channels",
     "ConfigError": "runtime.errors",
     "RedisRefused": "runtime.errors",
@@ -40,10 +41,23 @@ _HOMES = {
     "Restart": "runtime.supervisor",
     "Strategy": "runtime.supervisor",
     "SupervisorSpec": "runtime.supervisor",
-    "supervisor": "runtime.supervisor",
 }
 
-__all__ = sorted(_HOMES)
+__all__ = [
+    "ActorContext",
+    "ActorFn",
+    "ChildSpec",
+    "ConfigError",
+    "Mailbox",
+    "RedisRefused",
+    "RedisUnavailable",
+    "Restart",
+    "RestartIntensityExceeded",
+    "RuntimeStartError",
+    "Strategy",
+    "SupervisorSpec",
+    "TaskStatus",
+]
 
 
 def __getattr__(name: str) -> Any:

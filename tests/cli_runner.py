@@ -14,6 +14,7 @@ import contextlib
 import io
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator, Mapping
 
@@ -36,11 +37,18 @@ def _environment(env: Mapping[str, str]) -> Iterator[None]:
 
 
 def run_in_process(args: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
-    """What ``metronome *args`` with environment ``env`` prints and exits with."""
+    """What ``metronome *args`` with environment ``env`` prints and exits with. ``serve``
+    runs a node: a real process only (``run_process``)."""
+    if "serve" in args:
+        raise ValueError("metronome serve runs a node: run it as a process")
     out, err = io.StringIO(), io.StringIO()
     with _LOCK, _environment(env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = main(list(args))
-        except SystemExit as exit_:  # argparse: a usage error (2) or --help (0)
-            code = exit_.code if isinstance(exit_.code, int) else 1
+        except SystemExit as exit_:  # as the interpreter reads it: argparse's 2, --help's 0
+            if exit_.code is None or isinstance(exit_.code, int):
+                code = exit_.code or 0
+            else:
+                print(exit_.code, file=sys.stderr)
+                code = 1
     return subprocess.CompletedProcess(["metronome", *args], code, out.getvalue(), err.getvalue())

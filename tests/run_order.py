@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.version import Version
 
 #: Fixtures that start something for a whole module (a node, Chromium) or for a worker's
 #: session (a cluster).
@@ -90,7 +91,8 @@ def check_tools(config: pytest.Config) -> None:
 
 
 def _release(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+    """(major, minor) of a version string, a pre- or post-release counting as its release."""
+    return Version(version).release[:2]
 
 
 def _cut(module: list[pytest.Item], parts: int, took: dict[str, float]) -> list[int]:

@@ -31,10 +31,11 @@ if TYPE_CHECKING:
     from actors.store.tasks import TaskStore
 
 #: Most index buckets one listing round trip reads: a partition's worth by default. It
-#: starts at one and grows fourfold while the buckets it reads hold fewer tasks than a
-#: page, and no further than what is left of ``MAX_LIST_READ`` would fill at the tasks a
-#: bucket held so far: a common type costs no read-ahead, and a small namespace (16
-#: partitions of 1024 mostly empty buckets) is listed in ~20 round trips, one page.
+#: starts at one for each index read and grows fourfold while the buckets it reads hold
+#: fewer tasks than the page still needs, and no further than what is left of
+#: ``MAX_LIST_READ`` would fill at the tasks a bucket of that index held so far
+#: (``_Density``): a common type costs no read-ahead, and a small namespace (16 partitions
+#: of 1024 mostly empty buckets) is listed in ~20 round trips, one page.
 MAX_LIST_SPAN = 1024
 #: Most tasks one page request reads, matching or not: a filter that keeps few tasks of
 #: many (a rare status at ten million) answers a short or empty page and a cursor after
@@ -134,6 +135,25 @@ def walked_indexes(keys: Keys, wanted: TaskFilter, types: Sequence[str]) -> list
     return [_type_index(keys, t) for t in types]
 
 
+@attrs.define
+class _Density:
+    """How many buckets a listing's next round trip reads from the index it is in."""
+
+    span: int = 1
+    buckets: int = 0
+    tasks: int = 0
+
+    def read(self, buckets: int, tasks: int, wanted: int, budget: int) -> None:
+        """After reading ``tasks`` in ``buckets``: read four times as many buckets next if
+        they held fewer than the page still ``wanted``, and never more than the tasks left
+        of the call's ``budget`` would fill at the tasks a bucket held so far."""
+        self.buckets, self.tasks = self.buckets + buckets, self.tasks + tasks
+        if tasks < wanted:
+            self.span = min(self.span * 4, MAX_LIST_SPAN)
+        if self.tasks:
+            self.span = max(1, min(self.span, budget * self.buckets // self.tasks))
+
+
 async def list_page(
     store: TaskStore, wanted: TaskFilter, cursor: str | None, limit: int, max_calls: int
 ) -> tuple[list[Task], str | None]:
@@ -146,23 +166,24 @@ async def list_page(
     indexes = walked_indexes(keys, wanted, types)
     position = ListCursor.parse(cursor, len(indexes), keys.partitions, keys.buckets)
     tasks: list[Task] = []
-    calls, span, read, spanned = 0, 1, 0, 0  # spanned: buckets read
+    calls, read = 0, 0
+    density = _Density()  # of the index being read: each index's buckets fill alike
     while position is not None and len(tasks) < limit and calls < max_calls:
         if read >= MAX_LIST_READ:  # a short page now, the rest from its cursor
             break
         calls += 1
         # A cursor stands between buckets: whole buckets are read (~60 tasks each when
         # the namespace is sized for its tasks), so a page may pass ``limit`` by one.
-        first = position.bucket
-        end = min(first + span, keys.buckets)
-        key_of = functools.partial(indexes[position.type_index], position.partition)
+        index, first = position.type_index, position.bucket
+        end = min(first + density.span, keys.buckets)
+        key_of = functools.partial(indexes[index], position.partition)
         members = await index_members(store.client, key_of, range(first, end))
         found = await store.get_many([task_id for task_id, _ in members])
         tasks += [t for t in found if t is not None and wanted.matches(t)]
+        read += len(members)
         position = position.advance(end, len(indexes), keys.partitions, keys.buckets)
-        read, spanned = read + len(members), spanned + end - first
-        if len(members) < limit:
-            span = min(span * 4, MAX_LIST_SPAN)
-        if read:  # no more buckets than the tasks left to read would fill, at this density
-            span = max(1, min(span, (MAX_LIST_READ - read) * spanned // read))
+        if position is not None and position.type_index != index:
+            density = _Density()  # another type's (or label's) index: start small again
+        else:
+            density.read(end - first, len(members), limit - len(tasks), MAX_LIST_READ - read)
     return tasks, (position.format() if position is not None else None)

@@ -5,6 +5,7 @@
 "use strict";
 
 const PAGE_SIZE = 50;
+const PAGES_PER_VIEW = 20;
 /** The filters the list shows, the cursor of the page shown and those before it. */
 const listing = { filters: null, cursor: null, before: [], next: null, seq: 0 };
 const bulk = { plan: null };
@@ -65,7 +66,9 @@ async function loadPage(cursor) {
   }
   const rows = [];
   let next = cursor;
-  for (let pages = 0; pages < (only ? 20 : 1); pages++) {
+  // A filter that keeps few tasks answers short, even empty pages (each request reads a
+  // bounded number of tasks): read on until one has rows, up to PAGES_PER_VIEW requests.
+  for (let pages = 0; pages < PAGES_PER_VIEW; pages++) {
     const page = await api("GET", "/v1/tasks", { type: filters.type, status: filters.status,
       label: filters.labels, last_status: filters.last_status, last_fate: filters.last_fate,
       cursor: next, limit: PAGE_SIZE });
