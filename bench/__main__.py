@@ -8,7 +8,7 @@ Modes:
   schedule [BACKLOG RATE SECONDS] bulk create, bytes/task, poller enqueue rate and lag
   hop [CALLS]                     one Redis round trip through runtime.redis_io vs redis-py
   api [--rate R --seconds S ...]  HTTP API: bulk and single creates/s, p99 at a steady rate
-  layout [N]                      Redis bytes per task: this layout against the previous one
+  layout [N] [--only V,V]         Redis bytes per task: this layout against the previous one
   screenshots [OUT_DIR]           PNGs of the dashboard's views (default docs/), in Chromium
   scrape N [SCRAPES]              what one /metrics scrape costs a node with N tasks
   scripts [N BATCH]               Redis µs per task of each fire-path script, and of its pieces
@@ -42,6 +42,17 @@ from bench.common import emit, redis_for_bench
 from runtime import logging as node_logging
 from runtime.embedded_redis import find_server_binary
 from runtime.testing.local_redis import LocalCluster
+
+
+def _variants(text: str) -> tuple[str, ...]:
+    """``layout --only``: a comma-separated list of known variants."""
+    only = tuple(v.strip() for v in text.split(",") if v.strip())
+    unknown = sorted(set(only) - set(layout.VARIANTS))
+    if unknown or not only:
+        raise argparse.ArgumentTypeError(
+            f"unknown variants {unknown}; known: {', '.join(layout.VARIANTS)}"
+        )
+    return only
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     p_layout = modes.add_parser("layout", help="bytes per task of layout variants")
     p_layout.add_argument("n", type=int, nargs="?", default=100_000)
+    p_layout.add_argument(
+        "--only", default=layout.VARIANTS, type=_variants, metavar="V,V",
+        help=f"the variants to measure (default all: {', '.join(layout.VARIANTS)})",
+    )  # fmt: skip
     p_scrape = modes.add_parser("scrape", help="cost of one /metrics scrape")
     p_scrape.add_argument("n", type=int, nargs="?", default=1_000_000)
     p_scrape.add_argument("scrapes", type=int, nargs="?", default=100)
@@ -211,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.mode == "scrape":
             emit({"mode": "scrape", **scrape.run(url, args.n, args.scrapes)})
         elif args.mode == "layout":
-            emit({"mode": "layout", "n": args.n, **layout.run(url, args.n)})
+            emit({"mode": "layout", "n": args.n, **layout.run(url, args.n, args.only)})
         elif args.mode == "api":
             figures = api.run(
                 url, args.rate, args.seconds, args.bulk_total, args.bulk_size, args.workers,
