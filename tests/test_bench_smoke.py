@@ -151,6 +151,8 @@ def test_layout_mode() -> None:
     # 300 tasks spread over 16 x 1024 default buckets cost more than layout 1; sized, less
     assert figures["layout_1"] > figures["layout_2_sized"] > 0
     assert figures["layout_2_after_a_run"] > 0 and figures["layout_2"] > 0
+    only = bench("layout", "300", "--only", "layout_2_sized")
+    assert only.keys() - {"mode", "n", "sized_buckets"} == {"layout_2_sized"}
 
 
 def test_scripts_mode() -> None:
