@@ -119,6 +119,10 @@ def test_idle_mode() -> None:
     assert figures["n"] == 200
     assert figures["redis_bytes_per_task"] > 0
     assert figures["node_cpu_pct"] >= 0
+    for read in ("ls_first_page_ms", "ls_type_page_ms", "ls_no_match_call_ms", "get_ms",
+                 "explain_ms"):  # fmt: skip
+        assert 0 < figures[read]["p50"] <= figures[read]["max"], read
+    assert figures["count_by_status_s"] >= 0
 
 
 @pytest.mark.parametrize(("mode", "args"), [("schedule", ["500", "50", "2"]), ("hop", ["200"])])
