@@ -223,6 +223,27 @@ def test_filters_narrow_the_list_and_pages_follow_the_cursor(
     assert page.locator("#list-prev").is_visible()
 
 
+def test_a_rare_status_shows_though_the_first_pages_of_it_are_empty(
+    page: Any, api: ApiNode, client: Client
+) -> None:
+    """More tasks of a type than one listing request reads, one of them paused, the last
+    the listing reaches: the API's first page of paused tasks is empty with a cursor, and
+    the page reads on until it finds the paused one."""
+    kind = f"rare{time.monotonic_ns() % 10**9}"  # no consumer: its tasks only list
+    for chunk in range(3):
+        client.create_tasks([{"type": kind, "schedule": YEARLY, "task_id": f"{kind}-{chunk}-{i}"}
+                             for i in range(4000)])  # fmt: skip
+    last = [task["task_id"] for task in client.iter_tasks(kind)][-1]
+    client.pause(last)
+    first = client.list_tasks(kind, "paused")
+    assert first["tasks"] == [] and first["next_cursor"]  # the case this test is about
+    sign_in(page, api, ADMIN)
+    page.click('#tabs button[data-view="tasks"]')
+    page.fill("#list-type", kind)
+    page.select_option("#list-status", "paused")
+    relist(page, {last})
+
+
 def test_a_read_only_key_sees_no_actions_and_a_forced_write_is_refused(
     page: Any, api: ApiNode, client: Client
 ) -> None:
