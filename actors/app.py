@@ -30,6 +30,7 @@ configuration error naming the type.
 from __future__ import annotations
 
 import functools
+import importlib
 from pathlib import Path
 from typing import TypeVar
 
@@ -86,6 +87,8 @@ def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
             resolve(task_type, section.handler)
         for key in config.api.keys if config.api is not None else []:
             key.resolve()
+        if config.api is not None and config.processes.api:
+            importlib.import_module("actors.api.server")  # what the API processes load
     if "scheduler" not in parts:
         children.append(roles.scheduler())
     if config.consumers and not config.processes.consumers:
