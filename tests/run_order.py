@@ -5,11 +5,14 @@ one worker together, or each worker that got one of them would start its own; a 
 whose tests take long together is cut in consecutive parts, each on one worker. Work goes
 out longest first, by what each test took in earlier runs (kept in pytest's cache): a long
 test handed out last would keep the run going while the other workers sit idle. Without
-earlier runs (a fresh checkout), each test counts as ``UNKNOWN_S``.
+earlier runs (a fresh checkout, CI), the durations in ``tests/durations.json`` stand in
+(refresh it with ``python -m tests.run_order`` after a full run); a test in neither counts
+as ``UNKNOWN_S``.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from importlib import metadata
 from pathlib import Path
@@ -25,6 +28,8 @@ SHARED_PER_MODULE = frozenset({"api", "browser", "cluster_url", "with_token", "e
 CACHE_KEY = "metronome/durations"
 #: What a test no earlier run timed counts as.
 UNKNOWN_S = 3.0
+#: What the tests took in a full run on a 2-core machine: the order of a run without a cache.
+SEED = Path(__file__).with_name("durations.json")
 #: A module sharing a node is cut in parts of about this long, each on a worker with a
 #: node of its own: one part of minutes would keep the run going alone at its end.
 PART_S = 30.0
@@ -36,7 +41,7 @@ class Durations:
 
     def __init__(self, cache: pytest.Cache) -> None:
         self.cache = cache
-        self.before: dict[str, float] = cache.get(CACHE_KEY, {})
+        self.before: dict[str, float] = cache.get(CACHE_KEY, {}) or seed()
         self.now: dict[str, float] = defaultdict(float)
 
     @pytest.hookimpl(optionalhook=True)
@@ -57,7 +62,7 @@ class Durations:
 def plan(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In an xdist worker: mark the groups, then put the longest work first (a stable sort:
     a group's tests stay together and in their order)."""
-    before: dict[str, float] = getattr(config, "workerinput", {}).get(CACHE_KEY, {})
+    before: dict[str, float] = getattr(config, "workerinput", {}).get(CACHE_KEY) or seed()
     took = {item.nodeid: before.get(item.nodeid, UNKNOWN_S) for item in items}
     shared: dict[Path, list[pytest.Item]] = defaultdict(list)
     for item in items:
@@ -71,6 +76,23 @@ def plan(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         weight[_unit(item)] += took[item.nodeid]
     items.sort(key=lambda item: -weight[_unit(item)])
+
+
+def seed() -> dict[str, float]:
+    """The durations ``tests/durations.json`` holds (none if it is missing)."""
+    try:
+        durations: dict[str, float] = json.loads(SEED.read_text())
+    except FileNotFoundError:
+        return {}
+    return durations
+
+
+def refresh_seed(cache_dir: Path) -> int:
+    """Write the last runs' durations (pytest's cache in ``cache_dir``) to the seed, each to
+    a tenth of a second; the number of tests written."""
+    kept = json.loads((cache_dir / "v" / CACHE_KEY).read_text())
+    SEED.write_text(json.dumps({k: round(v, 1) for k, v in sorted(kept.items())}, indent=0) + "\n")
+    return len(kept)
 
 
 def check_tools(config: pytest.Config) -> None:
@@ -116,3 +138,7 @@ def _plain(nodeid: str) -> str:
     """A test's id without the group xdist appends to it (``id@group``)."""
     at = nodeid.rfind("@")
     return nodeid[:at] if at > nodeid.rfind("]") else nodeid
+
+
+if __name__ == "__main__":
+    print(f"{refresh_seed(Path('.pytest_cache'))} durations written to {SEED}")
