@@ -44,17 +44,6 @@ from runtime.embedded_redis import find_server_binary
 from runtime.testing.local_redis import LocalCluster
 
 
-def _variants(text: str) -> tuple[str, ...]:
-    """``layout --only``: a comma-separated list of known variants."""
-    only = tuple(v.strip() for v in text.split(",") if v.strip())
-    unknown = sorted(set(only) - set(layout.VARIANTS))
-    if unknown or not only:
-        raise argparse.ArgumentTypeError(
-            f"unknown variants {unknown}; known: {', '.join(layout.VARIANTS)}"
-        )
-    return only
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
@@ -154,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     p_layout = modes.add_parser("layout", help="bytes per task of layout variants")
     p_layout.add_argument("n", type=int, nargs="?", default=100_000)
     p_layout.add_argument(
-        "--only", default=layout.VARIANTS, type=_variants, metavar="V,V",
+        "--only", default=layout.VARIANTS, type=layout.variants, metavar="V,V",
         help=f"the variants to measure (default all: {', '.join(layout.VARIANTS)})",
     )  # fmt: skip
     p_scrape = modes.add_parser("scrape", help="cost of one /metrics scrape")

@@ -21,6 +21,7 @@ Every variant stores N tasks with server-generated ids, type ``email``, payload
 
 from __future__ import annotations
 
+import argparse
 import secrets
 import zlib
 from typing import Any
@@ -50,12 +51,21 @@ VARIANTS = ("layout_1", "layout_2", "layout_2_after_a_run", "layout_2_full_histo
             "layout_2_sized")  # fmt: skip
 
 
+def variants(text: str) -> tuple[str, ...]:
+    """``layout --only``: a comma-separated list of known variants (argparse's ``type``)."""
+    only = tuple(v.strip() for v in text.split(",") if v.strip())
+    unknown = sorted(set(only) - set(VARIANTS))
+    if unknown or not only:
+        raise argparse.ArgumentTypeError(
+            f"unknown variants {unknown}; known: {', '.join(VARIANTS)}"
+        )
+    return only
+
+
 def run(url: str, n: int, only: tuple[str, ...] = VARIANTS) -> dict[str, Any]:
-    """The variants in ``only`` (all by default: at ten million tasks the runs of every task
-    recorded twenty times take hours on two cores, so such a size asks for a few)."""
-    unknown = set(only) - set(VARIANTS)
-    if unknown:
-        raise ValueError(f"unknown layout variants {sorted(unknown)}; known: {', '.join(VARIANTS)}")
+    """The variants in ``only`` (``variants``; all by default: at ten million tasks the runs
+    of every task recorded twenty times take hours on two cores, so such a size asks for a
+    few)."""
     client = redis.Redis.from_url(url, socket_timeout=300)
     try:
         client.flushall()
