@@ -97,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         help="every task's overlap policy (its cost a fire; the handler is quick)",
     )  # fmt: skip
     p_fire.add_argument(
+        "--types", type=int, default=1, metavar="K",
+        help="spread the tasks over K task types (K streams: on a Cluster, K slots)",
+    )  # fmt: skip
+    p_fire.add_argument(
         "--processes",
         type=int,
         default=0,
@@ -177,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                 cluster.url, args.n, args.interval_s, args.duration_s, args.nodes,
                 args.concurrency, args.log_level, args.split, args.processes, args.chaos,
                 args.flaky, args.scrape, shards=[node.url for node in cluster.nodes],
-                settings=tuple(args.settings), overlap=args.overlap,
+                settings=tuple(args.settings), overlap=args.overlap, types=args.types,
             )  # fmt: skip
         finally:
             cluster.remove()
@@ -190,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             figures = fire.run(
                 url, args.n, args.interval_s, args.duration_s, args.nodes, args.concurrency,
                 args.log_level, args.split, args.processes, args.chaos, args.flaky, args.scrape,
-                settings=tuple(args.settings), overlap=args.overlap,
+                settings=tuple(args.settings), overlap=args.overlap, types=args.types,
             )  # fmt: skip
             emit({"mode": "fire", **figures})
         elif args.mode == "chaos":

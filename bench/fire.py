@@ -57,9 +57,10 @@ def node_toml(
     workdir: Path, url: str, index: int, concurrency: int, log_level: str, role: str = "all",
     handler: str = "bench.handlers:record", lease_s: float = 30.0, processes: int = 0,
     backoff_base_s: float = 10.0, cluster: bool = False, metrics_port: int = 0,
-    settings: tuple[str, ...] = (),
+    settings: tuple[str, ...] = (), types: int = 1,
 ) -> Path:  # fmt: skip
     """A node's config; ``role`` is "all" (poller and consumer), "poller" or "consumer";
+    ``types``: a consumer section (``concurrency`` slots) for each of ``task_types(types)``;
     ``processes`` > 0: the poller in a child process and that many consumer processes;
     ``settings``: ``section.key=value`` lines (TOML values) put into their sections."""
     path = workdir / f"node-{index}.toml"
@@ -67,8 +68,11 @@ def node_toml(
     consumers = (
         ""
         if role == "poller"
-        else f'[consumers.bench]\nhandler = "{handler}"\nconcurrency = {concurrency}\n'
-        f"lease_s = {lease_s}\nbackoff_base_s = {backoff_base_s}\n"
+        else "".join(
+            f'[consumers.{name}]\nhandler = "{handler}"\nconcurrency = {concurrency}\n'
+            f"lease_s = {lease_s}\nbackoff_base_s = {backoff_base_s}\n"
+            for name in task_types(types)
+        )
     )
     path.write_text(
         f'namespace = "{NAMESPACE}"\n'
@@ -91,6 +95,12 @@ def node_toml(
     if settings:
         path.write_text(_with_settings(path.read_text(), settings))
     return path
+
+
+def task_types(types: int) -> list[str]:
+    """The task types of a run: ``bench``, or ``bench0``..``bench<K-1>`` (task ``b<i>`` is
+    of the ``i % K``-th). Each type has its own stream: on a Redis Cluster, its own slot."""
+    return ["bench"] if types == 1 else [f"bench{k}" for k in range(types)]
 
 
 def _with_settings(text: str, settings: tuple[str, ...]) -> str:
@@ -154,14 +164,17 @@ def run(
     url: str, n: int, interval_s: float, duration_s: float, nodes: int, concurrency: int,
     log_level: str, split: bool = False, processes: int = 0, chaos_every_s: float = 0.0,
     flaky: bool = False, scrape_every_s: float = 0.0, shards: list[str] | None = None,
-    settings: tuple[str, ...] = (), overlap: Overlap = "allow_all",
+    settings: tuple[str, ...] = (), overlap: Overlap = "allow_all", types: int = 1,
 ) -> dict[str, Any]:  # fmt: skip
-    """``overlap``: every task's overlap policy (its cost a fire: the handler is quick, so
+    """``types``: the tasks spread over that many task types (streams; ``task_types``).
+    ``overlap``: every task's overlap policy (its cost a fire: the handler is quick, so
     every fire runs whatever the policy). ``chaos_every_s`` > 0: SIGKILL a random child
     process of the node that often (it is restarted by the node), until the last kill's
     fires can no longer miss the window.
     ``flaky``: one fire in ten fails its first attempt and must succeed on its retry
     (0.2 s backoff): the retry path under the same conditions."""
+    if types < 1:
+        raise SystemExit("--types: at least 1")
     if split and nodes < 2:
         raise SystemExit("--split needs --nodes 2 or more (one poller node, consumer nodes)")
     if split and processes:
@@ -175,12 +188,14 @@ def run(
     baseline = sum(used_memory(u) for u in servers)
     partitions = _partitions_set(settings)
     t0_ms, register_s = trio.run(
-        _register, url, n, interval_s, "coalesce", bool(shards), partitions, overlap
+        _register, url, n, interval_s, "coalesce", bool(shards), partitions, overlap, types
     )
     bytes_per_task = (sum(used_memory(u) for u in servers) - baseline) / n
     options: dict[str, Any] = {"cluster": True} if shards else {}
     if chaos_every_s:
         options = {"handler": "bench.handlers:record_flushed", "lease_s": 2.0}
+    if types > 1:
+        options["types"] = types
     if settings:
         options["settings"] = settings
     if flaky:
@@ -253,6 +268,7 @@ def run(
     return {
         "n": n, "interval_s": interval_s, "duration_s": duration_s, "nodes": nodes,
         "split": split, "processes": processes, "shards": len(servers) if shards else 0,
+        **({"types": types} if types > 1 else {}),
         "register_s": round(register_s, 2), **figures,
         **({"chaos_every_s": chaos_every_s, "kills": len(kills)} if chaos_every_s else {}),
         **({"flaky": True} if flaky else {}),
@@ -319,7 +335,7 @@ def _partitions_set(settings: tuple[str, ...]) -> int | None:
 
 async def _register(
     url: str, n: int, interval_s: float, misfire: Misfire = "coalesce", cluster: bool = False,
-    partitions: int | None = None, overlap: Overlap = "allow_all",
+    partitions: int | None = None, overlap: Overlap = "allow_all", types: int = 1,
 ) -> tuple[int, float]:  # fmt: skip
     client = RedisClient.from_settings(url, RedisSection(url=url, cluster=cluster))
     store = TaskStore(
@@ -329,9 +345,10 @@ async def _register(
     # t0: after registration (measured >= 20k tasks/s here) and node start-up, with slack.
     t0 = now + 5000 + n * 1000 // 15_000
     interval_ms = int(interval_s * 1000)
+    names = task_types(types)
     specs = [
         TaskSpec(
-            "bench",
+            names[i % len(names)],
             Schedule(
                 "interval",
                 every_s=interval_s,
