@@ -166,7 +166,7 @@ class _Roles:
         return TaskStore(
             client,
             self.config.namespace,
-            default_partitions=self.config.scheduler.partitions,
+            default_partitions=self.config.new_namespace_partitions(),
             default_buckets=self.config.scheduler.buckets,
         )
 
@@ -246,6 +246,7 @@ def _scheduler(config: Config, store: TaskStore) -> ChildSpec:
                     _loop_settings(PollerSettings, config, i, section.pollers, section.batch_size),
                     definition_cache=section.definition_cache,
                     history=section.history,
+                    partitions=section.partitions,
                 ),
             ).run,
         )

@@ -31,6 +31,13 @@ from runtime.errors import ConfigError
 #: Shortest API secret accepted.
 MIN_SECRET_CHARS = 16
 
+#: Partitions of a new namespace when ``[scheduler] partitions`` is not set: on a standalone
+#: Redis, and on a Redis Cluster. A partition's keys live in one hash slot and the busiest
+#: master sets a cluster's ceiling: 16 put 4, 5 and 7 partitions on 3 masters, 64 put 21,
+#: 20 and 23 (docs/PERFORMANCE.md, "Scale-out").
+STANDALONE_PARTITIONS = 16
+CLUSTER_PARTITIONS = 64
+
 
 def _type_list(_inst: object, attr: attrs.Attribute[Any], value: list[str]) -> None:
     for name in value:
@@ -57,9 +64,13 @@ class SchedulerSection:
     equal share of the partitions, one poller per partition at a time; a poller's share is
     taken over within ``claim_lease_ms`` when it dies, at once when it stops. One poller
     serves ~20,000 fires/s; more spread the work over nodes (docs/PERFORMANCE.md)."""
-    partitions: int = attrs.field(default=16, validator=within(1, 1024))
-    """Partitions of a new namespace. Fixed once the namespace exists (stored in its meta
-    key); a node whose value differs uses the stored one and says so in its log."""
+    partitions: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(within(1, 1024))
+    )
+    """Partitions of a new namespace; not set: ``STANDALONE_PARTITIONS`` (16), or
+    ``CLUSTER_PARTITIONS`` (64) with ``[redis] cluster``. Fixed once the namespace exists
+    (stored in its meta key); a node set to another number uses the stored one, and its
+    pollers say so (``partitions_differ``)."""
     buckets: int = attrs.field(default=DEFAULT_BUCKETS, validator=within(1, MAX_BUCKETS))
     """Buckets per partition of a new namespace (fixed once it exists, like partitions).
     Tasks are stored ~``tasks / (partitions * buckets)`` to a bucket hash; up to 128 a
@@ -374,6 +385,12 @@ class Config:
     processes: ProcessesSection = attrs.field(factory=ProcessesSection)
     metrics: MetricsSection = attrs.field(factory=MetricsSection)
     actions: ActionsSection = attrs.field(factory=ActionsSection)
+
+    def new_namespace_partitions(self) -> int:
+        """The partitions a namespace this node creates gets (``[scheduler] partitions``)."""
+        if self.scheduler.partitions is not None:
+            return self.scheduler.partitions
+        return CLUSTER_PARTITIONS if self.redis.cluster else STANDALONE_PARTITIONS
 
     def __attrs_post_init__(self) -> None:
         if self.processes.api and self.api is None:

@@ -12,7 +12,8 @@ import pytest
 
 from actors.api.explain import explain
 from actors.api.queues import Queues
-from actors.config import ConsumerSection
+from actors.app import _Roles
+from actors.config import Config, ConsumerSection
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.scheduling.poller import Poller, PollerSettings
@@ -43,6 +44,18 @@ async def test_partitions_really_spread_over_the_shards(store: TaskStore) -> Non
     raw = store.client.raw
     owners = {raw.get_node_from_key(keys.schedule(p)).port for p in range(keys.partitions)}
     assert len(owners) >= 2  # the test would prove nothing on one shard
+
+
+async def test_a_node_creates_its_namespace_on_a_cluster_with_64_partitions(
+    cluster_url: str, namespace: str
+) -> None:
+    """Unless ``[scheduler] partitions`` is set: 16 would put 4, 5 and 7 on three masters."""
+    config = Config(redis=RedisSection(url=cluster_url, cluster=True), namespace=namespace)
+    store = _Roles(config, cluster_url).store
+    try:
+        assert (await store.keys()).partitions == 64
+    finally:
+        await store.client.aclose()
 
 
 async def test_store_operations_on_a_cluster(store: TaskStore) -> None:

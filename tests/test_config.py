@@ -36,8 +36,18 @@ def test_defaults_fill_an_empty_file(tmp_path: Path) -> None:
     app = load_app(write(tmp_path, ""))
     assert app.config.namespace == "metronome"
     assert app.node.shutdown_grace_s == 10.0
-    assert app.config.scheduler.partitions == 16
+    assert app.config.scheduler.partitions is None
+    assert app.config.new_namespace_partitions() == 16
     assert app.config.scheduler.buckets == 1024
+
+
+def test_a_new_namespace_on_a_cluster_gets_partitions_enough_to_spread(tmp_path: Path) -> None:
+    """Not set, partitions are 16 on a standalone Redis and 64 on a Redis Cluster (the busiest
+    master sets a cluster's ceiling); set, they are what is set."""
+    cluster = '[redis]\nurl = "redis://127.0.0.1:7000"\ncluster = true\n'
+    assert load_app(write(tmp_path, cluster)).config.new_namespace_partitions() == 64
+    both = cluster + "[scheduler]\npartitions = 24\n"
+    assert load_app(write(tmp_path, both)).config.new_namespace_partitions() == 24
 
 
 @pytest.mark.parametrize(
@@ -54,6 +64,8 @@ def test_defaults_fill_an_empty_file(tmp_path: Path) -> None:
         ('[log]\nformat = "xml"\n', "log.format:"),
         ("wat = 1\n", "unknown key 'wat'"),
         ("[scheduler]\nbuckets = 0\n", "scheduler.buckets: must be within 1..65536, got 0"),
+        ("[scheduler]\npartitions = 0\n", "scheduler.partitions: must be within 1..1024, got 0"),
+        ('[scheduler]\npartitions = "64"\n', "scheduler.partitions: expected int"),
         ("[scheduler]\ndefinition_cache = -1\n", "scheduler.definition_cache: must be >= 0"),
         (
             "[scheduler]\nclaim_lease_ms = 90000\n",

@@ -342,6 +342,23 @@ async def test_a_due_task_whose_records_do_not_decode_is_named_once_and_left_due
     assert good is not None and good.next_run_ms == past + 60_000
 
 
+async def test_a_poller_set_to_other_partitions_than_its_namespace_has_says_so(
+    store: TaskStore,
+) -> None:
+    """Partitions are fixed when a namespace is first used: a node set to another number
+    serves the stored ones and its pollers say so; one set to the stored number, or not
+    set, says nothing."""
+    with structlog.testing.capture_logs() as logs:
+        await run_pollers(store, 1, partitions=8)
+        await run_pollers(store, 1, partitions=4)
+        await run_pollers(store, 1)
+    ready = [e for e in logs if e["event"] == "poller_ready"]
+    assert [e["of"] for e in ready] == [4, 4, 4]
+    differ = [e for e in logs if e["event"] == "partitions_differ"]
+    assert [(e["configured"], e["stored"]) for e in differ] == [(8, 4)], differ
+    assert "has 4 (fixed when it was first used)" in differ[0]["error"]
+
+
 async def test_an_outcome_between_claim_and_commit_is_kept(one_partition: TaskStore) -> None:
     """Outcomes write the run record, never the state the commit writes unread: a run that
     ends between a claim and its commit still counts."""

@@ -70,6 +70,9 @@ class PollerSettings(ClaimLoopSettings):
     """Most task definitions kept between claims (``actors.store.definitions``; 0 = none)."""
     history: int = DEFAULT_HISTORY
     """Occurrences kept per task (``actors.store.history``)."""
+    partitions: int | None = None
+    """``[scheduler] partitions`` where the node sets it: a namespace that has another
+    number keeps its own, and the poller says so at start."""
 
 
 #: How long a stopping poller tries to hand its partitions back (then their leases expire).
@@ -119,6 +122,14 @@ class Poller:
         ctx.log.info(
             "poller_ready", poller=self.poller_id, of=keys.partitions, buckets=keys.buckets
         )
+        configured = self.settings.partitions
+        if configured is not None and configured != keys.partitions:
+            ctx.log.warning(
+                "partitions_differ", configured=configured, stored=keys.partitions,
+                error=f"[scheduler] partitions = {configured}, but namespace "
+                f"{self.store.namespace!r} has {keys.partitions} (fixed when it was first "
+                "used): it keeps them",
+            )  # fmt: skip
         task_status.started()
         try:
             while True:
