@@ -8,15 +8,16 @@ client on the same server.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 
-from tests.node_process import NodeProcess
+from tests.node_process import REPO, NodeProcess
 from tests.waiting import until
 
 #: Consumer sections most API node tests need: a type that succeeds, one that always fails
@@ -37,6 +38,19 @@ class ApiNode:
     url: str
     namespace: str
     node: NodeProcess
+
+
+def cli_environment(api: ApiNode, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a ``metronome`` call against ``api``'s node as its admin (and the
+    repository on PYTHONPATH: the test handlers the node config names), plus ``env``."""
+    return {
+        **os.environ,
+        "METRONOME_URL": api.url,
+        "METRONOME_KEY_ID": ADMIN[0],
+        "METRONOME_SECRET": ADMIN[1],
+        "PYTHONPATH": str(REPO),
+        **(env or {}),
+    }
 
 
 def write_api_config(

@@ -25,6 +25,7 @@ from tests.api_node import (
     WORK_AND_DOOMED,
     ApiNode,
     api_node,
+    cli_environment,
     wait_until,
     write_api_config,
 )
@@ -57,22 +58,11 @@ def api(node_config: Path, cli_namespace: str) -> Iterator[ApiNode]:
         yield node
 
 
-def environment(api: ApiNode, env: dict[str, str] | None = None) -> dict[str, str]:
-    return {
-        **os.environ,
-        "METRONOME_URL": api.url,
-        "METRONOME_KEY_ID": ADMIN[0],
-        "METRONOME_SECRET": ADMIN[1],
-        "PYTHONPATH": str(REPO),  # the test handlers the node config names
-        **(env or {}),
-    }
-
-
 def run(
     api: ApiNode, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``metronome *args`` against ``api``'s node, run in this process (tests/cli_runner.py)."""
-    return run_in_process(list(args), environment(api, env))
+    return run_in_process(list(args), cli_environment(api, env))
 
 
 def run_process(
@@ -80,7 +70,7 @@ def run_process(
 ) -> subprocess.CompletedProcess[str]:
     """The same as a real ``metronome`` process: for what only a process shows."""
     return subprocess.run(
-        [str(METRONOME), *args], capture_output=True, text=True, env=environment(api, env),
+        [str(METRONOME), *args], capture_output=True, text=True, env=cli_environment(api, env),
         timeout=60,
     )  # fmt: skip
 
@@ -322,7 +312,7 @@ def test_output_cut_short_by_a_closed_pipe_ends_quietly(api: ApiNode, tmp_path: 
     assert run(api, "tasks", "add", "--file", str(tmp_path / "many.jsonl")).returncode == 0
     done = subprocess.run(
         f"'{METRONOME}' tasks ls --all | head -1",
-        shell=True, capture_output=True, text=True, env=environment(api), timeout=60,
+        shell=True, capture_output=True, text=True, env=cli_environment(api), timeout=60,
     )  # fmt: skip
     assert done.stdout.startswith("TASK_ID")
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr

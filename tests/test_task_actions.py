@@ -24,7 +24,15 @@ from actors.store.keys import Keys
 from actors.store.tasks import TaskStore
 from runtime.config import RedisSection
 from runtime.redis_io import RedisClient
-from tests.api_node import ADMIN, READER, ApiNode, api_node, unique, write_api_config
+from tests.api_node import (
+    ADMIN,
+    READER,
+    ApiNode,
+    api_node,
+    cli_environment,
+    unique,
+    write_api_config,
+)
 from tests.cli_runner import run_in_process
 
 FAR = {"kind": "interval", "every_s": 3600, "start_ms": 4_000_000_000_000}
@@ -216,8 +224,7 @@ def test_the_cli_counts_with_dry_run_and_applies_only_with_yes(
 ) -> None:
     kind = unique("cli")
     ids = make(client, kind, 4, tenant="acme")
-    env = {**os.environ, "METRONOME_URL": api.url, "METRONOME_KEY_ID": ADMIN[0],
-           "METRONOME_SECRET": ADMIN[1]}  # fmt: skip
+    env = cli_environment(api)
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return run_in_process(list(args), env)
