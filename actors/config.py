@@ -33,8 +33,8 @@ MIN_SECRET_CHARS = 16
 
 #: Partitions of a new namespace when ``[scheduler] partitions`` is not set: on a standalone
 #: Redis, and on a Redis Cluster. A partition's keys live in one hash slot and the busiest
-#: master sets a cluster's ceiling: 16 put 4, 5 and 7 partitions on 3 masters, 64 put 21,
-#: 20 and 23 (docs/PERFORMANCE.md, "Scale-out").
+#: master fills first: with 16 the busiest of 3 masters holds ~1.3x its share (up to 1.5x,
+#: by the namespace's name), with 64 ~1.1x (docs/PERFORMANCE.md, "Scale-out").
 STANDALONE_PARTITIONS = 16
 CLUSTER_PARTITIONS = 64
 
@@ -75,7 +75,8 @@ class SchedulerSection:
     """Buckets per partition of a new namespace (fixed once it exists, like partitions).
     Tasks are stored ~``tasks / (partitions * buckets)`` to a bucket hash; up to 128 a
     bucket stays in Redis's compact encoding, which is what makes a task cost ~250 bytes.
-    The default suits up to ~1.5 million tasks with 16 partitions; for more, raise it to
+    The default suits up to ~1.5 million tasks with 16 partitions (~6 million with 64); for
+    more, raise it to
     about ``tasks / (partitions * 64)`` before the namespace is first used."""
     batch_size: int = attrs.field(default=1000, validator=within(1))
     """Most due tasks claimed from one partition in one round trip."""

@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     p_fire.add_argument(
         "--types", type=int, default=1, metavar="K",
-        help="spread the tasks over K task types (K streams: on a Cluster, K slots)",
+        help="spread the tasks over K task types bench0.. (K streams: on a Cluster, K slots; "
+        "--set consumers.bench0.KEY=V sets one type's)",
     )  # fmt: skip
     p_fire.add_argument(
         "--processes",

@@ -194,7 +194,7 @@ def run(
     bytes_per_task = (sum(used_memory(u) for u in servers) - baseline) / n
     options: dict[str, Any] = {"cluster": True} if shards else {}
     if chaos_every_s:
-        options = {"handler": "bench.handlers:record_flushed", "lease_s": 2.0}
+        options |= {"handler": "bench.handlers:record_flushed", "lease_s": 2.0}
     if types > 1:
         options["types"] = types
     if settings:

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import structlog.testing
 import trio
@@ -48,6 +49,7 @@ from runtime.errors import RedisUnavailable
 from runtime.liveness import instance_id
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
+from tests.execution_harness import node_config, running_node
 from tests.node_process import NodeProcess
 from tests.waiting import eventually, settled
 
@@ -357,6 +359,20 @@ async def test_a_poller_set_to_other_partitions_than_its_namespace_has_says_so(
     differ = [e for e in logs if e["event"] == "partitions_differ"]
     assert [(e["configured"], e["stored"]) for e in differ] == [(8, 4)], differ
     assert "has 4 (fixed when it was first used)" in differ[0]["error"]
+
+
+async def test_a_node_set_to_other_partitions_warns_from_its_poller(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """The node's ``[scheduler] partitions`` reaches its pollers (the tree wires it)."""
+    await store.keys()  # the namespace, with 4 partitions
+    config = node_config(redis_url, namespace, tmp_path, {})
+    config = attrs.evolve(config, scheduler=attrs.evolve(config.scheduler, partitions=8))
+    with structlog.testing.capture_logs() as logs:
+        async with running_node(config):
+            await eventually(lambda: any(e["event"] == "poller_ready" for e in logs), 30)
+    differ = [e for e in logs if e["event"] == "partitions_differ"]
+    assert [(e["configured"], e["stored"]) for e in differ] == [(8, 4)], differ
 
 
 async def test_an_outcome_between_claim_and_commit_is_kept(one_partition: TaskStore) -> None:
