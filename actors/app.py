@@ -43,6 +43,7 @@ from actors.execution.consumer import Consumer, ConsumerSettings, ConsumerState
 from actors.execution.handlers import resolve
 from actors.execution.results_log import ResultsLog
 from actors.observability.metrics import install as install_metrics
+from actors.observability.metrics_writer import MetricsWriter
 from actors.observability.presence import Presence
 from actors.scheduling.action_resumer import ActionResumer, ResumerSettings
 from actors.scheduling.claim_loop import ClaimLoopSettings
@@ -103,6 +104,7 @@ def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
         children.append(supervisor("processes", processes, _spec(config, Strategy.ONE_FOR_ONE)))
     if config.actions.resumer:
         children.append(roles.action_resumer())
+    children.append(_metrics_writer())
     children.append(roles.presence(config.node.name))  # last: nothing depends on it
     return supervisor("node", children, _spec(config, Strategy.REST_FOR_ONE))
 
@@ -123,7 +125,15 @@ def _part_tree(config: Config, part: str) -> ChildSpec:
     else:
         child = roles.consumers()
     presence = roles.presence(f"{config.node.name}/{part}")
-    return supervisor("node", [child, presence], _spec(config, Strategy.ONE_FOR_ONE))
+    return supervisor(
+        "node", [child, _metrics_writer(), presence], _spec(config, Strategy.ONE_FOR_ONE)
+    )
+
+
+def _metrics_writer() -> ChildSpec:
+    """Writes the process's event counts a few times a second (stopped before the roles,
+    which started before it: their last counts are written at once)."""
+    return ChildSpec("metrics-writer", MetricsWriter().run, shutdown_s=3)
 
 
 def _spec(config: Config, strategy: Strategy) -> SupervisorSpec:

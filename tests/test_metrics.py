@@ -24,10 +24,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.observability.metrics import count_events
+from actors.observability.metrics_writer import MetricsWriter
 from actors.store.tasks import TaskStore
+from runtime.actor import ActorContext
 from runtime.logging import (
     emit_encoded,
     emit_events,
+    get_logger,
     notify_observers,
     observe_events,
     stop_observing,
@@ -36,6 +39,7 @@ from runtime.redis_io import RedisClient
 from tests.execution_harness import records, wait_until
 from tests.node_process import NodeProcess
 from tests.test_processes import api_section, free_port, write_config
+from tests.waiting import eventually
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -98,6 +102,26 @@ def test_events_become_samples_with_bounded_labels() -> None:
     assert get("metronome_start_lag_seconds_bucket", le="0.05") == 1
     assert get("metronome_start_lag_seconds_bucket", le="0.025") == 0
     assert get("metronome_handler_duration_seconds_count") == 2
+
+
+async def test_while_a_writer_runs_counts_are_written_by_it_and_none_are_lost() -> None:
+    """With a ``MetricsWriter`` running, a batch's counts wait for its next write (every
+    0.25 s); as it stops it writes the rest, and batches are written at once again."""
+    kind = f"unit{time.monotonic_ns()}"
+    started = {"type": kind, "start_lags_ms": [3, 40, 900]}
+    get = functools.partial(type_sample, kind)
+    with counting():
+        async with trio.open_nursery() as nursery:
+            await nursery.start(MetricsWriter().run, ActorContext("node/mw", 1.0, get_logger()))
+            notify_observers("node/x", [("runs_started", started)])
+            assert get("metronome_fires_started_total") == 0  # gathered, not written yet
+            await eventually(lambda: get("metronome_fires_started_total") == 3, 10)
+            notify_observers("node/x", [("runs_started", started)])
+            nursery.cancel_scope.cancel()
+        assert get("metronome_fires_started_total") == 6  # written as the writer stopped
+        assert get("metronome_start_lag_seconds_bucket", le="0.05") == 4
+        notify_observers("node/x", [("runs_started", started)])
+        assert get("metronome_fires_started_total") == 9  # at once: no writer runs
 
 
 def test_fires_not_run_are_counted_by_reason_from_not_run_and_misfired_lines() -> None:
