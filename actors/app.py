@@ -5,7 +5,7 @@ This is the one place that decides which actors run on a node (asynq's ``NewServ
     node                        rest_for_one: later children need the earlier ones
     ├── redis                   embedded server, only when [redis] url = "embedded"
     ├── scheduler               one_for_one
-    │   ├── poller-0 …          [scheduler] pollers; poller i serves partitions p % n == i
+    │   ├── poller-0 …          [scheduler] pollers; each owns a share of the partitions
     │   └── retry-dispatcher-0 … [execution] retry_dispatchers
     ├── consumers               one_for_one: a failing type never touches another
     │   └── <type>              rest_for_one, one per [consumers.<type>]
@@ -14,7 +14,8 @@ This is the one place that decides which actors run on a node (asynq's ``NewServ
     ├── api                     only with [api]: HTTP on hypercorn (and /metrics); graceful
     ├── metrics                 only with [metrics] bind: a /metrics-only listener
     ├── action-resumer          finishes operators' actions whose node died ([actions] resumer)
-    └── presence                this process's actors and restarts in ns:nodes, every 5 s
+    ├── presence                this process's actors and restarts in ns:nodes, every 5 s
+    └── metrics-writer          writes this process's metric counts about every 0.25 s
 
 With ``[processes]``, a part (``scheduler``, ``consumers-1`` … ``consumers-N``, ``api-1`` …)
 leaves the main process's tree for a ``ChildProcess`` actor under a last, one-for-one
@@ -104,8 +105,8 @@ def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
         children.append(supervisor("processes", processes, _spec(config, Strategy.ONE_FOR_ONE)))
     if config.actions.resumer:
         children.append(roles.action_resumer())
-    children.append(_metrics_writer())
-    children.append(roles.presence(config.node.name))  # last: nothing depends on it
+    children.append(roles.presence(config.node.name))  # nothing depends on it
+    children.append(_metrics_writer())  # last: it stops first (see _metrics_writer)
     return supervisor("node", children, _spec(config, Strategy.REST_FOR_ONE))
 
 
@@ -126,13 +127,13 @@ def _part_tree(config: Config, part: str) -> ChildSpec:
         child = roles.consumers()
     presence = roles.presence(f"{config.node.name}/{part}")
     return supervisor(
-        "node", [child, _metrics_writer(), presence], _spec(config, Strategy.ONE_FOR_ONE)
+        "node", [child, presence, _metrics_writer()], _spec(config, Strategy.ONE_FOR_ONE)
     )
 
 
 def _metrics_writer() -> ChildSpec:
-    """Writes the process's event counts a few times a second (stopped before the roles,
-    which started before it: their last counts are written at once)."""
+    """Writes the process's metric counts about every 0.25 s; a tree's last child, so it
+    stops first and the roles' last counts are written at once."""
     return ChildSpec("metrics-writer", MetricsWriter().run, shutdown_s=3)
 
 

@@ -124,6 +124,28 @@ async def test_while_a_writer_runs_counts_are_written_by_it_and_none_are_lost() 
         assert get("metronome_fires_started_total") == 9  # at once: no writer runs
 
 
+async def test_counts_from_threads_while_the_writer_writes_are_all_written() -> None:
+    """Lines logged from threads (an I/O thread's) while the writer takes and writes what
+    was gathered: every count lands once."""
+    kind = f"unit{time.monotonic_ns()}"
+    threads, each = 4, 2000
+
+    def log_from_a_thread() -> None:
+        for i in range(each):
+            notify_observers("node/x", [("duplicate_dropped", {"type": kind})])
+            if i % 50 == 0:
+                time.sleep(0.005)  # spread over several of the writer's writes
+
+    with counting():
+        async with trio.open_nursery() as nursery:
+            await nursery.start(MetricsWriter().run, ActorContext("node/mw", 1.0, get_logger()))
+            async with trio.open_nursery() as logging:
+                for _ in range(threads):
+                    logging.start_soon(trio.to_thread.run_sync, log_from_a_thread)
+            nursery.cancel_scope.cancel()
+    assert type_sample(kind, "metronome_duplicates_dropped_total") == threads * each
+
+
 def test_fires_not_run_are_counted_by_reason_from_not_run_and_misfired_lines() -> None:
     """One ``not_run`` line a fire (overlap, expired), and the ``missed`` count of a
     ``misfired`` line by its policy; a reason outside the known set counts as ``other``."""
@@ -220,12 +242,18 @@ async def test_a_node_with_child_processes_reports_its_totals_on_both_endpoints(
         def scrape(port: int) -> str:
             return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
 
-        def finished() -> float:
-            return value(scrape(api_port), "metronome_fires_finished_total", type="work",
-                         outcome="ok")  # fmt: skip
+        def counted() -> bool:  # each process writes its counts on its own 0.25 s beat
+            text = scrape(api_port)
+            return (
+                value(text, "metronome_fires_finished_total", type="work", outcome="ok") >= 25
+                and value(text, "metronome_fires_started_total", type="work") >= 25
+                and value(text, "metronome_fires_enqueued_total", type="work", attempt="first")
+                >= 25
+                and value(text, "metronome_start_lag_seconds_count", type="work") >= 25
+            )
 
         async def all_counted() -> bool:
-            return await trio.to_thread.run_sync(finished) >= 25
+            return await trio.to_thread.run_sync(counted)
 
         await wait_until(all_counted)
         text = scrape(api_port)

@@ -6,7 +6,8 @@
 as one summary a batch: ``fires_queued`` and ``runs_started`` where their debug lines are
 off, and ``runs_finished`` always), every step Redis refused (``redis_refused``, from
 ``runtime.redis_io``) and every actor restart or give-up becomes a sample, so the
-metrics say what the audit log says. Labels are the task type, an outcome or reason from a
+metrics say what the audit log says (within about 0.25 s, where a ``MetricsWriter`` gathers
+the writes). Labels are the task type, an outcome or reason from a
 fixed set, or an actor path (the tree's shape): never a task id, so cardinality stays
 bounded. docs/OBSERVABILITY.md lists every metric.
 """
@@ -144,11 +145,10 @@ def write_gathered() -> None:
 
 def count_events(actor: str, events: Events) -> None:
     """Turn one batch of logged events into samples. Counts and histogram observations
-    are summed per label set, then written once per batch, or every
+    are summed per label set, then written once per batch, or about every
     ``metrics_writer.WRITE_EVERY_S`` where a ``MetricsWriter`` runs: in multiprocess mode
-    each write is a locked write to a memory-mapped file (~1.5-4 µs), and a node with a
-    dozen types makes small batches of each (written per batch, a sixth of a consumer
-    process's CPU at 5,000 fires/s over 12 types)."""
+    each write is a locked write to a memory-mapped file, and a node with many types makes
+    small batches of each (docs/PERFORMANCE.md, "Metric writes")."""
     if _gathered.gathering:
         with _gathered.lock:
             if _gathered.gathering:
