@@ -76,8 +76,8 @@ class SchedulerSection:
     Tasks are stored ~``tasks / (partitions * buckets)`` to a bucket hash; up to 128 a
     bucket stays in Redis's compact encoding, which is what makes a task cost ~250 bytes.
     The default suits up to ~1.5 million tasks with 16 partitions (~6 million with 64); for
-    more, raise it to
-    about ``tasks / (partitions * 64)`` before the namespace is first used."""
+    more, raise it to about ``tasks / (partitions * 64)`` before the namespace is first
+    used."""
     batch_size: int = attrs.field(default=1000, validator=within(1))
     """Most due tasks claimed from one partition in one round trip."""
     max_tick_s: float = attrs.field(default=0.25, validator=positive)

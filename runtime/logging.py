@@ -17,10 +17,9 @@ Two paths to the same stream:
 Event observers (``observe_events``) see every event of both paths, whatever the level
 filters out, batch by batch: metrics are counted from the same events the log records
 (``actors/observability/metrics.py``), so the two agree (the counts written within about
-0.25 s where a node gathers them). Where a batch's per-fire
-lines are built only as text (``finished``) or not at all (debug lines at ``info``), they
-get one summary event for the batch instead (``runs_finished``, ``fires_queued``,
-``runs_started``).
+0.25 s where a node gathers them). Where a batch's per-fire lines are built only as text
+(``finished``) or not at all (debug lines at ``info``), they get one summary event for the
+batch instead (``runs_finished``, ``fires_queued``, ``runs_started``).
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@
 as one summary a batch: ``fires_queued`` and ``runs_started`` where their debug lines are
 off, and ``runs_finished`` always), every step Redis refused (``redis_refused``, from
 ``runtime.redis_io``) and every actor restart or give-up becomes a sample, so the
-metrics say what the audit log says (within about 0.25 s, where a ``MetricsWriter`` gathers
-the writes). Labels are the task type, an outcome or reason from a
-fixed set, or an actor path (the tree's shape): never a task id, so cardinality stays
-bounded. docs/OBSERVABILITY.md lists every metric.
+metrics say what the audit log says (within about 0.25 s, where a ``MetricsWriter``
+gathers the writes). Labels are the task type, an outcome or reason from a fixed set, or
+an actor path (the tree's shape): never a task id, so cardinality stays bounded.
+docs/OBSERVABILITY.md lists every metric.
 """
 
 from __future__ import annotations
