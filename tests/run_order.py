@@ -43,6 +43,8 @@ class Durations:
         self.cache = cache
         self.before: dict[str, float] = cache.get(CACHE_KEY, {}) or seed()
         self.now: dict[str, float] = defaultdict(float)
+        self.skipped: set[str] = set()
+        """Tests skipped in this run (no browser, say): what they took says nothing."""
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -52,11 +54,13 @@ class Durations:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.now[_plain(report.nodeid)] += report.duration  # setup, call and teardown
+        if report.skipped:
+            self.skipped.add(_plain(report.nodeid))
 
     def pytest_sessionfinish(self) -> None:
-        if self.now:
-            merged = {**self.before, **{k: round(v, 3) for k, v in self.now.items()}}
-            self.cache.set(CACHE_KEY, merged)
+        ran = {k: round(v, 3) for k, v in self.now.items() if k not in self.skipped}
+        if ran:
+            self.cache.set(CACHE_KEY, {**self.before, **ran})
 
 
 def plan(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -120,6 +124,8 @@ def _release(version: str) -> tuple[int, ...]:
 def _cut(module: list[pytest.Item], parts: int, took: dict[str, float]) -> list[int]:
     """Which of ``parts`` consecutive parts of about equal duration each test falls in."""
     total = sum(took[item.nodeid] for item in module)
+    if total <= 0:  # nothing known of them: one part
+        return [0] * len(module)
     before = 0.0
     out = []
     for item in module:
