@@ -78,8 +78,10 @@ def test_fire_mode_reports_every_figure(processes: int) -> None:
 
 @pytest.mark.slow
 def test_fire_mode_on_a_local_redis_cluster() -> None:
-    figures = bench("fire", "60", "1", "4", "--cluster", "3", "--scrape", "1")
+    """Tasks over three types (three streams, three slots), as the scale-out series runs."""
+    figures = bench("fire", "60", "1", "4", "--cluster", "3", "--scrape", "1", "--types", "3")
     assert figures["shards"] == 3 and len(figures["redis_cpu_pct_per_shard"]) == 3
+    assert figures["types"] == 3
     assert figures["executed"] > 0
     assert figures["scrapes"]["count"] > 0 and figures["scrapes"]["failures"] == 0
 
