@@ -39,6 +39,14 @@ STANDALONE_PARTITIONS = 16
 CLUSTER_PARTITIONS = 64
 
 
+def new_namespace_partitions(partitions: int | None, cluster: bool) -> int:
+    """The partitions a namespace gets when it is created: ``partitions`` where set, else
+    the default for a Redis Cluster or a standalone one."""
+    if partitions is not None:
+        return partitions
+    return CLUSTER_PARTITIONS if cluster else STANDALONE_PARTITIONS
+
+
 def _type_list(_inst: object, attr: attrs.Attribute[Any], value: list[str]) -> None:
     for name in value:
         try:
@@ -389,9 +397,7 @@ class Config:
 
     def new_namespace_partitions(self) -> int:
         """The partitions a namespace this node creates gets (``[scheduler] partitions``)."""
-        if self.scheduler.partitions is not None:
-            return self.scheduler.partitions
-        return CLUSTER_PARTITIONS if self.redis.cluster else STANDALONE_PARTITIONS
+        return new_namespace_partitions(self.scheduler.partitions, self.redis.cluster)
 
     def __attrs_post_init__(self) -> None:
         if self.processes.api and self.api is None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import trio
 
-from actors.config import CLUSTER_PARTITIONS, STANDALONE_PARTITIONS
+from actors.config import new_namespace_partitions
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Misfire, Overlap, Schedule
 from actors.store.tasks import TaskStore
@@ -340,8 +340,9 @@ async def _register(
 ) -> tuple[int, float]:  # fmt: skip
     client = RedisClient.from_settings(url, RedisSection(url=url, cluster=cluster))
     # As a node would create it: 64 partitions on a Cluster unless set (actors.config).
-    default = CLUSTER_PARTITIONS if cluster else STANDALONE_PARTITIONS
-    store = TaskStore(client, NAMESPACE, default_partitions=partitions or default)
+    store = TaskStore(
+        client, NAMESPACE, default_partitions=new_namespace_partitions(partitions, cluster)
+    )
     now = await store.now_ms()
     # t0: after registration (measured >= 20k tasks/s here) and node start-up, with slack.
     t0 = now + 5000 + n * 1000 // 15_000

@@ -27,7 +27,7 @@ FAILURE_EVERY_S = 60.0
 class MetricsWriter:
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         """Actor: gather this process's counts and write them every ``WRITE_EVERY_S``."""
-        said_at = -FAILURE_EVERY_S
+        said_at: float | None = None  # when a failed write was last said
         try:
             gather_writes(True)
             task_status.started()
@@ -37,7 +37,7 @@ class MetricsWriter:
                     write_gathered()
                 except OSError as exc:  # the metrics directory's disk full, say
                     # Those counts are lost; the node's work goes on, and says so.
-                    if trio.current_time() - said_at >= FAILURE_EVERY_S:
+                    if said_at is None or trio.current_time() - said_at >= FAILURE_EVERY_S:
                         said_at = trio.current_time()
                         ctx.log.warning("metrics_not_written", error=repr(exc))
         finally:
