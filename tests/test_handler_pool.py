@@ -180,3 +180,78 @@ async def test_a_run_after_a_long_quiet_spell_is_still_cut_at_its_deadline(
         await h.run_all(pool, [message(1, sleep_s=100)])
     assert cancelled_at == [start + 1]
     assert [o.error for o in h.outcomes] == [None, "timeout: handler ran longer than 1s"]
+
+
+class _Wakes(trio.abc.Instrument):
+    """Counts how often trio schedules each task (a wake from a park included)."""
+
+    def __init__(self) -> None:
+        self.scheduled: dict[trio.lowlevel.Task, int] = {}
+
+    def task_scheduled(self, task: trio.lowlevel.Task) -> None:
+        self.scheduled[task] = self.scheduled.get(task, 0) + 1
+
+
+async def test_a_batch_of_handlers_that_never_wait_costs_a_few_wakes_not_one_each() -> None:
+    """A handler that returns without waiting lets its worker run the whole batch: the
+    pool wakes a few workers a batch, not one a message (each wake is CPU a fire)."""
+
+    async def handler(ctx: HandlerContext) -> str:
+        return ctx.task_id
+
+    h = Harness(handler, size=200, timeout_s=60)
+    async with h.running() as pool:
+        # 200 workers, all parked: every one was needed once, when each run waited
+        release = trio.Event()
+
+        async def waiting(ctx: HandlerContext) -> None:
+            await release.wait()
+
+        h.runner.handler = Handler(name="t", fn=waiting, is_async=True)
+        pool.submit([message(i) for i in range(200)])
+        await trio.testing.wait_all_tasks_blocked()
+        release.set()
+        await h.free.wait_value(200)
+        await trio.testing.wait_all_tasks_blocked()
+        h.runner.handler = Handler(name="t", fn=handler, is_async=True)
+        wakes = _Wakes()
+        trio.lowlevel.add_instrument(wakes)
+        try:
+            for batch in range(5):
+                await h.run_all(pool, [message(1000 + batch * 100 + i) for i in range(100)])
+                await trio.testing.wait_all_tasks_blocked()
+        finally:
+            trio.lowlevel.remove_instrument(wakes)
+    assert len(h.outcomes) == 200 + 500
+    assert sorted(o.result for o in h.outcomes[200:]) == sorted(f"t{1000 + i}" for i in range(500))
+    # this test's own task is scheduled too; the workers are woken a few times a batch
+    assert sum(wakes.scheduled.values()) <= 5 * 6
+
+
+async def test_runs_that_wait_all_start_though_each_batch_wakes_one_worker() -> None:
+    """Woken workers wake others: every run of a large batch starts, on old workers and
+    new ones alike, while the first runs are still waiting."""
+    running = 0
+    release = trio.Event()
+
+    async def handler(ctx: HandlerContext) -> str:
+        nonlocal running
+        running += 1
+        await release.wait()
+        return ctx.task_id
+
+    h = Harness(handler, size=500, timeout_s=60)
+    async with h.running() as pool:
+        pool.submit([message(i) for i in range(100)])  # 100 workers started
+        await trio.testing.wait_all_tasks_blocked()
+        assert running == 100
+        release.set()
+        await h.free.wait_value(500)
+        release = trio.Event()
+        pool.submit([message(i) for i in range(100, 437)])  # 100 parked, 237 new
+        await trio.testing.wait_all_tasks_blocked()
+        assert running == 437
+        assert h.free.value == 500 - 337
+        release.set()
+        await h.free.wait_value(500)
+    assert sorted(o.result for o in h.outcomes) == sorted(f"t{i}" for i in range(437))
