@@ -274,11 +274,33 @@ async def test_hot_path_reads_parse_alike_under_either_protocol(
         await client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
         first = await client.execute("XADD", stream, "*", *[x for kv in fields.items() for x in kv])
         bad = await client.execute("XADD", stream, "*", "hello", "world")
+        # the compact form, as the poller writes it (read by position), and one like it
+        # whose due time is not a number
+        compact = await client.execute(
+            "XADD", stream, "*", "task_id", "a2", "payload", "null", "attempt", "1",
+            "due_ms", "7",
+        )  # fmt: skip
+        bad_compact = await client.execute(
+            "XADD", stream, "*", "task_id", "a3", "payload", "null", "attempt", "0",
+            "due_ms", "soon",
+        )  # fmt: skip
         messages, malformed = await streams.read_group("t", "c1", 10, 100)
-        assert [(m.msg_id, m.task_id, m.due_ms, m.enq_ms, m.payload) for m in messages] == [
-            (first.decode(), "a1", 5, 6, {"n": 1})
+        got = [
+            (m.msg_id, m.task_id, m.schedule_id, m.type, m.attempt, m.due_ms, m.enq_ms, m.payload)
+            for m in messages
         ]
-        assert [(i, f) for i, f, _ in malformed] == [(bad.decode(), {b"hello": b"world"})]
+        assert got == [
+            (first.decode(), "a1", "a1:5", "t", 0, 5, 6, {"n": 1}),
+            (compact.decode(), "a2", "a2:7", "t", 1, 7, int(compact.split(b"-")[0]), None),
+        ]
+        assert [(i, f) for i, f, _ in malformed] == [
+            (bad.decode(), {b"hello": b"world"}),
+            (
+                bad_compact.decode(),
+                {b"task_id": b"a3", b"payload": b"null", b"attempt": b"0", b"due_ms": b"soon"},
+            ),
+        ]
+        assert "not a Metronome message" in malformed[1][2]
         assert await streams.read_group("t", "c1", 10, 10) == ([], [])  # BLOCK ran out
 
         replies = await client.scripts(ECHO, [(["k1"], ["v1"]), (["k2"], ["v2"])])

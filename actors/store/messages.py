@@ -71,13 +71,41 @@ class Message:
                 attempt=int(fields[b"attempt"]),
                 due_ms=due_ms,
                 enq_ms=int(mid.partition("-")[0]) if enq is None else int(enq),
-                payload=json.loads(payload),
+                payload=parse_payload(payload),
                 policy="" if policy is None else policy.decode(),
             )
         except (KeyError, ValueError, UnicodeDecodeError, AttributeError) as exc:
             raise MalformedMessage(
                 f"stream entry {mid} is not a Metronome message: {exc!r}"
             ) from exc
+
+    @classmethod
+    def read(cls, msg_id: bytes, raw: Any, task_type: str) -> Message:
+        """A stream entry as a read returns it (a flat field list, or a dict redis-py
+        parsed). A compact message without a policy, its fields in the order the poller
+        writes them, is read by position: ~1 µs a message less than building the dict
+        (``fields`` is then never built); anything else goes through ``decode``."""
+        if (
+            type(raw) is list
+            and len(raw) == 8
+            and raw[0] == b"task_id"
+            and raw[2] == b"payload"
+            and raw[4] == b"attempt"
+            and raw[6] == b"due_ms"
+        ):
+            mid = msg_id.decode()
+            try:
+                task_id, payload = raw[1].decode(), raw[3].decode()
+                due_ms = int(raw[7])
+                return cls(
+                    mid, task_id, schedule_id(task_id, due_ms), task_type, payload, int(raw[5]),
+                    due_ms, int(mid.partition("-")[0]), parse_payload(payload),
+                )  # fmt: skip
+            except (ValueError, UnicodeDecodeError, AttributeError) as exc:
+                raise MalformedMessage(
+                    f"stream entry {mid} is not a Metronome message: {exc!r}"
+                ) from exc
+        return cls.decode(msg_id, flat_fields(raw), task_type)
 
     def fields(self) -> dict[str, str]:
         fields = {
@@ -92,6 +120,13 @@ class Message:
         if self.policy:
             fields["o"] = self.policy
         return fields
+
+
+def parse_payload(text: str) -> Any:
+    """A message's payload JSON, parsed. ``null`` (a task created without a payload, the
+    common case) is answered without the JSON decoder, which costs ~0.6 µs a call even
+    for four characters."""
+    return None if text == "null" else json.loads(text)
 
 
 def flat_fields(raw: Any) -> dict[bytes, bytes]:

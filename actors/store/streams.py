@@ -57,11 +57,10 @@ class Streams:
         for msg_id, raw in entries:
             if raw is None:
                 continue  # deleted while pending: nothing to run
-            fields = flat_fields(raw)
             try:
-                messages.append(Message.decode(msg_id, fields, task_type))
+                messages.append(Message.read(msg_id, raw, task_type))
             except MalformedMessage as exc:
-                malformed.append((msg_id.decode(), fields, str(exc)))
+                malformed.append((msg_id.decode(), flat_fields(raw), str(exc)))
         return messages, malformed
 
     # -- operators --------------------------------------------------------------------------
