@@ -255,3 +255,23 @@ async def test_runs_that_wait_all_start_though_each_batch_wakes_one_worker() -> 
         release.set()
         await h.free.wait_value(500)
     assert sorted(o.result for o in h.outcomes) == sorted(f"t{i}" for i in range(437))
+
+
+async def test_a_handler_gets_its_fire_in_its_context() -> None:
+    seen: list[HandlerContext] = []
+
+    async def handler(ctx: HandlerContext) -> None:
+        seen.append(ctx)
+
+    h = Harness(handler, size=1, timeout_s=60)
+    fire = Message(
+        msg_id="7-1", task_id="report", schedule_id="report:5000", type="reports",
+        payload_json='{"to":"ops"}', attempt=2, due_ms=5000, enq_ms=5001, payload={"to": "ops"},
+    )  # fmt: skip
+    async with h.running() as pool:
+        await h.run_all(pool, [fire])
+    expected = HandlerContext(
+        task_id="report", schedule_id="report:5000", type="reports", payload={"to": "ops"},
+        attempt=2, due_ms=5000, actor="test",
+    )  # fmt: skip
+    assert seen == [expected]

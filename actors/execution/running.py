@@ -72,15 +72,11 @@ class Runner:
         return Outcome(message, started_ms, now_ms(), error=error)
 
     async def _call(self, message: Message, actor: str) -> Any:
+        # By position, in the class's field order: keywords cost a quarter more a fire.
         context = HandlerContext(
-            task_id=message.task_id,
-            schedule_id=message.schedule_id,
-            type=message.type,
-            payload=message.payload,
-            attempt=message.attempt,
-            due_ms=message.due_ms,
-            actor=actor,
-        )
+            message.task_id, message.schedule_id, message.type, message.payload,
+            message.attempt, message.due_ms, actor,
+        )  # fmt: skip
         if self.handler.is_async:
             return await self.handler.fn(context)
         call = _ThreadCall()
