@@ -275,3 +275,45 @@ async def test_a_handler_gets_its_fire_in_its_context() -> None:
         attempt=2, due_ms=5000, actor="test",
     )  # fmt: skip
     assert seen == [expected]
+
+
+class _Passes(trio.abc.Instrument):
+    """Counts the run loop's passes (each ends in a check for I/O)."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+
+    def after_io_wait(self, timeout: float) -> None:
+        self.passes += 1
+
+
+async def test_a_batch_of_waiting_runs_starts_on_parked_workers_in_a_few_passes() -> None:
+    """Every run of a batch starts while the first ones wait, and the wakes fan out: a
+    worker a pass would take as many passes as the batch has messages."""
+    running = 0
+    release = trio.Event()
+
+    async def handler(ctx: HandlerContext) -> None:
+        nonlocal running
+        running += 1
+        await release.wait()
+
+    h = Harness(handler, size=64, timeout_s=60)
+    async with h.running() as pool:
+        pool.submit([message(i) for i in range(64)])  # 64 workers, then all parked
+        await trio.testing.wait_all_tasks_blocked()
+        release.set()
+        await h.free.wait_value(64)
+        await trio.testing.wait_all_tasks_blocked()
+        for batch in ([100, 101], list(range(200, 264))):
+            running = 0
+            release = trio.Event()
+            passes = _Passes()
+            trio.lowlevel.add_instrument(passes)
+            pool.submit([message(i) for i in batch])
+            await trio.testing.wait_all_tasks_blocked()
+            trio.lowlevel.remove_instrument(passes)
+            assert running == len(batch)
+            assert passes.passes <= 2 * len(batch).bit_length() + 2
+            release.set()
+            await h.free.wait_value(64)

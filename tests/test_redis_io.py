@@ -280,6 +280,10 @@ async def test_hot_path_reads_parse_alike_under_either_protocol(
             "XADD", stream, "*", "task_id", "a2", "payload", "null", "attempt", "1",
             "due_ms", "7",
         )  # fmt: skip
+        with_payload = await client.execute(
+            "XADD", stream, "*", "task_id", "a4", "payload", '{"n":2}', "attempt", "0",
+            "due_ms", "9",
+        )  # fmt: skip
         bad_compact = await client.execute(
             "XADD", stream, "*", "task_id", "a3", "payload", "null", "attempt", "0",
             "due_ms", "soon",
@@ -292,7 +296,9 @@ async def test_hot_path_reads_parse_alike_under_either_protocol(
         assert got == [
             (first.decode(), "a1", "a1:5", "t", 0, 5, 6, {"n": 1}),
             (compact.decode(), "a2", "a2:7", "t", 1, 7, int(compact.split(b"-")[0]), None),
-        ]
+            (with_payload.decode(), "a4", "a4:9", "t", 0, 9, int(with_payload.split(b"-")[0]),
+             {"n": 2}),
+        ]  # fmt: skip
         assert [(i, f) for i, f, _ in malformed] == [
             (bad.decode(), {b"hello": b"world"}),
             (

@@ -14,8 +14,8 @@ when its first message leaves others queued, and a worker parks only when the qu
 empty. A handler that waits (I/O, a sleep) frees the trio thread for the ones it woke,
 so ``n`` such runs have all started after about ``log2(n)`` scheduler passes; a handler
 that never waits lets its worker run the whole batch, and the batch costs two or three
-wakes instead of one a message (each a park, a reschedule and a task step: a few
-microseconds of a consumer's CPU a fire at 10,000 fires/s).
+wakes, not one a message (each a park, a reschedule and a task step: a few microseconds
+of a consumer's CPU a fire at 10,000 fires/s).
 
 Timeouts: every run of a type has the same timeout, so the busy workers, kept in the order
 their current runs started, are also in the order of their deadlines. The watchdog sleeps
