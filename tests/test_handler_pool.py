@@ -182,14 +182,46 @@ async def test_a_run_after_a_long_quiet_spell_is_still_cut_at_its_deadline(
     assert [o.error for o in h.outcomes] == [None, "timeout: handler ran longer than 1s"]
 
 
-class _Wakes(trio.abc.Instrument):
-    """Counts how often trio schedules each task (a wake from a park included)."""
+class _Gate:
+    """A handler that counts its runs under way and waits until the gate opens."""
 
     def __init__(self) -> None:
-        self.scheduled: dict[trio.lowlevel.Task, int] = {}
+        self.running = 0
+        self._open = trio.Event()
+
+    async def handler(self, ctx: HandlerContext) -> str:
+        self.running += 1
+        await self._open.wait()
+        return ctx.task_id
+
+    def open(self) -> None:
+        self._open.set()
+
+    def close(self) -> None:
+        self.running = 0
+        self._open = trio.Event()
+
+
+async def _park(h: Harness, pool: HandlerPool, gate: _Gate, workers: int) -> None:
+    """Start ``workers`` workers (runs that wait, behind ``gate``), then let their runs
+    end: those workers are parked afterwards."""
+    pool.submit([message(i) for i in range(workers)])
+    await trio.testing.wait_all_tasks_blocked()
+    assert gate.running == workers
+    gate.open()
+    await h.free.wait_value(h.size)
+    await trio.testing.wait_all_tasks_blocked()
+    gate.close()
+
+
+class _Wakes(trio.abc.Instrument):
+    """Counts how often trio schedules any task (a wake from a park included)."""
+
+    def __init__(self) -> None:
+        self.scheduled = 0
 
     def task_scheduled(self, task: trio.lowlevel.Task) -> None:
-        self.scheduled[task] = self.scheduled.get(task, 0) + 1
+        self.scheduled += 1
 
 
 async def test_a_batch_of_handlers_that_never_wait_costs_a_few_wakes_not_one_each() -> None:
@@ -199,20 +231,10 @@ async def test_a_batch_of_handlers_that_never_wait_costs_a_few_wakes_not_one_eac
     async def handler(ctx: HandlerContext) -> str:
         return ctx.task_id
 
-    h = Harness(handler, size=200, timeout_s=60)
+    gate = _Gate()
+    h = Harness(gate.handler, size=200, timeout_s=60)
     async with h.running() as pool:
-        # 200 workers, all parked: every one was needed once, when each run waited
-        release = trio.Event()
-
-        async def waiting(ctx: HandlerContext) -> None:
-            await release.wait()
-
-        h.runner.handler = Handler(name="t", fn=waiting, is_async=True)
-        pool.submit([message(i) for i in range(200)])
-        await trio.testing.wait_all_tasks_blocked()
-        release.set()
-        await h.free.wait_value(200)
-        await trio.testing.wait_all_tasks_blocked()
+        await _park(h, pool, gate, 200)
         h.runner.handler = Handler(name="t", fn=handler, is_async=True)
         wakes = _Wakes()
         trio.lowlevel.add_instrument(wakes)
@@ -225,36 +247,53 @@ async def test_a_batch_of_handlers_that_never_wait_costs_a_few_wakes_not_one_eac
     assert len(h.outcomes) == 200 + 500
     assert sorted(o.result for o in h.outcomes[200:]) == sorted(f"t{1000 + i}" for i in range(500))
     # this test's own task is scheduled too; the workers are woken a few times a batch
-    assert sum(wakes.scheduled.values()) <= 5 * 6
+    assert wakes.scheduled <= 5 * 6
 
 
 async def test_runs_that_wait_all_start_though_each_batch_wakes_one_worker() -> None:
     """Woken workers wake others: every run of a large batch starts, on old workers and
     new ones alike, while the first runs are still waiting."""
-    running = 0
-    release = trio.Event()
-
-    async def handler(ctx: HandlerContext) -> str:
-        nonlocal running
-        running += 1
-        await release.wait()
-        return ctx.task_id
-
-    h = Harness(handler, size=500, timeout_s=60)
+    gate = _Gate()
+    h = Harness(gate.handler, size=500, timeout_s=60)
     async with h.running() as pool:
-        pool.submit([message(i) for i in range(100)])  # 100 workers started
-        await trio.testing.wait_all_tasks_blocked()
-        assert running == 100
-        release.set()
-        await h.free.wait_value(500)
-        release = trio.Event()
+        await _park(h, pool, gate, 100)
         pool.submit([message(i) for i in range(100, 437)])  # 100 parked, 237 new
         await trio.testing.wait_all_tasks_blocked()
-        assert running == 437
+        assert gate.running == 337
         assert h.free.value == 500 - 337
-        release.set()
+        gate.open()
         await h.free.wait_value(500)
     assert sorted(o.result for o in h.outcomes) == sorted(f"t{i}" for i in range(437))
+
+
+class _Passes(trio.abc.Instrument):
+    """Counts the run loop's passes (each ends in a check for I/O)."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+
+    def after_io_wait(self, timeout: float) -> None:
+        self.passes += 1
+
+
+async def test_a_batch_of_waiting_runs_starts_on_parked_workers_in_a_few_passes() -> None:
+    """Every run of a batch starts while the first ones wait, and the wakes fan out: a
+    worker a pass would take as many passes as the batch has messages."""
+    gate = _Gate()
+    h = Harness(gate.handler, size=64, timeout_s=60)
+    async with h.running() as pool:
+        await _park(h, pool, gate, 64)
+        for batch in ([100, 101], list(range(200, 264))):
+            passes = _Passes()
+            trio.lowlevel.add_instrument(passes)
+            pool.submit([message(i) for i in batch])
+            await trio.testing.wait_all_tasks_blocked()
+            trio.lowlevel.remove_instrument(passes)
+            assert gate.running == len(batch)
+            assert passes.passes <= 2 * len(batch).bit_length() + 2
+            gate.open()
+            await h.free.wait_value(64)
+            gate.close()
 
 
 async def test_a_handler_gets_its_fire_in_its_context() -> None:
@@ -275,45 +314,3 @@ async def test_a_handler_gets_its_fire_in_its_context() -> None:
         attempt=2, due_ms=5000, actor="test",
     )  # fmt: skip
     assert seen == [expected]
-
-
-class _Passes(trio.abc.Instrument):
-    """Counts the run loop's passes (each ends in a check for I/O)."""
-
-    def __init__(self) -> None:
-        self.passes = 0
-
-    def after_io_wait(self, timeout: float) -> None:
-        self.passes += 1
-
-
-async def test_a_batch_of_waiting_runs_starts_on_parked_workers_in_a_few_passes() -> None:
-    """Every run of a batch starts while the first ones wait, and the wakes fan out: a
-    worker a pass would take as many passes as the batch has messages."""
-    running = 0
-    release = trio.Event()
-
-    async def handler(ctx: HandlerContext) -> None:
-        nonlocal running
-        running += 1
-        await release.wait()
-
-    h = Harness(handler, size=64, timeout_s=60)
-    async with h.running() as pool:
-        pool.submit([message(i) for i in range(64)])  # 64 workers, then all parked
-        await trio.testing.wait_all_tasks_blocked()
-        release.set()
-        await h.free.wait_value(64)
-        await trio.testing.wait_all_tasks_blocked()
-        for batch in ([100, 101], list(range(200, 264))):
-            running = 0
-            release = trio.Event()
-            passes = _Passes()
-            trio.lowlevel.add_instrument(passes)
-            pool.submit([message(i) for i in batch])
-            await trio.testing.wait_all_tasks_blocked()
-            trio.lowlevel.remove_instrument(passes)
-            assert running == len(batch)
-            assert passes.passes <= 2 * len(batch).bit_length() + 2
-            release.set()
-            await h.free.wait_value(64)
