@@ -29,6 +29,10 @@ class MalformedMessage(ValueError):
     """A stream entry that is not a Metronome message (written by hand, or by an older
     version): it cannot run, so it goes to the DLQ with this error."""
 
+    @classmethod
+    def of(cls, msg_id: str, exc: Exception) -> MalformedMessage:
+        return cls(f"stream entry {msg_id} is not a Metronome message: {exc!r}")
+
 
 @attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build
 class Message:
@@ -70,14 +74,12 @@ class Message:
                 payload_json=payload,
                 attempt=int(fields[b"attempt"]),
                 due_ms=due_ms,
-                enq_ms=int(mid.partition("-")[0]) if enq is None else int(enq),
+                enq_ms=entry_ms(mid) if enq is None else int(enq),
                 payload=parse_payload(payload),
                 policy="" if policy is None else policy.decode(),
             )
         except (KeyError, ValueError, UnicodeDecodeError, AttributeError) as exc:
-            raise MalformedMessage(
-                f"stream entry {mid} is not a Metronome message: {exc!r}"
-            ) from exc
+            raise MalformedMessage.of(mid, exc) from exc
 
     @classmethod
     def read(cls, msg_id: bytes, raw: Any, task_type: str) -> Message:
@@ -99,12 +101,10 @@ class Message:
                 due_ms = int(raw[7])
                 return cls(
                     mid, task_id, schedule_id(task_id, due_ms), task_type, payload, int(raw[5]),
-                    due_ms, int(mid.partition("-")[0]), parse_payload(payload),
+                    due_ms, entry_ms(mid), parse_payload(payload),
                 )  # fmt: skip
             except (ValueError, UnicodeDecodeError, AttributeError) as exc:
-                raise MalformedMessage(
-                    f"stream entry {mid} is not a Metronome message: {exc!r}"
-                ) from exc
+                raise MalformedMessage.of(mid, exc) from exc
         return cls.decode(msg_id, flat_fields(raw), task_type)
 
     def fields(self) -> dict[str, str]:
@@ -120,6 +120,12 @@ class Message:
         if self.policy:
             fields["o"] = self.policy
         return fields
+
+
+def entry_ms(msg_id: str) -> int:
+    """When a stream entry was appended: its id's milliseconds (a compact message's
+    ``enq_ms``)."""
+    return int(msg_id.partition("-")[0])
 
 
 def parse_payload(text: str) -> Any:
