@@ -296,6 +296,32 @@ async def test_a_batch_of_waiting_runs_starts_on_parked_workers_in_a_few_passes(
             gate.close()
 
 
+async def test_a_batch_of_waiting_runs_wakes_one_worker_a_run() -> None:
+    """A fan-out counts the workers already on their way: a batch of runs that wait wakes
+    as many parked workers as it has runs, not one that finds the queue empty beside each."""
+    gate = _Gate()
+    h = Harness(gate.handler, size=300, timeout_s=60)
+    async with h.running() as pool:
+        await _park(h, pool, gate, 300)
+        for batch in (list(range(1000, 1003)), list(range(2000, 2100))):
+            wakes = _Wakes()
+            trio.lowlevel.add_instrument(wakes)
+            try:
+                pool.submit([message(i) for i in batch])
+                await trio.testing.wait_all_tasks_blocked()
+            finally:
+                trio.lowlevel.remove_instrument(wakes)
+            assert gate.running == len(batch)
+            # one wake a run, and this test's own task's
+            assert wakes.scheduled <= len(batch) + 2
+            gate.open()
+            await h.free.wait_value(300)
+            gate.close()
+    assert sorted(o.result for o in h.outcomes[300:]) == sorted(
+        f"t{i}" for i in [*range(1000, 1003), *range(2000, 2100)]
+    )
+
+
 async def test_a_handler_gets_its_fire_in_its_context() -> None:
     seen: list[HandlerContext] = []
 

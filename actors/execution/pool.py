@@ -9,13 +9,14 @@ scope is needed only after a timeout cancelled one. Workers are started as they 
 needed, never more than ``size`` (the type's concurrency: the reader asks Redis for no
 more messages than there are free slots).
 
-Waking: a batch wakes one worker; each worker woken (or started) wakes ``FAN_OUT`` more
-when its first message leaves others queued, and a worker parks only when the queue is
-empty. A handler that waits (I/O, a sleep) frees the trio thread for the ones it woke,
-so ``n`` such runs have all started after about ``log2(n)`` scheduler passes; a handler
-that never waits lets its worker run the whole batch, and the batch costs two or three
-wakes, not one a message (each a park, a reschedule and a task step: a few microseconds
-of a consumer's CPU a fire at 10,000 fires/s).
+Waking: a batch wakes one worker; each worker woken (or started) wakes up to ``FAN_OUT``
+more when its first message leaves others queued that no worker already on its way will
+take, and a worker parks only when the queue is empty. A handler that waits (I/O, a
+sleep) frees the trio thread for the ones it woke, so ``n`` such runs wake ``n`` workers
+and have all started after about ``log2(n)`` scheduler passes; a handler that never waits
+lets its worker run the whole batch, and the batch costs two or three wakes, not one a
+message (each a park, a reschedule and a task step: a few microseconds of a consumer's CPU
+a fire at 10,000 fires/s).
 
 Timeouts: every run of a type has the same timeout, so the busy workers, kept in the order
 their current runs started, are also in the order of their deadlines. The watchdog sleeps
@@ -61,6 +62,9 @@ class HandlerPool:
         self._queue: collections.deque[Message] = collections.deque()
         self._idle = trio.lowlevel.ParkingLot()
         self._workers = 0
+        self._waking = 0
+        """Workers woken or started that have not looked at the queue yet: a fan-out wakes
+        only for the messages they will not take."""
         self._busy: dict[trio.CancelScope, float] = {}
         """The deadline of each running handler, by the cancel scope of the worker running
         it, in the order the runs started (dicts keep insertion order; a scope is removed
@@ -87,12 +91,15 @@ class HandlerPool:
         """Wake up to ``count`` parked workers, and start new ones (up to ``size``) for
         what no parked worker takes."""
         woken = len(self._idle.unpark(count=count))
-        for _ in range(min(count - woken, self.size - self._workers)):
+        started = min(count - woken, self.size - self._workers)
+        self._waking += woken + started
+        for _ in range(started):
             self._workers += 1
             self._nursery.start_soon(self._work)
 
     async def _work(self) -> None:
         woken = True  # started for a queued message: it wakes others as a woken worker does
+        self._waking -= 1
         try:
             while True:  # one pass per cancel scope: a timeout cancels it for good
                 with trio.CancelScope() as scope:
@@ -100,11 +107,13 @@ class HandlerPool:
                         while not self._queue:
                             await self._idle.park()
                             woken = True
+                            self._waking -= 1
                         message = self._queue.popleft()
                         if woken:
                             woken = False
-                            if self._queue:
-                                self._wake(min(FAN_OUT, len(self._queue)))
+                            wanted = min(FAN_OUT, len(self._queue) - self._waking)
+                            if wanted > 0:
+                                self._wake(wanted)
                         if message.policy and message.policy[0] == "C":
                             self._replaceable[message.msg_id] = (message, scope)
                         started_ms = now_ms()
