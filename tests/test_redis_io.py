@@ -288,6 +288,12 @@ async def test_hot_path_reads_parse_alike_under_either_protocol(
             "XADD", stream, "*", "task_id", "a3", "payload", "null", "attempt", "0",
             "due_ms", "soon",
         )  # fmt: skip
+        # a payload nested deeper than the JSON decoder goes (written by hand)
+        deep_payload = b"[" * 100_000 + b"]" * 100_000
+        deep = await client.execute(
+            "XADD", stream, "*", "task_id", "a5", "payload", deep_payload, "attempt", "0",
+            "due_ms", "9",
+        )  # fmt: skip
         messages, malformed = await streams.read_group("t", "c1", 10, 100)
         got = [
             (m.msg_id, m.task_id, m.schedule_id, m.type, m.attempt, m.due_ms, m.enq_ms, m.payload)
@@ -304,6 +310,10 @@ async def test_hot_path_reads_parse_alike_under_either_protocol(
             (
                 bad_compact.decode(),
                 {b"task_id": b"a3", b"payload": b"null", b"attempt": b"0", b"due_ms": b"soon"},
+            ),
+            (
+                deep.decode(),
+                {b"task_id": b"a5", b"payload": deep_payload, b"attempt": b"0", b"due_ms": b"9"},
             ),
         ]
         assert "not a Metronome message" in malformed[1][2]

@@ -78,7 +78,7 @@ class Message:
                 payload=parse_payload(payload),
                 policy="" if policy is None else policy.decode(),
             )
-        except (KeyError, ValueError, UnicodeDecodeError, AttributeError) as exc:
+        except (KeyError, ValueError, UnicodeDecodeError, AttributeError, RecursionError) as exc:
             raise MalformedMessage.of(mid, exc) from exc
 
     @classmethod
@@ -103,7 +103,7 @@ class Message:
                     mid, task_id, schedule_id(task_id, due_ms), task_type, payload, int(raw[5]),
                     due_ms, entry_ms(mid), parse_payload(payload),
                 )  # fmt: skip
-            except (ValueError, UnicodeDecodeError, AttributeError) as exc:
+            except (ValueError, UnicodeDecodeError, AttributeError, RecursionError) as exc:
                 raise MalformedMessage.of(mid, exc) from exc
         return cls.decode(msg_id, flat_fields(raw), task_type)
 
