@@ -89,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         help="GET node 0's /metrics every S seconds (gauge cache off); figures under scrapes",
     )  # fmt: skip
     p_fire.add_argument(
+        "--wait-ms", type=float, default=0.0, metavar="MS",
+        help="handlers that wait MS ms after recording (as an I/O call would); 0: they return",
+    )  # fmt: skip
+    p_fire.add_argument(
         "--set", action="append", default=[], metavar="SECTION.KEY=VALUE", dest="settings",
         help="a node.toml setting for every node (TOML value), e.g. scheduler.min_tick_s=0.01",
     )  # fmt: skip
@@ -183,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.concurrency, args.log_level, args.split, args.processes, args.chaos,
                 args.flaky, args.scrape, shards=[node.url for node in cluster.nodes],
                 settings=tuple(args.settings), overlap=args.overlap, types=args.types,
+                wait_ms=args.wait_ms,
             )  # fmt: skip
         finally:
             cluster.remove()
@@ -196,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                 url, args.n, args.interval_s, args.duration_s, args.nodes, args.concurrency,
                 args.log_level, args.split, args.processes, args.chaos, args.flaky, args.scrape,
                 settings=tuple(args.settings), overlap=args.overlap, types=args.types,
+                wait_ms=args.wait_ms,
             )  # fmt: skip
             emit({"mode": "fire", **figures})
         elif args.mode == "chaos":

@@ -124,17 +124,19 @@ def _with_settings(text: str, settings: tuple[str, ...]) -> str:
 
 def start_nodes(
     workdir: Path, url: str, nodes: int, concurrency: int, log_level: str, split: bool = False,
-    first: int = 0, **node_options: Any,
+    first: int = 0, wait_ms: float = 0.0, **node_options: Any,
 ) -> list[subprocess.Popen[bytes]]:  # fmt: skip
     """``nodes`` node processes; with ``split``, node 0 only polls and the others only
     consume (each role gets its own node, so its own GIL); ``processes=K`` in
-    ``node_options`` gives each node a scheduler process and K consumer processes."""
+    ``node_options`` gives each node a scheduler process and K consumer processes;
+    ``wait_ms``: what ``bench.handlers:record_wait`` waits."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
             [str(REPO), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
         ).rstrip(os.pathsep),
         "METRONOME_BENCH_DIR": str(workdir),
+        "METRONOME_BENCH_WAIT_MS": str(wait_ms),
     }
     procs = []
     for i in range(first, first + nodes):
@@ -166,8 +168,11 @@ def run(
     log_level: str, split: bool = False, processes: int = 0, chaos_every_s: float = 0.0,
     flaky: bool = False, scrape_every_s: float = 0.0, shards: list[str] | None = None,
     settings: tuple[str, ...] = (), overlap: Overlap = "allow_all", types: int = 1,
+    wait_ms: float = 0.0,
 ) -> dict[str, Any]:  # fmt: skip
-    """``types``: the tasks spread over that many task types (streams; ``task_types``).
+    """``wait_ms`` > 0: each handler waits that long after recording its start, as an I/O
+    call would (``bench.handlers:record_wait``). ``types``: the tasks spread over that many
+    task types (streams; ``task_types``).
     ``overlap``: every task's overlap policy (its cost a fire: the handler is quick, so
     every fire runs whatever the policy). ``chaos_every_s`` > 0: SIGKILL a random child
     process of the node that often (it is restarted by the node), until the last kill's
@@ -199,6 +204,12 @@ def run(
         options["types"] = types
     if settings:
         options["settings"] = settings
+    if wait_ms < 0:
+        raise SystemExit("--wait-ms: 0 or more")
+    if wait_ms and (flaky or chaos_every_s):
+        raise SystemExit("--wait-ms goes with neither --flaky nor --chaos")
+    if wait_ms:
+        options["handler"] = "bench.handlers:record_wait"
     if flaky:
         options["handler"] = "bench.handlers:record_flaky"
         options["backoff_base_s"] = 0.2
@@ -207,8 +218,9 @@ def run(
         options["metrics_port"] = free_port()
         scraper = Scraper(f"http://127.0.0.1:{options['metrics_port']}/metrics", scrape_every_s)
     procs = start_nodes(
-        workdir, url, nodes, concurrency, log_level, split, processes=processes, **options
-    )
+        workdir, url, nodes, concurrency, log_level, split, processes=processes,
+        wait_ms=wait_ms, **options,
+    )  # fmt: skip
     kills: list[int] = []
     try:
         end_s = t0_ms / 1000 + duration_s
@@ -273,6 +285,7 @@ def run(
         "register_s": round(register_s, 2), **figures,
         **({"chaos_every_s": chaos_every_s, "kills": len(kills)} if chaos_every_s else {}),
         **({"flaky": True} if flaky else {}),
+        **({"wait_ms": wait_ms} if wait_ms else {}),
         **({"overlap": overlap} if overlap != "allow_all" else {}),
         "redis_bytes_per_task": round(bytes_per_task),
         "redis_bytes_per_task_running": round(running_bytes), "node_cpu_pct": round(cpu_pct, 1),
