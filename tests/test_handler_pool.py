@@ -312,8 +312,9 @@ async def test_a_batch_of_waiting_runs_wakes_one_worker_a_run() -> None:
             finally:
                 trio.lowlevel.remove_instrument(wakes)
             assert gate.running == len(batch)
-            # one wake a run, and this test's own task's
-            assert wakes.scheduled <= len(batch) + 2
+            # one wake a run, and this test's own task's (the watchdog sleeps on until the
+            # deadline of an earlier run); the pool before this count woke 5 and 199
+            assert wakes.scheduled <= len(batch) + 1
             gate.open()
             await h.free.wait_value(300)
             gate.close()
