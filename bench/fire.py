@@ -189,6 +189,10 @@ def run(
         raise SystemExit("--chaos kills a node's child processes: it needs --processes")
     if chaos_every_s and chaos_every_s < 2:
         raise SystemExit("--chaos: at most one kill per 2 s (the node gives up past 3 in 5 s)")
+    if wait_ms < 0:
+        raise SystemExit("--wait-ms: 0 or more")
+    if wait_ms and (flaky or chaos_every_s):
+        raise SystemExit("--wait-ms goes with neither --flaky nor --chaos")
     workdir = Path(tempfile.mkdtemp(prefix="metronome-bench-"))
     servers = shards or [url]  # a Redis Cluster's masters, or the one server
     baseline = sum(used_memory(u) for u in servers)
@@ -204,10 +208,6 @@ def run(
         options["types"] = types
     if settings:
         options["settings"] = settings
-    if wait_ms < 0:
-        raise SystemExit("--wait-ms: 0 or more")
-    if wait_ms and (flaky or chaos_every_s):
-        raise SystemExit("--wait-ms goes with neither --flaky nor --chaos")
     if wait_ms:
         options["handler"] = "bench.handlers:record_wait"
     if flaky:

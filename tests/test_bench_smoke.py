@@ -60,8 +60,11 @@ def bench(*args: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("processes", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_fire_mode_reports_every_figure(processes: int) -> None:
-    figures = bench("fire", "60", "1", "4", "--processes", str(processes))
+    """With child processes, handlers that wait (``--wait-ms``) too."""
+    waits = ["--wait-ms", "2"] if processes else []
+    figures = bench("fire", "60", "1", "4", "--processes", str(processes), *waits)
     assert figures["processes"] == processes
+    assert figures.get("wait_ms") == (2.0 if processes else None)
     assert set(figures) >= {
         "n", "interval_s", "duration_s", "nodes", "register_s", "expected", "executed",
         "exec_per_s", "lag_p50_ms", "lag_p99_ms", "lag_max_ms", "missed", "duplicates",
