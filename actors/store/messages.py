@@ -34,6 +34,11 @@ class MalformedMessage(ValueError):
         return cls(f"stream entry {msg_id} is not a Metronome message: {exc!r}")
 
 
+#: What decoding an entry that is not a Metronome message raises: a field missing, not a
+#: number, not UTF-8 or not bytes, or a payload nested deeper than the JSON decoder reads.
+_NOT_A_MESSAGE = (KeyError, ValueError, UnicodeDecodeError, AttributeError, RecursionError)
+
+
 @attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build
 class Message:
     msg_id: str
@@ -78,7 +83,7 @@ class Message:
                 payload=parse_payload(payload),
                 policy="" if policy is None else policy.decode(),
             )
-        except (KeyError, ValueError, UnicodeDecodeError, AttributeError, RecursionError) as exc:
+        except _NOT_A_MESSAGE as exc:
             raise MalformedMessage.of(mid, exc) from exc
 
     @classmethod
@@ -103,7 +108,7 @@ class Message:
                     mid, task_id, schedule_id(task_id, due_ms), task_type, payload, int(raw[5]),
                     due_ms, entry_ms(mid), parse_payload(payload),
                 )  # fmt: skip
-            except (ValueError, UnicodeDecodeError, AttributeError, RecursionError) as exc:
+            except _NOT_A_MESSAGE as exc:
                 raise MalformedMessage.of(mid, exc) from exc
         return cls.decode(msg_id, flat_fields(raw), task_type)
 
