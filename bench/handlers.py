@@ -32,14 +32,14 @@ async def record(ctx: HandlerContext) -> None:
     _file().write(f"{ctx.task_id} {ctx.due_ms} {time.time() * 1000:.1f}\n")
 
 
+_WAIT_S = float(os.environ.get("METRONOME_BENCH_WAIT_MS", "5")) / 1000
+
+
 async def record_wait(ctx: HandlerContext) -> None:
     """``record``, then waits ``$METRONOME_BENCH_WAIT_MS`` ms, as a handler's I/O call would
     (``bench fire --wait-ms``): every run parks its worker, so the pool's wakes are paid."""
-    _file().write(f"{ctx.task_id} {ctx.due_ms} {time.time() * 1000:.1f}\n")
+    await record(ctx)
     await trio.sleep(_WAIT_S)
-
-
-_WAIT_S = float(os.environ.get("METRONOME_BENCH_WAIT_MS", "5")) / 1000
 
 
 async def record_flushed(ctx: HandlerContext) -> None:
