@@ -25,3 +25,17 @@ run 300000 5 30 --nodes 6 --processes 2                  # 60,000/s, one Redis (
 run 400000 5 30 --nodes 6 --processes 2 "${spread[@]}"   # 80,000/s, 3 shards
 run 300000 5 30 --nodes 6 --processes 2 "${spread[@]}"   # 60,000/s, 3 shards
 run 500000 5 30 --nodes 6 --processes 2 --cluster 3 --types 6 --set scheduler.partitions=16
+# A line a run, for reading at a glance (the JSON lines above hold everything).
+"$py" - "$out" <<'PY' >&2
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "failed" in r:
+        print("failed:", r["failed"])
+        continue
+    print(f"{r['n']:>7} tasks, {r['nodes']} nodes x {r['processes']}, shards {r['shards'] or 1}:"
+          f" {r['exec_per_s']:,}/s, missed {r['missed']:,}, dup {r['duplicates']},"
+          f" lag p50/p99 {r['lag_p50_ms']}/{r['lag_p99_ms']} ms,"
+          f" Redis {r['redis_cpu_pct_per_shard']} % of a core,"
+          f" us a fire: Redis {r['redis_cpu_us_per_fire']}, node {r['node_cpu_us_per_fire']}")
+PY
