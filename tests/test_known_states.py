@@ -224,7 +224,7 @@ async def test_a_redis_back_without_its_last_writes_loses_no_fire(tmp_path: Path
         async with trio.open_nursery() as nursery:
             await nursery.start(poller.run, ctx)
             await until(lambda f: all(len(d) >= 2 for d in f.values()))
-            saved = await fires()  # read first: what the snapshot holds starts with it
+            saved = await fires()  # read first: what is appended before SAVE only adds to the end
             await client.execute("SAVE")
             await client.execute("SET", "written-after-the-snapshot", "1")
             await until(lambda f: all(len(f[i]) >= len(saved[i]) + 3 for i in ids))
