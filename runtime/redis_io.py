@@ -32,12 +32,13 @@ the server it started; ``runtime.testing`` is the test kit), and above it only
 
 The fire path's calls (pipelined scripts, stream reads) skip the hop on a plain TCP or
 Unix-socket connection: ``runtime.redis_native`` sends them on trio sockets with hiredis
-parsing, replies and errors as redis-py's (``[redis] native_io``, default on).
+parsing, replies and errors as redis-py's (``[redis] native_io``, default on); on a Cluster,
+``runtime.redis_cluster_native`` sends each to the master of its slot.
 
-``RedisClient`` is composed of four parts: the direct-connection script calls of the fire
-path (``runtime.redis_wire``) and their trio-socket pool (``runtime.redis_native``), riding
-out outages and refusals (``runtime.redis_outages``), and building the redis-py client
-(``runtime.redis_connect``).
+``RedisClient`` is composed of five parts: the direct-connection script calls of the fire
+path (``runtime.redis_wire``), their trio-socket pool (``runtime.redis_native``) and its
+Cluster routing (``runtime.redis_cluster_native``), riding out outages and refusals
+(``runtime.redis_outages``), and building the redis-py client (``runtime.redis_connect``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from runtime.config import SENTINEL_SCHEMES, RedisSection
 from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.io_threads import IOThreads
 from runtime.logging import get_logger
+from runtime.redis_cluster_native import ClusterCalls, ClusterRoutes
 from runtime.redis_connect import redact, sentinel_master, tls_options
 from runtime.redis_native import NativePool
 from runtime.redis_outages import OutageRiding
@@ -86,7 +88,7 @@ class Script:
         return hashlib.sha1(self.source.encode()).hexdigest()
 
 
-class RedisClient(DirectCalls, OutageRiding):
+class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
     """The async face of one redis-py client (standalone or cluster)."""
 
     def __init__(
@@ -97,13 +99,16 @@ class RedisClient(DirectCalls, OutageRiding):
         *,
         connect: Callable[[], Any] | None = None,
         native: NativePool | None = None,
+        routes: ClusterRoutes | None = None,
     ) -> None:
         """``raw``: the redis-py client; or None and ``connect``, which builds it at the
         first call (a cluster client connects as it is built: this way a node starting
         while its cluster is unreachable waits for it like for any outage). ``native``:
-        the same server's trio-socket pool, for the fire path's calls."""
+        the same server's trio-socket pool, for the fire path's calls; ``routes``: a
+        Cluster's, to its masters (``runtime.redis_cluster_native``)."""
         self._raw_client = raw
         self._native = native
+        self._routes = routes
         self._connect = connect
         self._connect_lock = threading.Lock()
         self._threads = IOThreads(max_connections)
@@ -149,6 +154,11 @@ class RedisClient(DirectCalls, OutageRiding):
                 redact(url),
                 connect=lambda: redis.cluster.RedisCluster.from_url(
                     url, max_connections=settings.max_connections, **common
+                ),
+                routes=(
+                    ClusterRoutes(settings)
+                    if settings.native_io and not url.startswith("rediss://")
+                    else None
                 ),
             )
         else:
@@ -206,14 +216,19 @@ class RedisClient(DirectCalls, OutageRiding):
         """One command, e.g. ``await client.execute("XLEN", key)``."""
         return await self.run_sync(lambda: self._raw.execute_command(*command))
 
-    async def execute_unparsed(self, *command: Any) -> Reply:
+    async def execute_unparsed(self, *command: Any, slot_key: str = "") -> Reply:
         """One command, its reply as the server sent it (RESP3 maps and lists of bytes,
         redis-py's default protocol; RESP2 lists when the URL asks for ``protocol=2``),
         without redis-py's reply callback: for the fire path's stream reads, whose parsed
         form (a dict per entry) about doubled the client CPU a message (2.8 against 1.45 µs
-        reading 200 entries). A cluster client has no such path: there the reply is parsed
-        as ``execute``'s."""
+        reading 200 entries). On a Cluster the command goes to the master of
+        ``slot_key``'s slot; a Cluster client without its own sockets (``native_io`` off,
+        TLS) has no such path: there the reply is parsed as ``execute``'s
+        (``reads_parsed``)."""
         if self.is_cluster:
+            routes = self._routes
+            if routes is not None and slot_key:
+                return await self._mapped(lambda: self._cluster_one(routes, slot_key, command))
             return await self.execute(*command)
         native = self._native
         if native is not None:
@@ -275,9 +290,11 @@ class RedisClient(DirectCalls, OutageRiding):
         In a cluster, calls to different shards may run in any order relative to each
         other: a caller that needs one write before another uses ``scripts_in_order``.
         """
-        native = self._native
+        native, routes = self._native, self._routes
         if native is not None:
             return await self._mapped(lambda: self._native_script_calls(native, calls))
+        if routes is not None:
+            return await self._mapped(lambda: self._cluster_script_calls(routes, calls))
         return await self.run_sync(lambda: self._script_calls(calls))
 
     async def scripts_in_order(
@@ -301,6 +318,9 @@ class RedisClient(DirectCalls, OutageRiding):
                 return replies, await self._native_script_calls(native, then)
 
             return await self._mapped(run_native)
+        routes = self._routes
+        if routes is not None:
+            return await self._mapped(lambda: self._cluster_in_order(routes, first, then))
 
         def run() -> tuple[list[Reply], list[Reply] | None]:
             replies = self._script_calls(first)
@@ -318,9 +338,16 @@ class RedisClient(DirectCalls, OutageRiding):
         await self._threads.wait_abandoned()
         if self._native is not None:
             return await self._native.wait_abandoned()
+        if self._routes is not None:
+            return await self._cluster_wait_abandoned(self._routes)
         return True
 
     async def ping(self) -> bool:
+        """Whether Redis answers; on a Cluster whose map a master's failure made stale, the
+        map learned again and every master of it answering (``runtime.redis_cluster_native``)."""
+        routes = self._routes
+        if routes is not None and routes.stale:
+            return await self._mapped(lambda: self._cluster_ping(routes))
         return bool(await self.run_sync(lambda: self._raw.ping()))
 
     async def time_ms(self) -> int:
@@ -368,6 +395,8 @@ class RedisClient(DirectCalls, OutageRiding):
         with trio.CancelScope(shield=True):
             if self._native is not None:
                 await self._native.aclose()
+            if self._routes is not None:
+                await self._cluster_close(self._routes)
             threads = self._threads.close()
             deadline = time.monotonic() + _CLOSE_WAIT_S
 

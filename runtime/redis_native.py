@@ -122,15 +122,19 @@ class NativePool:
         """Held by a ``wait_abandoned``: one reader at a time of each connection."""
 
     @classmethod
-    def beside(cls, pool: Any, settings: RedisSection) -> NativePool | None:
+    def beside(
+        cls, pool: Any, settings: RedisSection, address: tuple[str, int] | None = None
+    ) -> NativePool | None:
         """A pool to the server of redis-py's ``pool`` when it is a plain TCP or Unix-socket
-        one (None for any other kind of connection)."""
+        one (None for any other kind of connection); ``address``: to another server with
+        the same credentials (a cluster's other masters)."""
         kwargs = pool.connection_kwargs
         if pool.connection_class not in (redis.Connection, redis.UnixDomainSocketConnection):
             return None
+        host, port = address or (kwargs.get("host", "localhost"), int(kwargs.get("port", 6379)))
         return cls(
-            kwargs.get("host", "localhost"),
-            int(kwargs.get("port", 6379)),
+            host,
+            port,
             path=kwargs.get("path"),
             db=int(kwargs.get("db") or 0),
             username=kwargs.get("username"),

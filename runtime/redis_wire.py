@@ -66,6 +66,13 @@ class DirectCalls:
         self, calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
     ) -> list[Reply]:
         """``mixed_scripts``' work, in the I/O thread."""
+        return self._classified(self._evalsha_loading(calls))
+
+    def _evalsha_loading(
+        self, calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
+    ) -> list[Reply]:
+        """The calls by SHA, each script the server lacks loaded and only its calls sent
+        again; the replies unclassified. In the I/O thread."""
         if not calls:
             return []
         replies = self._pipelined_evalsha(calls)
@@ -81,31 +88,13 @@ class DirectCalls:
             retried = self._pipelined_evalsha([calls[i] for i in missing])
             for i, reply in zip(missing, retried, strict=True):
                 replies[i] = reply
-        return self._classified(replies)
+        return replies
 
     async def _native_script_calls(
         self, native: NativePool, calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
     ) -> list[Reply]:
         """``_script_calls`` on the trio thread, over ``native``."""
-        if not calls:
-            return []
-        commands = [
-            ("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls
-        ]
-        replies = await native.pipelined(pack(commands), len(commands))
-        for _ in range(_NOSCRIPT_RETRIES):
-            missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
-            if not missing:
-                break
-            sources = list({calls[i][0].source for i in missing})
-            loads = [("SCRIPT", "LOAD", source) for source in sources]
-            for loaded in await native.pipelined(pack(loads), len(loads)):
-                if isinstance(loaded, redis.exceptions.ResponseError):
-                    raise loaded
-            retried = await native.pipelined(pack([commands[i] for i in missing]), len(missing))
-            for i, reply in zip(missing, retried, strict=True):
-                replies[i] = reply
-        return self._classified(replies)
+        return self._classified(await native_evalsha(native, calls))
 
     def _classified(self, replies: list[Reply]) -> list[Reply]:
         """A pipeline's replies with each error reply classified: a transient one raises
@@ -163,4 +152,28 @@ def _send_and_read(conn: Any, commands: Sequence[Sequence[Any]]) -> list[Reply]:
             replies.append(conn.read_response())
         except redis.exceptions.ResponseError as exc:
             replies.append(exc)
+    return replies
+
+
+async def native_evalsha(
+    native: NativePool, calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
+) -> list[Reply]:
+    """The calls by SHA over ``native``, on the trio thread, each script the server lacks
+    loaded there and only its calls sent again; the replies unclassified."""
+    if not calls:
+        return []
+    commands = [("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls]
+    replies = await native.pipelined(pack(commands), len(commands))
+    for _ in range(_NOSCRIPT_RETRIES):
+        missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+        if not missing:
+            break
+        sources = list({calls[i][0].source for i in missing})
+        loads = [("SCRIPT", "LOAD", source) for source in sources]
+        for loaded in await native.pipelined(pack(loads), len(loads)):
+            if isinstance(loaded, redis.exceptions.ResponseError):
+                raise loaded
+        retried = await native.pipelined(pack([commands[i] for i in missing]), len(missing))
+        for i, reply in zip(missing, retried, strict=True):
+            replies[i] = reply
     return replies

@@ -40,15 +40,15 @@ class Streams:
         stream = self.keys.queue(task_type)
         reply = await self.client.execute_unparsed(
             "XREADGROUP", "GROUP", GROUP, consumer, "COUNT", count,
-            "BLOCK", block_ms, "STREAMS", stream, ">",
+            "BLOCK", block_ms, "STREAMS", stream, ">", slot_key=stream,
         )  # fmt: skip
         if not reply:
             return [], []
         # As sent: {stream: entries} (RESP3, redis-py's default) or [[stream, entries]]
-        # (RESP2); a cluster client's parsed RESP3 reply nests them once more.
+        # (RESP2); a parsed RESP3 reply (``reads_parsed``) nests them once more.
         if isinstance(reply, dict):
             entries = reply[stream.encode()]
-            if self.client.is_cluster:
+            if self.client.reads_parsed:
                 entries = entries[0]
         else:
             entries = reply[0][1]

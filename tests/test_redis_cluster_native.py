@@ -1,0 +1,210 @@
+"""A Cluster's fire-path calls on the node's own sockets (``runtime.redis_cluster_native``),
+against real local clusters: each call on the master of its slot, a slot moved or being
+migrated to another master, and a master killed before its replica takes over."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.crc
+import trio
+
+from runtime.config import RedisSection
+from runtime.embedded_redis import find_server_binary
+from runtime.errors import RedisUnavailable
+from runtime.redis_io import RedisClient, Script
+from runtime.testing.local_redis import LocalCluster
+
+INCR = Script("incr", "return redis.call('INCR', KEYS[1])")
+#: Keys spread over every master (their slots: 0..16383 in steps).
+KEYS = [f"{{k{i}}}:n" for i in range(60)]
+
+
+@pytest.fixture
+def cluster() -> Iterator[LocalCluster]:
+    """A cluster of this test alone: its slots are moved and its masters killed."""
+    setup = LocalCluster(find_server_binary()).start()
+    try:
+        yield setup
+    finally:
+        setup.remove()
+
+
+def client_for(url: str, **settings: Any) -> RedisClient:
+    return RedisClient.from_settings(url, RedisSection(url=url, cluster=True, **settings))
+
+
+def admin(port: int) -> Any:
+    return redis.Redis(port=port, socket_timeout=5)
+
+
+def owner(cluster: LocalCluster, key: str) -> int:
+    """The index of the master serving ``key``'s slot, as the cluster says."""
+    port = _served_by(cluster, redis.crc.key_slot(key.encode()))
+    return [n.port for n in cluster.nodes].index(port)
+
+
+def _served_by(cluster: LocalCluster, slot: int) -> int:
+    for start, end, master, *_ in admin(cluster.nodes[0].port).execute_command("CLUSTER", "SLOTS"):
+        if start <= slot <= end:
+            return int(master[1])
+    raise AssertionError(f"no master serves slot {slot}")
+
+
+def stat(port: int, name: str) -> int:
+    """A server's count of calls of a command (``evalsha``) or replies of an error
+    (``MOVED``), from ``INFO``."""
+    info = admin(port).info("all")
+    if name.isupper():
+        return int(info.get(f"errorstat_{name}", {}).get("count", 0))
+    return int(info.get(f"cmdstat_{name}", {}).get("calls", 0))
+
+
+def migrate(cluster: LocalCluster, key: str, to: int, *, finish: bool) -> int:
+    """Move ``key``'s slot (with its keys) from its master to master ``to``; unless
+    ``finish``, the slot stays the old master's, marked migrating (``ASK``)."""
+    slot = redis.crc.key_slot(key.encode())
+    source = _served_by(cluster, slot)
+    target = cluster.nodes[to].port
+    assert source != target
+    src, dst = admin(source), admin(target)
+    src_id, dst_id = src.execute_command("CLUSTER", "MYID"), dst.execute_command("CLUSTER", "MYID")
+    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 1000)
+    if keys:
+        src.execute_command("MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", *keys)
+    if finish:
+        for node in cluster.nodes:
+            admin(node.port).execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+    return source
+
+
+async def test_each_call_runs_on_the_master_of_its_slot(cluster: LocalCluster) -> None:
+    client = client_for(cluster.url)
+    try:
+        assert await client.scripts(INCR, [([k], []) for k in KEYS]) == [1] * len(KEYS)
+        # Counted from here: the masters had to be sent the script once (NOSCRIPT).
+        before = {n.port: stat(n.port, "evalsha") for n in cluster.nodes}
+        assert await client.scripts(INCR, [([k], []) for k in KEYS]) == [2] * len(KEYS)
+        first, then = await client.scripts_in_order(
+            [(INCR, [k], []) for k in KEYS[:10]], [(INCR, [k], []) for k in KEYS[10:20]]
+        )
+        assert first == [3] * 10 and then == [3] * 10
+        assert client._routes is not None and not client._routes.stale
+        expected = {n.port: 0 for n in cluster.nodes}
+        for k in KEYS + KEYS[:20]:
+            expected[_served_by(cluster, redis.crc.key_slot(k.encode()))] += 1
+        after = {n.port: stat(n.port, "evalsha") for n in cluster.nodes}
+        # Every call ran once, where its key lives: no redirect, no second send.
+        assert {p: after[p] - before[p] for p in after} == expected
+        for k in KEYS[:20]:
+            port = _served_by(cluster, redis.crc.key_slot(k.encode()))
+            assert admin(port).get(k) == b"3"
+    finally:
+        await client.aclose()
+
+
+async def test_a_slot_moved_to_another_master_is_followed(cluster: LocalCluster) -> None:
+    client = client_for(cluster.url)
+    try:
+        key = KEYS[0]
+        assert await client.scripts(INCR, [([key], [])]) == [1]  # the map is learned
+        source = migrate(cluster, key, (owner(cluster, key) + 1) % 3, finish=True)
+        target = _served_by(cluster, redis.crc.key_slot(key.encode()))
+        moved = stat(source, "MOVED")
+        assert await client.scripts(INCR, [([key], [])]) == [2]
+        assert await client.scripts(INCR, [([key], [])]) == [3]
+        # One MOVED: the second call went straight to the new master.
+        assert stat(source, "MOVED") == moved + 1
+        assert admin(target).get(key) == b"3"
+        # A stream read follows a moved slot too.
+        stream = "{k1}:s"
+        await client.execute("XGROUP", "CREATE", stream, "g", "$", "MKSTREAM")
+        await client.execute("XADD", stream, "*", "f", "v")
+        migrate(cluster, stream, (owner(cluster, stream) + 1) % 3, finish=True)
+        reply = await client.execute_unparsed(
+            "XREADGROUP", "GROUP", "g", "c", "COUNT", 10, "STREAMS", stream, ">",
+            slot_key=stream,
+        )  # fmt: skip
+        assert not client.reads_parsed
+        ((_, fields),) = reply[stream.encode()]
+        assert fields == [b"f", b"v"]
+    finally:
+        await client.aclose()
+
+
+async def test_a_slot_being_migrated_is_followed_behind_asking(cluster: LocalCluster) -> None:
+    client = client_for(cluster.url)
+    try:
+        key = KEYS[2]
+        assert await client.scripts(INCR, [([key], [])]) == [1]
+        to = (owner(cluster, key) + 1) % 3
+        source = migrate(cluster, key, to, finish=False)
+        asked = stat(source, "ASK")
+        # The key has moved, its slot not yet: the old master answers ASK.
+        assert await client.scripts(INCR, [([key], [])]) == [2]
+        assert stat(source, "ASK") > asked
+        pipe = admin(cluster.nodes[to].port).pipeline(transaction=False)
+        assert pipe.execute_command("ASKING").get(key).execute() == [True, b"2"]
+        # A stream read meanwhile is an outage to wait out (its step is repeated).
+        with pytest.raises(RedisUnavailable, match="migrated"):
+            await client.execute_unparsed("GET", key, slot_key=key)
+    finally:
+        await client.aclose()
+
+
+async def test_a_killed_master_is_waited_for_until_its_replica_takes_over() -> None:
+    cluster = LocalCluster(find_server_binary(), replicas=True).start()
+    client = client_for(cluster.url)
+    try:
+        key = next(k for k in KEYS if owner(cluster, k) == 1)
+        assert await client.scripts(INCR, [([key], [])]) == [1]
+        assert await client.ping()
+        cluster.nodes[1].kill()  # SIGKILL
+        with pytest.raises(RedisUnavailable):
+            await client.scripts(INCR, [([key], [])])
+        # While the dead master still serves the slot, Redis is not reachable: the
+        # probe ride_out waits on fails, so the step is not repeated in a loop.
+        with pytest.raises(RedisUnavailable):
+            await client.ping()
+        with pytest.raises(RedisUnavailable):
+            await client.ping()
+        replica = admin(cluster.replicas[1].port)
+        await trio.to_thread.run_sync(
+            lambda: replica.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+        )
+        with trio.fail_after(60):
+            while True:
+                try:
+                    if await client.ping():
+                        break
+                except RedisUnavailable:
+                    await trio.sleep(0.1)
+        assert await client.scripts(INCR, [([key], [])]) == [2]
+        assert replica.get(key) == b"2"
+    finally:
+        await client.aclose()
+        cluster.remove()
+
+
+async def test_without_native_io_a_cluster_stays_on_redis_py(cluster: LocalCluster) -> None:
+    client = client_for(cluster.url, native_io=False)
+    try:
+        assert client._routes is None
+        assert await client.scripts(INCR, [([k], []) for k in KEYS[:6]]) == [1] * 6
+        stream = "{k3}:s"
+        await client.execute("XGROUP", "CREATE", stream, "g", "$", "MKSTREAM")
+        await client.execute("XADD", stream, "*", "f", "v")
+        assert client.reads_parsed
+        reply = await client.execute_unparsed(
+            "XREADGROUP", "GROUP", "g", "c", "COUNT", 10, "STREAMS", stream, ">",
+            slot_key=stream,
+        )  # fmt: skip
+        ((name, ((_, fields),)),) = reply  # parsed: a dict of fields per entry
+        assert (name, fields) == (stream.encode(), {b"f": b"v"})
+    finally:
+        await client.aclose()
