@@ -23,7 +23,9 @@ later), ``redis-stall`` (``CLIENT PAUSE`` for ``--fault-s``), ``sentinel-failove
 primary, a replica and three sentinels, the nodes knowing only the sentinels; SIGKILL the
 primary: the fault ends when the replica is promoted), ``cluster-failover`` (three
 primaries with a replica each, the nodes in cluster mode; ``CLUSTER FAILOVER`` on every
-replica in turn), ``kill-nodes`` (SIGKILL a
+replica in turn), ``cluster-kill`` (the same cluster; SIGKILL a primary, and
+``--fault-s`` later promote its replica with ``CLUSTER FAILOVER TAKEOVER``: a primary lost
+with whatever it had not yet sent its replica), ``kill-nodes`` (SIGKILL a
 random node every ``--every-s``, restart it 3 s later), ``kill-children`` (SIGKILL a random
 child process of a node run with ``[processes]``, every ``--every-s``), ``flaky`` (one fire
 in ten fails its first attempt; its retry must run), ``redis-busy`` (a Lua busy loop of
@@ -56,8 +58,8 @@ from runtime.embedded_redis import find_server_binary
 from runtime.testing.local_redis import LocalCluster, LocalSentinel, RedisProcess
 
 SCENARIOS = (
-    "redis-restart", "redis-stall", "sentinel-failover", "cluster-failover", "kill-nodes",
-    "kill-children", "flaky", "redis-busy", "redis-oom", "long-handler",
+    "redis-restart", "redis-stall", "sentinel-failover", "cluster-failover", "cluster-kill",
+    "kill-nodes", "kill-children", "flaky", "redis-busy", "redis-oom", "long-handler",
 )  # fmt: skip
 #: Scenarios whose handler fails one fire in ten on its first attempt (retries counted).
 FLAKY = ("flaky", "redis-oom")
@@ -78,7 +80,7 @@ def run(
     if scenario == "sentinel-failover":
         sentinel = LocalSentinel(find_server_binary()).start()
         server, url = sentinel.primary, sentinel.url
-    elif scenario == "cluster-failover":
+    elif scenario in ("cluster-failover", "cluster-kill"):
         cluster = LocalCluster(find_server_binary(), replicas=True).start()
         server, url = cluster.nodes[0], cluster.url
     else:
@@ -114,8 +116,13 @@ def run(
                 faults, exits = [_fail_over(sentinel)], 0
             elif cluster is not None:
                 start = time.time()
-                for index in range(len(cluster.nodes)):  # every shard changes hands
-                    cluster.fail_over(index)
+                if scenario == "cluster-kill":
+                    cluster.nodes[1].kill()  # not the one the nodes' URL names
+                    time.sleep(fault_s)
+                    cluster.take_over(1)
+                else:
+                    for index in range(len(cluster.nodes)):  # every shard changes hands
+                        cluster.fail_over(index)
                 faults, exits = [(start, time.time())], 0
             else:
                 faults, exits = _inject(

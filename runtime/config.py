@@ -155,7 +155,8 @@ class RedisSection:
     """``redis://`` and ``unix://`` only: pipelined script calls and stream reads (the fire
     path's claims, enqueues, reads and outcomes, and the API's task writes) on trio sockets
     instead of the I/O threads (``runtime.redis_native``: up to ``max_connections`` more
-    connections); false: every call through redis-py on the threads."""
+    connections, to each master on a Cluster: ``runtime.redis_cluster_native``); false:
+    every call through redis-py on the threads."""
     data_dir: str = "metronome-data"
     """Embedded server only: its AOF, log and socket live here."""
     embedded_port: int = 0

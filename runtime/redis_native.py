@@ -4,8 +4,9 @@ Why: every call through ``runtime.io_threads`` crosses to a worker thread and ba
 microseconds of node CPU, and the GIL handed to and fro); the scheduler's and consumers'
 calls (claims, enqueues, stream reads, outcomes) are most of a node's calls. A plain TCP or
 Unix-socket connection (``redis://``, ``unix://``) needs nothing a trio socket lacks, so
-those calls run here, on the trio thread (``[redis] native_io``); TLS, Sentinel and
-Cluster connections, and every other call, stay on redis-py through the I/O threads.
+those calls run here, on the trio thread (``[redis] native_io``), one pool a server (a
+Cluster's masters: ``runtime.redis_cluster_native``); TLS and Sentinel connections, and
+every other call, stay on redis-py through the I/O threads.
 
 A ``NativePool`` speaks to one server exactly as redis-py's connection does for these
 calls: the same handshake (``HELLO`` with the protocol and credentials, ``SELECT`` when

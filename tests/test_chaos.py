@@ -36,6 +36,7 @@ def chaos(scenario: str, *args: str) -> dict[str, Any]:
         ("redis-stall", ["--fault-s", "3"]),
         ("sentinel-failover", []),
         ("cluster-failover", []),
+        ("cluster-kill", ["--fault-s", "3"]),
         ("kill-nodes", ["--every-s", "5"]),
         ("kill-children", ["--every-s", "4"]),
         ("flaky", []),
