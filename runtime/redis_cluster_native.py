@@ -5,7 +5,10 @@ Why: through redis-py a Cluster's calls cross to an I/O thread and back and run 
 cluster pipeline's routing per command; at 10,000 fires/s on 3 masters that made a node
 spend about twice the CPU a fire it spends on one Redis. The calls here are the ones
 ``runtime.redis_native`` carries for one server (pipelined scripts, the stream reads),
-now grouped by master: one pipeline a master, the masters one after the other.
+grouped by master: one pipeline a master. A connection to every master a call needs is
+taken before anything is sent (a master that cannot be reached fails the call before any
+master ran a part of it, so a repeat sends each write once); then every pipeline is sent
+before any reply is read, so the masters work at once.
 
 Routing: which master serves each of the 16,384 slots is copied from redis-py's cluster
 client, which learned it with ``CLUSTER SLOTS`` (in the I/O thread); every master gets a
@@ -15,15 +18,17 @@ Changes of topology:
 
 - ``MOVED`` (a slot now served by another master: a failover, a resharding) did not run
   the command. The slot's entry is updated from the reply and the call is sent again to
-  the master it names, up to ``_REDIRECTS`` times; a call still redirected then, or one
-  answered ``ASK`` (a slot being migrated, whose keys the target takes only behind
-  ``ASKING``), goes through redis-py, which follows both.
+  the master it names, up to ``_REDIRECTS`` times. ``ASK`` (a slot being migrated: the
+  target takes its keys only behind ``ASKING``) is followed for a script call by redis-py,
+  as is one still redirected after those tries; a read is sent behind ``ASKING`` here.
 - A master unreachable (refused, reset, silent for the socket timeout) raises as on one
-  server (the client reports ``RedisUnavailable``, actors wait and repeat their step), and
-  marks the map stale. While it is stale the client's ``ping`` asks redis-py to learn the
-  topology again and then pings every master of the new map over these pools: so a step
-  is repeated only once every master it may need answers, not in a loop against a master
-  that died before its replica took over.
+  server (the client reports ``RedisUnavailable``, actors wait and repeat their step). The
+  map is then read again before the next call, and it is *stale*: the client's ``ping``,
+  the probe ``ride_out`` waits on, learns it again and pings every master of it, and says
+  Redis answers only once all of them did. So a step is repeated once every master it may
+  need answers, not in a loop against a master that died before its replica took over.
+- Replies a server up sends for a slot (``CLUSTERDOWN``, ``TRYAGAIN``) are transient:
+  ``ride_out`` repeats the step with the probe's backoff.
 
 The order of calls on one master is the pipeline's; calls on different masters run in any
 order relative to each other (as ``RedisClient.mixed_scripts`` says of every Cluster).
@@ -39,8 +44,8 @@ import redis.exceptions
 import trio
 
 from runtime.config import RedisSection
-from runtime.redis_native import NativePool
-from runtime.redis_wire import Reply, native_evalsha
+from runtime.redis_native import NativePool, pack, pipelined_on_many
+from runtime.redis_wire import Reply, evalsha_commands, load_missing
 
 if TYPE_CHECKING:
     from runtime.redis_io import Script
@@ -83,9 +88,12 @@ class ClusterRoutes:
         self._slots: list[Address | None] = [None] * redis.crc.REDIS_CLUSTER_HASH_SLOTS
         self._pools: dict[Address, NativePool] = {}
         self._by_key: dict[str, NativePool] = {}
-        self.stale = True
-        """True until a map is learned, and from a master's failure until it is learned
-        again (``ClusterCalls.ping``)."""
+        self.unlearned = True
+        """The map must be read (again) before a call is routed by it: none read yet, or
+        a master failed since."""
+        self.stale = False
+        """A master failed: the outage probe (``ClusterCalls.ping``) learns the map again
+        and pings every master of it before it says Redis answers."""
         self.learned = False
         self.lock = trio.Lock()
 
@@ -99,8 +107,15 @@ class ClusterRoutes:
         for slot, address in slots.items():
             table[slot] = address
         self._slots, self._by_key = table, {}
-        self.stale, self.learned = False, True
+        self.unlearned, self.learned = False, True
         return True
+
+    def retire(self) -> list[NativePool]:
+        """The pools of servers no longer in the map, with no abandoned call to wait for:
+        forgotten here, to be closed by the caller."""
+        serving = set(self._slots)
+        gone = [a for a, p in self._pools.items() if a not in serving and not p.abandoned]
+        return [self._pools.pop(a) for a in gone]
 
     def masters(self) -> list[NativePool]:
         return [self._pool(a) for a in sorted({a for a in self._slots if a is not None})]
@@ -112,7 +127,7 @@ class ClusterRoutes:
             raw = key.encode() if isinstance(key, str) else bytes(key)
             address = self._slots[redis.crc.key_slot(raw)]
             if address is None:  # no master serves it (a cluster still forming)
-                self.stale = True
+                self.unlearned = self.stale = True
                 raise redis.exceptions.ConnectionError(f"no master serves the slot of {key!r}")
             pool = self._pool(address)
             if len(self._by_key) >= _KEY_CACHE:
@@ -120,10 +135,14 @@ class ClusterRoutes:
             self._by_key[key] = pool
         return pool
 
-    def moved(self, reply: redis.exceptions.MovedError) -> None:
-        """A master said another one serves this slot now."""
-        self._slots[reply.slot_id] = (reply.host, int(reply.port))
-        self._by_key = {}
+    def moved(self, reply: redis.exceptions.AskError, answered: NativePool) -> NativePool:
+        """A master said another one serves this slot (``MOVED``) or this key (``ASK``,
+        not remembered): that one's pool. An empty host is the answering server's."""
+        address = (reply.host or answered.host, int(reply.port))
+        if isinstance(reply, redis.exceptions.MovedError):
+            self._slots[reply.slot_id] = address
+            self._by_key = {}
+        return self._pool(address)
 
     def _pool(self, address: Address) -> NativePool:
         pool = self._pools.get(address)
@@ -134,7 +153,7 @@ class ClusterRoutes:
         return pool
 
     def all_pools(self) -> list[NativePool]:
-        """Every pool made so far (a master that left the map may still hold abandoned
+        """Every pool not retired (a master that left the map may still hold abandoned
         calls)."""
         return list(self._pools.values())
 
@@ -163,12 +182,12 @@ class ClusterCalls:
     def _evalsha_loading(self, calls: Calls) -> list[Reply]:
         raise NotImplementedError
 
-    async def _routed(self, routes: ClusterRoutes) -> ClusterRoutes | None:
-        """``routes`` with a current map (learned now if stale); None when the cluster's
-        connections are not plain TCP (the client then stays on redis-py)."""
-        if routes.stale:
+    async def _learn(self, routes: ClusterRoutes, *, always: bool) -> ClusterRoutes | None:
+        """``routes`` with a map read now if it must be (or ``always``); None when the
+        cluster's connections are not plain TCP (the client then stays on redis-py)."""
+        if routes.unlearned or always:
             async with routes.lock:
-                if routes.stale:
+                if routes.unlearned or always:
                     refresh = routes.learned
                     template, slots = await self._threads.run(
                         lambda: read_topology(self._raw, refresh)
@@ -176,36 +195,51 @@ class ClusterCalls:
                     if not routes.adopt(template, slots):
                         self._routes = None
                         return None
+                    for pool in routes.retire():
+                        await pool.aclose()
         return routes
 
     async def _cluster_ping(self, routes: ClusterRoutes) -> bool:
-        """A stale map learned again, then every master of it pinged on its pool: the
-        probe ``ride_out`` waits on after a master failed."""
-        current = await self._routed(routes)
-        if current is not None:
-            for pool in current.masters():
-                await _on(current, pool.one(("PING",)))
+        """The probe ``ride_out`` waits on after a master failed: the map learned again,
+        then every master of it pinged on its pool; only then is the map no longer
+        stale."""
+        current = await self._learn(routes, always=True)
+        if current is None:
+            return bool(await self._threads.run(lambda: self._raw.ping()))
+        pings = [(pool, pack([("PING",)]), 1) for pool in current.masters()]
+        await _on(current, pipelined_on_many(pings))
+        current.stale = False
         return True
 
     async def _cluster_script_calls(self, routes: ClusterRoutes, calls: Calls) -> list[Reply]:
-        """``mixed_scripts`` on a Cluster: one pipeline a master; replies classified."""
-        current = await self._routed(routes)
+        """``mixed_scripts`` on a Cluster: one pipeline a master, all sent before any
+        reply is read; replies classified."""
+        current = await self._learn(routes, always=False)
         if current is None:
             return self._classified(await self._threads.run(lambda: self._evalsha_loading(calls)))
         replies: list[Reply] = [None] * len(calls)
+        commands = evalsha_commands(calls)
         todo = list(range(len(calls)))
         for _ in range(_REDIRECTS + 1):
             groups: dict[NativePool, list[int]] = {}
             for i in todo:
                 keys = calls[i][1]
                 groups.setdefault(current.pool_of(keys[0] if keys else ""), []).append(i)
+            jobs = [
+                (pool, pack([commands[i] for i in indices]), len(indices))
+                for pool, indices in groups.items()
+            ]
+            got = await _on(current, pipelined_on_many(jobs))
             moved = []
-            for pool, indices in groups.items():
-                got = await _on(current, native_evalsha(pool, [calls[i] for i in indices]))
-                for i, reply in zip(indices, got, strict=True):
+            for (pool, indices), answers in zip(groups.items(), got, strict=True):
+                sent = [calls[i] for i in indices]
+                answers = await _on(
+                    current, load_missing(pool, sent, [commands[i] for i in indices], answers)
+                )
+                for i, reply in zip(indices, answers, strict=True):
                     replies[i] = reply
                     if isinstance(reply, redis.exceptions.MovedError):
-                        current.moved(reply)
+                        current.moved(reply, pool)
                         moved.append(i)
             todo = moved
             if not todo:
@@ -230,19 +264,26 @@ class ClusterCalls:
 
     async def _cluster_one(self, routes: ClusterRoutes, key: Any, command: Sequence[Any]) -> Reply:
         """One command on the master of ``key``'s slot, its reply unparsed; an error reply
-        raised. ``ASK``, or ``MOVED`` past ``_REDIRECTS``, is raised as a connection error:
-        the caller's step is repeated once the slot has settled."""
-        current = await self._routed(routes)
+        raised. ``MOVED`` is followed as for scripts, ``ASK`` with ``ASKING`` before the
+        command on the server it names; redirected past ``_REDIRECTS``, it is an outage
+        (the caller's step is repeated once the slot has settled)."""
+        current = await self._learn(routes, always=False)
         if current is None:
-            raise redis.exceptions.ConnectionError("the cluster's connections are not plain TCP")
+            return await self._threads.run(lambda: self._raw.execute_command(*command))
+        pool = current.pool_of(key)
+        asking = False
         for _ in range(_REDIRECTS + 1):
             try:
-                return await _on(current, current.pool_of(key).one(command))
-            except redis.exceptions.MovedError as exc:
-                current.moved(exc)
-            except redis.exceptions.AskError as exc:
-                raise redis.exceptions.ConnectionError(f"slot being migrated: {exc}") from exc
-        raise redis.exceptions.ConnectionError(f"slot of {key!r} moved again and again")
+                if not asking:
+                    return await _on(current, pool.one(command))
+                (_, reply) = await _on(current, pool.pipelined(pack([("ASKING",), command]), 2))
+                if isinstance(reply, redis.exceptions.ResponseError):
+                    raise reply
+                return reply
+            except redis.exceptions.AskError as exc:  # MOVED too (a subclass)
+                pool = current.moved(exc, pool)
+                asking = not isinstance(exc, redis.exceptions.MovedError)
+        raise redis.exceptions.ConnectionError(f"the slot of {key!r} was redirected too often")
 
     async def _cluster_wait_abandoned(self, routes: ClusterRoutes) -> bool:
         settled = True
@@ -256,9 +297,10 @@ class ClusterCalls:
 
 
 async def _on(routes: ClusterRoutes, call: Any) -> Any:
-    """``await call``; a master that cannot be reached marks the map stale."""
+    """``await call``; a master that cannot be reached makes the map unlearned and
+    stale."""
     try:
         return await call
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
-        routes.stale = True
+        routes.unlearned = routes.stale = True
         raise

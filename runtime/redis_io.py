@@ -192,7 +192,10 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
                 result = await call()
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
                 raise RedisUnavailable(f"redis at {self.description}: {exc}") from exc
-            except redis.exceptions.ClusterDownError as exc:
+            except (
+                redis.exceptions.ClusterDownError,
+                redis.exceptions.RedisClusterException,  # none of its nodes could be read
+            ) as exc:
                 raise RedisUnavailable(f"redis cluster at {self.description}: {exc}") from exc
             except redis.exceptions.ResponseError as exc:
                 if isinstance(exc, NoScriptError):

@@ -157,40 +157,67 @@ class NativePool:
     async def pipelined(self, packed: bytes, count: int) -> list[Reply]:
         """``count`` commands, already packed (``pack``), sent at once; their replies in
         order, an error reply in place as its exception (but those redis-py raises)."""
-        async with self._slots:
-            conn = None
-            while self._idle and conn is None:
-                conn = self._idle.pop()
-                if conn.closed_while_idle():
-                    await self._drop(conn)
-                    conn = None
-            if conn is None:
-                conn = await self._connect()
+        conn = await self._checkout()
+        kept = None
+        try:
             replies = await self._exchange(conn, packed, count)
-            self._idle.append(conn)
+            kept = conn
             return replies
+        finally:
+            self._checkin(kept)
+
+    async def _checkout(self) -> _Connection:
+        """A connection of this pool's own, within ``max_connections``: an idle one the
+        server has not closed, or a new one. Hand it back with ``_checkin``."""
+        await self._slots.acquire()
+        try:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed_while_idle():
+                    return conn
+                await self._drop(conn)
+            return await self._connect()
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def _checkin(self, conn: _Connection | None) -> None:
+        """Back from ``_checkout``: ``conn`` to be used again, or None (dropped or
+        abandoned)."""
+        if conn is not None:
+            self._idle.append(conn)
+        self._slots.release()
 
     async def _exchange(self, conn: _Connection, packed: bytes, count: int) -> list[Reply]:
         """Send, read ``count`` replies; on any failure the connection is dropped (or,
         cancelled, abandoned) and not returned to the pool."""
-        replies: list[Reply] = []
         try:
-            await conn.stream.send_all(packed)
-            for _ in range(count):
-                replies.append(await conn.read_reply(self._timeout_s))
+            await self._send(conn, packed)
+            return await self._receive(conn, count)
         except trio.Cancelled:
             self._abandon(conn)
             raise
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            await self._drop(conn)
-            raise redis.exceptions.ConnectionError(f"Error on the connection: {exc!r}") from exc
         except BaseException:  # closed by the server, a timeout, a protocol error
             await self._drop(conn)
             raise
+
+    @staticmethod
+    async def _send(conn: _Connection, packed: bytes) -> None:
+        try:
+            await conn.stream.send_all(packed)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise redis.exceptions.ConnectionError(f"Error on the connection: {exc!r}") from exc
+
+    async def _receive(self, conn: _Connection, count: int) -> list[Reply]:
+        replies: list[Reply] = []
+        try:
+            for _ in range(count):
+                replies.append(await conn.read_reply(self._timeout_s))
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise redis.exceptions.ConnectionError(f"Error on the connection: {exc!r}") from exc
         for reply in replies:
             # LOADING, NOAUTH, max clients: redis-py raises these (and drops the connection)
             if isinstance(reply, redis.exceptions.ConnectionError):
-                await self._drop(conn)
                 raise reply
         return replies
 
@@ -236,6 +263,11 @@ class NativePool:
         with trio.CancelScope(shield=True):
             await conn.stream.aclose()
 
+    @property
+    def abandoned(self) -> bool:
+        """Whether an abandoned call's connection is still to be read to its end."""
+        return bool(self._abandoned)
+
     async def wait_abandoned(self) -> bool:
         """Until the server has ended every abandoned call's connection, each waited for up
         to the socket timeout: True when each did (its commands have run, or never will);
@@ -279,3 +311,45 @@ def pack(commands: Sequence[Sequence[Any]]) -> bytes:
 
 #: An unconnected redis-py connection: its packer, for arguments hiredis does not take.
 _FALLBACK = redis.Connection()  # type: ignore[no-untyped-call]
+
+
+async def pipelined_on_many(jobs: Sequence[tuple[NativePool, bytes, int]]) -> list[list[Reply]]:
+    """Each job's ``count`` packed commands on its pool's server, as ``pipelined`` does;
+    a connection for every job is taken first, so a server that cannot be reached fails
+    the call before anything is sent to any; then every job is sent before any reply is
+    read, so the servers work at once. A failure drops (a cancellation abandons) the
+    connections sent on and not read to the end; the others go back to their pools."""
+    # One order for every caller: no two callers wait on each other's connection slots.
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i][0].address)
+    conns: dict[int, _Connection] = {}
+    try:
+        for i in order:
+            conns[i] = await jobs[i][0]._checkout()
+    except BaseException:
+        for i, conn in conns.items():
+            jobs[i][0]._checkin(conn)
+        raise
+    sent: set[int] = set()
+    done: dict[int, list[Reply]] = {}
+    cancelled = False
+    try:
+        for i in order:
+            sent.add(i)  # from the first byte on, its commands may run
+            await NativePool._send(conns[i], jobs[i][1])
+        for i in order:
+            done[i] = await jobs[i][0]._receive(conns[i], jobs[i][2])
+    except trio.Cancelled:
+        cancelled = True
+        raise
+    finally:
+        for i in order:
+            pool, conn = jobs[i][0], conns[i]
+            if i in done or i not in sent:
+                pool._checkin(conn)
+                continue
+            if cancelled:
+                pool._abandon(conn)
+            else:
+                await pool._drop(conn)
+            pool._checkin(None)
+    return [done[i] for i in range(len(jobs))]

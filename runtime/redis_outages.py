@@ -122,7 +122,7 @@ class OutageRiding:
         backoff. For steps that are safe to repeat (a poller tick, a consumer read, a
         batch's completion): an outage or a refusal is a state the actor waits through,
         not a crash. ``actor``: who is waiting, for the ``redis_refused`` line."""
-        refusals = 0
+        refusals = unavailable = 0
         try:
             while True:
                 try:
@@ -138,6 +138,12 @@ class OutageRiding:
                     await self.wait_refused(refused(exc, self.description), refusals, actor)
                     continue
                 except RedisUnavailable:
+                    unavailable += 1
+                    if unavailable > 1:
+                        # Redis answered the probe, yet the step failed again: a server up
+                        # but not for this step (a Cluster's slot without a master,
+                        # CLUSTERDOWN, TRYAGAIN). Wait as the probe would have.
+                        await trio.sleep(_probe_wait(unavailable - 2))
                     await self.wait_until_reachable()
                     continue
                 if refusals:
@@ -155,3 +161,9 @@ class OutageRiding:
         self._note_refused(error, actor, first=refusals == 1)
         delay = min(_REFUSED_CAP_S, _REFUSED_FIRST_S * 2 ** min(refusals - 1, 10))
         await trio.sleep(delay * random.uniform(0.5, 1.0))
+
+
+def _probe_wait(attempt: int) -> float:
+    """The ``attempt``-th wait (from 0) of a probe's backoff, with its jitter."""
+    delay: float = min(_PROBE_CAP_S, _PROBE_FIRST_S * 2 ** min(attempt, 10))
+    return delay * random.uniform(0.5, 1.0)

@@ -162,8 +162,25 @@ async def native_evalsha(
     loaded there and only its calls sent again; the replies unclassified."""
     if not calls:
         return []
-    commands = [("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls]
+    commands = evalsha_commands(calls)
     replies = await native.pipelined(pack(commands), len(commands))
+    return await load_missing(native, calls, commands, replies)
+
+
+def evalsha_commands(
+    calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
+) -> list[tuple[Any, ...]]:
+    return [("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls]
+
+
+async def load_missing(
+    native: NativePool,
+    calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
+    commands: Sequence[Sequence[Any]],
+    replies: list[Reply],
+) -> list[Reply]:
+    """``replies`` of ``commands`` sent to ``native``'s server, where a script was missing
+    (NOSCRIPT) loaded there and only those calls sent again."""
     for _ in range(_NOSCRIPT_RETRIES):
         missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
         if not missing:

@@ -10,11 +10,13 @@ from typing import Any
 import pytest
 import structlog
 import trio
+import trio.lowlevel
 
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.config import RedisSection
 from runtime.embedded_redis import find_server_binary
+from runtime.errors import RedisUnavailable
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
 from runtime.supervisor import ChildSpec, supervisor
@@ -132,3 +134,32 @@ async def test_a_node_rides_out_a_stalled_redis(
     finally:
         await client.aclose()
     assert "redis_unreachable" in [e["event"] for e in node.events()]
+
+
+async def test_a_step_that_fails_while_redis_answers_is_repeated_with_backoff(
+    autojump_clock: Any,
+) -> None:
+    """A server that answers PING but not the step (a Cluster's slot without a master,
+    CLUSTERDOWN, TRYAGAIN): the step is repeated as often as a probe would be, not in a
+    loop. On trio's autojump clock: the 10 s are virtual."""
+    client = RedisClient.from_settings(
+        "redis://127.0.0.1:1/0", RedisSection(url="redis://127.0.0.1:1/0")
+    )
+    calls = 0
+
+    async def answering_ping() -> bool:
+        await trio.lowlevel.checkpoint()
+        return True
+
+    async def step() -> None:
+        nonlocal calls
+        calls += 1
+        if calls > 1000:
+            raise RuntimeError("repeated in a loop")
+        raise RedisUnavailable("CLUSTERDOWN The cluster is down")
+
+    client.ping = answering_ping  # type: ignore[method-assign]
+    with trio.move_on_after(10):
+        await client.ride_out(step)
+    # 50 ms doubling to 1 s, jittered down to half: at most ~27 in 10 s.
+    assert 5 <= calls <= 30

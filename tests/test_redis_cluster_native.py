@@ -89,6 +89,7 @@ async def test_each_call_runs_on_the_master_of_its_slot(cluster: LocalCluster) -
         assert await client.scripts(INCR, [([k], []) for k in KEYS]) == [1] * len(KEYS)
         # Counted from here: the masters had to be sent the script once (NOSCRIPT).
         before = {n.port: stat(n.port, "evalsha") for n in cluster.nodes}
+        redirects = [(stat(n.port, "MOVED"), stat(n.port, "ASK")) for n in cluster.nodes]
         assert await client.scripts(INCR, [([k], []) for k in KEYS]) == [2] * len(KEYS)
         first, then = await client.scripts_in_order(
             [(INCR, [k], []) for k in KEYS[:10]], [(INCR, [k], []) for k in KEYS[10:20]]
@@ -101,6 +102,7 @@ async def test_each_call_runs_on_the_master_of_its_slot(cluster: LocalCluster) -
         after = {n.port: stat(n.port, "evalsha") for n in cluster.nodes}
         # Every call ran once, where its key lives: no redirect, no second send.
         assert {p: after[p] - before[p] for p in after} == expected
+        assert [(stat(n.port, "MOVED"), stat(n.port, "ASK")) for n in cluster.nodes] == redirects
         for k in KEYS[:20]:
             port = _served_by(cluster, redis.crc.key_slot(k.encode()))
             assert admin(port).get(k) == b"3"
@@ -150,9 +152,10 @@ async def test_a_slot_being_migrated_is_followed_behind_asking(cluster: LocalClu
         assert stat(source, "ASK") > asked
         pipe = admin(cluster.nodes[to].port).pipeline(transaction=False)
         assert pipe.execute_command("ASKING").get(key).execute() == [True, b"2"]
-        # A stream read meanwhile is an outage to wait out (its step is repeated).
-        with pytest.raises(RedisUnavailable, match="migrated"):
-            await client.execute_unparsed("GET", key, slot_key=key)
+        # A read is sent behind ASKING too.
+        asked = stat(source, "ASK")
+        assert await client.execute_unparsed("GET", key, slot_key=key) == b"2"
+        assert stat(source, "ASK") == asked + 1
     finally:
         await client.aclose()
 
@@ -163,6 +166,7 @@ async def test_a_killed_master_is_waited_for_until_its_replica_takes_over() -> N
     try:
         key = next(k for k in KEYS if owner(cluster, k) == 1)
         assert await client.scripts(INCR, [([key], [])]) == [1]
+        assert admin(cluster.nodes[1].port).execute_command("WAIT", 1, 10_000) == 1
         assert await client.ping()
         cluster.nodes[1].kill()  # SIGKILL
         with pytest.raises(RedisUnavailable):
@@ -206,5 +210,43 @@ async def test_without_native_io_a_cluster_stays_on_redis_py(cluster: LocalClust
         )  # fmt: skip
         ((name, ((_, fields),)),) = reply  # parsed: a dict of fields per entry
         assert (name, fields) == (stream.encode(), {b"f": b"v"})
+    finally:
+        await client.aclose()
+
+
+async def test_a_master_that_cannot_be_reached_fails_the_call_before_anything_is_sent(
+    cluster: LocalCluster,
+) -> None:
+    """The connections to every master the call needs are taken before any is sent on: a
+    repeat then sends every write once, not a second time to the masters that ran it."""
+    client = client_for(cluster.url)
+    try:
+        keys = [next(k for k in KEYS if owner(cluster, k) == i) for i in range(3)]
+        assert await client.scripts(INCR, [([k], []) for k in keys]) == [1, 1, 1]
+        cluster.nodes[1].kill()  # SIGKILL; no replica takes over
+        with pytest.raises(RedisUnavailable):
+            await client.scripts(INCR, [([k], []) for k in keys])
+        assert admin(cluster.nodes[0].port).get(keys[0]) == b"1"
+        assert admin(cluster.nodes[2].port).get(keys[2]) == b"1"
+        # The map is stale: the probe fails while the dead master serves its slots.
+        with pytest.raises(RedisUnavailable):
+            await client.ping()
+        # A call for the live masters alone still goes through.
+        assert await client.scripts(INCR, [([keys[0]], []), ([keys[2]], [])]) == [2, 2]
+    finally:
+        await client.aclose()
+
+
+async def test_a_cluster_none_of_whose_nodes_answers_is_an_outage(cluster: LocalCluster) -> None:
+    client = client_for(cluster.url)
+    try:
+        assert await client.scripts(INCR, [([k], []) for k in KEYS[:3]]) == [1, 1, 1]
+        for node in cluster.nodes:
+            node.kill()
+        with pytest.raises(RedisUnavailable):
+            await client.scripts(INCR, [([KEYS[0]], [])])
+        with pytest.raises(RedisUnavailable):
+            await client.ping()
+        assert not client.reachable
     finally:
         await client.aclose()

@@ -252,7 +252,8 @@ class LocalCluster:
         way to promote a replica of a killed primary at once); returns once it serves."""
         client: Any = redis.Redis(port=self.replicas[index].port, socket_timeout=2)
         try:
-            client.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+            if client.info("replication").get("role") != "master":  # not promoted already
+                client.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
             deadline = time.monotonic() + timeout_s
             while client.info("replication").get("role") != "master":
                 if time.monotonic() > deadline:
