@@ -37,7 +37,7 @@ order relative to each other (as ``RedisClient.mixed_scripts`` says of every Clu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis.crc
 import redis.exceptions
@@ -45,10 +45,7 @@ import trio
 
 from runtime.config import RedisSection
 from runtime.redis_native import NativePool, pack, pipelined_on_many
-from runtime.redis_wire import Reply, evalsha_commands, load_missing
-
-if TYPE_CHECKING:
-    from runtime.redis_io import Script
+from runtime.redis_wire import Reply, Script, evalsha_commands, load_missing
 
 #: How many times a call answered ``MOVED`` is sent again on these pools.
 _REDIRECTS = 3
@@ -56,7 +53,7 @@ _REDIRECTS = 3
 _KEY_CACHE = 4096
 
 Address = tuple[str, int]
-Calls = Sequence[tuple["Script", Sequence[Any], Sequence[Any]]]
+Calls = Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
 
 
 def read_topology(raw: Any, refresh: bool) -> tuple[Any, dict[int, Address]]:

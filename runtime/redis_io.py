@@ -43,13 +43,11 @@ Cluster routing (``runtime.redis_cluster_native``), riding out outages and refus
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-import attrs
 import redis
 import redis.cluster
 import redis.exceptions
@@ -66,6 +64,7 @@ from runtime.redis_outages import OutageRiding
 from runtime.redis_replies import classify
 from runtime.redis_wire import DirectCalls, NoScriptError
 from runtime.redis_wire import Reply as Reply
+from runtime.redis_wire import Script as Script
 
 T = TypeVar("T")
 
@@ -73,19 +72,6 @@ ResponseError = redis.exceptions.ResponseError
 
 #: Longest wait in ``aclose`` for calls still running on the I/O threads.
 _CLOSE_WAIT_S = 6.0
-
-
-@attrs.frozen
-class Script:
-    """One Lua script, identified by its SHA1. Loaded lazily on first NOSCRIPT."""
-
-    name: str
-    source: str
-    sha: str = attrs.field(init=False)
-
-    @sha.default
-    def _sha(self) -> str:
-        return hashlib.sha1(self.source.encode()).hexdigest()
 
 
 class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
@@ -225,14 +211,16 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
         without redis-py's reply callback: for the fire path's stream reads, whose parsed
         form (a dict per entry) about doubled the client CPU a message (2.8 against 1.45 µs
         reading 200 entries). On a Cluster the command goes to the master of
-        ``slot_key``'s slot; a Cluster client without its own sockets (``native_io`` off,
-        TLS) has no such path: there the reply is parsed as ``execute``'s
-        (``reads_parsed``)."""
+        ``slot_key``'s slot (required there); a Cluster client without its own sockets
+        (``native_io`` off, TLS) has no such path: there the reply is parsed as
+        ``execute``'s (``reads_parsed``)."""
         if self.is_cluster:
             routes = self._routes
-            if routes is not None and slot_key:
-                return await self._mapped(lambda: self._cluster_one(routes, slot_key, command))
-            return await self.execute(*command)
+            if routes is None:
+                return await self.execute(*command)
+            if not slot_key:
+                raise ValueError("execute_unparsed on a Cluster needs the slot_key it routes by")
+            return await self._mapped(lambda: self._cluster_one(routes, slot_key, command))
         native = self._native
         if native is not None:
             return await self._mapped(lambda: native.one(command))

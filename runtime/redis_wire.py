@@ -7,9 +7,11 @@ calls on a ``runtime.redis_native`` pool, when the client has one, run on the tr
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+import attrs
 import hiredis
 import redis
 import redis.cluster
@@ -17,9 +19,6 @@ import redis.exceptions
 
 from runtime.redis_native import NativePool, pack
 from runtime.redis_replies import ReplyClass, classify, reply_class, reply_text
-
-if TYPE_CHECKING:
-    from runtime.redis_io import Script
 
 T = TypeVar("T")
 
@@ -31,6 +30,19 @@ NoScriptError = redis.exceptions.NoScriptError
 #: How often a pipelined script call is re-sent after NOSCRIPT (a server restarted or had
 #: SCRIPT FLUSH between our load and our call); past that the error is returned in place.
 _NOSCRIPT_RETRIES = 5
+
+
+@attrs.frozen
+class Script:
+    """One Lua script, identified by its SHA1. Loaded lazily on first NOSCRIPT."""
+
+    name: str
+    source: str
+    sha: str = attrs.field(init=False)
+
+    @sha.default
+    def _sha(self) -> str:
+        return hashlib.sha1(self.source.encode()).hexdigest()
 
 
 class DirectCalls:
