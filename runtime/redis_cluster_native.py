@@ -6,9 +6,11 @@ cluster pipeline's routing per command; at 10,000 fires/s on 3 masters that made
 spend about twice the CPU a fire it spends on one Redis. The calls here are the ones
 ``runtime.redis_native`` carries for one server (pipelined scripts, the stream reads),
 grouped by master: one pipeline a master. A connection to every master a call needs is
-taken before anything is sent (a master that cannot be reached fails the call before any
-master ran a part of it, so a repeat sends each write once); then every pipeline is sent
-before any reply is read, so the masters work at once.
+taken before anything is sent: a master whose connection is refused or closed (a killed
+process) fails the call before any master ran a part of it, so a repeat sends each write
+once. (One that goes silent mid-call leaves the others' parts run, as any connection
+lost mid-pipeline does: nothing is known, and the repeated step sends every write again.)
+Then every pipeline is sent before any reply is read, so the masters work at once.
 
 Routing: which master serves each of the 16,384 slots is copied from redis-py's cluster
 client, which learned it with ``CLUSTER SLOTS`` (in the I/O thread); every master gets a
@@ -27,8 +29,10 @@ Changes of topology:
   the probe ``ride_out`` waits on, learns it again and pings every master of it, and says
   Redis answers only once all of them did. So a step is repeated once every master it may
   need answers, not in a loop against a master that died before its replica took over.
-- Replies a server up sends for a slot (``CLUSTERDOWN``, ``TRYAGAIN``) are transient:
-  ``ride_out`` repeats the step with the probe's backoff.
+- ``TRYAGAIN`` (a slot half-migrated: a call's keys split between two masters) did not
+  run the call either: it is sent again alone after 50, 100 and 150 ms, the rest of the
+  batch kept. Past that, and for ``CLUSTERDOWN``, the reply is transient: ``ride_out``
+  repeats the step with the probe's backoff (PING still answers).
 
 The order of calls on one master is the pipeline's; calls on different masters run in any
 order relative to each other (as ``RedisClient.mixed_scripts`` says of every Cluster).
@@ -51,6 +55,11 @@ from runtime.redis_wire import Reply, Script, evalsha_commands, load_missing
 _REDIRECTS = 3
 #: Keys whose pool is remembered (cleared beyond: a fire's keys are a few per partition).
 _KEY_CACHE = 4096
+#: A probe reads the map again unless another read it this recently (many actors probe).
+_PROBE_LEARNED_S = 0.25
+#: Calls answered ``TRYAGAIN`` (a slot's keys split by a migration) are sent again after
+#: this many seconds, times the round.
+_TRYAGAIN_S = 0.05
 
 Address = tuple[str, int]
 Calls = Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
@@ -62,7 +71,10 @@ def read_topology(raw: Any, refresh: bool) -> tuple[Any, dict[int, Address]]:
     credentials every master's pool takes."""
     nodes = raw.nodes_manager
     if refresh:
-        nodes.initialize()
+        try:
+            nodes.initialize()
+        except redis.exceptions.RedisClusterException as exc:  # no node could be read
+            raise redis.exceptions.ConnectionError(str(exc)) from exc
     slots: dict[int, Address] = {}
     template = None
     for slot, serving in list(nodes.slots_cache.items()):
@@ -91,12 +103,21 @@ class ClusterRoutes:
         self.stale = False
         """A master failed: the outage probe (``ClusterCalls.ping``) learns the map again
         and pings every master of it before it says Redis answers."""
+        self.failures = 0
+        """Masters' failures so far: a map read, or a probe, that began before the last
+        one clears neither flag."""
         self.learned = False
+        self.learned_at = -1.0
         self.lock = trio.Lock()
 
-    def adopt(self, template: Any, slots: dict[int, Address]) -> bool:
-        """Take a map ``read_topology`` read; False when its connections are not plain TCP
-        (TLS): these pools cannot speak for them."""
+    def failed(self) -> None:
+        self.unlearned = self.stale = True
+        self.failures += 1
+
+    def adopt(self, template: Any, slots: dict[int, Address], failures: int) -> bool:
+        """Take a map ``read_topology`` read, begun when ``failures`` had happened; False
+        when its connections are not plain TCP (TLS): these pools cannot speak for
+        them."""
         if NativePool.beside(template, self._settings) is None:
             return False
         self._template = template
@@ -104,15 +125,15 @@ class ClusterRoutes:
         for slot, address in slots.items():
             table[slot] = address
         self._slots, self._by_key = table, {}
-        self.unlearned, self.learned = False, True
+        self.unlearned = self.unlearned and failures != self.failures
+        self.learned, self.learned_at = True, trio.current_time()
         return True
 
-    def retire(self) -> list[NativePool]:
-        """The pools of servers no longer in the map, with no abandoned call to wait for:
-        forgotten here, to be closed by the caller."""
+    def off_the_map(self) -> list[NativePool]:
+        """The pools of servers no longer in the map (their idle connections are closed;
+        the pools stay, as calls in flight on them may still end there)."""
         serving = set(self._slots)
-        gone = [a for a, p in self._pools.items() if a not in serving and not p.abandoned]
-        return [self._pools.pop(a) for a in gone]
+        return [p for a, p in self._pools.items() if a not in serving]
 
     def masters(self) -> list[NativePool]:
         return [self._pool(a) for a in sorted({a for a in self._slots if a is not None})]
@@ -124,7 +145,7 @@ class ClusterRoutes:
             raw = key.encode() if isinstance(key, str) else bytes(key)
             address = self._slots[redis.crc.key_slot(raw)]
             if address is None:  # no master serves it (a cluster still forming)
-                self.unlearned = self.stale = True
+                self.failed()
                 raise redis.exceptions.ConnectionError(f"no master serves the slot of {key!r}")
             pool = self._pool(address)
             if len(self._by_key) >= _KEY_CACHE:
@@ -150,8 +171,7 @@ class ClusterRoutes:
         return pool
 
     def all_pools(self) -> list[NativePool]:
-        """Every pool not retired (a master that left the map may still hold abandoned
-        calls)."""
+        """Every pool made (a master that left the map may still hold abandoned calls)."""
         return list(self._pools.values())
 
 
@@ -179,45 +199,48 @@ class ClusterCalls:
     def _evalsha_loading(self, calls: Calls) -> list[Reply]:
         raise NotImplementedError
 
-    async def _learn(self, routes: ClusterRoutes, *, always: bool) -> ClusterRoutes | None:
-        """``routes`` with a map read now if it must be (or ``always``); None when the
-        cluster's connections are not plain TCP (the client then stays on redis-py)."""
-        if routes.unlearned or always:
+    async def _learn(self, routes: ClusterRoutes, *, probing: bool) -> ClusterRoutes | None:
+        """``routes`` with a map read now if it must be (a probe reads it unless another
+        did a moment ago); None when the cluster's connections are not plain TCP (the
+        client then stays on redis-py)."""
+        if routes.unlearned or (probing and _read_long_ago(routes)):
             async with routes.lock:
-                if routes.unlearned or always:
-                    refresh = routes.learned
+                if routes.unlearned or (probing and _read_long_ago(routes)):
+                    refresh, failures = routes.learned, routes.failures
                     template, slots = await self._threads.run(
                         lambda: read_topology(self._raw, refresh)
                     )
-                    if not routes.adopt(template, slots):
+                    if not routes.adopt(template, slots, failures):
                         self._routes = None
                         return None
-                    for pool in routes.retire():
-                        await pool.aclose()
+                    for pool in routes.off_the_map():
+                        await pool.close_idle()
         return routes
 
     async def _cluster_ping(self, routes: ClusterRoutes) -> bool:
         """The probe ``ride_out`` waits on after a master failed: the map learned again,
         then every master of it pinged on its pool; only then is the map no longer
         stale."""
-        current = await self._learn(routes, always=True)
+        failures = routes.failures
+        current = await self._learn(routes, probing=True)
         if current is None:
             return bool(await self._threads.run(lambda: self._raw.ping()))
         pings = [(pool, pack([("PING",)]), 1) for pool in current.masters()]
         await _on(current, pipelined_on_many(pings))
-        current.stale = False
+        if current.failures == failures:  # no master failed meanwhile
+            current.stale = False
         return True
 
     async def _cluster_script_calls(self, routes: ClusterRoutes, calls: Calls) -> list[Reply]:
         """``mixed_scripts`` on a Cluster: one pipeline a master, all sent before any
         reply is read; replies classified."""
-        current = await self._learn(routes, always=False)
+        current = await self._learn(routes, probing=False)
         if current is None:
             return self._classified(await self._threads.run(lambda: self._evalsha_loading(calls)))
         replies: list[Reply] = [None] * len(calls)
         commands = evalsha_commands(calls)
         todo = list(range(len(calls)))
-        for _ in range(_REDIRECTS + 1):
+        for round_ in range(_REDIRECTS + 1):
             groups: dict[NativePool, list[int]] = {}
             for i in todo:
                 keys = calls[i][1]
@@ -227,7 +250,7 @@ class ClusterCalls:
                 for pool, indices in groups.items()
             ]
             got = await _on(current, pipelined_on_many(jobs))
-            moved = []
+            moved, again = [], []
             for (pool, indices), answers in zip(groups.items(), got, strict=True):
                 sent = [calls[i] for i in indices]
                 answers = await _on(
@@ -238,9 +261,13 @@ class ClusterCalls:
                     if isinstance(reply, redis.exceptions.MovedError):
                         current.moved(reply, pool)
                         moved.append(i)
-            todo = moved
-            if not todo:
+                    elif isinstance(reply, redis.exceptions.TryAgainError):
+                        again.append(i)  # did not run: sent again alone, the rest kept
+            todo = moved + again
+            if not todo or round_ == _REDIRECTS:
                 break
+            if again:
+                await trio.sleep(_TRYAGAIN_S * (round_ + 1))
         redirected = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.AskError)]
         if redirected:  # ASK, or MOVED again and again: redis-py follows them
             again = await self._threads.run(
@@ -264,7 +291,7 @@ class ClusterCalls:
         raised. ``MOVED`` is followed as for scripts, ``ASK`` with ``ASKING`` before the
         command on the server it names; redirected past ``_REDIRECTS``, it is an outage
         (the caller's step is repeated once the slot has settled)."""
-        current = await self._learn(routes, always=False)
+        current = await self._learn(routes, probing=False)
         if current is None:
             return await self._threads.run(lambda: self._raw.execute_command(*command))
         pool = current.pool_of(key)
@@ -293,11 +320,15 @@ class ClusterCalls:
             await pool.aclose()
 
 
+def _read_long_ago(routes: ClusterRoutes) -> bool:
+    return trio.current_time() - routes.learned_at >= _PROBE_LEARNED_S
+
+
 async def _on(routes: ClusterRoutes, call: Any) -> Any:
     """``await call``; a master that cannot be reached makes the map unlearned and
     stale."""
     try:
         return await call
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
-        routes.unlearned = routes.stale = True
+        routes.failed()
         raise

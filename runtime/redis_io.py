@@ -72,6 +72,13 @@ ResponseError = redis.exceptions.ResponseError
 
 #: Longest wait in ``aclose`` for calls still running on the I/O threads.
 _CLOSE_WAIT_S = 6.0
+#: redis-py's cluster errors that clear up once the cluster does (none of its nodes could
+#: be reached, a slot without a master); its others are mistakes, not outages.
+_CLUSTER_UNAVAILABLE: tuple[type[Exception], ...] = tuple(
+    getattr(redis.exceptions, name)
+    for name in ("ClusterDownError", "RedisClusterUnreachableError", "SlotNotCoveredError")
+    if hasattr(redis.exceptions, name)
+)
 
 
 class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
@@ -178,10 +185,7 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
                 result = await call()
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
                 raise RedisUnavailable(f"redis at {self.description}: {exc}") from exc
-            except (
-                redis.exceptions.ClusterDownError,
-                redis.exceptions.RedisClusterException,  # none of its nodes could be read
-            ) as exc:
+            except _CLUSTER_UNAVAILABLE as exc:
                 raise RedisUnavailable(f"redis cluster at {self.description}: {exc}") from exc
             except redis.exceptions.ResponseError as exc:
                 if isinstance(exc, NoScriptError):

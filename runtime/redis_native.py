@@ -263,11 +263,6 @@ class NativePool:
         with trio.CancelScope(shield=True):
             await conn.stream.aclose()
 
-    @property
-    def abandoned(self) -> bool:
-        """Whether an abandoned call's connection is still to be read to its end."""
-        return bool(self._abandoned)
-
     async def wait_abandoned(self) -> bool:
         """Until the server has ended every abandoned call's connection, each waited for up
         to the socket timeout: True when each did (its commands have run, or never will);
@@ -291,6 +286,12 @@ class NativePool:
                     self._abandoned.remove(conn)
                 await self._drop(conn)
         return settled
+
+    async def close_idle(self) -> None:
+        """Close the connections no call is using."""
+        conns, self._idle = self._idle, []
+        for conn in conns:
+            await self._drop(conn)
 
     async def aclose(self) -> None:
         """Close every connection (abandoned ones without waiting)."""

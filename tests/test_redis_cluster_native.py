@@ -250,3 +250,56 @@ async def test_a_cluster_none_of_whose_nodes_answers_is_an_outage(cluster: Local
         assert not client.reachable
     finally:
         await client.aclose()
+
+
+async def test_a_call_answered_tryagain_is_sent_again_alone(cluster: LocalCluster) -> None:
+    """A slot half-migrated (one of a call's keys moved, one not): Redis answers TRYAGAIN,
+    the call did not run. It is sent again alone, a few times; the rest of the batch ran
+    once and is not sent again."""
+    client = client_for(cluster.url)
+    two = Script("two", "redis.call('INCR', KEYS[1]) return redis.call('INCR', KEYS[2])")
+    key_a, key_b = "{t}:a", "{t}:b"
+    try:
+        assert await client.scripts(two, [([key_a, key_b], [])]) == [1]
+        home = owner(cluster, key_a)
+        others = [next(k for k in KEYS if owner(cluster, k) == i) for i in range(3) if i != home]
+        slot = redis.crc.key_slot(key_a.encode())
+        source, target = admin(cluster.nodes[home].port), admin(cluster.nodes[(home + 1) % 3].port)
+        source_id = source.execute_command("CLUSTER", "MYID")
+        target_id = target.execute_command("CLUSTER", "MYID")
+        target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        port = cluster.nodes[(home + 1) % 3].port
+        source.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", key_a)
+        tried = stat(cluster.nodes[home].port, "TRYAGAIN")
+        calls: list[tuple[Script, list[str], list[str]]] = [(two, [key_a, key_b], [])]
+        calls += [(INCR, [k], []) for k in others]
+        with pytest.raises(RedisUnavailable, match="TRYAGAIN"):
+            await client.mixed_scripts(calls)
+        assert stat(cluster.nodes[home].port, "TRYAGAIN") == tried + 4  # the first + 3 again
+        assert [_get(cluster, k) for k in others] == [b"1", b"1"]  # ran once, not repeated
+        # The migration ends: the call goes through (MOVED), on the new master.
+        source.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", key_b)
+        for node in cluster.nodes:
+            admin(node.port).execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        assert await client.mixed_scripts(calls[:1]) == [2]
+        assert (target.get(key_a), target.get(key_b)) == (b"2", b"2")
+    finally:
+        await client.aclose()
+
+
+async def test_a_cross_slot_mistake_is_not_an_outage(cluster: LocalCluster) -> None:
+    """redis-py refuses a script whose keys span slots before sending it: a mistake to
+    surface, not an outage to wait out for ever."""
+    client = client_for(cluster.url)
+    two = Script("two", "return 1")
+    try:
+        with pytest.raises(redis.exceptions.RedisClusterException, match="same key slot"):
+            await client.script(two, ["{a}:x", "{b}:y"], [])
+        assert client.reachable
+    finally:
+        await client.aclose()
+
+
+def _get(cluster: LocalCluster, key: str) -> Any:
+    return admin(_served_by(cluster, redis.crc.key_slot(key.encode()))).get(key)
