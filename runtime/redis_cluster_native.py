@@ -51,7 +51,7 @@ from runtime.config import RedisSection
 from runtime.redis_native import NativePool, pack, pipelined_on_many
 from runtime.redis_wire import Reply, Script, evalsha_commands, load_missing
 
-#: How many times a call answered ``MOVED`` is sent again on these pools.
+#: How many times a call answered ``MOVED`` or ``TRYAGAIN`` is sent again on these pools.
 _REDIRECTS = 3
 #: Keys whose pool is remembered (cleared beyond: a fire's keys are a few per partition).
 _KEY_CACHE = 4096
@@ -250,7 +250,8 @@ class ClusterCalls:
                 for pool, indices in groups.items()
             ]
             got = await _on(current, pipelined_on_many(jobs))
-            moved, again = [], []
+            moved: list[int] = []
+            again: list[int] = []
             for (pool, indices), answers in zip(groups.items(), got, strict=True):
                 sent = [calls[i] for i in indices]
                 answers = await _on(
@@ -270,10 +271,10 @@ class ClusterCalls:
                 await trio.sleep(_TRYAGAIN_S * (round_ + 1))
         redirected = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.AskError)]
         if redirected:  # ASK, or MOVED again and again: redis-py follows them
-            again = await self._threads.run(
+            followed = await self._threads.run(
                 lambda: self._evalsha_loading([calls[i] for i in redirected])
             )
-            for i, reply in zip(redirected, again, strict=True):
+            for i, reply in zip(redirected, followed, strict=True):
                 replies[i] = reply
         return self._classified(replies)
 
