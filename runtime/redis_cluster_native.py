@@ -31,8 +31,9 @@ Changes of topology:
   need answers, not in a loop against a master that died before its replica took over.
 - ``TRYAGAIN`` (a slot half-migrated: a call's keys split between two masters) did not
   run the call either: it is sent again alone after 50, 100 and 150 ms, the rest of the
-  batch kept. Past that, and for ``CLUSTERDOWN``, the reply is transient: ``ride_out``
-  repeats the step with the probe's backoff (PING still answers).
+  batch not sent again meanwhile. Past that, and for ``CLUSTERDOWN``, the reply is
+  transient: the call fails (before any redirect is followed through redis-py), and
+  ``ride_out`` repeats the whole step with the probe's backoff (PING still answers).
 
 The order of calls on one master is the pipeline's; calls on different masters run in any
 order relative to each other (as ``RedisClient.mixed_scripts`` says of every Cluster).
@@ -73,7 +74,10 @@ def read_topology(raw: Any, refresh: bool) -> tuple[Any, dict[int, Address]]:
     if refresh:
         try:
             nodes.initialize()
-        except redis.exceptions.RedisClusterException as exc:  # no node could be read
+        except redis.exceptions.RedisClusterException as exc:
+            # No node could be read, the slots are not all covered, the nodes disagree:
+            # a cluster changing or away, waited for as an outage (as when the client is
+            # built: ``RedisClient._raw``).
             raise redis.exceptions.ConnectionError(str(exc)) from exc
     slots: dict[int, Address] = {}
     template = None
@@ -240,6 +244,7 @@ class ClusterCalls:
         replies: list[Reply] = [None] * len(calls)
         commands = evalsha_commands(calls)
         todo = list(range(len(calls)))
+        moved_any = False
         for round_ in range(_REDIRECTS + 1):
             groups: dict[NativePool, list[int]] = {}
             for i in todo:
@@ -265,12 +270,19 @@ class ClusterCalls:
                     elif isinstance(reply, redis.exceptions.TryAgainError):
                         again.append(i)  # did not run: sent again alone, the rest kept
             todo = moved + again
+            moved_any = moved_any or bool(moved)
             if not todo or round_ == _REDIRECTS:
                 break
             if again:
                 await trio.sleep(_TRYAGAIN_S * (round_ + 1))
+        if moved_any:  # a master that lost its last slot keeps no idle connection
+            for pool in current.off_the_map():
+                await pool.close_idle()
         redirected = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.AskError)]
         if redirected:  # ASK, or MOVED again and again: redis-py follows them
+            # ... unless a transient reply fails the whole call anyway (it raises here):
+            # what redis-py ran now would be run again with the repeated step.
+            self._classified(replies)
             followed = await self._threads.run(
                 lambda: self._evalsha_loading([calls[i] for i in redirected])
             )

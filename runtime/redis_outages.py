@@ -110,10 +110,22 @@ class OutageRiding:
             try:
                 await self.ping()
                 return
+            except RedisRefused:  # an answer: the step will meet the refusal and wait it out
+                return
             except RedisUnavailable:
                 pass
             await trio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, _PROBE_CAP_S)
+
+    async def wait_unavailable(self, failures: int) -> None:
+        """The wait after the ``failures``-th failure in a row of a step as unavailable:
+        until Redis answers the probe; from the second on, first the probe's backoff,
+        since Redis answered the probe, yet the step failed again (a server up but not
+        for this step: a Cluster's slot without a master, ``CLUSTERDOWN``, ``TRYAGAIN``),
+        so that no step is repeated in a loop."""
+        if failures > 1:
+            await trio.sleep(_probe_wait(failures - 2))
+        await self.wait_until_reachable()
 
     async def ride_out(self, step: Callable[[], Awaitable[T]], actor: str = "") -> T:
         """Run ``step``; while Redis is unreachable or stalled, wait for it and run ``step``
@@ -139,12 +151,7 @@ class OutageRiding:
                     continue
                 except RedisUnavailable:
                     unavailable += 1
-                    if unavailable > 1:
-                        # Redis answered the probe, yet the step failed again: a server up
-                        # but not for this step (a Cluster's slot without a master,
-                        # CLUSTERDOWN, TRYAGAIN). Wait as the probe would have.
-                        await trio.sleep(_probe_wait(unavailable - 2))
-                    await self.wait_until_reachable()
+                    await self.wait_unavailable(unavailable)
                     continue
                 if refusals:
                     self.refusal_ended(accepted=True)

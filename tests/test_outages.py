@@ -16,7 +16,7 @@ from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.config import RedisSection
 from runtime.embedded_redis import find_server_binary
-from runtime.errors import RedisUnavailable
+from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
 from runtime.supervisor import ChildSpec, supervisor
@@ -163,3 +163,19 @@ async def test_a_step_that_fails_while_redis_answers_is_repeated_with_backoff(
         await client.ride_out(step)
     # 50 ms doubling to 1 s, jittered down to half: at most ~27 in 10 s.
     assert 5 <= calls <= 30
+
+
+async def test_a_probe_answered_with_a_refusal_ends_the_wait(autojump_clock: Any) -> None:
+    """A refusal is an answer: the wait for Redis ends, and the step meets the refusal
+    itself (waited out as a refusal, with its line), rather than probing for ever."""
+    client = RedisClient.from_settings(
+        "redis://127.0.0.1:1/0", RedisSection(url="redis://127.0.0.1:1/0")
+    )
+
+    async def refused_ping() -> bool:
+        await trio.lowlevel.checkpoint()
+        raise RedisRefused("permission", "NOPERM this user has no permissions", "the ACL")
+
+    client.ping = refused_ping  # type: ignore[method-assign]
+    with trio.fail_after(1):
+        await client.wait_until_reachable()

@@ -274,10 +274,16 @@ async def test_a_call_answered_tryagain_is_sent_again_alone(cluster: LocalCluste
         tried = stat(cluster.nodes[home].port, "TRYAGAIN")
         calls: list[tuple[Script, list[str], list[str]]] = [(two, [key_a, key_b], [])]
         calls += [(INCR, [k], []) for k in others]
+        calls += [(INCR, [key_a], [])]  # answered ASK: its key has moved
         with pytest.raises(RedisUnavailable, match="TRYAGAIN"):
             await client.mixed_scripts(calls)
         assert stat(cluster.nodes[home].port, "TRYAGAIN") == tried + 4  # the first + 3 again
-        assert [_get(cluster, k) for k in others] == [b"1", b"1"]  # ran once, not repeated
+        # Ran once within the call (its step, repeated, would send them again).
+        assert [_get(cluster, k) for k in others] == [b"1", b"1"]
+        # The ASK was not followed: the call was failing anyway, and its step's repeat
+        # would have run that write a second time.
+        pipe = target.pipeline(transaction=False)
+        assert pipe.execute_command("ASKING").get(key_a).execute() == [True, b"1"]
         # The migration ends: the call goes through (MOVED), on the new master.
         source.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", key_b)
         for node in cluster.nodes:

@@ -69,6 +69,8 @@ class Reader:
         self.lease_ms = lease_ms
         self._refusals = 0
         """Reads refused in a row (a refusal run the client counts as one waiting step)."""
+        self._unavailable = 0
+        """Reads that failed as unavailable in a row (``wait_unavailable``)."""
 
     async def read_stream(self, consumer: str, stopping: trio_util.AsyncBool) -> None:
         """Read while not stopping."""
@@ -102,9 +104,11 @@ class Reader:
                 await self.scripts.client.wait_refused(exc, self._refusals, self.actor)
                 messages, malformed = await self._recover_unseen(consumer, 0)
             except RedisUnavailable:
-                await self.scripts.client.wait_until_reachable()
+                self._unavailable += 1
+                await self.scripts.client.wait_unavailable(self._unavailable)
                 messages, malformed = await self._recover_unseen(consumer, 0)
             else:
+                self._unavailable = 0
                 if self._refusals:
                     self._refusals = 0
                     self.scripts.client.refusal_ended(accepted=True)
