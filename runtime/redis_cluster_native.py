@@ -290,15 +290,6 @@ class ClusterCalls:
                 replies[i] = reply
         return self._classified(replies)
 
-    async def _cluster_in_order(
-        self, routes: ClusterRoutes, first: Calls, then: Calls
-    ) -> tuple[list[Reply], list[Reply] | None]:
-        """``scripts_in_order`` on a Cluster."""
-        replies = await self._cluster_script_calls(routes, first)
-        if any(isinstance(r, Exception) for r in replies):
-            return replies, None
-        return replies, await self._cluster_script_calls(routes, then)
-
     async def _cluster_one(self, routes: ClusterRoutes, key: Any, command: Sequence[Any]) -> Reply:
         """One command on the master of ``key``'s slot, its reply unparsed; an error reply
         raised. ``MOVED`` is followed as for scripts, ``ASK`` with ``ASKING`` before the

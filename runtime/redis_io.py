@@ -43,6 +43,7 @@ Cluster routing (``runtime.redis_cluster_native``), riding out outages and refus
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -302,20 +303,13 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
         runs unless ``first`` did (a pipeline runs every command, and cluster shards in no
         set order), and one hop to the I/O thread, which is most of a call's client CPU."""
 
-        native = self._native
+        native, routes = self._native, self._routes
         if native is not None:
-
-            async def run_native() -> tuple[list[Reply], list[Reply] | None]:
-                assert native is not None
-                replies = await self._native_script_calls(native, first)
-                if any(isinstance(r, Exception) for r in replies):
-                    return replies, None
-                return replies, await self._native_script_calls(native, then)
-
-            return await self._mapped(run_native)
-        routes = self._routes
+            calls = functools.partial(self._native_script_calls, native)
+            return await self._mapped(lambda: _in_order(calls, first, then))
         if routes is not None:
-            return await self._mapped(lambda: self._cluster_in_order(routes, first, then))
+            calls = functools.partial(self._cluster_script_calls, routes)
+            return await self._mapped(lambda: _in_order(calls, first, then))
 
         def run() -> tuple[list[Reply], list[Reply] | None]:
             replies = self._script_calls(first)
@@ -402,6 +396,19 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
                     self._raw_client.close()
 
             await trio.to_thread.run_sync(drain_and_close)
+
+
+async def _in_order(
+    calls: Callable[[Sequence[Any]], Awaitable[list[Reply]]],
+    first: Sequence[Any],
+    then: Sequence[Any],
+) -> tuple[list[Reply], list[Reply] | None]:
+    """``scripts_in_order`` on the trio thread: ``calls(first)``, then ``calls(then)``
+    only if every reply of ``first`` is a success."""
+    replies = await calls(first)
+    if any(isinstance(r, Exception) for r in replies):
+        return replies, None
+    return replies, await calls(then)
 
 
 #: The URL without its password (``runtime.redis_connect.redact``).

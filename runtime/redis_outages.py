@@ -105,7 +105,7 @@ class OutageRiding:
 
         Many actors may wait at once; each probes on its own, which costs a few PINGs a
         second at most."""
-        delay = _PROBE_FIRST_S
+        attempt = 0
         while True:
             try:
                 await self.ping()
@@ -114,8 +114,8 @@ class OutageRiding:
                 return
             except RedisUnavailable:
                 pass
-            await trio.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(delay * 2, _PROBE_CAP_S)
+            await trio.sleep(_probe_wait(attempt))
+            attempt += 1
 
     async def wait_unavailable(self, failures: int) -> None:
         """The wait after the ``failures``-th failure in a row of a step as unavailable:

@@ -127,16 +127,14 @@ class DirectCalls:
     def _pipelined_evalsha(
         self, calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
     ) -> list[Reply]:
+        commands = evalsha_commands(calls)
         if not self.is_cluster:
-            commands = [
-                ("EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls
-            ]
             return self._on_connection(lambda conn: _send_and_read(conn, commands))
         pipe = self._raw.pipeline()
-        for script, keys, args in calls:
+        for command in commands:
             # execute_command, not pipe.evalsha: redis-py's cluster pipeline refuses the
             # evalsha method by name, but routes a raw EVALSHA by its keys' slot.
-            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            pipe.execute_command(*command)
         return list(pipe.execute(raise_on_error=False))
 
     def _load_everywhere(self, script: Script) -> None:
