@@ -4,7 +4,7 @@ migrated to another master, and a master killed before its replica takes over.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -31,6 +31,16 @@ def cluster() -> Iterator[LocalCluster]:
         yield setup
     finally:
         setup.remove()
+
+
+@pytest.fixture
+async def client(cluster: LocalCluster) -> AsyncIterator[RedisClient]:
+    """A Cluster client on the node's own sockets (the default), closed after the test."""
+    client = client_for(cluster.url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
 
 
 def client_for(url: str, **settings: Any) -> RedisClient:
@@ -83,81 +93,75 @@ def migrate(cluster: LocalCluster, key: str, to: int, *, finish: bool) -> int:
     return source
 
 
-async def test_each_call_runs_on_the_master_of_its_slot(cluster: LocalCluster) -> None:
-    client = client_for(cluster.url)
-    try:
-        assert await client.scripts(INCR, [([k], []) for k in KEYS]) == [1] * len(KEYS)
-        # Counted from here: the masters had to be sent the script once (NOSCRIPT).
-        before = {n.port: stat(n.port, "evalsha") for n in cluster.nodes}
-        redirects = [(stat(n.port, "MOVED"), stat(n.port, "ASK")) for n in cluster.nodes]
-        assert await client.scripts(INCR, [([k], []) for k in KEYS]) == [2] * len(KEYS)
-        first, then = await client.scripts_in_order(
-            [(INCR, [k], []) for k in KEYS[:10]], [(INCR, [k], []) for k in KEYS[10:20]]
-        )
-        assert first == [3] * 10 and then == [3] * 10
-        assert client._routes is not None and not client._routes.stale
-        expected = {n.port: 0 for n in cluster.nodes}
-        for k in KEYS + KEYS[:20]:
-            expected[_served_by(cluster, redis.crc.key_slot(k.encode()))] += 1
-        after = {n.port: stat(n.port, "evalsha") for n in cluster.nodes}
-        # Every call ran once, where its key lives: no redirect, no second send.
-        assert {p: after[p] - before[p] for p in after} == expected
-        assert [(stat(n.port, "MOVED"), stat(n.port, "ASK")) for n in cluster.nodes] == redirects
-        for k in KEYS[:20]:
-            port = _served_by(cluster, redis.crc.key_slot(k.encode()))
-            assert admin(port).get(k) == b"3"
-    finally:
-        await client.aclose()
+async def test_each_call_runs_on_the_master_of_its_slot(
+    cluster: LocalCluster, client: RedisClient
+) -> None:
+    assert await client.scripts(INCR, [([k], []) for k in KEYS]) == [1] * len(KEYS)
+    # Counted from here: the masters had to be sent the script once (NOSCRIPT).
+    before = {n.port: stat(n.port, "evalsha") for n in cluster.nodes}
+    redirects = [(stat(n.port, "MOVED"), stat(n.port, "ASK")) for n in cluster.nodes]
+    assert await client.scripts(INCR, [([k], []) for k in KEYS]) == [2] * len(KEYS)
+    first, then = await client.scripts_in_order(
+        [(INCR, [k], []) for k in KEYS[:10]], [(INCR, [k], []) for k in KEYS[10:20]]
+    )
+    assert first == [3] * 10 and then == [3] * 10
+    assert client._routes is not None and not client._routes.stale
+    expected = {n.port: 0 for n in cluster.nodes}
+    for k in KEYS + KEYS[:20]:
+        expected[_served_by(cluster, redis.crc.key_slot(k.encode()))] += 1
+    after = {n.port: stat(n.port, "evalsha") for n in cluster.nodes}
+    # Every call ran once, where its key lives: no redirect, no second send.
+    assert {p: after[p] - before[p] for p in after} == expected
+    assert [(stat(n.port, "MOVED"), stat(n.port, "ASK")) for n in cluster.nodes] == redirects
+    for k in KEYS[:20]:
+        port = _served_by(cluster, redis.crc.key_slot(k.encode()))
+        assert admin(port).get(k) == b"3"
 
 
-async def test_a_slot_moved_to_another_master_is_followed(cluster: LocalCluster) -> None:
-    client = client_for(cluster.url)
-    try:
-        key = KEYS[0]
-        assert await client.scripts(INCR, [([key], [])]) == [1]  # the map is learned
-        source = migrate(cluster, key, (owner(cluster, key) + 1) % 3, finish=True)
-        target = _served_by(cluster, redis.crc.key_slot(key.encode()))
-        moved = stat(source, "MOVED")
-        assert await client.scripts(INCR, [([key], [])]) == [2]
-        assert await client.scripts(INCR, [([key], [])]) == [3]
-        # One MOVED: the second call went straight to the new master.
-        assert stat(source, "MOVED") == moved + 1
-        assert admin(target).get(key) == b"3"
-        # A stream read follows a moved slot too.
-        stream = "{k1}:s"
-        await client.execute("XGROUP", "CREATE", stream, "g", "$", "MKSTREAM")
-        await client.execute("XADD", stream, "*", "f", "v")
-        migrate(cluster, stream, (owner(cluster, stream) + 1) % 3, finish=True)
-        reply = await client.execute_unparsed(
-            "XREADGROUP", "GROUP", "g", "c", "COUNT", 10, "STREAMS", stream, ">",
-            slot_key=stream,
-        )  # fmt: skip
-        assert not client.reads_parsed
-        ((_, fields),) = reply[stream.encode()]
-        assert fields == [b"f", b"v"]
-    finally:
-        await client.aclose()
+async def test_a_slot_moved_to_another_master_is_followed(
+    cluster: LocalCluster, client: RedisClient
+) -> None:
+    key = KEYS[0]
+    assert await client.scripts(INCR, [([key], [])]) == [1]  # the map is learned
+    source = migrate(cluster, key, (owner(cluster, key) + 1) % 3, finish=True)
+    target = _served_by(cluster, redis.crc.key_slot(key.encode()))
+    moved = stat(source, "MOVED")
+    assert await client.scripts(INCR, [([key], [])]) == [2]
+    assert await client.scripts(INCR, [([key], [])]) == [3]
+    # One MOVED: the second call went straight to the new master.
+    assert stat(source, "MOVED") == moved + 1
+    assert admin(target).get(key) == b"3"
+    # A stream read follows a moved slot too.
+    stream = "{k1}:s"
+    await client.execute("XGROUP", "CREATE", stream, "g", "$", "MKSTREAM")
+    await client.execute("XADD", stream, "*", "f", "v")
+    migrate(cluster, stream, (owner(cluster, stream) + 1) % 3, finish=True)
+    reply = await client.execute_unparsed(
+        "XREADGROUP", "GROUP", "g", "c", "COUNT", 10, "STREAMS", stream, ">",
+        slot_key=stream,
+    )  # fmt: skip
+    assert not client.reads_parsed
+    ((_, fields),) = reply[stream.encode()]
+    assert fields == [b"f", b"v"]
 
 
-async def test_a_slot_being_migrated_is_followed_behind_asking(cluster: LocalCluster) -> None:
-    client = client_for(cluster.url)
-    try:
-        key = KEYS[2]
-        assert await client.scripts(INCR, [([key], [])]) == [1]
-        to = (owner(cluster, key) + 1) % 3
-        source = migrate(cluster, key, to, finish=False)
-        asked = stat(source, "ASK")
-        # The key has moved, its slot not yet: the old master answers ASK.
-        assert await client.scripts(INCR, [([key], [])]) == [2]
-        assert stat(source, "ASK") > asked
-        pipe = admin(cluster.nodes[to].port).pipeline(transaction=False)
-        assert pipe.execute_command("ASKING").get(key).execute() == [True, b"2"]
-        # A read is sent behind ASKING too.
-        asked = stat(source, "ASK")
-        assert await client.execute_unparsed("GET", key, slot_key=key) == b"2"
-        assert stat(source, "ASK") == asked + 1
-    finally:
-        await client.aclose()
+async def test_a_slot_being_migrated_is_followed_behind_asking(
+    cluster: LocalCluster, client: RedisClient
+) -> None:
+    key = KEYS[2]
+    assert await client.scripts(INCR, [([key], [])]) == [1]
+    to = (owner(cluster, key) + 1) % 3
+    source = migrate(cluster, key, to, finish=False)
+    asked = stat(source, "ASK")
+    # The key has moved, its slot not yet: the old master answers ASK.
+    assert await client.scripts(INCR, [([key], [])]) == [2]
+    assert stat(source, "ASK") > asked
+    pipe = admin(cluster.nodes[to].port).pipeline(transaction=False)
+    assert pipe.execute_command("ASKING").get(key).execute() == [True, b"2"]
+    # A read is sent behind ASKING too.
+    asked = stat(source, "ASK")
+    assert await client.execute_unparsed("GET", key, slot_key=key) == b"2"
+    assert stat(source, "ASK") == asked + 1
 
 
 async def test_a_killed_master_is_waited_for_until_its_replica_takes_over() -> None:
@@ -215,96 +219,86 @@ async def test_without_native_io_a_cluster_stays_on_redis_py(cluster: LocalClust
 
 
 async def test_a_master_that_cannot_be_reached_fails_the_call_before_anything_is_sent(
-    cluster: LocalCluster,
+    cluster: LocalCluster, client: RedisClient
 ) -> None:
     """The connections to every master the call needs are taken before any is sent on: a
     repeat then sends every write once, not a second time to the masters that ran it."""
-    client = client_for(cluster.url)
-    try:
-        keys = [next(k for k in KEYS if owner(cluster, k) == i) for i in range(3)]
-        assert await client.scripts(INCR, [([k], []) for k in keys]) == [1, 1, 1]
-        cluster.nodes[1].kill()  # SIGKILL; no replica takes over
-        with pytest.raises(RedisUnavailable):
-            await client.scripts(INCR, [([k], []) for k in keys])
-        assert admin(cluster.nodes[0].port).get(keys[0]) == b"1"
-        assert admin(cluster.nodes[2].port).get(keys[2]) == b"1"
-        # The map is stale: the probe fails while the dead master serves its slots.
-        with pytest.raises(RedisUnavailable):
-            await client.ping()
-        # A call for the live masters alone still goes through.
-        assert await client.scripts(INCR, [([keys[0]], []), ([keys[2]], [])]) == [2, 2]
-    finally:
-        await client.aclose()
+    keys = [next(k for k in KEYS if owner(cluster, k) == i) for i in range(3)]
+    assert await client.scripts(INCR, [([k], []) for k in keys]) == [1, 1, 1]
+    cluster.nodes[1].kill()  # SIGKILL; no replica takes over
+    with pytest.raises(RedisUnavailable):
+        await client.scripts(INCR, [([k], []) for k in keys])
+    assert admin(cluster.nodes[0].port).get(keys[0]) == b"1"
+    assert admin(cluster.nodes[2].port).get(keys[2]) == b"1"
+    # The map is stale: the probe fails while the dead master serves its slots.
+    with pytest.raises(RedisUnavailable):
+        await client.ping()
+    # A call for the live masters alone still goes through.
+    assert await client.scripts(INCR, [([keys[0]], []), ([keys[2]], [])]) == [2, 2]
 
 
-async def test_a_cluster_none_of_whose_nodes_answers_is_an_outage(cluster: LocalCluster) -> None:
-    client = client_for(cluster.url)
-    try:
-        assert await client.scripts(INCR, [([k], []) for k in KEYS[:3]]) == [1, 1, 1]
-        for node in cluster.nodes:
-            node.kill()
-        with pytest.raises(RedisUnavailable):
-            await client.scripts(INCR, [([KEYS[0]], [])])
-        with pytest.raises(RedisUnavailable):
-            await client.ping()
-        assert not client.reachable
-    finally:
-        await client.aclose()
+async def test_a_cluster_none_of_whose_nodes_answers_is_an_outage(
+    cluster: LocalCluster, client: RedisClient
+) -> None:
+    assert await client.scripts(INCR, [([k], []) for k in KEYS[:3]]) == [1, 1, 1]
+    for node in cluster.nodes:
+        node.kill()
+    with pytest.raises(RedisUnavailable):
+        await client.scripts(INCR, [([KEYS[0]], [])])
+    with pytest.raises(RedisUnavailable):
+        await client.ping()
+    assert not client.reachable
 
 
-async def test_a_call_answered_tryagain_is_sent_again_alone(cluster: LocalCluster) -> None:
+async def test_a_call_answered_tryagain_is_sent_again_alone(
+    cluster: LocalCluster, client: RedisClient
+) -> None:
     """A slot half-migrated (one of a call's keys moved, one not): Redis answers TRYAGAIN,
     the call did not run. It is sent again alone, a few times; the rest of the batch ran
-    once and is not sent again."""
-    client = client_for(cluster.url)
+    once and is not sent again within the call."""
     two = Script("two", "redis.call('INCR', KEYS[1]) return redis.call('INCR', KEYS[2])")
     key_a, key_b = "{t}:a", "{t}:b"
-    try:
-        assert await client.scripts(two, [([key_a, key_b], [])]) == [1]
-        home = owner(cluster, key_a)
-        others = [next(k for k in KEYS if owner(cluster, k) == i) for i in range(3) if i != home]
-        slot = redis.crc.key_slot(key_a.encode())
-        source, target = admin(cluster.nodes[home].port), admin(cluster.nodes[(home + 1) % 3].port)
-        source_id = source.execute_command("CLUSTER", "MYID")
-        target_id = target.execute_command("CLUSTER", "MYID")
-        target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
-        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
-        port = cluster.nodes[(home + 1) % 3].port
-        source.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", key_a)
-        tried = stat(cluster.nodes[home].port, "TRYAGAIN")
-        calls: list[tuple[Script, list[str], list[str]]] = [(two, [key_a, key_b], [])]
-        calls += [(INCR, [k], []) for k in others]
-        calls += [(INCR, [key_a], [])]  # answered ASK: its key has moved
-        with pytest.raises(RedisUnavailable, match="TRYAGAIN"):
-            await client.mixed_scripts(calls)
-        assert stat(cluster.nodes[home].port, "TRYAGAIN") == tried + 4  # the first + 3 again
-        # Ran once within the call (its step, repeated, would send them again).
-        assert [_get(cluster, k) for k in others] == [b"1", b"1"]
-        # The ASK was not followed: the call was failing anyway, and its step's repeat
-        # would have run that write a second time.
-        pipe = target.pipeline(transaction=False)
-        assert pipe.execute_command("ASKING").get(key_a).execute() == [True, b"1"]
-        # The migration ends: the call goes through (MOVED), on the new master.
-        source.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", key_b)
-        for node in cluster.nodes:
-            admin(node.port).execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
-        assert await client.mixed_scripts(calls[:1]) == [2]
-        assert (target.get(key_a), target.get(key_b)) == (b"2", b"2")
-    finally:
-        await client.aclose()
+    assert await client.scripts(two, [([key_a, key_b], [])]) == [1]
+    home = owner(cluster, key_a)
+    others = [next(k for k in KEYS if owner(cluster, k) == i) for i in range(3) if i != home]
+    slot = redis.crc.key_slot(key_a.encode())
+    source, target = admin(cluster.nodes[home].port), admin(cluster.nodes[(home + 1) % 3].port)
+    source_id = source.execute_command("CLUSTER", "MYID")
+    target_id = target.execute_command("CLUSTER", "MYID")
+    target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+    source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+    port = cluster.nodes[(home + 1) % 3].port
+    source.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", key_a)
+    tried = stat(cluster.nodes[home].port, "TRYAGAIN")
+    calls: list[tuple[Script, list[str], list[str]]] = [(two, [key_a, key_b], [])]
+    calls += [(INCR, [k], []) for k in others]
+    calls += [(INCR, [key_a], [])]  # answered ASK: its key has moved
+    with pytest.raises(RedisUnavailable, match="TRYAGAIN"):
+        await client.mixed_scripts(calls)
+    assert stat(cluster.nodes[home].port, "TRYAGAIN") == tried + 4  # the first + 3 again
+    # Ran once within the call (its step, repeated, would send them again).
+    assert [_get(cluster, k) for k in others] == [b"1", b"1"]
+    # The ASK was not followed: the call was failing anyway, and its step's repeat
+    # would have run that write a second time.
+    pipe = target.pipeline(transaction=False)
+    assert pipe.execute_command("ASKING").get(key_a).execute() == [True, b"1"]
+    # The migration ends: the call goes through (MOVED), on the new master.
+    source.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", key_b)
+    for node in cluster.nodes:
+        admin(node.port).execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    assert await client.mixed_scripts(calls[:1]) == [2]
+    assert (target.get(key_a), target.get(key_b)) == (b"2", b"2")
 
 
-async def test_a_cross_slot_mistake_is_not_an_outage(cluster: LocalCluster) -> None:
+async def test_a_cross_slot_mistake_is_not_an_outage(
+    cluster: LocalCluster, client: RedisClient
+) -> None:
     """redis-py refuses a script whose keys span slots before sending it: a mistake to
     surface, not an outage to wait out for ever."""
-    client = client_for(cluster.url)
     two = Script("two", "return 1")
-    try:
-        with pytest.raises(redis.exceptions.RedisClusterException, match="same key slot"):
-            await client.script(two, ["{a}:x", "{b}:y"], [])
-        assert client.reachable
-    finally:
-        await client.aclose()
+    with pytest.raises(redis.exceptions.RedisClusterException, match="same key slot"):
+        await client.script(two, ["{a}:x", "{b}:y"], [])
+    assert client.reachable
 
 
 def _get(cluster: LocalCluster, key: str) -> Any:
