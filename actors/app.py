@@ -40,6 +40,7 @@ import attrs
 from actors.config import Config, ConsumerSection
 from actors.execution.claimer import Claimer, ClaimerSettings
 from actors.execution.completion import RetryPolicy
+from actors.execution.completion_group import CompletionGroup
 from actors.execution.consumer import Consumer, ConsumerSettings, ConsumerState
 from actors.execution.handlers import resolve
 from actors.execution.results_log import ResultsLog
@@ -192,8 +193,10 @@ class _Roles:
             max_bytes=execution.results_log_max_bytes,
             backups=execution.results_log_backups,
         )
+        # One per process: its consumers write their batches together.
+        group = CompletionGroup()
         types = [
-            _consumer_group(config, self.store, results, task_type, section, self.part)
+            _consumer_group(config, self.store, results, group, task_type, section, self.part)
             for task_type, section in sorted(config.consumers.items())
         ]
         return supervisor("consumers", types, _spec(config, Strategy.ONE_FOR_ONE))
@@ -303,6 +306,7 @@ def _consumer_group(
     config: Config,
     store: TaskStore,
     results: ResultsLog,
+    group: CompletionGroup,
     task_type: str,
     section: ConsumerSection,
     part: str | None,
@@ -317,6 +321,7 @@ def _consumer_group(
     settings = consumer_settings(section, config.scheduler.history)
     consumer = Consumer(
         store, task_type, settings, handler, results, config.node.name, inbox, state, name,
+        group,
     )  # fmt: skip
     children = [
         ChildSpec("consumer", consumer.run, graceful=True, shutdown_s=config.node.shutdown_grace_s)

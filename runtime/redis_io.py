@@ -296,12 +296,13 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
     async def scripts_in_order(
         self,
         first: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
-        then: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
-    ) -> tuple[list[Reply], list[Reply] | None]:
-        """``first`` pipelined, then ``then`` only once every reply of ``first`` is a
-        success (else None for it): two round trips to Redis, so that nothing in ``then``
-        runs unless ``first`` did (a pipeline runs every command, and cluster shards in no
-        set order), and one hop to the I/O thread, which is most of a call's client CPU."""
+        then: Callable[[list[Reply]], Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]],
+    ) -> tuple[list[Reply], list[Reply]]:
+        """``first`` pipelined, then the calls ``then`` picks from its replies (none: no
+        second round trip; ``if_all_succeeded`` for "all of these, or none"): two round
+        trips to Redis, so that nothing sent second runs unless the writes it depends on
+        did (a pipeline runs every command, and cluster shards in no set order), and one
+        hop to the I/O thread, which is most of a call's client CPU."""
 
         native, routes = self._native, self._routes
         if native is not None:
@@ -311,11 +312,10 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
             calls = functools.partial(self._cluster_script_calls, routes)
             return await self._mapped(lambda: _in_order(calls, first, then))
 
-        def run() -> tuple[list[Reply], list[Reply] | None]:
-            replies = self._script_calls(first)
-            if any(isinstance(r, Exception) for r in replies):
-                return replies, None
-            return replies, self._script_calls(then)
+        def run() -> tuple[list[Reply], list[Reply]]:
+            replies = self._script_calls(first) if first else []
+            second = then(replies)
+            return replies, self._script_calls(second) if second else []
 
         return await self.run_sync(run)
 
@@ -401,14 +401,25 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
 async def _in_order(
     calls: Callable[[Sequence[Any]], Awaitable[list[Reply]]],
     first: Sequence[Any],
-    then: Sequence[Any],
-) -> tuple[list[Reply], list[Reply] | None]:
-    """``scripts_in_order`` on the trio thread: ``calls(first)``, then ``calls(then)``
-    only if every reply of ``first`` is a success."""
-    replies = await calls(first)
-    if any(isinstance(r, Exception) for r in replies):
-        return replies, None
-    return replies, await calls(then)
+    then: Callable[[list[Reply]], Sequence[Any]],
+) -> tuple[list[Reply], list[Reply]]:
+    """``scripts_in_order`` on the trio thread: ``calls(first)``, then the calls ``then``
+    picks from its replies."""
+    replies = await calls(first) if first else []
+    second = then(replies)
+    return replies, await calls(second) if second else []
+
+
+def if_all_succeeded(
+    calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
+) -> Callable[[list[Reply]], Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]]:
+    """For ``scripts_in_order``: ``calls`` once every reply of the first round is a
+    success, else nothing."""
+
+    def pick(replies: list[Reply]) -> Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]:
+        return [] if any(isinstance(r, Exception) for r in replies) else calls
+
+    return pick
 
 
 #: The URL without its password (``runtime.redis_connect.redact``).

@@ -13,7 +13,7 @@ import trio
 from runtime.config import RedisSection
 from runtime.embedded_redis import find_server_binary
 from runtime.errors import RedisUnavailable
-from runtime.redis_io import RedisClient, Script
+from runtime.redis_io import RedisClient, Script, if_all_succeeded
 from runtime.testing.local_redis import RedisProcess
 
 ECHO = Script("echo", "return {KEYS[1], ARGV[1]}")
@@ -43,11 +43,15 @@ async def test_both_paths_answer_alike(redis_url: str, namespace: str, native_io
     try:
         assert (client._native is not None) is native_io
         key = f"{namespace}:k"
-        first, then = await client.scripts_in_order([(SET, [key], ["1"])], [(ECHO, [key], ["v"])])
+        first, then = await client.scripts_in_order(
+            [(SET, [key], ["1"])], if_all_succeeded([(ECHO, [key], ["v"])])
+        )
         assert (first, then) == ([1], [[key.encode(), b"v"]])
         failing = Script("failing", "return redis.error_reply('no such thing')")
-        first, then = await client.scripts_in_order([(failing, [key], [])], [(SET, [key], ["2"])])
-        assert isinstance(first[0], Exception) and then is None
+        first, then = await client.scripts_in_order(
+            [(failing, [key], [])], if_all_succeeded([(SET, [key], ["2"])])
+        )
+        assert isinstance(first[0], Exception) and then == []
         assert await client.execute("GET", key) == b"1"  # ``then`` did not run
         await client.execute("SCRIPT", "FLUSH")
         assert await client.scripts(ECHO, [([key], ["w"])]) == [[key.encode(), b"w"]]

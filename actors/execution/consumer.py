@@ -33,6 +33,7 @@ import trio_util
 
 from actors.execution import leases
 from actors.execution.completion import Completion, RetryPolicy, decide
+from actors.execution.completion_group import CompletionGroup
 from actors.execution.flight import Flight
 from actors.execution.handlers import Handler
 from actors.execution.identity import take_name
@@ -40,6 +41,7 @@ from actors.execution.pool import HandlerPool
 from actors.execution.reading import Reader
 from actors.execution.results_log import ResultsLog, result_line
 from actors.execution.running import Runner
+from actors.store.completion_writes import CompletionWrite
 from actors.store.history import DEFAULT_HISTORY, Ledger
 from actors.store.messages import Message
 from actors.store.scripts import Scripts
@@ -114,6 +116,7 @@ class Consumer:
         inbox: Mailbox[Message],
         state: ConsumerState,
         name: str | None = None,
+        group: CompletionGroup | None = None,
     ) -> None:
         self.store = store
         self.name = name or node
@@ -128,6 +131,8 @@ class Consumer:
         self.runner = Runner(handler, settings.timeout_s, settings.concurrency)
         self.ledger = Ledger(settings.history, 0, settings.late_ms)
         """The history's length, this node's number (once known) and the lateness bound."""
+        self.group = group or CompletionGroup()
+        """Writes this consumer's batches with those of the process's other consumers."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         redis = self.store.client
@@ -223,16 +228,10 @@ class Consumer:
 
     # -- completing -------------------------------------------------------------------------
 
-    async def _complete(
-        self, scripts: Scripts, plan: Completion, written: set[int], paused: list[tuple[str, int]]
-    ) -> None:
+    async def _complete(self, scripts: Scripts, write: CompletionWrite) -> None:
         """One attempt at writing a batch's outcomes, shielded (see ``_flush``)."""
         with trio.CancelScope(shield=True):
-            await scripts.complete(
-                self.type, retries=plan.retries, outcomes=plan.outcomes, dead=plan.dead,
-                acks=plan.acks, written=written, flights=plan.flights, paused=paused,
-                ledger=self.ledger,
-            )  # fmt: skip
+            await self.group.complete(scripts, write)
 
     async def _flush_loop(self, scripts: Scripts, flight: Flight) -> None:
         while True:
@@ -262,18 +261,20 @@ class Consumer:
             # Redis away: the batch waits (cancellably: cut at shutdown, its messages stay
             # pending and are reclaimed, never lost) and is written once Redis answers.
             # Repeated after a refusal, only the writes not done yet are sent again.
-            written: set[int] = set()
-            paused: list[tuple[str, int]] = []
+            write = CompletionWrite(
+                self.type, retries=plan.retries, outcomes=plan.outcomes, dead=plan.dead,
+                acks=plan.acks, flights=plan.flights, ledger=self.ledger,
+            )  # fmt: skip
             async with self.state.pending_lock:
                 await scripts.client.ride_out(
-                    functools.partial(self._complete, scripts, plan, written, paused), self.actor
+                    functools.partial(self._complete, scripts, write), self.actor
                 )
                 flight.settled(batch)
             summary = ("runs_finished", {"type": self.type, "durations_ms": plan.durations_ms})
             emit_encoded(self.actor, "finished", bodies, summary, plan.finished_fields)
             emit_events(self.actor, plan.events)
-            if paused:
-                emit_events(self.actor, _paused_lines(paused, plan))
+            if write.paused:
+                emit_events(self.actor, _paused_lines(write.paused, plan))
 
 
 def _paused_lines(

@@ -4,14 +4,21 @@ A part of ``actors.store.scripts.Scripts``; nothing else uses it alone."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 from actors.store import lua
+from actors.store.completion_writes import (
+    FLIGHTS,
+    OUTCOMES,
+    RETRIES,
+    CompletionWrite,
+    Shared,
+    paused_by_write,
+    shared_parts,
+)
 from actors.store.flights import (
     ENDED_DEAD,
-    FlightEnd,
     FlightScripts,
     ended_flights,
     origin_of,
@@ -28,7 +35,8 @@ from actors.store.replies import (
     Reclaimed,
     RetryWrite,
 )
-from actors.store.task_scripts import Call, or_empty, raise_first_error
+from actors.store.task_scripts import Call, or_empty
+from runtime.redis_io import Reply
 
 #: Most stream entries one ``trim_acked.lua`` call drops (whole listpack nodes of ~100: a
 #: call frees ~1,000 nodes, well under a millisecond); ``trim_acked`` repeats it while
@@ -95,106 +103,114 @@ class ExecutionScripts(FlightScripts):
         return (lua.SCHEDULE_RETRIES, [k.retry(partition)], args)
 
     def _outcomes_call(
-        self, partition: int, outcomes: Sequence[OutcomeWrite], task_type: str, ledger: Ledger
+        self,
+        partition: int,
+        groups: Sequence[tuple[str, int, Sequence[OutcomeWrite]]],
+        keep: int,
+        node: int,
     ) -> Call:
+        """``record_outcomes.lua`` for ``partition``: each group's outcomes, with its type
+        and lateness bound."""
         k = self.keys
+        types: list[Any] = []
         rows: list[Any] = []
-        for o in outcomes:
-            rows += [
-                o.task_id, str(k.bucket_of(o.task_id)), o.outcome, o.finished_ms, o.error, o.due_ms,
-                "" if o.started_ms is None else o.started_ms, o.attempt, o.origin, o.line,
-                "" if o.allowed_ms is None else o.allowed_ms,
-            ]  # fmt: skip
-        args = [
-            k.tag(partition),
-            ledger.keep,
-            ledger.node,
-            ledger.late_ms,
-            task_type,
-            pack_array(rows),
-        ]
+        for task_type, late_ms, outcomes in groups:
+            types += [task_type, late_ms, len(outcomes)]
+            for o in outcomes:
+                rows += [
+                    o.task_id, str(k.bucket_of(o.task_id)), o.outcome, o.finished_ms, o.error,
+                    o.due_ms, "" if o.started_ms is None else o.started_ms, o.attempt, o.origin,
+                    o.line, "" if o.allowed_ms is None else o.allowed_ms,
+                ]  # fmt: skip
+        args = [k.tag(partition), keep, node, pack_array(types), pack_array(rows)]
         return (lua.RECORD_OUTCOMES, [k.schedule(partition)], args)
+
+    def _shared_call(self, shared: Shared) -> Call:
+        """The script call of one partition write, with every batch's part in it."""
+        kind, partition, keep, node = shared.part
+        if kind == OUTCOMES:
+            groups = [(w.task_type, w.ledger.late_ms, items) for w, items in shared.shares]
+            return self._outcomes_call(partition, groups, keep, node)
+        items = [item for _, part in shared.shares for item in part]
+        if kind == RETRIES:
+            return self._retry_call(partition, items)
+        return self.end_flight_call(partition, items)
+
+    def _stream_calls(self, write: CompletionWrite) -> list[Call]:
+        """A batch's stream writes: its dead letters, then its ACKs."""
+        return ([self._dead_letter_call(write.task_type, write.dead)] if write.dead else []) + (
+            [self._ack_call(write.task_type, write.acks)] if write.acks else []
+        )
 
     async def schedule_retries(self, retries: Sequence[RetryWrite]) -> None:
         """``schedule_retries.lua`` per partition: save retry contexts, scored by retry time."""
-        await self._run(self._partition_calls(retries, [], "", Ledger()))
+        shared = shared_parts([CompletionWrite("", retries=retries)], self.keys.partition_of)
+        await self._run([self._shared_call(s) for s in shared])
 
     async def record_outcomes(
         self, outcomes: Sequence[OutcomeWrite], task_type: str = "", ledger: Ledger | None = None
     ) -> int:
         """``record_outcomes.lua`` per partition: each task's last run and its history
         entry; how many updated."""
-        calls = self._partition_calls([], outcomes, task_type, ledger or Ledger())
-        return sum(int(r) for r in await self._run(calls))
+        write = CompletionWrite(task_type, outcomes=outcomes, ledger=ledger or Ledger())
+        shared = shared_parts([write], self.keys.partition_of)
+        return sum(int(r) for r in await self._run([self._shared_call(s) for s in shared]))
 
-    def _partition_calls(
-        self,
-        retries: Sequence[RetryWrite],
-        outcomes: Sequence[OutcomeWrite],
-        task_type: str,
-        ledger: Ledger,
-    ) -> list[Call]:
-        retry_by: dict[int, list[RetryWrite]] = defaultdict(list)
-        for r in retries:
-            retry_by[self.keys.partition_of(r.message.task_id)].append(r)
-        outcome_by: dict[int, list[OutcomeWrite]] = defaultdict(list)
-        for o in outcomes:
-            outcome_by[self.keys.partition_of(o.task_id)].append(o)
-        return [self._retry_call(p, rs) for p, rs in retry_by.items()] + [
-            self._outcomes_call(p, os, task_type, ledger) for p, os in outcome_by.items()
-        ]
+    async def complete(self, writes: Sequence[CompletionWrite]) -> list[Exception | None]:
+        """Consumers' batches of outcomes (``actors.store.completion_writes``), in the order
+        that keeps the ACK invariant: retry contexts, task outcomes and ended flights first,
+        then a batch's dead letters and ACKs, only once every one of its own writes before
+        succeeded. Two round trips (in one hop to the I/O thread), on one server too: a
+        pipeline runs every command, so an ACK pipelined behind a refused write (``OOM``,
+        ``MISCONF``, a key of the wrong type) would be acknowledged with its retry never
+        written. Per batch, the first write that failed (nothing of that batch was
+        acknowledged), else None.
 
-    async def complete(
-        self,
-        task_type: str,
-        *,
-        retries: Sequence[RetryWrite],
-        outcomes: Sequence[OutcomeWrite],
-        dead: Sequence[DeadLetterWrite],
-        acks: Sequence[str],
-        written: set[int] | None = None,
-        flights: Sequence[FlightEnd] = (),
-        paused: list[tuple[str, int]] | None = None,
-        ledger: Ledger | None = None,
-    ) -> None:
-        """A consumer's batch of outcomes, in the order that keeps the ACK invariant:
-        retry contexts and task outcomes first, then dead letters and ACKs, only once every
-        one of those writes succeeded. Two round trips (in one hop to the I/O thread), on
-        one server too: a pipeline runs every command, so an ACK pipelined behind a refused
-        write (``OOM``, ``MISCONF``, a key of the wrong type) would be acknowledged with its
-        retry never written. A write that fails raises here with nothing acknowledged.
+        Each batch's ``written`` gets the partition writes that went through (an attempt
+        repeated after a refusal sends only the rest; after a lost connection, which raises
+        here, nothing is known and the caller sends every write again), and its ``paused``
+        the tasks its ended flights paused. Dead letters are safe to repeat: one is written
+        only while its message is pending."""
+        shared = shared_parts(writes, self.keys.partition_of)
+        sent: list[tuple[CompletionWrite, int]] = []
 
-        ``written``: the partition writes of this batch that went through on an earlier
-        attempt (by index; this call adds to it), so that an attempt repeated after a
-        refusal sends only the rest: a retry context written again after the dispatcher
-        took it would run that attempt twice. (After a lost connection nothing is known
-        and every write is sent again.) Dead letters are safe to repeat: one is written
-        only while its message is pending.
+        def then(replies: list[Reply]) -> list[Call]:
+            failed = {
+                id(w)
+                for s, reply in zip(shared, replies, strict=True)
+                if isinstance(reply, Exception)
+                for w, _ in s.shares
+            }
+            calls: list[Call] = []
+            for w in writes:
+                if id(w) not in failed:
+                    stream = self._stream_calls(w)
+                    sent.append((w, len(stream)))
+                    calls += stream
+            return calls
 
-        ``flights``: fires of tasks with a policy that ended (``end_flights.lua``, with the
-        partition writes); ``paused`` gets the tasks that paused for their failures.
-        ``ledger``: the history's length, this node's number and the type's lateness
-        bound (``actors.store.history``)."""
-        done = written if written is not None else set()
-        partition_calls = self._partition_calls(retries, outcomes, task_type, ledger or Ledger())
-        flight_calls = len(partition_calls)
-        partition_calls += self.end_flight_calls(flights)
-        todo = [i for i in range(len(partition_calls)) if i not in done]
-        stream_calls = ([self._dead_letter_call(task_type, dead)] if dead else []) + (
-            [self._ack_call(task_type, acks)] if acks else []
+        first, second = await self.client.scripts_in_order(
+            [self._shared_call(s) for s in shared], then
         )
-        first, then = await self.client.scripts_in_order(
-            [partition_calls[i] for i in todo], stream_calls
-        )
-        done.update(
-            i for i, reply in zip(todo, first, strict=True) if not isinstance(reply, Exception)
-        )
-        if paused is not None and flights:
-            paused += paused_of(
-                [r for i, r in zip(todo, first, strict=True)
-                 if i >= flight_calls and not isinstance(r, Exception)]
-            )  # fmt: skip
-        raise_first_error([*first, *(then or ())])
+        errors: dict[int, Exception] = {}
+        paused: list[tuple[str, int]] = []
+        for s, reply in zip(shared, first, strict=True):
+            if isinstance(reply, Exception):
+                for w, _ in s.shares:
+                    errors.setdefault(id(w), reply)
+                continue
+            for w, _ in s.shares:
+                w.written.add(s.part)
+            if s.part[0] == FLIGHTS:
+                paused += paused_of([reply])
+        paused_by_write(paused, writes)
+        at = 0
+        for w, count in sent:
+            error = next((r for r in second[at : at + count] if isinstance(r, Exception)), None)
+            if error is not None:
+                errors.setdefault(id(w), error)
+            at += count
+        return [errors.get(id(w)) for w in writes]
 
     async def renew_leases(self, task_type: str, consumer: str, ids: Sequence[str]) -> list[str]:
         """``renew_leases.lua``: reset the idle time of our own in-flight messages."""

@@ -271,20 +271,21 @@ class FlightScripts(TaskScripts):
 
     def end_flight_calls(self, ends: Sequence[FlightEnd]) -> list[Call]:
         """``end_flights.lua`` calls, one per partition."""
-        k = self.keys
         by: dict[int, list[FlightEnd]] = defaultdict(list)
         for e in ends:
-            by[k.partition_of(e.task_id)].append(e)
-        calls: list[Call] = []
-        for partition, items in by.items():
-            args: list[Any] = [k.tag(partition)]
-            for e in items:
-                args += [e.task_id, k.bucket_of(e.task_id), e.ended, e.due_ms,
-                         "" if e.pause_after is None else e.pause_after, e.error]  # fmt: skip
-            keys = [k.schedule(partition), k.flights(partition), k.notes(partition),
-                    k.not_run(partition)]  # fmt: skip
-            calls.append((lua.END_FLIGHTS, keys, args))
-        return calls
+            by[self.keys.partition_of(e.task_id)].append(e)
+        return [self.end_flight_call(partition, items) for partition, items in by.items()]
+
+    def end_flight_call(self, partition: int, ends: Sequence[FlightEnd]) -> Call:
+        """The ``end_flights.lua`` call of ``partition``'s fires in ``ends``."""
+        k = self.keys
+        args: list[Any] = [k.tag(partition)]
+        for e in ends:
+            args += [e.task_id, k.bucket_of(e.task_id), e.ended, e.due_ms,
+                     "" if e.pause_after is None else e.pause_after, e.error]  # fmt: skip
+        keys = [k.schedule(partition), k.flights(partition), k.notes(partition),
+                k.not_run(partition)]  # fmt: skip
+        return (lua.END_FLIGHTS, keys, args)
 
     async def end_flights(self, ends: Sequence[FlightEnd]) -> list[tuple[str, int]]:
         """``end_flights.lua``: end these fires; the tasks it paused, with their streaks."""

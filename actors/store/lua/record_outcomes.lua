@@ -1,9 +1,11 @@
 -- record_outcomes: update tasks of one partition after their fires ran (or did not).
 -- KEYS[1]  schedule zset of the partition (only for its slot)
 -- ARGV[1]  partition tag   ARGV[2]  history length (0 = none kept)
--- ARGV[3]  the node's number (history.lua)   ARGV[4]  lateness bound ms (0 = none)
--- ARGV[5]  the fires' type
--- ARGV[6]  MessagePack of one flat array, groups of 11 (one C call decodes them all, its
+-- ARGV[3]  the node's number (history.lua)
+-- ARGV[4]  MessagePack of the rows' types in order, each with its lateness bound and its
+--           number of rows: type, ms (0 = none), rows, type, ms, rows, ... (the consumers
+--           of one process write their batches in one call a partition)
+-- ARGV[5]  MessagePack of one flat array, rows of 11 (one C call decodes them all, its
 --           numbers arriving as numbers; the bucket a string, for key names): task_id,
 --           bucket, outcome code (0 ok, 1 retry, 2 dead,
 --           3 cancelled, 4 expired: not run), finished_ms, error ('' = none), due_ms,
@@ -20,7 +22,7 @@
 -- and the API's alone (commit_fires relies on that). A task without a run record (not run
 -- since it was created, or since layout 2) starts from the counts in its state record.
 local tag, keep, node = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local late, task_type = tonumber(ARGV[4]), ARGV[5]
+local groups = cmsgpack.unpack(ARGV[4])
 local fate_of = {[0] = FATE_OK, FATE_FAILED, FATE_DEAD, FATE_CANCELLED, FATE_EXPIRED}
 local n = 0
 local now
@@ -28,39 +30,45 @@ local now
 -- case), an ok fire has no entry to take off and costs no lookup. (EXISTS: an emptied
 -- hash is gone; and the command the shipped ACL grants, deploy/redis/users.acl.)
 local listed = redis.call('EXISTS', tag .. ':attention') == 1
-local a = cmsgpack.unpack(ARGV[6])
-for i = 1, #a, 11 do
-  local id, b, outcome = a[i], a[i + 1], a[i + 2]
-  local r = get_run(tag, b, id)
-  if r then
-    local finished = a[i + 3]
-    if outcome <= 2 then
-      -- only after a failure is there an error to forget
-      local failed_before = r[RUN_LAST_STATUS] and r[RUN_LAST_STATUS] ~= 0
-      r[RUN_LAST_RUN_MS], r[RUN_LAST_STATUS] = finished, outcome
-      if outcome == 0 then
-        r[RUN_RUNS], r[RUN_RETRIES] = (r[RUN_RUNS] or 0) + 1, nil
-        if failed_before then redis.call('HDEL', tag .. ':errors', id) end
-      else
-        r[RUN_RETRIES] = (r[RUN_RETRIES] or 0) + 1
-        redis.call('HSET', tag .. ':errors', id, a[i + 4])
+local a = cmsgpack.unpack(ARGV[5])
+local first = 1
+for g = 1, #groups, 3 do
+  local task_type, late = groups[g], groups[g + 1]
+  local last = first + 11 * groups[g + 2] - 1
+  for i = first, last, 11 do
+    local id, b, outcome = a[i], a[i + 1], a[i + 2]
+    local r = get_run(tag, b, id)
+    if r then
+      local finished = a[i + 3]
+      if outcome <= 2 then
+        -- only after a failure is there an error to forget
+        local failed_before = r[RUN_LAST_STATUS] and r[RUN_LAST_STATUS] ~= 0
+        r[RUN_LAST_RUN_MS], r[RUN_LAST_STATUS] = finished, outcome
+        if outcome == 0 then
+          r[RUN_RUNS], r[RUN_RETRIES] = (r[RUN_RUNS] or 0) + 1, nil
+          if failed_before then redis.call('HDEL', tag .. ':errors', id) end
+        else
+          r[RUN_RETRIES] = (r[RUN_RETRIES] or 0) + 1
+          redis.call('HSET', tag .. ':errors', id, a[i + 4])
+        end
+        put_run(tag, b, id, r)
       end
-      put_run(tag, b, id, r)
+      local fate, due, started = fate_of[outcome], a[i + 5], tonumber(a[i + 6])
+      local line, allowed = a[i + 9], tonumber(a[i + 10])
+      local lag = started and started - due
+      push_history(tag, id, keep, fate, a[i + 8], a[i + 7], due, lag,
+        started and finished - started, node, line ~= '' and line or nil)
+      local reason = attention_of[fate]
+      if fate == FATE_OK and late > 0 and allowed and lag and lag - allowed > late then
+        reason = 'late'
+      end
+      if reason then now, listed = now or now_ms(), true end
+      if reason or (fate == FATE_OK and listed) then  -- an ok on time takes the task off
+        set_attention(tag, id, reason, due, task_type, reason and ms(now) or '')
+      end
+      n = n + 1
     end
-    local fate, due, started = fate_of[outcome], a[i + 5], tonumber(a[i + 6])
-    local line, allowed = a[i + 9], tonumber(a[i + 10])
-    local lag = started and started - due
-    push_history(tag, id, keep, fate, a[i + 8], a[i + 7], due, lag,
-      started and finished - started, node, line ~= '' and line or nil)
-    local reason = attention_of[fate]
-    if fate == FATE_OK and late > 0 and allowed and lag and lag - allowed > late then
-      reason = 'late'
-    end
-    if reason then now, listed = now or now_ms(), true end
-    if reason or (fate == FATE_OK and listed) then  -- an ok on time takes the task off
-      set_attention(tag, id, reason, due, task_type, reason and ms(now) or '')
-    end
-    n = n + 1
   end
+  first = last + 1
 end
 return n

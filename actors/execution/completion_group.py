@@ -1,0 +1,73 @@
+"""The consumers of one process write their batches of outcomes together.
+
+Each type's consumer flushes its finished fires on its own rhythm, and a flush writes per
+partition the fires touch (``actors.store.completion_writes``). A process that runs many
+types would send each partition's outcome call once per type: ten types at 10,000 fires a
+second made three script calls a fire where one type makes one. So a consumer hands its
+batch to the process's group: while one write is out, the batches that arrive wait, and
+go together in the next one, sharing their partition calls (a group commit, as a database
+does with its log). A batch that finds no write out is written at once: one type alone
+pays nothing for the group, and no batch waits longer than the write ahead of it.
+
+Each batch keeps its own fate: its ACKs go only once its own writes went through, and a
+write that fails fails only the batches with a part in it. The caller repeats a failed
+batch (``ride_out``), with whatever batches wait then.
+"""
+
+from __future__ import annotations
+
+import attrs
+import trio
+
+from actors.store.completion_writes import CompletionWrite
+from actors.store.execution_scripts import ExecutionScripts
+from runtime.errors import RedisUnavailable
+
+
+@attrs.define(eq=False)
+class _Entry:
+    write: CompletionWrite
+    done: bool = False
+    error: BaseException | None = None
+
+
+class CompletionGroup:
+    """Batches of one process's consumers, written together (one per process, shared by
+    its consumers; a consumer built without one has its own)."""
+
+    def __init__(self) -> None:
+        self._waiting: list[_Entry] = []
+        self._lock = trio.Lock()
+        self.writes = 0
+        """Writes made (each carries one or more batches)."""
+        self.batches = 0
+        """Batches written (they share ``writes`` calls)."""
+
+    async def complete(self, scripts: ExecutionScripts, write: CompletionWrite) -> None:
+        """Write ``write`` (``ExecutionScripts.complete``) with the batches waiting
+        alongside it; raise the first of its writes that failed. Called shielded, as the
+        consumer does: a batch cut off halfway would leave its fellows' unknown too."""
+        entry = _Entry(write)
+        self._waiting.append(entry)
+        async with self._lock:
+            if not entry.done:
+                entries, self._waiting = self._waiting, []
+                self.writes += 1
+                self.batches += len(entries)
+                try:
+                    errors = await scripts.complete([e.write for e in entries])
+                except BaseException as exc:
+                    # A lost connection fails every batch of the write alike (each repeats
+                    # it whole); a cancelled one, the others as an outage they ride out.
+                    shared = exc if isinstance(exc, Exception) else _cut_off()
+                    for e in entries:
+                        e.done, e.error = True, shared if e is not entry else exc
+                    raise
+                for e, error in zip(entries, errors, strict=True):
+                    e.done, e.error = True, error
+        if entry.error is not None:
+            raise entry.error
+
+
+def _cut_off() -> RedisUnavailable:
+    return RedisUnavailable("the write this batch went with was cut off; it is sent again")

@@ -1,0 +1,200 @@
+"""Consumers' batches of outcomes written together (``actors.execution.completion_group``,
+``actors.store.completion_writes``), against a real Redis: the batches share each
+partition's calls, yet each keeps its own fate (its ACKs, its refusals, its repeats)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.execution.completion_group import CompletionGroup
+from actors.store.completion_writes import OUTCOMES, RETRIES, CompletionWrite, shared_parts
+from actors.store.history import Ledger, decode_ring
+from actors.store.keys import GROUP, Keys
+from actors.store.ledger import attention_counts
+from actors.store.messages import Message
+from actors.store.replies import OutcomeWrite, RetryWrite
+from actors.store.tasks import TaskStore
+from runtime.errors import RedisUnavailable
+from runtime.redis_io import RedisClient
+
+
+@pytest.fixture
+def store(redis_client: RedisClient, namespace: str) -> TaskStore:
+    return TaskStore(redis_client, namespace, default_partitions=4)
+
+
+async def _tasks(store: TaskStore, by_type: dict[str, int]) -> dict[str, list[str]]:
+    """Tasks of each type, all in partition 0 (so their outcomes share its calls)."""
+    keys = await store.keys()
+    ids = iter([t for t in (f"g{i}" for i in range(1000)) if keys.partition_of(t) == 0])
+    schedule = Schedule("interval", every_s=3600, start_ms=await store.now_ms() + 3_600_000)
+    out = {task_type: [next(ids) for _ in range(count)] for task_type, count in by_type.items()}
+    specs = [TaskSpec(t, schedule, task_id=i) for t, of_type in out.items() for i in of_type]
+    await store.create_many(specs)
+    return out
+
+
+async def _pending(client: RedisClient, keys: Keys, task_type: str, count: int) -> list[str]:
+    """``count`` messages of ``task_type``'s stream, read (pending) by consumer ``c``."""
+    stream = keys.queue(task_type)
+    await client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
+    ids = [
+        (await client.execute("XADD", stream, "*", "task_id", f"m{i}")).decode()
+        for i in range(count)
+    ]
+    await client.execute("XREADGROUP", "GROUP", GROUP, "c", "STREAMS", stream, ">")
+    return ids
+
+
+async def _pending_count(client: RedisClient, keys: Keys, task_type: str) -> int:
+    summary = await client.execute_unparsed("XPENDING", keys.queue(task_type), GROUP)
+    return int(summary[0])
+
+
+async def _ring(store: TaskStore, task_id: str) -> list[Any]:
+    keys = await store.keys()
+    raw = await store.client.execute("HGET", keys.history(keys.partition_of(task_id)), task_id)
+    return [] if raw is None else decode_ring(raw)
+
+
+def _ok(task_id: str, due: int, lag: int) -> OutcomeWrite:
+    return OutcomeWrite(task_id, 0, due + lag + 10, "", due, due + lag, allowed_ms=0)
+
+
+def test_batches_of_many_types_share_one_call_a_partition() -> None:
+    keys = Keys("ns", 4)
+    a, b = [t for t in (f"t{i}" for i in range(100)) if keys.partition_of(t) == 0][:2]
+    ledger = Ledger(keep=20, node=3)
+    first = CompletionWrite("one", outcomes=[_ok(a, 1, 1)], ledger=ledger)
+    second = CompletionWrite("two", outcomes=[_ok(b, 1, 1)], ledger=ledger)
+    (shared,) = shared_parts([first, second], keys.partition_of)
+    assert shared.part == (OUTCOMES, 0, 20, 3)
+    assert [(w.task_type, [o.task_id for o in items]) for w, items in shared.shares] == [
+        ("one", [a]),
+        ("two", [b]),
+    ]
+    # A batch whose history settings differ has its own call: each call has one of them.
+    third = CompletionWrite("three", outcomes=[_ok(a, 2, 1)], ledger=Ledger(keep=5, node=3))
+    assert len(shared_parts([first, third], keys.partition_of)) == 2
+
+
+async def test_batches_written_together_keep_their_types_and_are_each_acknowledged(
+    store: TaskStore,
+) -> None:
+    """Two types' outcomes in one call of their partition: each task's history gets its
+    fire, and a late start puts its task on the attention list under its own type, with
+    its own type's lateness bound; each batch's messages are acknowledged."""
+    scripts, keys, client = await store.scripts(), await store.keys(), store.client
+    tasks = await _tasks(store, {"fast": 1, "slow": 1})
+    (fast,), (slow,) = tasks["fast"], tasks["slow"]
+    fast_ids, slow_ids = (
+        await _pending(client, keys, "fast", 2),
+        await _pending(client, keys, "slow", 1),
+    )
+    due = 1_700_000_000_000
+    # Both start 5 s late: beyond fast's 1 s bound, within slow's 60 s one.
+    writes = [
+        CompletionWrite("fast", outcomes=[_ok(fast, due, 5000)], acks=fast_ids,
+                        ledger=Ledger(keep=20, node=1, late_ms=1000)),
+        CompletionWrite("slow", outcomes=[_ok(slow, due, 5000)], acks=slow_ids,
+                        ledger=Ledger(keep=20, node=1, late_ms=60_000)),
+    ]  # fmt: skip
+    assert await scripts.complete(writes) == [None, None]
+    assert [o.due_ms for o in await _ring(store, fast)] == [due]
+    assert [o.due_ms for o in await _ring(store, slow)] == [due]
+    assert await attention_counts(store) == {("fast", "late"): 1}
+    assert await _pending_count(client, keys, "fast") == 0
+    assert await _pending_count(client, keys, "slow") == 0
+
+
+async def test_a_refused_write_fails_only_its_batches_and_a_repeat_sends_only_the_rest(
+    store: TaskStore,
+) -> None:
+    """One batch's retry context is refused (its key holds a string): that batch is not
+    acknowledged, the batch written beside it is; the partition call they shared went
+    through for both. Repeated once the key is fixed, the refused batch sends its retry
+    alone: its outcome is not written twice."""
+    scripts, keys, client = await store.scripts(), await store.keys(), store.client
+    tasks = await _tasks(store, {"broken": 1, "fine": 1})
+    (broken,), (fine,) = tasks["broken"], tasks["fine"]
+    broken_ids, fine_ids = (
+        await _pending(client, keys, "broken", 1),
+        await _pending(client, keys, "fine", 1),
+    )
+    await client.execute("SET", keys.retry(0), "not a sorted set")
+    due = 1_700_000_000_000
+    message = Message(broken_ids[0], broken, f"{broken}:{due}", "broken", "null", 0, due, due, None)
+    ledger = Ledger(keep=20, node=1)
+    refused = CompletionWrite(
+        "broken", retries=[RetryWrite(message, 1000, "boom")], outcomes=[_ok(broken, due, 5)],
+        acks=broken_ids, ledger=ledger,
+    )  # fmt: skip
+    fine_write = CompletionWrite("fine", outcomes=[_ok(fine, due, 5)], acks=fine_ids, ledger=ledger)
+    error, ok = await scripts.complete([refused, fine_write])
+    assert error is not None and "WRONGTYPE" in str(error) and ok is None
+    assert refused.written == {(OUTCOMES, 0, 20, 1)}  # its outcome went, its retry did not
+    assert await _pending_count(client, keys, "broken") == 1
+    assert await _pending_count(client, keys, "fine") == 0
+    await client.execute("DEL", keys.retry(0))
+    assert await scripts.complete([refused]) == [None]
+    assert refused.written == {(OUTCOMES, 0, 20, 1), (RETRIES, 0, 0, 0)}
+    assert [o.due_ms for o in await _ring(store, broken)] == [due]  # written once
+    assert await client.execute("ZCARD", keys.retry(0)) == 1
+    assert await _pending_count(client, keys, "broken") == 0
+
+
+async def test_batches_arriving_while_a_write_is_out_go_together(store: TaskStore) -> None:
+    scripts, keys, client = await store.scripts(), await store.keys(), store.client
+    tasks = await _tasks(store, {f"t{i}": 1 for i in range(4)})
+    group = CompletionGroup()
+    writes = []
+    for task_type, (task_id,) in tasks.items():
+        ids = await _pending(client, keys, task_type, 1)
+        writes.append(
+            CompletionWrite(task_type, outcomes=[_ok(task_id, 1, 1)], acks=ids, ledger=Ledger())
+        )
+    async with trio.open_nursery() as nursery:
+        for write in writes:
+            nursery.start_soon(group.complete, scripts, write)
+    assert group.batches == 4 and group.writes < 4
+    for task_type in tasks:
+        assert await _pending_count(client, keys, task_type) == 0
+
+
+async def test_a_write_cut_off_fails_the_batches_waiting_on_it_as_an_outage(
+    store: TaskStore, redis_client: RedisClient
+) -> None:
+    """The batch whose task writes for the group is cancelled mid-write (Redis paused):
+    the batches that went with it are told to repeat (an outage), not left waiting."""
+    scripts, client = await store.scripts(), store.client
+    tasks = await _tasks(store, {"a": 1, "b": 1})
+    group = CompletionGroup()
+    writes = [
+        CompletionWrite(t, outcomes=[_ok(task_id, 1, 1)], ledger=Ledger())
+        for t, (task_id,) in tasks.items()
+    ]
+    followed: list[BaseException] = []
+
+    async def follow(write: CompletionWrite) -> None:
+        try:
+            await group.complete(scripts, write)
+        except RedisUnavailable as exc:
+            followed.append(exc)
+
+    await redis_client.execute("CLIENT", "PAUSE", 10_000, "WRITE")
+    try:
+        with trio.fail_after(8):
+            async with trio.open_nursery() as nursery:
+                with trio.move_on_after(0.3) as leader:
+                    nursery.start_soon(follow, writes[1])
+                    await group.complete(scripts, writes[0])
+    finally:
+        await redis_client.execute("CLIENT", "UNPAUSE")
+    assert leader.cancelled_caught
+    assert len(followed) == 1  # told, whatever ended the write: it repeats its batch
+    await client.wait_abandoned()
