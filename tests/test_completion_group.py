@@ -13,7 +13,7 @@ from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.execution.completion_group import CompletionGroup
 from actors.store.completion_writes import OUTCOMES, RETRIES, CompletionWrite, shared_parts
-from actors.store.history import Ledger, decode_ring
+from actors.store.history import DEFAULT_HISTORY, Ledger, decode_ring
 from actors.store.keys import GROUP, Keys
 from actors.store.ledger import attention_counts
 from actors.store.messages import Message
@@ -198,3 +198,83 @@ async def test_a_write_cut_off_fails_the_batches_waiting_on_it_as_an_outage(
     assert leader.cancelled_caught
     assert len(followed) == 1  # told, whatever ended the write: it repeats its batch
     await client.wait_abandoned()
+
+
+async def test_one_batchs_failing_row_leaves_the_others_in_its_call_written_once(
+    store: TaskStore,
+) -> None:
+    """Two batches' outcomes in one call of their partition; the second's failure row
+    meets a key of the wrong type. The first batch's rows went through, once: it is
+    acknowledged and never sent again; the second repeats alone once the key is fixed."""
+    scripts, keys, client = await store.scripts(), await store.keys(), store.client
+    tasks = await _tasks(store, {"good": 1, "bad": 1})
+    (good,), (bad,) = tasks["good"], tasks["bad"]
+    good_ids, bad_ids = (
+        await _pending(client, keys, "good", 1),
+        await _pending(client, keys, "bad", 1),
+    )
+    await client.execute("SET", f"{keys.tag(0)}:errors", "not a hash")
+    due, ledger = 1_700_000_000_000, Ledger(keep=20, node=1)
+    failed = OutcomeWrite(bad, 1, due + 20, "boom", due, due + 5)
+    writes = [
+        CompletionWrite("good", outcomes=[_ok(good, due, 5)], acks=good_ids, ledger=ledger),
+        CompletionWrite("bad", outcomes=[failed], acks=bad_ids, ledger=ledger),
+    ]
+    ok, error = await scripts.complete(writes)
+    assert ok is None and error is not None and "WRONGTYPE" in str(error)
+    assert writes[0].written == {(OUTCOMES, 0, 20, 1)} and not writes[1].written
+    assert await _pending_count(client, keys, "good") == 0
+    assert await _pending_count(client, keys, "bad") == 1
+    await client.execute("DEL", f"{keys.tag(0)}:errors")
+    assert await scripts.complete([writes[1]]) == [None]
+    assert [o.due_ms for o in await _ring(store, good)] == [due]
+    assert [o.due_ms for o in await _ring(store, bad)] == [due]
+    assert await _pending_count(client, keys, "bad") == 0
+
+
+async def test_a_batch_whose_ack_is_refused_holds_back_no_other(store: TaskStore) -> None:
+    scripts, keys, client = await store.scripts(), await store.keys(), store.client
+    tasks = await _tasks(store, {"good": 1, "broken": 1})
+    good_ids = await _pending(client, keys, "good", 1)
+    await client.execute("SET", keys.queue("broken"), "not a stream")
+    writes = [
+        CompletionWrite("good", outcomes=[_ok(tasks["good"][0], 1, 1)], acks=good_ids),
+        CompletionWrite("broken", outcomes=[_ok(tasks["broken"][0], 1, 1)], acks=["1-1"]),
+    ]
+    ok, error = await scripts.complete(writes)
+    assert ok is None and error is not None and "WRONGTYPE" in str(error)
+    assert await _pending_count(client, keys, "good") == 0
+    assert writes[1].written == {(OUTCOMES, 0, DEFAULT_HISTORY, 0)}  # not sent again
+
+
+async def test_a_batch_that_cannot_be_encoded_fails_alone(store: TaskStore) -> None:
+    """A value that does not encode in one batch of a write: that batch's consumer gets the
+    error, once it goes alone; the batch written beside it is written and acknowledged."""
+    scripts, keys, client = await store.scripts(), await store.keys(), store.client
+    tasks = await _tasks(store, {"good": 1, "odd": 1})
+    good_ids, odd_ids = (
+        await _pending(client, keys, "good", 1),
+        await _pending(client, keys, "odd", 1),
+    )
+    odd = OutcomeWrite(tasks["odd"][0], 2, 5, object(), 1, 2)  # type: ignore[arg-type]
+    writes = [
+        CompletionWrite("good", outcomes=[_ok(tasks["good"][0], 1, 1)], acks=good_ids),
+        CompletionWrite("odd", outcomes=[odd], acks=odd_ids),
+    ]
+    group = CompletionGroup()
+    raised: dict[str, BaseException] = {}
+
+    async def complete(write: CompletionWrite) -> None:
+        try:
+            await client.ride_out(lambda: group.complete(scripts, write))
+        except Exception as exc:
+            raised[write.task_type] = exc
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            for write in writes:
+                nursery.start_soon(complete, write)
+    assert list(raised) == ["odd"] and isinstance(raised["odd"], TypeError)
+    assert group.batches == 4 and group.writes == 3  # together, then each alone
+    assert await _pending_count(client, keys, "good") == 0
+    assert await _pending_count(client, keys, "odd") == 1

@@ -9,9 +9,11 @@ go together in the next one, sharing their partition calls (a group commit, as a
 does with its log). A batch that finds no write out is written at once: one type alone
 pays nothing for the group, and no batch waits longer than the write ahead of it.
 
-Each batch keeps its own fate: its ACKs go only once its own writes went through, and a
-write that fails fails only the batches with a part in it. The caller repeats a failed
-batch (``ride_out``), with whatever batches wait then.
+Each batch keeps its own fate: its ACKs go only once its own writes went through, its
+outcomes succeed or fail apart from the others' in the calls they share, and a failure
+it brings (a call that failed as a whole, a value that does not encode) sends it alone
+from then on, never again with the others. The caller repeats a failed batch
+(``ride_out``), with whatever batches wait then.
 """
 
 from __future__ import annotations
@@ -45,28 +47,50 @@ class CompletionGroup:
 
     async def complete(self, scripts: ExecutionScripts, write: CompletionWrite) -> None:
         """Write ``write`` (``ExecutionScripts.complete``) with the batches waiting
-        alongside it; raise the first of its writes that failed. Called shielded, as the
-        consumer does: a batch cut off halfway would leave its fellows' unknown too."""
+        alongside it (or alone, once it is to go alone); raise the first of its writes that
+        failed. Called shielded, as the consumer does: a batch cut off halfway would leave
+        its fellows' unknown too."""
         entry = _Entry(write)
         self._waiting.append(entry)
         async with self._lock:
             if not entry.done:
-                entries, self._waiting = self._waiting, []
-                self.writes += 1
-                self.batches += len(entries)
+                if write.alone:
+                    self._waiting.remove(entry)
+                    entries = [entry]
+                else:
+                    entries = [e for e in self._waiting if not e.write.alone]
+                    self._waiting = [e for e in self._waiting if e.write.alone]
                 try:
-                    errors = await scripts.complete([e.write for e in entries])
-                except BaseException as exc:
-                    # A lost connection fails every batch of the write alike (each repeats
-                    # it whole); a cancelled one, the others as an outage they ride out.
-                    shared = exc if isinstance(exc, Exception) else _cut_off()
-                    for e in entries:
-                        e.done, e.error = True, shared if e is not entry else exc
-                    raise
-                for e, error in zip(entries, errors, strict=True):
-                    e.done, e.error = True, error
+                    await self._write(scripts, entries)
+                finally:
+                    for e in entries:  # cancelled: the others repeat theirs, as after an outage
+                        if not e.done:
+                            e.done, e.error = True, _cut_off()
         if entry.error is not None:
             raise entry.error
+
+    async def _write(self, scripts: ExecutionScripts, entries: list[_Entry]) -> None:
+        self.writes += 1
+        self.batches += len(entries)
+        try:
+            errors = await scripts.complete([e.write for e in entries])
+        except RedisUnavailable as exc:  # a lost connection: every batch repeats it whole
+            for e in entries:
+                e.done, e.error = True, exc
+            return
+        except Exception as exc:
+            if len(entries) == 1:
+                entries[0].done, entries[0].error = True, exc
+                return
+            # Not Redis's answer: a batch whose writes cannot be built (a value that does
+            # not encode). Each goes alone next, so the error reaches its own batch only,
+            # and the others are written.
+            for e in entries:
+                e.write.alone = True
+                e.done, e.error = True, _cut_off()
+            return
+        for e, error in zip(entries, errors, strict=True):
+            e.done, e.error = True, error
 
 
 def _cut_off() -> RedisUnavailable:

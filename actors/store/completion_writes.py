@@ -47,10 +47,13 @@ class CompletionWrite:
     ledger: Ledger = attrs.field(factory=Ledger)
     """The history's length, this node's number and the type's lateness bound."""
     written: set[Part] = attrs.field(factory=set)
-    """The partition writes that went through on an earlier attempt: a repeat after a
-    refusal sends only the rest (a retry context written again after the dispatcher took
-    it would run that attempt twice). After a lost connection nothing is known, and the
-    caller starts again with none (``ExecutionScripts.complete``'s docstring)."""
+    """The partition writes known to have gone through on an earlier attempt: a repeat
+    sends only the rest (a retry context written again after the dispatcher took it would
+    run that attempt twice). A write whose reply a lost connection took is not known, and
+    is sent again."""
+    alone: bool = False
+    """Written apart from other batches from now on: a call it shared failed (so it cannot
+    fail theirs again), or its writes could not be built."""
     paused: list[tuple[str, int]] = attrs.field(factory=list)
     """The tasks its ended flights paused for their failures, with their dead streaks."""
 
@@ -98,9 +101,12 @@ def shared_parts(writes: Sequence[CompletionWrite], partition_of: Any) -> list[S
     return list(shared.values())
 
 
-def paused_by_write(paused: Sequence[tuple[str, int]], writes: Sequence[CompletionWrite]) -> None:
-    """Give each batch the paused tasks that are its own (by the flights it ended)."""
-    owner = {e.task_id: w for w in writes for e in w.flights}
+def paused_by_write(
+    paused: Sequence[tuple[str, int]], shares: Sequence[tuple[CompletionWrite, list[Any]]]
+) -> None:
+    """Give each batch of one ``end_flights.lua`` call the paused tasks of the flights it
+    ended in it."""
+    owner = {e.task_id: w for w, ends in shares for e in ends}
     for task_id, streak in paused:
         write = owner.get(task_id)
         if write is not None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from actors.store import lua
 from actors.store.completion_writes import (
     FLIGHTS,
@@ -37,6 +39,7 @@ from actors.store.replies import (
 )
 from actors.store.task_scripts import Call, or_empty
 from runtime.redis_io import Reply
+from runtime.redis_replies import classify
 
 #: Most stream entries one ``trim_acked.lua`` call drops (whole listpack nodes of ~100: a
 #: call frees ~1,000 nodes, well under a millisecond); ``trim_acked`` repeats it while
@@ -154,7 +157,20 @@ class ExecutionScripts(FlightScripts):
         entry; how many updated."""
         write = CompletionWrite(task_type, outcomes=outcomes, ledger=ledger or Ledger())
         shared = shared_parts([write], self.keys.partition_of)
-        return sum(int(r) for r in await self._run([self._shared_call(s) for s in shared]))
+        total = 0
+        for reply in await self._run([self._shared_call(s) for s in shared]):
+            for (updated, _), error in zip(reply, self._group_errors(reply), strict=True):
+                if error is not None:
+                    raise error
+                total += int(updated)
+        return total
+
+    def _group_errors(self, reply: Any) -> list[Exception | None]:
+        """``record_outcomes.lua``'s reply: each group's error (None: written in full)."""
+        return [
+            classify(ResponseError(error.decode()), self.client.description) if error else None
+            for _, error in reply
+        ]
 
     async def complete(self, writes: Sequence[CompletionWrite]) -> list[Exception | None]:
         """Consumers' batches of outcomes (``actors.store.completion_writes``), in the order
@@ -166,44 +182,29 @@ class ExecutionScripts(FlightScripts):
         written. Per batch, the first write that failed (nothing of that batch was
         acknowledged), else None.
 
-        Each batch's ``written`` gets the partition writes that went through (an attempt
-        repeated after a refusal sends only the rest; after a lost connection, which raises
-        here, nothing is known and the caller sends every write again), and its ``paused``
-        the tasks its ended flights paused. Dead letters are safe to repeat: one is written
-        only while its message is pending."""
+        Each batch's ``written`` gets the partition writes that went through, as soon as
+        the first round's replies are in (so a lost connection in the second round sends
+        none of them again), and its ``paused`` the tasks its ended flights paused. The
+        outcomes of several batches in one call succeed or fail batch by batch
+        (``record_outcomes.lua`` replies per group); a retry or flight call they shared
+        that failed fails them all, and each is written alone from then on. Dead letters
+        are safe to repeat: one is written only while its message is pending."""
         shared = shared_parts(writes, self.keys.partition_of)
+        errors: dict[int, Exception] = {}
         sent: list[tuple[CompletionWrite, int]] = []
 
         def then(replies: list[Reply]) -> list[Call]:
-            failed = {
-                id(w)
-                for s, reply in zip(shared, replies, strict=True)
-                if isinstance(reply, Exception)
-                for w, _ in s.shares
-            }
+            for s, reply in zip(shared, replies, strict=True):
+                self._settle(s, reply, errors)
             calls: list[Call] = []
             for w in writes:
-                if id(w) not in failed:
+                if id(w) not in errors:
                     stream = self._stream_calls(w)
                     sent.append((w, len(stream)))
                     calls += stream
             return calls
 
-        first, second = await self.client.scripts_in_order(
-            [self._shared_call(s) for s in shared], then
-        )
-        errors: dict[int, Exception] = {}
-        paused: list[tuple[str, int]] = []
-        for s, reply in zip(shared, first, strict=True):
-            if isinstance(reply, Exception):
-                for w, _ in s.shares:
-                    errors.setdefault(id(w), reply)
-                continue
-            for w, _ in s.shares:
-                w.written.add(s.part)
-            if s.part[0] == FLIGHTS:
-                paused += paused_of([reply])
-        paused_by_write(paused, writes)
+        _, second = await self.client.scripts_in_order([self._shared_call(s) for s in shared], then)
         at = 0
         for w, count in sent:
             error = next((r for r in second[at : at + count] if isinstance(r, Exception)), None)
@@ -211,6 +212,26 @@ class ExecutionScripts(FlightScripts):
                 errors.setdefault(id(w), error)
             at += count
         return [errors.get(id(w)) for w in writes]
+
+    def _settle(self, shared: Shared, reply: Reply, errors: dict[int, Exception]) -> None:
+        """What one partition write's reply means for each batch with a part in it."""
+        if isinstance(reply, Exception):
+            for w, _ in shared.shares:
+                errors.setdefault(id(w), reply)
+                w.alone = w.alone or len(shared.shares) > 1
+            return
+        if shared.part[0] == OUTCOMES:
+            outcomes = self._group_errors(reply)
+            for (w, _), error in zip(shared.shares, outcomes, strict=True):
+                if error is None:
+                    w.written.add(shared.part)
+                else:
+                    errors.setdefault(id(w), error)
+            return
+        for w, _ in shared.shares:
+            w.written.add(shared.part)
+        if shared.part[0] == FLIGHTS:
+            paused_by_write(paused_of([reply]), shared.shares)
 
     async def renew_leases(self, task_type: str, consumer: str, ids: Sequence[str]) -> list[str]:
         """``renew_leases.lua``: reset the idle time of our own in-flight messages."""
