@@ -159,7 +159,7 @@ class ExecutionScripts(FlightScripts):
         shared = shared_parts([write], self.keys.partition_of)
         total = 0
         for reply in await self._run([self._shared_call(s) for s in shared]):
-            for (updated, _), error in zip(reply, self._group_errors(reply), strict=True):
+            for updated, error in zip(reply, self._group_errors(reply), strict=True):
                 if error is not None:
                     raise error
                 total += int(updated)
@@ -168,8 +168,10 @@ class ExecutionScripts(FlightScripts):
     def _group_errors(self, reply: Any) -> list[Exception | None]:
         """``record_outcomes.lua``'s reply: each group's error (None: written in full)."""
         return [
-            classify(ResponseError(error.decode()), self.client.description) if error else None
-            for _, error in reply
+            classify(ResponseError(group.decode()), self.client.description)
+            if isinstance(group, bytes)
+            else None
+            for group in reply
         ]
 
     async def complete(self, writes: Sequence[CompletionWrite]) -> list[Exception | None]:

@@ -12,9 +12,10 @@
 --           started_ms ('' = did not start), attempt, origin (0 schedule, 1 trigger,
 --           2 backfill, 3 replay), the error's last line, and the lateness the fire was
 --           allowed (its spread and jitter, ms; '' = not judged: a retry or a manual fire)
--- Returns, per group, {tasks updated (a deleted task is skipped), error ('' = none)}: a
--- group whose write fails (a key of the wrong type) ends there, and the next group goes on,
--- so one batch's trouble never makes another batch's rows fail (and be written again).
+-- Returns, per group, the number of its tasks updated (a deleted task is skipped), or the
+-- error its write met (a string): a group whose write fails (a key of the wrong type) ends
+-- there and the next group goes on, so one batch's trouble never makes another batch's
+-- rows fail (and be written again).
 -- ok resets the consecutive-failure count (retries) and forgets the last error; retry and
 -- dead increase it and keep the error in the partition's errors hash; a fire not run
 -- changes neither. Every outcome is an occurrence in the task's history; dead, expired
@@ -26,56 +27,58 @@
 local tag, keep, node = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local groups = cmsgpack.unpack(ARGV[4])
 local fate_of = {[0] = FATE_OK, FATE_FAILED, FATE_DEAD, FATE_CANCELLED, FATE_EXPIRED}
-local n = 0
 local now
 -- Whether any task of the partition is on the attention list: while none is (the usual
 -- case), an ok fire has no entry to take off and costs no lookup. (EXISTS: an emptied
 -- hash is gone; and the command the shipped ACL grants, deploy/redis/users.acl.)
 local listed = redis.call('EXISTS', tag .. ':attention') == 1
+-- One group's rows (those of one type), a[first .. last]: how many tasks it updated.
+local function record_group(a, first, last, task_type, late)
+  local n = 0
+  for i = first, last, 11 do
+    local id, b, outcome = a[i], a[i + 1], a[i + 2]
+    local r = get_run(tag, b, id)
+    if r then
+      local finished = a[i + 3]
+      if outcome <= 2 then
+        -- only after a failure is there an error to forget
+        local failed_before = r[RUN_LAST_STATUS] and r[RUN_LAST_STATUS] ~= 0
+        r[RUN_LAST_RUN_MS], r[RUN_LAST_STATUS] = finished, outcome
+        if outcome == 0 then
+          r[RUN_RUNS], r[RUN_RETRIES] = (r[RUN_RUNS] or 0) + 1, nil
+          if failed_before then redis.call('HDEL', tag .. ':errors', id) end
+        else
+          r[RUN_RETRIES] = (r[RUN_RETRIES] or 0) + 1
+          redis.call('HSET', tag .. ':errors', id, a[i + 4])
+        end
+        put_run(tag, b, id, r)
+      end
+      local fate, due, started = fate_of[outcome], a[i + 5], tonumber(a[i + 6])
+      local line, allowed = a[i + 9], tonumber(a[i + 10])
+      local lag = started and started - due
+      push_history(tag, id, keep, fate, a[i + 8], a[i + 7], due, lag,
+        started and finished - started, node, line ~= '' and line or nil)
+      local reason = attention_of[fate]
+      if fate == FATE_OK and late > 0 and allowed and lag and lag - allowed > late then
+        reason = 'late'
+      end
+      if reason then now, listed = now or now_ms(), true end
+      if reason or (fate == FATE_OK and listed) then  -- an ok on time takes the task off
+        set_attention(tag, id, reason, due, task_type, reason and ms(now) or '')
+      end
+      n = n + 1
+    end
+  end
+  return n
+end
+
 local a = cmsgpack.unpack(ARGV[5])
 local first = 1
 local replies = {}
 for g = 1, #groups, 3 do
-  local task_type, late = groups[g], groups[g + 1]
   local last = first + 11 * groups[g + 2] - 1
-  n = 0
-  local ok, err = pcall(function()
-    for i = first, last, 11 do
-      local id, b, outcome = a[i], a[i + 1], a[i + 2]
-      local r = get_run(tag, b, id)
-      if r then
-        local finished = a[i + 3]
-        if outcome <= 2 then
-          -- only after a failure is there an error to forget
-          local failed_before = r[RUN_LAST_STATUS] and r[RUN_LAST_STATUS] ~= 0
-          r[RUN_LAST_RUN_MS], r[RUN_LAST_STATUS] = finished, outcome
-          if outcome == 0 then
-            r[RUN_RUNS], r[RUN_RETRIES] = (r[RUN_RUNS] or 0) + 1, nil
-            if failed_before then redis.call('HDEL', tag .. ':errors', id) end
-          else
-            r[RUN_RETRIES] = (r[RUN_RETRIES] or 0) + 1
-            redis.call('HSET', tag .. ':errors', id, a[i + 4])
-          end
-          put_run(tag, b, id, r)
-        end
-        local fate, due, started = fate_of[outcome], a[i + 5], tonumber(a[i + 6])
-        local line, allowed = a[i + 9], tonumber(a[i + 10])
-        local lag = started and started - due
-        push_history(tag, id, keep, fate, a[i + 8], a[i + 7], due, lag,
-          started and finished - started, node, line ~= '' and line or nil)
-        local reason = attention_of[fate]
-        if fate == FATE_OK and late > 0 and allowed and lag and lag - allowed > late then
-          reason = 'late'
-        end
-        if reason then now, listed = now or now_ms(), true end
-        if reason or (fate == FATE_OK and listed) then  -- an ok on time takes the task off
-          set_attention(tag, id, reason, due, task_type, reason and ms(now) or '')
-        end
-        n = n + 1
-      end
-    end
-  end)
-  replies[#replies + 1] = {n, ok and '' or (type(err) == 'table' and err.err or tostring(err))}
+  local ok, n = pcall(record_group, a, first, last, groups[g], groups[g + 1])
+  replies[#replies + 1] = ok and n or (type(n) == 'table' and n.err or tostring(n))
   first = last + 1
 end
 return replies
