@@ -66,6 +66,10 @@ def _ok(task_id: str, due: int, lag: int) -> OutcomeWrite:
     return OutcomeWrite(task_id, 0, due + lag + 10, "", due, due + lag, allowed_ms=0)
 
 
+def _message(task_id: str, task_type: str) -> Message:
+    return Message("1-1", task_id, f"{task_id}:1", task_type, "null", 0, 1, 1, None)
+
+
 def test_batches_of_many_types_share_one_call_a_partition() -> None:
     keys = Keys("ns", 4)
     a, b = [t for t in (f"t{i}" for i in range(100)) if keys.partition_of(t) == 0][:2]
@@ -81,6 +85,12 @@ def test_batches_of_many_types_share_one_call_a_partition() -> None:
     # A batch whose history settings differ has its own call: each call has one of them.
     third = CompletionWrite("three", outcomes=[_ok(a, 2, 1)], ledger=Ledger(keep=5, node=3))
     assert len(shared_parts([first, third], keys.partition_of)) == 2
+    # Retry contexts are never shared: a call failing partway would write the others again.
+    retries = [
+        CompletionWrite(t, retries=[RetryWrite(_message(i, t), 10, "boom")])
+        for t, i in (("one", a), ("two", b))
+    ]
+    assert [len(s.shares) for s in shared_parts(retries, keys.partition_of)] == [1, 1]
 
 
 async def test_batches_written_together_keep_their_types_and_are_each_acknowledged(

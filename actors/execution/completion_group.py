@@ -10,10 +10,11 @@ does with its log). A batch that finds no write out is written at once: one type
 pays nothing for the group, and no batch waits longer than the write ahead of it.
 
 Each batch keeps its own fate: its ACKs go only once its own writes went through, its
-outcomes succeed or fail apart from the others' in the calls they share, and a failure
-it brings (a call that failed as a whole, a value that does not encode) sends it alone
-from then on, never again with the others. The caller repeats a failed batch
-(``ride_out``), with whatever batches wait then.
+outcomes succeed or fail apart from the others' in the calls they share, and a batch whose
+writes cannot be built (a value that does not encode) goes alone from then on, so the
+error reaches its own consumer only. Callers must shield their call (the consumer does):
+one cancelled while it waits would leave its batch to be written for nobody. The caller
+repeats a failed batch (``ride_out``), with whatever batches wait then.
 """
 
 from __future__ import annotations

@@ -3,14 +3,17 @@ every consumer of a process at once (``actors.execution.completion_group``).
 
 A batch writes per partition (retry contexts, task outcomes, ended flights: one script call
 each) and then per stream (dead letters, ACKs). Batches written together share their
-partition calls: the outcomes of ten types' batches that fall in one partition are one
+outcome calls: the outcomes of ten types' batches that fall in one partition are one
 ``record_outcomes.lua`` call, not ten, so a node's Redis calls and their CPU follow the
-partitions a flush touches, not the partitions times the types.
+partitions a flush touches, not the partitions times the types. Within a shared call each
+batch's rows succeed or fail on their own (the script runs each group under ``pcall``).
 
-Each partition write is atomic (one script) and is remembered by every batch that had a part
-in it (``CompletionWrite.written``), so an attempt repeated after a refusal sends only the
-writes not done yet, whichever batches it is sent with. A batch's stream writes go only
-once every partition write of that batch went through: the ACK invariant, batch by batch.
+A batch remembers each partition write of its own that went through
+(``CompletionWrite.written``), so an attempt repeated after a refusal sends only the
+writes not done yet, whichever batches it is sent with. A write that failed partway may
+have applied its first rows, which the repeat writes again: at least once, as for a batch
+alone. A batch's stream writes go only once every partition write of that batch went
+through: the ACK invariant, batch by batch.
 """
 
 from __future__ import annotations
@@ -52,8 +55,8 @@ class CompletionWrite:
     run that attempt twice). A write whose reply a lost connection took is not known, and
     is sent again."""
     alone: bool = False
-    """Written apart from other batches from now on: a call it shared failed (so it cannot
-    fail theirs again), or its writes could not be built."""
+    """Written apart from other batches from now on: its writes could not be built (a
+    value that does not encode), so its error reaches its own consumer only."""
     paused: list[tuple[str, int]] = attrs.field(factory=list)
     """The tasks its ended flights paused for their failures, with their dead streaks."""
 
@@ -93,11 +96,15 @@ class Shared:
 
 def shared_parts(writes: Sequence[CompletionWrite], partition_of: Any) -> list[Shared]:
     """The partition writes of ``writes`` not done yet, each with its batches' parts, in
-    the order the batches name them."""
-    shared: dict[Part, Shared] = {}
+    the order the batches name them. Only outcome calls are shared: each type's rows in one
+    run under their own ``pcall`` (``record_outcomes.lua``), so one batch's failing row
+    fails its own batch alone; a batch's retry contexts and ended flights go in calls of
+    their own, which fail or succeed for it alone."""
+    shared: dict[Any, Shared] = {}
     for write in writes:
         for part, items in write.parts(partition_of).items():
-            shared.setdefault(part, Shared(part)).shares.append((write, items))
+            key = part if part[0] == OUTCOMES else (part, id(write))
+            shared.setdefault(key, Shared(part)).shares.append((write, items))
     return list(shared.values())
 
 

@@ -166,11 +166,15 @@ class ExecutionScripts(FlightScripts):
         return total
 
     def _group_errors(self, reply: Any) -> list[Exception | None]:
-        """``record_outcomes.lua``'s reply: each group's error (None: written in full)."""
+        """``record_outcomes.lua``'s reply: each group's error (None: written in full; a
+        group's count is an integer, its error a string)."""
         return [
-            classify(ResponseError(group.decode()), self.client.description)
-            if isinstance(group, bytes)
-            else None
+            None
+            if isinstance(group, int)
+            else classify(
+                ResponseError(group.decode() if isinstance(group, bytes) else str(group)),
+                self.client.description,
+            )
             for group in reply
         ]
 
@@ -188,9 +192,9 @@ class ExecutionScripts(FlightScripts):
         the first round's replies are in (so a lost connection in the second round sends
         none of them again), and its ``paused`` the tasks its ended flights paused. The
         outcomes of several batches in one call succeed or fail batch by batch
-        (``record_outcomes.lua`` replies per group); a retry or flight call they shared
-        that failed fails them all, and each is written alone from then on. Dead letters
-        are safe to repeat: one is written only while its message is pending."""
+        (``record_outcomes.lua`` replies per group); retry contexts and ended flights go in
+        calls of each batch's own. Dead letters are safe to repeat: one is written only
+        while its message is pending."""
         shared = shared_parts(writes, self.keys.partition_of)
         errors: dict[int, Exception] = {}
         sent: list[tuple[CompletionWrite, int]] = []
@@ -220,7 +224,6 @@ class ExecutionScripts(FlightScripts):
         if isinstance(reply, Exception):
             for w, _ in shared.shares:
                 errors.setdefault(id(w), reply)
-                w.alone = w.alone or len(shared.shares) > 1
             return
         if shared.part[0] == OUTCOMES:
             outcomes = self._group_errors(reply)
