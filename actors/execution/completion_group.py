@@ -3,10 +3,10 @@
 Each type's consumer flushes its finished fires on its own rhythm, and a flush writes per
 partition the fires touch (``actors.store.completion_writes``). A process that runs many
 types would send each partition's outcome call once per type: ten types at 10,000 fires a
-second made three script calls a fire where one type makes one. So a consumer hands its
-batch to the process's group: while one write is out, the batches that arrive wait, and
-go together in the next one, sharing their partition calls (a group commit, as a database
-does with its log). A batch that finds no write out is written at once: one type alone
+second made three times the script calls a fire that one type makes. So a consumer hands
+its batch to the process's group: while one write is out, the batches that arrive wait,
+and go together in the next one, sharing their outcome calls (a group commit, as a
+database does with its log). A batch that finds no write out is written at once: one type alone
 pays nothing for the group, and no batch waits longer than the write ahead of it.
 
 Each batch keeps its own fate: its ACKs go only once its own writes went through, its
