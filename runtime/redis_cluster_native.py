@@ -8,9 +8,11 @@ spend about twice the CPU a fire it spends on one Redis. The calls here are the 
 grouped by master: one pipeline a master. A connection to every master a call needs is
 taken before anything is sent: a master whose connection is refused or closed (a killed
 process) fails the call before any master ran a part of it, so a repeat sends each write
-once. (One that goes silent mid-call leaves the others' parts run, as any connection
-lost mid-pipeline does: nothing is known, and the repeated step sends every write again.)
-Then every pipeline is sent before any reply is read, so the masters work at once.
+once. Then every pipeline is sent before any reply is read, so the masters work at once.
+A master that fails once sent (silent, closed, ``LOADING``) leaves its part unknown, as any
+connection lost mid-pipeline does; the other masters' replies are still read, so
+``RedisClient.scripts_in_order`` tells its caller which of their writes ran, and a caller
+that keeps that (a consumer's batch) repeats only the rest.
 
 Routing: which master serves each of the 16,384 slots is copied from redis-py's cluster
 client, which learned it with ``CLUSTER SLOTS`` (in the I/O thread); every master gets a
@@ -49,7 +51,8 @@ import redis.exceptions
 import trio
 
 from runtime.config import RedisSection
-from runtime.redis_native import NativePool, pack, pipelined_on_many
+from runtime.errors import RedisUnavailable
+from runtime.redis_native import NativePool, pack, pipelined_on_each, pipelined_on_many
 from runtime.redis_wire import Reply, Script, evalsha_commands, load_missing
 
 #: How many times a call answered ``MOVED`` or ``TRYAGAIN`` is sent again on these pools.
@@ -197,7 +200,7 @@ class ClusterCalls:
     def _raw(self) -> Any:
         raise NotImplementedError
 
-    def _classified(self, replies: list[Reply]) -> list[Reply]:
+    def _classified(self, replies: list[Reply], outages_in_place: bool = False) -> list[Reply]:
         raise NotImplementedError
 
     def _evalsha_loading(self, calls: Calls) -> list[Reply]:
@@ -235,12 +238,17 @@ class ClusterCalls:
             current.stale = False
         return True
 
-    async def _cluster_script_calls(self, routes: ClusterRoutes, calls: Calls) -> list[Reply]:
+    async def _cluster_script_calls(
+        self, routes: ClusterRoutes, calls: Calls, outages_in_place: bool = False
+    ) -> list[Reply]:
         """``mixed_scripts`` on a Cluster: one pipeline a master, all sent before any
-        reply is read; replies classified."""
+        reply is read; replies classified. ``outages_in_place`` (``_classified``): a master
+        that fails once sent gives each of its calls a ``RedisUnavailable`` in place, and
+        the other masters' replies are kept, so the caller knows which of their calls ran."""
         current = await self._learn(routes, probing=False)
         if current is None:
-            return self._classified(await self._threads.run(lambda: self._evalsha_loading(calls)))
+            answered = await self._threads.run(lambda: self._evalsha_loading(calls))
+            return self._classified(answered, outages_in_place)
         replies: list[Reply] = [None] * len(calls)
         commands = evalsha_commands(calls)
         todo = list(range(len(calls)))
@@ -254,10 +262,19 @@ class ClusterCalls:
                 (pool, pack([commands[i] for i in indices]), len(indices))
                 for pool, indices in groups.items()
             ]
-            got = await _on(current, pipelined_on_many(jobs))
+            got = await _on(current, pipelined_on_each(jobs))
+            lost = [answers for answers in got if isinstance(answers, Exception)]
+            if lost:
+                current.failed()
+                if not outages_in_place:
+                    raise lost[0]
             moved: list[int] = []
             again: list[int] = []
             for (pool, indices), answers in zip(groups.items(), got, strict=True):
+                if isinstance(answers, Exception):
+                    for i in indices:  # unknown whether they ran
+                        replies[i] = RedisUnavailable(f"redis at {pool.address}: {answers}")
+                    continue
                 sent = [calls[i] for i in indices]
                 answers = await _on(
                     current, load_missing(pool, sent, [commands[i] for i in indices], answers)
@@ -282,13 +299,13 @@ class ClusterCalls:
         if redirected:  # ASK, or MOVED again and again: redis-py follows them
             # ... unless a transient reply fails the whole call anyway (it raises here):
             # what redis-py ran now would be run again with the repeated step.
-            self._classified(replies)
+            self._classified(replies, outages_in_place)
             followed = await self._threads.run(
                 lambda: self._evalsha_loading([calls[i] for i in redirected])
             )
             for i, reply in zip(redirected, followed, strict=True):
                 replies[i] = reply
-        return self._classified(replies)
+        return self._classified(replies, outages_in_place)
 
     async def _cluster_one(self, routes: ClusterRoutes, key: Any, command: Sequence[Any]) -> Reply:
         """One command on the master of ``key``'s slot, its reply unparsed; an error reply

@@ -302,7 +302,13 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
         second round trip; ``if_all_succeeded`` for "all of these, or none"): two round
         trips to Redis, so that nothing sent second runs unless the writes it depends on
         did (a pipeline runs every command, and cluster shards in no set order), and one
-        hop to the I/O thread, which is most of a call's client CPU."""
+        hop to the I/O thread, which is most of a call's client CPU.
+
+        ``then`` sees every reply of the first round, even when the call fails as an
+        outage: a transient reply (``LOADING``, ``CLUSTERDOWN``...) or, on a Cluster, a
+        master lost mid-call is in place as ``RedisUnavailable``, and the other replies
+        say which writes ran. The call then raises ``RedisUnavailable`` without a second
+        round, so a caller that keeps what ``then`` learned repeats only the rest."""
 
         native, routes = self._native, self._routes
         if native is not None:
@@ -313,8 +319,9 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
             return await self._mapped(lambda: _in_order(calls, first, then))
 
         def run() -> tuple[list[Reply], list[Reply]]:
-            replies = self._script_calls(first) if first else []
+            replies = self._script_calls(first, True) if first else []
             second = then(replies)
+            _raise_outage(replies)
             return replies, self._script_calls(second) if second else []
 
         return await self.run_sync(run)
@@ -399,15 +406,24 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
 
 
 async def _in_order(
-    calls: Callable[[Sequence[Any]], Awaitable[list[Reply]]],
+    calls: Callable[..., Awaitable[list[Reply]]],
     first: Sequence[Any],
     then: Callable[[list[Reply]], Sequence[Any]],
 ) -> tuple[list[Reply], list[Reply]]:
-    """``scripts_in_order`` on the trio thread: ``calls(first)``, then the calls ``then``
-    picks from its replies."""
-    replies = await calls(first) if first else []
+    """``scripts_in_order`` on the trio thread: ``calls(first)`` with outages in place,
+    then the calls ``then`` picks from its replies."""
+    replies = await calls(first, True) if first else []
     second = then(replies)
+    _raise_outage(replies)
     return replies, await calls(second) if second else []
+
+
+def _raise_outage(replies: list[Reply]) -> None:
+    """The first round's outage, raised once ``then`` has seen every reply (``_mapped``
+    marks the client down)."""
+    for reply in replies:
+        if isinstance(reply, RedisUnavailable):
+            raise RedisUnavailable(str(reply))
 
 
 def if_all_succeeded(

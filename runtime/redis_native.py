@@ -315,11 +315,26 @@ _FALLBACK = redis.Connection()  # type: ignore[no-untyped-call]
 
 
 async def pipelined_on_many(jobs: Sequence[tuple[NativePool, bytes, int]]) -> list[list[Reply]]:
+    """``pipelined_on_each``, the first server that failed raised (after every other
+    job's replies were read)."""
+    outcomes = await pipelined_on_each(jobs)
+    for outcome in outcomes:
+        if isinstance(outcome, Exception):
+            raise outcome
+    return outcomes  # type: ignore[return-value]
+
+
+async def pipelined_on_each(
+    jobs: Sequence[tuple[NativePool, bytes, int]],
+) -> list[list[Reply] | Exception]:
     """Each job's ``count`` packed commands on its pool's server, as ``pipelined`` does;
     a connection for every job is taken first, so a server that cannot be reached fails
     the call before anything is sent to any; then every job is sent before any reply is
-    read, so the servers work at once. A failure drops (a cancellation abandons) the
-    connections sent on and not read to the end; the others go back to their pools."""
+    read, so the servers work at once. A job whose server fails once sent (a closed
+    connection, a timeout, a reply redis-py raises) gets that error in place of its
+    replies, and its connection is dropped; the other jobs' replies are still read, so a
+    caller knows which of their writes ran. A cancellation abandons the connections sent
+    on and not read to the end; the others go back to their pools."""
     # One order for every caller: no two callers wait on each other's connection slots.
     order = sorted(range(len(jobs)), key=lambda i: jobs[i][0].address)
     conns: dict[int, _Connection] = {}
@@ -332,13 +347,22 @@ async def pipelined_on_many(jobs: Sequence[tuple[NativePool, bytes, int]]) -> li
         raise
     sent: set[int] = set()
     done: dict[int, list[Reply]] = {}
+    failed: dict[int, Exception] = {}
     cancelled = False
     try:
         for i in order:
             sent.add(i)  # from the first byte on, its commands may run
-            await NativePool._send(conns[i], jobs[i][1])
+            try:
+                await NativePool._send(conns[i], jobs[i][1])
+            except _SERVER_FAILED as exc:
+                failed[i] = exc
         for i in order:
-            done[i] = await jobs[i][0]._receive(conns[i], jobs[i][2])
+            if i in failed:
+                continue
+            try:
+                done[i] = await jobs[i][0]._receive(conns[i], jobs[i][2])
+            except _SERVER_FAILED as exc:
+                failed[i] = exc
     except trio.Cancelled:
         cancelled = True
         raise
@@ -353,4 +377,8 @@ async def pipelined_on_many(jobs: Sequence[tuple[NativePool, bytes, int]]) -> li
             else:
                 await pool._drop(conn)
             pool._checkin(None)
-    return [done[i] for i in range(len(jobs))]
+    return [done[i] if i in done else failed[i] for i in range(len(jobs))]
+
+
+#: What a server that fails mid-call raises: its job's replies are unknown.
+_SERVER_FAILED = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)

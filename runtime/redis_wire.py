@@ -17,6 +17,7 @@ import redis
 import redis.cluster
 import redis.exceptions
 
+from runtime.errors import RedisUnavailable
 from runtime.redis_native import NativePool, pack
 from runtime.redis_replies import ReplyClass, classify, reply_class, reply_text
 
@@ -75,10 +76,12 @@ class DirectCalls:
             pool.release(conn)
 
     def _script_calls(
-        self, calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
+        self,
+        calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
+        outages_in_place: bool = False,
     ) -> list[Reply]:
         """``mixed_scripts``' work, in the I/O thread."""
-        return self._classified(self._evalsha_loading(calls))
+        return self._classified(self._evalsha_loading(calls), outages_in_place)
 
     def _evalsha_loading(
         self, calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
@@ -103,16 +106,23 @@ class DirectCalls:
         return replies
 
     async def _native_script_calls(
-        self, native: NativePool, calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
+        self,
+        native: NativePool,
+        calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
+        outages_in_place: bool = False,
     ) -> list[Reply]:
         """``_script_calls`` on the trio thread, over ``native``."""
-        return self._classified(await native_evalsha(native, calls))
+        return self._classified(await native_evalsha(native, calls), outages_in_place)
 
-    def _classified(self, replies: list[Reply]) -> list[Reply]:
+    def _classified(self, replies: list[Reply], outages_in_place: bool = False) -> list[Reply]:
         """A pipeline's replies with each error reply classified: a transient one raises
         for the whole call (as ``ConnectionError``, which ``run_sync`` reports as
         ``RedisUnavailable``), so the caller waits for the server instead of taking it for a
-        failed command; a refused one is returned in place as ``RedisRefused``."""
+        failed command; a refused one is returned in place as ``RedisRefused``.
+
+        ``outages_in_place``: a transient reply is returned in place too, as
+        ``RedisUnavailable``, for a caller that must learn which of the other calls ran
+        before it raises (``RedisClient.scripts_in_order``)."""
         out = list(replies)
         for i, reply in enumerate(out):
             if not isinstance(reply, redis.exceptions.ResponseError) or isinstance(
@@ -120,7 +130,10 @@ class DirectCalls:
             ):
                 continue
             if reply_class(reply) is ReplyClass.TRANSIENT:
-                raise redis.exceptions.ConnectionError(reply_text(reply))
+                if not outages_in_place:
+                    raise redis.exceptions.ConnectionError(reply_text(reply))
+                out[i] = RedisUnavailable(f"redis at {self.description}: {reply_text(reply)}")
+                continue
             out[i] = classify(reply, self.description)  # rejected: the reply itself
         return out
 

@@ -4,6 +4,7 @@ migrated to another master, and a master killed before its replica takes over.""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -236,6 +237,56 @@ async def test_a_master_that_cannot_be_reached_fails_the_call_before_anything_is
         await client.ping()
     # A call for the live masters alone still goes through.
     assert await client.scripts(INCR, [([keys[0]], []), ([keys[2]], [])]) == [2, 2]
+
+
+async def test_a_master_lost_mid_call_leaves_the_others_replies_to_then(
+    cluster: LocalCluster, client: RedisClient
+) -> None:
+    """A master killed while it runs its part of ``scripts_in_order``'s first round: its
+    calls are unknown (``RedisUnavailable`` in place), but the other masters' replies are
+    still read and handed to ``then``, so a repeat sends only what is not known to have
+    run; the call then fails as an outage, with no second round."""
+    keys = [next(k for k in KEYS if owner(cluster, k) == i) for i in range(3)]
+    spin = Script(
+        "spin",
+        "local function now() local t = redis.call('TIME') return t[1] * 1000 + t[2] / 1000 end "
+        "local s = now() while now() - s < tonumber(ARGV[1]) do end "
+        "return redis.call('INCR', KEYS[1])",
+    )
+    assert await client.scripts(spin, [([keys[1]], ["0"])]) == [1]  # loaded there
+    watcher = redis.Redis(port=cluster.nodes[1].port, socket_timeout=30)
+    watcher.config_set("lua-time-limit", 100)  # others are answered BUSY while it spins
+    seen: list[object] = []
+
+    def then(replies: list[object]) -> list[tuple[Script, list[str], list[str]]]:
+        seen.extend(replies)
+        return [(INCR, [k], []) for k in keys]
+
+    def kill_once_it_spins() -> None:
+        while True:
+            try:
+                watcher.ping()
+            except redis.exceptions.ResponseError as exc:
+                if str(exc).startswith("BUSY"):
+                    cluster.nodes[1].kill()  # SIGKILL, mid-script
+                    return
+                raise
+            time.sleep(0.02)
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, kill_once_it_spins)
+            with pytest.raises(RedisUnavailable):
+                await client.scripts_in_order(
+                    [(INCR, [keys[0]], []), (spin, [keys[1]], ["20000"]), (INCR, [keys[2]], [])],
+                    then,
+                )
+    assert seen[0] == 1 and seen[2] == 1, seen
+    assert isinstance(seen[1], RedisUnavailable)
+    assert client._routes is not None and client._routes.stale
+    # The second round was not sent; the live masters ran their first-round part once.
+    assert admin(cluster.nodes[0].port).get(keys[0]) == b"1"
+    assert admin(cluster.nodes[2].port).get(keys[2]) == b"1"
 
 
 async def test_a_cluster_none_of_whose_nodes_answers_is_an_outage(

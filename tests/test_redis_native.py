@@ -59,6 +59,39 @@ async def test_both_paths_answer_alike(redis_url: str, namespace: str, native_io
         await client.aclose()
 
 
+@pytest.mark.parametrize("native_io", [True, False])
+async def test_then_sees_every_first_reply_before_a_transient_one_fails_the_call(
+    redis_url: str, namespace: str, native_io: bool
+) -> None:
+    """A transient reply in the first round (a Cluster master failing over answers
+    ``CLUSTERDOWN``) fails the call as an outage, but only after ``then`` has seen every
+    reply: its caller learns which writes ran, so a repeat sends only the rest. No second
+    round is sent."""
+    client = client_for(redis_url, native_io=native_io)
+    down = Script("down", "return redis.error_reply('CLUSTERDOWN The cluster is down')")
+    a, b, second = f"{namespace}:a", f"{namespace}:b", f"{namespace}:second"
+    seen: list[object] = []
+
+    def then(replies: list[object]) -> list[tuple[Script, list[str], list[str]]]:
+        seen.extend(replies)
+        return [(SET, [second], ["1"])]
+
+    try:
+        with pytest.raises(RedisUnavailable, match="CLUSTERDOWN"):
+            await client.scripts_in_order(
+                [(SET, [a], ["1"]), (down, [a], []), (SET, [b], ["1"])], then
+            )
+        assert seen[0] == 1 and seen[2] == 1, seen
+        assert isinstance(seen[1], RedisUnavailable) and "CLUSTERDOWN" in str(seen[1])
+        assert not client.reachable  # an outage: actors wait for Redis, then repeat
+        assert await client.execute("MGET", a, b, second) == [b"1", b"1", None]
+        # Alone, a transient reply fails a call as before, with nothing in place.
+        with pytest.raises(RedisUnavailable, match="CLUSTERDOWN"):
+            await client.scripts(down, [([a], [])])
+    finally:
+        await client.aclose()
+
+
 async def test_a_unix_socket_takes_the_native_path(tmp_path: Path, namespace: str) -> None:
     sock = tmp_path / "r.sock"
     server = RedisProcess(find_server_binary(), ["--unixsocket", str(sock)]).start()

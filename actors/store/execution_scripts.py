@@ -190,7 +190,9 @@ class ExecutionScripts(FlightScripts):
 
         Each batch's ``written`` gets the partition writes that went through, as soon as
         the first round's replies are in (so a lost connection in the second round sends
-        none of them again), and its ``paused`` the tasks its ended flights paused. The
+        none of them again, nor does an outage met in the first: a transient reply or a
+        Cluster master lost mid-call, raised as ``RedisUnavailable`` only once the other
+        replies are settled), and its ``paused`` the tasks its ended flights paused. The
         outcomes of several batches in one call succeed or fail batch by batch
         (``record_outcomes.lua`` replies per group); retry contexts and ended flights go in
         calls of each batch's own. Dead letters are safe to repeat: one is written only
