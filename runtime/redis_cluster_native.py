@@ -8,7 +8,8 @@ spend about twice the CPU a fire it spends on one Redis. The calls here are the 
 grouped by master: one pipeline a master. A connection to every master a call needs is
 taken before anything is sent: a master whose connection is refused or closed (a killed
 process) fails the call before any master ran a part of it, so a repeat sends each write
-once. Then every pipeline is sent before any reply is read, so the masters work at once.
+once (a redirected call is sent again after the others' parts ran: see below). Then every
+pipeline is sent before any reply is read, so the masters work at once.
 A master that fails once sent (silent, closed, ``LOADING``) leaves its part unknown, as any
 connection lost mid-pipeline does; the other masters' replies are still read, so
 ``RedisClient.scripts_in_order`` tells its caller which of their writes ran, and a caller
@@ -53,8 +54,10 @@ import trio
 from runtime.config import RedisSection
 from runtime.errors import RedisUnavailable
 from runtime.redis_native import NativePool, pack, pipelined_on_each, pipelined_on_many
-from runtime.redis_wire import Reply, Script, evalsha_commands, load_missing
+from runtime.redis_wire import NoScriptError, Reply, Script, evalsha_commands, load_missing
 
+#: What a master lost mid-call raises.
+_LOST = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 #: How many times a call answered ``MOVED`` or ``TRYAGAIN`` is sent again on these pools.
 _REDIRECTS = 3
 #: Keys whose pool is remembered (cleared beyond: a fire's keys are a few per partition).
@@ -189,6 +192,7 @@ class ClusterCalls:
     _routes: ClusterRoutes | None
     _threads: Any
     is_cluster: bool
+    description: str
 
     @property
     def reads_parsed(self) -> bool:
@@ -242,9 +246,13 @@ class ClusterCalls:
         self, routes: ClusterRoutes, calls: Calls, outages_in_place: bool = False
     ) -> list[Reply]:
         """``mixed_scripts`` on a Cluster: one pipeline a master, all sent before any
-        reply is read; replies classified. ``outages_in_place`` (``_classified``): a master
-        that fails once sent gives each of its calls a ``RedisUnavailable`` in place, and
-        the other masters' replies are kept, so the caller knows which of their calls ran."""
+        reply is read; replies classified.
+
+        ``outages_in_place`` (``_classified``): a master that fails once sent gives each of
+        its calls a ``RedisUnavailable`` in place, as does one lost while a missing script
+        is loaded or a redirected call sent again, and the other masters' replies are kept,
+        so the caller knows which of their calls ran. Once an outage is in place, nothing
+        more is redirected (``TRYAGAIN``, ``ASK``): the caller's step is repeated."""
         current = await self._learn(routes, probing=False)
         if current is None:
             answered = await self._threads.run(lambda: self._evalsha_loading(calls))
@@ -252,7 +260,7 @@ class ClusterCalls:
         replies: list[Reply] = [None] * len(calls)
         commands = evalsha_commands(calls)
         todo = list(range(len(calls)))
-        moved_any = False
+        moved_any = outage = False
         for round_ in range(_REDIRECTS + 1):
             groups: dict[NativePool, list[int]] = {}
             for i in todo:
@@ -262,23 +270,41 @@ class ClusterCalls:
                 (pool, pack([commands[i] for i in indices]), len(indices))
                 for pool, indices in groups.items()
             ]
-            got = await _on(current, pipelined_on_each(jobs))
-            lost = [answers for answers in got if isinstance(answers, Exception)]
-            if lost:
-                current.failed()
+            try:
+                got = await _on(current, pipelined_on_each(jobs, each=outages_in_place))
+            except _LOST as exc:
                 if not outages_in_place:
-                    raise lost[0]
+                    raise
+                for i in todo:  # none was sent: a master could not be reached
+                    replies[i] = RedisUnavailable(f"redis at {self.description}: {exc}")
+                outage = True
+                break
+            if any(isinstance(answers, Exception) for answers in got):
+                current.failed()
             moved: list[int] = []
             again: list[int] = []
             for (pool, indices), answers in zip(groups.items(), got, strict=True):
                 if isinstance(answers, Exception):
                     for i in indices:  # unknown whether they ran
                         replies[i] = RedisUnavailable(f"redis at {pool.address}: {answers}")
+                    outage = True
                     continue
                 sent = [calls[i] for i in indices]
-                answers = await _on(
-                    current, load_missing(pool, sent, [commands[i] for i in indices], answers)
-                )
+                try:
+                    answers = await _on(
+                        current, load_missing(pool, sent, [commands[i] for i in indices], answers)
+                    )
+                except (*_LOST, redis.exceptions.ResponseError) as exc:
+                    if not outages_in_place:
+                        raise
+                    lost = isinstance(exc, _LOST)
+                    outage = outage or lost
+                    answers = [  # the calls still missing their script: not run, or unknown
+                        (RedisUnavailable(f"redis at {pool.address}: {exc}") if lost else exc)
+                        if isinstance(reply, NoScriptError)
+                        else reply
+                        for reply in answers
+                    ]
                 for i, reply in zip(indices, answers, strict=True):
                     replies[i] = reply
                     if isinstance(reply, redis.exceptions.MovedError):
@@ -288,7 +314,7 @@ class ClusterCalls:
                         again.append(i)  # did not run: sent again alone, the rest kept
             todo = moved + again
             moved_any = moved_any or bool(moved)
-            if not todo or round_ == _REDIRECTS:
+            if not todo or outage or round_ == _REDIRECTS:
                 break
             if again:
                 await trio.sleep(_TRYAGAIN_S * (round_ + 1))
@@ -296,15 +322,16 @@ class ClusterCalls:
             for pool in current.off_the_map():
                 await pool.close_idle()
         redirected = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.AskError)]
-        if redirected:  # ASK, or MOVED again and again: redis-py follows them
-            # ... unless a transient reply fails the whole call anyway (it raises here):
-            # what redis-py ran now would be run again with the repeated step.
-            self._classified(replies, outages_in_place)
-            followed = await self._threads.run(
-                lambda: self._evalsha_loading([calls[i] for i in redirected])
-            )
-            for i, reply in zip(redirected, followed, strict=True):
-                replies[i] = reply
+        if redirected and not outage:  # ASK, or MOVED again and again: redis-py follows them
+            # ... unless a transient reply fails the whole call anyway (raised here, or in
+            # place): what redis-py ran would be run again with the repeated step.
+            classified = self._classified(replies, outages_in_place)
+            if not any(isinstance(r, RedisUnavailable) for r in classified):
+                followed = await self._threads.run(
+                    lambda: self._evalsha_loading([calls[i] for i in redirected])
+                )
+                for i, reply in zip(redirected, followed, strict=True):
+                    replies[i] = reply
         return self._classified(replies, outages_in_place)
 
     async def _cluster_one(self, routes: ClusterRoutes, key: Any, command: Sequence[Any]) -> Reply:

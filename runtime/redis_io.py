@@ -47,7 +47,7 @@ import functools
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import redis
 import redis.cluster
@@ -305,9 +305,10 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
         hop to the I/O thread, which is most of a call's client CPU.
 
         ``then`` sees every reply of the first round, even when the call fails as an
-        outage: a transient reply (``LOADING``, ``CLUSTERDOWN``...) or, on a Cluster, a
-        master lost mid-call is in place as ``RedisUnavailable``, and the other replies
-        say which writes ran. The call then raises ``RedisUnavailable`` without a second
+        outage: a transient reply (``CLUSTERDOWN``, ``MASTERDOWN``...) or, on a Cluster
+        over the node's own sockets, a master lost mid-call or answering ``LOADING`` is in
+        place as ``RedisUnavailable`` (a connection error through redis-py's cluster
+        pipeline too), and the other replies say which writes ran. The call then raises ``RedisUnavailable`` without a second
         round, so a caller that keeps what ``then`` learned repeats only the rest."""
 
         native, routes = self._native, self._routes
@@ -405,8 +406,19 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
             await trio.to_thread.run_sync(drain_and_close)
 
 
+class _ScriptCalls(Protocol):
+    """A client path's pipelined script calls (``DirectCalls._native_script_calls``,
+    ``ClusterCalls._cluster_script_calls``, bound to their pool or routes)."""
+
+    def __call__(
+        self,
+        calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
+        outages_in_place: bool = False,
+    ) -> Awaitable[list[Reply]]: ...
+
+
 async def _in_order(
-    calls: Callable[..., Awaitable[list[Reply]]],
+    calls: _ScriptCalls,
     first: Sequence[Any],
     then: Callable[[list[Reply]], Sequence[Any]],
 ) -> tuple[list[Reply], list[Reply]]:
@@ -423,7 +435,7 @@ def _raise_outage(replies: list[Reply]) -> None:
     marks the client down)."""
     for reply in replies:
         if isinstance(reply, RedisUnavailable):
-            raise RedisUnavailable(str(reply))
+            raise RedisUnavailable(str(reply)) from reply
 
 
 def if_all_succeeded(

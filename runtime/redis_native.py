@@ -208,11 +208,16 @@ class NativePool:
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise redis.exceptions.ConnectionError(f"Error on the connection: {exc!r}") from exc
 
-    async def _receive(self, conn: _Connection, count: int) -> list[Reply]:
+    async def _receive(
+        self, conn: _Connection, count: int, timeout_s: float | None = None
+    ) -> list[Reply]:
+        """``count`` replies, each read with ``timeout_s`` of silence at most (the pool's
+        socket timeout unless given)."""
+        timeout = self._timeout_s if timeout_s is None else timeout_s
         replies: list[Reply] = []
         try:
             for _ in range(count):
-                replies.append(await conn.read_reply(self._timeout_s))
+                replies.append(await conn.read_reply(timeout))
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise redis.exceptions.ConnectionError(f"Error on the connection: {exc!r}") from exc
         for reply in replies:
@@ -315,26 +320,27 @@ _FALLBACK = redis.Connection()  # type: ignore[no-untyped-call]
 
 
 async def pipelined_on_many(jobs: Sequence[tuple[NativePool, bytes, int]]) -> list[list[Reply]]:
-    """``pipelined_on_each``, the first server that failed raised (after every other
-    job's replies were read)."""
-    outcomes = await pipelined_on_each(jobs)
-    for outcome in outcomes:
-        if isinstance(outcome, Exception):
-            raise outcome
-    return outcomes  # type: ignore[return-value]
+    """``pipelined_on_each`` that stops at the first server that fails, and raises: the
+    other jobs' connections are dropped unread (their parts may have run)."""
+    return await pipelined_on_each(jobs, each=False)  # type: ignore[return-value]
 
 
 async def pipelined_on_each(
-    jobs: Sequence[tuple[NativePool, bytes, int]],
+    jobs: Sequence[tuple[NativePool, bytes, int]], *, each: bool = True
 ) -> list[list[Reply] | Exception]:
     """Each job's ``count`` packed commands on its pool's server, as ``pipelined`` does;
     a connection for every job is taken first, so a server that cannot be reached fails
     the call before anything is sent to any; then every job is sent before any reply is
-    read, so the servers work at once. A job whose server fails once sent (a closed
-    connection, a timeout, a reply redis-py raises) gets that error in place of its
-    replies, and its connection is dropped; the other jobs' replies are still read, so a
-    caller knows which of their writes ran. A cancellation abandons the connections sent
-    on and not read to the end; the others go back to their pools."""
+    read, so the servers work at once.
+
+    A job whose server fails once sent (a closed connection, a timeout, a reply redis-py
+    raises) gets that error in place of its replies, and its connection is dropped; the
+    other jobs' replies are still read, so a caller knows which of their writes ran.
+    Once one server was silent for the socket timeout, the others, which have had as
+    long, are each given ``_AFTER_SILENCE_S`` of silence at most (a job cut off there is
+    unknown, never taken as failed): a call with every server silent takes about one
+    socket timeout, not one a server. A cancellation abandons the connections sent on
+    and not read to the end; the others go back to their pools."""
     # One order for every caller: no two callers wait on each other's connection slots.
     order = sorted(range(len(jobs)), key=lambda i: jobs[i][0].address)
     conns: dict[int, _Connection] = {}
@@ -355,14 +361,21 @@ async def pipelined_on_each(
             try:
                 await NativePool._send(conns[i], jobs[i][1])
             except _SERVER_FAILED as exc:
+                if not each:
+                    raise
                 failed[i] = exc
+        timeout_s: float | None = None
         for i in order:
             if i in failed:
                 continue
             try:
-                done[i] = await jobs[i][0]._receive(conns[i], jobs[i][2])
+                done[i] = await jobs[i][0]._receive(conns[i], jobs[i][2], timeout_s)
             except _SERVER_FAILED as exc:
+                if not each:
+                    raise
                 failed[i] = exc
+                if isinstance(exc, redis.exceptions.TimeoutError):
+                    timeout_s = _AFTER_SILENCE_S
     except trio.Cancelled:
         cancelled = True
         raise
@@ -379,6 +392,10 @@ async def pipelined_on_each(
             pool._checkin(None)
     return [done[i] if i in done else failed[i] for i in range(len(jobs))]
 
+
+#: How long a server may stay silent, in ``pipelined_on_each``, once another server of the
+#: same call was silent for the whole socket timeout.
+_AFTER_SILENCE_S = 0.25
 
 #: What a server that fails mid-call raises: its job's replies are unknown.
 _SERVER_FAILED = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)

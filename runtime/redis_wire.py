@@ -28,6 +28,9 @@ Reply = Any
 
 NoScriptError = redis.exceptions.NoScriptError
 
+#: A call's reply that says its server was lost: nothing is known of that call.
+_LOST = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
 #: How often a pipelined script call is re-sent after NOSCRIPT (a server restarted or had
 #: SCRIPT FLUSH between our load and our call); past that the error is returned in place.
 _NOSCRIPT_RETRIES = 5
@@ -120,11 +123,19 @@ class DirectCalls:
         ``RedisUnavailable``), so the caller waits for the server instead of taking it for a
         failed command; a refused one is returned in place as ``RedisRefused``.
 
-        ``outages_in_place``: a transient reply is returned in place too, as
-        ``RedisUnavailable``, for a caller that must learn which of the other calls ran
-        before it raises (``RedisClient.scripts_in_order``)."""
+        A connection error in place (a node redis-py's cluster pipeline could not reach)
+        is an outage too: raised, never handed on as a reply.
+
+        ``outages_in_place``: a transient reply or a connection error is returned in place
+        instead, as ``RedisUnavailable``, for a caller that must learn which of the other
+        calls ran before it raises (``RedisClient.scripts_in_order``)."""
         out = list(replies)
         for i, reply in enumerate(out):
+            if isinstance(reply, _LOST):  # redis-py's cluster pipeline leaves these in place
+                if not outages_in_place:
+                    raise reply
+                out[i] = RedisUnavailable(f"redis at {self.description}: {reply}")
+                continue
             if not isinstance(reply, redis.exceptions.ResponseError) or isinstance(
                 reply, NoScriptError
             ):

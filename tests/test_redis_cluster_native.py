@@ -240,12 +240,13 @@ async def test_a_master_that_cannot_be_reached_fails_the_call_before_anything_is
 
 
 async def test_a_master_lost_mid_call_leaves_the_others_replies_to_then(
-    cluster: LocalCluster, client: RedisClient
+    cluster: LocalCluster,
 ) -> None:
     """A master killed while it runs its part of ``scripts_in_order``'s first round: its
     calls are unknown (``RedisUnavailable`` in place), but the other masters' replies are
     still read and handed to ``then``, so a repeat sends only what is not known to have
     run; the call then fails as an outage, with no second round."""
+    client = client_for(cluster.url)
     keys = [next(k for k in KEYS if owner(cluster, k) == i) for i in range(3)]
     spin = Script(
         "spin",
@@ -273,20 +274,51 @@ async def test_a_master_lost_mid_call_leaves_the_others_replies_to_then(
                 raise
             time.sleep(0.02)
 
-    with trio.fail_after(60):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(trio.to_thread.run_sync, kill_once_it_spins)
-            with pytest.raises(RedisUnavailable):
-                await client.scripts_in_order(
-                    [(INCR, [keys[0]], []), (spin, [keys[1]], ["20000"]), (INCR, [keys[2]], [])],
-                    then,
-                )
+    try:
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.to_thread.run_sync, kill_once_it_spins)
+                with pytest.raises(RedisUnavailable):
+                    await client.scripts_in_order(
+                        [(INCR, [keys[0]], []), (spin, [keys[1]], ["20000"]),
+                         (INCR, [keys[2]], [])],
+                        then,
+                    )  # fmt: skip
+    finally:
+        await client.aclose()
     assert seen[0] == 1 and seen[2] == 1, seen
     assert isinstance(seen[1], RedisUnavailable)
     assert client._routes is not None and client._routes.stale
     # The second round was not sent; the live masters ran their first-round part once.
     assert admin(cluster.nodes[0].port).get(keys[0]) == b"1"
     assert admin(cluster.nodes[2].port).get(keys[2]) == b"1"
+
+
+async def test_silent_masters_are_unknown_parts_and_the_others_are_kept(
+    cluster: LocalCluster,
+) -> None:
+    """Two masters paused past the socket timeout under ``scripts_in_order``'s first round:
+    their parts are unknown (``RedisUnavailable`` in place), the third master's reply is
+    handed to ``then``, and the call fails as an outage without a second round."""
+    client = client_for(cluster.url, socket_timeout_s=0.5)
+    keys = [next(k for k in KEYS if owner(cluster, k) == i) for i in range(3)]
+    seen: list[object] = []
+
+    def then(replies: list[object]) -> list[tuple[Script, list[str], list[str]]]:
+        seen.extend(replies)
+        return [(INCR, [k], []) for k in keys]
+
+    try:
+        assert await client.scripts(INCR, [([k], []) for k in keys]) == [1, 1, 1]
+        for i in (1, 2):
+            admin(cluster.nodes[i].port).execute_command("CLIENT", "PAUSE", 3000, "ALL")
+        with pytest.raises(RedisUnavailable):
+            await client.scripts_in_order([(INCR, [k], []) for k in keys], then)
+        assert seen[0] == 2, seen
+        assert all(isinstance(r, RedisUnavailable) for r in seen[1:]), seen
+        assert admin(cluster.nodes[0].port).get(keys[0]) == b"2"  # no second round
+    finally:
+        await client.aclose()
 
 
 async def test_a_cluster_none_of_whose_nodes_answers_is_an_outage(

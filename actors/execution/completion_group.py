@@ -75,7 +75,7 @@ class CompletionGroup:
         self.batches += len(entries)
         try:
             errors = await scripts.complete([e.write for e in entries])
-        except RedisUnavailable as exc:  # a lost connection: every batch repeats it whole
+        except RedisUnavailable as exc:  # an outage: every batch repeats what is not written
             for e in entries:
                 e.done, e.error = True, exc
             return
