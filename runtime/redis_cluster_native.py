@@ -11,9 +11,10 @@ process) fails the call before any master ran a part of it, so a repeat sends ea
 once (a redirected call is sent again after the others' parts ran: see below). Then every
 pipeline is sent before any reply is read, so the masters work at once.
 A master that fails once sent (silent, closed, ``LOADING``) leaves its part unknown, as any
-connection lost mid-pipeline does; the other masters' replies are still read, so
-``RedisClient.scripts_in_order`` tells its caller which of their writes ran, and a caller
-that keeps that (a consumer's batch) repeats only the rest.
+connection lost mid-pipeline does. In ``RedisClient.scripts_in_order``'s first round the
+other masters' replies are still read, so it tells its caller which of their writes ran,
+and a caller that keeps that (a consumer's batch) repeats only the rest; any other call
+fails at once, as on one server.
 
 Routing: which master serves each of the 16,384 slots is copied from redis-py's cluster
 client, which learned it with ``CLUSTER SLOTS`` (in the I/O thread); every master gets a
@@ -54,7 +55,14 @@ import trio
 from runtime.config import RedisSection
 from runtime.errors import RedisUnavailable
 from runtime.redis_native import NativePool, pack, pipelined_on_each, pipelined_on_many
-from runtime.redis_wire import NoScriptError, Reply, Script, evalsha_commands, load_missing
+from runtime.redis_wire import (
+    NoScriptError,
+    Reply,
+    Script,
+    evalsha_commands,
+    is_outage,
+    load_missing,
+)
 
 #: What a master lost mid-call raises.
 _LOST = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
@@ -263,19 +271,19 @@ class ClusterCalls:
         moved_any = outage = False
         for round_ in range(_REDIRECTS + 1):
             groups: dict[NativePool, list[int]] = {}
-            for i in todo:
-                keys = calls[i][1]
-                groups.setdefault(current.pool_of(keys[0] if keys else ""), []).append(i)
-            jobs = [
-                (pool, pack([commands[i] for i in indices]), len(indices))
-                for pool, indices in groups.items()
-            ]
             try:
+                for i in todo:
+                    keys = calls[i][1]
+                    groups.setdefault(current.pool_of(keys[0] if keys else ""), []).append(i)
+                jobs = [
+                    (pool, pack([commands[i] for i in indices]), len(indices))
+                    for pool, indices in groups.items()
+                ]
                 got = await _on(current, pipelined_on_each(jobs, each=outages_in_place))
             except _LOST as exc:
                 if not outages_in_place:
                     raise
-                for i in todo:  # none was sent: a master could not be reached
+                for i in todo:  # none was sent: a master could not be found or reached
                     replies[i] = RedisUnavailable(f"redis at {self.description}: {exc}")
                 outage = True
                 break
@@ -326,10 +334,17 @@ class ClusterCalls:
             # ... unless a transient reply fails the whole call anyway (raised here, or in
             # place): what redis-py ran would be run again with the repeated step.
             classified = self._classified(replies, outages_in_place)
-            if not any(isinstance(r, RedisUnavailable) for r in classified):
-                followed = await self._threads.run(
-                    lambda: self._evalsha_loading([calls[i] for i in redirected])
-                )
+            if not any(is_outage(r) for r in classified):
+                try:
+                    followed = await self._threads.run(
+                        lambda: self._evalsha_loading([calls[i] for i in redirected])
+                    )
+                except _LOST as exc:
+                    if not outages_in_place:
+                        raise
+                    current.failed()
+                    unknown = RedisUnavailable(f"redis at {self.description}: {exc}")
+                    followed = [unknown] * len(redirected)  # whether they ran is unknown
                 for i, reply in zip(redirected, followed, strict=True):
                     replies[i] = reply
         return self._classified(replies, outages_in_place)

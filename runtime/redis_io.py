@@ -63,7 +63,7 @@ from runtime.redis_connect import redact, sentinel_master, tls_options
 from runtime.redis_native import NativePool
 from runtime.redis_outages import OutageRiding
 from runtime.redis_replies import classify
-from runtime.redis_wire import DirectCalls, NoScriptError
+from runtime.redis_wire import DirectCalls, NoScriptError, is_outage
 from runtime.redis_wire import Reply as Reply
 from runtime.redis_wire import Script as Script
 
@@ -242,7 +242,9 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
         """Several commands in one round trip (per shard in a cluster); replies in order.
 
         A command that fails yields its exception object in the reply list instead of
-        aborting the batch, so a caller can tell which item of a bulk operation failed.
+        aborting the batch, so a caller can tell which item of a bulk operation failed; a
+        server lost mid-pipeline (a connection error in place on a Cluster) fails the call
+        as ``RedisUnavailable``: nothing is known of its commands.
         """
 
         def run() -> list[Reply]:
@@ -308,8 +310,10 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
         outage: a transient reply (``CLUSTERDOWN``, ``MASTERDOWN``...) or, on a Cluster
         over the node's own sockets, a master lost mid-call or answering ``LOADING`` is in
         place as ``RedisUnavailable`` (a connection error through redis-py's cluster
-        pipeline too), and the other replies say which writes ran. The call then raises ``RedisUnavailable`` without a second
-        round, so a caller that keeps what ``then`` learned repeats only the rest."""
+        pipeline too), and the other replies say which writes ran. The call then raises
+        ``RedisUnavailable`` without a second round, so a caller that keeps what ``then``
+        learned repeats only the rest. A refused reply (``RedisRefused``: ``OOM``,
+        ``NOPERM``...) is no outage: it fails its own call, and the second round goes on."""
 
         native, routes = self._native, self._routes
         if native is not None:
@@ -434,7 +438,7 @@ def _raise_outage(replies: list[Reply]) -> None:
     """The first round's outage, raised once ``then`` has seen every reply (``_mapped``
     marks the client down)."""
     for reply in replies:
-        if isinstance(reply, RedisUnavailable):
+        if is_outage(reply):
             raise RedisUnavailable(str(reply)) from reply
 
 

@@ -337,10 +337,11 @@ async def pipelined_on_each(
     raises) gets that error in place of its replies, and its connection is dropped; the
     other jobs' replies are still read, so a caller knows which of their writes ran.
     Once one server was silent for the socket timeout, the others, which have had as
-    long, are each given ``_AFTER_SILENCE_S`` of silence at most (a job cut off there is
-    unknown, never taken as failed): a call with every server silent takes about one
-    socket timeout, not one a server. A cancellation abandons the connections sent on
-    and not read to the end; the others go back to their pools."""
+    long, are each given ``_AFTER_SILENCE_S`` of silence at most (the timeout if less; a
+    job cut off there is unknown, never taken as failed): a call with every server silent
+    takes about one socket timeout, not one a server. A cancellation abandons the
+    connections sent on and not read to the end (those that failed are dropped); the
+    others go back to their pools."""
     # One order for every caller: no two callers wait on each other's connection slots.
     order = sorted(range(len(jobs)), key=lambda i: jobs[i][0].address)
     conns: dict[int, _Connection] = {}
@@ -375,7 +376,7 @@ async def pipelined_on_each(
                     raise
                 failed[i] = exc
                 if isinstance(exc, redis.exceptions.TimeoutError):
-                    timeout_s = _AFTER_SILENCE_S
+                    timeout_s = min(_AFTER_SILENCE_S, jobs[i][0]._timeout_s)
     except trio.Cancelled:
         cancelled = True
         raise
@@ -385,7 +386,7 @@ async def pipelined_on_each(
             if i in done or i not in sent:
                 pool._checkin(conn)
                 continue
-            if cancelled:
+            if cancelled and i not in failed:
                 pool._abandon(conn)
             else:
                 await pool._drop(conn)

@@ -17,7 +17,7 @@ import redis
 import redis.cluster
 import redis.exceptions
 
-from runtime.errors import RedisUnavailable
+from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.redis_native import NativePool, pack
 from runtime.redis_replies import ReplyClass, classify, reply_class, reply_text
 
@@ -47,6 +47,12 @@ class Script:
     @sha.default
     def _sha(self) -> str:
         return hashlib.sha1(self.source.encode()).hexdigest()
+
+
+def is_outage(reply: Reply) -> bool:
+    """Whether a reply in place says the call met an outage (``RedisUnavailable`` put there
+    by ``_classified``), not a refusal (``RedisRefused``, its subclass: the server answered)."""
+    return isinstance(reply, RedisUnavailable) and not isinstance(reply, RedisRefused)
 
 
 class DirectCalls:

@@ -12,7 +12,7 @@ import trio
 
 from runtime.config import RedisSection
 from runtime.embedded_redis import find_server_binary
-from runtime.errors import RedisUnavailable
+from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.redis_io import RedisClient, Script, if_all_succeeded
 from runtime.testing.local_redis import RedisProcess
 
@@ -88,6 +88,28 @@ async def test_then_sees_every_first_reply_before_a_transient_one_fails_the_call
         # Alone, a transient reply fails a call as before, with nothing in place.
         with pytest.raises(RedisUnavailable, match="CLUSTERDOWN"):
             await client.scripts(down, [([a], [])])
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("native_io", [True, False])
+async def test_a_refused_first_reply_is_no_outage(
+    redis_url: str, namespace: str, native_io: bool
+) -> None:
+    """A refused reply in the first round (``OOM``) fails its own call only: ``then``
+    picks the second round from the replies, and it is sent; Redis stays reachable."""
+    client = client_for(redis_url, native_io=native_io)
+    oom = Script("oom", "return redis.error_reply('OOM command not allowed when used memory')")
+    a, second = f"{namespace}:a", f"{namespace}:second"
+    try:
+        first, then = await client.scripts_in_order(
+            [(SET, [a], ["1"]), (oom, [a], [])],
+            lambda replies: [(SET, [second], ["1"])] if replies[0] == 1 else [],
+        )
+        assert first[0] == 1 and isinstance(first[1], RedisRefused), first
+        assert then == [1]
+        assert client.reachable
+        assert await client.execute("GET", second) == b"1"
     finally:
         await client.aclose()
 
