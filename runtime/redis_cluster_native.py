@@ -56,16 +56,16 @@ from runtime.config import RedisSection
 from runtime.errors import RedisUnavailable
 from runtime.redis_native import NativePool, pack, pipelined_on_each, pipelined_on_many
 from runtime.redis_wire import (
-    NoScriptError,
+    FAILED_MIDWAY,
     Reply,
     Script,
     evalsha_commands,
     is_outage,
     load_missing,
+    stand_in,
+    unknown_in_place,
 )
 
-#: What a master lost mid-call raises.
-_LOST = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 #: How many times a call answered ``MOVED`` or ``TRYAGAIN`` is sent again on these pools.
 _REDIRECTS = 3
 #: Keys whose pool is remembered (cleared beyond: a fire's keys are a few per partition).
@@ -215,7 +215,7 @@ class ClusterCalls:
     def _classified(self, replies: list[Reply], outages_in_place: bool = False) -> list[Reply]:
         raise NotImplementedError
 
-    def _evalsha_loading(self, calls: Calls) -> list[Reply]:
+    def _evalsha_loading(self, calls: Calls, outages_in_place: bool = False) -> list[Reply]:
         raise NotImplementedError
 
     async def _learn(self, routes: ClusterRoutes, *, probing: bool) -> ClusterRoutes | None:
@@ -263,7 +263,9 @@ class ClusterCalls:
         more is redirected (``TRYAGAIN``, ``ASK``): the caller's step is repeated."""
         current = await self._learn(routes, probing=False)
         if current is None:
-            answered = await self._threads.run(lambda: self._evalsha_loading(calls))
+            answered = await self._threads.run(
+                lambda: self._evalsha_loading(calls, outages_in_place)
+            )
             return self._classified(answered, outages_in_place)
         replies: list[Reply] = [None] * len(calls)
         commands = evalsha_commands(calls)
@@ -271,21 +273,30 @@ class ClusterCalls:
         moved_any = outage = False
         for round_ in range(_REDIRECTS + 1):
             groups: dict[NativePool, list[int]] = {}
+            got: list[list[Reply] | Exception] = []
+            failure: BaseException | None = None
             try:
                 for i in todo:
                     keys = calls[i][1]
                     groups.setdefault(current.pool_of(keys[0] if keys else ""), []).append(i)
+            except FAILED_MIDWAY as exc:  # a slot no master serves
+                failure = exc
+            if failure is None:
                 jobs = [
                     (pool, pack([commands[i] for i in indices]), len(indices))
                     for pool, indices in groups.items()
                 ]
-                got = await _on(current, pipelined_on_each(jobs, each=outages_in_place))
-            except _LOST as exc:
+                try:
+                    got = await _on(current, pipelined_on_each(jobs, each=outages_in_place))
+                except FAILED_MIDWAY as exc:  # a master not reached or greeted: none sent
+                    failure = exc
+            if failure is not None:
                 if not outages_in_place:
-                    raise
-                for i in todo:  # none was sent: a master could not be found or reached
-                    replies[i] = RedisUnavailable(f"redis at {self.description}: {exc}")
-                outage = True
+                    raise failure
+                unsent = stand_in(failure, self.description)
+                for i in todo:
+                    replies[i] = unsent
+                outage = outage or is_outage(unsent)
                 break
             if any(isinstance(answers, Exception) for answers in got):
                 current.failed()
@@ -302,17 +313,12 @@ class ClusterCalls:
                     answers = await _on(
                         current, load_missing(pool, sent, [commands[i] for i in indices], answers)
                     )
-                except (*_LOST, redis.exceptions.ResponseError) as exc:
+                except FAILED_MIDWAY as exc:
                     if not outages_in_place:
                         raise
-                    lost = isinstance(exc, _LOST)
-                    outage = outage or lost
-                    answers = [  # the calls still missing their script: not run, or unknown
-                        (RedisUnavailable(f"redis at {pool.address}: {exc}") if lost else exc)
-                        if isinstance(reply, NoScriptError)
-                        else reply
-                        for reply in answers
-                    ]
+                    # The calls still missing their script did not run, or are unknown.
+                    answers = unknown_in_place(answers, exc, pool.address)
+                    outage = outage or is_outage(stand_in(exc, pool.address))
                 for i, reply in zip(indices, answers, strict=True):
                     replies[i] = reply
                     if isinstance(reply, redis.exceptions.MovedError):
@@ -335,15 +341,17 @@ class ClusterCalls:
             # place): what redis-py ran would be run again with the repeated step.
             classified = self._classified(replies, outages_in_place)
             if not any(is_outage(r) for r in classified):
+                asked = [calls[i] for i in redirected]
                 try:
                     followed = await self._threads.run(
-                        lambda: self._evalsha_loading([calls[i] for i in redirected])
+                        lambda: self._evalsha_loading(asked, outages_in_place)
                     )
-                except _LOST as exc:
+                except FAILED_MIDWAY as exc:
                     if not outages_in_place:
                         raise
-                    current.failed()
-                    unknown = RedisUnavailable(f"redis at {self.description}: {exc}")
+                    unknown = stand_in(exc, self.description)
+                    if is_outage(unknown):
+                        current.failed()
                     followed = [unknown] * len(redirected)  # whether they ran is unknown
                 for i, reply in zip(redirected, followed, strict=True):
                     replies[i] = reply

@@ -49,6 +49,25 @@ class Script:
         return hashlib.sha1(self.source.encode()).hexdigest()
 
 
+#: What can fail a call midway, once some of its replies are in (a lost connection, a
+#: refused ``SCRIPT LOAD``, redis-py's cluster client giving up on its map).
+FAILED_MIDWAY = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+
+
+def stand_in(exc: BaseException, description: str) -> Reply:
+    """What a call left unknown or unsent by ``exc`` holds in place of its reply: a refused
+    or rejected reply as itself (``_classified`` classifies it), anything else an outage."""
+    if isinstance(exc, redis.exceptions.ResponseError) and not isinstance(exc, NoScriptError):
+        return exc
+    return RedisUnavailable(f"redis at {description}: {exc}")
+
+
+def unknown_in_place(replies: list[Reply], exc: BaseException, description: str) -> list[Reply]:
+    """``replies`` with each call still missing its script (not run, or sent again and
+    its reply lost when ``exc`` ended the loading) given ``stand_in(exc)``."""
+    return [stand_in(exc, description) if isinstance(r, NoScriptError) else r for r in replies]
+
+
 def is_outage(reply: Reply) -> bool:
     """Whether a reply in place says the call met an outage (``RedisUnavailable`` put there
     by ``_classified``), not a refusal (``RedisRefused``, its subclass: the server answered)."""
@@ -90,28 +109,37 @@ class DirectCalls:
         outages_in_place: bool = False,
     ) -> list[Reply]:
         """``mixed_scripts``' work, in the I/O thread."""
-        return self._classified(self._evalsha_loading(calls), outages_in_place)
+        return self._classified(self._evalsha_loading(calls, outages_in_place), outages_in_place)
 
     def _evalsha_loading(
-        self, calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
+        self,
+        calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
+        outages_in_place: bool = False,
     ) -> list[Reply]:
         """The calls by SHA, each script the server lacks loaded and only its calls sent
-        again; the replies unclassified. In the I/O thread."""
+        again; the replies unclassified. In the I/O thread. ``outages_in_place``: a
+        failure while loading leaves the calls still missing their script ``stand_in``
+        for it, and the other replies kept."""
         if not calls:
             return []
         replies = self._pipelined_evalsha(calls)
-        for _ in range(_NOSCRIPT_RETRIES):
-            missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
-            if not missing:
-                break
-            # Only the calls that failed are sent again: the others already ran (a script
-            # can appear mid-pipeline, loaded by a concurrent caller), and running them
-            # twice would, for example, enqueue a fire twice.
-            for script in {calls[i][0] for i in missing}:
-                self._load_everywhere(script)
-            retried = self._pipelined_evalsha([calls[i] for i in missing])
-            for i, reply in zip(missing, retried, strict=True):
-                replies[i] = reply
+        try:
+            for _ in range(_NOSCRIPT_RETRIES):
+                missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+                if not missing:
+                    break
+                # Only the calls that failed are sent again: the others already ran (a
+                # script can appear mid-pipeline, loaded by a concurrent caller), and
+                # running them twice would, for example, enqueue a fire twice.
+                for script in {calls[i][0] for i in missing}:
+                    self._load_everywhere(script)
+                retried = self._pipelined_evalsha([calls[i] for i in missing])
+                for i, reply in zip(missing, retried, strict=True):
+                    replies[i] = reply
+        except FAILED_MIDWAY as exc:
+            if not outages_in_place:
+                raise
+            return unknown_in_place(replies, exc, self.description)
         return replies
 
     async def _native_script_calls(
@@ -121,7 +149,8 @@ class DirectCalls:
         outages_in_place: bool = False,
     ) -> list[Reply]:
         """``_script_calls`` on the trio thread, over ``native``."""
-        return self._classified(await native_evalsha(native, calls), outages_in_place)
+        replies = await native_evalsha(native, calls, outages_in_place, self.description)
+        return self._classified(replies, outages_in_place)
 
     def _classified(self, replies: list[Reply], outages_in_place: bool = False) -> list[Reply]:
         """A pipeline's replies with each error reply classified: a transient one raises
@@ -196,15 +225,24 @@ def _send_and_read(conn: Any, commands: Sequence[Sequence[Any]]) -> list[Reply]:
 
 
 async def native_evalsha(
-    native: NativePool, calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]
+    native: NativePool,
+    calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
+    outages_in_place: bool = False,
+    description: str = "",
 ) -> list[Reply]:
     """The calls by SHA over ``native``, on the trio thread, each script the server lacks
-    loaded there and only its calls sent again; the replies unclassified."""
+    loaded there and only its calls sent again; the replies unclassified (with
+    ``outages_in_place``, as ``DirectCalls._evalsha_loading``)."""
     if not calls:
         return []
     commands = evalsha_commands(calls)
     replies = await native.pipelined(pack(commands), len(commands))
-    return await load_missing(native, calls, commands, replies)
+    try:
+        return await load_missing(native, calls, commands, replies)
+    except FAILED_MIDWAY as exc:
+        if not outages_in_place:
+            raise
+        return unknown_in_place(replies, exc, description or native.address)
 
 
 def evalsha_commands(

@@ -317,7 +317,7 @@ async def test_silent_masters_are_unknown_parts_and_the_others_are_kept(
     try:
         assert await client.scripts(INCR, [([k], []) for k in keys]) == [1, 1, 1]
         for i in (1, 2):
-            admin(cluster.nodes[i].port).execute_command("CLIENT", "PAUSE", 3000, "ALL")
+            admin(cluster.nodes[i].port).execute_command("CLIENT", "PAUSE", 5000, "ALL")
         with pytest.raises(RedisUnavailable):
             await client.scripts_in_order([(INCR, [k], []) for k in keys], then)
         assert seen[0] == 2, seen

@@ -4,6 +4,7 @@ server, cancellation, and an abandoned write that ``wait_abandoned`` waits for."
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,6 +113,36 @@ async def test_a_refused_first_reply_is_no_outage(
         assert await client.execute("GET", second) == b"1"
     finally:
         await client.aclose()
+
+
+@pytest.mark.parametrize("native_io", [True, False])
+async def test_a_script_that_cannot_be_loaded_leaves_the_other_replies_to_then(
+    redis_url: str, namespace: str, native_io: bool
+) -> None:
+    """A first round whose one script the server lacks and refuses to load (``SCRIPT
+    LOAD`` denied by ACL): the calls that ran are still handed to ``then``, the one that
+    could not run holds the refusal, and the second round is sent."""
+    admin = client_for(redis_url, native_io=False)
+    user, password = f"u{namespace.replace(':', '')}", "pw"
+    missing = Script("missing", f"return '{namespace}'")  # on no server yet
+    a, second = f"{namespace}:a", f"{namespace}:second"
+    await admin.execute("SCRIPT", "LOAD", SET.source)
+    await admin.execute("ACL", "SETUSER", user, "on", f">{password}", "~*", "+@all", "-script")
+    url = urllib.parse.urlsplit(redis_url)
+    limited = url._replace(netloc=f"{user}:{password}@{url.hostname}:{url.port}").geturl()
+    client = client_for(limited, native_io=native_io)
+    try:
+        first, then = await client.scripts_in_order(
+            [(SET, [a], ["1"]), (missing, [a], [])],
+            lambda replies: [(SET, [second], ["1"])] if replies[0] == 1 else [],
+        )
+        assert first[0] == 1 and isinstance(first[1], RedisRefused), first
+        assert then == [1]
+        assert await admin.execute("MGET", a, second) == [b"1", b"1"]
+    finally:
+        await client.aclose()
+        await admin.execute("ACL", "DELUSER", user)
+        await admin.aclose()
 
 
 async def test_a_unix_socket_takes_the_native_path(tmp_path: Path, namespace: str) -> None:
