@@ -258,8 +258,9 @@ class ClusterCalls:
 
         ``outages_in_place`` (``_classified``): a master that fails once sent gives each of
         its calls a ``RedisUnavailable`` in place, as does one lost while a missing script
-        is loaded or a redirected call sent again, and the other masters' replies are kept,
-        so the caller knows which of their calls ran. Once an outage is in place, nothing
+        is loaded or a redirected call sent again (one that refuses the load or the
+        greeting gives them its refusal), and the other masters' replies are kept, so the
+        caller knows which of their calls ran. Once an outage is in place, nothing
         more is redirected (``TRYAGAIN``, ``ASK``): the caller's step is repeated."""
         current = await self._learn(routes, probing=False)
         if current is None:
@@ -296,7 +297,7 @@ class ClusterCalls:
                 unsent = stand_in(failure, self.description)
                 for i in todo:
                     replies[i] = unsent
-                outage = outage or is_outage(unsent)
+                outage = outage or self._is_outage(unsent)
                 break
             if any(isinstance(answers, Exception) for answers in got):
                 current.failed()
@@ -318,7 +319,7 @@ class ClusterCalls:
                         raise
                     # The calls still missing their script did not run, or are unknown.
                     answers = unknown_in_place(answers, exc, pool.address)
-                    outage = outage or is_outage(stand_in(exc, pool.address))
+                    outage = outage or self._is_outage(stand_in(exc, pool.address))
                 for i, reply in zip(indices, answers, strict=True):
                     replies[i] = reply
                     if isinstance(reply, redis.exceptions.MovedError):
@@ -349,13 +350,17 @@ class ClusterCalls:
                 except FAILED_MIDWAY as exc:
                     if not outages_in_place:
                         raise
-                    unknown = stand_in(exc, self.description)
-                    if is_outage(unknown):
-                        current.failed()
-                    followed = [unknown] * len(redirected)  # whether they ran is unknown
+                    followed = [stand_in(exc, self.description)] * len(redirected)
+                if any(self._is_outage(r) for r in followed):  # whether they ran is unknown
+                    current.failed()
                 for i, reply in zip(redirected, followed, strict=True):
                     replies[i] = reply
         return self._classified(replies, outages_in_place)
+
+    def _is_outage(self, reply: Reply) -> bool:
+        """Whether a reply in place is an outage once classified (a transient error reply
+        is one too)."""
+        return is_outage(self._classified([reply], outages_in_place=True)[0])
 
     async def _cluster_one(self, routes: ClusterRoutes, key: Any, command: Sequence[Any]) -> Reply:
         """One command on the master of ``key``'s slot, its reply unparsed; an error reply

@@ -312,8 +312,11 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
         place as ``RedisUnavailable`` (a connection error through redis-py's cluster
         pipeline too), and the other replies say which writes ran. The call then raises
         ``RedisUnavailable`` without a second round, so a caller that keeps what ``then``
-        learned repeats only the rest. A refused reply (``RedisRefused``: ``OOM``,
-        ``NOPERM``...) is no outage: it fails its own call, and the second round goes on."""
+        learned repeats only the rest. So too when a script the server lacks cannot be
+        loaded: the calls that ran keep their replies, those left unknown or unsent hold
+        the failure. A refused reply (``RedisRefused``: ``OOM``, ``NOPERM``, a refused
+        ``SCRIPT LOAD`` or greeting) is no outage: it fails its own call, and the second
+        round goes on."""
 
         native, routes = self._native, self._routes
         if native is not None:

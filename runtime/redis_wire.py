@@ -49,14 +49,22 @@ class Script:
         return hashlib.sha1(self.source.encode()).hexdigest()
 
 
-#: What can fail a call midway, once some of its replies are in (a lost connection, a
-#: refused ``SCRIPT LOAD``, redis-py's cluster client giving up on its map).
-FAILED_MIDWAY = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+#: What can fail a call midway, once some of its replies are in: an error reply (a refused
+#: ``SCRIPT LOAD``), a lost connection, redis-py's cluster client giving up on its map.
+#: Anything else (a bug, a protocol error) is raised as before.
+FAILED_MIDWAY = (
+    redis.exceptions.ResponseError,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.RedisClusterException,
+)
 
 
 def stand_in(exc: BaseException, description: str) -> Reply:
-    """What a call left unknown or unsent by ``exc`` holds in place of its reply: a refused
-    or rejected reply as itself (``_classified`` classifies it), anything else an outage."""
+    """What a call left unknown or unsent by ``exc`` (one of ``FAILED_MIDWAY``) holds in
+    place of its reply: an error reply as itself (``_classified`` classifies it), anything
+    else an outage."""
     if isinstance(exc, redis.exceptions.ResponseError) and not isinstance(exc, NoScriptError):
         return exc
     return RedisUnavailable(f"redis at {description}: {exc}")
