@@ -174,6 +174,8 @@ class DirectCalls:
         calls ran before it raises (``RedisClient.scripts_in_order``)."""
         out = list(replies)
         for i, reply in enumerate(out):
+            if not isinstance(reply, Exception):  # the usual case: one check
+                continue
             if isinstance(reply, _LOST):  # redis-py's cluster pipeline leaves these in place
                 if not outages_in_place:
                     raise reply
