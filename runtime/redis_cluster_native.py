@@ -53,7 +53,6 @@ import redis.exceptions
 import trio
 
 from runtime.config import RedisSection
-from runtime.errors import RedisUnavailable
 from runtime.redis_native import NativePool, pack, pipelined_on_each, pipelined_on_many
 from runtime.redis_wire import (
     FAILED_MIDWAY,
@@ -306,7 +305,7 @@ class ClusterCalls:
             for (pool, indices), answers in zip(groups.items(), got, strict=True):
                 if isinstance(answers, Exception):
                     for i in indices:  # unknown whether they ran
-                        replies[i] = RedisUnavailable(f"redis at {pool.address}: {answers}")
+                        replies[i] = stand_in(answers, pool.address)
                     outage = True
                     continue
                 sent = [calls[i] for i in indices]

@@ -361,7 +361,7 @@ async def pipelined_on_each(
             sent.add(i)  # from the first byte on, its commands may run
             try:
                 await NativePool._send(conns[i], jobs[i][1])
-            except _SERVER_FAILED as exc:
+            except SERVER_LOST as exc:
                 if not each:
                     raise
                 failed[i] = exc
@@ -371,7 +371,7 @@ async def pipelined_on_each(
                 continue
             try:
                 done[i] = await jobs[i][0]._receive(conns[i], jobs[i][2], timeout_s)
-            except _SERVER_FAILED as exc:
+            except SERVER_LOST as exc:
                 if not each:
                     raise
                 failed[i] = exc
@@ -398,5 +398,5 @@ async def pipelined_on_each(
 #: same call was silent for the whole socket timeout.
 _AFTER_SILENCE_S = 0.25
 
-#: What a server that fails mid-call raises: its job's replies are unknown.
-_SERVER_FAILED = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+#: What a server lost mid-call raises (or leaves in a reply list): its replies are unknown.
+SERVER_LOST = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)

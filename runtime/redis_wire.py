@@ -18,7 +18,7 @@ import redis.cluster
 import redis.exceptions
 
 from runtime.errors import RedisRefused, RedisUnavailable
-from runtime.redis_native import NativePool, pack
+from runtime.redis_native import SERVER_LOST, NativePool, pack
 from runtime.redis_replies import ReplyClass, classify, reply_class, reply_text
 
 T = TypeVar("T")
@@ -27,9 +27,6 @@ Reply = Any
 """A decoded Redis reply: bytes, int, list, None..."""
 
 NoScriptError = redis.exceptions.NoScriptError
-
-#: A call's reply that says its server was lost: nothing is known of that call.
-_LOST = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 #: How often a pipelined script call is re-sent after NOSCRIPT (a server restarted or had
 #: SCRIPT FLUSH between our load and our call); past that the error is returned in place.
@@ -176,21 +173,19 @@ class DirectCalls:
         for i, reply in enumerate(out):
             if not isinstance(reply, Exception):  # the usual case: one check
                 continue
-            if isinstance(reply, _LOST):  # redis-py's cluster pipeline leaves these in place
+            if isinstance(reply, SERVER_LOST):  # redis-py's cluster pipeline leaves these
                 if not outages_in_place:
                     raise reply
-                out[i] = RedisUnavailable(f"redis at {self.description}: {reply}")
+                out[i] = stand_in(reply, self.description)
                 continue
             if not isinstance(reply, redis.exceptions.ResponseError) or isinstance(
                 reply, NoScriptError
             ):
                 continue
-            if reply_class(reply) is ReplyClass.TRANSIENT:
-                if not outages_in_place:
-                    raise redis.exceptions.ConnectionError(reply_text(reply))
-                out[i] = RedisUnavailable(f"redis at {self.description}: {reply_text(reply)}")
-                continue
-            out[i] = classify(reply, self.description)  # rejected: the reply itself
+            if not outages_in_place and reply_class(reply) is ReplyClass.TRANSIENT:
+                raise redis.exceptions.ConnectionError(reply_text(reply))
+            # In place: transient (RedisUnavailable), refused, or rejected (the reply itself).
+            out[i] = classify(reply, self.description)
         return out
 
     def _pipelined_evalsha(
