@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio_util
 
 from actors.config import ConsumerSection
 from actors.execution import leases
@@ -285,3 +286,37 @@ async def _group_exists(client: RedisClient, stream: str) -> bool:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_slot_taken_while_the_reader_woke_is_not_read_for(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """The reader waits for a free slot with the mailbox's and the recovered messages'
+    readers; woken together, another may take the slot before the reader runs. The reader
+    then reads nothing: Redis takes ``COUNT 0`` for no limit, and the whole backlog would
+    be this consumer's, held and renewed while its slots are full."""
+    await compact_messages(redis_client, keys, 20)
+    state = ConsumerState(name="me")
+    state.free.value = 0
+
+    def start(messages: list[Message]) -> None:  # as the handler pool takes its slots
+        state.free.value -= len(messages)
+
+    reader = Reader(
+        scripts, Streams(redis_client, keys), "t", "n1", Flight(), state, start,
+        block_ms=100, dedupe_window_ms=0, actor="test",
+    )  # fmt: skip
+    stopping = trio_util.AsyncBool(False)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader.read_stream, "me", stopping)
+        await trio.sleep(0.2)
+        state.free.value = 1  # the reader is woken...
+        state.free.value = 0  # ...and the slot taken before it runs
+        await trio.sleep(0.5)
+        assert await pending(redis_client, keys) == {}
+        state.free.value = 1
+        await wait_until(lambda: _true(bool(state.free.value == 0)))
+        await trio.sleep(0.3)
+        stopping.value = True
+        nursery.cancel_scope.cancel()
+    assert len(await pending(redis_client, keys)) == 1

@@ -91,8 +91,10 @@ class Reader:
             if self.free.value <= 0:  # (a slot is usually free: no waiting task to start)
                 async with trio_util.move_on_when(stopping.wait_value, True):
                     await self.free.wait_value(lambda free: free > 0)
-                if stopping.value:
-                    return
+                # Looked at again before the read: woken with the others that wait for a
+                # slot (the mailbox's, the recovered messages'), one of them may have taken
+                # it meanwhile, and a read of no count would take the whole backlog.
+                continue
             try:
                 messages, malformed = await self.streams.read_group(
                     self.type, consumer, self.free.value, self.block_ms

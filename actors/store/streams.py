@@ -36,7 +36,10 @@ class Streams:
         self, task_type: str, consumer: str, count: int, block_ms: int
     ) -> tuple[list[Message], list[tuple[str, dict[bytes, bytes], str]]]:
         """XREADGROUP of new messages for ``consumer``: (messages, malformed entries as
-        (id, fields, error)). Entries deleted while pending are left out."""
+        (id, fields, error)). Entries deleted while pending are left out. ``count`` must be
+        at least 1: Redis reads ``COUNT 0`` (and below) as no limit at all."""
+        if count < 1:
+            raise ValueError(f"read_group: count must be at least 1, got {count}")
         stream = self.keys.queue(task_type)
         reply = await self.client.execute_unparsed(
             "XREADGROUP", "GROUP", GROUP, consumer, "COUNT", count,
