@@ -291,6 +291,44 @@ def test_bounds_and_max_runs_are_honoured(start: int, span: int, every: int, run
     assert fired == sorted(set(fired))
 
 
+@given(
+    start=times,
+    span=st.integers(min_value=0, max_value=10**7),
+    every=st.integers(min_value=1000, max_value=10**6),
+    late=st.integers(min_value=0, max_value=10**8),
+    policy=st.sampled_from(["coalesce", "skip", "fire_all"]),
+    owed=st.booleans(),
+)
+def test_a_late_claim_fires_nothing_past_the_end(
+    start: int, span: int, every: int, late: int, policy: str, owed: bool
+) -> None:
+    """A claim long after the grid ended (nodes down across ``end_ms``) fires and counts
+    only the grid times up to it, whatever the misfire policy, owed times included."""
+    end = start + span
+    schedule = Schedule(
+        "interval", every_s=every / 1000, start_ms=start, end_ms=end, misfire=policy
+    )  # type: ignore[arg-type]
+    now = start + late
+    plan = plan_fires(schedule, start, now, 0, owed_until_ms=now if owed else None)
+    assert all(start <= f <= min(end, now) for f in plan.fires)
+    grid = span // schedule.interval_ms() + 1 if now >= end else None
+    if grid is not None:
+        assert plan.next_ms is None
+        assert len(plan.fires) + plan.missed == grid
+
+
+def test_a_late_cron_claim_coalesces_to_the_last_time_before_the_end() -> None:
+    hour = 3_600_000
+    start = 1_767_225_600_000  # 2026-01-01 00:00 UTC
+    schedule = Schedule("cron", cron="0 * * * *", start_ms=start, end_ms=start + 5 * hour)
+    plan = plan_fires(schedule, start, start + 30 * hour, 0)
+    assert plan.fires == (start + 5 * hour,) and plan.missed == 5 and plan.next_ms is None
+    skip = Schedule(
+        "cron", cron="0 * * * *", start_ms=start, end_ms=start + 5 * hour, misfire="skip"
+    )
+    assert plan_fires(skip, start, start + 30 * hour, 0).missed == 6
+
+
 @pytest.mark.parametrize(
     "data",
     [

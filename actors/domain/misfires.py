@@ -54,12 +54,14 @@ def plan_fires(
     ``misfire_cap``); the policy applies to the grid times after it.
     """
     nxt = schedule.next_after(due_ms)
+    # The grid ends at end_ms: no time past it was due, however late the claim.
+    last_ms = now_ms if schedule.end_ms is None else min(now_ms, schedule.end_ms)
     if nxt is None or nxt > now_ms:
         fires: tuple[int, ...] = (due_ms,)
         missed = 0
         upcoming = nxt
     elif owed_until_ms is not None:
-        until = max(due_ms, min(owed_until_ms, now_ms))
+        until = max(due_ms, min(owed_until_ms, last_ms))
         blocked = _overdue(schedule, due_ms, until, schedule.misfire_cap)  # head and last
         owed = tuple(blocked[: schedule.misfire_cap])
         after = schedule.next_after(blocked[-1])
@@ -70,16 +72,16 @@ def plan_fires(
         fires, upcoming = owed + rest.fires, rest.next_ms
         missed = _count_overdue(schedule, due_ms, until) - len(owed) + rest.missed
     else:
-        overdue = _overdue(schedule, due_ms, now_ms, schedule.misfire_cap)
+        overdue = _overdue(schedule, due_ms, last_ms, schedule.misfire_cap)
         upcoming = schedule.first_after(due_ms, now_ms)
         if schedule.misfire == "coalesce":
-            latest = overdue[-1] if schedule.kind == "interval" else _latest_cron(schedule, now_ms)
-            fires, missed = (latest,), _count_overdue(schedule, due_ms, now_ms) - 1
+            latest = overdue[-1] if schedule.kind == "interval" else _latest_cron(schedule, last_ms)
+            fires, missed = (latest,), _count_overdue(schedule, due_ms, last_ms) - 1
         elif schedule.misfire == "skip":
-            fires, missed = (), _count_overdue(schedule, due_ms, now_ms)
+            fires, missed = (), _count_overdue(schedule, due_ms, last_ms)
         else:
             fires = tuple(overdue[: schedule.misfire_cap])
-            missed = _count_overdue(schedule, due_ms, now_ms) - len(fires)
+            missed = _count_overdue(schedule, due_ms, last_ms) - len(fires)
     if schedule.max_runs is not None:
         left = max(0, schedule.max_runs - fires_so_far)
         if len(fires) >= left:
