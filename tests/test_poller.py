@@ -258,6 +258,31 @@ async def test_a_dead_pollers_claimed_fires_are_not_coalesced_away(
     assert len(dues) <= len(blocked) + 1  # at most one more: due after the lease ended
 
 
+async def test_a_task_written_after_a_takeover_is_not_owed_its_past(
+    one_partition: TaskStore,
+) -> None:
+    """The times owed after a takeover are those a dead poller's claim blocked; a task
+    created later, starting in the past, is under its misfire policy like any other
+    (``skip``: nothing), however long after the takeover, not fired up to ``misfire_cap``
+    times for grid times no claim ever held."""
+    store = one_partition
+    now = await store.now_ms()
+    await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=now), task_id="x"))
+    await claim(store, "dead", lease_ms=1000)
+    await trio.sleep(1.1)  # the lease expires
+    keys = await store.keys()
+    poller = Poller(store, PollerSettings())
+    await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
+    assert len(await stream_fires(store, "t")) == 1  # taken over: the owed fire
+    past = Schedule("interval", every_s=0.1, start_ms=now - 60_000, misfire="skip")
+    await store.create(TaskSpec("late", past, task_id="late"))
+    for _ in range(3):
+        await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
+    assert await stream_fires(store, "late") == []
+    task = await store.get("late")
+    assert task is not None and task.next_run_ms is not None and task.next_run_ms > now
+
+
 async def test_commit_of_a_finished_task_removes_it_from_the_schedule(
     one_partition: TaskStore,
 ) -> None:

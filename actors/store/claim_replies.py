@@ -85,12 +85,15 @@ def claimed_task(
     task_id: str, bucket: int, definition: Definition, values: list[Any], owed_ms: int,
     prior_claim: str,
 ) -> Claimed:  # fmt: skip
-    """A claimed task from its definition and its state record's values."""
-    due_ms = values[STATE_NEXT_MS]
+    """A claimed task from its definition and its state record's values. Its grid times
+    up to ``owed_ms`` are owed (a dead poller's claim may have blocked them) only if no
+    write came after: a task created, updated or resumed since the takeover (its version
+    is later) was never held by that claim, and its misfire policy applies."""
+    due_ms, version = values[STATE_NEXT_MS], values[STATE_UPDATED_MS] or 0
+    owed = owed_ms if owed_ms >= due_ms and version < owed_ms else None
     return Claimed(
         task_id, bucket, definition.type, definition.payload, definition.schedule, due_ms,
-        values[STATE_FIRES], values[STATE_UPDATED_MS] or 0, owed_ms if owed_ms >= due_ms else None,
-        prior_claim, values,
+        values[STATE_FIRES], version, owed, prior_claim, values,
     )  # fmt: skip
 
 
