@@ -4,6 +4,7 @@ test_completion.py and test_execution.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import attrs
@@ -12,6 +13,7 @@ import trio
 import trio_util
 
 from actors.execution.claimer import Claimer, ClaimerSettings
+from actors.execution.completion import Outcome
 from actors.execution.consumer import Consumer, ConsumerSettings, ConsumerState
 from actors.execution.flight import Flight
 from actors.execution.handlers import resolve
@@ -183,3 +185,42 @@ async def test_a_duplicate_dropped_at_begin_is_no_longer_in_flight(store: TaskSt
         await reader.begin([m])
     assert started == [first]
     assert list(flight.messages) == [first.msg_id]  # the duplicate is gone from flight
+
+
+async def test_a_flush_cut_off_while_it_waits_leaves_its_batch_to_the_last_flush(
+    store: TaskStore, tmp_path: Path
+) -> None:
+    """A consumer stopping cancels its flush loop wherever it is, waiting for the pending
+    lock say. The batch it had taken goes on in the consumer's last flush: acknowledged
+    here, each results line written once, not released to run again elsewhere."""
+    streams, scripts = await store.streams(), await store.scripts()
+    await streams.ensure_group("t")
+    keys = await store.keys()
+    for i in range(3):
+        fields = message(f"m{i}").fields()
+        await store.client.execute(
+            "XADD", keys.queue("t"), "*", *[v for kv in fields.items() for v in kv]
+        )
+    read, _ = await streams.read_group("t", "n1", 10, 100)
+    results = ResultsLog(tmp_path / "results.jsonl")
+    consumer = Consumer(
+        store, "t", ConsumerSettings(), resolve("t", "tests.handlers.jobs:noop"), results,
+        "n1", Mailbox.open(5), ConsumerState(),
+    )  # fmt: skip
+    flight = Flight()
+    for m in read:
+        flight.messages[m.msg_id] = m
+        flight.finish(Outcome(m, 10, 20, result={"n": 1}))
+    lock = consumer.state.pending_lock
+    await lock.acquire()  # a recovery holds it
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consumer._flush, scripts, flight)
+        await trio.sleep(0.2)  # the flush waits for the lock...
+        nursery.cancel_scope.cancel()  # ...when the consumer stops
+    lock.release()
+    await consumer._flush(scripts, flight)  # the last flush
+    summary = await store.client.execute("XPENDING", keys.queue("t"), GROUP)
+    assert summary["pending"] == 0
+    assert flight.messages == {} and flight.unsettled is None
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["task_id"] for line in lines) == ["m0", "m1", "m2"]

@@ -247,29 +247,39 @@ class Consumer:
         Each attempt at a batch runs under a shield: cancelled halfway, its finished
         messages would be released instead of acknowledged and run again elsewhere. Every
         attempt is Redis calls bounded by the socket timeout, so the shield cannot hang;
-        the wait for Redis between attempts is not shielded.
+        the wait for Redis between attempts is not shielded. A batch is taken under the
+        pending lock and stays the flight's ``unsettled`` one until it is settled: a flush
+        cancelled before (the consumer stopping while a flush waits for the lock or for
+        Redis) leaves it to the last flush, which goes on with it.
         """
-        while flight.done:
-            batch = flight.take()
-            plan = decide(batch, self.settings.retry, self.node)
-            # Each line's fields encoded once: the log line and the results line share them.
-            bodies = plan.bodies
-            self.results.append_lines(
-                [result_line(bodies[i], result) for i, result in enumerate(plan.results)]
-            )
-
-            # Redis away: the batch waits (cancellably: cut at shutdown, its messages stay
-            # pending and are reclaimed, never lost) and is written once Redis answers.
-            # Repeated after a refusal, only the writes not done yet are sent again.
-            write = CompletionWrite(
-                self.type, retries=plan.retries, outcomes=plan.outcomes, dead=plan.dead,
-                acks=plan.acks, flights=plan.flights, ledger=self.ledger,
-            )  # fmt: skip
+        while flight.done or flight.unsettled is not None:
             async with self.state.pending_lock:
+                if flight.unsettled is None:
+                    batch = flight.take()
+                    plan = decide(batch, self.settings.retry, self.node)
+                    # Each line's fields encoded once: the log and results lines share them.
+                    bodies = plan.bodies
+                    self.results.append_lines(
+                        [result_line(bodies[i], result) for i, result in enumerate(plan.results)]
+                    )
+                    # Repeated after a refusal or a cut, only the writes not done yet are
+                    # sent again.
+                    write = CompletionWrite(
+                        self.type, retries=plan.retries, outcomes=plan.outcomes,
+                        dead=plan.dead, acks=plan.acks, flights=plan.flights,
+                        ledger=self.ledger,
+                    )  # fmt: skip
+                    flight.unsettled = (batch, plan, write)
+                batch, plan, write = flight.unsettled
+                # Redis away: the batch waits (cancellably: cut at shutdown, its messages
+                # stay pending and are reclaimed, never lost) and is written once Redis
+                # answers.
                 await scripts.client.ride_out(
                     functools.partial(self._complete, scripts, write), self.actor
                 )
                 flight.settled(batch)
+                flight.unsettled = None
+            bodies = plan.bodies
             summary = ("runs_finished", {"type": self.type, "durations_ms": plan.durations_ms})
             emit_encoded(self.actor, "finished", bodies, summary, plan.finished_fields)
             emit_events(self.actor, plan.events)

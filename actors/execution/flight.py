@@ -7,7 +7,8 @@ from __future__ import annotations
 import attrs
 import trio
 
-from actors.execution.completion import Outcome
+from actors.execution.completion import Completion, Outcome
+from actors.store.completion_writes import CompletionWrite
 from actors.store.messages import Message
 
 
@@ -18,6 +19,10 @@ class Flight:
     done: list[Outcome] = attrs.field(factory=list)
     """Finished, not yet completed in Redis."""
     done_event: trio.Event = attrs.field(factory=trio.Event)
+    unsettled: tuple[list[Outcome], Completion, CompletionWrite] | None = None
+    """The batch being completed, from when it is taken until it is settled: a flush cut
+    off (the consumer stopping) leaves it here, and the next flush (the consumer's last)
+    goes on with it, the writes already done kept, its results lines not written again."""
 
     def finish(self, outcome: Outcome) -> None:
         self.done.append(outcome)
