@@ -361,4 +361,5 @@ def consumer_settings(section: ConsumerSection, history: int = DEFAULT_HISTORY) 
         block_ms=section.block_ms,
         history=history,
         late_ms=round(section.late_after_s * 1000),
+        max_deliveries=section.max_deliveries,
     )

@@ -15,7 +15,7 @@ from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
-from tests.execution_harness import records, wait_records
+from tests.execution_harness import records, wait_records, wait_until
 from tests.node_process import NodeProcess
 
 
@@ -316,3 +316,39 @@ async def test_a_live_consumers_name_is_never_shared(
     assert not by_pid(found, twin.proc.pid, "started")
     ran = Counter(r["schedule_id"] for r in found if r["event"] == "ran")
     assert len(ran) == 3 and set(ran.values()) == {1}
+
+
+async def test_a_message_that_kills_its_process_becomes_poison(
+    store: TaskStore, tmp_path: Path, redis_url: str, namespace: str, record: Path
+) -> None:
+    """A handler that kills its own process, under a stable consumer name: each restart
+    takes the message back as a delivery more, and once it was delivered
+    ``max_deliveries`` times it goes to the dead letters as poison (its claimer), instead
+    of crashing the restarted node for ever."""
+    cfg = write_config(
+        tmp_path, redis_url, namespace, "a", pollers=1, concurrency=2, lease_s=1, handler="crash"
+    )
+    cfg.write_text(cfg.read_text() + "max_deliveries = 2\n")
+    await store.create(TaskSpec("work", Schedule("once", at_ms=0), task_id="bad"))
+    for _ in range(2):  # delivered by its read, then taken back by the restarted node
+        node = NodeProcess(cfg)
+        try:
+            assert await trio.to_thread.run_sync(node.wait) == -signal.SIGKILL
+        finally:
+            await stop(node)
+    node = await start(cfg)
+    dlq = (await store.keys()).dlq("work")
+    try:
+        await wait_until(lambda: _has_entries(store, dlq), 60)
+        assert node.proc.poll() is None  # it runs on
+    finally:
+        node.signal(signal.SIGTERM)
+        assert await trio.to_thread.run_sync(node.wait) == 0
+    ((_, fields),) = await store.client.execute("XRANGE", dlq, "-", "+")
+    fields = {k.decode(): v.decode() for k, v in fields.items()}
+    assert (fields["task_id"], fields["reason"], fields["deliveries"]) == ("bad", "poison", "2")
+    assert [r["task_id"] for r in records(record) if r["event"] == "started"] == ["bad", "bad"]
+
+
+async def _has_entries(store: TaskStore, key: str) -> bool:
+    return bool(await store.client.execute("XLEN", key))

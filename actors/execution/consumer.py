@@ -81,6 +81,9 @@ class ConsumerSettings:
     """Occurrences kept per task (``[scheduler] history``)."""
     late_ms: int = 60_000
     """A later start puts its task on the attention list (0 = never)."""
+    max_deliveries: int = 5
+    """Deliveries after which a message is poison: one an earlier incarnation of the name
+    left pending that many times is not run again (``recover.lua``)."""
 
 
 @attrs.define
@@ -153,7 +156,11 @@ class Consumer:
         _drain(self.inbox, self.state)
         recovered = []
         if identity.stable:
-            recovered = await redis.ride_out(lambda: scripts.recover(self.type, name, RECOVER_MAX))
+            recovered = await redis.ride_out(
+                lambda: scripts.recover(
+                    self.type, name, RECOVER_MAX, max_deliveries=self.settings.max_deliveries
+                )
+            )
         flight = Flight()
         self.state.name = name
         self.state.free.value = self.settings.concurrency

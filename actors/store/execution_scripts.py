@@ -280,13 +280,21 @@ class ExecutionScripts(FlightScripts):
         return int(number)
 
     async def recover(
-        self, task_type: str, consumer: str, count: int, min_idle_ms: int = 0
-    ) -> list[Reclaimed]:
+        self, task_type: str, consumer: str, count: int, min_idle_ms: int = 0,
+        max_deliveries: int | None = None,
+    ) -> list[Reclaimed]:  # fmt: skip
         """``recover.lua``: claim back what is pending under ``consumer`` with at least
-        ``min_idle_ms`` of idle time (idle reset, delivery count kept), as (id, fields)."""
-        (entries,) = await self._run(
-            [(lua.RECOVER, [self.keys.queue(task_type)], [GROUP, consumer, count, min_idle_ms])]
-        )
+        ``min_idle_ms`` of idle time (idle reset), as (id, fields). With ``max_deliveries``
+        (a consumer's start) each counts as delivered once more, and one delivered that
+        many times already is left to the claimer as poison; without, counts are kept."""
+        args = [
+            GROUP,
+            consumer,
+            count,
+            min_idle_ms,
+            "" if max_deliveries is None else max_deliveries,
+        ]
+        (entries,) = await self._run([(lua.RECOVER, [self.keys.queue(task_type)], args)])
         return [
             Reclaimed(msg_id.decode(), consumer, 0, 0, flat_fields(fields))
             for msg_id, fields in entries

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from typing import Any
 
@@ -108,3 +109,9 @@ async def blocked(ctx: HandlerContext) -> None:
     except trio.Cancelled:
         _record(ctx, "cancelled")
         raise
+
+
+async def crash(ctx: HandlerContext) -> None:
+    """Kills its own process (a crash in native code, the OOM killer), once recorded."""
+    _record(ctx, "started")
+    os.kill(os.getpid(), signal.SIGKILL)

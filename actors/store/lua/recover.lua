@@ -4,21 +4,36 @@
 -- KEYS[1]  the type's stream   ARGV[1]  group   ARGV[2]  consumer   ARGV[3]  most entries
 -- ARGV[4]  min idle ms (0: all; a running consumer passes more than its renewal period,
 --          so nothing it renews or has just read is taken)
+-- ARGV[5]  max deliveries, at a consumer's start ('' = none: a lost read's messages)
 -- Returns a list of {id, {field, value, ...}}: each entry is claimed again by this same
 -- consumer with its idle time reset, atomically, so no claimer elsewhere takes it from
--- now on. JUSTID: the delivery count stays as it is (taking back is not a delivery, and a
--- higher count would make a message poison early). Entries whose message was deleted
--- meanwhile drop out of the PEL and are not returned.
+-- now on. Entries whose message was deleted meanwhile drop out of the PEL and are not
+-- returned.
+-- A lost read's messages keep their delivery count (taking back is not a delivery, and
+-- a higher count would make a message poison early). At a consumer's start each one
+-- counts as delivered once more: its earlier incarnation died running it, maybe because
+-- of it. One delivered max deliveries times already is not run again but handed to
+-- '<consumer>/poison' (a name no consumer has), idle a day, its count kept: the claimer
+-- dead-letters it as poison (reclaim.lua), as it does a message that killed consumers
+-- of other names. So a message that kills its process cannot crash a stable name's
+-- process for ever.
+local max = tonumber(ARGV[5] or '')
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', tonumber(ARGV[4] or 0),
   '-', '+', tonumber(ARGV[3]), ARGV[2])
 local out = {}
 for _, p in ipairs(pending) do
   local entry = redis.call('XRANGE', KEYS[1], p[1], p[1])
-  if entry[1] then
+  if not entry[1] then
+    redis.call('XACK', KEYS[1], ARGV[1], p[1])  -- deleted while pending: nothing to run
+  elseif not max then
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, p[1], 'JUSTID')
     out[#out + 1] = entry[1]
+  elseif p[4] >= max then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2] .. '/poison', 0, p[1], 'IDLE', 86400000,
+      'RETRYCOUNT', p[4], 'JUSTID')
   else
-    redis.call('XACK', KEYS[1], ARGV[1], p[1])  -- deleted while pending: nothing to run
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, p[1], 'RETRYCOUNT', p[4] + 1, 'JUSTID')
+    out[#out + 1] = entry[1]
   end
 end
 return out
