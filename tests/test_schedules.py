@@ -306,8 +306,12 @@ def test_a_late_claim_fires_nothing_past_the_end(
     only the grid times up to it, whatever the misfire policy, owed times included."""
     end = start + span
     schedule = Schedule(
-        "interval", every_s=every / 1000, start_ms=start, end_ms=end, misfire=policy
-    )  # type: ignore[arg-type]
+        "interval",
+        every_s=every / 1000,
+        start_ms=start,
+        end_ms=end,
+        misfire=policy,  # type: ignore[arg-type]
+    )
     now = start + late
     plan = plan_fires(schedule, start, now, 0, owed_until_ms=now if owed else None)
     assert all(start <= f <= min(end, now) for f in plan.fires)
