@@ -97,7 +97,8 @@ def _latest_cron(schedule: Schedule, now_ms: int) -> int:
 
 
 def _overdue(schedule: Schedule, due_ms: int, now_ms: int, cap: int) -> list[int]:
-    """Grid times from ``due_ms`` up to ``now_ms``: the first ``cap`` of them and the last."""
+    """Grid times from ``due_ms`` up to ``now_ms``: for an interval the first ``cap`` of
+    them and the last; for a cron every one, up to ``_MAX_CRON_SCAN`` (or ``cap``)."""
     if schedule.kind == "interval":
         every = schedule.interval_ms()
         count = (now_ms - due_ms) // every + 1

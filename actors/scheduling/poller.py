@@ -3,7 +3,9 @@
 Each partition is served by one poller at a time (``actors.scheduling.ownership``: leases
 per partition, rebalanced as pollers come and go). One tick, for the partitions this poller
 wants, in two round trips whatever the number of due tasks (each a pipeline of one script
-call per partition or stream):
+call per partition or stream), and one more for each of these when a tick needs it: the
+definitions its cache lacks, the overlap decisions of tasks with a policy, the runs a
+``cancel_other`` fire cancels:
 
 1. **claim** (``claim_due.lua``): take or renew the partition's lease for
    ``claim_lease_ms`` (or learn that another poller holds it) and read up to
@@ -20,7 +22,9 @@ call per partition or stream):
 Invariant: a task's grid time moves only after its message is in the stream. A poller
 killed between 1 and 3 leaves its tasks due; the next owner takes the partition when the
 lease runs out and claims the same grid times, so the fire is late and maybe duplicated
-(with the same schedule_id) but never lost. Two pollers never serve a partition at once.
+(with the same schedule_id) but never lost. A partition has one owner at a time: a poller
+stalled past its lease may still land its enqueue once Redis answers again (a fire twice,
+at most), but its commit is refused.
 
 Between ticks the poller sleeps until the earliest due time it saw, at most ``max_tick_s``;
 a full batch means more is due, so it loops at once. Its work per tick is proportional to
