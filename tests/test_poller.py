@@ -31,6 +31,7 @@ from actors.scheduling.poller import Poller, PollerSettings
 from actors.store import lua
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS
 from actors.store.enqueue import enqueue_fires
+from actors.store.flights import ENDED_OK, FlightEnd
 from actors.store.messages import Message
 from actors.store.migrate import migrate
 from actors.store.records import claim_of
@@ -281,6 +282,41 @@ async def test_a_task_written_after_a_takeover_is_not_owed_its_past(
     assert await stream_fires(store, "late") == []
     task = await store.get("late")
     assert task is not None and task.next_run_ms is not None and task.next_run_ms > now
+
+
+class EndsAFireBeforeCommitting(Poller):
+    """A poller during whose tick, after its overlap decisions and before its commit, a
+    consumer ends the fire in flight (``end_flights.lua``)."""
+
+    ends: list[FlightEnd] = []
+
+    async def _apply_policies(self, scripts: Scripts, token: str, plan: Any) -> Any:
+        decided = await super()._apply_policies(scripts, token, plan)
+        if self.ends:
+            await scripts.end_flights(self.ends)
+            self.ends = []
+        return decided
+
+
+async def test_a_fire_ending_between_a_claim_and_its_commit_wakes_the_one_waiting(
+    one_partition: TaskStore,
+) -> None:
+    """A claim puts a grid time behind the fire in flight (``buffer_one``); that fire ends
+    before the claim's commit, so its end finds the task claimed and cannot wake it. The
+    commit does: the waiting fire starts next tick, not a grid time (or an hour) later."""
+    store = one_partition
+    start = await store.now_ms() - 10
+    schedule = Schedule("interval", every_s=2, start_ms=start, overlap="buffer_one")
+    await store.create(TaskSpec("work", schedule, task_id="b"))
+    keys = await store.keys()
+    poller = EndsAFireBeforeCommitting(store, PollerSettings())
+    await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
+    assert [int(f["due_ms"]) for f in await stream_fires(store, "work")] == [start]
+    await trio.sleep((start + 2100 - await store.now_ms()) / 1000)  # the next grid time comes
+    poller.ends = [FlightEnd("b", ENDED_OK, start)]  # ends right after the claim's decision
+    await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
+    await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
+    assert [int(f["due_ms"]) for f in await stream_fires(store, "work")] == [start, start + 2000]
 
 
 async def test_commit_of_a_finished_task_removes_it_from_the_schedule(

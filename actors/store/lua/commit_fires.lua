@@ -8,7 +8,9 @@
 --          of the claim its enqueue call wrote)
 -- ARGV[6+M]  T, how many tasks of the claim put a fire in flight (overlap.lua)
 -- ARGV[7+M..6+M+T]  their ids: their appends went through (the markers are there), so
---          their decisions are confirmed (flight.lua), whatever the rest of the commit does
+--          their decisions are confirmed (flight.lua), whatever the rest of the commit does;
+--          one whose fire in flight ended meanwhile, fires waiting, is committed with score
+--          now instead of its next grid time's (its end could not wake it, end_flights.lua)
 -- ARGV[7+M+T]  K, how many tasks of the claim missed grid times
 -- then K groups of 5: task_id, history fate (coalesced or skipped: misfire), the first
 --          grid time missed, type, history length: one history entry each, written when
@@ -40,8 +42,9 @@ for i = 1, checks do  -- HGET, not HEXISTS: the ACL a deployment granted (deploy
   if not redis.call('HGET', KEYS[2 + i], ARGV[5 + i]) then return {NOT_ENQUEUED} end
 end
 local confirms = tonumber(ARGV[6 + checks])
+local wake = {}
 for i = 7 + checks, 6 + checks + confirms do
-  confirm_flight(tag .. ':flight', ARGV[i], token)
+  if confirm_flight(tag .. ':flight', ARGV[i], token) then wake[ARGV[i]] = true end
 end
 local misfires_at = 7 + checks + confirms
 local misfires = tonumber(ARGV[misfires_at])
@@ -86,6 +89,7 @@ for i = 1, #a, 5 do
     if score == '' then
       finished[#finished + 1] = id
     else
+      if wake[id] then score = ms(now_ms()) end
       moved[#moved + 1] = score
       moved[#moved + 1] = id
     end

@@ -41,10 +41,14 @@ local function note_not_run(key, id, count, reason, due, blocking)
 end
 
 -- The append of the fire this token put in flight went through: its decision stands.
+-- Returns whether fires wait with none in flight: the fire in flight ended between the
+-- claim's decision and this confirmation, and its end could not wake the task (claimed,
+-- its score was already due), so the caller wakes it.
 local function confirm_flight(key, id, token)
   local f = get_flight(key, id)
   if f.by == token and f.by ~= '' then
     f.by = ''
     put_flight(key, id, f)
   end
+  return f.inflight == '' and #f.waiting > 0
 end
