@@ -319,6 +319,25 @@ async def test_a_fire_ending_between_a_claim_and_its_commit_wakes_the_one_waitin
     assert [int(f["due_ms"]) for f in await stream_fires(store, "work")] == [start, start + 2000]
 
 
+async def test_a_new_schedule_is_not_held_to_the_grid_times_the_old_one_decided(
+    one_partition: TaskStore,
+) -> None:
+    """A task under ``skip`` keeps the latest grid time a claim decided, so a repeated
+    claim decides none twice. Its new schedule is a new grid: a one-shot at a time before
+    that mark still fires."""
+    store = one_partition
+    start = await store.now_ms() - 10
+    every = Schedule("interval", every_s=60, start_ms=start, overlap="skip")
+    await store.create(TaskSpec("work", every, task_id="s"))
+    keys = await store.keys()
+    poller = Poller(store, PollerSettings())
+    await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
+    await (await store.scripts()).end_flights([FlightEnd("s", ENDED_OK, start)])
+    await store.update("s", schedule=Schedule("once", at_ms=start - 1000, overlap="skip"))
+    await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
+    assert [int(f["due_ms"]) for f in await stream_fires(store, "work")] == [start, start - 1000]
+
+
 async def test_commit_of_a_finished_task_removes_it_from_the_schedule(
     one_partition: TaskStore,
 ) -> None:

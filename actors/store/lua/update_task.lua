@@ -7,6 +7,8 @@
 -- Returns {code, status}: CODE_OK updated, CODE_NOT_FOUND not found.
 -- A new schedule takes effect at once: the claim (if any) is dropped so a poller holding it
 -- cannot commit the old grid; a finished task with a new schedule becomes active again.
+-- The latest grid time the old schedule's claims decided is forgotten (flight.lua): the
+-- new grid's times were never decided, even those before it.
 local tag, id, b = ARGV[1], ARGV[2], ARGV[3]
 local def = redis.call('HGET', tag .. ':def:' .. b, id)
 local s = get_state(tag, b, id)
@@ -15,6 +17,11 @@ local typ, payload, sched, created = cmsgpack.unpack(def)
 if ARGV[4] ~= '' then payload = ARGV[4] end
 if ARGV[5] ~= '' then
   sched = ARGV[5]
+  local f = get_flight(tag .. ':flight', id)
+  if f.hw then
+    f.hw = nil
+    put_flight(tag .. ':flight', id, f)
+  end
   s[STATE_FIRES] = 0  -- fires count against max_runs of the schedule they were made by
   if s[STATE_STATUS] == FINISHED then s[STATE_STATUS] = ACTIVE end
   if ARGV[6] == '' then
