@@ -14,6 +14,8 @@ from actors.domain.errors import InvalidTask
 from actors.domain.misfires import plan_fires
 from actors.domain.model import parse_schedule
 from actors.domain.schedules import MAX_EVERY_S, Schedule
+from actors.scheduling.tick_plan import plan_fire
+from actors.store.replies import Claimed
 
 T0 = 1_800_000_000_000  # 2027-01-15, a whole second
 
@@ -353,3 +355,19 @@ def test_a_grid_that_runs_past_year_9999_ends_there() -> None:
     assert cron.first_due(0) is None
     interval = Schedule("interval", every_s=MAX_EVERY_S)
     assert interval.next_after(last_ms - 1_000) is None
+
+
+@pytest.mark.parametrize("policy", ["coalesce", "skip", "fire_all"])
+def test_a_claim_placed_late_by_the_spread_and_jitter_is_no_misfire(policy: str) -> None:
+    """A fire is enqueued its spread offset (and up to its jitter) after its grid time, by
+    design; a poller a little behind then claims it after the next grid time. That time
+    has not come (its own fire is placed as late): the claimed one fires, nothing is missed."""
+    schedule = Schedule("interval", every_s=10, spread_s=6, jitter_s=3.9, misfire=policy)  # type: ignore[arg-type]
+    task_id = next(t for t in (f"t{i}" for i in range(1000)) if schedule.offset_ms(t) > 5_900)
+    due = 1_767_225_600_000
+    claimed = Claimed(task_id, 0, "work", b"{}", schedule, due, 0)
+    late = due + schedule.slack_ms(task_id) + 200  # past the next grid time, by the poller's lag
+    assert late > due + 10_000
+    plan = plan_fire(claimed, late)
+    assert (plan.fires, plan.missed) == ((due,), 0)
+    assert plan.next_ms == due + 10_000

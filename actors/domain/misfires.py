@@ -42,6 +42,7 @@ def plan_fires(
     fires_so_far: int,
     *,
     owed_until_ms: int | None = None,
+    slack_ms: int = 0,
 ) -> FirePlan:
     """Apply the misfire policy to a task whose grid time ``due_ms`` has come (``<= now_ms``).
 
@@ -52,7 +53,12 @@ def plan_fires(
     blocked the task until then. The grid times that came due while it did are late only
     because of the crash, not missed while nothing ran, so they are all fired (at most
     ``misfire_cap``); the policy applies to the grid times after it.
+
+    ``slack_ms``: how long after its grid time a fire is enqueued by design (the task's
+    spread and jitter, ``Schedule.slack_ms``). A grid time has come only once that much
+    past it: a claim placed late by the spread is no misfire.
     """
+    now_ms -= slack_ms
     nxt = schedule.next_after(due_ms)
     # The grid ends at end_ms: no time past it was due, however late the claim.
     last_ms = now_ms if schedule.end_ms is None else min(now_ms, schedule.end_ms)
@@ -68,7 +74,7 @@ def plan_fires(
         if after is None or after > now_ms:
             rest = FirePlan((), after)
         else:
-            rest = plan_fires(schedule, after, now_ms, fires_so_far + len(owed))
+            rest = plan_fires(schedule, after, now_ms, fires_so_far + len(owed))  # slack taken
         fires, upcoming = owed + rest.fires, rest.next_ms
         missed = _count_overdue(schedule, due_ms, until) - len(owed) + rest.missed
     else:

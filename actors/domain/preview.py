@@ -62,7 +62,7 @@ def upcoming(
         claim_ms = due if task_id is None else schedule.fire_ms(due, task_id)
         if now_ms is not None:
             claim_ms = max(claim_ms, now_ms)
-        plan = plan_fires(schedule, due, claim_ms, fired)
+        plan = plan_fires(schedule, due, claim_ms, fired, slack_ms=schedule.slack_ms(task_id))
         out += [PlannedFire(f, claim_ms) for f in plan.fires]
         due, fired = plan.next_ms, fired + len(plan.fires)
     return out[:n]

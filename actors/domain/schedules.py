@@ -279,6 +279,13 @@ class Schedule:
         moved by the task's spread. Previews show this; ``score_ms`` adds the jitter."""
         return due_ms + self.offset_ms(task_id)
 
+    def slack_ms(self, task_id: str | None) -> int:
+        """How long after its grid time a fire of the task may be enqueued by design: its
+        spread (``task_id`` None: unknown, none) and the most its jitter adds. A claim
+        that much later than a grid time has not missed the next one (``plan_fires``)."""
+        jitter = int(self.jitter_s * 1000) if self.jitter_s else 0
+        return jitter + (self.offset_ms(task_id) if task_id is not None else 0)
+
     def score_ms(self, due_ms: int, task_id: str) -> int:
         """The schedule index score of grid time ``due_ms``: when a poller enqueues it (the
         spread and a fresh jitter draw). Every place that puts a grid time in the index

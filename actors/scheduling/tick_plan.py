@@ -40,8 +40,10 @@ def plan_fire(task: Claimed, now_ms: int) -> FirePlan:
     grid time (woken to start a fire waiting behind one that ended: ``overlap.lua``)."""
     if task.due_ms > now_ms:
         return FirePlan((), task.due_ms)
+    s = task.schedule
+    slack = s.slack_ms(task.task_id) if s.spread_s or s.jitter_s else 0
     return plan_fires(
-        task.schedule, task.due_ms, now_ms, task.fires, owed_until_ms=task.owed_until_ms
+        s, task.due_ms, now_ms, task.fires, owed_until_ms=task.owed_until_ms, slack_ms=slack
     )
 
 
