@@ -27,7 +27,10 @@ replica in turn), ``cluster-kill`` (the same cluster; SIGKILL a primary, and
 ``--fault-s`` later promote its replica with ``CLUSTER FAILOVER TAKEOVER``: a primary lost
 with whatever it had not yet sent its replica), ``kill-nodes`` (SIGKILL a
 random node every ``--every-s``, restart it 3 s later), ``kill-children`` (SIGKILL a random
-child process of a node run with ``[processes]``, every ``--every-s``), ``flaky`` (one fire
+child process of a node run with ``[processes]``, every ``--every-s``), ``stall-nodes``
+(SIGSTOP a random node every ``--every-s`` for ``--fault-s``, then SIGCONT: frozen past its
+5 s leases, its partitions and messages are taken over, and it wakes to find them gone),
+``flaky`` (one fire
 in ten fails its first attempt; its retry must run), ``redis-busy`` (a Lua busy loop of
 ``--fault-s`` with ``busy-reply-threshold`` 100 ms: Redis answers ``BUSY``), ``redis-oom``
 (``maxmemory`` 1 with ``noeviction`` for ``--fault-s``: every write refused with ``OOM``
@@ -59,7 +62,8 @@ from runtime.testing.local_redis import LocalCluster, LocalSentinel, RedisProces
 
 SCENARIOS = (
     "redis-restart", "redis-stall", "sentinel-failover", "cluster-failover", "cluster-kill",
-    "kill-nodes", "kill-children", "flaky", "redis-busy", "redis-oom", "long-handler",
+    "kill-nodes", "kill-children", "stall-nodes", "flaky", "redis-busy", "redis-oom",
+    "long-handler",
 )  # fmt: skip
 #: Scenarios whose handler fails one fire in ten on its first attempt (retries counted).
 FLAKY = ("flaky", "redis-oom")
@@ -200,6 +204,13 @@ def _inject(
             (procs[i],) = start_nodes(
                 workdir, server.url, 1, concurrency, "info", first=i, **options
             )
+            faults.append((start, time.time()))
+        elif scenario == "stall-nodes":  # frozen (a VM paused, a stop-the-world pause)
+            i = random.randrange(len(procs))
+            start = time.time()
+            procs[i].send_signal(signal.SIGSTOP)
+            time.sleep(fault_s)
+            procs[i].send_signal(signal.SIGCONT)
             faults.append((start, time.time()))
     return faults, exits
 

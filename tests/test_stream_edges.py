@@ -219,8 +219,9 @@ async def test_messages_waiting_in_the_mailbox_keep_their_lease(
     stolen: list[Any] = []
     async with trio.open_nursery() as nursery:
         nursery.start_soon(
-            leases.renew_forever, scripts, "t", identity, Flight(), state.held, lease_s
-        )
+            leases.renew_forever, scripts, "t", identity, Flight(), state.held, lease_s,
+            lambda holder: None,
+        )  # fmt: skip
         for _ in range(10):  # a thief with the same lease, for three leases
             await trio.sleep(lease_s / 5)
             stolen += (
@@ -320,3 +321,30 @@ async def test_a_slot_taken_while_the_reader_woke_is_not_read_for(
         stopping.value = True
         nursery.cancel_scope.cancel()
     assert len(await pending(redis_client, keys)) == 1
+
+
+async def test_a_consumer_whose_name_was_taken_starts_anew_without_releasing(
+    redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path,
+    log_lines: Callable[[], list[dict[str, Any]]],
+) -> None:  # fmt: skip
+    """A consumer unrenewed for longer than its lease (stalled, cut off from Redis) may find
+    its stable name taken by another live consumer, which took back what was pending
+    under it. It stops without releasing those entries (they are the other's now) and
+    starts again under a name of its own, instead of sharing the name for ever."""
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    section = ConsumerSection(handler="tests.handlers.jobs:noop", lease_s=1)
+    config = node_config(redis_url, namespace, tmp_path, {"t": section}, pollers=0)
+
+    def ready() -> list[str]:
+        return [e["consumer"] for e in log_lines() if e["event"] == "consumer_ready"]
+
+    async with running_node(config):
+        await wait_until(lambda: _true(bool(ready())))
+        owner = (await store.keys()).owner("t", ready()[0])
+        await redis_client.execute("SET", owner, "elsewhere:1:x:y", "PX", 60_000)
+        await wait_until(lambda: _true(len(ready()) >= 2), 30)
+    first, second = ready()[:2]
+    lines = log_lines()
+    lost = [(e["consumer"], e["holder"]) for e in lines if e["event"] == "consumer_name_lost"]
+    assert lost == [(first, "elsewhere:1:x:y")] and second != first
+    assert [e for e in lines if e["event"] == "consumer_stopped" and e["consumer"] == first] == []

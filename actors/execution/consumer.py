@@ -162,6 +162,7 @@ class Consumer:
                 )
             )
         flight = Flight()
+        lost: list[str] = []  # the holder of our name, once another consumer took it
         self.state.name = name
         self.state.free.value = self.settings.concurrency
         self.results.prepare()
@@ -188,7 +189,7 @@ class Consumer:
                 helpers.start_soon(pool.watch_timeouts)
                 helpers.start_soon(
                     leases.renew_forever, scripts, self.type, identity, flight,
-                    self.state.held, self.settings.lease_s,
+                    self.state.held, self.settings.lease_s, lost.append,
                 )  # fmt: skip
                 helpers.start_soon(self._flush_loop, scripts, flight)
                 helpers.start_soon(self._watch_cancels, scripts, pool)
@@ -206,7 +207,10 @@ class Consumer:
             self.state.name = None
             with ctx.cleanup():
                 await self._flush(scripts, flight)
-                await leases.release(scripts, self.type, identity, flight, self.actor, ctx.log)
+                if lost:  # what is pending under the name is its new holder's too
+                    ctx.log.error("consumer_name_lost", consumer=name, holder=lost[0])
+                else:
+                    await leases.release(scripts, self.type, identity, flight, self.actor, ctx.log)
             self.state.free.value = 0
         # Drained because the node is stopping: wait for our turn (returning now would
         # read as an exit to restart).

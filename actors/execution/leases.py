@@ -6,7 +6,7 @@ at once."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import structlog
 import trio
@@ -22,6 +22,13 @@ from runtime.logging import emit_events
 RELEASED_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
 
 
+class NameLost(Exception):
+    """Another live consumer holds our name: this one went unrenewed for longer than its
+    lease (a stall, a partition from Redis) and the name was taken. Pending entries under
+    the name are that consumer's now too, so this one stops without releasing them and
+    starts again under a name of its own."""
+
+
 async def renew_forever(
     scripts: Scripts,
     task_type: str,
@@ -29,24 +36,33 @@ async def renew_forever(
     flight: Flight,
     held: Mapping[str, Message],
     lease_s: float,
+    lost: Callable[[str], None],
 ) -> None:
     """Every lease/3, reset the idle time of every message we hold (ours only): in flight,
     and waiting in the mailbox (``held``); and keep holding our name
     (``actors.execution.identity``). After an outage the renewal that waited for Redis
-    runs as soon as Redis answers."""
+    runs as soon as Redis answers. A name found held by another live consumer is
+    ``lost`` (given its holder), then ``NameLost`` raised."""
     while True:
         await trio.sleep(lease_s / 3)
         ids = [*flight.messages, *held]
-        await scripts.client.ride_out(
+        holder = await scripts.client.ride_out(
             functools.partial(_renew, scripts, task_type, identity, ids, int(lease_s * 1000))
         )
+        if holder is not None:
+            lost(holder)
+            raise NameLost(f"consumer name {identity.name!r} is held by {holder}")
 
 
 async def _renew(
     scripts: Scripts, task_type: str, identity: Identity, ids: list[str], ttl_ms: int
-) -> None:
+) -> str | None:
+    """Renew; the name's holder if it is no longer ours."""
+    ours, holder = await scripts.own_name(task_type, identity.name, identity.owner, ttl_ms)
+    if not ours:
+        return holder
     await scripts.renew_leases(task_type, identity.name, ids)
-    await scripts.own_name(task_type, identity.name, identity.owner, ttl_ms)
+    return None
 
 
 async def release(
