@@ -158,6 +158,7 @@ async def test_a_claim_takes_the_partition_and_writes_nothing_per_task(
         "poller": "A", "until": str(reply.now_ms + 60_000), "owed": "-1",
         "inflight": f"{token}:{reply.now_ms}",
         "writes": "3",  # the two creates, and the takeover (another poller may have written)
+        "owed_version": str(newest),  # tasks written since the takeover are owed nothing
     }  # fmt: skip
     other = (await claim(store, "B"))[1]
     assert other.held and other.tasks == []  # another poller gets nothing while A holds it
@@ -257,6 +258,29 @@ async def test_a_dead_pollers_claimed_fires_are_not_coalesced_away(
     blocked = list(range(start, lease_end + 1, 400))
     assert dues[: len(blocked)] == blocked and len(blocked) >= 3
     assert len(dues) <= len(blocked) + 1  # at most one more: due after the lease ended
+
+
+async def test_a_task_written_just_before_a_takeover_is_owed_though_its_version_runs_ahead(
+    one_partition: TaskStore,
+) -> None:
+    """Versions run ahead of Redis's clock after a burst of writes (each one past the last):
+    a task written before the takeover is owed what the dead claim blocked, whatever its
+    version says of the clock."""
+    store = one_partition
+    keys = await store.keys()
+    now = await store.now_ms()
+    await store.client.execute("HSET", keys.partition_owner(0), "version", now + 3_600_000)
+    start = now - 50
+    schedule = Schedule("interval", every_s=0.4, start_ms=start, misfire="skip")
+    await store.create(TaskSpec("owed", schedule, task_id="x"))
+    _, first = await claim(store, "dead", lease_ms=1000)
+    lease_end = first.now_ms + 1000
+    await trio.sleep(1.1)  # the lease expires
+    poller = Poller(store, PollerSettings())
+    await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
+    dues = [int(f["due_ms"]) for f in await stream_fires(store, "owed")]
+    blocked = list(range(start, lease_end + 1, 400))
+    assert dues[: len(blocked)] == blocked and len(blocked) >= 3
 
 
 async def test_a_task_written_after_a_takeover_is_not_owed_its_past(

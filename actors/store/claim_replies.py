@@ -83,14 +83,17 @@ def _what_is_wrong(definition: bytes | None, state: bytes, exc: Exception) -> st
 
 def claimed_task(
     task_id: str, bucket: int, definition: Definition, values: list[Any], owed_ms: int,
-    prior_claim: str,
+    prior_claim: str, owed_version: int | None = None,
 ) -> Claimed:  # fmt: skip
     """A claimed task from its definition and its state record's values. Its grid times
-    up to ``owed_ms`` are owed (a dead poller's claim may have blocked them) only if no
-    write came after: a task created, updated or resumed since the takeover (its version
-    is later) was never held by that claim, and its misfire policy applies."""
+    up to ``owed_ms`` are owed (a dead poller's claim may have blocked them) only if it
+    was written before the takeover (its version at most ``owed_version``, the last one
+    given then; None: unknown, taken as so): a task created, updated or resumed since was
+    never held by that claim, and its misfire policy applies."""
     due_ms, version = values[STATE_NEXT_MS], values[STATE_UPDATED_MS] or 0
-    owed = owed_ms if owed_ms >= due_ms and version < owed_ms else None
+    owed = None
+    if owed_ms >= due_ms and (owed_version is None or version <= owed_version):
+        owed = owed_ms
     return Claimed(
         task_id, bucket, definition.type, definition.payload, definition.schedule, due_ms,
         values[STATE_FIRES], version, owed, prior_claim, values,
@@ -122,6 +125,8 @@ class LeanClaim:
     complete: bool | None = None
     """Whether every due task's state was one the poller knew (``KnownStates.completed``);
     None when nothing was due (a claim of nothing due tells nothing)."""
+    owed_version: int | None = None
+    """The partition's last task version at its takeover (``claimed_task``)."""
 
 
 def decode_lean_claim(
@@ -133,8 +138,8 @@ def decode_lean_claim(
     out, whose state ``states`` knows at the count of writes the claim read), and the
     others (read next with ``read_definitions.lua``, then ``add_read_definitions``).
     Reads the caches, writes neither."""
-    now, earliest, held, prior, owed, writes, with_states = reply[:CLAIM_HEADER]
-    prior_claim, owed_ms = prior.decode(), int(owed)
+    now, earliest, held, prior, owed, writes, with_states, owed_v = reply[:CLAIM_HEADER]
+    prior_claim, owed_ms, owed_version = prior.decode(), int(owed), _version(owed_v)
     if int(held):
         held_claim = PartitionClaim(partition, int(now), None, [], holder=prior_claim)
         return LeanClaim(held_claim, [], owed_ms, prior_claim)
@@ -167,13 +172,18 @@ def decode_lean_claim(
         if definition is None:
             misses.append((task_id, bucket, values))
         else:
-            tasks.append(claimed_task(task_id, bucket, definition, values, owed_ms, prior_claim))
+            tasks.append(
+                claimed_task(
+                    task_id, bucket, definition, values, owed_ms, prior_claim, owed_version
+                )
+            )
     due = (len(reply) - CLAIM_HEADER) // LEAN_CLAIM_ITEMS
     claim = PartitionClaim(
         partition, int(now), optional_ms(earliest), tasks, writes=int(writes),
         unreadable=unreadable,
     )  # fmt: skip
-    return LeanClaim(claim, misses, owed_ms, prior_claim, known == due if due else None)
+    complete = known == due if due else None
+    return LeanClaim(claim, misses, owed_ms, prior_claim, complete, owed_version)
 
 
 def add_read_definitions(lean: LeanClaim, reply: list[Any]) -> list[tuple[str, int, Definition]]:
@@ -209,7 +219,15 @@ def add_read_definitions(lean: LeanClaim, reply: list[Any]) -> list[tuple[str, i
         if DefinitionCache.worth_keeping(definition, values[STATE_NEXT_MS]):
             keep.append((task_id, values[STATE_UPDATED_MS] or 0, definition))
         claim.tasks.append(
-            claimed_task(task_id, bucket, definition, values, lean.owed_ms, lean.prior_claim)
+            claimed_task(
+                task_id,
+                bucket,
+                definition,
+                values,
+                lean.owed_ms,
+                lean.prior_claim,
+                lean.owed_version,
+            )
         )
     return keep
 
@@ -219,9 +237,8 @@ def decode_partition_claim(partition: int, reply: list[Any], buckets: int) -> Pa
     records back as stored and they are decoded here (Redis's CPU is the scarce one). A
     task whose records this version cannot read is left out (``PartitionClaim.unreadable``):
     it stays due, and the poller says so."""
-    now, earliest, held, prior, owed, writes, _ = reply[:CLAIM_HEADER]
-    prior_claim = prior.decode()
-    owed_ms = int(owed)
+    now, earliest, held, prior, owed, writes, _, owed_v = reply[:CLAIM_HEADER]
+    prior_claim, owed_ms, owed_version = prior.decode(), int(owed), _version(owed_v)
     tasks = []
     unreadable: list[tuple[str, str]] = []
     for i in range(CLAIM_HEADER, len(reply), CLAIM_ITEMS):
@@ -232,7 +249,7 @@ def decode_partition_claim(partition: int, reply: list[Any], buckets: int) -> Pa
             values = unpackb(_STATE + state, raw=True)
             tasks.append(
                 claimed_task(task_id, bucket, decode_definition(definition), values, owed_ms,
-                             prior_claim)
+                             prior_claim, owed_version)
             )  # fmt: skip
         except _UNDECODABLE as exc:
             unreadable.append((task_id, _what_is_wrong(definition, state, exc)))
@@ -242,3 +259,9 @@ def decode_partition_claim(partition: int, reply: list[Any], buckets: int) -> Pa
         partition, int(now), optional_ms(earliest), tasks, writes=int(writes),
         unreadable=unreadable,
     )  # fmt: skip
+
+
+def _version(raw: bytes | str | None) -> int | None:
+    """The owed version of a claim's header: None when unknown (a claim script of an
+    earlier version took the partition over)."""
+    return int(raw) if raw else None

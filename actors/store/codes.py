@@ -47,7 +47,7 @@ NOT_ENQUEUED = -2
 #: ``claim_due``'s reply: a header (now, earliest, held, prior, owed, writes, states), then
 #: per task its id, definition and state records; without definitions, id and state (or,
 #: with the states left out too, id and score).
-CLAIM_HEADER = 7
+CLAIM_HEADER = 8
 CLAIM_ITEMS = 3
 LEAN_CLAIM_ITEMS = 2
 #: ``claim_retries``'s reply: a header (now, earliest), then per retry its schedule id,

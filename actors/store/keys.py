@@ -14,8 +14,9 @@ Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
 - ``{ns:P}:errors``               hash: task_id -> last error (failing tasks only)
 - ``{ns:P}:schedule``             zset: task_id -> next fire ms           [schedule:zset]
 - ``{ns:P}:poller``               hash: the partition's owner: poller, until, owed,
-                                  inflight (claims not committed yet), writes (API
-                                  writes to its tasks, counted)           (new: ownership)
+                                  owed_version, inflight (claims not committed yet),
+                                  writes (API writes to its tasks, counted), version
+                                                                          (new: ownership)
 - ``{ns:P}:type:<type>:<B>``      hash: task_id -> '' of one type         (index for list/clear)
 - ``{ns:P}:labels``               hash: task_id -> labels as compact JSON (labelled tasks only)
 - ``{ns:P}:label:<k>=<v>:<B>``    hash: task_id -> '' of one label pair   (index for list)

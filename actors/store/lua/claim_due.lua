@@ -12,7 +12,7 @@
 --          that and the partition still the caller's, the states are left out too ('' =
 --          return them)
 -- Returns {now_ms, earliest score or NONE, held, prior, owed_until or NONE, writes, states,
---          task_id, definition record, state record, ...} (a header of CLAIM_HEADER items,
+--          owed version ('' = unknown), task_id, definition record, state record, ...} (a header of CLAIM_HEADER items,
 --          then CLAIM_ITEMS per task, the records as stored: actors/store/claim_replies.py
 --          decodes them; with ARGV[9] FLAG_ON, LEAN_CLAIM_ITEMS per task:
 --          task_id, state record; states 0, the count being ARGV[10]: 2 per task,
@@ -36,7 +36,9 @@
 --     every fire due until the handover, whatever the misfire policy: they are late
 --     because of the handover, not missed while nothing ran (plan_fires owed_until_ms).
 --     At most one lease after the last one ended, so after a longer outage of every
---     poller the misfire policy applies as usual.
+--     poller the misfire policy applies as usual. Only tasks written before the handover
+--     are owed: owed_version is the partition's last version given then (records.lua
+--     new_version), and a task created, updated or resumed since has a later one.
 -- writes: how many API writes the partition's tasks have had (records.lua count_write),
 -- and takeovers (another poller may have committed since this one last did): while it is
 -- the same, only this poller wrote the partition's states. commit_fires skips checking
@@ -47,15 +49,16 @@ local tag, me, token = ARGV[1], ARGV[2], ARGV[3]
 local buckets = tonumber(ARGV[6])
 local lean = ARGV[9] == FLAG_ON
 local now = now_ms()
-local o = redis.call('HMGET', KEYS[2], 'poller', 'until', 'owed', 'inflight', 'writes')
+local o = redis.call('HMGET', KEYS[2], 'poller', 'until', 'owed', 'inflight', 'writes',
+  'owed_version', 'version')
 local writes = o[5] or '0'
 local held_until = tonumber(o[2] or 0)  -- a hash without it (hand-edited): run out
 if o[1] and o[1] ~= me and o[1] ~= ARGV[8] and held_until > now then
   -- CLAIM_HEADER items
-  return {now, NONE, 1, o[1], NONE, writes, 1}
+  return {now, NONE, 1, o[1], NONE, writes, 1, ''}
 end
 local lease = tonumber(ARGV[5])
-local owed = tonumber(o[3] or NONE)
+local owed, owed_version = tonumber(o[3] or NONE), o[6] or ''
 local fields = {}  -- the owner hash's changes, written in one HSET
 -- the caller's states are the stored ones (no write since, and no other owner)
 local known = lean and ARGV[10] ~= '' and o[1] == me and writes == ARGV[10]
@@ -63,8 +66,10 @@ if o[1] ~= me then
   -- taken over: the fires due from the end of the last lease (or the release) until now
   -- are owed, at most one lease of them (after a longer outage the policy applies)
   owed = o[2] and math.min(now, tonumber(o[2]) + lease) or NONE
+  owed_version = o[7] or '0'
   writes = ms(tonumber(writes) + 1)
-  fields = {'poller', me, 'owed', ms(owed), 'until', ms(now + lease), 'writes', writes}
+  fields = {'poller', me, 'owed', ms(owed), 'until', ms(now + lease), 'writes', writes,
+            'owed_version', owed_version}
 elseif held_until - now < lease / 2 then
   fields = {'until', ms(now + lease)}  -- renewed once half of it is gone
 end
@@ -80,7 +85,8 @@ for t, at in string.gmatch(o[4] or '', '(%S+):(%d+)') do
 end
 local limit = tonumber(ARGV[4])
 -- CLAIM_HEADER items
-local out = {now, NONE, 0, table.concat(priors, ' '), owed, writes, known and 0 or 1}
+local out = {now, NONE, 0, table.concat(priors, ' '), owed, writes, known and 0 or 1,
+             owed_version}
 local header = CLAIM_HEADER
 local range = {'ZRANGE', KEYS[1], '-inf', ms(now), 'BYSCORE', 'LIMIT', 0, limit}
 if known then range[#range + 1] = 'WITHSCORES' end
