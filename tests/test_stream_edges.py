@@ -18,6 +18,7 @@ from actors.execution.claimer import Claimer, ClaimerSettings
 from actors.execution.consumer import ConsumerState
 from actors.execution.flight import Flight
 from actors.execution.identity import Identity
+from actors.execution.leases import RELEASED_IDLE_MS
 from actors.execution.reading import Reader
 from actors.store.keys import GROUP, Keys
 from actors.store.messages import Message
@@ -112,6 +113,28 @@ async def test_recover_keeps_delivery_counts_and_leaves_fresh_entries(
     assert (await pending(redis_client, keys))[ids[0]][2] == 1  # still one delivery
     assert len(await scripts.recover("t", "c", 10)) == 2  # no minimum: all of them
     assert {d for _, _, d in (await pending(redis_client, keys)).values()} == {1}
+
+
+async def test_a_start_counts_what_a_dead_incarnation_held_not_what_it_released(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """At a consumer's start, each entry its name's earlier incarnation died holding is a
+    delivery more, and one delivered ``max_deliveries`` times is left to the claimer as
+    poison (under ``<name>/poison``); entries it released as it stopped (a deploy) are
+    taken back as they are, however many restarts."""
+    held, released = await compact_messages(redis_client, keys, 2)
+    await read_as(redis_client, keys, "c")
+    for _ in range(5):  # five restarts, each after a stop that released one of the two
+        await redis_client.execute_unparsed(  # as release.lua hands it back
+            "XCLAIM", keys.queue("t"), GROUP, "c", 0, released, "IDLE", RELEASED_IDLE_MS, "JUSTID"
+        )
+        taken = await scripts.recover("t", "c", 10, max_deliveries=5)
+        if held not in {r.msg_id for r in taken}:
+            break
+    rows = await pending(redis_client, keys)
+    assert rows[released] == ("c", rows[released][1], 1)  # never counted
+    assert (rows[held][0], rows[held][2]) == ("c/poison", 5)  # 1 read + 4 restarts, then left
+    assert rows[held][1] > 3_600_000  # idle past any lease: the claimer takes it at once
 
 
 async def test_poison_of_a_compact_message_is_a_full_dead_letter_that_replays(

@@ -10,14 +10,16 @@
 -- now on. Entries whose message was deleted meanwhile drop out of the PEL and are not
 -- returned.
 -- A lost read's messages keep their delivery count (taking back is not a delivery, and
--- a higher count would make a message poison early). At a consumer's start each one
--- counts as delivered once more: its earlier incarnation died running it, maybe because
--- of it. One delivered max deliveries times already is not run again but handed to
+-- a higher count would make a message poison early), and so do those an earlier
+-- incarnation released as it stopped (release.lua: idle ten years; over one here). At a
+-- consumer's start each other one counts as delivered once more: its earlier incarnation
+-- died holding it, maybe because of it. One delivered max deliveries times already is not run again but handed to
 -- '<consumer>/poison' (a name no consumer has), idle a day, its count kept: the claimer
 -- dead-letters it as poison (reclaim.lua), as it does a message that killed consumers
 -- of other names. So a message that kills its process cannot crash a stable name's
 -- process for ever.
 local max = tonumber(ARGV[5] or '')
+local RELEASED = 365 * 24 * 3600 * 1000
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', tonumber(ARGV[4] or 0),
   '-', '+', tonumber(ARGV[3]), ARGV[2])
 local out = {}
@@ -25,7 +27,7 @@ for _, p in ipairs(pending) do
   local entry = redis.call('XRANGE', KEYS[1], p[1], p[1])
   if not entry[1] then
     redis.call('XACK', KEYS[1], ARGV[1], p[1])  -- deleted while pending: nothing to run
-  elseif not max then
+  elseif not max or p[3] >= RELEASED then
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, p[1], 'JUSTID')
     out[#out + 1] = entry[1]
   elseif p[4] >= max then
