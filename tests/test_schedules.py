@@ -371,3 +371,15 @@ def test_a_claim_placed_late_by_the_spread_and_jitter_is_no_misfire(policy: str)
     plan = plan_fire(claimed, late)
     assert (plan.fires, plan.missed) == ((due,), 0)
     assert plan.next_ms == due + 10_000
+
+
+def test_a_jitter_alone_longer_than_the_interval_is_allowed_one_interval() -> None:
+    """A jitter alone is not held to the grid step (no rule for it), but a claim more than
+    one interval late has missed grid times whatever the placement."""
+    schedule = Schedule("interval", every_s=10, jitter_s=30, misfire="skip")
+    assert schedule.slack_ms("t") == 10_000
+    due = 1_767_225_600_000
+    claimed = Claimed("t", 0, "work", b"{}", schedule, due, 0)
+    assert plan_fire(claimed, due + 15_000).fires == (due,)  # within a step past the next
+    late = plan_fire(claimed, due + 25_000)  # past it: missed, skipped
+    assert (late.fires, late.missed) == ((), 2)

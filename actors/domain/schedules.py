@@ -159,9 +159,11 @@ def check_submitted(schedule: Schedule, min_interval_s: float) -> None:
 
 
 def _check_spread(schedule: Schedule) -> None:
-    """A spread (with the jitter on top) must end before the next grid time: a fire placed
-    after it would find that time come too and be coalesced or skipped by the misfire
-    policy every time. Cron gaps are measured over a sample of the expression's times."""
+    """A spread (with the jitter on top) must end before the next grid time, so that fires
+    keep their grid's order and rhythm. Cron gaps are measured over a sample of the
+    expression's times. A jitter alone is not held to it (schedules written before this
+    rule stay valid); the misfire policy allows it at most a grid step
+    (``Schedule.slack_ms``)."""
     gap_ms = _shortest_gap_ms(schedule)
     if gap_ms is not None and (schedule.spread_s + schedule.jitter_s) * 1000 > gap_ms:
         raise ValueError(
@@ -284,7 +286,10 @@ class Schedule:
         spread (``task_id`` None: unknown, none) and the most its jitter adds. A claim
         that much later than a grid time has not missed the next one (``plan_fires``)."""
         jitter = int(self.jitter_s * 1000) if self.jitter_s else 0
-        return jitter + (self.offset_ms(task_id) if task_id is not None else 0)
+        slack = jitter + (self.offset_ms(task_id) if task_id is not None else 0)
+        # At most a grid step (a jitter alone may be longer): a claim later than that has
+        # missed grid times whatever the placement.
+        return min(slack, self.interval_ms()) if self.kind == "interval" else slack
 
     def score_ms(self, due_ms: int, task_id: str) -> int:
         """The schedule index score of grid time ``due_ms``: when a poller enqueues it (the
