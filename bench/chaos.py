@@ -186,7 +186,7 @@ def _inject(
         return [(start, time.time())], 0
     faults: list[tuple[float, float]] = []
     exits = 0
-    while time.time() + every_s < end_s:
+    while time.time() + every_s + (fault_s if scenario == "stall-nodes" else 0) < end_s:
         time.sleep(every_s)
         if scenario == "kill-children":
             children = child_pids(procs[0].pid)
@@ -209,8 +209,10 @@ def _inject(
             i = random.randrange(len(procs))
             start = time.time()
             procs[i].send_signal(signal.SIGSTOP)
-            time.sleep(fault_s)
-            procs[i].send_signal(signal.SIGCONT)
+            try:
+                time.sleep(fault_s)
+            finally:  # even on Ctrl-C: a stopped node would not stop
+                procs[i].send_signal(signal.SIGCONT)
             faults.append((start, time.time()))
     return faults, exits
 

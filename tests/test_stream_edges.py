@@ -371,3 +371,4 @@ async def test_a_consumer_whose_name_was_taken_starts_anew_without_releasing(
     lost = [(e["consumer"], e["holder"]) for e in lines if e["event"] == "consumer_name_lost"]
     assert lost == [(first, "elsewhere:1:x:y")] and second != first
     assert [e for e in lines if e["event"] == "consumer_stopped" and e["consumer"] == first] == []
+    assert [e for e in lines if e["event"] == "actor_crashed"] == []  # an exit, one line said

@@ -152,7 +152,8 @@ class Consumer:
         self.ledger = Ledger(self.settings.history, number, self.settings.late_ms)
         # What the claimer put in the mailbox was claimed for an earlier incarnation: under
         # our stable name it is recovered below with the rest, else it is released by the
-        # incarnation that held it. Either way it must not also run from the mailbox.
+        # incarnation that held it (or, its name lost, taken back by the name's new
+        # holder). Either way it must not also run from the mailbox.
         _drain(self.inbox, self.state)
         recovered = []
         if identity.stable:
@@ -203,6 +204,8 @@ class Consumer:
                 # workers and the helpers are cancelled (handlers holds both).
                 await self.state.free.wait_value(lambda free: free >= self.settings.concurrency)
                 handlers.cancel_scope.cancel()
+        except* leases.NameLost:
+            pass  # said below, nothing released: exit, to be started under a name of our own
         finally:
             self.state.name = None
             with ctx.cleanup():
@@ -212,6 +215,8 @@ class Consumer:
                 else:
                     await leases.release(scripts, self.type, identity, flight, self.actor, ctx.log)
             self.state.free.value = 0
+        if lost:
+            return
         # Drained because the node is stopping: wait for our turn (returning now would
         # read as an exit to restart).
         await ctx.wait_stop_requested()
