@@ -19,7 +19,7 @@
 -- of other names. So a message that kills its process cannot crash a stable name's
 -- process for ever.
 local max = tonumber(ARGV[5] or '')
-local RELEASED = 365 * 24 * 3600 * 1000
+local released = 365 * 24 * 3600 * 1000  -- ms: release.lua gives ten years
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', tonumber(ARGV[4] or 0),
   '-', '+', tonumber(ARGV[3]), ARGV[2])
 local out = {}
@@ -27,7 +27,7 @@ for _, p in ipairs(pending) do
   local entry = redis.call('XRANGE', KEYS[1], p[1], p[1])
   if not entry[1] then
     redis.call('XACK', KEYS[1], ARGV[1], p[1])  -- deleted while pending: nothing to run
-  elseif not max or p[3] >= RELEASED then
+  elseif not max or p[3] >= released then
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, p[1], 'JUSTID')
     out[#out + 1] = entry[1]
   elseif p[4] >= max then
