@@ -1114,63 +1114,34 @@ async def tasks_in_partitions(
     return store, past, ids
 
 
-async def test_a_type_whose_stream_refuses_its_appends_holds_up_its_own_tasks_only(
-    one_partition: TaskStore, log_lines: Callable[[], list[dict[str, Any]]]
-) -> None:
-    """One type's stream key holds a string (WRONGTYPE): the tick still appends and
-    commits the other types' fires; that type's tasks stay due, said once, and fire once
-    the stream can take them (the others not again)."""
-    store = one_partition
-    past = await store.now_ms() - 10
-    every = Schedule("interval", every_s=60, start_ms=past)
-    await store.create_many(
-        [TaskSpec("good", every, task_id=i) for i in ("g1", "g2")]
-        + [TaskSpec("bad", every, task_id="b1")]
-    )
-    keys = await store.keys()
-    await store.client.execute("SET", keys.queue("bad"), "not a stream")
-    poller = Poller(store, PollerSettings())
-    with trio.fail_after(30):  # not held up by the refused type
-        await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
-    assert sorted(f["task_id"] for f in await stream_fires(store, "good")) == ["g1", "g2"]
-    moved = {
-        t.task_id: (t.next_run_ms, t.fires) for t in await store.get_many(["g1", "g2", "b1"]) if t
-    }
-    assert moved == {"g1": (past + 60_000, 1), "g2": (past + 60_000, 1), "b1": (past, 0)}
-    refused = [e for e in log_lines() if e["event"] == "enqueue_refused"]
-    assert [e["type"] for e in refused] == ["bad"] and "WRONGTYPE" in refused[0]["error"]
-    with trio.fail_after(30):  # a tick of the refused type alone goes by too
-        await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
-    assert len([e for e in log_lines() if e["event"] == "enqueue_refused"]) == 1  # said once
-    await store.client.execute("DEL", keys.queue("bad"))
-    await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
-    assert [f["task_id"] for f in await stream_fires(store, "bad")] == ["b1"]
-    assert len(await stream_fires(store, "good")) == 2
-    assert [e["type"] for e in log_lines() if e["event"] == "enqueue_accepted"] == ["bad"]
-    task = await store.get("b1")
-    assert task is not None and (task.next_run_ms, task.fires) == (past + 60_000, 1)
-
-
 @pytest.mark.parametrize("partitions", [1, 4])
 async def test_a_failed_enqueue_sent_with_its_commit_leaves_the_grid_where_it_was(
     redis_client: RedisClient, namespace: str, partitions: int
 ) -> None:
     """The commit travels in the enqueue's pipeline; when the enqueue fails (here its stream
     key holds a string: WRONGTYPE), the commit finds the enqueue's marker missing and moves
-    nothing: the tasks stay due (the tick goes on: the type's stream rejects its appends,
-    not the server every write), and they fire once the stream can take them."""
+    nothing: the tasks stay due, the tick waits (Redis rejected the enqueue: it repeats it
+    with backoff, no crash), and they fire once the stream can take them."""
     store, past, ids = await tasks_in_partitions(redis_client, namespace, partitions)
     keys = await store.keys()
     scripts = await store.scripts()
     await store.client.execute("SET", keys.queue("t"), "not a stream")
     poller = Poller(store, PollerSettings())
     every = list(range(partitions))
-    await poller.tick(scripts, every, get_logger())
-    for task in await store.get_many(ids):
-        assert task is not None and (task.next_run_ms, task.fires) == (past, 0)  # not moved
-    await store.client.execute("DEL", keys.queue("t"))
-    result = await poller.tick(scripts, every, get_logger())
+    results: list[TickResult] = []
+
+    async def tick() -> None:
+        results.append(await poller.tick(scripts, every, get_logger()))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tick)
+        await eventually(lambda: store.client.refusing == "rejected", poll_s=0.01)
+        for task in await store.get_many(ids):
+            assert task is not None and (task.next_run_ms, task.fires) == (past, 0)  # not moved
+        await store.client.execute("DEL", keys.queue("t"))
+    (result,) = results
     assert result.enqueued == len(ids)
+    assert store.client.refusing is None
     fired = sorted(f["schedule_id"] for f in await stream_fires(store, "t"))
     assert fired == sorted(f"{i}:{past}" for i in ids)
     for task in await store.get_many(ids):

@@ -51,7 +51,7 @@ from actors.scheduling.ownership import Membership
 from actors.scheduling.policies import PolicyFires, apply_policies
 from actors.scheduling.tick_plan import TickPlan, plan_claims, plan_commits
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS, DefinitionCache
-from actors.store.enqueue import enqueue_and_commit_each_type, enqueue_fires
+from actors.store.enqueue import enqueue_and_commit_fires, enqueue_fires
 from actors.store.flights import end_dropped_flights
 from actors.store.history import DEFAULT_HISTORY
 from actors.store.keys import Keys
@@ -109,8 +109,6 @@ class Poller:
         """The states it committed, so its claims need not read those either."""
         self._unreadable: set[str] = set()
         """Due tasks whose records could not be read (said once each; they stay due)."""
-        self._refused_types: set[str] = set()
-        """Types whose stream refused this poller's last appends (their tasks stay due)."""
         self._due = DueTimes(settings.max_tick_s)
         """When each partition is next due: a round skips a partition with nothing due
         until ``max_tick_s`` has passed (tasks created meanwhile are noticed then)."""
@@ -336,9 +334,9 @@ class Poller:
         done: dict[int, Commit] = {}
         if fires and scripts.commits_with_enqueue(s.dedupe_window_ms):
             done = await redis.ride_out(
-                lambda: enqueue_and_commit_each_type(
+                lambda: enqueue_and_commit_fires(
                     scripts, fires, now, self.actor, s.dedupe_window_ms, token, committed,
-                    self.poller_id, commits, writes, dropped, self._refused_types,
+                    self.poller_id, commits, writes, dropped,
                 )
             )  # fmt: skip
         else:
@@ -375,11 +373,9 @@ class Poller:
         enqueue of those types), and each partition's earliest due time (the committed
         one, else the claim's), which decides when the partition is claimed again."""
         earliest_by_partition = {c.partition: c.earliest_ms for c in claims}
-        refused = {f.task_id for f in fires if f.type in self._refused_types}
         for p, commit in done.items():
             for lost in commit.lost:
-                if lost not in refused:  # those are said once a type (enqueue_refused)
-                    log.warning("claim_lost", task_id=lost)
+                log.warning("claim_lost", task_id=lost)
             self._remember(p, writes[p], commits[p], commit)
         earliest_by_partition |= {p: commit.earliest_ms for p, commit in done.items()}
         types = {f.type for f in fires}

@@ -18,15 +18,10 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from redis.exceptions import ResponseError
-
 from actors.store.keys import schedule_id
 from actors.store.replies import Commit, Fire, FireCommit
 from actors.store.scripts import Scripts
-from runtime.errors import RedisRefused
 from runtime.logging import debug_enabled, emit_events, notify_observers
-from runtime.redis_replies import ReplyClass, restarts
-from runtime.redis_replies import refused as refused_reply
 
 
 async def enqueue_fires(
@@ -70,96 +65,6 @@ async def enqueue_and_commit_fires(
     )
     _report(fires, flags, now_ms, actor, dropped)
     return done
-
-
-async def enqueue_and_commit_each_type(
-    scripts: Scripts,
-    fires: Sequence[Fire],
-    now_ms: int,
-    actor: str,
-    dedupe_window_ms: int,
-    token: str,
-    committed: Mapping[str, Sequence[str]] | None,
-    poller: str,
-    commits: dict[int, list[FireCommit]],
-    writes: Mapping[int, int],
-    dropped: list[Fire],
-    refused_types: set[str],
-) -> dict[int, Commit]:
-    """``enqueue_and_commit_fires``; when Redis refuses it, each type's fires are appended
-    alone, so that a type whose stream rejects its appends (a key of the wrong type, a
-    permission missing) holds up its own tasks only: the other tasks are committed, that
-    type's stay due, their claim kept in flight so that what a chunk of theirs appended
-    is found (``lost`` in the commit's answer; their partition looked at again after
-    ``REFUSED_RETRY_MS``). Writes refused by the server (``OOM``, ``MISCONF``,
-    ``NOREPLICAS``) are every type's: raised, for the caller to wait out, as is the
-    original refusal when every type's appends went in. ``refused_types``: the types
-    refused at their last try, kept up to date; an ``enqueue_refused`` line when one begins
-    to be refused, ``enqueue_accepted`` when it is accepted again."""
-    types = {f.type for f in fires}
-    try:
-        done = await enqueue_and_commit_fires(
-            scripts, fires, now_ms, actor, dedupe_window_ms, token, committed, poller, commits,
-            writes, dropped,
-        )  # fmt: skip
-    except (RedisRefused, ResponseError) as exc:
-        if _not_for_one_type(exc, scripts):
-            raise
-        refused: dict[str, str] = {}
-        for task_type in sorted(types):
-            typed = [f for f in fires if f.type == task_type]
-            try:
-                await enqueue_fires(
-                    scripts, typed, now_ms, actor, dedupe_window_ms, token, committed, dropped
-                )
-            except (RedisRefused, ResponseError) as type_exc:
-                if _not_for_one_type(type_exc, scripts):
-                    raise
-                refused[task_type] = str(type_exc)
-        if not refused:
-            raise
-        held = {f.task_id for f in fires if f.type in refused}
-        kept = {p: [c for c in cs if c.task_id not in held] for p, cs in commits.items()}
-        back = {p for p, cs in commits.items() if len(kept[p]) < len(cs)}
-        done = await scripts.commit_fires(poller, token, kept, writes, back)
-        for p in back:  # not committed: as lost (the poller forgets their states)
-            ids = [c.task_id for c in commits[p] if c.task_id in held]
-            due = max(done[p].earliest_ms or 0, now_ms + REFUSED_RETRY_MS)
-            done[p] = Commit(due, [*done[p].lost, *ids])
-        _note_refused(refused, types, refused_types, actor)
-        return done
-    _note_refused({}, types, refused_types, actor)
-    return done
-
-
-#: How long a partition whose tasks a refused type held up is left before its next claim
-#: (at most the poller's ``max_tick_s``): a refused append is not sent again in a loop.
-REFUSED_RETRY_MS = 1000
-
-
-def _not_for_one_type(error: RedisRefused | ResponseError, scripts: Scripts) -> bool:
-    """Whether a refused append is the server's refusal of every write, or a reply no
-    wait mends, rather than something of the type's own stream."""
-    if not isinstance(error, RedisRefused):
-        if restarts(error):
-            return True
-        error = refused_reply(error, scripts.client.description)
-    return error.kind == ReplyClass.REFUSED_WRITE.value
-
-
-def _note_refused(
-    refused: Mapping[str, str], tried: set[str], refused_types: set[str], actor: str
-) -> None:
-    began = [t for t in refused if t not in refused_types]
-    ended = [t for t in tried if t in refused_types and t not in refused]
-    refused_types.difference_update(ended)
-    refused_types.update(refused)
-    lines: list[tuple[str, dict[str, Any]]] = [
-        ("enqueue_refused", {"type": t, "error": refused[t]}) for t in began
-    ]
-    lines += [("enqueue_accepted", {"type": t}) for t in ended]
-    if lines:
-        emit_events(actor, lines)
 
 
 def _report(

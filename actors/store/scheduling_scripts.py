@@ -5,7 +5,7 @@ and commit. A part of ``actors.store.scripts.Scripts``; nothing else uses it alo
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from actors.store import lua
@@ -130,15 +130,12 @@ class SchedulingScripts(FlightScripts):
         token: str,
         commits: dict[int, list[FireCommit]],
         writes: Mapping[int, int],
-        held_back: Collection[int] = (),
     ) -> dict[int, Commit]:
         """``commit_fires.lua`` per partition: advance each grid if ``token``'s claim is
         still in flight on a partition ``poller`` owns, and the task was not changed.
         ``writes``: each partition's count of API writes as the claim read it
-        (``PartitionClaim.writes``). ``held_back``: partitions some of whose claimed tasks
-        are left out (due again): their claim stays in flight."""
-        calls = self._commit_calls(poller, token, commits, writes, [], held_back)
-        replies = await self._run(calls)
+        (``PartitionClaim.writes``)."""
+        replies = await self._run(self._commit_calls(poller, token, commits, writes, []))
         return self._decode_commits(commits, replies)
 
     def _commit_calls(
@@ -148,7 +145,6 @@ class SchedulingScripts(FlightScripts):
         commits: dict[int, list[FireCommit]],
         writes: Mapping[int, int],
         markers: Sequence[tuple[str, int]],
-        held_back: Collection[int] = (),
     ) -> list[Call]:
         """One ``commit_fires.lua`` call per partition, each checking that ``markers``
         (enqueue marker key, part) are there first."""
@@ -170,8 +166,6 @@ class SchedulingScripts(FlightScripts):
                 score = "" if c.score is None else str(c.score)
                 rows += [c.task_id, str(c.bucket), score, c.due_ms, c.state]
             args.append(pack_array(rows))
-            if partition in held_back:
-                args.append(flag(True))
             keys = [k.schedule(partition), k.partition_owner(partition), *marker_keys]
             calls.append((lua.COMMIT_FIRES, keys, args))
         return calls

@@ -20,9 +20,6 @@
 --           '' = finished: out of the schedule), due_ms (a number: the grid time claimed),
 --           the new state record (the claimed one with its grid moved on and its fires
 --           counted, built by the poller; its version, STATE_UPDATED_MS, is the claimed one)
--- then, optionally, FLAG_ON: keep the claim in flight even when every task commits (some
---           of its tasks were left out: their type's enqueue was refused, and what it may
---           have appended must be found by the claim that takes them again)
 -- Returns {earliest score in the zset after the commit or NONE, lost ids...}, or
 -- {NOT_ENQUEUED} when a marker is missing: an enqueue pipelined ahead of this commit did
 -- not complete, so
@@ -53,7 +50,6 @@ local misfires_at = 7 + checks + confirms
 local misfires = tonumber(ARGV[misfires_at])
 local tasks_from = misfires_at + 1 + 5 * misfires  -- the tasks' array
 local a = cmsgpack.unpack(ARGV[tasks_from])
-local held_back = ARGV[tasks_from + 1] == FLAG_ON
 local o = redis.call('HMGET', KEYS[2], 'poller', 'inflight', 'writes')
 local inflight = o[2] or ''
 local at = string.find(' ' .. inflight, ' ' .. token .. ':', 1, true)
@@ -127,7 +123,7 @@ if misfires > 0 then  -- the missed grid times of the tasks committed
     end
   end
 end
-if keep or held_back then return out_with_earliest(out) end
+if keep then return out_with_earliest(out) end
 -- this claim is done: drop it from the partition's claims in flight
 local rest = {}
 for entry in string.gmatch(inflight, '%S+') do
