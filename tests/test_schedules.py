@@ -373,13 +373,21 @@ def test_a_claim_placed_late_by_the_spread_and_jitter_is_no_misfire(policy: str)
     assert plan.next_ms == due + 10_000
 
 
-def test_a_jitter_alone_longer_than_the_interval_is_allowed_one_interval() -> None:
+@pytest.mark.parametrize(
+    ("schedule", "step_ms"),
+    [
+        (Schedule("interval", every_s=10, jitter_s=30, misfire="skip"), 10_000),
+        (Schedule("cron", cron="* * * * *", jitter_s=180, misfire="skip"), 60_000),
+    ],
+)
+def test_a_jitter_alone_longer_than_the_grid_step_is_allowed_one_step(
+    schedule: Schedule, step_ms: int
+) -> None:
     """A jitter alone is not held to the grid step (no rule for it), but a claim more than
-    one interval late has missed grid times whatever the placement."""
-    schedule = Schedule("interval", every_s=10, jitter_s=30, misfire="skip")
-    assert schedule.slack_ms("t") == 10_000
-    due = 1_767_225_600_000
+    one step late has missed grid times whatever the placement."""
+    assert schedule.slack_ms("t") == 3 * step_ms
+    due = 1_767_225_600_000  # a whole minute
     claimed = Claimed("t", 0, "work", b"{}", schedule, due, 0)
-    assert plan_fire(claimed, due + 15_000).fires == (due,)  # within a step past the next
-    late = plan_fire(claimed, due + 25_000)  # past it: missed, skipped
+    assert plan_fire(claimed, due + step_ms * 3 // 2).fires == (due,)  # within a step more
+    late = plan_fire(claimed, due + step_ms * 5 // 2)  # past it: missed, skipped
     assert (late.fires, late.missed) == ((), 2)

@@ -58,8 +58,9 @@ def plan_fires(
     spread and jitter, ``Schedule.slack_ms``). A grid time has come only once that much
     past it: a claim placed late by the spread is no misfire.
     """
-    now_ms -= slack_ms
     nxt = schedule.next_after(due_ms)
+    if slack_ms:  # at most one grid step: a claim later than that has missed times anyway
+        now_ms -= slack_ms if nxt is None else min(slack_ms, nxt - due_ms)
     # The grid ends at end_ms: no time past it was due, however late the claim.
     last_ms = now_ms if schedule.end_ms is None else min(now_ms, schedule.end_ms)
     if nxt is None or nxt > now_ms:

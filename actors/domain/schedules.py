@@ -284,12 +284,10 @@ class Schedule:
     def slack_ms(self, task_id: str | None) -> int:
         """How long after its grid time a fire of the task may be enqueued by design: its
         spread (``task_id`` None: unknown, none) and the most its jitter adds. A claim
-        that much later than a grid time has not missed the next one (``plan_fires``)."""
+        that much later than a grid time has not missed the next one (``plan_fires``, which
+        allows at most one grid step: a jitter alone may be longer)."""
         jitter = int(self.jitter_s * 1000) if self.jitter_s else 0
-        slack = jitter + (self.offset_ms(task_id) if task_id is not None else 0)
-        # At most a grid step (a jitter alone may be longer): a claim later than that has
-        # missed grid times whatever the placement.
-        return min(slack, self.interval_ms()) if self.kind == "interval" else slack
+        return jitter + (self.offset_ms(task_id) if task_id is not None else 0)
 
     def score_ms(self, due_ms: int, task_id: str) -> int:
         """The schedule index score of grid time ``due_ms``: when a poller enqueues it (the

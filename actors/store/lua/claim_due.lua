@@ -38,7 +38,8 @@
 --     At most one lease after the last one ended, so after a longer outage of every
 --     poller the misfire policy applies as usual. Only tasks written before the handover
 --     are owed: owed_version is the partition's last version given then (records.lua
---     new_version), and a task created, updated or resumed since has a later one.
+--     new_version), or the handover's time less 1 ms if later, and a task created,
+--     updated or resumed since has a later one.
 -- writes: how many API writes the partition's tasks have had (records.lua count_write),
 -- and takeovers (another poller may have committed since this one last did): while it is
 -- the same, only this poller wrote the partition's states. commit_fires skips checking
@@ -66,7 +67,9 @@ if o[1] ~= me then
   -- taken over: the fires due from the end of the last lease (or the release) until now
   -- are owed, at most one lease of them (after a longer outage the policy applies)
   owed = o[2] and math.min(now, tonumber(o[2]) + lease) or NONE
-  owed_version = o[7] or '0'
+  -- (no version yet, or one an earlier version's writes left behind the clock: any task
+  -- written before now is owed, as a write after it gets at least now)
+  owed_version = ms(math.max(tonumber(o[7] or 0), now - 1))
   writes = ms(tonumber(writes) + 1)
   fields = {'poller', me, 'owed', ms(owed), 'until', ms(now + lease), 'writes', writes,
             'owed_version', owed_version}
