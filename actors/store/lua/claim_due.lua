@@ -23,9 +23,9 @@
 -- partition is this poller's for at least half of lease_ms more (renewed once half of it
 -- is gone).
 --
--- Ownership (the owner hash: poller, until, owed, inflight): one poller serves a partition
--- at a time, so a claim writes nothing per task: the zset keeps the grid times, and a task
--- stays due until commit_fires moves it. A poller that dies before committing leaves its
+-- Ownership (the owner hash: poller, until, owed, owed_version, inflight, writes, version):
+-- one poller serves a partition at a time, so a claim writes nothing per task: the zset
+-- keeps the grid times, and a task stays due until commit_fires moves it. A poller that dies before committing leaves its
 -- tasks due; the next owner takes the partition once the lease has run out and claims the
 -- same grid times again: late, maybe duplicated (same schedule_id), never lost.
 --   inflight: 'token:ms' of each claim not committed yet (normally just the current one).

@@ -16,12 +16,12 @@ if not (def and s) then return {CODE_NOT_FOUND, ''} end
 local typ, payload, sched, created = cmsgpack.unpack(def)
 if ARGV[4] ~= '' then payload = ARGV[4] end
 if ARGV[5] ~= '' then
-  sched = ARGV[5]
-  local f = get_flight(tag .. ':flight', id)
-  if f.hw then
+  local f = ARGV[5] ~= sched and get_flight(tag .. ':flight', id)
+  if f and f.hw then  -- a schedule sent again as it was keeps what its claims decided
     f.hw = nil
     put_flight(tag .. ':flight', id, f)
   end
+  sched = ARGV[5]
   s[STATE_FIRES] = 0  -- fires count against max_runs of the schedule they were made by
   if s[STATE_STATUS] == FINISHED then s[STATE_STATUS] = ACTIVE end
   if ARGV[6] == '' then
