@@ -25,9 +25,10 @@
 --
 -- Ownership (the owner hash: poller, until, owed, owed_version, inflight, writes, version):
 -- one poller serves a partition at a time, so a claim writes nothing per task: the zset
--- keeps the grid times, and a task stays due until commit_fires moves it. A poller that dies before committing leaves its
--- tasks due; the next owner takes the partition once the lease has run out and claims the
--- same grid times again: late, maybe duplicated (same schedule_id), never lost.
+-- keeps the grid times, and a task stays due until commit_fires moves it. A poller that
+-- dies before committing leaves its tasks due; the next owner takes the partition once the
+-- lease has run out and claims the same grid times again: late, maybe duplicated (same
+-- schedule_id), never lost.
 --   inflight: 'token:ms' of each claim not committed yet (normally just the current one).
 --     A claim names them all as prior: the fires they may have appended are looked up in
 --     their enqueue markers and not appended again (enqueue.lua). Entries older than the
