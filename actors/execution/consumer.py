@@ -295,9 +295,8 @@ class Consumer:
                 )
                 flight.settled(batch)
                 flight.unsettled = None
-            bodies = plan.bodies
             summary = ("runs_finished", {"type": self.type, "durations_ms": plan.durations_ms})
-            emit_encoded(self.actor, "finished", bodies, summary, plan.finished_fields)
+            emit_encoded(self.actor, "finished", plan.bodies, summary, plan.finished_fields)
             emit_events(self.actor, plan.events)
             if write.paused:
                 emit_events(self.actor, _paused_lines(write.paused, plan))

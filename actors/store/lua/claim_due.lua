@@ -12,9 +12,10 @@
 --          that and the partition still the caller's, the states are left out too ('' =
 --          return them)
 -- Returns {now_ms, earliest score or NONE, held, prior, owed_until or NONE, writes, states,
---          owed version ('' = unknown), task_id, definition record, state record, ...} (a header of CLAIM_HEADER items,
---          then CLAIM_ITEMS per task, the records as stored: actors/store/claim_replies.py
---          decodes them; with ARGV[9] FLAG_ON, LEAN_CLAIM_ITEMS per task:
+--          owed version ('' = unknown), task_id, definition record, state record, ...} (a
+--          header of CLAIM_HEADER items, then CLAIM_ITEMS per task, the records as stored:
+--          actors/store/claim_replies.py decodes them; with ARGV[9] FLAG_ON,
+--          LEAN_CLAIM_ITEMS per task:
 --          task_id, state record; states 0, the count being ARGV[10]: 2 per task,
 --          task_id, score, and nothing is read per task). When a task is claimed the
 --          earliest is now_ms (no second ZRANGE: the commit reports the real one).

@@ -13,11 +13,11 @@
 -- a higher count would make a message poison early), and so do those an earlier
 -- incarnation released as it stopped (release.lua: idle ten years; over one here). At a
 -- consumer's start each other one counts as delivered once more: its earlier incarnation
--- died holding it, maybe because of it. One delivered max deliveries times already is not run again but handed to
--- '<consumer>/poison' (a name no consumer has), idle a day, its count kept: the claimer
--- dead-letters it as poison (reclaim.lua), as it does a message that killed consumers
--- of other names. So a message that kills its process cannot crash a stable name's
--- process for ever.
+-- died holding it, maybe because of it. One delivered max deliveries times already is
+-- not run again but handed to '<consumer>/poison' (a name no consumer has), idle a day,
+-- its count kept: the claimer dead-letters it as poison (reclaim.lua), as it does a
+-- message that killed consumers of other names. So a message that kills its process
+-- cannot crash a stable name's process for ever.
 local max = tonumber(ARGV[5] or '')
 local released = 365 * 24 * 3600 * 1000  -- ms: release.lua gives ten years
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', tonumber(ARGV[4] or 0),
