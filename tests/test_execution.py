@@ -374,3 +374,54 @@ async def test_hung_plain_handlers_do_not_starve_the_runs_after_them(
     assert ran["attempt"] == 0  # not a retry after a timeout spent waiting for a thread
     abandoned = [e for e in log_lines() if e["event"] == "handler_thread_abandoned"]
     assert [e["task_id"] for e in abandoned] == ["h"]
+
+
+@pytest.mark.parametrize("kind", ["tuple_keys", "surrogate", "nan", "unprintable"])
+async def test_a_result_json_cannot_carry_is_written_as_text_and_the_batch_runs_once(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path, kind: str
+) -> None:
+    """A handler's result that does not encode as JSON must not crash the consumer (its
+    whole batch would be released and run again, and again): the fire is a success and
+    its results line carries the result as text."""
+    config = node_config(redis_url, namespace, tmp_path, {"odd": consumer("odd_result")})
+    once = Schedule("once", at_ms=0)
+    await store.create(TaskSpec("odd", once, {"kind": kind}, task_id="odd"))
+    for i in range(5):
+        await store.create(TaskSpec("odd", once, {"kind": "nan"}, task_id=f"n{i}"))
+    async with running_node(config):
+        await wait_until(lambda: _queue_done(store, "odd"))
+        await wait_until(lambda: _async(len(_jsonl(tmp_path / "results-n1.jsonl")) == 6))
+    ran = [r["schedule_id"] for r in records(record)]
+    assert sorted(ran) == sorted(set(ran)) and len(ran) == 6  # each fire ran once
+    lines = {r["task_id"]: r["result"] for r in _jsonl(tmp_path / "results-n1.jsonl")}
+    assert isinstance(lines["odd"], str) and lines["n0"] == "nan"
+    task = await store.get("odd")
+    assert task is not None and (task.runs, task.last_status) == (1, "ok")
+
+
+@pytest.mark.parametrize("delay", ["inf", "nan", "1e300", "soon"])
+async def test_a_retry_later_delay_that_is_no_time_fails_that_run_alone(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path,
+    log_lines: LogLines, delay: str,
+) -> None:  # fmt: skip
+    """``RetryLater`` with a delay that is not a finite number of seconds (a Retry-After
+    header read as inf, a string) is a failed attempt of that run, retried by the
+    backoff: not a consumer crash that runs its whole batch again."""
+    section = consumer("bad_retry_delay", max_attempts=3, backoff_base_s=0.1, backoff_jitter=0)
+    others = consumer("noop")
+    config = node_config(redis_url, namespace, tmp_path, {"br": section, "ok": others})
+    once = Schedule("once", at_ms=0)
+    await store.create(TaskSpec("br", once, {"delay": delay}, task_id="br"))
+    for i in range(5):
+        await store.create(TaskSpec("ok", once, task_id=f"ok{i}"))
+    async with running_node(config):
+        await wait_records(
+            record, lambda rs: any(r["event"] == "ran" for r in rs if r["task_id"] == "br")
+        )
+        await wait_until(lambda: _queue_done(store, "br"))
+    runs = [(r["task_id"], r["event"], r["attempt"]) for r in records(record)]
+    assert sorted(r for r in runs if r[0] == "br") == [("br", "failed", 0), ("br", "ran", 1)]
+    assert sorted(r[0] for r in runs if r[0] != "br") == [f"ok{i}" for i in range(5)]
+    (retried,) = [e for e in log_lines() if e["event"] == "retried"]
+    assert retried["delay_s"] == 0.1  # the backoff's
+    assert "RetryLater" in retried["error"] or "delay" in retried["error"]

@@ -26,13 +26,37 @@ import structlog
 from runtime.errors import ConfigError
 from runtime.logging import get_logger
 
+#: The longest delay ``RetryLater`` takes: a year.
+MAX_RETRY_DELAY_S = 366 * 86_400.0
+
 
 class RetryLater(Exception):
-    """Raised by a handler: retry this fire after ``delay_s`` (counts as an attempt)."""
+    """Raised by a handler: retry this fire after ``delay_s`` (counts as an attempt).
+
+    ``delay_s`` is a number of seconds, at most ``MAX_RETRY_DELAY_S`` (below 0: at once).
+    Anything else (inf or NaN from a ``Retry-After`` header read carelessly, a string)
+    raises ``ValueError`` naming it where the handler raises this, so that run fails as
+    any other error would, and is retried by the backoff."""
 
     def __init__(self, delay_s: float, reason: str = "") -> None:
-        super().__init__(reason or f"retry requested in {delay_s:g}s")
-        self.delay_s = delay_s
+        self.delay_s = retry_delay_s(delay_s)
+        super().__init__(reason or f"retry requested in {self.delay_s:g}s")
+
+
+def retry_delay_s(delay_s: object) -> float:
+    """``delay_s`` as ``RetryLater`` takes it (see there), or ``ValueError``."""
+    if isinstance(delay_s, bool) or not isinstance(delay_s, int | float):
+        raise ValueError(
+            f"RetryLater: delay_s must be a number of seconds, got {type(delay_s).__name__} "
+            f"{delay_s!r:.80}"
+        )
+    delay = float(delay_s)
+    if not delay <= MAX_RETRY_DELAY_S:  # NaN fails this too
+        raise ValueError(
+            f"RetryLater: delay_s must be finite and at most {MAX_RETRY_DELAY_S:g} s, "
+            f"got {delay_s!r}"
+        )
+    return max(0.0, delay)
 
 
 class Unrecoverable(Exception):

@@ -11,6 +11,7 @@ is missing was not acknowledged and will run again; downstream de-duplicates on
 from __future__ import annotations
 
 import fcntl
+import json
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,35 @@ from runtime.logging import encode_object, encode_value
 
 def result_line(fields_json: str, result: Any) -> str:
     """A results-log line from a ``finished`` line's encoded fields (``encode_fields``:
-    ``,"key":value...``) and the handler's result."""
-    return f'{{{fields_json[1:]},"result":{encode_value(result)}}}'
+    ``,"key":value...``) and the handler's result (``encode_result``)."""
+    return f'{{{fields_json[1:]},"result":{encode_result(result)}}}'
+
+
+def encode_result(result: Any) -> str:
+    """A handler's result as JSON. What JSON cannot carry is written as its text (a dict
+    with keys that are not strings, NaN, an object: its ``str``), never raised: the fire
+    ran, and an error here would leave its batch unacknowledged, to run again. A lone
+    surrogate is escaped when the line is written (``append_lines``)."""
+    kind = type(result)
+    if result is None or kind is int or kind is str:  # most results: the fast encoder
+        return encode_value(result)
+    try:
+        return _encode_result(result)
+    except Exception:
+        return encode_value(_text_of(result))
+
+
+#: Strict JSON (no NaN or Infinity, which JSON has no number for), objects by their ``str``.
+_encode_result = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, default=str, allow_nan=False
+).encode
+
+
+def _text_of(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__} without text>"
 
 
 @attrs.frozen
@@ -49,7 +77,9 @@ class ResultsLog:
         if not lines:
             return
         text = "\n".join(lines) + "\n"
-        with self.path.open("a", encoding="utf-8") as out:
+        # backslashreplace: a lone surrogate (from a handler's result) is written as its
+        # JSON escape rather than failing the write, and with it the batch's acknowledgement.
+        with self.path.open("a", encoding="utf-8", errors="backslashreplace") as out:
             out.write(text)
             out.flush()
             size = out.tell()

@@ -10,7 +10,13 @@ import attrs
 import trio
 
 from actors.execution.completion import Outcome, describe_error
-from actors.execution.handlers import Handler, HandlerContext, RetryLater, Unrecoverable
+from actors.execution.handlers import (
+    Handler,
+    HandlerContext,
+    RetryLater,
+    Unrecoverable,
+    retry_delay_s,
+)
 from actors.store.messages import Message
 from runtime.logging import get_logger
 
@@ -54,10 +60,13 @@ class Runner:
         try:
             result = await self._call(message, actor)
         except RetryLater as exc:
+            try:  # checked again: a subclass or a handler may have set it since
+                delay_s = retry_delay_s(getattr(exc, "delay_s", None))
+            except ValueError as bad:  # a failed attempt like any other, with the reason
+                return Outcome(message, started_ms, now_ms(), error=f"{describe_error(exc)}{bad}")
             return Outcome(
-                message, started_ms, now_ms(), error=describe_error(exc),
-                retry_after_s=exc.delay_s,
-            )  # fmt: skip
+                message, started_ms, now_ms(), error=describe_error(exc), retry_after_s=delay_s
+            )
         except Unrecoverable as exc:
             return Outcome(
                 message, started_ms, now_ms(), error=describe_error(exc), unrecoverable=True

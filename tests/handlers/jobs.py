@@ -115,3 +115,33 @@ async def crash(ctx: HandlerContext) -> None:
     """Kills its own process (a crash in native code, the OOM killer), once recorded."""
     _record(ctx, "started")
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def odd_result(ctx: HandlerContext) -> Any:
+    """Returns what JSON cannot carry as it is, chosen by payload["kind"]: a dict with
+    tuple keys, a lone surrogate, NaN, an object whose ``str`` raises."""
+    _record(ctx, "ran")
+    kind = ctx.payload["kind"]
+    if kind == "tuple_keys":
+        return {(1, 2): "pair"}
+    if kind == "surrogate":
+        return "half \ud800 a pair"
+    if kind == "nan":
+        return float("nan")
+    return _Unprintable()
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this")
+
+    __repr__ = __str__
+
+
+async def bad_retry_delay(ctx: HandlerContext) -> None:
+    """Asks for a retry after payload["delay"] (inf, a string, ...) on its first attempt."""
+    if ctx.attempt == 0:
+        _record(ctx, "failed")
+        delay = ctx.payload["delay"]
+        raise RetryLater(float(delay) if delay in ("inf", "nan", "1e300") else delay)
+    _record(ctx, "ran")
