@@ -425,3 +425,27 @@ async def test_a_retry_later_delay_that_is_no_time_fails_that_run_alone(
     (retried,) = [e for e in log_lines() if e["event"] == "retried"]
     assert retried["delay_s"] == 0.1  # the backoff's
     assert "RetryLater" in retried["error"] or "delay" in retried["error"]
+
+
+async def test_an_error_text_utf8_cannot_encode_is_kept_escaped_and_the_batch_runs_once(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path,
+    log_lines: LogLines,
+) -> None:  # fmt: skip
+    """An exception whose text holds a lone surrogate is written (retry context, dead
+    letter, log lines) with it escaped: not a write that fails and releases the batch."""
+    section = consumer("fails_with_surrogate", max_attempts=2, backoff_base_s=0.05)
+    config = node_config(redis_url, namespace, tmp_path, {"s": section, "ok": consumer("noop")})
+    once = Schedule("once", at_ms=0)
+    await store.create(TaskSpec("s", once, task_id="s"))
+    for i in range(5):
+        await store.create(TaskSpec("ok", once, task_id=f"ok{i}"))
+    keys = await store.keys()
+    async with running_node(config):
+        await wait_until(lambda: _stream_len(store, keys.dlq("s"), 1))
+        await wait_until(lambda: _queue_done(store, "ok"))
+    runs = sorted((r["task_id"], r["attempt"]) for r in records(record))
+    assert runs == [*((f"ok{i}", 0) for i in range(5)), ("s", 0), ("s", 1)]
+    (entry,) = await stream_entries(store, keys.dlq("s"))
+    assert "bad byte \\udcff in the reply" in entry["error"]
+    (retried,) = [e for e in log_lines() if e["event"] == "retried"]
+    assert retried["error"] == "RuntimeError: bad byte \\udcff in the reply"

@@ -101,9 +101,13 @@ class Completion:
 
 
 def describe_error(exc: BaseException) -> str:
-    """The exception and a short traceback (the last frames), bounded in size."""
-    lines = traceback.format_exception(exc, limit=-3)
-    return "".join(lines)[-MAX_ERROR_CHARS:]
+    """The exception and a short traceback (the last frames), bounded in size. A lone
+    surrogate (bytes decoded with ``surrogateescape``) is escaped: UTF-8 cannot encode
+    it, and the text goes to Redis and the logs."""
+    text = "".join(traceback.format_exception(exc, limit=-3))[-MAX_ERROR_CHARS:]
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 #: The fields every lifecycle line of a fire carries, in order (``fire_fields``).

@@ -145,3 +145,10 @@ async def bad_retry_delay(ctx: HandlerContext) -> None:
         delay = ctx.payload["delay"]
         raise RetryLater(float(delay) if delay in ("inf", "nan", "1e300") else delay)
     _record(ctx, "ran")
+
+
+async def fails_with_surrogate(ctx: HandlerContext) -> None:
+    """Fails with an error text holding a lone surrogate (bytes decoded with
+    ``surrogateescape``, say), which UTF-8 cannot encode."""
+    _record(ctx, "failed")
+    raise RuntimeError("bad byte \udcff in the reply")
