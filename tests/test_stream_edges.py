@@ -372,3 +372,31 @@ async def test_a_consumer_whose_name_was_taken_starts_anew_without_releasing(
     assert lost == [(first, "elsewhere:1:x:y")] and second != first
     assert [e for e in lines if e["event"] == "consumer_stopped" and e["consumer"] == first] == []
     assert [e for e in lines if e["event"] == "actor_crashed"] == []  # an exit, one line said
+
+
+async def test_a_hand_over_cut_off_is_sent_by_the_next_tick(
+    redis_client: RedisClient, namespace: str, keys: Keys, scripts: Scripts
+) -> None:
+    """A tick that took messages over for the consumer (held: renewed from then on) and
+    was cut off or failed before they reached its mailbox sends them first thing next
+    tick: held and never sent, they would be renewed for ever and never run."""
+    ids = await compact_messages(redis_client, keys, 2)
+    await read_as(redis_client, keys, "dead")
+    await set_idle(redis_client, keys, "dead", ids)
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    state = ConsumerState(name="me")
+    state.free.value = 2
+    inbox: Mailbox[Message] = Mailbox.open(1)
+    raw = await redis_client.execute("XRANGE", keys.queue("t"), ids[0], ids[0])
+    inbox.send.send_nowait(Message.decode(ids[0], raw[0][1], "t"))  # full: the send waits
+    claimer = Claimer(store, "t", state, inbox, "n1", ClaimerSettings(lease_s=1.0))
+    with trio.move_on_after(0.5) as cut:
+        await claimer.tick(scripts)
+    assert cut.cancelled_caught and set(state.held) == set(ids)
+    inbox.receive.receive_nowait()  # the consumer takes what filled it
+    got: list[Message] = []
+    with trio.move_on_after(30):  # generous: the hand-over is one local step
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(claimer.tick, scripts)
+            got += [await inbox.receive.receive() for _ in ids]
+    assert {m.msg_id for m in got} == set(ids)

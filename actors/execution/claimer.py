@@ -83,9 +83,11 @@ class Claimer:
         self._stalled_at = -1e18
         """Monotonic time of the last reclaim call that found Redis had stalled it."""
         self._ends: list[FlightEnd] = []
+        """Flights that poison ended, to end in the task's partition (``end_flights.lua``)."""
         self._dead: list[OutcomeWrite] = []
         """Poison dead-lettered, for its tasks' histories (kept until written)."""
-        """Flights that poison ended, to end in the task's partition (``end_flights.lua``)."""
+        self._unsent: list[Message] = []
+        """Handed over (held for the consumer), not in its mailbox yet (``_send_unsent``)."""
         self._clock: tuple[float, int] | None = None
         """(local monotonic s, the stream server's ms) as the last reclaim read them."""
         self._skipped: set[str] = set()
@@ -137,6 +139,7 @@ class Claimer:
 
     async def tick(self, scripts: Scripts) -> int:
         """Reclaim up to the consumer's free slots; return how many were handed over."""
+        await self._send_unsent()
         await self._end_flights(scripts)
         async with self.state.pending_lock:
             name = self.state.name
@@ -156,10 +159,19 @@ class Claimer:
                 self._stalled_at = time.monotonic()
                 return 0
             messages = self._hand_over(reclaim, name)
+            self._unsent += messages
+        await self._send_unsent()
         await self._end_flights(scripts)
-        for message in messages:
-            await self.inbox.send.send(message)
         return len(messages)
+
+    async def _send_unsent(self) -> None:
+        """Send the consumer what was handed over (``held``) and not sent yet: a tick cut
+        off or failed after its hand-over sends it first thing next tick (a held message
+        never sent would be renewed for ever and never run). A consumer restarted since
+        skips what is no longer its own."""
+        while self._unsent:
+            await self.inbox.send.send(self._unsent[0])
+            del self._unsent[0]
 
     async def _end_flights(self, scripts: Scripts) -> None:
         """End the flights of the poison just dead-lettered, at once (kept until that
