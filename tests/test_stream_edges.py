@@ -400,3 +400,24 @@ async def test_a_hand_over_cut_off_is_sent_by_the_next_tick(
             nursery.start_soon(claimer.tick, scripts)
             got += [await inbox.receive.receive() for _ in ids]
     assert {m.msg_id for m in got} == set(ids)
+
+
+async def test_a_consumer_winding_down_is_given_nothing_more(
+    redis_client: RedisClient, namespace: str, keys: Keys, scripts: Scripts
+) -> None:
+    """A consumer that stopped reading (its node stopping) while its handlers finish still
+    has free slots and its name: the claimer takes nothing over for it, which would wait
+    unread in its mailbox, one delivery more each, until released at the end (messages
+    hopping between draining nodes could turn poison without ever running)."""
+    ids = await compact_messages(redis_client, keys, 2)
+    await read_as(redis_client, keys, "dead")
+    await set_idle(redis_client, keys, "dead", ids)
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    state = ConsumerState(name="me", stopping=True)
+    state.free.value = 2
+    inbox: Mailbox[Message] = Mailbox.open(10)
+    claimer = Claimer(store, "t", state, inbox, "n1", ClaimerSettings(lease_s=1.0))
+    assert await claimer.tick(scripts) == 0
+    assert {owner for owner, _, _ in (await pending(redis_client, keys)).values()} == {"dead"}
+    state.stopping = False  # the same consumer started again
+    assert await claimer.tick(scripts) == 2

@@ -144,7 +144,7 @@ class Claimer:
         async with self.state.pending_lock:
             name = self.state.name
             free = self.state.free.value - len(self.state.held)
-            if name is None or free <= 0 or self._in_grace(scripts.client):
+            if name is None or free <= 0 or self.state.stopping or self._in_grace(scripts.client):
                 return 0
             s = self.settings
             lease_ms = int(s.lease_s * 1000)

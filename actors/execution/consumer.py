@@ -100,6 +100,10 @@ class ConsumerState:
     ``held``), and a batch's completion (its ACKs and the flight). So none of them acts
     on a reply that another one has made stale (a message recovered that was just
     acknowledged, or handed over at the same moment)."""
+    stopping: bool = False
+    """Set once the consumer winds down (it reads no more, its mailbox included): the
+    claimer takes nothing more over for it, which would only wait in the mailbox, one
+    delivery more each, until released at the end."""
     held: dict[str, Message] = attrs.field(factory=dict)
     """Messages the claimer took over for the consumer, waiting in its mailbox (by id):
     pending under the consumer's name, so their leases are renewed with those in flight,
@@ -164,7 +168,7 @@ class Consumer:
             )
         flight = Flight()
         lost: list[str] = []  # the holder of our name, once another consumer took it
-        self.state.name = name
+        self.state.name, self.state.stopping = name, False
         self.state.free.value = self.settings.concurrency
         self.results.prepare()
         ctx.log.info(
@@ -194,7 +198,7 @@ class Consumer:
                 )  # fmt: skip
                 helpers.start_soon(self._flush_loop, scripts, flight)
                 helpers.start_soon(self._watch_cancels, scripts, pool)
-                helpers.start_soon(self._watch_stop, ctx, stopping)
+                helpers.start_soon(self._watch_stop, ctx, stopping, self.state)
                 async with trio.open_nursery() as readers:
                     readers.start_soon(reader.read_stream, name, stopping)
                     readers.start_soon(reader.read_inbox, self.inbox, stopping)
@@ -212,8 +216,11 @@ class Consumer:
                 await self._flush(scripts, flight)
                 if lost:  # what is pending under the name is its new holder's too
                     ctx.log.error("consumer_name_lost", consumer=name, holder=lost[0])
-                else:
-                    await leases.release(scripts, self.type, identity, flight, self.actor, ctx.log)
+                else:  # under the lock: no reclaim's reply lands on what it hands back
+                    async with self.state.pending_lock:
+                        await leases.release(
+                            scripts, self.type, identity, flight, self.actor, ctx.log
+                        )
             self.state.free.value = 0
         if lost:
             return
@@ -236,11 +243,13 @@ class Consumer:
                 pool.cancel([running[sid] for sid in named])
 
     @staticmethod
-    async def _watch_stop(ctx: ActorContext, stopping: trio_util.AsyncBool) -> None:
+    async def _watch_stop(
+        ctx: ActorContext, stopping: trio_util.AsyncBool, state: ConsumerState
+    ) -> None:
         await trio_util.wait_any(
             ctx.wait_stop_requested, functools.partial(ctx.node_stopping.wait_value, True)
         )
-        stopping.value = True
+        stopping.value = state.stopping = True
 
     # -- completing -------------------------------------------------------------------------
 
