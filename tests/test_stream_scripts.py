@@ -215,6 +215,10 @@ async def test_retry_contexts_claim_and_commit(
     assert committed[0].lost == []
     assert committed[0].earliest_ms is not None and committed[0].earliest_ms > 10**15  # b
     assert await redis_client.execute("EXISTS", keys.retry_context_prefix(0) + f"{a}:1") == 0
+    # Sent again after its reply was lost: committed already, nothing lost (no
+    # retry_claim_lost line for a retry that is back in its stream).
+    again = await scripts.commit_retries("tok", {0: [f"{a}:1"]})
+    assert again[0].lost == [] and again[0].earliest_ms == committed[0].earliest_ms
 
 
 async def test_record_outcomes_counts_runs_and_failures(
