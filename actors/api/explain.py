@@ -283,9 +283,9 @@ def _summary(task: Task, facts: dict[str, Any], now: int) -> list[str]:
         )
     if facts["upcoming"]:
         lines.append("next fires: " + ", ".join(_fire_text(f) for f in facts["upcoming"]))
-    for retry in facts["retries"]:
+    for retry in facts["retries"]:  # its attempt counts from 0, as ctx.attempt does
         lines.append(
-            f"fire {retry['schedule_id']} waits for retry attempt {retry['attempt'] + 1} at "
+            f"fire {retry['schedule_id']} waits for retry attempt {retry['attempt']} at "
             f"{iso(retry['retry_at_ms'])} after: {retry['last_error']}"
         )
     for msg in facts["stream"]:
