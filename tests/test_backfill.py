@@ -206,3 +206,27 @@ async def test_a_namespace_with_full_messages_gets_full_backfill_messages(
     assert [f[b"schedule_id"].decode() for f in fields] == [f"full:{d}" for d in done.fires]
     assert {f[b"type"] for f in fields} == {b"report"}
     assert all(int(f[b"enq_ms"]) >= now for f in fields)
+
+
+async def test_a_backfill_action_applied_by_a_node_without_the_api_enqueues_its_whole_window(
+    store: TaskStore,
+) -> None:
+    """The API node checked the action's fires against its own ``[api]
+    backfill_max_fires``; any node's resumer may apply it, one without ``[api]`` too (a
+    poller or consumer node, default bounds): it enqueues every grid time of the window,
+    never a cut-off first part of it."""
+    from actors.store.actions import ActionSpec, create_action
+    from actors.store.apply_actions import ActionSettings, apply_action
+    from actors.store.selection import Selector
+
+    now = await store.now_ms()
+    start = now - 12_000_000  # 12,000 grid times of a task every second
+    await make(store, "busy", Schedule("interval", every_s=1, start_ms=start - 1000), "dense")
+    spec = ActionSpec("backfill", Selector.from_dict({"ids": ["busy"]}), start_ms=start,
+                      end_ms=now - 1000 + 1)  # fmt: skip
+    assert await create_action(store, "bf", spec, None, "api-node", 60_000) is None
+    settings = ActionSettings(backfill_rate=1_000_000)  # a node without [api], unpaced
+    done = await apply_action(store, "bf", "api-node", settings)
+    assert done.counts()["changed"] == 1
+    dues = [m.due_ms for m in await stream(store, "dense")]
+    assert len(dues) == len(set(dues)) == 12_000 and dues == sorted(dues)

@@ -68,6 +68,8 @@ class ActionSettings:
     lease_ms: int = 10_000
     """How long an applier's hold on an action outlives it."""
     backfill_max_fires: int = backfilling.DEFAULT_MAX_FIRES
+    """The most fires one backfill action may hold, checked when this node's API takes it
+    (``plan_backfill``); never a cut where it is applied (any node may apply it)."""
     backfill_rate: float = backfilling.DEFAULT_RATE
 
 
@@ -306,8 +308,9 @@ async def _backfill(
     outcomes: dict[str, str] = {}
     lines: list[tuple[str, dict[str, Any]]] = []
     for task in tasks:
-        fires = backfilling.window_fires(task, spec.start_ms, spec.end_ms,
-                                         settings.backfill_max_fires)  # fmt: skip
+        # Not this node's [api] bound: the action's fires were checked against the bound
+        # of the node that took it, and a node without the API applies it too.
+        fires = backfilling.window_fires(task, spec.start_ms, spec.end_ms, backfilling.MOST_FIRES)
         policy = typing.cast(Overlap, spec.overlap or task.schedule.overlap)
         fates = await backfilling.append_fires(store, task, fires, policy, pacer)
         enqueued = fates.count(APPENDED)

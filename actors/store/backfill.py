@@ -52,6 +52,9 @@ RETENTION_MS = 7 * 86_400_000
 CHUNK = ENQUEUE_CHUNK
 #: Defaults of ``[api] backfill_max_fires`` and ``[api] backfill_rate``.
 DEFAULT_MAX_FIRES = 10_000
+#: The most ``[api] backfill_max_fires`` may be: what an action checked against its API
+#: node's bound is applied, by whichever node, up to this many fires a task.
+MOST_FIRES = 1_000_000
 DEFAULT_RATE = 5_000.0
 #: The statuses whose tasks a by-type backfill covers.
 TYPE_STATUSES = ("active", "paused")
