@@ -109,6 +109,11 @@ async def test_an_interval_backfill_stays_on_the_tasks_grid_and_within_its_bound
     begins = now - 10 * MINUTE + 1234
     await make(store, "bounded", Schedule("interval", every_s=60, start_ms=begins))
     await make(store, "free", Schedule("interval", every_s=60))
+    # No poller runs here: an active task's grid times from its first on would be the
+    # live schedule's (test_a_backfill_leaves_the_live_schedule_its_times); paused, the
+    # window is the backfill's.
+    for task_id in ("bounded", "free"):
+        await store.pause(task_id)
     done = await store.backfill("bounded", now - HOUR, now)
     assert done.fires == tuple(walk(Schedule("interval", every_s=60), begins, now))
     assert done.fires[0] == begins and len(done.fires) == 10  # nothing before start_ms
@@ -122,10 +127,12 @@ async def test_an_interval_backfill_stays_on_the_tasks_grid_and_within_its_bound
 
     ended = Schedule("interval", every_s=60, start_ms=begins, end_ms=begins + 3 * MINUTE)
     await make(store, "ended", ended)
+    await store.pause("ended")
     assert (await store.backfill("ended", now - HOUR, now)).fires == tuple(
         begins + k * MINUTE for k in range(4)
     )  # end_ms is the schedule's last possible grid time
     await make(store, "once", Schedule("once", at_ms=begins))
+    await store.pause("once")
     assert (await store.backfill("once", now - HOUR, now)).fires == (begins,)
     assert (await store.backfill("once", begins + 1, now)).fires == ()
 
@@ -160,9 +167,12 @@ async def test_a_large_backfill_goes_in_chunks_and_a_type_backfill_covers_its_li
 ) -> None:
     now = await store.now_ms()
     start = now - now % HOUR - HOUR
+    # No start: each grid runs through the task's next fire (at its creation, now), back
+    # over the window; with a start in the past they would be overdue, the live
+    # schedule's (test_a_backfill_leaves_the_live_schedule_its_times).
     for task_id in ("a", "b", "c", "d"):
-        await make(store, task_id, Schedule("interval", every_s=1, start_ms=start), "sweep")
-    await make(store, "other", Schedule("interval", every_s=1, start_ms=start), "elsewhere")
+        await make(store, task_id, Schedule("interval", every_s=1), "sweep")
+    await make(store, "other", Schedule("interval", every_s=1), "elsewhere")
     await store.pause("b")
     await store.stop("c")
     # 1,200 fires: three script calls of up to 500, paced (here: barely).
@@ -198,7 +208,7 @@ async def test_a_namespace_with_full_messages_gets_full_backfill_messages(
     store = TaskStore(redis_client, namespace, default_partitions=4)
     assert not (await store.keys()).compact_messages
     now = await store.now_ms()
-    await make(store, "full", Schedule("interval", every_s=60, start_ms=now - 3 * MINUTE))
+    await make(store, "full", Schedule("interval", every_s=60))
     done = await store.backfill("full", now - HOUR, now)
     keys: Keys = await store.keys()
     entries = await redis_client.execute("XRANGE", keys.queue("report"), "-", "+")
@@ -220,13 +230,27 @@ async def test_a_backfill_action_applied_by_a_node_without_the_api_enqueues_its_
     from actors.store.selection import Selector
 
     now = await store.now_ms()
-    start = now - 12_000_000  # 12,000 grid times of a task every second
-    await make(store, "busy", Schedule("interval", every_s=1, start_ms=start - 1000), "dense")
+    start = now - 12_000_000  # 11,000 grid times of a task every second, in the past
+    await make(store, "busy", Schedule("interval", every_s=1), "dense")
     spec = ActionSpec("backfill", Selector.from_dict({"ids": ["busy"]}), start_ms=start,
-                      end_ms=now - 1000 + 1)  # fmt: skip
+                      end_ms=start + 11_000_000)  # fmt: skip
     assert await create_action(store, "bf", spec, None, "api-node", 60_000) is None
     settings = ActionSettings(backfill_rate=1_000_000)  # a node without [api], unpaced
     done = await apply_action(store, "bf", "api-node", settings)
     assert done.counts()["changed"] == 1
     dues = [m.due_ms for m in await stream(store, "dense")]
-    assert len(dues) == len(set(dues)) == 12_000 and dues == sorted(dues)
+    assert len(dues) == len(set(dues)) == 11_000 and dues == sorted(dues)
+
+
+async def test_a_backfill_leaves_the_live_schedule_its_times(store: TaskStore) -> None:
+    """An active task's grid from its next fire on is the live schedule's: overdue (its
+    poller behind, or down) or placed later than the grid by a spread, the poller will
+    enqueue it. A backfill over it ends there: each grid time enqueued once, not by both."""
+    now = await store.now_ms()
+    begins = now - 10 * MINUTE
+    await make(store, "behind", Schedule("interval", every_s=60, start_ms=begins))
+    task = await store.get("behind")
+    assert task is not None and task.next_run_ms == begins  # overdue: no poller here
+    assert (await store.backfill("behind", now - HOUR, now)).fires == ()
+    await store.pause("behind")  # paused: its past grid is nobody's but the backfill's
+    assert len((await store.backfill("behind", now - HOUR, now)).fires) == 10

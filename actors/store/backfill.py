@@ -13,6 +13,8 @@ Idempotent: ``backfill.lua`` marks each appended grid time in a hash per task
 backfill) and appends only the times it marks new, in one script, so running the same
 backfill twice (or two at once) appends each fire once. A backfill is not a replay of what
 the poller did: a grid time that already ran runs again, which is what a backfill is for.
+A grid time the live schedule has still to fire (an active task's next fire and after,
+however overdue, or placed later by a spread) is left to it: the window ends there.
 
 Bounded: a call covers at most ``[api] backfill_max_fires`` fires (refused whole, before
 anything is written, beyond it), appended ``CHUNK`` at a time and paced to ``[api]
@@ -151,7 +153,11 @@ def _first(task: Task, start_ms: int) -> int | None:
 
 def window_fires(task: Task, start_ms: int, end_ms: int, limit: int) -> list[int]:
     """The task's grid times in ``[start_ms, end_ms)``, in order: at most ``limit + 1`` of
-    them (one more than ``limit`` says the window holds more)."""
+    them (one more than ``limit`` says the window holds more). An active task's grid from
+    its next fire on is the live schedule's to fire, overdue or not yet enqueued (a spread
+    or jitter places it late): the window ends there, so no grid time is enqueued by both."""
+    if task.status == "active" and task.next_run_ms is not None:
+        end_ms = min(end_ms, task.next_run_ms)
     out: list[int] = []
     due = _first(task, start_ms)
     while due is not None and due < end_ms and len(out) <= limit:
