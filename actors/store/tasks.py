@@ -180,11 +180,14 @@ class TaskStore:
                 row = TaskRow(ids[index], spec.type, spec.payload_json(), sched, next_ms, score,
                               spec.labels_json())  # fmt: skip
                 rows[partition].append(row)
-        replies = await (await self.scripts()).create_tasks(rows)
         new_types = {spec.type for spec in specs} - self._known_types
         if new_types:  # types are never removed from the set: remembering them is safe
+            # Before the tasks: a type added after them, if that add failed (the node
+            # gone, Redis away), would leave them out of every walk by type (``all``
+            # selectors, counts by status) until the next create of that type.
             await self.client.execute("SADD", keys.types, *new_types)
             self._known_types |= new_types
+        replies = await (await self.scripts()).create_tasks(rows)
         codes: dict[int, int] = {}
         for partition, indexes in groups.items():
             codes.update(zip(indexes, replies[partition], strict=True))
