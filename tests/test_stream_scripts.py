@@ -198,6 +198,9 @@ async def test_retry_contexts_claim_and_commit(
 ) -> None:
     # Both tasks in partition 0, so one claim sees both.
     a, b = [t for t in (f"t{i}" for i in range(100)) if keys.partition_of(t) == 0][:2]
+    store = TaskStore(redis_client, keys.namespace, default_partitions=keys.partitions)
+    for task_id in (a, b):  # (a retry of a task that does not exist is dropped)
+        await store.create(TaskSpec("t", Schedule("interval", every_s=3600), task_id=task_id))
     await scripts.schedule_retries(
         [
             RetryWrite(message(a, 0, '{"p":1}'), 0, "boom"),
@@ -262,3 +265,26 @@ async def test_a_retry_is_due_on_redis_clock_not_the_nodes(
         "HGET", keys.retry_context_prefix(0) + f"{task}:1", "retry_at_ms"
     )
     assert int(stored) == score
+
+
+async def test_a_retry_of_a_task_deleted_or_stopped_since_is_dropped(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """A fire failed, its retry waits; then its task is deleted, or stopped (for good):
+    the retry is dropped when it comes due, not run again. A paused task's retry runs
+    (its fire had started)."""
+    store = TaskStore(redis_client, keys.namespace, default_partitions=keys.partitions)
+    ids = [t for t in (f"r{i}" for i in range(200)) if keys.partition_of(t) == 0][:4]
+    for task_id in ids:
+        await store.create(TaskSpec("t", Schedule("interval", every_s=3600), task_id=task_id))
+    gone, stopped, paused, kept = ids
+    await scripts.schedule_retries([RetryWrite(message(t, 0, "null"), 0, "boom") for t in ids])
+    await store.delete(gone)
+    await store.stop(stopped)
+    await store.pause(paused)
+    (claim,) = await scripts.claim_retries([0], "tok", 10, 60_000)
+    assert sorted(claim.dropped) == sorted([f"{gone}:1", f"{stopped}:1"])
+    assert sorted(f.task_id for _, f in claim.retries) == sorted([paused, kept])
+    prefix = keys.retry_context_prefix(0)
+    assert await redis_client.execute("EXISTS", prefix + f"{gone}:1", prefix + f"{stopped}:1") == 0
+    assert await redis_client.execute("ZCARD", keys.retry(0)) == 2

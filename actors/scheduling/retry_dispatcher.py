@@ -9,6 +9,10 @@ to retry. Per tick, like the poller and with the same claim-then-commit safety:
    original schedule_id (so a retry is recognisably the same fire);
 3. ``commit_retries.lua`` deletes the contexts whose claim still holds.
 
+A retry whose task was deleted or stopped since its fire failed is dropped at step 1
+(``retry_dropped``): a stop is final, and a deleted task fires no more. A paused or
+finished task's retry runs: its fire had started.
+
 A dispatcher killed between 1 and 3 leaves the retry to be claimed again after the lease:
 late and maybe duplicated (same schedule_id and attempt, dropped by the consumer's dedupe
 window), never lost.
@@ -71,6 +75,14 @@ class RetryDispatcher:
         token = f"{self._token_base}-{self._ticks}"
         s = self.settings
         claims = await scripts.claim_retries(partitions, token, s.batch_size, s.claim_lease_ms)
+        emit_events(
+            self.actor,
+            [
+                ("retry_dropped", {"schedule_id": sid, "reason": "task deleted or stopped"})
+                for c in claims
+                for sid in c.dropped
+            ],
+        )
         fires: list[Fire] = []
         claimed: dict[int, list[str]] = defaultdict(list)
         earliest_ms = {c.partition: c.earliest_ms for c in claims}

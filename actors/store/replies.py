@@ -129,6 +129,8 @@ class RetryClaim:
     earliest_ms: int | None
     retries: list[tuple[str, Fire]]
     """(schedule_id, the fire to enqueue again)."""
+    dropped: list[str] = attrs.field(factory=list)
+    """Schedule ids whose retry was dropped: their task was deleted or stopped since."""
 
 
 @attrs.frozen

@@ -304,14 +304,15 @@ class SchedulingScripts(FlightScripts):
     async def claim_retries(
         self, partitions: Sequence[int], token: str, limit: int, lease_ms: int
     ) -> list[RetryClaim]:
-        """``claim_retries.lua`` per partition: reserve up to ``limit`` due retries each."""
+        """``claim_retries.lua`` per partition: reserve up to ``limit`` due retries each
+        (dropping those of tasks deleted or stopped since)."""
         k = self.keys
         replies = await self._run(
             [
                 (
                     lua.CLAIM_RETRIES,
                     [k.retry(p)],
-                    [k.retry_context_prefix(p), token, limit, lease_ms],
+                    [k.retry_context_prefix(p), token, limit, lease_ms, k.tag(p), k.buckets],
                 )
                 for p in partitions
             ]
@@ -328,7 +329,10 @@ class SchedulingScripts(FlightScripts):
                     prior.decode(), policy.decode(),
                 )  # fmt: skip
                 retries.append((sid.decode(), fire))
-            claims.append(RetryClaim(partition, int(reply[0]), optional_ms(reply[1]), retries))
+            dropped = [sid.decode() for sid in reply[2] or ()]
+            claims.append(
+                RetryClaim(partition, int(reply[0]), optional_ms(reply[1]), retries, dropped)
+            )
         return claims
 
     async def commit_retries(self, token: str, claimed: dict[int, list[str]]) -> dict[int, Commit]:

@@ -1,11 +1,14 @@
 -- claim_retries: reserve due retries of one partition for one retry dispatcher.
 -- KEYS[1]  retry zset of the partition
 -- ARGV[1]  retry-context key prefix   ARGV[2]  claim token   ARGV[3]  limit   ARGV[4]  lease_ms
--- Returns {now_ms, earliest score after claim or NONE,
+-- ARGV[5]  partition tag   ARGV[6]  buckets per partition
+-- Returns {now_ms, earliest score after claim or NONE, {dropped schedule ids},
 --          schedule_id, task_id, type, payload, attempt, due_ms, prior, policy, ...}
 -- (a header of RETRY_CLAIM_HEADER items, then RETRY_CLAIM_ITEMS per retry); prior: the
 -- token of an earlier claim never committed ('' if none; see enqueue.lua); policy: the
--- fire's policy code ('' if none).
+-- fire's policy code ('' if none). Dropped: retries of a task deleted or stopped since its
+-- fire failed, their contexts deleted (a stop is final, a deleted task has no more fires;
+-- a paused or finished task's retry still runs: its fire had started).
 -- Same claim-then-commit rule as claim_due: a dispatcher killed before commit_retries
 -- leaves the retry to be claimed again after the lease (maybe a duplicate, never a loss).
 local t = redis.call('TIME')
@@ -13,14 +16,21 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local due = redis.call('ZRANGE', KEYS[1], '-inf', string.format('%d', now), 'BYSCORE',
   'LIMIT', 0, tonumber(ARGV[3]))
 local lease_until = string.format('%d', now + tonumber(ARGV[4]))
+local tag, buckets = ARGV[5], tonumber(ARGV[6])
+local dropped = {}
 -- RETRY_CLAIM_HEADER items
-local out = {now, NONE}
+local out = {now, NONE, dropped}
 for _, sid in ipairs(due) do
   local key = ARGV[1] .. sid
   local f = redis.call('HMGET', key, 'task_id', 'type', 'payload', 'attempt', 'due_ms', 'claim',
     'o')
+  local s = f[1] and get_state(tag, bucket_of(f[1], buckets), f[1])
   if not f[1] then
     redis.call('ZREM', KEYS[1], sid)  -- context gone: nothing to retry
+  elseif not s or s[STATE_STATUS] == STOPPED then
+    redis.call('DEL', key)
+    redis.call('ZREM', KEYS[1], sid)
+    dropped[#dropped + 1] = sid
   else
     redis.call('HSET', key, 'claim', ARGV[2])
     redis.call('ZADD', KEYS[1], lease_until, sid)
