@@ -42,13 +42,14 @@ class BatchReply:
 class ActionScripts(TaskScripts):
     async def action_batch(
         self, partition: int, action_id: str, action: str, expect: str, items: Sequence[BatchItem],
-        *, final: bool, note: str, retention_ms: int, max_failures: int,
+        *, final: bool, note: str, retention_ms: int, max_failures: int, last: str = "",
     ) -> BatchReply:  # fmt: skip
         """``action_batch.lua``: apply ``action`` (or ``mark``) to these tasks of one
-        partition and move its mark from ``expect`` to the last of them, in one script."""
+        partition and move its mark from ``expect`` to ``last`` (the batch's last id,
+        whether or not it still matched; '': the last of ``items``), in one script."""
         k = self.keys
         args: list[Any] = [
-            k.tag(partition), action, expect, items[-1].task_id if items else "",
+            k.tag(partition), action, expect, last or (items[-1].task_id if items else ""),
             "1" if final else "", note, retention_ms, max_failures,
         ]  # fmt: skip
         for item in items:

@@ -47,7 +47,7 @@ from actors.store.manual_fires import APPENDED, HELD, check_overlap, fire_under
 from actors.store.notes import encode_note
 from actors.store.placement import resume_point
 from actors.store.replies import Fire
-from actors.store.selection import select_partition, sorted_after
+from actors.store.selection import Selector, select_partition, sorted_after
 from runtime.logging import emit_events
 
 if TYPE_CHECKING:
@@ -151,7 +151,14 @@ async def _apply_partition(
             chunk = tasks[i : i + settings.batch]
             await pacer.before(len(chunk))
             final = i + settings.batch >= len(tasks)
-            reply = await _batch(store, state, partition, mark, chunk, final, settings)
+            # Read again just before it is applied: the partition was selected up to
+            # seconds ago (paced), and a task since changed (resumed, retyped, updated)
+            # must not be deleted or paused for what it was then, nor resumed or fired
+            # from its old schedule and payload.
+            fresh = await _still_matching(store, state.spec.selector, chunk)
+            reply = await _batch(
+                store, state, partition, mark, fresh, final, settings, chunk[-1].task_id
+            )
             if reply.moved is not None:
                 moved = True
                 break
@@ -160,9 +167,17 @@ async def _apply_partition(
             return
 
 
+async def _still_matching(
+    store: TaskStore, selector: Selector, chunk: Sequence[Task]
+) -> list[Task]:
+    """``chunk``'s tasks as they are now, those the selector still matches (in order)."""
+    found = await store.get_many([t.task_id for t in chunk])
+    return [t for t in found if t is not None and selector.filter.matches(t)]
+
+
 async def _batch(
     store: TaskStore, state: ActionState, partition: int, mark: str, chunk: Sequence[Task],
-    final: bool, settings: ActionSettings,
+    final: bool, settings: ActionSettings, last: str,
 ) -> BatchReply:  # fmt: skip
     scripts = await store.scripts()
     spec = state.spec
@@ -183,7 +198,7 @@ async def _batch(
         action = spec.action
     reply = await scripts.action_batch(
         partition, state.action_id, action, mark, items, final=final, note=note,
-        retention_ms=RETENTION_MS, max_failures=MAX_FAILURES,
+        retention_ms=RETENTION_MS, max_failures=MAX_FAILURES, last=last,
     )  # fmt: skip
     if reply.moved is None and action != "mark":
         _log_changes(state, chunk, reply)

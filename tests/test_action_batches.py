@@ -1,0 +1,47 @@
+"""An operator's action over a selector, applied batch by batch: each batch is applied to
+the tasks as they are when it is sent, not as they were when their partition was
+selected (seconds earlier, at a paced rate). A real Redis, the store's applier."""
+
+from __future__ import annotations
+
+import trio
+
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.store.actions import ActionSpec, create_action
+from actors.store.apply_actions import ActionSettings, apply_action
+from actors.store.selection import Selector
+from actors.store.tasks import TaskStore
+from runtime.redis_io import RedisClient
+from tests.waiting import eventually
+
+
+async def test_a_task_that_stopped_matching_meanwhile_is_left_alone(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A delete of every paused task, paced to five a second: a task resumed after its
+    partition was selected, before its batch, is active by then and must not be deleted."""
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    keys = await store.keys()
+    ids = [t for t in (f"p{i:02d}" for i in range(100)) if keys.partition_of(t) == 2][:5]
+    for task_id in ids:
+        await store.create(TaskSpec("chores", Schedule("interval", every_s=3600), task_id=task_id))
+        await store.pause(task_id)
+    selector = Selector.from_dict({"type": "chores", "status": "paused"})
+    assert (
+        await create_action(store, "del", ActionSpec("delete", selector), None, "me", 60_000)
+        is None
+    )
+    settings = ActionSettings(batch=1, rate=5)
+
+    async def first_done() -> bool:
+        last = await redis_client.execute("HGET", keys.action_progress(2, "del"), "last")
+        return last == ids[0].encode()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(apply_action, store, "del", "me", settings)
+        await eventually(first_done, 30, poll_s=0.01)  # selected, its first batch applied
+        await store.resume(ids[-1])
+    assert [await store.get(t) is None for t in ids] == [True] * 4 + [False]
+    kept = await store.get(ids[-1])
+    assert kept is not None and kept.status == "active"
