@@ -118,6 +118,17 @@ def test_refusals_write_nothing(client: Client, api: ApiNode, db: redis.Redis) -
         ({"selector": {"status": "sleepy"}, "action": "pause"}, "selector.status"),
         ({"selector": {"type": kind}, "action": "stop", "note": "why"}, "note"),
         ({"selector": {"type": kind}, "action": "backfill"}, "start_ms"),
+        # A dry run is refused as the call would be: a window in the future.
+        (
+            {
+                "selector": {"type": kind},
+                "action": "backfill",
+                "start_ms": 0,
+                "end_ms": 4_000_000_000_000,
+                "dry_run": True,
+            },
+            "end_ms",
+        ),
     ]:
         with pytest.raises(ApiError) as refused:
             client.request("POST", "/v1/tasks/actions", body=body)

@@ -70,11 +70,11 @@ async def tasks_action(call: Call) -> Response:
         raise invalid("action_id: must be a string")
     action_id = bodies.name_param("action_id", given) if given is not None else None
     store, settings = call.store, call.services.actions
+    if spec.action == "backfill":  # a dry run says what the call would: refused, or not
+        await plan_backfill(store, spec, settings.backfill_max_fires)
     if dry_run:
         count, sample = await count_matches(store, spec.selector)
         return ok({"action_id": None, "dry_run": True, "count": count, "sample": sample})
-    if spec.action == "backfill":
-        await plan_backfill(store, spec, settings.backfill_max_fires)
     action_id = action_id or f"act-{secrets.token_hex(8)}"
     holder = owner_value()
     existing = await create_action(store, action_id, spec, call.key_id, holder, settings.lease_ms)
