@@ -254,3 +254,24 @@ async def test_a_backfill_leaves_the_live_schedule_its_times(store: TaskStore) -
     assert (await store.backfill("behind", now - HOUR, now)).fires == ()
     await store.pause("behind")  # paused: its past grid is nobody's but the backfill's
     assert len((await store.backfill("behind", now - HOUR, now)).fires) == 10
+
+
+async def test_a_task_created_again_under_its_id_is_backfilled_afresh(store: TaskStore) -> None:
+    """The backfill markers live in the stream's slot, which a delete cannot reach: a task
+    deleted and created again under the same id finds the earlier task's markers, and
+    must not take them for its own (its window answered 'already backfilled', nothing
+    enqueued, for a week)."""
+    now = await store.now_ms()
+    grid = Schedule("interval", every_s=60, start_ms=now - now % MINUTE - 2 * HOUR)
+    await make(store, "again", grid)  # the same grid both times: the same grid times
+    await store.pause("again")
+    first = await store.backfill("again", now - HOUR, now - 1)
+    assert first.enqueued == len(first.fires) == 60
+    await store.delete("again")
+    await make(store, "again", grid)
+    await store.pause("again")
+    dry = await store.backfill("again", now - HOUR, now - 1, dry_run=True)
+    assert dry.already == 0
+    second = await store.backfill("again", now - HOUR, now - 1)
+    assert (second.enqueued, second.already) == (60, 0)
+    assert (await store.backfill("again", now - HOUR, now - 1)).already == 60  # its own, kept

@@ -215,10 +215,11 @@ async def append_fires(
             await pacer.before(len(chunk))
             flags += await scripts.backfill(
                 task.type, task.task_id, payload, chunk, await store.now_ms(), RETENTION_MS,
-                with_origin(policy, "b"),
+                with_origin(policy, "b"), task.created_ms,
             )  # fmt: skip
         return flags
 
+    await _forget_an_earlier_task(store, task)
     taken = await _backfilled(store, task, due_times) if overlap != "allow_all" else set()
     fresh = [d for d in due_times if d not in taken]
     fates = await fire_under(scripts, task.task_id, task.type, fresh, overlap, append, _ACTOR)
@@ -233,15 +234,35 @@ async def count_backfilled(store: TaskStore, task: Task, due_times: Sequence[int
     return len(await _backfilled(store, task, due_times))
 
 
+#: The marker hash's field naming the task it was written for (its ``created_ms``): a task
+#: deleted and created again under its id starts with no grid time backfilled.
+BORN = "born"
+
+
+async def _forget_an_earlier_task(store: TaskStore, task: Task) -> None:
+    """Delete the task's marker if it was written for an earlier task of the same id
+    (deleted since; the marker lives in the stream's slot, which the delete cannot reach)."""
+    keys = await store.keys()
+    marker = keys.backfilled(task.type, task.task_id)
+    born = await store.client.execute("HGET", marker, BORN)
+    if born is not None and int(born) != task.created_ms:
+        await store.client.execute("DEL", marker)
+
+
 async def _backfilled(store: TaskStore, task: Task, due_times: Sequence[int]) -> set[int]:
-    """The grid times an earlier backfill took: appended, or held back by its policy."""
+    """The grid times an earlier backfill of this task took: appended, or held back by its
+    policy (none if its marker is an earlier task's of the same id)."""
     if not due_times:
         return set()
     keys = await store.keys()
     marker = keys.backfilled(task.type, task.task_id)
     replies = await store.client.pipeline(
-        [("HMGET", marker, *due_times[i : i + CHUNK]) for i in range(0, len(due_times), CHUNK)]
+        [("HGET", marker, BORN)]
+        + [("HMGET", marker, *due_times[i : i + CHUNK]) for i in range(0, len(due_times), CHUNK)]
     )
+    born, replies = replies[0], replies[1:]
+    if born is not None and int(born) != task.created_ms:
+        return set()
     marked = [value is not None for reply in replies for value in reply]
     return {d for d, m in zip(due_times, marked, strict=True) if m}
 
@@ -252,9 +273,10 @@ async def _mark(store: TaskStore, task: Task, due_times: Sequence[int]) -> None:
     keys = await store.keys()
     marker = keys.backfilled(task.type, task.task_id)
     calls: list[tuple[Any, ...]] = [
-        ("HSET", marker, *(x for d in due_times[i : i + CHUNK] for x in (d, "")))
+        ("HSET", marker, BORN, task.created_ms,
+         *(x for d in due_times[i : i + CHUNK] for x in (d, "")))
         for i in range(0, len(due_times), CHUNK)
-    ]
+    ]  # fmt: skip
     await store.client.pipeline([*calls, ("PEXPIRE", marker, RETENTION_MS)])
 
 

@@ -53,14 +53,15 @@ class OperatorScripts(FlightScripts):
 
     async def backfill(
         self, task_type: str, task_id: str, payload: str, due_times: Sequence[int],
-        now_ms: int, retention_ms: int, policy: str = "",
+        now_ms: int, retention_ms: int, policy: str = "", created_ms: int = 0,
     ) -> list[bool]:  # fmt: skip
         """``backfill.lua``: append a task's grid times not backfilled before (one call;
         the caller keeps it to ``ENQUEUE_CHUNK`` times); per time, True if appended.
-        ``policy``: the messages' policy code ('' = none)."""
+        ``policy``: the messages' policy code ('' = none); ``created_ms``: the task's,
+        kept in its marker (``backfill.BORN``)."""
         k = self.keys
         args = [now_ms, task_type, task_id, payload, retention_ms,
-                flag(k.compact_messages), policy, *due_times]  # fmt: skip
+                flag(k.compact_messages), policy, created_ms, *due_times]  # fmt: skip
         (flags,) = await self._run(
             [(lua.BACKFILL, [k.queue(task_type), k.backfilled(task_type, task_id)], args)]
         )

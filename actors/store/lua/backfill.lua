@@ -6,7 +6,9 @@
 -- ARGV[4]  payload (JSON)   ARGV[5]  marker retention ms
 -- ARGV[6]  FLAG_ON: compact messages (task_id, payload, attempt, due_ms), FLAG_OFF = the full form
 -- ARGV[7]  the messages' policy code (field o; '' = none: actors/store/flights.py)
--- ARGV[8..] due times (grid ms)
+-- ARGV[8]  the task's created_ms, kept in the marker's field 'born' (the caller deletes a
+--          marker an earlier task of the same id left)
+-- ARGV[9..] due times (grid ms)
 -- Returns one flag per due time: 1 appended, 0 already appended by an earlier backfill.
 --
 -- Marker: field = due_ms (append_once.lua), so two backfills racing over one window
@@ -17,9 +19,12 @@ local stream, marker = KEYS[1], KEYS[2]
 local enq, typ, id, payload = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local compact, policy = ARGV[6] == FLAG_ON, ARGV[7]
 local out = {}
-for i = 8, #ARGV do
+for i = 9, #ARGV do
   local due = ARGV[i]
   out[#out + 1] = append_once(stream, marker, due, id, payload, due, compact, typ, enq, policy)
 end
-if #ARGV >= 8 then redis.call('PEXPIRE', marker, ARGV[5]) end
+if #ARGV >= 9 then
+  redis.call('HSET', marker, 'born', ARGV[8])
+  redis.call('PEXPIRE', marker, ARGV[5])
+end
 return out
