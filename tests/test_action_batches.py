@@ -36,7 +36,7 @@ async def test_a_task_that_stopped_matching_meanwhile_is_left_alone(
 
     async def first_done() -> bool:
         last = await redis_client.execute("HGET", keys.action_progress(2, "del"), "last")
-        return last == ids[0].encode()
+        return bool(last == ids[0].encode())
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(apply_action, store, "del", "me", settings)
