@@ -421,3 +421,38 @@ async def test_a_consumer_winding_down_is_given_nothing_more(
     assert {owner for owner, _, _ in (await pending(redis_client, keys)).values()} == {"dead"}
     state.stopping = False  # the same consumer started again
     assert await claimer.tick(scripts) == 2
+
+
+async def test_a_poison_dead_lettered_by_a_reclaim_whose_reply_was_lost_is_still_recorded(
+    redis_client: RedisClient, namespace: str, keys: Keys, scripts: Scripts
+) -> None:
+    """``reclaim.lua`` dead-letters a poison message and removes it from the stream; what
+    that leaves to do in its task's partition (its history's ``dead``, its flight's end)
+    must not live only in the reply: lost (the connection dropped, the claimer gone), a
+    later tick of the claimer does it from what the script kept in Redis."""
+    from actors.domain.model import TaskSpec
+    from actors.domain.schedules import Schedule
+    from actors.store.ledger import task_history
+
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    later = Schedule("interval", every_s=3600, start_ms=await store.now_ms() + 3_600_000)
+    await store.create(TaskSpec("t", later, task_id="x0"))
+    (msg,) = await compact_messages(redis_client, keys, 1)
+    await read_as(redis_client, keys, "c1")
+    for owner in ("c2", "c3"):
+        await redis_client.execute("XCLAIM", keys.queue("t"), GROUP, owner, 0, msg)
+    await set_idle(redis_client, keys, "c3", [msg])
+    lost = await scripts.reclaim("t", "me", 1000, 10, 3, "n1")  # its reply never arrives
+    assert lost.poisoned == [msg] and await task_history(store, "x0") == []
+    state = ConsumerState(name="me")
+    state.free.value = 10
+    inbox: Mailbox[Message] = Mailbox.open(10)
+    claimer = Claimer(
+        store, "t", state, inbox, "n1", ClaimerSettings(lease_s=1.0, max_deliveries=3)
+    )
+    assert await claimer.tick(scripts) == 0
+    (occurrence,) = await task_history(store, "x0")
+    assert occurrence.fate == "dead" and occurrence.due_ms == 7
+    assert await redis_client.execute("EXISTS", keys.poison_ends("t", "me")) == 0
+    await claimer.tick(scripts)  # done once: nothing recorded twice
+    assert len(await task_history(store, "x0")) == 1

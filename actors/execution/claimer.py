@@ -33,11 +33,10 @@ import attrs
 import trio
 
 from actors.execution.consumer import ConsumerState
-from actors.store.flights import FlightEnd
 from actors.store.history import DEFAULT_HISTORY, Ledger
 from actors.store.keys import CONSUMER_GONE_MS
 from actors.store.messages import MalformedMessage, Message
-from actors.store.replies import OutcomeWrite, Reclaim
+from actors.store.replies import Reclaim
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
@@ -63,6 +62,10 @@ class ClaimerSettings:
     """Occurrences kept per task: a poison message is its task's ``dead`` one."""
 
 
+#: Poison ends done per step (``_end_poisoned``).
+POISON_ENDS_STEP = 100
+
+
 class Claimer:
     def __init__(
         self,
@@ -82,10 +85,6 @@ class Claimer:
         self.actor = f"node/consumers/{task_type}/claimer"
         self._stalled_at = -1e18
         """Monotonic time of the last reclaim call that found Redis had stalled it."""
-        self._ends: list[FlightEnd] = []
-        """Flights that poison ended, to end in the task's partition (``end_flights.lua``)."""
-        self._dead: list[OutcomeWrite] = []
-        """Poison dead-lettered, for its tasks' histories (kept until written)."""
         self._unsent: list[Message] = []
         """Handed over (held for the consumer), not in its mailbox yet (``_send_unsent``)."""
         self._clock: tuple[float, int] | None = None
@@ -140,7 +139,7 @@ class Claimer:
     async def tick(self, scripts: Scripts) -> int:
         """Reclaim up to the consumer's free slots; return how many were handed over."""
         await self._send_unsent()
-        await self._end_flights(scripts)
+        await self._end_poisoned(scripts, self.state.name)
         async with self.state.pending_lock:
             name = self.state.name
             free = self.state.free.value - len(self.state.held)
@@ -153,15 +152,13 @@ class Claimer:
                 sent_ms=self._sent_ms(), max_delay_ms=lease_ms // 3,
             )  # fmt: skip
             self._clock = (time.monotonic(), reclaim.now_ms)
-            self._ends += reclaim.ended
-            self._dead += reclaim.dead
             if reclaim.stalled:
                 self._stalled_at = time.monotonic()
                 return 0
             messages = self._hand_over(reclaim, name)
             self._unsent += messages
         await self._send_unsent()
-        await self._end_flights(scripts)
+        await self._end_poisoned(scripts, name)
         return len(messages)
 
     async def _send_unsent(self) -> None:
@@ -173,15 +170,23 @@ class Claimer:
             await self.inbox.send.send(self._unsent[0])
             del self._unsent[0]
 
-    async def _end_flights(self, scripts: Scripts) -> None:
-        """End the flights of the poison just dead-lettered, at once (kept until that
-        succeeds: a step repeated after an outage sends them first)."""
-        if self._ends:
-            await scripts.end_flights(self._ends)
-            self._ends = []
-        if self._dead:
-            await scripts.record_outcomes(self._dead, self.type, Ledger(self.settings.history))
-            self._dead = []
+    async def _end_poisoned(self, scripts: Scripts, name: str | None) -> None:
+        """End the flights of the poison dead-lettered under ``name`` and record it dead in
+        its tasks' histories: what ``reclaim.lua`` left to do in Redis (``Keys.poison_ends``),
+        read, done, then dropped: a reclaim's reply lost, or this claimer gone, leaves
+        them to the next step. One cut off between doing them and dropping them does them
+        again (a dead streak may then count that fire twice)."""
+        while name is not None:
+            read, ends, dead = await scripts.poison_ends(self.type, name, POISON_ENDS_STEP)
+            if not read:
+                return
+            if ends:
+                await scripts.end_flights(ends)
+            if dead:
+                await scripts.record_outcomes(dead, self.type, Ledger(self.settings.history))
+            await scripts.forget_poison_ends(self.type, name, read)
+            if read < POISON_ENDS_STEP:
+                return
 
     def _hand_over(self, reclaim: Reclaim, name: str) -> list[Message]:
         """The reclaimed messages to send to the consumer, held from now on (renewed);

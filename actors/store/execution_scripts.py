@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from msgpack import unpackb
 from redis.exceptions import ResponseError
 
 from actors.store import lua
@@ -21,6 +22,7 @@ from actors.store.completion_writes import (
 )
 from actors.store.flights import (
     ENDED_DEAD,
+    FlightEnd,
     FlightScripts,
     ended_flights,
     origin_of,
@@ -314,8 +316,9 @@ class ExecutionScripts(FlightScripts):
         k = self.keys
         args = [GROUP, consumer, lease_ms, count, max_deliveries, node, task_type]
         args += [or_empty(sent_ms), max_delay_ms]
+        keys = [k.queue(task_type), k.dlq(task_type), k.poison_ends(task_type, consumer)]
         ((claimed, poisoned, stalled, now_ms, ended),) = await self._run(
-            [(lua.RECLAIM, [k.queue(task_type), k.dlq(task_type)], args)]
+            [(lua.RECLAIM, keys, args)]
         )
         return Reclaim(
             claimed=[
@@ -338,6 +341,33 @@ class ExecutionScripts(FlightScripts):
                 if ended[i + 1].isdigit() and ended[i + 3].isdigit()  # a hand-written entry
             ],
         )  # fmt: skip
+
+    async def poison_ends(
+        self, task_type: str, consumer: str, count: int = 100
+    ) -> tuple[int, list[FlightEnd], list[OutcomeWrite]]:
+        """The first ``count`` poison ends ``reclaim.lua`` left for ``consumer``'s claimer:
+        (how many were read, the flights to end, the outcomes to record). Done, they are
+        dropped with ``forget_poison_ends``; read again until then."""
+        raw = await self.client.execute("LRANGE", self.keys.poison_ends(task_type, consumer),
+                                        0, count - 1)  # fmt: skip
+        flat: list[Any] = []
+        dead: list[OutcomeWrite] = []
+        for item in raw:
+            try:
+                now_ms, task_id, due, code, attempt = unpackb(item, raw=True)
+                due_ms, tries, at = int(due), int(attempt), int(now_ms)
+            except (ValueError, TypeError):
+                continue  # not written by reclaim.lua: nothing to do with it
+            flat += [task_id, due, code, attempt]
+            dead.append(
+                OutcomeWrite(task_id.decode(), 2, at, POISON_LINE, due_ms, attempt=tries,
+                             origin=origin_of(code.decode()), line=POISON_LINE)
+            )  # fmt: skip
+        return len(raw), ended_flights(flat, ENDED_DEAD, 4), dead
+
+    async def forget_poison_ends(self, task_type: str, consumer: str, done: int) -> None:
+        """Drop the first ``done`` poison ends (``poison_ends``), once they are done."""
+        await self.client.execute("LTRIM", self.keys.poison_ends(task_type, consumer), done, -1)
 
     async def prune_consumers(self, task_type: str, min_idle_ms: int, keep: str) -> list[str]:
         """``prune_consumers.lua``: remove consumers idle that long with nothing pending
