@@ -12,6 +12,8 @@ import pytest
 import trio
 import trio_util
 
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
 from actors.execution.claimer import Claimer, ClaimerSettings
 from actors.execution.completion import Outcome
 from actors.execution.consumer import Consumer, ConsumerSettings, ConsumerState
@@ -48,8 +50,15 @@ async def stream(store: TaskStore) -> list[dict[str, str]]:
     return [Message.decode(i, fields, "t").fields() for i, fields in entries]  # either form
 
 
+async def with_tasks(store: TaskStore, *task_ids: str) -> None:
+    """The tasks the retries are of (a retry of a task that does not exist is dropped)."""
+    for task_id in task_ids:
+        await store.create(TaskSpec("t", Schedule("interval", every_s=3600), task_id=task_id))
+
+
 async def test_the_retry_dispatcher_moves_due_retries_back_to_the_stream(store: TaskStore) -> None:
     scripts = await store.scripts()
+    await with_tasks(store, "due", "later")
     await scripts.schedule_retries(
         [RetryWrite(message("due"), 0, "boom"), RetryWrite(message("later"), 600_000, "bang")]
     )
@@ -72,6 +81,7 @@ async def test_the_retry_dispatcher_drops_the_markers_of_its_committed_claims(
     scripts = await store.scripts()
     keys = await store.keys()
     dispatcher = RetryDispatcher(store, RetryDispatcherSettings(of=1))
+    await with_tasks(store, "a", "b", "c")
     for name in ("a", "b", "c"):
         await scripts.schedule_retries([RetryWrite(message(name), 0, "boom")])
         assert (await dispatcher.tick(scripts, [0, 1])).enqueued == 1

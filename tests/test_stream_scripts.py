@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+import trio
 
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
@@ -288,3 +290,48 @@ async def test_a_retry_of_a_task_deleted_or_stopped_since_is_dropped(
     prefix = keys.retry_context_prefix(0)
     assert await redis_client.execute("EXISTS", prefix + f"{gone}:1", prefix + f"{stopped}:1") == 0
     assert await redis_client.execute("ZCARD", keys.retry(0)) == 2
+
+
+async def test_a_rejected_partition_or_stream_holds_back_its_own_retries_only(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts,
+    log_lines: Callable[[], list[dict[str, Any]]],
+) -> None:  # fmt: skip
+    """One partition's retry context that Redis rejects (a key of another kind), or one
+    type's stream: the retries of every other partition and type go on; the rejected ones
+    wait, said once, and go once it is mended."""
+    from actors.scheduling.retry_dispatcher import RetryDispatcher, RetryDispatcherSettings
+
+    store = TaskStore(redis_client, keys.namespace, default_partitions=keys.partitions)
+    ids = [f"q{i}" for i in range(60)]
+    a = next(t for t in ids if keys.partition_of(t) == 0)  # its context made a string
+    b = next(t for t in ids if keys.partition_of(t) == 1)
+    c = next(t for t in ids if keys.partition_of(t) == 2)  # of a type whose stream is broken
+    for task_id, kind in ((a, "t"), (b, "t"), (c, "u")):
+        await store.create(TaskSpec(kind, Schedule("interval", every_s=3600), task_id=task_id))
+    writes = [RetryWrite(message(t, 0, "null"), 0, "boom") for t in (a, b)]
+    writes.append(
+        RetryWrite(Message("1-9", c, f"{c}:1", "u", "null", 0, 1, 1, payload=None), 0, "x")
+    )
+    await scripts.schedule_retries(writes)
+    context_a = keys.retry_context_prefix(0) + f"{a}:1"
+    saved = await redis_client.execute("DUMP", context_a)
+    await redis_client.execute("DEL", context_a)
+    await redis_client.execute("SET", context_a, "not a hash")
+    await redis_client.execute("SET", keys.queue("u"), "not a stream")
+    dispatcher = RetryDispatcher(store, RetryDispatcherSettings(of=1))
+    with trio.fail_after(30):
+        result = await dispatcher.tick(scripts, list(range(keys.partitions)))
+    assert result.enqueued == 2  # b's and c's claimed; c's held back with its stream
+    entries = await redis_client.execute("XRANGE", keys.queue("t"), "-", "+")
+    assert [e[1][b"task_id"] for e in entries] == [b.encode()]
+    held = [e for e in log_lines() if e["event"] == "retries_held_back"]
+    assert {e.get("partition") or e.get("type") for e in held} == {"0", "u"}
+    # Mended: the partition's retry is claimed now; the type's after its claim's lease.
+    await redis_client.execute("DEL", context_a, keys.queue("u"))
+    await redis_client.execute("RESTORE", context_a, 0, saved)
+    await dispatcher.tick(scripts, list(range(keys.partitions)))
+    entries = await redis_client.execute("XRANGE", keys.queue("t"), "-", "+")
+    assert sorted(e[1][b"task_id"] for e in entries) == sorted([a.encode(), b.encode()])
+    resumed = [e for e in log_lines() if e["event"] == "retries_resumed"]
+    assert {e.get("partition") or e.get("type") for e in resumed} == {"0", "u"}
+    assert await redis_client.execute("ZSCORE", keys.retry(2), f"{c}:1") is not None  # kept

@@ -13,6 +13,10 @@ A retry whose task was deleted or stopped since its fire failed is dropped at st
 (``retry_dropped``): a stop is final, and a deleted task fires no more. A paused or
 finished task's retry runs: its fire had started.
 
+A partition whose claim Redis rejects (its keys of another kind), or a type whose stream
+it rejects, holds back its own retries only (``retries_held_back``, once): the others are
+claimed, appended and committed; an outage or a refusal of every write is waited out.
+
 A dispatcher killed between 1 and 3 leaves the retry to be claimed again after the lease:
 late and maybe duplicated (same schedule_id and attempt, dropped by the consumer's dedupe
 window), never lost.
@@ -22,6 +26,8 @@ from __future__ import annotations
 
 import secrets
 from collections import defaultdict
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import attrs
 import trio
@@ -39,7 +45,12 @@ from actors.store.replies import Fire
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
+from runtime.errors import RedisUnavailable
 from runtime.logging import emit_events
+from runtime.redis_io import ResponseError
+from runtime.redis_replies import restarts
+
+T = TypeVar("T")
 
 
 @attrs.frozen
@@ -55,6 +66,8 @@ class RetryDispatcher:
         self._token_base = secrets.token_hex(6)
         self._ticks = 0
         self._committed = CommittedClaims()
+        self._rejected: dict[str, dict[str, str]] = {}
+        """What Redis rejects now, by kind (partition, type), as said (its error)."""
         """Claims committed in full whose enqueue markers go with the next enqueue."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
@@ -74,7 +87,11 @@ class RetryDispatcher:
         self._ticks += 1
         token = f"{self._token_base}-{self._ticks}"
         s = self.settings
-        claims = await scripts.claim_retries(partitions, token, s.batch_size, s.claim_lease_ms)
+        rejected: dict[int, ResponseError] = {}
+        claims = await scripts.claim_retries(
+            partitions, token, s.batch_size, s.claim_lease_ms, rejected
+        )
+        self._say_rejected("partition", {str(p): e for p, e in rejected.items()})
         emit_events(
             self.actor,
             [
@@ -84,23 +101,25 @@ class RetryDispatcher:
             ],
         )
         fires: list[Fire] = []
+        sids: list[str] = []
         claimed: dict[int, list[str]] = defaultdict(list)
         earliest_ms = {c.partition: c.earliest_ms for c in claims}
         for claim in claims:
             for sid, fire in claim.retries:
                 claimed[claim.partition].append(sid)
                 fires.append(fire)
+                sids.append(sid)
         now = max((c.now_ms for c in claims), default=0)
         if fires:
             # Claimed: ride out an outage with the same token (see the poller's tick).
             redis = scripts.client
             types = {f.type for f in fires}
             committed = self._committed.take(types)
-            await redis.ride_out(
-                lambda: enqueue_fires(
-                    scripts, fires, now, self.actor, s.dedupe_window_ms, token, committed
-                )
-            )
+            refused_types = await self._enqueue(scripts, fires, now, token, committed)
+            if refused_types:  # left claimed: taken again after the lease, tried again
+                types -= refused_types
+                queued = {sid for sid, f in zip(sids, fires, strict=True) if f.type in types}
+                claimed = {p: [i for i in ids if i in queued] for p, ids in claimed.items()}
             commits = await redis.ride_out(lambda: scripts.commit_retries(token, claimed))
             lost = [
                 ("retry_claim_lost", {"schedule_id": sid})
@@ -113,3 +132,64 @@ class RetryDispatcher:
             earliest_ms |= {p: c.earliest_ms for p, c in commits.items()}
         full = any(len(c.retries) >= s.batch_size for c in claims)
         return TickResult(len(fires), now, earliest(list(earliest_ms.values())), full)
+
+    async def _enqueue(
+        self, scripts: Scripts, fires: list[Fire], now: int, token: str,
+        committed: Mapping[str, Sequence[str]],
+    ) -> set[str]:  # fmt: skip
+        """Append the retries (``enqueue_fires``), riding out outages and refusals. A
+        type's stream that Redis rejects (a key of another kind, say) holds back that
+        type's retries only: the others are appended type by type. The types held back."""
+        redis, window = scripts.client, self.settings.dedupe_window_ms
+
+        async def append(group: list[Fire]) -> int:
+            return await enqueue_fires(scripts, group, now, self.actor, window, token, committed)
+
+        try:
+            await redis.ride_out(lambda: _unless_rejected(append(fires)))
+            self._say_rejected("type", {})
+            return set()
+        except _Rejected:
+            pass
+        by_type: dict[str, list[Fire]] = defaultdict(list)
+        for fire in fires:
+            by_type[fire.type].append(fire)
+        rejected: dict[str, ResponseError] = {}
+        for task_type, group in by_type.items():
+            try:
+                await redis.ride_out(lambda group=group: _unless_rejected(append(group)))  # type: ignore[misc]
+            except _Rejected as exc:
+                rejected[task_type] = exc.error
+        self._say_rejected("type", rejected)
+        return set(rejected)
+
+    def _say_rejected(self, what: str, rejected: Mapping[str, ResponseError]) -> None:
+        """One ``retries_held_back`` line when a partition's claim or a type's stream is
+        first rejected (or its error changes), one ``retries_resumed`` when it is not."""
+        said = self._rejected.setdefault(what, {})
+        lines: list[tuple[str, dict[str, Any]]] = []
+        for name, error in rejected.items():
+            if said.get(name) != str(error):
+                said[name] = str(error)
+                lines.append(("retries_held_back", {what: name, "error": str(error)}))
+        for name in [n for n in said if n not in rejected]:
+            del said[name]
+            lines.append(("retries_resumed", {what: name}))
+        emit_events(self.actor, lines, level="info")
+
+
+class _Rejected(Exception):
+    def __init__(self, error: ResponseError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+async def _unless_rejected(step: Awaitable[T]) -> T:
+    """``step``, a rejection of it (not an outage, not a refusal) raised as ``_Rejected``,
+    which ``ride_out`` does not wait on."""
+    try:
+        return await step
+    except ResponseError as exc:
+        if isinstance(exc, RedisUnavailable) or restarts(exc):
+            raise
+        raise _Rejected(exc) from exc

@@ -34,7 +34,10 @@ from actors.store.replies import (
     PartitionClaim,
     RetryClaim,
 )
-from actors.store.task_scripts import Call, or_empty
+from actors.store.task_scripts import Call, or_empty, raise_first_error
+from runtime.errors import RedisUnavailable
+from runtime.redis_io import ResponseError
+from runtime.redis_replies import restarts
 
 #: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
 ENQUEUE_CHUNK = 500
@@ -302,23 +305,33 @@ class SchedulingScripts(FlightScripts):
     # -- scheduling: retry dispatcher -------------------------------------------------------
 
     async def claim_retries(
-        self, partitions: Sequence[int], token: str, limit: int, lease_ms: int
-    ) -> list[RetryClaim]:
+        self, partitions: Sequence[int], token: str, limit: int, lease_ms: int,
+        rejected: dict[int, ResponseError] | None = None,
+    ) -> list[RetryClaim]:  # fmt: skip
         """``claim_retries.lua`` per partition: reserve up to ``limit`` due retries each
-        (dropping those of tasks deleted or stopped since)."""
+        (dropping those of tasks deleted or stopped since). ``rejected``: a partition whose
+        call Redis rejected (its keys of another kind, say) goes there, left out, rather
+        than failing the others' claims; without it the first error is raised, as is any
+        error but a rejection (an outage, a refusal: every partition's)."""
         k = self.keys
-        replies = await self._run(
-            [
-                (
-                    lua.CLAIM_RETRIES,
-                    [k.retry(p)],
-                    [k.retry_context_prefix(p), token, limit, lease_ms, k.tag(p), k.buckets],
-                )
-                for p in partitions
-            ]
-        )
+        calls: list[Call] = [
+            (
+                lua.CLAIM_RETRIES,
+                [k.retry(p)],
+                [k.retry_context_prefix(p), token, limit, lease_ms, k.tag(p), k.buckets],
+            )
+            for p in partitions
+        ]
+        replies = await self.client.mixed_scripts(calls) if calls else []
+        for partition, reply in zip(partitions, replies, strict=True):
+            if rejected is not None and _rejected(reply):
+                rejected[partition] = reply
+        left_out = rejected or {}
+        raise_first_error(r for p, r in zip(partitions, replies, strict=True) if p not in left_out)
         claims = []
         for partition, reply in zip(partitions, replies, strict=True):
+            if rejected and partition in rejected:
+                continue
             flat = reply[RETRY_CLAIM_HEADER:]
             retries = []
             for i in range(0, len(flat), RETRY_CLAIM_ITEMS):
@@ -349,3 +362,13 @@ class SchedulingScripts(FlightScripts):
             p: Commit(optional_ms(r[0]), [x.decode() for x in r[1:]])
             for p, r in zip(claimed, replies, strict=True)
         }
+
+
+def _rejected(reply: object) -> bool:
+    """Whether a call's reply is Redis rejecting that call alone (not an outage, not a
+    refusal of every write, not a reply that restarts the actor)."""
+    return (
+        isinstance(reply, ResponseError)
+        and not isinstance(reply, RedisUnavailable)
+        and not restarts(reply)
+    )
