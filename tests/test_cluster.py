@@ -150,6 +150,7 @@ async def test_a_backfill_on_a_cluster_appends_each_fire_once(store: TaskStore) 
     for i in range(4):  # types on different slots
         spec = TaskSpec(f"fill{i}", Schedule("interval", every_s=60, start_ms=start), None, f"b{i}")
         await store.create(spec)
+        await store.pause(f"b{i}")  # no poller here: active, its overdue grid is the poller's
     first = await store.backfill_type("fill2", start, start + 5 * 60_000)
     assert [(b.task_id, b.enqueued) for b in first] == [("b2", 5)]
     again = await store.backfill("b2", start, start + 6 * 60_000)

@@ -62,10 +62,6 @@ class ClaimerSettings:
     """Occurrences kept per task: a poison message is its task's ``dead`` one."""
 
 
-#: Poison ends done per step (``_end_poisoned``).
-POISON_ENDS_STEP = 100
-
-
 class Claimer:
     def __init__(
         self,
@@ -176,17 +172,14 @@ class Claimer:
         read, done, then dropped: a reclaim's reply lost, or this claimer gone, leaves
         them to the next step. One cut off between doing them and dropping them does them
         again (a dead streak may then count that fire twice)."""
-        while name is not None:
-            read, ends, dead = await scripts.poison_ends(self.type, name, POISON_ENDS_STEP)
-            if not read:
-                return
-            if ends:
-                await scripts.end_flights(ends)
-            if dead:
-                await scripts.record_outcomes(dead, self.type, Ledger(self.settings.history))
-            await scripts.forget_poison_ends(self.type, name, read)
-            if read < POISON_ENDS_STEP:
-                return
+        if name is None:
+            return
+        done, ends, dead = await scripts.poison_ends(self.type, name)
+        if ends:
+            await scripts.end_flights(ends)
+        if dead:
+            await scripts.record_outcomes(dead, self.type, Ledger(self.settings.history))
+        await scripts.forget_poison_ends(self.type, name, done)
 
     def _hand_over(self, reclaim: Reclaim, name: str) -> list[Message]:
         """The reclaimed messages to send to the consumer, held from now on (renewed);

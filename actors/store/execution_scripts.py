@@ -343,16 +343,15 @@ class ExecutionScripts(FlightScripts):
         )  # fmt: skip
 
     async def poison_ends(
-        self, task_type: str, consumer: str, count: int = 100
-    ) -> tuple[int, list[FlightEnd], list[OutcomeWrite]]:
-        """The first ``count`` poison ends ``reclaim.lua`` left for ``consumer``'s claimer:
-        (how many were read, the flights to end, the outcomes to record). Done, they are
-        dropped with ``forget_poison_ends``; read again until then."""
-        raw = await self.client.execute("LRANGE", self.keys.poison_ends(task_type, consumer),
-                                        0, count - 1)  # fmt: skip
+        self, task_type: str, consumer: str
+    ) -> tuple[list[bytes], list[FlightEnd], list[OutcomeWrite]]:
+        """The poison ends ``reclaim.lua`` left for ``consumer``'s claimer: (their ids, the
+        flights to end, the outcomes to record). Done, they are dropped with
+        ``forget_poison_ends``; read again until then."""
+        raw = await self.client.execute("HGETALL", self.keys.poison_ends(task_type, consumer))
         flat: list[Any] = []
         dead: list[OutcomeWrite] = []
-        for item in raw:
+        for item in raw.values():
             try:
                 now_ms, task_id, due, code, attempt = unpackb(item, raw=True)
                 due_ms, tries, at = int(due), int(attempt), int(now_ms)
@@ -363,11 +362,12 @@ class ExecutionScripts(FlightScripts):
                 OutcomeWrite(task_id.decode(), 2, at, POISON_LINE, due_ms, attempt=tries,
                              origin=origin_of(code.decode()), line=POISON_LINE)
             )  # fmt: skip
-        return len(raw), ended_flights(flat, ENDED_DEAD, 4), dead
+        return list(raw), ended_flights(flat, ENDED_DEAD, 4), dead
 
-    async def forget_poison_ends(self, task_type: str, consumer: str, done: int) -> None:
-        """Drop the first ``done`` poison ends (``poison_ends``), once they are done."""
-        await self.client.execute("LTRIM", self.keys.poison_ends(task_type, consumer), done, -1)
+    async def forget_poison_ends(self, task_type: str, consumer: str, done: list[bytes]) -> None:
+        """Drop these poison ends (``poison_ends``), once they are done."""
+        if done:
+            await self.client.execute("HDEL", self.keys.poison_ends(task_type, consumer), *done)
 
     async def prune_consumers(self, task_type: str, min_idle_ms: int, keep: str) -> list[str]:
         """``prune_consumers.lua``: remove consumers idle that long with nothing pending

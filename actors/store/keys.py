@@ -230,9 +230,9 @@ class Keys:
 
     def poison_ends(self, task_type: str, consumer: str) -> str:
         """What the poison a consumer's claimer dead-lettered leaves to do in its tasks'
-        partitions (``reclaim.lua``: list of packed (now, task_id, due_ms, policy code,
-        attempt)), until the claimer has done it: kept in Redis, so a reply lost or a
-        claimer gone first never leaves a task's flight or history without it."""
+        partitions (``reclaim.lua``: hash of message id -> packed (now, task_id, due_ms,
+        policy code, attempt)), until the claimer has done it: kept in Redis, so a reply
+        lost or a claimer gone first never leaves a task's flight or history without it."""
         return f"{{{self.namespace}:q:{task_type}}}:poison_ends:{consumer}"
 
     def cancels(self, task_type: str) -> str:

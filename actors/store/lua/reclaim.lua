@@ -1,8 +1,8 @@
 -- reclaim: take over messages whose consumer stopped renewing them; dead-letter poison.
 -- KEYS[1]  the type's stream   KEYS[2]  its dead-letter stream (same slot)
--- KEYS[3]  this consumer's list of poison ends to do (Keys.poison_ends, same slot): each
---          poisoned message's {now, task_id, due_ms, policy code, attempt}, packed, kept
---          (a week) until the claimer has ended its flight and recorded it dead
+-- KEYS[3]  this consumer's poison ends to do (Keys.poison_ends, same slot): hash of each
+--          poisoned message's id -> {now, task_id, due_ms, policy code, attempt}, packed,
+--          kept (a week) until the claimer has ended its flight and recorded it dead
 -- ARGV[1]  group   ARGV[2]  this node's consumer   ARGV[3]  min idle ms (the lease)
 -- ARGV[4]  most messages to take   ARGV[5]  max deliveries   ARGV[6]  node name
 -- ARGV[7]  the type (a dead letter's 'type' field)
@@ -80,7 +80,7 @@ for _, p in ipairs(pending) do
         end
         if task and due then
           for _, v in ipairs({task, due, o, attempt}) do ended[#ended + 1] = v end
-          redis.call('RPUSH', KEYS[3], cmsgpack.pack({now, task, due, o, attempt}))
+          redis.call('HSET', KEYS[3], id, cmsgpack.pack({now, task, due, o, attempt}))
           redis.call('PEXPIRE', KEYS[3], 604800000)
         end
       end
