@@ -14,7 +14,7 @@ import pytest
 
 from actors.domain.errors import InvalidTask, InvalidTransition, TaskNotFound
 from actors.domain.model import TaskSpec
-from actors.domain.schedules import Schedule
+from actors.domain.schedules import Misfire, Schedule
 from actors.store.backfill import RETENTION_MS
 from actors.store.keys import LAYOUT_VERSION, Keys
 from actors.store.messages import Message, flat_fields
@@ -243,17 +243,24 @@ async def test_a_backfill_action_applied_by_a_node_without_the_api_enqueues_its_
 
 
 async def test_a_backfill_leaves_the_live_schedule_its_times(store: TaskStore) -> None:
-    """An active task's grid from its next fire on is the live schedule's: overdue (its
-    poller behind, or down) or placed later than the grid by a spread, the poller will
-    enqueue it. A backfill over it ends there: each grid time enqueued once, not by both."""
+    """An active task's poller enqueues its next fire and, of the times overdue (its
+    poller behind, or down), what its misfire policy fires: a backfill leaves those to it
+    (each grid time enqueued once, not by both) and appends the ones the policy coalesces
+    or skips, which nothing else would run."""
     now = await store.now_ms()
-    begins = now - 10 * MINUTE
-    await make(store, "behind", Schedule("interval", every_s=60, start_ms=begins))
-    task = await store.get("behind")
-    assert task is not None and task.next_run_ms == begins  # overdue: no poller here
-    assert (await store.backfill("behind", now - HOUR, now)).fires == ()
-    await store.pause("behind")  # paused: its past grid is nobody's but the backfill's
-    assert len((await store.backfill("behind", now - HOUR, now)).fires) == 10
+    begins = now - 10 * MINUTE - 30_000  # 11 grid times due, the last 30 s ago
+    policies: list[tuple[str, Misfire]] = [("coalesced", "coalesce"), ("all", "fire_all")]
+    for task_id, misfire in policies:
+        schedule = Schedule("interval", every_s=60, start_ms=begins, misfire=misfire)
+        await make(store, task_id, schedule)
+        task = await store.get(task_id)
+        assert task is not None and task.next_run_ms == begins  # overdue: no poller here
+    grid = [begins + k * MINUTE for k in range(11)]
+    coalesced = await store.backfill("coalesced", now - HOUR, now)
+    assert coalesced.fires == tuple(grid[:10])  # the poller fires the last one itself
+    assert (await store.backfill("all", now - HOUR, now)).fires == ()  # it fires them all
+    await store.pause("all")  # paused: its past grid is nobody's but the backfill's
+    assert (await store.backfill("all", now - HOUR, now)).fires == tuple(grid)
 
 
 async def test_a_task_created_again_under_its_id_is_backfilled_afresh(store: TaskStore) -> None:

@@ -322,10 +322,13 @@ async def _backfill(
     pacer = backfilling.Pacer(settings.backfill_rate)
     outcomes: dict[str, str] = {}
     lines: list[tuple[str, dict[str, Any]]] = []
+    now_ms = await store.client.time_ms()
     for task in tasks:
         # Not this node's [api] bound: the action's fires were checked against the bound
         # of the node that took it, and a node without the API applies it too.
-        fires = backfilling.window_fires(task, spec.start_ms, spec.end_ms, backfilling.MOST_FIRES)
+        fires = backfilling.window_fires(
+            task, spec.start_ms, spec.end_ms, backfilling.MOST_FIRES, now_ms
+        )[: backfilling.MOST_FIRES]
         policy = typing.cast(Overlap, spec.overlap or task.schedule.overlap)
         fates = await backfilling.append_fires(store, task, fires, policy, pacer)
         enqueued = fates.count(APPENDED)
@@ -344,7 +347,8 @@ async def plan_backfill(store: TaskStore, spec: ActionSpec, max_fires: int) -> i
     written) past ``max_fires`` or for a window that is not past."""
     assert spec.start_ms is not None
     assert spec.end_ms is not None
-    backfilling.check_window(spec.start_ms, spec.end_ms, await store.client.time_ms())
+    now_ms = await store.client.time_ms()
+    backfilling.check_window(spec.start_ms, spec.end_ms, now_ms)
     keys = await store.keys()
     total = 0
     for partition in range(keys.partitions):
@@ -352,7 +356,7 @@ async def plan_backfill(store: TaskStore, spec: ActionSpec, max_fires: int) -> i
             if task.status == "stopped":
                 continue
             total += len(backfilling.window_fires(task, spec.start_ms, spec.end_ms,
-                                                  max_fires - total))  # fmt: skip
+                                                  max_fires - total, now_ms))  # fmt: skip
             if total > max_fires:
                 raise InvalidTask(
                     f"end_ms: the window holds more than {max_fires} fires of the selected "

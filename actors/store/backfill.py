@@ -13,8 +13,9 @@ Idempotent: ``backfill.lua`` marks each appended grid time in a hash per task
 backfill) and appends only the times it marks new, in one script, so running the same
 backfill twice (or two at once) appends each fire once. A backfill is not a replay of what
 the poller did: a grid time that already ran runs again, which is what a backfill is for.
-A grid time the live schedule has still to fire (an active task's next fire and after,
-however overdue, or placed later by a spread) is left to it: the window ends there.
+A grid time the live schedule will enqueue itself (an active task's next fire and those
+after it, or of the times overdue, what its misfire policy fires; placed later by a spread
+or not) is left to it; the overdue times the policy coalesces or skips are backfilled.
 
 Bounded: a call covers at most ``[api] backfill_max_fires`` fires (refused whole, before
 anything is written, beyond it), appended ``CHUNK`` at a time and paced to ``[api]
@@ -35,6 +36,7 @@ import attrs
 import trio
 
 from actors.domain.errors import InvalidTask, InvalidTransition, TaskNotFound
+from actors.domain.misfires import plan_fires
 from actors.domain.model import Task, encode_payload
 from actors.domain.schedules import MAX_MS, Overlap
 from actors.store.flights import with_origin
@@ -151,19 +153,36 @@ def _first(task: Task, start_ms: int) -> int | None:
     return first
 
 
-def window_fires(task: Task, start_ms: int, end_ms: int, limit: int) -> list[int]:
+def window_fires(task: Task, start_ms: int, end_ms: int, limit: int, now_ms: int) -> list[int]:
     """The task's grid times in ``[start_ms, end_ms)``, in order: at most ``limit + 1`` of
-    them (one more than ``limit`` says the window holds more). An active task's grid from
-    its next fire on is the live schedule's to fire, overdue or not yet enqueued (a spread
-    or jitter places it late): the window ends there, so no grid time is enqueued by both."""
-    if task.status == "active" and task.next_run_ms is not None:
-        end_ms = min(end_ms, task.next_run_ms)
+    them (one more than ``limit`` says the window holds more). Those an active task's live
+    schedule will enqueue itself are left out (``_live``), so no grid time is enqueued by
+    both; ``now_ms``: Redis's clock."""
+    live, live_from = _live(task, now_ms)
+    if live_from is not None:
+        end_ms = min(end_ms, live_from)
     out: list[int] = []
     due = _first(task, start_ms)
     while due is not None and due < end_ms and len(out) <= limit:
-        out.append(due)
+        if due not in live:
+            out.append(due)
         due = task.schedule.next_after(due)
     return out
+
+
+def _live(task: Task, now_ms: int) -> tuple[set[int], int | None]:
+    """The grid times of an active task that its poller will enqueue: those a claim now
+    would (its next fire, or under its misfire policy what it makes of the times overdue,
+    however its spread places them), and every one from the next grid time after them on.
+    The overdue times the policy coalesces or skips are not among them: a backfill is how
+    they run. (set of times, the first of the rest, None when nothing is live)."""
+    schedule, due = task.schedule, task.next_run_ms
+    if task.status != "active" or due is None:
+        return set(), None
+    if due > now_ms:
+        return set(), due
+    plan = plan_fires(schedule, due, now_ms, task.fires, slack_ms=schedule.slack_ms(task.task_id))
+    return set(plan.fires), plan.next_ms
 
 
 def _count_text(task: Task, start_ms: int, end_ms: int, limit: int) -> str:
@@ -323,13 +342,14 @@ async def backfill_task(
     if overlap is not None and overlap not in typing.get_args(Overlap):
         allowed = ", ".join(typing.get_args(Overlap))
         raise InvalidTask(f"overlap: must be one of {allowed}, got {overlap!r}")
-    check_window(start_ms, end_ms, await store.client.time_ms())
+    now_ms = await store.client.time_ms()
+    check_window(start_ms, end_ms, now_ms)
     task = await store.get(task_id)
     if task is None:
         raise TaskNotFound(task_id)
     if task.status == "stopped":
         raise InvalidTransition(f"task {task_id!r} is stopped (for good): it cannot be backfilled")
-    fires = window_fires(task, start_ms, end_ms, max_fires)
+    fires = window_fires(task, start_ms, end_ms, max_fires, now_ms)
     if len(fires) > max_fires:
         raise InvalidTask(
             f"end_ms: the window holds {_count_text(task, start_ms, end_ms, max_fires)} fires "
@@ -359,7 +379,8 @@ async def backfill_type(
     the fires are planned first and the call is refused whole if they number more than
     ``max_fires``. The tasks with a grid time in the window, in listing order."""
     check_name("type", task_type)
-    check_window(start_ms, end_ms, await store.client.time_ms())
+    now_ms = await store.client.time_ms()
+    check_window(start_ms, end_ms, now_ms)
     planned: list[tuple[Task, list[int]]] = []
     total, cursor = 0, None
     while True:
@@ -367,7 +388,7 @@ async def backfill_type(
         for task in page:
             if task.status not in TYPE_STATUSES:
                 continue
-            fires = window_fires(task, start_ms, end_ms, max_fires - total)
+            fires = window_fires(task, start_ms, end_ms, max_fires - total, now_ms)
             total += len(fires)
             if total > max_fires:
                 raise InvalidTask(
