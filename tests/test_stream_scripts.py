@@ -292,13 +292,15 @@ async def test_a_retry_of_a_task_deleted_or_stopped_since_is_dropped(
     assert await redis_client.execute("ZCARD", keys.retry(0)) == 2
 
 
+@pytest.mark.parametrize("window_ms", [60_000, 0])
 async def test_a_rejected_partition_or_stream_holds_back_its_own_retries_only(
     redis_client: RedisClient, keys: Keys, scripts: Scripts,
-    log_lines: Callable[[], list[dict[str, Any]]],
+    log_lines: Callable[[], list[dict[str, Any]]], window_ms: int,
 ) -> None:  # fmt: skip
     """One partition's retry context that Redis rejects (a key of another kind), or one
-    type's stream: the retries of every other partition and type go on; the rejected ones
-    wait, said once, and go once it is mended."""
+    type's stream: the retries of every other partition and type go on, each appended
+    once (with or without the dedupe window's markers); the rejected ones wait, said
+    once, and go once it is mended."""
     from actors.scheduling.retry_dispatcher import RetryDispatcher, RetryDispatcherSettings
 
     store = TaskStore(redis_client, keys.namespace, default_partitions=keys.partitions)
@@ -318,7 +320,8 @@ async def test_a_rejected_partition_or_stream_holds_back_its_own_retries_only(
     await redis_client.execute("DEL", context_a)
     await redis_client.execute("SET", context_a, "not a hash")
     await redis_client.execute("SET", keys.queue("u"), "not a stream")
-    dispatcher = RetryDispatcher(store, RetryDispatcherSettings(of=1))
+    settings = RetryDispatcherSettings(of=1, claim_lease_ms=300, dedupe_window_ms=window_ms)
+    dispatcher = RetryDispatcher(store, settings)
     with trio.fail_after(30):
         result = await dispatcher.tick(scripts, list(range(keys.partitions)))
     assert result.enqueued == 2  # b's and c's claimed; c's held back with its stream
@@ -333,5 +336,12 @@ async def test_a_rejected_partition_or_stream_holds_back_its_own_retries_only(
     entries = await redis_client.execute("XRANGE", keys.queue("t"), "-", "+")
     assert sorted(e[1][b"task_id"] for e in entries) == sorted([a.encode(), b.encode()])
     resumed = [e for e in log_lines() if e["event"] == "retries_resumed"]
-    assert {e.get("partition") or e.get("type") for e in resumed} == {"0", "u"}
+    assert {e.get("partition") or e.get("type") for e in resumed} == {"0"}
     assert await redis_client.execute("ZSCORE", keys.retry(2), f"{c}:1") is not None  # kept
+    await trio.sleep(0.4)  # its claim's lease over: claimed again, appended
+    await dispatcher.tick(scripts, list(range(keys.partitions)))
+    (entry,) = await redis_client.execute("XRANGE", keys.queue("u"), "-", "+")
+    assert entry[1][b"task_id"] == c.encode()
+    resumed = [e for e in log_lines() if e["event"] == "retries_resumed"]
+    assert {e.get("partition") or e.get("type") for e in resumed} == {"0", "u"}
+    assert await redis_client.execute("ZCARD", keys.retry(2)) == 0  # committed

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import secrets
 from collections import defaultdict
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -91,15 +91,20 @@ class RetryDispatcher:
         claims = await scripts.claim_retries(
             partitions, token, s.batch_size, s.claim_lease_ms, rejected
         )
-        self._say_rejected("partition", {str(p): e for p, e in rejected.items()})
+        self._say_rejected(
+            "partition", {str(p): e for p, e in rejected.items()}, map(str, partitions)
+        )
         emit_events(
             self.actor,
             [
-                ("retry_dropped", {"schedule_id": sid, "reason": "task deleted or stopped"})
+                ("retry_dropped", {
+                    "task_id": sid.rpartition(":")[0], "schedule_id": sid,
+                    "reason": "task deleted or stopped",
+                })
                 for c in claims
                 for sid in c.dropped
             ],
-        )
+        )  # fmt: skip
         fires: list[Fire] = []
         sids: list[str] = []
         claimed: dict[int, list[str]] = defaultdict(list)
@@ -145,34 +150,41 @@ class RetryDispatcher:
         async def append(group: list[Fire]) -> int:
             return await enqueue_fires(scripts, group, now, self.actor, window, token, committed)
 
-        try:
-            await redis.ride_out(lambda: _unless_rejected(append(fires)))
-            self._say_rejected("type", {})
-            return set()
-        except _Rejected:
-            pass
         by_type: dict[str, list[Fire]] = defaultdict(list)
         for fire in fires:
             by_type[fire.type].append(fire)
+        # All at once when the markers make a repeat safe: a rejected call leaves the
+        # others' appends done, and the type-by-type pass below finds their markers. With
+        # no dedupe window there are none: type by type from the start, each once.
+        if window > 0 or len(by_type) == 1:
+            try:
+                await redis.ride_out(lambda: _unless_rejected(append(fires)))
+                self._say_rejected("type", {}, by_type)
+                return set()
+            except _Rejected:
+                pass
         rejected: dict[str, ResponseError] = {}
         for task_type, group in by_type.items():
             try:
                 await redis.ride_out(lambda group=group: _unless_rejected(append(group)))  # type: ignore[misc]
             except _Rejected as exc:
                 rejected[task_type] = exc.error
-        self._say_rejected("type", rejected)
+        self._say_rejected("type", rejected, by_type)
         return set(rejected)
 
-    def _say_rejected(self, what: str, rejected: Mapping[str, ResponseError]) -> None:
+    def _say_rejected(
+        self, what: str, rejected: Mapping[str, ResponseError], tried: Iterable[str]
+    ) -> None:
         """One ``retries_held_back`` line when a partition's claim or a type's stream is
-        first rejected (or its error changes), one ``retries_resumed`` when it is not."""
+        first rejected (or its error changes), one ``retries_resumed`` once one of those
+        ``tried`` again is not."""
         said = self._rejected.setdefault(what, {})
         lines: list[tuple[str, dict[str, Any]]] = []
         for name, error in rejected.items():
             if said.get(name) != str(error):
                 said[name] = str(error)
                 lines.append(("retries_held_back", {what: name, "error": str(error)}))
-        for name in [n for n in said if n not in rejected]:
+        for name in [n for n in said if n not in rejected and n in set(tried)]:
             del said[name]
             lines.append(("retries_resumed", {what: name}))
         emit_events(self.actor, lines, level="info")
