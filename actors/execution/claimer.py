@@ -41,7 +41,7 @@ from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.channels import Mailbox
-from runtime.errors import RedisRefused
+from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.logging import emit_events
 from runtime.redis_io import RedisClient, ResponseError
 from runtime.redis_replies import restarts
@@ -85,6 +85,8 @@ class Claimer:
         """Handed over (held for the consumer), not in its mailbox yet (``_send_unsent``)."""
         self._clock: tuple[float, int] | None = None
         """(local monotonic s, the stream server's ms) as the last reclaim read them."""
+        self._poison_ends_said = False
+        """Whether ``poison_ends_skipped`` was said for the rejection going on."""
         self._skipped: set[str] = set()
         """Kinds of refusal a housekeeping step was skipped for (logged once each)."""
 
@@ -174,12 +176,25 @@ class Claimer:
         again (a dead streak may then count that fire twice)."""
         if name is None:
             return
-        done, ends, dead = await scripts.poison_ends(self.type, name)
-        if ends:
-            await scripts.end_flights(ends)
-        if dead:
-            await scripts.record_outcomes(dead, self.type, Ledger(self.settings.history))
-        await scripts.forget_poison_ends(self.type, name, done)
+        try:
+            done, ends, dead = await scripts.poison_ends(self.type, name)
+            if ends:
+                await scripts.end_flights(ends)
+            if dead:
+                await scripts.record_outcomes(dead, self.type, Ledger(self.settings.history))
+            await scripts.forget_poison_ends(self.type, name, done)
+        except ResponseError as exc:
+            # Rejected (a partition's key of another kind): kept, tried again next tick,
+            # said once; the reclaims go on meanwhile. An outage or a refusal of every
+            # write is waited out as any step's is.
+            if isinstance(exc, RedisUnavailable) or restarts(exc):
+                raise
+            if not self._poison_ends_said:
+                self._poison_ends_said = True
+                emit_events(self.actor, [("poison_ends_skipped", {"type": self.type,
+                                                                  "error": str(exc)})])  # fmt: skip
+            return
+        self._poison_ends_said = False
 
     def _hand_over(self, reclaim: Reclaim, name: str) -> list[Message]:
         """The reclaimed messages to send to the consumer, held from now on (renewed);
