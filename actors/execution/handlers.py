@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -45,16 +46,17 @@ class RetryLater(Exception):
 
 def retry_delay_s(delay_s: object) -> float:
     """``delay_s`` as ``RetryLater`` takes it (see there), or ``ValueError``."""
-    if isinstance(delay_s, bool) or not isinstance(delay_s, int | float):
-        raise ValueError(
-            f"RetryLater: delay_s must be a number of seconds, got {type(delay_s).__name__} "
-            f"{delay_s!r:.80}"
-        )
-    delay = float(delay_s)
+    kind = type(delay_s).__name__
+    if isinstance(delay_s, str | bytes | bool) or not hasattr(delay_s, "__float__"):
+        raise ValueError(f"RetryLater: delay_s must be a number of seconds, got a {kind}")
+    try:  # int, float, Decimal, Fraction, numpy's numbers
+        delay = float(delay_s)
+    except (TypeError, ValueError, OverflowError):
+        delay = math.inf
     if not delay <= MAX_RETRY_DELAY_S:  # NaN fails this too
         raise ValueError(
             f"RetryLater: delay_s must be finite and at most {MAX_RETRY_DELAY_S:g} s, "
-            f"got {delay_s!r}"
+            f"got {delay:g} ({kind})"
         )
     return max(0.0, delay)
 
