@@ -261,6 +261,12 @@ async def test_a_backfill_leaves_the_live_schedule_its_times(store: TaskStore) -
     assert (await store.backfill("all", now - HOUR, now)).fires == ()  # it fires them all
     await store.pause("all")  # paused: its past grid is nobody's but the backfill's
     assert (await store.backfill("all", now - HOUR, now)).fires == tuple(grid)
+    # fire_all with a 2-minute catch-up window: the poller runs the last two, and the
+    # window expires the rest, which only the backfill runs.
+    windowed = Schedule("interval", every_s=60, start_ms=begins, misfire="fire_all",
+                        catchup_window_s=120)  # fmt: skip
+    await make(store, "windowed", windowed)
+    assert (await store.backfill("windowed", now - HOUR, now)).fires == tuple(grid[:9])
 
 
 async def test_a_task_created_again_under_its_id_is_backfilled_afresh(store: TaskStore) -> None:

@@ -88,6 +88,19 @@ async def set_idle(client: RedisClient, keys: Keys, owner: str, ids: list[str]) 
     )
 
 
+async def abandoned_pair(
+    client: RedisClient, namespace: str, keys: Keys
+) -> tuple[list[str], TaskStore, ConsumerState]:
+    """Two messages a dead consumer left pending (idle past any lease), the store, and the
+    state of a live consumer ``me`` with two free slots."""
+    ids = await compact_messages(client, keys, 2)
+    await read_as(client, keys, "dead")
+    await set_idle(client, keys, "dead", ids)
+    state = ConsumerState(name="me")
+    state.free.value = 2
+    return ids, TaskStore(client, namespace, default_partitions=4), state
+
+
 async def test_a_dead_letter_sent_again_after_a_lost_reply_is_written_once(
     redis_client: RedisClient, keys: Keys, scripts: Scripts
 ) -> None:
@@ -227,12 +240,7 @@ async def test_messages_waiting_in_the_mailbox_keep_their_lease(
     """The claimer took messages over for a consumer whose slots then filled: they wait in
     its mailbox, pending under its name. Their leases are renewed with those in flight, so
     another node's claimer does not take them (the fire would run twice)."""
-    ids = await compact_messages(redis_client, keys, 2)
-    await read_as(redis_client, keys, "dead")
-    await set_idle(redis_client, keys, "dead", ids)
-    store = TaskStore(redis_client, namespace, default_partitions=4)
-    state = ConsumerState(name="me")
-    state.free.value = 2
+    ids, store, state = await abandoned_pair(redis_client, namespace, keys)
     inbox: Mailbox[Message] = Mailbox.open(10)
     lease_s = 1.5
     claimer = Claimer(store, "t", state, inbox, "n1", ClaimerSettings(lease_s=lease_s))
@@ -380,12 +388,7 @@ async def test_a_hand_over_cut_off_is_sent_by_the_next_tick(
     """A tick that took messages over for the consumer (held: renewed from then on) and
     was cut off or failed before they reached its mailbox sends them first thing next
     tick: held and never sent, they would be renewed for ever and never run."""
-    ids = await compact_messages(redis_client, keys, 2)
-    await read_as(redis_client, keys, "dead")
-    await set_idle(redis_client, keys, "dead", ids)
-    store = TaskStore(redis_client, namespace, default_partitions=4)
-    state = ConsumerState(name="me")
-    state.free.value = 2
+    ids, store, state = await abandoned_pair(redis_client, namespace, keys)
     inbox: Mailbox[Message] = Mailbox.open(1)
     raw = await redis_client.execute("XRANGE", keys.queue("t"), ids[0], ids[0])
     inbox.send.send_nowait(Message.decode(ids[0], raw[0][1], "t"))  # full: the send waits
@@ -409,12 +412,8 @@ async def test_a_consumer_winding_down_is_given_nothing_more(
     has free slots and its name: the claimer takes nothing over for it, which would wait
     unread in its mailbox, one delivery more each, until released at the end (messages
     hopping between draining nodes could turn poison without ever running)."""
-    ids = await compact_messages(redis_client, keys, 2)
-    await read_as(redis_client, keys, "dead")
-    await set_idle(redis_client, keys, "dead", ids)
-    store = TaskStore(redis_client, namespace, default_partitions=4)
-    state = ConsumerState(name="me", stopping=True)
-    state.free.value = 2
+    _, store, state = await abandoned_pair(redis_client, namespace, keys)
+    state.stopping = True
     inbox: Mailbox[Message] = Mailbox.open(10)
     claimer = Claimer(store, "t", state, inbox, "n1", ClaimerSettings(lease_s=1.0))
     assert await claimer.tick(scripts) == 0

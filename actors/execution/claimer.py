@@ -176,25 +176,26 @@ class Claimer:
         again (a dead streak may then count that fire twice)."""
         if name is None:
             return
-        try:
-            done, ends, dead = await scripts.poison_ends(self.type, name)
-            if ends:
-                await scripts.end_flights(ends)
-            if dead:
-                await scripts.record_outcomes(dead, self.type, Ledger(self.settings.history))
+        rejected: list[str] = []
+        for partition, (done, ends, dead) in (await scripts.poison_ends(self.type, name)).items():
+            try:  # each partition's apart: one rejected holds back no other, nor repeats it
+                if ends:
+                    await scripts.end_flights(ends)
+                if dead:
+                    await scripts.record_outcomes(dead, self.type, Ledger(self.settings.history))
+            except ResponseError as exc:
+                # Rejected (a partition's key of another kind): kept, tried again next
+                # round, said once; the reclaims go on meanwhile. An outage or a refusal of
+                # every write is waited out as any step's is.
+                if isinstance(exc, RedisUnavailable) or restarts(exc):
+                    raise
+                rejected.append(f"partition {partition}: {exc}")
+                continue
             await scripts.forget_poison_ends(self.type, name, done)
-        except ResponseError as exc:
-            # Rejected (a partition's key of another kind): kept, tried again next tick,
-            # said once; the reclaims go on meanwhile. An outage or a refusal of every
-            # write is waited out as any step's is.
-            if isinstance(exc, RedisUnavailable) or restarts(exc):
-                raise
-            if not self._poison_ends_said:
-                self._poison_ends_said = True
-                emit_events(self.actor, [("poison_ends_skipped", {"type": self.type,
-                                                                  "error": str(exc)})])  # fmt: skip
-            return
-        self._poison_ends_said = False
+        if rejected and not self._poison_ends_said:
+            emit_events(self.actor, [("poison_ends_skipped", {"type": self.type,
+                                                              "error": rejected[0]})])  # fmt: skip
+        self._poison_ends_said = bool(rejected)
 
     def _hand_over(self, reclaim: Reclaim, name: str) -> list[Message]:
         """The reclaimed messages to send to the consumer, held from now on (renewed);

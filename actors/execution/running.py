@@ -62,7 +62,7 @@ class Runner:
         except RetryLater as exc:
             try:  # checked again: a subclass or a handler may have set it since
                 delay_s = retry_delay_s(getattr(exc, "delay_s", None))
-            except (ValueError, OverflowError) as bad:  # a failed attempt, with the reason
+            except Exception as bad:  # a failed attempt, with the reason (a delay's own)
                 return Outcome(message, started_ms, now_ms(), error=f"{describe_error(exc)}{bad}")
             return Outcome(
                 message, started_ms, now_ms(), error=describe_error(exc), retry_after_s=delay_s

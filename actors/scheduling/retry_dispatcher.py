@@ -179,12 +179,13 @@ class RetryDispatcher:
         first rejected (or its error changes), one ``retries_resumed`` once one of those
         ``tried`` again is not."""
         said = self._rejected.setdefault(what, {})
+        tried = set(tried)
         lines: list[tuple[str, dict[str, Any]]] = []
         for name, error in rejected.items():
             if said.get(name) != str(error):
                 said[name] = str(error)
                 lines.append(("retries_held_back", {what: name, "error": str(error)}))
-        for name in [n for n in said if n not in rejected and n in set(tried)]:
+        for name in [n for n in said if n not in rejected and n in tried]:
             del said[name]
             lines.append(("retries_resumed", {what: name}))
         emit_events(self.actor, lines, level="info")

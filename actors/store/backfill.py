@@ -39,7 +39,7 @@ from actors.domain.errors import InvalidTask, InvalidTransition, TaskNotFound
 from actors.domain.misfires import plan_fires
 from actors.domain.model import Task, encode_payload
 from actors.domain.schedules import MAX_MS, Overlap
-from actors.store.flights import with_origin
+from actors.store.flights import parse_policy, task_policy_code, with_origin
 from actors.store.keys import schedule_id
 from actors.store.manual_fires import APPENDED, DUPLICATE, HELD, check_overlap, fire_under
 from actors.store.scripts import ENQUEUE_CHUNK
@@ -174,15 +174,21 @@ def _live(task: Task, now_ms: int) -> tuple[set[int], int | None]:
     """The grid times of an active task that its poller will enqueue: those a claim now
     would (its next fire, or under its misfire policy what it makes of the times overdue,
     however its spread places them), and every one from the next grid time after them on.
-    The overdue times the policy coalesces or skips are not among them: a backfill is how
-    they run. (set of times, the first of the rest, None when nothing is live)."""
+    The overdue times the policy coalesces or skips, and those its catch-up window would
+    expire, are not among them: a backfill is how they run. Judged now: a claim later may
+    decide otherwise (docs/API.md). (set of times, the first of the rest, None when
+    nothing is live)."""
     schedule, due = task.schedule, task.next_run_ms
     if task.status != "active" or due is None:
         return set(), None
     if due > now_ms:
         return set(), due
     plan = plan_fires(schedule, due, now_ms, task.fires, slack_ms=schedule.slack_ms(task.task_id))
-    return set(plan.fires), plan.next_ms
+    live = set(plan.fires)
+    if schedule.catchup_window_s is not None:  # what the window expires never runs
+        policy = parse_policy(task_policy_code(schedule, task.task_id))
+        live = {d for d in live if not policy.expired(d, now_ms)}
+    return live, plan.next_ms
 
 
 def _count_text(task: Task, start_ms: int, end_ms: int, limit: int) -> str:

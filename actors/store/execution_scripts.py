@@ -344,25 +344,34 @@ class ExecutionScripts(FlightScripts):
 
     async def poison_ends(
         self, task_type: str, consumer: str
-    ) -> tuple[list[bytes], list[FlightEnd], list[OutcomeWrite]]:
-        """The poison ends ``reclaim.lua`` left for ``consumer``'s claimer: (their ids, the
-        flights to end, the outcomes to record). Done, they are dropped with
-        ``forget_poison_ends``; read again until then."""
+    ) -> dict[int | None, tuple[list[bytes], list[FlightEnd], list[OutcomeWrite]]]:
+        """The poison ends ``reclaim.lua`` left for ``consumer``'s claimer, by the partition
+        of their task (each partition's written apart): (their ids, the flights to end, the
+        outcomes to record); None: entries not written by it, nothing to do but drop them.
+        Done, they are dropped with ``forget_poison_ends``; read again until then."""
         raw = await self.client.execute("HGETALL", self.keys.poison_ends(task_type, consumer))
-        flat: list[Any] = []
-        dead: list[OutcomeWrite] = []
-        for item in raw.values():
+        flat: dict[int | None, list[Any]] = {}
+        out: dict[int | None, tuple[list[bytes], list[FlightEnd], list[OutcomeWrite]]] = {}
+        for msg_id, item in raw.items():
             try:
                 now_ms, task_id, due, code, attempt = unpackb(item, raw=True)
                 due_ms, tries, at = int(due), int(attempt), int(now_ms)
-            except (ValueError, TypeError):
-                continue  # not written by reclaim.lua: nothing to do with it
-            flat += [task_id, due, code, attempt]
+                task = task_id.decode()
+                partition: int | None = self.keys.partition_of(task)
+            except (ValueError, TypeError, AttributeError):
+                partition = None  # not written by reclaim.lua: only to drop
+            ids, _, dead = out.setdefault(partition, ([], [], []))
+            ids.append(msg_id)
+            if partition is None:
+                continue
+            flat.setdefault(partition, []).extend([task_id, due, code, attempt])
             dead.append(
-                OutcomeWrite(task_id.decode(), 2, at, POISON_LINE, due_ms, attempt=tries,
+                OutcomeWrite(task, 2, at, POISON_LINE, due_ms, attempt=tries,
                              origin=origin_of(code.decode()), line=POISON_LINE)
             )  # fmt: skip
-        return list(raw), ended_flights(flat, ENDED_DEAD, 4), dead
+        for partition, values in flat.items():
+            out[partition][1].extend(ended_flights(values, ENDED_DEAD, 4))
+        return out
 
     async def forget_poison_ends(self, task_type: str, consumer: str, done: list[bytes]) -> None:
         """Drop these poison ends (``poison_ends``), once they are done."""
