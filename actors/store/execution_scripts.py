@@ -356,7 +356,7 @@ class ExecutionScripts(FlightScripts):
             try:
                 now_ms, task_id, due, code, attempt = unpackb(item, raw=True)
                 due_ms, tries, at = int(due), int(attempt), int(now_ms)
-                task = task_id.decode()
+                task, origin = task_id.decode(), origin_of(code.decode())
                 partition: int | None = self.keys.partition_of(task)
             except (ValueError, TypeError, AttributeError):
                 partition = None  # not written by reclaim.lua: only to drop
@@ -367,7 +367,7 @@ class ExecutionScripts(FlightScripts):
             flat.setdefault(partition, []).extend([task_id, due, code, attempt])
             dead.append(
                 OutcomeWrite(task, 2, at, POISON_LINE, due_ms, attempt=tries,
-                             origin=origin_of(code.decode()), line=POISON_LINE)
+                             origin=origin, line=POISON_LINE)
             )  # fmt: skip
         for partition, values in flat.items():
             out[partition][1].extend(ended_flights(values, ENDED_DEAD, 4))
