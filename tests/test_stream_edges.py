@@ -455,3 +455,26 @@ async def test_a_poison_dead_lettered_by_a_reclaim_whose_reply_was_lost_is_still
     assert await redis_client.execute("EXISTS", keys.poison_ends("t", "me")) == 0
     await claimer.tick(scripts)  # done once: nothing recorded twice
     assert len(await task_history(store, "x0")) == 1
+
+
+async def test_poison_ends_kept_as_ended_end_no_flight_again(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """A poison end whose flight was ended but whose history write was rejected is kept
+    as ended: the next round records it without ending its flight again (each end adds
+    to the task's dead streak, and a streak counted twice pauses the task too soon)."""
+    stream = keys.queue("t")
+    await redis_client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
+    msg = (await redis_client.execute(
+        "XADD", stream, "*", "task_id", "x0", "payload", "{}", "attempt", "1", "due_ms", "7",
+        "o", "S;mt",
+    )).decode()  # fmt: skip
+    await read_as(redis_client, keys, "c1")
+    await set_idle(redis_client, keys, "c1", [msg])
+    await scripts.reclaim("t", "me", 1000, 10, 1, "n1")
+    ((partition, (done, ends, dead)),) = (await scripts.poison_ends("t", "me")).items()
+    assert [e.task_id for e in ends] == ["x0"] and partition == keys.partition_of("x0")
+    await scripts.poison_ends_ended("t", "me", done, dead)
+    ((_, (again, no_ends, kept)),) = (await scripts.poison_ends("t", "me")).items()
+    assert again == done and no_ends == []
+    assert [(o.task_id, o.due_ms, o.attempt, o.origin) for o in kept] == [("x0", 7, 1, 1)]

@@ -178,9 +178,11 @@ class Claimer:
             return
         rejected: list[str] = []
         for partition, (done, ends, dead) in (await scripts.poison_ends(self.type, name)).items():
+            ended = False
             try:  # each partition's apart: one rejected holds back no other, nor repeats it
                 if ends:
                     await scripts.end_flights(ends)
+                    ended = True
                 if dead:
                     await scripts.record_outcomes(dead, self.type, Ledger(self.settings.history))
             except ResponseError as exc:
@@ -190,6 +192,8 @@ class Claimer:
                 if isinstance(exc, RedisUnavailable) or restarts(exc):
                     raise
                 rejected.append(f"partition {partition}: {exc}")
+                if ended:  # kept as ended: the next round records them, ends nothing again
+                    await scripts.poison_ends_ended(self.type, name, done, dead)
                 continue
             await scripts.forget_poison_ends(self.type, name, done)
         if rejected and not self._poison_ends_said:

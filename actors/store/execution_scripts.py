@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from msgpack import unpackb
+from msgpack import packb, unpackb
 from redis.exceptions import ResponseError
 
 from actors.store import lua
@@ -22,11 +22,13 @@ from actors.store.completion_writes import (
 )
 from actors.store.flights import (
     ENDED_DEAD,
+    ORIGIN_LETTERS,
     FlightEnd,
     FlightScripts,
     ended_flights,
     origin_of,
     paused_of,
+    with_origin,
 )
 from actors.store.history import Ledger
 from actors.store.keys import GROUP
@@ -358,7 +360,7 @@ class ExecutionScripts(FlightScripts):
                 due_ms, tries, at = int(due), int(attempt), int(now_ms)
                 task, origin = task_id.decode(), origin_of(code.decode())
                 partition: int | None = self.keys.partition_of(task)
-            except (ValueError, TypeError, AttributeError):
+            except (ValueError, TypeError, AttributeError, OverflowError):
                 partition = None  # not written by reclaim.lua: only to drop
             ids, _, dead = out.setdefault(partition, ([], [], []))
             ids.append(msg_id)
@@ -372,6 +374,22 @@ class ExecutionScripts(FlightScripts):
         for partition, values in flat.items():
             out[partition][1].extend(ended_flights(values, ENDED_DEAD, 4))
         return out
+
+    async def poison_ends_ended(
+        self, task_type: str, consumer: str, done: list[bytes], dead: list[OutcomeWrite]
+    ) -> None:
+        """Keep these poison ends (``poison_ends``: ids and their outcomes, in order) as
+        having had their flights ended: their policy code cut to their origin, so that a
+        round that writes them again records them without ending their flights twice (a
+        dead streak counted twice pauses a task too soon)."""
+        letters = {number: letter for letter, number in ORIGIN_LETTERS.items()}
+        values: list[Any] = []
+        for msg_id, o in zip(done, dead, strict=True):
+            code = with_origin("", letters[o.origin]) if o.origin in letters else ""
+            values += [msg_id, packb([str(o.finished_ms), o.task_id, str(o.due_ms), code,
+                                      str(o.attempt)])]  # fmt: skip
+        if values:
+            await self.client.execute("HSET", self.keys.poison_ends(task_type, consumer), *values)
 
     async def forget_poison_ends(self, task_type: str, consumer: str, done: list[bytes]) -> None:
         """Drop these poison ends (``poison_ends``), once they are done."""
