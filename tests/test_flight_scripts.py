@@ -44,6 +44,39 @@ async def test_a_fire_never_confirmed_is_appended_again_by_the_next_decision(
     assert confirmed["t"].run == [] and confirmed["t"].skipped == [3000]
 
 
+async def test_a_fire_another_decider_may_still_append_is_left_to_it(
+    scripts: Scripts,
+) -> None:
+    """A poller put a fire in flight and is on its way to append it; an operator's trigger
+    decides about the task meanwhile (or the other way round). Appending it again would run
+    a skip task's fire twice: within the takeover time it is left to its decider, and
+    appended again only once its decider must be gone (or by the same claim sent again)."""
+    await _exists(scripts, "t")
+    poller = await scripts.decide_overlaps(
+        "claim", {0: [Planned("t", "S", [1000])]}, takeover_ms=60_000
+    )
+    assert poller["t"].run == [(1000, True)]
+    trigger = await scripts.decide_overlaps(
+        "manual", {0: [Planned("t", "S", [5000])]}, grid=False, takeover_ms=60_000
+    )
+    assert trigger["t"].run == [] and trigger["t"].skipped == [5000]
+    again = await scripts.decide_overlaps(
+        "claim", {0: [Planned("t", "S", [1000])]}, takeover_ms=60_000
+    )
+    assert again["t"].run == [(1000, False)]  # its own claim, sent again
+    await scripts.client.execute("HDEL", scripts.keys.flights(0), "t")
+    held = await scripts.decide_overlaps(
+        "manual-2", {0: [Planned("t", "S", [6000])]}, grid=False, takeover_ms=60_000
+    )
+    assert held["t"].run == [(6000, True)]
+    claim = await scripts.decide_overlaps(
+        "claim-2", {0: [Planned("t", "S", [7000])]}, takeover_ms=60_000
+    )
+    assert claim["t"].run == [] and claim["t"].skipped == [7000]
+    late = await scripts.decide_overlaps("claim-3", {0: [Planned("t", "S", [8000])]}, takeover_ms=0)
+    assert late["t"].run == [(6000, False)]  # its decider taken as gone: appended again
+
+
 async def test_a_fire_held_back_by_an_operator_runs_with_the_letter_alone(
     scripts: Scripts,
 ) -> None:

@@ -72,6 +72,7 @@ async def apply_policies(
     now_ms: int,
     planned: list[tuple[int, Claimed, FirePlan]],
     history: int = DEFAULT_HISTORY,
+    takeover_ms: int = 0,
 ) -> PolicyFires:
     """The fires of ``planned`` (partition, task, plan) that run; ``overlap.lua`` is
     called only if a task has an overlap policy or an expired fire. A repeat (same
@@ -104,7 +105,9 @@ async def apply_policies(
             claimed[task.task_id] = (task, plan, code)
     if not asked:
         return out
-    decisions = await scripts.decide_overlaps(token, asked, history=history)
+    decisions = await scripts.decide_overlaps(
+        token, asked, history=history, takeover_ms=takeover_ms
+    )
     for items in asked.values():
         for item in items:
             task, plan, code = claimed[item.task_id]

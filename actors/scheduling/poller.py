@@ -306,7 +306,14 @@ class Poller:
         replaces are cancelled, and each fire not run is a ``not_run`` line."""
         redis = scripts.client
         decided = await redis.ride_out(
-            lambda: apply_policies(scripts, token, plan.now_ms, plan.planned, self.settings.history)
+            lambda: apply_policies(
+                scripts,
+                token,
+                plan.now_ms,
+                plan.planned,
+                self.settings.history,
+                self.settings.claim_lease_ms,
+            )
         )
         if decided.cancels:
             await redis.ride_out(lambda: scripts.cancel_fires(decided.cancels))

@@ -219,15 +219,18 @@ class FlightScripts(TaskScripts):
         planned: Mapping[int, Sequence[Planned]],
         grid: bool = True,
         history: int = DEFAULT_HISTORY,
+        takeover_ms: int = 0,
     ) -> dict[str, Decision]:
         """``overlap.lua`` per partition: the decision for every planned task, by id.
         ``token``: the claim's (confirmed by its commit) or the operator call's (confirmed
         by ``confirm_flights``); ``grid``: a poller's claim of grid times (those not run
-        go into the tasks' histories, ``history`` entries kept)."""
+        go into the tasks' histories, ``history`` entries kept); ``takeover_ms``: how old
+        another decider's unconfirmed fire must be to be appended again here (its decider
+        taken as dead: the claim lease; before, it may be on its way to its append)."""
         calls: list[Call] = []
         for partition, tasks in planned.items():
             args: list[Any] = [BUFFER_CAP, token, flag(grid), self.keys.tag(partition),
-                               history, self.keys.buckets]  # fmt: skip
+                               history, self.keys.buckets, takeover_ms]  # fmt: skip
             for t in tasks:
                 args += [t.task_id, t.task_type, t.letter, flag(t.ends), len(t.dues),
                          len(t.expired), *t.dues, *t.expired]  # fmt: skip

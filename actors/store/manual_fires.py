@@ -39,6 +39,11 @@ APPENDED, DUPLICATE, HELD = "appended", "duplicate", "held"
 #: Appends fires of one task (due times, policy letter) and says, per fire, if appended.
 Append = Callable[[Sequence[int], str], Awaitable[list[bool]]]
 
+#: How old a poller's (or another call's) unconfirmed fire must be before an operator's
+#: call appends it again, taking its decider as dead: the default claim lease (a poller
+#: alive is on its way to its append until then).
+TAKEOVER_MS = 10_000
+
 
 #: What a call may ask of a task whose own overlap is ``allow_all``: its fires wait for
 #: nothing (no poller releases a waiting fire of such a task), so only these.
@@ -68,10 +73,12 @@ async def fire_under(
         return {d: APPENDED if f else DUPLICATE for d, f in zip(dues, flags, strict=True)}
     partition = scripts.keys.partition_of(task_id)
     # A token of this call: the decision is confirmed once the append went through; left
-    # unconfirmed (the call died), the next decision about the task appends it again.
+    # unconfirmed (the call died), a decision about the task TAKEOVER_MS later appends it again.
     token = f"manual-{secrets.token_hex(6)}"
     planned = {partition: [Planned(task_id, letter, list(dues))]}
-    decision = (await scripts.decide_overlaps(token, planned, grid=False))[task_id]
+    decision = (await scripts.decide_overlaps(token, planned, grid=False, takeover_ms=TAKEOVER_MS))[
+        task_id
+    ]
     if decision.cancel:
         sids = [schedule_id(task_id, d) for d in decision.cancel]
         await scripts.cancel_fires({task_type: sids})

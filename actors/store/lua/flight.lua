@@ -4,9 +4,10 @@
 -- in flight ('' = none); the same again once a cancel_other fire asked for it to be
 -- cancelled ('' = not asked); the dead streak ('' = 0); the waiting due times (comma
 -- separated, in order; 'm' marks one an operator's trigger or backfill held back); the
--- token of the claim or call that put the fire in flight, until its append is confirmed
--- ('' once confirmed: a commit, or the operator's call once its append went through; one
--- left over is a call that died, maybe before its append); and the latest grid time a
+-- token of the claim or call that put the fire in flight, until its append is confirmed,
+-- with when it did ('token@ms'; '' once confirmed: a commit, or the operator's call once
+-- its append went through; one left over is a call that died, maybe before its append, or
+-- one still on its way); and the latest grid time a
 -- poller's claim decided ('' = none): a claim repeated after its poller died plans grid
 -- times up to it again, and they are not decided twice (one that ran, or was skipped,
 -- stays so). A task with none of these has no record.
@@ -14,9 +15,10 @@ local function get_flight(key, id)
   local raw = redis.call('HGET', key, id) or '|||||'
   local inflight, replaced, streak, waiting, by, final =
     string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  local token, at = string.match(by or '', '^(.*)@(%d+)$')
   local f = {inflight = inflight or '', replaced = replaced or '',
-             streak = tonumber(streak) or 0, waiting = {}, by = by or '',
-             hw = tonumber(final)}
+             streak = tonumber(streak) or 0, waiting = {}, by = token or by or '',
+             at = tonumber(at), hw = tonumber(final)}
   for w in string.gmatch(waiting or '', '[^,]+') do f.waiting[#f.waiting + 1] = w end
   return f
 end
@@ -27,7 +29,8 @@ local function put_flight(key, id, f)
   else
     redis.call('HSET', key, id, f.inflight .. '|' .. f.replaced .. '|' ..
       (f.streak > 0 and tostring(f.streak) or '') .. '|' .. table.concat(f.waiting, ',') ..
-      '|' .. (f.inflight ~= '' and f.by or '') .. '|' ..
+      '|' .. ((f.inflight ~= '' and f.by ~= '') and
+              (f.at and (f.by .. '@' .. string.format('%d', f.at)) or f.by) or '') .. '|' ..
       (f.hw and string.format('%d', f.hw) or ''))
   end
 end

@@ -11,7 +11,10 @@
 --          their task: history.lua, each recorded once however often it is decided
 --          again; the latest puts the task on the attention list)
 -- ARGV[6]  buckets per partition (a task deleted since its claim gets no history)
--- ARGV[7..] per task: task_id, type, policy (A allow_all: expired times noted only, S skip,
+-- ARGV[7]  ms after which a fire another claim or call put in flight, unconfirmed, is
+--          taken as its decider's that died (appended again): its decider may still be
+--          on its way to its append until then (0: at once)
+-- ARGV[8..] per task: task_id, type, policy (A allow_all: expired times noted only, S skip,
 --           1 buffer_one, B buffer_all, C cancel_other), FLAG_ON if the plan ends the task's
 --           grid ('' otherwise), n, m, then n planned due times (in order), then m expired
 --           due times (later than the catch-up window: not run, only noted)
@@ -37,9 +40,10 @@
 local cap, token = tonumber(ARGV[1]), ARGV[2]
 local grid = ARGV[3] == FLAG_ON
 local tag, keep, buckets = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local takeover = tonumber(ARGV[7])
 local out = {}
-local now
-local i = 7
+local now = now_ms()
+local i = 8
 while i <= #ARGV do
   local id, task_type, policy, ends = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3] == FLAG_ON
   local n, m = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
@@ -51,12 +55,17 @@ while i <= #ARGV do
     local held = grid and '' or 'm'  -- how an operator's waiting fire is marked
     local function start(w)
       local manual = string.sub(w, 1, 1) == 'm'
-      f.inflight, f.replaced, f.by = manual and string.sub(w, 2) or w, '', token
+      f.inflight, f.replaced, f.by, f.at = manual and string.sub(w, 2) or w, '', token, now
       run[#run + 1] = w
     end
-    if f.inflight ~= '' and f.by ~= '' then  -- maybe never appended: append it again
-      run[#run + 1] = 'r' .. f.inflight
-      f.by = token
+    if f.inflight ~= '' and f.by ~= '' then
+      -- Unconfirmed: maybe never appended. Appended again by the same claim sent again,
+      -- or once its decider must be gone; before that, another claim or call leaves it
+      -- to its decider (both appending it would run it twice).
+      if f.by == token or not f.at or now - f.at >= takeover then
+        run[#run + 1] = 'r' .. f.inflight
+        f.by, f.at = token, now
+      end
     elseif f.inflight == '' and #f.waiting > 0 then  -- a waiting fire starts first
       start(table.remove(f.waiting, 1))
     end
@@ -113,7 +122,6 @@ while i <= #ARGV do
     end
     if recorded or keep <= 0 then
       local last = fates[#fates]
-      now = now or now_ms()
       set_attention(tag, id, attention_of[last[2]], ms(last[1]), task_type, ms(now))
     end
   end
