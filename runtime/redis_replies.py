@@ -71,6 +71,14 @@ def restarts(error: BaseException) -> bool:
     return error_code(error) in RESTART
 
 
+def rejected_alone(error: BaseException) -> bool:
+    """Whether ``error`` is Redis rejecting one call as it was sent (a key of another
+    kind) and nothing more: outages and refusals reach callers as ``RedisUnavailable``
+    (``classify``), and a ``RESTART`` reply fails the actor. Callers that write many
+    partitions or streams leave such a call out and go on with the others."""
+    return isinstance(error, redis.exceptions.ResponseError) and not restarts(error)
+
+
 #: ``ERR`` replies that are about permission or configuration, not the command's data.
 _PERMISSION_PHRASES = ("can't run this command", "unknown command", "no permissions")
 

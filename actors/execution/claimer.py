@@ -41,10 +41,10 @@ from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.channels import Mailbox
-from runtime.errors import RedisRefused, RedisUnavailable
+from runtime.errors import RedisRefused
 from runtime.logging import emit_events
 from runtime.redis_io import RedisClient, ResponseError
-from runtime.redis_replies import restarts
+from runtime.redis_replies import rejected_alone, restarts
 
 PRUNE_EVERY_S = 30.0
 
@@ -189,7 +189,7 @@ class Claimer:
                 # Rejected (a partition's key of another kind): kept, tried again next
                 # round, said once; the reclaims go on meanwhile. An outage or a refusal of
                 # every write is waited out as any step's is.
-                if isinstance(exc, RedisUnavailable) or restarts(exc):
+                if not rejected_alone(exc):
                     raise
                 rejected.append(f"partition {partition}: {exc}")
                 if ended:  # kept as ended: the next round records them, ends nothing again

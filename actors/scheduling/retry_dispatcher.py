@@ -24,9 +24,10 @@ window), never lost.
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections import defaultdict
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -45,10 +46,9 @@ from actors.store.replies import Fire
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
-from runtime.errors import RedisUnavailable
 from runtime.logging import emit_events
 from runtime.redis_io import ResponseError
-from runtime.redis_replies import restarts
+from runtime.redis_replies import rejected_alone
 
 T = TypeVar("T")
 
@@ -66,9 +66,9 @@ class RetryDispatcher:
         self._token_base = secrets.token_hex(6)
         self._ticks = 0
         self._committed = CommittedClaims()
+        """Claims committed in full whose enqueue markers go with the next enqueue."""
         self._rejected: dict[str, dict[str, str]] = {}
         """What Redis rejects now, by kind (partition, type), as said (its error)."""
-        """Claims committed in full whose enqueue markers go with the next enqueue."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         redis = self.store.client
@@ -158,7 +158,7 @@ class RetryDispatcher:
         # no dedupe window there are none: type by type from the start, each once.
         if window > 0 or len(by_type) == 1:
             try:
-                await redis.ride_out(lambda: _unless_rejected(append(fires)))
+                await redis.ride_out(functools.partial(_unless_rejected, append, fires))
                 self._say_rejected("type", {}, by_type)
                 return set()
             except _Rejected:
@@ -166,7 +166,7 @@ class RetryDispatcher:
         rejected: dict[str, ResponseError] = {}
         for task_type, group in by_type.items():
             try:
-                await redis.ride_out(lambda group=group: _unless_rejected(append(group)))  # type: ignore[misc]
+                await redis.ride_out(functools.partial(_unless_rejected, append, group))
             except _Rejected as exc:
                 rejected[task_type] = exc.error
         self._say_rejected("type", rejected, by_type)
@@ -197,12 +197,12 @@ class _Rejected(Exception):
         self.error = error
 
 
-async def _unless_rejected(step: Awaitable[T]) -> T:
-    """``step``, a rejection of it (not an outage, not a refusal) raised as ``_Rejected``,
+async def _unless_rejected(step: Callable[[list[Fire]], Awaitable[T]], fires: list[Fire]) -> T:
+    """``step(fires)``, a rejection of it (``rejected_alone``) raised as ``_Rejected``,
     which ``ride_out`` does not wait on."""
     try:
-        return await step
+        return await step(fires)
     except ResponseError as exc:
-        if isinstance(exc, RedisUnavailable) or restarts(exc):
+        if not rejected_alone(exc):
             raise
         raise _Rejected(exc) from exc

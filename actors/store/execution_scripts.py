@@ -22,7 +22,7 @@ from actors.store.completion_writes import (
 )
 from actors.store.flights import (
     ENDED_DEAD,
-    ORIGIN_LETTERS,
+    LETTER_OF_ORIGIN,
     FlightEnd,
     FlightScripts,
     ended_flights,
@@ -382,10 +382,10 @@ class ExecutionScripts(FlightScripts):
         having had their flights ended: their policy code cut to their origin, so that a
         round that writes them again records them without ending their flights twice (a
         dead streak counted twice pauses a task too soon)."""
-        letters = {number: letter for letter, number in ORIGIN_LETTERS.items()}
         values: list[Any] = []
         for msg_id, o in zip(done, dead, strict=True):
-            code = with_origin("", letters[o.origin]) if o.origin in letters else ""
+            letter = LETTER_OF_ORIGIN.get(o.origin)
+            code = with_origin("", letter) if letter else ""
             values += [msg_id, packb([str(o.finished_ms), o.task_id, str(o.due_ms), code,
                                       str(o.attempt)])]  # fmt: skip
         if values:

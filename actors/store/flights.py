@@ -65,6 +65,8 @@ def policy_code(schedule: Schedule) -> str:
 #: How a policy code marks a manual fire's origin (``;m`` and the origin's letter): a
 #: fire an operator triggered, backfilled or replayed (``actors.store.history.ORIGINS``).
 ORIGIN_LETTERS = {"t": 1, "b": 2, "r": 3}
+#: ``ORIGIN_LETTERS`` the other way: an origin's letter.
+LETTER_OF_ORIGIN = {origin: letter for letter, origin in ORIGIN_LETTERS.items()}
 
 
 def with_origin(code: str, letter: str) -> str:

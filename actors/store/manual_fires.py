@@ -76,9 +76,8 @@ async def fire_under(
     # unconfirmed (the call died), a decision about the task TAKEOVER_MS later appends it again.
     token = f"manual-{secrets.token_hex(6)}"
     planned = {partition: [Planned(task_id, letter, list(dues))]}
-    decision = (await scripts.decide_overlaps(token, planned, grid=False, takeover_ms=TAKEOVER_MS))[
-        task_id
-    ]
+    decisions = await scripts.decide_overlaps(token, planned, grid=False, takeover_ms=TAKEOVER_MS)
+    decision = decisions[task_id]
     if decision.cancel:
         sids = [schedule_id(task_id, d) for d in decision.cancel]
         await scripts.cancel_fires({task_type: sids})

@@ -35,9 +35,8 @@ from actors.store.replies import (
     RetryClaim,
 )
 from actors.store.task_scripts import Call, or_empty, raise_first_error
-from runtime.errors import RedisUnavailable
 from runtime.redis_io import ResponseError
-from runtime.redis_replies import restarts
+from runtime.redis_replies import rejected_alone
 
 #: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
 ENQUEUE_CHUNK = 500
@@ -324,7 +323,7 @@ class SchedulingScripts(FlightScripts):
         ]
         replies = await self.client.mixed_scripts(calls) if calls else []
         for partition, reply in zip(partitions, replies, strict=True):
-            if rejected is not None and _rejected(reply):
+            if rejected is not None and rejected_alone(reply):
                 rejected[partition] = reply
         left_out = rejected or {}
         raise_first_error(r for p, r in zip(partitions, replies, strict=True) if p not in left_out)
@@ -362,13 +361,3 @@ class SchedulingScripts(FlightScripts):
             p: Commit(optional_ms(r[0]), [x.decode() for x in r[1:]])
             for p, r in zip(claimed, replies, strict=True)
         }
-
-
-def _rejected(reply: object) -> bool:
-    """Whether a call's reply is Redis rejecting that call alone (not an outage, not a
-    refusal of every write, not a reply that restarts the actor)."""
-    return (
-        isinstance(reply, ResponseError)
-        and not isinstance(reply, RedisUnavailable)
-        and not restarts(reply)
-    )

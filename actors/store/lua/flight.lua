@@ -23,14 +23,20 @@ local function get_flight(key, id)
   return f
 end
 
+-- The record's token field: 'token@ms' while the fire in flight is unconfirmed ('token'
+-- alone in a record an earlier version wrote), '' once confirmed or with none in flight.
+local function by_field(f)
+  if f.inflight == '' or f.by == '' then return '' end
+  return f.at and (f.by .. '@' .. string.format('%d', f.at)) or f.by
+end
+
 local function put_flight(key, id, f)
   if f.inflight == '' and #f.waiting == 0 and f.streak == 0 and not f.hw then
     redis.call('HDEL', key, id)
   else
     redis.call('HSET', key, id, f.inflight .. '|' .. f.replaced .. '|' ..
       (f.streak > 0 and tostring(f.streak) or '') .. '|' .. table.concat(f.waiting, ',') ..
-      '|' .. ((f.inflight ~= '' and f.by ~= '') and
-              (f.at and (f.by .. '@' .. string.format('%d', f.at)) or f.by) or '') .. '|' ..
+      '|' .. by_field(f) .. '|' ..
       (f.hw and string.format('%d', f.hw) or ''))
   end
 end
