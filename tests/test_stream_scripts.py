@@ -292,6 +292,33 @@ async def test_a_retry_of_a_task_deleted_or_stopped_since_is_dropped(
     assert await redis_client.execute("ZCARD", keys.retry(0)) == 2
 
 
+async def test_a_retry_of_a_task_created_again_under_its_id_is_dropped(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """A fire failed and its retry waits; its task is deleted and created again under the
+    same id (another payload): the retry belongs to the task that failed, and is dropped
+    rather than run for the new one. A retry saved by an earlier version (no ``born``) is
+    not checked, and runs as before."""
+    store = TaskStore(redis_client, keys.namespace, default_partitions=keys.partitions)
+    again, older, kept = [t for t in (f"b{i}" for i in range(200)) if keys.partition_of(t) == 0][:3]
+    for task_id in (again, older, kept):
+        await store.create(TaskSpec("t", Schedule("interval", every_s=3600), task_id=task_id))
+    await scripts.schedule_retries(
+        [RetryWrite(message(t, 0, "null"), 0, "boom") for t in (again, older, kept)]
+    )
+    prefix = keys.retry_context_prefix(0)
+    await redis_client.execute("HDEL", prefix + f"{older}:1", "born")  # as an earlier version
+    for task_id in (again, older):
+        await store.delete(task_id)
+        await store.create(
+            TaskSpec("t", Schedule("interval", every_s=60), task_id=task_id, payload={"new": 1})
+        )
+    (claim,) = await scripts.claim_retries([0], "tok", 10, 60_000)
+    assert claim.dropped == [f"{again}:1"]
+    assert sorted(f.task_id for _, f in claim.retries) == sorted([older, kept])
+    assert await redis_client.execute("EXISTS", prefix + f"{again}:1") == 0
+
+
 @pytest.mark.parametrize("window_ms", [60_000, 0])
 async def test_a_rejected_partition_or_stream_holds_back_its_own_retries_only(
     redis_client: RedisClient, keys: Keys, scripts: Scripts,

@@ -100,7 +100,7 @@ class ExecutionScripts(FlightScripts):
 
     def _retry_call(self, partition: int, retries: Sequence[RetryWrite]) -> Call:
         k = self.keys
-        args: list[Any] = [k.retry_context_prefix(partition)]
+        args: list[Any] = [k.retry_context_prefix(partition), k.tag(partition), k.buckets]
         for r in retries:
             m = r.message
             args += [

@@ -8,7 +8,10 @@
 -- token of an earlier claim never committed ('' if none; see enqueue.lua); policy: the
 -- fire's policy code ('' if none). Dropped: retries of a task deleted or stopped since its
 -- fire failed, their contexts deleted (a stop is final, a deleted task has no more fires;
--- a paused or finished task's retry still runs: its fire had started).
+-- a paused or finished task's retry still runs: its fire had started); a task deleted and
+-- created again under its id is another task (its created_ms is not the context's 'born',
+-- kept by schedule_retries.lua; a context without one, of an earlier version, is not
+-- checked).
 -- Same claim-then-commit rule as claim_due: a dispatcher killed before commit_retries
 -- leaves the retry to be claimed again after the lease (maybe a duplicate, never a loss).
 local t = redis.call('TIME')
@@ -23,11 +26,13 @@ local out = {now, NONE, dropped}
 for _, sid in ipairs(due) do
   local key = ARGV[1] .. sid
   local f = redis.call('HMGET', key, 'task_id', 'type', 'payload', 'attempt', 'due_ms', 'claim',
-    'o')
-  local s = f[1] and get_state(tag, bucket_of(f[1], buckets), f[1])
+    'o', 'born')
+  local b = f[1] and bucket_of(f[1], buckets)
+  local s = f[1] and get_state(tag, b, f[1])
   if not f[1] then
     redis.call('ZREM', KEYS[1], sid)  -- context gone: nothing to retry
-  elseif not s or s[STATE_STATUS] == STOPPED then
+  elseif not s or s[STATE_STATUS] == STOPPED
+      or (f[8] and tonumber(f[8]) ~= (created_ms(tag, b, f[1]) or 0)) then
     redis.call('DEL', key)
     redis.call('ZREM', KEYS[1], sid)
     dropped[#dropped + 1] = sid

@@ -42,6 +42,16 @@ local function get_state(tag, b, id)
   return {cmsgpack.unpack(raw)}
 end
 
+-- A task's created_ms (its definition's last value, its first version: a task deleted and
+-- created again under its id has another), 0 when no such task; nil for a definition
+-- without one.
+local function created_ms(tag, b, id)
+  local raw = redis.call('HGET', tag .. ':def:' .. b, id)
+  if not raw then return 0 end
+  local _, _, _, created = cmsgpack.unpack(raw)
+  return created
+end
+
 -- The run record as a table (r[RUN_RUNS] .. r[RUN_LAST_STATUS]): the task's own, else the
 -- counts its state record carries (not run under layout 3 yet); nil when no such task.
 local function get_run(tag, b, id)

@@ -1,21 +1,32 @@
 -- schedule_retries: save retry contexts and add them to the partition's retry zset.
 -- KEYS[1]  retry zset of the partition
--- ARGV[1]  retry-context key prefix ({ns:P}:retry:)
--- ARGV[2..] groups of 9: schedule_id, delay_ms, task_id, type, payload, attempt
+-- ARGV[1]  retry-context key prefix ({ns:P}:retry:)   ARGV[2]  partition tag
+-- ARGV[3]  buckets per partition
+-- ARGV[4..] groups of 9: schedule_id, delay_ms, task_id, type, payload, attempt
 --           (of the retry), due_ms, last_error, policy code ('' = none)
 -- The retry is due at Redis's TIME + delay_ms: one clock for every node (a node whose own
--- clock is skewed neither retries early nor late).
+-- clock is skewed neither retries early nor late). Each context keeps in 'born' the
+-- created_ms of the task that failed (0: no such task now; none kept for a definition
+-- without one), so that a retry never runs for
+-- a task deleted and created again under its id meanwhile (claim_retries.lua).
 -- Returns the number saved. Idempotent per schedule_id: a message that failed twice
 -- (reclaimed and failed again) overwrites one context, never adds a second retry.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local tag, buckets = ARGV[2], tonumber(ARGV[3])
 local n = 0
-for i = 2, #ARGV, 9 do
+for i = 4, #ARGV, 9 do
   local sid = ARGV[i]
   local retry_at = string.format('%d', now + tonumber(ARGV[i + 1]))
   redis.call('HSET', ARGV[1] .. sid, 'task_id', ARGV[i + 2], 'type', ARGV[i + 3],
     'payload', ARGV[i + 4], 'attempt', ARGV[i + 5], 'due_ms', ARGV[i + 6],
     'last_error', ARGV[i + 7], 'retry_at_ms', retry_at)
+  local born = created_ms(tag, bucket_of(ARGV[i + 2], buckets), ARGV[i + 2])
+  if born then
+    redis.call('HSET', ARGV[1] .. sid, 'born', ms(born))
+  else
+    redis.call('HDEL', ARGV[1] .. sid, 'born')
+  end
   if ARGV[i + 8] ~= '' then
     redis.call('HSET', ARGV[1] .. sid, 'o', ARGV[i + 8])
     redis.call('HDEL', ARGV[1] .. sid, 'claim')
