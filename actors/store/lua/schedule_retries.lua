@@ -5,10 +5,10 @@
 -- ARGV[4..] groups of 9: schedule_id, delay_ms, task_id, type, payload, attempt
 --           (of the retry), due_ms, last_error, policy code ('' = none)
 -- The retry is due at Redis's TIME + delay_ms: one clock for every node (a node whose own
--- clock is skewed neither retries early nor late). Each context keeps in 'born' the
--- created_ms of the task that failed (0: no such task now; none kept for a definition
--- without one), so that a retry never runs for
--- a task deleted and created again under its id meanwhile (claim_retries.lua).
+-- clock is skewed neither retries early nor late). Each context keeps in 'born' its task's
+-- created_ms now (0: no such task; none kept for a definition without one), so that
+-- claim_retries.lua drops the retry if the task is deleted and created again under its id
+-- before the retry comes due.
 -- Returns the number saved. Idempotent per schedule_id: a message that failed twice
 -- (reclaimed and failed again) overwrites one context, never adds a second retry.
 local t = redis.call('TIME')
