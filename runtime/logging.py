@@ -27,7 +27,9 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import os
 import re
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, MutableMapping, Sequence
@@ -137,6 +139,20 @@ def configure(
     structlog.contextvars.bind_contextvars(node=node)
 
 
+def output_is_a_file() -> bool:
+    """Whether this process writes its lines to a regular file (its stdout, redirected to
+    one): children it starts may then write there themselves. Each batch of lines is one
+    ``write`` through the shared file offset, which Linux applies whole, so lines of
+    different processes never interleave; a pipe, socket or terminal gives no such
+    promise past 4 KiB, and its lines are relayed (``runtime.process``)."""
+    if _output.stream is not None:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError):  # replaced, closed or without a descriptor
+        return False
+
+
 def write_lines(text: str) -> None:
     """Write complete lines that are already formatted (a child process's, relayed by its
     node: one writer per stream, so lines of different processes never interleave)."""
@@ -146,10 +162,11 @@ def write_lines(text: str) -> None:
 
 
 class ToParent:
-    """A child process's stdout, a pipe to its node: once the node is gone (the pipe is
-    broken) lines have nowhere to go, and are dropped instead of failing the work that
-    logs them (a consumer completing its fires while it stops). ``to_parent()`` gives it
-    the ``TextIO`` type ``configure`` takes (it only writes and flushes)."""
+    """A child process's stdout: the node's log file (``output_is_a_file``), or a pipe to
+    its node. Once the node at a pipe's other end is gone (the pipe is broken) lines have
+    nowhere to go, and are dropped instead of failing the work that logs them (a consumer
+    completing its fires while it stops). ``to_parent()`` gives it the ``TextIO`` type
+    ``configure`` takes (it only writes and flushes)."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream: TextIO | None = stream

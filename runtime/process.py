@@ -19,11 +19,15 @@ The contract between the two, all of it here:
 - **Orphans.** The child's stdin is a pipe whose other end only the parent holds. If the
   parent dies, even by SIGKILL, the kernel closes it, the child reads end-of-file and
   stops gracefully: a child never outlives its node for long.
-- **Output.** The child's stdout is a pipe to the parent, which relays it to its own
-  stdout in whole lines: one writer, so lines of different processes never interleave
-  however large a batch (writes to a shared pipe or socket are atomic only up to 4 KiB).
-  Its lines name the part in ``node`` (``host-1/consumers-1``). Once the parent is gone,
-  the child drops its lines (``runtime.logging.ToParent``). Stderr is inherited.
+- **Output.** Where the parent's stdout is a regular file, the child inherits it and
+  writes its lines there itself, each batch in one write (Linux applies a write through a
+  shared file offset whole: ``runtime.logging.output_is_a_file``); it goes on writing its
+  last lines if the parent is killed. Anything else (a pipe, journald's socket, a
+  terminal: atomic only up to 4 KiB) gets the child's stdout through a pipe to the
+  parent, which relays it to its own in whole lines: one writer, so lines of different
+  processes never interleave however large a batch. Once such a parent is gone, the
+  child drops its lines (``runtime.logging.ToParent``). Either way its lines name the
+  part in ``node`` (``host-1/consumers-1``). Stderr is inherited.
 - **Health.** The parent writes to the child's stdin, one JSON line per change, what is
   down in the main process (``{"down": {path: reason}}``; the child's own actor left
   out), so a child serving the API reports on the whole node in ``/readyz``.
@@ -46,7 +50,7 @@ import trio_util
 
 from runtime.actor import ActorContext, TaskStatus
 from runtime.errors import ChildProcessFailed
-from runtime.logging import write_lines
+from runtime.logging import output_is_a_file, write_lines
 
 #: How much sooner than its parent a child must be done stopping: at most 1 s, or a tenth
 #: of the grace when that is shorter.
@@ -74,8 +78,11 @@ class ChildProcess:
         self.argv = argv
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        # A log file is shared (each batch of lines one write: output_is_a_file); any
+        # other output gets the child's lines through a pipe, relayed in whole lines.
+        direct = output_is_a_file()
         process = await trio.lowlevel.open_process(
-            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            self.argv, stdin=subprocess.PIPE, stdout=None if direct else subprocess.PIPE
         )
         ctx.log.info("process_started", pid=process.pid)
         stop_asked = False
@@ -83,8 +90,10 @@ class ChildProcess:
         try:
             task_status.started()
             async with trio.open_nursery() as nursery:
-                assert process.stdout is not None
-                nursery.start_soon(_relay_lines, process.stdout, relayed)
+                if process.stdout is None:
+                    relayed.set()
+                else:
+                    nursery.start_soon(_relay_lines, process.stdout, relayed)
 
                 async def relay_stop() -> None:
                     nonlocal stop_asked

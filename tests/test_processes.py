@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -78,6 +79,15 @@ def ran_records(record: Path) -> list[dict[str, Any]]:
 
 def ran_by(found: list[dict[str, Any]], pid: int) -> bool:
     return any(r["event"] == "ran" and r["pid"] == pid for r in found)
+
+
+def start_logging_to(log: Path, config: Path) -> subprocess.Popen[bytes]:
+    """A node whose stdout is the file ``log``, as ``python -m runtime node.toml > log``."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with log.open("wb") as out:  # the node keeps its own copy
+        return subprocess.Popen(
+            [sys.executable, "-m", "runtime", str(config)], stdout=out, cwd=REPO, env=env
+        )
 
 
 def wait_gone(pids: list[int], timeout_s: float) -> None:
@@ -185,6 +195,53 @@ async def test_children_stop_when_the_node_is_killed(
                 os.kill(pid, signal.SIGKILL)
     assert [r["event"] for r in records(record)] == ["started", "ran"]
     assert db.xpending(f"{{{namespace}:q:work}}:queue", GROUP)["pending"] == 0
+
+
+async def test_children_write_whole_lines_to_a_log_file_and_outlive_a_killed_node_there(
+    store: TaskStore, tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """With the node's stdout a regular file, its children write their lines there
+    themselves: busy processes (a line per fire from the consumer and, at debug, from the
+    scheduler) leave only whole lines, and a child's last lines, written after the node
+    was killed (which would have ended a relay), are in the file too."""
+    config = write_config(
+        tmp_path, redis_url, namespace, processes="scheduler = 1\nconsumers = 1",
+        extra='[log]\nlevel = "debug"\n',
+    )  # fmt: skip
+    await store.create_many(
+        [TaskSpec("work", Schedule("interval", every_s=0.1)) for _ in range(100)]
+    )
+    log = tmp_path / "node.log"
+    proc = start_logging_to(log, config)
+    pids: list[int] = []
+
+    def lines() -> list[str]:  # whole ones: a write may be under way
+        text = log.read_text()
+        return text[: text.rfind("\n") + 1].splitlines()
+
+    def events(event: str) -> list[dict[str, Any]]:
+        return [json.loads(x) for x in lines() if f'"event":"{event}"' in x]
+
+    def busy() -> None:
+        until(lambda: len(events("finished")) >= 2_000, 60, what="2,000 finished lines")
+
+    try:
+        await trio.to_thread.run_sync(busy)
+        pids = [e["pid"] for e in events("process_started")]
+        proc.send_signal(signal.SIGKILL)
+        await trio.to_thread.run_sync(proc.wait, 10)
+        await trio.to_thread.run_sync(wait_gone, pids, 15)
+    finally:
+        proc.kill()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    text = log.read_text()
+    assert text.endswith("\n")
+    assert all(json.loads(line)["event"] for line in text.splitlines())  # every line whole
+    stopped = {e["node"] for e in events("node_stopped")}
+    assert stopped == {"n1/scheduler", "n1/consumers-1"}  # the node itself was killed
+    assert events("scheduled") and events("finished")
 
 
 def test_a_child_ignores_sigint_and_repeated_sigterm(
