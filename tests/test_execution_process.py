@@ -13,6 +13,7 @@ import trio
 
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
+from actors.store.keys import GROUP
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
 from tests.execution_harness import records, wait_records, wait_until
@@ -348,6 +349,57 @@ async def test_a_message_that_kills_its_process_becomes_poison(
     fields = {k.decode(): v.decode() for k, v in fields.items()}
     assert (fields["task_id"], fields["reason"], fields["deliveries"]) == ("bad", "poison", "2")
     assert [r["task_id"] for r in records(record) if r["event"] == "started"] == ["bad", "bad"]
+
+
+async def test_messages_run_beside_one_that_kills_its_process_are_not_poison(
+    store: TaskStore, tmp_path: Path, redis_url: str, namespace: str, record: Path
+) -> None:
+    """A message that kills its process, read with four that are still running when it
+    does: after a second death the five are suspects and run one at a time, each counted
+    as it starts alone, so the killer alone reaches ``max_deliveries`` and goes to the
+    dead letters while the four others run and are acknowledged. (Counted a delivery for
+    every death they shared, all five were poison by the third.)"""
+    cfg = write_config(
+        tmp_path, redis_url, namespace, "a", pollers=1, concurrency=5, lease_s=1,
+        handler="crash_or_sleep",
+    )  # fmt: skip
+    cfg.write_text(cfg.read_text() + "max_deliveries = 3\n")
+    once = Schedule("once", at_ms=0)
+    await store.create(TaskSpec("work", once, {"crash": True}, task_id="bad"))
+    good = [f"good{i}" for i in range(4)]
+    await store.create_many([TaskSpec("work", once, {"sleep_s": 0.3}, task_id=t) for t in good])
+    dlq = (await store.keys()).dlq("work")
+    queue = (await store.keys()).queue("work")
+
+    def ran() -> set[str]:
+        return {r["task_id"] for r in records(record) if r["event"] == "ran"}
+
+    deaths = 0
+    node = NodeProcess(cfg)
+    try:
+        deadline = time.monotonic() + 60
+        while not (ran() == set(good) and await _has_entries(store, dlq)):
+            assert time.monotonic() < deadline, f"ran {sorted(ran())}, {deaths} deaths"
+            if node.proc.poll() is not None:
+                assert node.proc.returncode == -signal.SIGKILL
+                deaths += 1
+                assert deaths <= 5, "the killer never went to the dead letters"
+                node = NodeProcess(cfg)
+            await trio.sleep(0.05)
+        await wait_until(lambda: _nothing_pending(store, queue), 30)
+        assert node.proc.poll() is None  # it runs on
+    finally:
+        node.signal(signal.SIGTERM)
+        await trio.to_thread.run_sync(node.wait)
+    entries = await store.client.execute("XRANGE", dlq, "-", "+")
+    dead = [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in entries]
+    assert [(d["task_id"], d["reason"]) for d in dead] == [("bad", "poison")]
+    assert deaths == 3  # its read, then two counted against it
+
+
+async def _nothing_pending(store: TaskStore, queue: str) -> bool:
+    summary = await store.client.execute("XPENDING", queue, GROUP)  # parsed by redis-py
+    return int(summary["pending"]) == 0
 
 
 async def _has_entries(store: TaskStore, key: str) -> bool:

@@ -199,10 +199,16 @@ class Consumer:
                 helpers.start_soon(self._flush_loop, scripts, flight)
                 helpers.start_soon(self._watch_cancels, scripts, pool)
                 helpers.start_soon(self._watch_stop, ctx, stopping, self.state)
+                suspects = [e for e in recovered if e.alone]
+                if suspects:
+                    reader.expect_suspects()
                 async with trio.open_nursery() as readers:
+                    readers.start_soon(reader.run_alone, suspects, name, stopping)
                     readers.start_soon(reader.read_stream, name, stopping)
                     readers.start_soon(reader.read_inbox, self.inbox, stopping)
-                    readers.start_soon(reader.read_recovered, recovered, stopping)
+                    readers.start_soon(
+                        reader.read_recovered, [e for e in recovered if not e.alone], stopping
+                    )
                 # Stopping: no more reads. Running handlers finish (the supervisor
                 # cancels us when the grace is over); then the last flush. The idle
                 # workers and the helpers are cancelled (handlers holds both).

@@ -33,7 +33,18 @@ class Flight:
         batch, self.done = self.done, []
         return batch
 
+    waiters: dict[str, trio.Event] = attrs.field(factory=dict)
+    """Set when the message of that id is settled (``until_settled``)."""
+
     def settled(self, batch: list[Outcome]) -> None:
         """These are acknowledged (or dead-lettered): no longer in flight."""
         for o in batch:
             self.messages.pop(o.message.msg_id, None)
+            waiter = self.waiters.pop(o.message.msg_id, None)
+            if waiter is not None:
+                waiter.set()
+
+    async def until_settled(self, msg_id: str) -> None:
+        """Wait for the message ``msg_id`` in flight to be settled."""
+        if msg_id in self.messages:
+            await self.waiters.setdefault(msg_id, trio.Event()).wait()

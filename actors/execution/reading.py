@@ -16,6 +16,7 @@ name, idle past half a lease, and neither in flight nor in the mailbox.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -71,6 +72,9 @@ class Reader:
         """Reads refused in a row (a refusal run the client counts as one waiting step)."""
         self._unavailable = 0
         """Reads that failed as unavailable in a row (``wait_unavailable``)."""
+        self.suspects_done = trio.Event()
+        """Set once the suspects have run (``run_alone``): nothing else starts before."""
+        self.suspects_done.set()
 
     async def read_stream(self, consumer: str, stopping: trio_util.AsyncBool) -> None:
         """Read while not stopping."""
@@ -82,6 +86,7 @@ class Reader:
                 self.scripts.client.refusal_ended(accepted=False)
 
     async def _read_stream(self, consumer: str, stopping: trio_util.AsyncBool) -> None:
+        await self._after_suspects(stopping)
         next_sweep = trio.current_time() + self.lease_ms / 1000
         while not stopping.value:
             if trio.current_time() >= next_sweep:
@@ -146,13 +151,8 @@ class Reader:
 
     async def read_recovered(self, entries: list[Reclaimed], stopping: trio_util.AsyncBool) -> None:
         """What an earlier incarnation of our name left pending (``recover.lua``): already
-        ours again, each run as a slot frees up."""
-        messages, malformed = [], []
-        for entry in entries:
-            try:
-                messages.append(Message.decode(entry.msg_id, entry.fields, self.type))
-            except MalformedMessage as exc:
-                malformed.append((entry.msg_id, entry.fields, str(exc)))
+        ours again, each run as a slot frees up once the suspects have run."""
+        messages, malformed = _decoded(entries, self.type)
         # In flight at once (before any await: a recovery of the name's entries leaves
         # them alone), though they start only as slots free up: their leases are renewed
         # meanwhile, so no other node's claimer takes one that will still run here.
@@ -162,9 +162,51 @@ class Reader:
             await self._dead_letter_malformed(malformed)
         emit_events(self.actor, [("recovered", fire_fields(m)) for m in messages])
         async with trio_util.move_on_when(stopping.wait_value, True):
+            await self.suspects_done.wait()
             for message in messages:
                 await self.free.wait_value(lambda free: free > 0)
                 await self.begin([message])
+
+    def expect_suspects(self) -> None:
+        """Hold every other start until ``run_alone`` is done with the suspects."""
+        self.suspects_done = trio.Event()
+
+    async def run_alone(
+        self, entries: list[Reclaimed], consumer: str, stopping: trio_util.AsyncBool
+    ) -> None:
+        """Suspects (``recover.lua``: held at an earlier death too), one at a time and
+        before anything else, fewest deliveries first: each counted as delivered once
+        more as it starts (``count_delivery.lua``) and settled (acknowledged, retried or
+        dead-lettered) before the next starts. A death while one runs counts against that
+        one alone, so a message that kills its process reaches ``max_deliveries`` by
+        itself and the messages read beside it run. A stop leaves the rest to be
+        released."""
+        try:
+            ordered = sorted(entries, key=lambda e: (e.deliveries, e.msg_id))
+            messages, malformed = _decoded(ordered, self.type)
+            for message in messages:  # in flight at once: renewed while they wait
+                self.flight.messages[message.msg_id] = message
+            if malformed:
+                await self._dead_letter_malformed(malformed)
+            emit_events(self.actor, [("recovered", fire_fields(m, alone=True)) for m in messages])
+            async with trio_util.move_on_when(stopping.wait_value, True):
+                for message in messages:
+                    count = await self.scripts.client.ride_out(
+                        functools.partial(
+                            self.scripts.count_delivery, self.type, consumer, message.msg_id
+                        )
+                    )
+                    if not count:  # no longer ours: not to run here
+                        self.flight.messages.pop(message.msg_id, None)
+                        continue
+                    await self.begin([message])
+                    await self.flight.until_settled(message.msg_id)
+        finally:
+            self.suspects_done.set()
+
+    async def _after_suspects(self, stopping: trio_util.AsyncBool) -> None:
+        async with trio_util.move_on_when(stopping.wait_value, True):
+            await self.suspects_done.wait()
 
     async def _unseen(
         self, consumer: str, min_idle_ms: int = 0
@@ -191,6 +233,7 @@ class Reader:
     async def read_inbox(self, inbox: Mailbox[Message], stopping: trio_util.AsyncBool) -> None:
         """Messages the claimer took over for us: already pending under our name."""
         async with trio_util.move_on_when(stopping.wait_value, True):
+            await self.suspects_done.wait()
             async for message in inbox.receive:
                 await self.free.wait_value(lambda free: free > 0)
                 if self.held.pop(message.msg_id, None) is None or (
@@ -266,3 +309,16 @@ class Reader:
             for m, _, e in malformed
         ]
         emit_events(self.actor, events)
+
+
+def _decoded(
+    entries: list[Reclaimed], task_type: str
+) -> tuple[list[Message], list[tuple[str, dict[bytes, bytes], str]]]:
+    """The entries' messages, and the malformed ones with their errors."""
+    messages, malformed = [], []
+    for entry in entries:
+        try:
+            messages.append(Message.decode(entry.msg_id, entry.fields, task_type))
+        except MalformedMessage as exc:
+            malformed.append((entry.msg_id, entry.fields, str(exc)))
+    return messages, malformed

@@ -288,9 +288,11 @@ class ExecutionScripts(FlightScripts):
         max_deliveries: int | None = None,
     ) -> list[Reclaimed]:  # fmt: skip
         """``recover.lua``: claim back what is pending under ``consumer`` with at least
-        ``min_idle_ms`` of idle time (idle reset), as (id, fields). With ``max_deliveries``
-        (a consumer's start) each counts as delivered once more, and one delivered that
-        many times already is left to the claimer as poison; without, counts are kept."""
+        ``min_idle_ms`` of idle time (idle reset), each with its deliveries. With
+        ``max_deliveries`` (a consumer's start) one delivered that many times already is
+        left to the claimer as poison, one delivered more than once is a suspect to run
+        alone (``Reclaimed.alone``: counted by ``count_delivery`` as it starts), and each
+        other counts as delivered once more; without, counts are kept."""
         args = [
             GROUP,
             consumer,
@@ -300,9 +302,16 @@ class ExecutionScripts(FlightScripts):
         ]
         (entries,) = await self._run([(lua.RECOVER, [self.keys.queue(task_type)], args)])
         return [
-            Reclaimed(msg_id.decode(), consumer, 0, 0, flat_fields(fields))
-            for msg_id, fields in entries
+            Reclaimed(msg_id.decode(), consumer, 0, int(count), flat_fields(fields), alone == 1)
+            for msg_id, fields, count, alone in entries
         ]
+
+    async def count_delivery(self, task_type: str, consumer: str, msg_id: str) -> int:
+        """``count_delivery.lua``: one delivery more for a suspect about to run alone; its
+        deliveries now, or 0 when it is no longer pending under ``consumer``."""
+        args = [GROUP, consumer, msg_id]
+        (count,) = await self._run([(lua.COUNT_DELIVERY, [self.keys.queue(task_type)], args)])
+        return int(count)
 
     # -- execution: claimer -----------------------------------------------------------------
 

@@ -181,6 +181,8 @@ class Reclaimed:
     idle_ms: int
     deliveries: int
     fields: dict[bytes, bytes]
+    alone: bool = False
+    """A suspect a consumer's start took back (``recover.lua``): to run by itself."""
 
 
 @attrs.frozen

@@ -117,6 +117,17 @@ async def crash(ctx: HandlerContext) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+async def crash_or_sleep(ctx: HandlerContext) -> str:
+    """``crash`` where payload["crash"] is set, else sleeps payload["sleep_s"] seconds: a
+    message that kills its process among others still running beside it."""
+    if ctx.payload.get("crash"):
+        await crash(ctx)
+    _record(ctx, "started")
+    await trio.sleep(float(ctx.payload.get("sleep_s", 1.0)))
+    _record(ctx, "ran")
+    return "slept"
+
+
 async def odd_result(ctx: HandlerContext) -> Any:
     """Returns what JSON cannot carry as it is, chosen by payload["kind"]: a dict with
     tuple keys, a lone surrogate, NaN, an object whose ``str`` raises."""

@@ -5,10 +5,10 @@
 -- ARGV[4]  min idle ms (0: all; a running consumer passes more than its renewal period,
 --          so nothing it renews or has just read is taken)
 -- ARGV[5]  max deliveries, at a consumer's start ('' = none: a lost read's messages)
--- Returns a list of {id, {field, value, ...}}: each entry is claimed again by this same
--- consumer with its idle time reset, atomically, so no claimer elsewhere takes it from
--- now on. Entries whose message was deleted meanwhile drop out of the PEL and are not
--- returned.
+-- Returns a list of {id, {field, value, ...}, deliveries, alone}: each entry is claimed
+-- again by this same consumer with its idle time reset, atomically, so no claimer
+-- elsewhere takes it from now on; alone is 1 for a suspect to run by itself (below), else
+-- 0. Entries whose message was deleted meanwhile drop out of the PEL and are not returned.
 -- A lost read's messages keep their delivery count (taking back is not a delivery, and
 -- a higher count would make a message poison early), and so do those an earlier
 -- incarnation released as it stopped (release.lua: idle ten years; over one here). At a
@@ -18,6 +18,12 @@
 -- its count kept: the claimer dead-letters it as poison (reclaim.lua), as it does a
 -- message that killed consumers of other names. So a message that kills its process
 -- cannot crash a stable name's process for ever.
+-- Nor can it take the messages it ran beside with it: one delivered more than once
+-- already (held by a process that died before, or taken over from a dead consumer) is a
+-- suspect, returned with alone = 1 and its count kept. The consumer runs its suspects
+-- one at a time before anything else, counting each as delivered once more as it starts
+-- (count_delivery.lua): a death while one runs alone counts against that one only, so
+-- the messages read with a poison message run, and only the poison reaches the count.
 local max = tonumber(ARGV[5] or '')
 local released = 365 * 24 * 3600 * 1000  -- ms: release.lua gives ten years
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', tonumber(ARGV[4] or 0),
@@ -29,13 +35,16 @@ for _, p in ipairs(pending) do
     redis.call('XACK', KEYS[1], ARGV[1], p[1])  -- deleted while pending: nothing to run
   elseif not max or p[3] >= released then
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, p[1], 'JUSTID')
-    out[#out + 1] = entry[1]
+    out[#out + 1] = {p[1], entry[1][2], p[4], 0}
   elseif p[4] >= max then
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2] .. '/poison', 0, p[1], 'IDLE', 86400000,
       'RETRYCOUNT', p[4], 'JUSTID')
+  elseif p[4] > 1 then  -- a suspect: counted when it starts alone
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, p[1], 'RETRYCOUNT', p[4], 'JUSTID')
+    out[#out + 1] = {p[1], entry[1][2], p[4], 1}
   else
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, p[1], 'RETRYCOUNT', p[4] + 1, 'JUSTID')
-    out[#out + 1] = entry[1]
+    out[#out + 1] = {p[1], entry[1][2], p[4] + 1, 0}
   end
 end
 return out
