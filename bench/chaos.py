@@ -36,7 +36,10 @@ in ten fails its first attempt; its retry must run), ``redis-busy`` (a Lua busy 
 (``maxmemory`` 1 with ``noeviction`` for ``--fault-s``: every write refused with ``OOM``
 while the flaky handler's failed first attempts need their retries written),
 ``long-handler`` (handlers of ``--hold-s`` seconds, ``lease_s`` 6, a ``CLIENT PAUSE`` of
-``--fault-s`` longer than the lease: the live, busy consumers must keep their messages).
+``--fault-s`` longer than the lease: the live, busy consumers must keep their messages),
+``poison-kill`` (one fire whose handler kills its consumer process, a child of node 0,
+every time it runs, ``max_deliveries`` 3: it alone must go to the dead letters, counted in
+``dead_letters``, while the fires read with it run).
 The three Redis-refusal scenarios involve no kill: any duplicate is a bug there.
 """
 
@@ -63,7 +66,7 @@ from runtime.testing.local_redis import LocalCluster, LocalSentinel, RedisProces
 SCENARIOS = (
     "redis-restart", "redis-stall", "sentinel-failover", "cluster-failover", "cluster-kill",
     "kill-nodes", "kill-children", "stall-nodes", "flaky", "redis-busy", "redis-oom",
-    "long-handler",
+    "long-handler", "poison-kill",
 )  # fmt: skip
 #: Scenarios whose handler fails one fire in ten on its first attempt (retries counted).
 FLAKY = ("flaky", "redis-oom")
@@ -111,6 +114,12 @@ def run(
             concurrency = max(concurrency, int(n / interval_s * (hold_s + 5) / nodes) + 50)
         if scenario == "kill-children":
             options["processes"] = 1
+        killer_s = t0_ms / 1000 + interval_s + 2  # poison-kill: when its fire is due
+        if scenario == "poison-kill":
+            options |= {"handler": "bench.handlers:record_or_die", "processes": 1,
+                        "settings": ("consumers.bench.max_deliveries=3",)}  # fmt: skip
+            due_from, due_to = int(killer_s * 1000), int((killer_s + interval_s) * 1000)
+            os.environ["METRONOME_BENCH_KILLER"] = f"b0:{due_from}:{due_to}"
         procs = start_nodes(workdir, url, nodes, concurrency, "info", **options)
         faults: list[tuple[float, float]] = []  # (start, end), wall-clock seconds
         exits = 0
@@ -128,6 +137,8 @@ def run(
                     for index in range(len(cluster.nodes)):  # every shard changes hands
                         cluster.fail_over(index)
                 faults, exits = [(start, time.time())], 0
+            elif scenario == "poison-kill":  # b0's one fire due in the interval from killer_s
+                faults = [(killer_s, killer_s + interval_s)]
             else:
                 faults, exits = _inject(
                     scenario, server, procs, workdir, fault_s, every_s, concurrency, options,
@@ -139,6 +150,9 @@ def run(
             stop_nodes(procs)
         figures = _analyse(workdir, n, interval_s, duration_s, t0_ms, scenario in FLAKY)
         extra = _fault_figures(workdir, faults)
+        if scenario == "poison-kill":
+            with redis.Redis.from_url(url) as client:
+                extra["dead_letters"] = client.xlen(f"{{{NAMESPACE}:q:bench}}:dlq")
         after = _count_tasks(
             sentinel.replica.url if sentinel is not None else url, cluster is not None
         )

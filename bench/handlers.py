@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import time
 import zlib
 from typing import IO
@@ -47,6 +48,21 @@ async def record_flushed(ctx: HandlerContext) -> None:
     out = _file()
     out.write(f"{ctx.task_id} {ctx.due_ms} {time.time() * 1000:.1f}\n")
     out.flush()
+
+
+#: ``task_id:from_ms:to_ms``: the fires of that task due in [from_ms, to_ms) kill their
+#: process (``record_or_die``: ``bench chaos poison-kill``).
+_KILLER = os.environ.get("METRONOME_BENCH_KILLER", "")
+
+
+async def record_or_die(ctx: HandlerContext) -> None:
+    """``record_flushed``; the fire ``$METRONOME_BENCH_KILLER`` names then kills its own
+    process (SIGKILL, as native code crashing would), every time it is run."""
+    await record_flushed(ctx)
+    task_id, _, window = _KILLER.partition(":")
+    start, _, end = window.partition(":")
+    if ctx.task_id == task_id and int(start) <= ctx.due_ms < int(end):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def is_flaky(task_id: str, due_ms: int) -> bool:

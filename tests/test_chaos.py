@@ -42,6 +42,7 @@ def chaos(scenario: str, *args: str) -> dict[str, Any]:
         ("flaky", []),
         ("redis-busy", ["--fault-s", "4"]),
         ("redis-oom", ["--fault-s", "4"]),
+        ("poison-kill", []),
     ],
 )
 def test_nothing_is_lost_under(scenario: str, args: list[str]) -> None:
@@ -55,6 +56,8 @@ def test_nothing_is_lost_under(scenario: str, args: list[str]) -> None:
         assert figures["faults"] >= 1, figures
     if scenario in ("flaky", "redis-oom"):
         assert figures["failed_first"] > 0 and figures["retries_lost"] == 0, figures
+    if scenario == "poison-kill":  # the killer alone, not the fires read with it
+        assert figures["dead_letters"] == 1, figures
     if scenario.startswith("redis-") and scenario not in ("redis-restart", "redis-stall"):
         assert figures["duplicates"] == 0, figures  # no kill: a duplicate is a bug
         assert figures["actor_crashes"] == 0, figures
