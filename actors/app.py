@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import attrs
+import trio
 
 from actors.config import Config, ConsumerSection
 from actors.execution.claimer import Claimer, ClaimerSettings
@@ -193,10 +194,13 @@ class _Roles:
             max_bytes=execution.results_log_max_bytes,
             backups=execution.results_log_backups,
         )
-        # One per process: its consumers write their batches together.
-        group = CompletionGroup()
+        # One per process: its consumers write their batches together, and run their
+        # suspects one at a time (Reader.run_alone).
+        group, alone = CompletionGroup(), trio.Lock()
         types = [
-            _consumer_group(config, self.store, results, group, task_type, section, self.part)
+            _consumer_group(
+                config, self.store, results, group, alone, task_type, section, self.part
+            )
             for task_type, section in sorted(config.consumers.items())
         ]
         return supervisor("consumers", types, _spec(config, Strategy.ONE_FOR_ONE))
@@ -307,6 +311,7 @@ def _consumer_group(
     store: TaskStore,
     results: ResultsLog,
     group: CompletionGroup,
+    alone: trio.Lock,
     task_type: str,
     section: ConsumerSection,
     part: str | None,
@@ -321,7 +326,7 @@ def _consumer_group(
     settings = consumer_settings(section, config.scheduler.history)
     consumer = Consumer(
         store, task_type, settings, handler, results, config.node.name, inbox, state, name,
-        group,
+        group, alone,
     )  # fmt: skip
     children = [
         ChildSpec("consumer", consumer.run, graceful=True, shutdown_s=config.node.shutdown_grace_s)

@@ -38,8 +38,9 @@ while the flaky handler's failed first attempts need their retries written),
 ``long-handler`` (handlers of ``--hold-s`` seconds, ``lease_s`` 6, a ``CLIENT PAUSE`` of
 ``--fault-s`` longer than the lease: the live, busy consumers must keep their messages),
 ``poison-kill`` (one fire whose handler kills its consumer process, a child of node 0,
-every time it runs, ``max_deliveries`` 3: it alone must go to the dead letters, counted in
-``dead_letters``, while the fires read with it run).
+every time it runs, ``max_deliveries`` 3: it alone must go to the dead letters, while the
+fires read with it run: ``dead_letters``, ``dead_letters_not_the_killer``, and the
+consumer's deaths in ``actor_crashes``; a killed fire counts as executed, having started).
 The three Redis-refusal scenarios involve no kill: any duplicate is a bug there.
 """
 
@@ -150,9 +151,13 @@ def run(
             stop_nodes(procs)
         figures = _analyse(workdir, n, interval_s, duration_s, t0_ms, scenario in FLAKY)
         extra = _fault_figures(workdir, faults)
-        if scenario == "poison-kill":
+        if scenario == "poison-kill":  # the killer's dead letter, and any other's
             with redis.Redis.from_url(url) as client:
-                extra["dead_letters"] = client.xlen(f"{{{NAMESPACE}:q:bench}}:dlq")
+                dead = client.xrange(f"{{{NAMESPACE}:q:bench}}:dlq")
+            extra["dead_letters"] = len(dead)
+            extra["dead_letters_not_the_killer"] = sum(
+                1 for _, f in dead if (f[b"task_id"], f[b"reason"]) != (b"b0", b"poison")
+            )
         after = _count_tasks(
             sentinel.replica.url if sentinel is not None else url, cluster is not None
         )

@@ -142,7 +142,9 @@ def start_nodes(
     for i in range(first, first + nodes):
         role = ("poller" if i == 0 else "consumer") if split else "all"
         config = node_toml(workdir, url, i, concurrency, log_level, role, **node_options)
-        with (workdir / f"node-{i}.log").open("wb") as log:  # the child keeps its own copy
+        # Appended (>>), so that the node's child processes write their lines there
+        # themselves (runtime.logging.output_is_a_file), as a node logging to a file does.
+        with (workdir / f"node-{i}.log").open("ab") as log:  # the child keeps its own copy
             procs.append(
                 subprocess.Popen(
                     [sys.executable, "-m", "runtime", str(config)],

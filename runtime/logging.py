@@ -25,6 +25,7 @@ batch instead (``runs_finished``, ``fires_queued``, ``runs_started``).
 from __future__ import annotations
 
 import datetime
+import fcntl
 import json
 import logging
 import os
@@ -140,15 +141,20 @@ def configure(
 
 
 def output_is_a_file() -> bool:
-    """Whether this process writes its lines to a regular file (its stdout, redirected to
-    one): children it starts may then write there themselves. Each batch of lines is one
-    ``write`` through the shared file offset, which Linux applies whole, so lines of
-    different processes never interleave; a pipe, socket or terminal gives no such
-    promise past 4 KiB, and its lines are relayed (``runtime.process``)."""
+    """Whether this process writes its lines to a regular file opened for appending (its
+    stdout redirected with ``>>``, systemd's ``append:``): children it starts may then
+    write there themselves. Each batch of lines is one ``write``, which a local
+    filesystem appends whole, so lines of different processes never interleave, also
+    those of a killed node's children still stopping beside its successor's. A file
+    opened without ``O_APPEND`` (each process at its own offset once another opens it),
+    a pipe, a socket or a terminal (whole only up to 4 KiB) has its lines relayed
+    (``runtime.process``)."""
     if _output.stream is not None:
         return False
     try:
-        return stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode)
+        fd = sys.stdout.fileno()
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        return regular and bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND)
     except (AttributeError, OSError, ValueError):  # replaced, closed or without a descriptor
         return False
 

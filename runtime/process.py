@@ -19,15 +19,16 @@ The contract between the two, all of it here:
 - **Orphans.** The child's stdin is a pipe whose other end only the parent holds. If the
   parent dies, even by SIGKILL, the kernel closes it, the child reads end-of-file and
   stops gracefully: a child never outlives its node for long.
-- **Output.** Where the parent's stdout is a regular file, the child inherits it and
-  writes its lines there itself, each batch in one write (Linux applies a write through a
-  shared file offset whole: ``runtime.logging.output_is_a_file``); it goes on writing its
-  last lines if the parent is killed. Anything else (a pipe, journald's socket, a
-  terminal: atomic only up to 4 KiB) gets the child's stdout through a pipe to the
-  parent, which relays it to its own in whole lines: one writer, so lines of different
-  processes never interleave however large a batch. Once such a parent is gone, the
-  child drops its lines (``runtime.logging.ToParent``). Either way its lines name the
-  part in ``node`` (``host-1/consumers-1``). Stderr is inherited.
+- **Output.** Where the parent's stdout is a regular file opened for appending (``>>``),
+  the child inherits it and writes its lines there itself, each batch in one write, which
+  a local filesystem appends whole (``runtime.logging.output_is_a_file``); it goes on
+  writing its last lines if the parent is killed. Anything else (a file without
+  ``O_APPEND``, a pipe, journald's socket, a terminal: whole only up to 4 KiB) gets the
+  child's stdout through a pipe to the parent, which relays it to its own in whole lines:
+  one writer, so lines of different processes never interleave however large a batch.
+  Once such a parent is gone, the child drops its lines (``runtime.logging.ToParent``).
+  Either way its lines name the part in ``node`` (``host-1/consumers-1``). Stderr is
+  inherited.
 - **Health.** The parent writes to the child's stdin, one JSON line per change, what is
   down in the main process (``{"down": {path: reason}}``; the child's own actor left
   out), so a child serving the API reports on the whole node in ``/readyz``.
@@ -78,8 +79,9 @@ class ChildProcess:
         self.argv = argv
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
-        # A log file is shared (each batch of lines one write: output_is_a_file); any
-        # other output gets the child's lines through a pipe, relayed in whole lines.
+        # A log file opened for appending is shared (each batch of lines one write:
+        # output_is_a_file); any other output gets the child's lines through a pipe,
+        # relayed in whole lines.
         direct = output_is_a_file()
         process = await trio.lowlevel.open_process(
             self.argv, stdin=subprocess.PIPE, stdout=None if direct else subprocess.PIPE

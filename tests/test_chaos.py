@@ -57,7 +57,9 @@ def test_nothing_is_lost_under(scenario: str, args: list[str]) -> None:
     if scenario in ("flaky", "redis-oom"):
         assert figures["failed_first"] > 0 and figures["retries_lost"] == 0, figures
     if scenario == "poison-kill":  # the killer alone, not the fires read with it
+        assert figures["actor_crashes"] >= 1, figures
         assert figures["dead_letters"] == 1, figures
+        assert figures["dead_letters_not_the_killer"] == 0, figures
     if scenario.startswith("redis-") and scenario not in ("redis-restart", "redis-stall"):
         assert figures["duplicates"] == 0, figures  # no kill: a duplicate is a bug
         assert figures["actor_crashes"] == 0, figures

@@ -384,6 +384,8 @@ async def test_messages_run_beside_one_that_kills_its_process_are_not_poison(
                 assert node.proc.returncode == -signal.SIGKILL
                 deaths += 1
                 assert deaths <= 5, "the killer never went to the dead letters"
+                if deaths == 1:  # the five were read together: all held at the death
+                    assert await _pending_count(store, queue) == 5
                 node = NodeProcess(cfg)
             await trio.sleep(0.05)
         await wait_until(lambda: _nothing_pending(store, queue), 30)
@@ -398,8 +400,12 @@ async def test_messages_run_beside_one_that_kills_its_process_are_not_poison(
 
 
 async def _nothing_pending(store: TaskStore, queue: str) -> bool:
+    return await _pending_count(store, queue) == 0
+
+
+async def _pending_count(store: TaskStore, queue: str) -> int:
     summary = await store.client.execute("XPENDING", queue, GROUP)  # parsed by redis-py
-    return int(summary["pending"]) == 0
+    return int(summary["pending"])
 
 
 async def _has_entries(store: TaskStore, key: str) -> bool:

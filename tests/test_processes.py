@@ -82,9 +82,9 @@ def ran_by(found: list[dict[str, Any]], pid: int) -> bool:
 
 
 def start_logging_to(log: Path, config: Path) -> subprocess.Popen[bytes]:
-    """A node whose stdout is the file ``log``, as ``python -m runtime node.toml > log``."""
+    """A node whose stdout is the file ``log``, as ``python -m runtime node.toml >> log``."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    with log.open("wb") as out:  # the node keeps its own copy
+    with log.open("ab") as out:  # the node keeps its own copy
         return subprocess.Popen(
             [sys.executable, "-m", "runtime", str(config)], stdout=out, cwd=REPO, env=env
         )
@@ -200,7 +200,7 @@ async def test_children_stop_when_the_node_is_killed(
 async def test_children_write_whole_lines_to_a_log_file_and_outlive_a_killed_node_there(
     store: TaskStore, tmp_path: Path, redis_url: str, namespace: str
 ) -> None:
-    """With the node's stdout a regular file, its children write their lines there
+    """With the node's stdout a file it appends to, its children write their lines there
     themselves: busy processes (a line per fire from the consumer and, at debug, from the
     scheduler) leave only whole lines, and a child's last lines, written after the node
     was killed (which would have ended a relay), are in the file too."""

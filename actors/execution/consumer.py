@@ -124,6 +124,7 @@ class Consumer:
         state: ConsumerState,
         name: str | None = None,
         group: CompletionGroup | None = None,
+        alone: trio.Lock | None = None,
     ) -> None:
         self.store = store
         self.name = name or node
@@ -139,6 +140,8 @@ class Consumer:
         self.ledger = Ledger(settings.history, 0, settings.late_ms)
         """The history's length, this node's number (once known) and the lateness bound."""
         self.group = group or CompletionGroup()
+        self.alone = alone or trio.Lock()
+        """Held by the suspect running alone: one per process (``Reader.run_alone``)."""
         """Writes this consumer's batches with those of the process's other consumers."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
@@ -189,7 +192,7 @@ class Consumer:
                     scripts, streams, self.type, self.node, flight, self.state, pool.submit,
                     block_ms=self.settings.block_ms, actor=self.actor,
                     dedupe_window_ms=int(self.settings.dedupe_window_s * 1000),
-                    lease_ms=lease_ms,
+                    lease_ms=lease_ms, alone=self.alone,
                 )  # fmt: skip
                 helpers.start_soon(pool.watch_timeouts)
                 helpers.start_soon(

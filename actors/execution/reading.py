@@ -58,8 +58,11 @@ class Reader:
         dedupe_window_ms: int,
         actor: str,
         lease_ms: int = 30_000,
+        alone: trio.Lock | None = None,
     ) -> None:
         self.scripts, self.streams = scripts, streams
+        self.alone = alone or trio.Lock()
+        """Held by the suspect running alone: one per process (``run_alone``)."""
         self.type, self.node, self.actor = task_type, node, actor
         self.flight = flight
         self.free = state.free
@@ -174,13 +177,17 @@ class Reader:
     async def run_alone(
         self, entries: list[Reclaimed], consumer: str, stopping: trio_util.AsyncBool
     ) -> None:
-        """Suspects (``recover.lua``: held at an earlier death too), one at a time and
-        before anything else, fewest deliveries first: each counted as delivered once
-        more as it starts (``count_delivery.lua``) and settled (acknowledged, retried or
-        dead-lettered) before the next starts. A death while one runs counts against that
-        one alone, so a message that kills its process reaches ``max_deliveries`` by
-        itself and the messages read beside it run. A stop leaves the rest to be
-        released."""
+        """Suspects (``recover.lua``: delivered ``max_deliveries`` - 2 times or more, so
+        one more death shared with a poison message would leave them a delivery short of
+        poison), one at a time and
+        before anything else of this type, fewest deliveries first: each counted as
+        delivered once more as it starts (``count_delivery.lua``) and settled
+        (acknowledged, retried or dead-lettered) before the next starts, under the
+        process's ``alone`` lock, so the suspects of the process's other types wait too.
+        A death while one runs counts against that one alone, so a message that kills its
+        process reaches ``max_deliveries`` by itself and the messages read beside it run
+        (what the process's other types started before it is still running beside it). A
+        stop leaves the rest to be released."""
         try:
             ordered = sorted(entries, key=lambda e: (e.deliveries, e.msg_id))
             messages, malformed = _decoded(ordered, self.type)
@@ -189,20 +196,26 @@ class Reader:
             if malformed:
                 await self._dead_letter_malformed(malformed)
             emit_events(self.actor, [("recovered", fire_fields(m, alone=True)) for m in messages])
+            deliveries = {e.msg_id: e.deliveries for e in entries}
             async with trio_util.move_on_when(stopping.wait_value, True):
                 for message in messages:
-                    count = await self.scripts.client.ride_out(
-                        functools.partial(
-                            self.scripts.count_delivery, self.type, consumer, message.msg_id
-                        )
-                    )
-                    if not count:  # no longer ours: not to run here
-                        self.flight.messages.pop(message.msg_id, None)
-                        continue
-                    await self.begin([message])
-                    await self.flight.until_settled(message.msg_id)
+                    async with self.alone:
+                        await self._run_one_alone(message, consumer, deliveries[message.msg_id])
         finally:
             self.suspects_done.set()
+
+    async def _run_one_alone(self, message: Message, consumer: str, deliveries: int) -> None:
+        count = await self.scripts.client.ride_out(
+            functools.partial(
+                self.scripts.count_delivery, self.type, consumer, message.msg_id, deliveries
+            ),
+            self.actor,
+        )
+        if not count:  # no longer ours: not to run here
+            self.flight.messages.pop(message.msg_id, None)
+            return
+        await self.begin([message])
+        await self.flight.until_settled(message.msg_id)
 
     async def _after_suspects(self, stopping: trio_util.AsyncBool) -> None:
         async with trio_util.move_on_when(stopping.wait_value, True):

@@ -290,9 +290,10 @@ class ExecutionScripts(FlightScripts):
         """``recover.lua``: claim back what is pending under ``consumer`` with at least
         ``min_idle_ms`` of idle time (idle reset), each with its deliveries. With
         ``max_deliveries`` (a consumer's start) one delivered that many times already is
-        left to the claimer as poison, one delivered more than once is a suspect to run
-        alone (``Reclaimed.alone``: counted by ``count_delivery`` as it starts), and each
-        other counts as delivered once more; without, counts are kept."""
+        left to the claimer as poison, one delivered ``max_deliveries`` - 2 times or more
+        is a suspect to run alone (``Reclaimed.alone``: counted by ``count_delivery`` as
+        it starts), and each other counts as delivered once more; without, counts are
+        kept."""
         args = [
             GROUP,
             consumer,
@@ -306,10 +307,13 @@ class ExecutionScripts(FlightScripts):
             for msg_id, fields, count, alone in entries
         ]
 
-    async def count_delivery(self, task_type: str, consumer: str, msg_id: str) -> int:
-        """``count_delivery.lua``: one delivery more for a suspect about to run alone; its
-        deliveries now, or 0 when it is no longer pending under ``consumer``."""
-        args = [GROUP, consumer, msg_id]
+    async def count_delivery(
+        self, task_type: str, consumer: str, msg_id: str, deliveries: int
+    ) -> int:
+        """``count_delivery.lua``: one delivery more for a suspect about to run alone, from
+        the ``deliveries`` ``recover`` gave it (repeated, it counts once); its deliveries
+        now, or 0 when it is no longer pending under ``consumer``."""
+        args = [GROUP, consumer, msg_id, deliveries]
         (count,) = await self._run([(lua.COUNT_DELIVERY, [self.keys.queue(task_type)], args)])
         return int(count)
 

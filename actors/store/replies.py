@@ -182,7 +182,8 @@ class Reclaimed:
     deliveries: int
     fields: dict[bytes, bytes]
     alone: bool = False
-    """A suspect a consumer's start took back (``recover.lua``): to run by itself."""
+    """A suspect a consumer's start took back (``recover.lua``): to run by itself.
+    ``deliveries`` is then its count as it was, not yet counted for this start."""
 
 
 @attrs.frozen

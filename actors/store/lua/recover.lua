@@ -18,8 +18,9 @@
 -- its count kept: the claimer dead-letters it as poison (reclaim.lua), as it does a
 -- message that killed consumers of other names. So a message that kills its process
 -- cannot crash a stable name's process for ever.
--- Nor can it take the messages it ran beside with it: one delivered more than once
--- already (held by a process that died before, or taken over from a dead consumer) is a
+-- Nor can it take the messages it ran beside with it: one delivered max deliveries - 2
+-- times or more (held at earlier deaths, or taken over from dead consumers), which one
+-- more death shared with a poison message would leave a delivery short of poison, is a
 -- suspect, returned with alone = 1 and its count kept. The consumer runs its suspects
 -- one at a time before anything else, counting each as delivered once more as it starts
 -- (count_delivery.lua): a death while one runs alone counts against that one only, so
@@ -39,7 +40,7 @@ for _, p in ipairs(pending) do
   elseif p[4] >= max then
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2] .. '/poison', 0, p[1], 'IDLE', 86400000,
       'RETRYCOUNT', p[4], 'JUSTID')
-  elseif p[4] > 1 then  -- a suspect: counted when it starts alone
+  elseif p[4] >= max - 2 then  -- a suspect: counted when it starts alone
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, p[1], 'RETRYCOUNT', p[4], 'JUSTID')
     out[#out + 1] = {p[1], entry[1][2], p[4], 1}
   else
