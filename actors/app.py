@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import TypeVar
 
 import attrs
-import trio
 
 from actors.config import Config, ConsumerSection
+from actors.execution.alone import Alone
 from actors.execution.claimer import Claimer, ClaimerSettings
 from actors.execution.completion import RetryPolicy
 from actors.execution.completion_group import CompletionGroup
@@ -196,7 +196,7 @@ class _Roles:
         )
         # One per process: its consumers write their batches together, and run their
         # suspects one at a time (Reader.run_alone).
-        group, alone = CompletionGroup(), trio.Lock()
+        group, alone = CompletionGroup(), Alone()
         types = [
             _consumer_group(
                 config, self.store, results, group, alone, task_type, section, self.part
@@ -311,7 +311,7 @@ def _consumer_group(
     store: TaskStore,
     results: ResultsLog,
     group: CompletionGroup,
-    alone: trio.Lock,
+    alone: Alone,
     task_type: str,
     section: ConsumerSection,
     part: str | None,

@@ -32,6 +32,7 @@ import trio
 import trio_util
 
 from actors.execution import leases
+from actors.execution.alone import Alone
 from actors.execution.completion import Completion, RetryPolicy, decide
 from actors.execution.completion_group import CompletionGroup
 from actors.execution.flight import Flight
@@ -124,7 +125,7 @@ class Consumer:
         state: ConsumerState,
         name: str | None = None,
         group: CompletionGroup | None = None,
-        alone: trio.Lock | None = None,
+        alone: Alone | None = None,
     ) -> None:
         self.store = store
         self.name = name or node
@@ -140,9 +141,9 @@ class Consumer:
         self.ledger = Ledger(settings.history, 0, settings.late_ms)
         """The history's length, this node's number (once known) and the lateness bound."""
         self.group = group or CompletionGroup()
-        self.alone = alone or trio.Lock()
-        """Held by the suspect running alone: one per process (``Reader.run_alone``)."""
         """Writes this consumer's batches with those of the process's other consumers."""
+        self.alone = alone or Alone()
+        """The process's turn for its suspects (``actors.execution.alone``)."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         redis = self.store.client
@@ -182,6 +183,7 @@ class Consumer:
         # Wind down on our stop request, or as soon as the whole node stops: supervisors
         # stop their children one at a time, and every type should stop reading at once.
         stopping = trio_util.AsyncBool(False)
+        self.alone.add_pool(self.state.free, self.settings.concurrency)
         try:
             async with trio.open_nursery() as handlers, trio.open_nursery() as helpers:
                 pool = HandlerPool(
@@ -220,6 +222,7 @@ class Consumer:
         except* leases.NameLost:
             pass  # said below, nothing released: exit, to be started under a name of our own
         finally:
+            self.alone.forget_pool(self.state.free)
             self.state.name = None
             with ctx.cleanup():
                 await self._flush(scripts, flight)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 import trio_util
 
+from actors.execution.alone import Alone
 from actors.execution.completion import Outcome, fire_fields
 from actors.execution.flight import Flight
 from actors.store.flights import parse_policy
@@ -58,11 +59,11 @@ class Reader:
         dedupe_window_ms: int,
         actor: str,
         lease_ms: int = 30_000,
-        alone: trio.Lock | None = None,
+        alone: Alone | None = None,
     ) -> None:
         self.scripts, self.streams = scripts, streams
-        self.alone = alone or trio.Lock()
-        """Held by the suspect running alone: one per process (``run_alone``)."""
+        self.alone = alone or Alone()
+        """The process's turn for its suspects (``run_alone``)."""
         self.type, self.node, self.actor = task_type, node, actor
         self.flight = flight
         self.free = state.free
@@ -182,12 +183,11 @@ class Reader:
         poison), one at a time and
         before anything else of this type, fewest deliveries first: each counted as
         delivered once more as it starts (``count_delivery.lua``) and settled
-        (acknowledged, retried or dead-lettered) before the next starts, under the
-        process's ``alone`` lock, so the suspects of the process's other types wait too.
-        A death while one runs counts against that one alone, so a message that kills its
-        process reaches ``max_deliveries`` by itself and the messages read beside it run
-        (what the process's other types started before it is still running beside it). A
-        stop leaves the rest to be released."""
+        (acknowledged, retried or dead-lettered) before the next starts, each in the
+        process's turn (``actors.execution.alone``: nothing else of the process runs
+        meanwhile). A death while one runs counts against that one alone, so a message
+        that kills its process reaches ``max_deliveries`` by itself and the messages read
+        beside it run. A stop leaves the rest to be released."""
         try:
             ordered = sorted(entries, key=lambda e: (e.deliveries, e.msg_id))
             messages, malformed = _decoded(ordered, self.type)
@@ -199,7 +199,7 @@ class Reader:
             deliveries = {e.msg_id: e.deliveries for e in entries}
             async with trio_util.move_on_when(stopping.wait_value, True):
                 for message in messages:
-                    async with self.alone:
+                    async with self.alone.turn():
                         await self._run_one_alone(message, consumer, deliveries[message.msg_id])
         finally:
             self.suspects_done.set()
@@ -214,7 +214,7 @@ class Reader:
         if not count:  # no longer ours: not to run here
             self.flight.messages.pop(message.msg_id, None)
             return
-        await self.begin([message])
+        await self.begin([message], alone=True)
         await self.flight.until_settled(message.msg_id)
 
     async def _after_suspects(self, stopping: trio_util.AsyncBool) -> None:
@@ -256,8 +256,9 @@ class Reader:
                 self.flight.messages[message.msg_id] = message
                 await self.begin([message])
 
-    async def begin(self, messages: list[Message]) -> None:
-        """Drop duplicates (dedupe window), then start the rest (``HandlerPool.submit``)."""
+    async def begin(self, messages: list[Message], *, alone: bool = False) -> None:
+        """Drop duplicates (dedupe window), then start the rest (``HandlerPool.submit``),
+        once no suspect of the process has the turn (unless ``alone``: the suspect's)."""
         runnable = messages
         if self.dedupe_window_ms > 0:
             flags = await self.scripts.client.ride_out(
@@ -288,6 +289,8 @@ class Reader:
             notify_observers(
                 self.actor, [("runs_started", {"type": self.type, "start_lags_ms": lags})]
             )
+        if not alone:  # no wait from here to the start: a turn cannot begin in between
+            await self.alone.wait_to_start()
         self._start(runnable)
 
     async def _unexpired(self, messages: list[Message]) -> list[Message]:
