@@ -60,3 +60,24 @@ async def test_turns_come_one_at_a_time_and_a_cancelled_one_opens_the_process() 
             await trio.sleep_forever()
     with trio.fail_after(1):
         await alone.wait_to_start()  # cancelled: the process is open again
+
+
+async def test_a_turn_does_not_wait_on_a_consumer_that_stopped() -> None:
+    """A consumer that stops with handlers still counted (crashed, its name lost) is
+    forgotten: the turn goes on rather than hold every type until it restarts."""
+    alone = Alone()
+    free = trio_util.AsyncValue(0)  # its slots never come back
+    alone.add_pool(free, 2)
+    entered = trio.Event()
+
+    async def suspect() -> None:
+        async with alone.turn():
+            entered.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(suspect)
+        await trio.sleep(0.02)
+        assert not entered.is_set()
+        alone.forget_pool(free)
+        with trio.fail_after(5):
+            await entered.wait()

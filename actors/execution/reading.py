@@ -104,6 +104,10 @@ class Reader:
                 # slot (the mailbox's, the recovered messages'), one of them may have taken
                 # it meanwhile, and a read of no count would take the whole backlog.
                 continue
+            if self.alone.closed:  # nothing read that could not start (see Alone)
+                async with trio_util.move_on_when(stopping.wait_value, True):
+                    await self.alone.wait_to_start()
+                continue
             try:
                 messages, malformed = await self.streams.read_group(
                     self.type, consumer, self.free.value, self.block_ms
@@ -258,7 +262,10 @@ class Reader:
 
     async def begin(self, messages: list[Message], *, alone: bool = False) -> None:
         """Drop duplicates (dedupe window), then start the rest (``HandlerPool.submit``),
-        once no suspect of the process has the turn (unless ``alone``: the suspect's)."""
+        once no suspect of the process has the turn (unless ``alone``: the suspect's):
+        waited for before the checks and the start lag, and again right before the start."""
+        if not alone and self.alone.closed:
+            await self.alone.wait_to_start()
         runnable = messages
         if self.dedupe_window_ms > 0:
             flags = await self.scripts.client.ride_out(
@@ -289,7 +296,7 @@ class Reader:
             notify_observers(
                 self.actor, [("runs_started", {"type": self.type, "start_lags_ms": lags})]
             )
-        if not alone:  # no wait from here to the start: a turn cannot begin in between
+        if not alone and self.alone.closed:  # no wait from here to the start
             await self.alone.wait_to_start()
         self._start(runnable)
 
