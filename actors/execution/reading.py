@@ -184,14 +184,14 @@ class Reader:
     ) -> None:
         """Suspects (``recover.lua``: delivered ``max_deliveries`` - 2 times or more, so
         one more death shared with a poison message would leave them a delivery short of
-        poison), one at a time and
-        before anything else of this type, fewest deliveries first: each counted as
-        delivered once more as it starts (``count_delivery.lua``) and settled
-        (acknowledged, retried or dead-lettered) before the next starts, each in the
-        process's turn (``actors.execution.alone``: nothing else of the process runs
-        meanwhile). A death while one runs counts against that one alone, so a message
-        that kills its process reaches ``max_deliveries`` by itself and the messages read
-        beside it run. A stop leaves the rest to be released."""
+        poison), one at a time and before anything else of this type, fewest deliveries
+        first: each counted as delivered once more as it starts (``count_delivery.lua``)
+        and settled (acknowledged, retried or dead-lettered) before the next starts, each
+        in the process's turn (``actors.execution.alone``: no other handler of the
+        process runs meanwhile). A death while one runs counts against that one alone of
+        the messages running, so a message that kills its process reaches
+        ``max_deliveries`` by itself and the messages read beside it run. A stop leaves
+        the rest to be released."""
         try:
             ordered = sorted(entries, key=lambda e: (e.deliveries, e.msg_id))
             messages, malformed = _decoded(ordered, self.type)
