@@ -402,7 +402,9 @@ def test_an_api_process_reports_the_whole_node_in_readyz(
         node.wait_for("consumer_ready")
         ready = httpx.get(url, headers=signed_probe()).json()
         assert ready == {"ready": True, "redis": True, "version": __version__, "actors_down": {}}
-        os.kill(children(node)["consumers-1"], signal.SIGKILL)
+        killed = children(node)["consumers-1"]
+        os.kill(killed, signal.SIGKILL)
+        kills = 1
         seen = []
         deadline = time.monotonic() + 60  # generous: a loaded machine notices late
         with httpx.Client() as http:
@@ -411,7 +413,13 @@ def test_an_api_process_reports_the_whole_node_in_readyz(
                 seen.append((answer.status_code, answer.json()["actors_down"]))
                 if seen[-1][0] == 200 and len(seen) > 1 and seen[-2][0] == 503:
                     break  # down, then ready again after the restart
-                # No pause: the restart's backoff (0.1 s) is the window to see it in.
+                # No pause: the restart's backoff (0.1 s, doubling with each restart in a
+                # row) is the window to see it in. Restarted unseen (a loaded machine):
+                # killed again, at most three times in all (the intensity allows three).
+                restarted = children(node)["consumers-1"]
+                if restarted != killed and 503 not in {c for c, _ in seen} and kills < 3:
+                    killed, kills = restarted, kills + 1
+                    os.kill(killed, signal.SIGKILL)
         node.signal(signal.SIGTERM)
         assert node.wait() == 0
     finally:
