@@ -52,16 +52,15 @@ async def record_flushed(ctx: HandlerContext) -> None:
 
 #: ``task_id:from_ms:to_ms``: the fires of that task due in [from_ms, to_ms) kill their
 #: process (``record_or_die``: ``bench chaos poison-kill``).
-_KILLER = os.environ.get("METRONOME_BENCH_KILLER", "")
+_KILLER_ID, _, _KILLER_WINDOW = os.environ.get("METRONOME_BENCH_KILLER", "::").partition(":")
+_KILL_FROM, _, _KILL_TO = _KILLER_WINDOW.partition(":")
 
 
 async def record_or_die(ctx: HandlerContext) -> None:
     """``record_flushed``; the fire ``$METRONOME_BENCH_KILLER`` names then kills its own
     process (SIGKILL, as native code crashing would), every time it is run."""
     await record_flushed(ctx)
-    task_id, _, window = _KILLER.partition(":")
-    start, _, end = window.partition(":")
-    if ctx.task_id == task_id and int(start) <= ctx.due_ms < int(end):
+    if ctx.task_id == _KILLER_ID and int(_KILL_FROM) <= ctx.due_ms < int(_KILL_TO):
         os.kill(os.getpid(), signal.SIGKILL)
 
 

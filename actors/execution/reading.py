@@ -235,14 +235,10 @@ class Reader:
         waiting in the mailbox to the mailbox (each starts once). Called from the reading
         loop only, so no read of ours is under way meanwhile."""
         entries = await self.scripts.recover(self.type, consumer, RECOVER_UNSEEN, min_idle_ms)
-        messages, malformed = [], []
-        for entry in entries:
-            if entry.msg_id in self.flight.messages or entry.msg_id in self.held:
-                continue
-            try:
-                messages.append(Message.decode(entry.msg_id, entry.fields, self.type))
-            except MalformedMessage as exc:
-                malformed.append((entry.msg_id, entry.fields, str(exc)))
+        unseen = [
+            e for e in entries if e.msg_id not in self.flight.messages and e.msg_id not in self.held
+        ]
+        messages, malformed = _decoded(unseen, self.type)
         if messages:
             emit_events(self.actor, [("recovered", fire_fields(m)) for m in messages])
         return messages, malformed
