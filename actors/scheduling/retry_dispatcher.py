@@ -24,11 +24,9 @@ window), never lost.
 
 from __future__ import annotations
 
-import functools
 import secrets
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
 
 import attrs
 import trio
@@ -41,6 +39,7 @@ from actors.scheduling.claim_loop import (
     partitions_for,
     sleep_s,
 )
+from actors.scheduling.rejections import Notices, append_by_type
 from actors.store.enqueue import enqueue_fires
 from actors.store.replies import Fire
 from actors.store.scripts import Scripts
@@ -48,9 +47,6 @@ from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.logging import emit_events
 from runtime.redis_io import ResponseError
-from runtime.redis_replies import rejected_alone
-
-T = TypeVar("T")
 
 
 @attrs.frozen
@@ -67,15 +63,14 @@ class RetryDispatcher:
         self._ticks = 0
         self._committed = CommittedClaims()
         """Claims committed in full whose enqueue markers go with the next enqueue."""
-        self._rejected: dict[str, dict[str, str]] = {}
-        """What Redis rejects now, by kind (partition, type), as said (its error)."""
+        self._notices = Notices(self.actor, "retries_held_back", "retries_resumed")
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         redis = self.store.client
         keys = await redis.ride_out(self.store.keys)
         scripts = await self.store.scripts()
         partitions = partitions_for(self.settings.index, self.settings.of, keys.partitions)
-        self.actor = ctx.path
+        self.actor = self._notices.actor = ctx.path
         ctx.log.info("retry_dispatcher_ready", partitions=partitions)
         task_status.started()
         while True:
@@ -91,7 +86,7 @@ class RetryDispatcher:
         claims = await scripts.claim_retries(
             partitions, token, s.batch_size, s.claim_lease_ms, rejected
         )
-        self._say_rejected(
+        self._notices.say(
             "partition", {str(p): e for p, e in rejected.items()}, map(str, partitions)
         )
         emit_events(
@@ -144,65 +139,14 @@ class RetryDispatcher:
     ) -> set[str]:  # fmt: skip
         """Append the retries (``enqueue_fires``), riding out outages and refusals. A
         type's stream that Redis rejects (a key of another kind, say) holds back that
-        type's retries only: the others are appended type by type. The types held back."""
-        redis, window = scripts.client, self.settings.dedupe_window_ms
+        type's retries only: the others are appended type by type
+        (``rejections.append_by_type``; all at once first when the markers make a repeat
+        safe). The types held back."""
+        window = self.settings.dedupe_window_ms
 
         async def append(group: list[Fire]) -> int:
             return await enqueue_fires(scripts, group, now, self.actor, window, token, committed)
 
-        by_type: dict[str, list[Fire]] = defaultdict(list)
-        for fire in fires:
-            by_type[fire.type].append(fire)
-        # All at once when the markers make a repeat safe: a rejected call leaves the
-        # others' appends done, and the type-by-type pass below finds their markers. With
-        # no dedupe window there are none: type by type from the start, each once.
-        if window > 0 or len(by_type) == 1:
-            try:
-                await redis.ride_out(functools.partial(_unless_rejected, append, fires))
-                self._say_rejected("type", {}, by_type)
-                return set()
-            except _Rejected:
-                pass
-        rejected: dict[str, ResponseError] = {}
-        for task_type, group in by_type.items():
-            try:
-                await redis.ride_out(functools.partial(_unless_rejected, append, group))
-            except _Rejected as exc:
-                rejected[task_type] = exc.error
-        self._say_rejected("type", rejected, by_type)
+        rejected = await append_by_type(scripts.client, append, fires, at_once=window > 0)
+        self._notices.say("type", rejected, {f.type for f in fires})
         return set(rejected)
-
-    def _say_rejected(
-        self, what: str, rejected: Mapping[str, ResponseError], tried: Iterable[str]
-    ) -> None:
-        """One ``retries_held_back`` line when a partition's claim or a type's stream is
-        first rejected (or its error changes), one ``retries_resumed`` once one of those
-        ``tried`` again is not."""
-        said = self._rejected.setdefault(what, {})
-        tried = set(tried)
-        lines: list[tuple[str, dict[str, Any]]] = []
-        for name, error in rejected.items():
-            if said.get(name) != str(error):
-                said[name] = str(error)
-                lines.append(("retries_held_back", {what: name, "error": str(error)}))
-        for name in [n for n in said if n not in rejected and n in tried]:
-            del said[name]
-            lines.append(("retries_resumed", {what: name}))
-        emit_events(self.actor, lines, level="info")
-
-
-class _Rejected(Exception):
-    def __init__(self, error: ResponseError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-async def _unless_rejected(step: Callable[[list[Fire]], Awaitable[T]], fires: list[Fire]) -> T:
-    """``step(fires)``, a rejection of it (``rejected_alone``) raised as ``_Rejected``,
-    which ``ride_out`` does not wait on."""
-    try:
-        return await step(fires)
-    except ResponseError as exc:
-        if not rejected_alone(exc):
-            raise
-        raise _Rejected(exc) from exc
