@@ -18,7 +18,7 @@ import trio
 
 from actors.domain.errors import LayoutMismatch
 from actors.domain.model import TaskSpec
-from actors.domain.schedules import Schedule
+from actors.domain.schedules import Overlap, Schedule
 from actors.scheduling.claim_loop import (
     TICK_FIRES,
     RateMeter,
@@ -1119,38 +1119,70 @@ async def tasks_in_partitions(
     return store, past, ids
 
 
-@pytest.mark.parametrize("partitions", [1, 4])
-async def test_a_failed_enqueue_sent_with_its_commit_leaves_the_grid_where_it_was(
-    redis_client: RedisClient, namespace: str, partitions: int
-) -> None:
-    """The commit travels in the enqueue's pipeline; when the enqueue fails (here its stream
-    key holds a string: WRONGTYPE), the commit finds the enqueue's marker missing and moves
-    nothing: the tasks stay due, the tick waits (Redis rejected the enqueue: it repeats it
-    with backoff, no crash), and they fire once the stream can take them."""
-    store, past, ids = await tasks_in_partitions(redis_client, namespace, partitions)
+@pytest.mark.parametrize(("partitions", "overlap", "window_ms"), [
+    (1, "allow_all", 60_000), (4, "allow_all", 60_000), (4, "skip", 60_000),
+    (4, "allow_all", 0),
+])  # fmt: skip
+async def test_a_rejected_stream_holds_back_its_own_type_only(
+    redis_client: RedisClient, namespace: str, partitions: int, overlap: Overlap,
+    window_ms: int, log_lines: Callable[[], list[dict[str, Any]]],
+) -> None:  # fmt: skip
+    """Type ``t``'s stream key holds a string (WRONGTYPE): the tick appends and commits
+    type ``u``'s fires and holds back ``t``'s tasks alone, their grid where it was and
+    their score a claim lease on (so the tick returns and the next ones go on with the
+    rest); claimed again once the stream takes writes, each fires once, a policy's fire
+    in flight included. The enqueue goes with its commit (one server, markers), or before
+    it (no dedupe window)."""
+    store = TaskStore(redis_client, namespace, default_partitions=partitions)
+    past = await store.now_ms() - 10
+    every = Schedule("interval", every_s=60, start_ms=past, overlap=overlap)
+    held, fine = [f"x{i}" for i in range(2 * partitions)], [f"y{i}" for i in range(3)]
+    await store.create_many(
+        [TaskSpec("t", every, task_id=i) for i in held]
+        + [TaskSpec("u", every, task_id=i) for i in fine]
+    )
     keys = await store.keys()
     scripts = await store.scripts()
     await store.client.execute("SET", keys.queue("t"), "not a stream")
-    poller = Poller(store, PollerSettings())
-    every = list(range(partitions))
-    results: list[TickResult] = []
-
-    async def tick() -> None:
-        results.append(await poller.tick(scripts, every, get_logger()))
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(tick)
-        await eventually(lambda: store.client.refusing == "rejected", poll_s=0.01)
-        for task in await store.get_many(ids):
-            assert task is not None and (task.next_run_ms, task.fires) == (past, 0)  # not moved
-        await store.client.execute("DEL", keys.queue("t"))
-    (result,) = results
-    assert result.enqueued == len(ids)
-    assert store.client.refusing is None
-    fired = sorted(f["schedule_id"] for f in await stream_fires(store, "t"))
-    assert fired == sorted(f"{i}:{past}" for i in ids)
-    for task in await store.get_many(ids):
+    lease_ms = 1500
+    poller = Poller(store, PollerSettings(claim_lease_ms=lease_ms, dedupe_window_ms=window_ms))
+    everything = list(range(partitions))
+    seconds, micros = await store.client.execute("TIME")
+    before = int(seconds) * 1000 + int(micros) // 1000  # the scripts' clock
+    result = await poller.tick(scripts, everything, get_logger())
+    assert result.enqueued == len(fine)
+    assert sorted(f["schedule_id"] for f in await stream_fires(store, "u")) == sorted(
+        f"{i}:{past}" for i in fine
+    )
+    for task in await store.get_many(fine):
         assert task is not None and (task.next_run_ms, task.fires) == (past + 60_000, 1)
+    for task_id in held:
+        task = await store.get(task_id)
+        assert task is not None and (task.next_run_ms, task.fires) == (past, 0)  # not moved
+        score = await store.client.execute(
+            "ZSCORE", keys.schedule(keys.partition_of(task_id)), task_id
+        )
+        assert float(score) >= before + lease_ms
+    (line,) = [e for e in log_lines() if e["event"] == "fires_held_back"]
+    assert line["type"] == "t" and "WRONGTYPE" in line["error"]
+    # Held: the next ticks claim nothing of them, and nothing of u is due.
+    assert (await poller.tick(scripts, everything, get_logger())).enqueued == 0
+    await store.client.execute("DEL", keys.queue("t"))
+    appended: list[int] = []
+
+    async def fired_once_each() -> bool:
+        appended.append((await poller.tick(scripts, everything, get_logger())).enqueued)
+        return len(await stream_fires(store, "t")) >= len(held)
+
+    await eventually(fired_once_each, poll_s=0.1)
+    assert sum(appended) == len(held)
+    assert sorted(f["schedule_id"] for f in await stream_fires(store, "t")) == sorted(
+        f"{i}:{past}" for i in held
+    )
+    for task in await store.get_many(held):
+        assert task is not None and (task.next_run_ms, task.fires) == (past + 60_000, 1)
+    assert [e["type"] for e in log_lines() if e["event"] == "fires_resumed"] == ["t"]
+    assert [e for e in log_lines() if e["event"] == "fires_held_back"] == [line]
 
 
 @pytest.mark.parametrize("partitions", [1, 4])

@@ -24,7 +24,8 @@ killed between 1 and 3 leaves its tasks due; the next owner takes the partition 
 lease runs out and claims the same grid times, so the fire is late and maybe duplicated
 (with the same schedule_id) but never lost. A partition has one owner at a time: a poller
 stalled past its lease may still land its enqueue once Redis answers again (a fire twice,
-at most), but its commit is refused.
+at most), but its commit is refused. A type whose stream Redis rejects holds back its own
+tasks only, their grid where it was (``actors.scheduling.tick_writes``).
 
 Between ticks the poller sleeps until the earliest due time it saw, at most ``max_tick_s``;
 a full batch means more is due, so it loops at once. Its work per tick is proportional to
@@ -49,10 +50,10 @@ from actors.scheduling.claim_loop import (
 from actors.scheduling.due_times import DueTimes
 from actors.scheduling.ownership import Membership
 from actors.scheduling.policies import PolicyFires, apply_policies
+from actors.scheduling.rejections import Notices
 from actors.scheduling.tick_plan import TickPlan, plan_claims, plan_commits
+from actors.scheduling.tick_writes import Tick, TickWrites, enqueue_and_commit
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS, DefinitionCache
-from actors.store.enqueue import enqueue_and_commit_fires, enqueue_fires
-from actors.store.flights import end_dropped_flights
 from actors.store.history import DEFAULT_HISTORY
 from actors.store.keys import Keys
 from actors.store.known_states import KnownStates
@@ -109,6 +110,8 @@ class Poller:
         """The states it committed, so its claims need not read those either."""
         self._unreadable: set[str] = set()
         """Due tasks whose records could not be read (said once each; they stay due)."""
+        self._notices = Notices(self.actor, "fires_held_back", "fires_resumed")
+        """Says which types' streams Redis rejects (their tasks held back) and when not."""
         self._due = DueTimes(settings.max_tick_s)
         """When each partition is next due: a round skips a partition with nothing due
         until ``max_tick_s`` has passed (tasks created meanwhile are noticed then)."""
@@ -118,7 +121,7 @@ class Poller:
         redis = self.store.client
         keys = await redis.ride_out(self.store.keys)
         scripts = await self.store.scripts()
-        self.actor = ctx.path
+        self.actor = self._notices.actor = ctx.path
         if self.membership is None:
             self.membership = Membership(
                 self.poller_id, keys.partitions, self.settings.claim_lease_ms
@@ -250,11 +253,9 @@ class Poller:
         decided = await self._apply_policies(scripts, token, plan)
         commits = plan_commits(plan.plans, decided.commits, decided.tracked, self.settings.history)
         writes = {c.partition: c.writes for c in claims}
-        done = await self._enqueue_and_commit(
-            scripts, token, plan.now_ms, decided.fires, commits, writes
-        )
+        w = await self._enqueue_and_commit(scripts, token, plan, decided.fires, commits, writes)
         return self._after_commit(
-            token, plan.now_ms, claims, commits, writes, done, decided.fires, log
+            token, plan.now_ms, claims, w.commits, writes, w.done, w.appended, log
         )
 
     async def _claim(
@@ -325,44 +326,19 @@ class Poller:
         self,
         scripts: Scripts,
         token: str,
-        now: int,
+        plan: TickPlan,
         fires: list[Fire],
         commits: dict[int, list[FireCommit]],
         writes: dict[int, int],
-    ) -> dict[int, Commit]:
-        """Append the fires to their streams and commit the claims: one round trip on a
-        single server with the dedupe window on (the commit checks the enqueue's markers),
-        else two. The enqueue carries the markers of the claims committed in full before
-        (``CommittedClaims``); a fire whose copy was appended already ends its flight."""
-        s = self.settings
-        redis = scripts.client
-        dropped: list[Fire] = []
+    ) -> TickWrites:
+        """The tick's writes (``tick_writes.enqueue_and_commit``), with the markers of the
+        claims committed in full before (``CommittedClaims``)."""
         committed = self._committed.take({f.type for f in fires})
-        done: dict[int, Commit] = {}
-        if fires and scripts.commits_with_enqueue(s.dedupe_window_ms):
-            done = await redis.ride_out(
-                lambda: enqueue_and_commit_fires(
-                    scripts, fires, now, self.actor, s.dedupe_window_ms, token, committed,
-                    self.poller_id, commits, writes, dropped,
-                )
-            )  # fmt: skip
-        else:
-            # Two round trips (a cluster, or no dedupe window), each ridden out alone:
-            # without markers a repeated enqueue appends again, so a commit Redis lost
-            # must not repeat the enqueue before it.
-            if fires:
-                await redis.ride_out(
-                    lambda: enqueue_fires(
-                        scripts, fires, now, self.actor, s.dedupe_window_ms, token, committed,
-                        dropped,
-                    )
-                )  # fmt: skip
-            if commits:
-                done = await redis.ride_out(
-                    lambda: scripts.commit_fires(self.poller_id, token, commits, writes)
-                )
-        await end_dropped_flights(scripts, dropped)
-        return done
+        s = self.settings
+        return await enqueue_and_commit(
+            scripts, self.actor, self.poller_id, s.dedupe_window_ms, s.claim_lease_ms,
+            self._notices, Tick(token, plan, fires, commits, writes, committed),
+        )  # fmt: skip
 
     def _after_commit(
         self,

@@ -13,7 +13,7 @@ import attrs
 from actors.domain.misfires import FirePlan, plan_fires
 from actors.store.history import COALESCED, DEFAULT_HISTORY, MISFIRE_SKIPPED
 from actors.store.keys import schedule_id
-from actors.store.replies import Claimed, FireCommit, PartitionClaim, fire_commit
+from actors.store.replies import Claimed, FireCommit, PartitionClaim, fire_commit, held_commit
 
 #: A lifecycle line: its event name and fields (``runtime.logging.emit_events``).
 Line = tuple[str, dict[str, Any]]
@@ -118,3 +118,18 @@ def plan_commits(
                 commit.misfire = (fate, task.type, history)
             commits.append(commit)
     return out
+
+
+def hold_back(
+    commits: dict[int, list[FireCommit]],
+    plans: dict[int, list[tuple[Claimed, FirePlan]]],
+    tasks: set[str],
+    hold_ms: int,
+) -> dict[int, list[FireCommit]]:
+    """``commits`` with those of ``tasks`` (whose fires Redis would not take) held back
+    ``hold_ms`` (``held_commit``)."""
+    claimed = {task.task_id: task for items in plans.values() for task, _ in items}
+    return {
+        p: [held_commit(claimed[c.task_id], hold_ms) if c.task_id in tasks else c for c in items]
+        for p, items in commits.items()
+    }

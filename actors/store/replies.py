@@ -105,6 +105,10 @@ class FireCommit:
     misfire: tuple[int, str, int] | None = None
     """The claim found grid times missed: (the history fate standing for them, coalesced
     or skipped; the task's type; the history's length), recorded by the commit."""
+    hold_ms: int = 0
+    """> 0: the task's fires were not appended (Redis rejects its type's stream): its grid
+    and state stay as claimed, and its score moves this long past the commit's time, on
+    Redis's clock (``held_commit``)."""
 
 
 def fire_commit(task: Claimed, next_ms: int | None, score: int | None, fired: int) -> FireCommit:
@@ -112,6 +116,17 @@ def fire_commit(task: Claimed, next_ms: int | None, score: int | None, fired: in
     ``score`` (None exactly when ``next_ms`` is), with ``fired`` fires enqueued."""
     values = advanced_values(task.state, next_ms, fired)
     return FireCommit(task.task_id, task.bucket, score, task.due_ms, pack_values(values), values)
+
+
+def held_commit(task: Claimed, hold_ms: int) -> FireCommit:
+    """The commit of a claimed task whose fires Redis would not take (its type's stream
+    rejected): nothing of it moves but its score, ``hold_ms`` on, so the partition's next
+    claims take its other tasks, and this one is claimed again (its grid time planned
+    again) after that."""
+    return FireCommit(
+        task.task_id, task.bucket, None, task.due_ms, pack_values(task.state), task.state,
+        hold_ms=hold_ms,
+    )  # fmt: skip
 
 
 @attrs.frozen

@@ -166,6 +166,8 @@ class SchedulingScripts(FlightScripts):
             rows: list[Any] = []
             for c in items:
                 score = "" if c.score is None else str(c.score)
+                if c.hold_ms:
+                    score = f"+{c.hold_ms}"
                 rows += [c.task_id, str(c.bucket), score, c.due_ms, c.state]
             args.append(pack_array(rows))
             keys = [k.schedule(partition), k.partition_owner(partition), *marker_keys]

@@ -17,7 +17,9 @@
 --          the task's commit is (history.lua)
 -- then one value: MessagePack of one flat array (one C call decodes it), groups of 5:
 --           task_id, bucket (a string: it goes into key names), score (a string, for ZADD;
---           '' = finished: out of the schedule), due_ms (a number: the grid time claimed),
+--           '' = finished: out of the schedule; '+ms' = held back: this long after now, the
+--           task's fires not appended, its state the claimed one), due_ms (a number: the
+--           grid time claimed),
 --           the new state record (the claimed one with its grid moved on and its fires
 --           counted, built by the poller; its version, STATE_UPDATED_MS, is the claimed one)
 -- Returns {earliest score in the zset after the commit or NONE, lost ids...}, or
@@ -89,7 +91,11 @@ for i = 1, #a, 5 do
     if score == '' then
       finished[#finished + 1] = id
     else
-      if wake[id] then score = ms(now_ms()) end
+      if wake[id] then
+        score = ms(now_ms())
+      elseif string.byte(score, 1) == 43 then  -- '+': held back
+        score = ms(now_ms() + tonumber(string.sub(score, 2)))
+      end
       moved[#moved + 1] = score
       moved[#moved + 1] = id
     end

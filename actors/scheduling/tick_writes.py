@@ -1,0 +1,98 @@
+"""A poller tick's writes: its fires appended to their streams, then its claims committed.
+
+One round trip on a single server with the dedupe window on (each commit checks that every
+enqueue call of the claim left its marker), else two: in a Redis Cluster (the streams and
+the partitions live on different shards) or without markers, the commit waits for the
+enqueue's reply, each ridden out alone (without markers a repeated enqueue appends again).
+
+A type whose stream Redis rejects holds back its own tasks only
+(``actors.scheduling.rejections``): the other types' fires are appended and committed, and
+the held tasks' commits move nothing but their score, a claim lease on (``held_commit``).
+Claimed again then, their grid times are planned again, and a fire a policy put in flight
+for them is appended as one whose decider died (``overlap.lua``: unconfirmed for a claim
+lease). Nothing of theirs is lost and nothing else waits for them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from actors.scheduling.rejections import Notices, Rejected, append_by_type, unless_rejected
+from actors.scheduling.tick_plan import TickPlan, hold_back
+from actors.store.enqueue import enqueue_and_commit_fires, enqueue_fires
+from actors.store.flights import end_dropped_flights
+from actors.store.replies import Commit, Fire, FireCommit
+from actors.store.scripts import Scripts
+from runtime.redis_io import ResponseError
+
+
+@attrs.frozen
+class Tick:
+    """What a tick writes: its claim's token, plan, fires and commits, each partition's
+    count of writes as the claim read it, and the types' earlier claims committed in full
+    (their markers go with this enqueue: ``CommittedClaims``)."""
+
+    token: str
+    plan: TickPlan
+    fires: list[Fire]
+    commits: dict[int, list[FireCommit]]
+    writes: dict[int, int]
+    committed: Mapping[str, Sequence[str]]
+
+
+@attrs.frozen
+class TickWrites:
+    """What the commits did, the commits as sent (a held task's changed), and the fires
+    appended (a held type's left out)."""
+
+    done: dict[int, Commit]
+    commits: dict[int, list[FireCommit]]
+    appended: list[Fire]
+
+
+async def enqueue_and_commit(
+    scripts: Scripts, actor: str, poller: str, window_ms: int, lease_ms: int,
+    notices: Notices, tick: Tick,
+) -> TickWrites:  # fmt: skip
+    """Append ``tick``'s fires and commit its claims (see the module); a fire whose copy
+    was appended already ends its flight. ``window_ms``: the dedupe window; ``lease_ms``:
+    the claim lease, how long a held task waits."""
+    redis = scripts.client
+    token, now, fires, commits = tick.token, tick.plan.now_ms, tick.fires, tick.commits
+    dropped: list[Fire] = []
+
+    async def append(group: list[Fire]) -> int:
+        return await enqueue_fires(
+            scripts, group, now, actor, window_ms, token, tick.committed, dropped
+        )
+
+    rejected: dict[str, ResponseError] = {}
+    done: dict[int, Commit] | None = None
+    if fires and scripts.commits_with_enqueue(window_ms):
+        try:
+            done = await redis.ride_out(
+                functools.partial(unless_rejected, lambda: enqueue_and_commit_fires(
+                    scripts, fires, now, actor, window_ms, token, tick.committed, poller,
+                    commits, tick.writes, dropped,
+                ))
+            )  # fmt: skip
+        except Rejected:  # nothing committed: the others appended, then committed alone
+            rejected = await append_by_type(redis, append, fires, at_once=False)
+    elif fires:
+        rejected = await append_by_type(redis, append, fires, at_once=window_ms > 0)
+    notices.say("type", rejected, (f.type for f in fires))
+    if rejected:
+        held = {f.task_id for f in fires if f.type in rejected}
+        commits = hold_back(commits, tick.plan.plans, held, lease_ms)
+        fires = [f for f in fires if f.type not in rejected]
+    if done is None:
+        done = {}
+        if commits:
+            done = await redis.ride_out(
+                lambda: scripts.commit_fires(poller, token, commits, tick.writes)
+            )
+    await end_dropped_flights(scripts, dropped)
+    return TickWrites(done, commits, fires)
