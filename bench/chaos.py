@@ -12,7 +12,8 @@ test), injects the scenario's fault, and prints one JSON line:
   ``duplicates_unexplained`` (anything else: a bug);
 - ``lag_p50_ms`` / ``lag_p99_ms`` / ``lag_max_ms``: start minus due time;
 - ``first_fresh_fire_s``: from the fault's end (Redis answering again, the pause over, the
-  last node restarted) to the first start of a fire due after it;
+  last node restarted) to the first start of a fire due after it; ``ran_during_faults``:
+  fires due while a fault lasted that started before it ended;
 - ``node_exits``: node processes that exited on their own (a kill of ours is not one);
 - ``reclaimed``, ``actor_crashes``, ``redis_refused``: those lines in the nodes' logs
   (messages taken over from another consumer; actors that crashed; refusal runs begun);
@@ -40,8 +41,12 @@ while the flaky handler's failed first attempts need their retries written),
 ``poison-kill`` (one fire whose handler kills its consumer process, a child of node 0,
 every time it runs, ``max_deliveries`` 3: it alone must go to the dead letters, while the
 fires read with it run: ``dead_letters``, ``dead_letters_not_the_killer``, and the
-consumer's deaths in ``actor_crashes``; a killed fire counts as executed, having started).
-The three Redis-refusal scenarios involve no kill: any duplicate is a bug there.
+consumer's deaths in ``actor_crashes``; a killed fire counts as executed, having started),
+``stream-rejected`` (the tasks spread over two types, the second's stream moved aside and
+a string put in its place for ``--fault-s``, then put back: every call on it rejected,
+``WRONGTYPE``; the first type must go on firing meanwhile: ``ran_during_faults``).
+The three Redis-refusal scenarios and ``stream-rejected`` involve no kill: any duplicate
+is a bug there.
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ from runtime.testing.local_redis import LocalCluster, LocalSentinel, RedisProces
 SCENARIOS = (
     "redis-restart", "redis-stall", "sentinel-failover", "cluster-failover", "cluster-kill",
     "kill-nodes", "kill-children", "stall-nodes", "flaky", "redis-busy", "redis-oom",
-    "long-handler", "poison-kill",
+    "long-handler", "poison-kill", "stream-rejected",
 )  # fmt: skip
 #: Scenarios whose handler fails one fire in ten on its first attempt (retries counted).
 FLAKY = ("flaky", "redis-oom")
@@ -101,7 +106,12 @@ def run(
     try:
         # fire_all: every grid time must run, also those due while Redis was away, so that
         # "missed" counts losses, not fires a coalesce policy merged on purpose.
-        t0_ms, _ = trio.run(_register, url, n, interval_s, "fire_all", cluster is not None)
+        # stream-rejected: two types, the second's stream broken for fault_s
+        types = 2 if scenario == "stream-rejected" else 1
+        t0_ms, _ = trio.run(
+            _register, url, n, interval_s, "fire_all", cluster is not None, None, "allow_all",
+            types,
+        )  # fmt: skip
         before = _count_tasks(url if cluster is not None else server.url, cluster is not None)
         options: dict[str, Any] = {
             "handler": "bench.handlers:record_flushed", "lease_s": 5.0,
@@ -115,6 +125,8 @@ def run(
             concurrency = max(concurrency, int(n / interval_s * (hold_s + 5) / nodes) + 50)
         if scenario == "kill-children":
             options["processes"] = 1
+        if types > 1:
+            options["types"] = types
         killer_s = t0_ms / 1000 + interval_s + 2  # poison-kill: when its fire is due
         if scenario == "poison-kill":
             options |= {"handler": "bench.handlers:record_or_die", "processes": 1,
@@ -195,6 +207,8 @@ def _inject(
         return [(start, start + fault_s)], 0
     if scenario == "redis-busy":
         return [_busy(server, fault_s)], 0
+    if scenario == "stream-rejected":  # a key of another kind where a stream should be
+        return [_reject_stream(server, f"{{{NAMESPACE}:q:bench1}}:queue", fault_s)], 0
     if scenario == "redis-oom":
         client = redis.Redis.from_url(server.url)
         start = time.time()
@@ -234,6 +248,24 @@ def _inject(
                 procs[i].send_signal(signal.SIGCONT)
             faults.append((start, time.time()))
     return faults, exits
+
+
+def _reject_stream(server: RedisProcess, stream: str, fault_s: float) -> tuple[float, float]:
+    """``stream`` moved aside and a string put in its place for ``fault_s`` (every call
+    on it rejected: WRONGTYPE), then put back with its messages and group."""
+    client = redis.Redis.from_url(server.url)
+    aside = f"{stream}:aside"
+    start = time.time()
+    client.eval(
+        "redis.call('RENAME', KEYS[1], KEYS[2]) redis.call('SET', KEYS[1], 'not a stream')",
+        2, stream, aside,
+    )  # fmt: skip
+    time.sleep(fault_s)
+    client.eval(
+        "redis.call('DEL', KEYS[1]) redis.call('RENAME', KEYS[2], KEYS[1])", 2, stream, aside
+    )
+    client.close()
+    return start, time.time()
 
 
 def _busy(server: RedisProcess, fault_s: float) -> tuple[float, float]:
@@ -284,6 +316,10 @@ def _fault_figures(workdir: Path, faults: list[tuple[float, float]]) -> dict[str
         near = any(s * 1000 - REACH_MS <= due <= e * 1000 + REACH_MS for s, e in faults)
         explained += near
         unexplained += not near
+    ran_during = sum(
+        1 for (_, due, _), times in starts.items()
+        if any(s * 1000 <= due and min(times) <= e * 1000 for s, e in faults)
+    )  # fmt: skip
     fresh: list[float] = []
     if faults:
         end_ms = max(e for _, e in faults) * 1000
@@ -296,6 +332,7 @@ def _fault_figures(workdir: Path, faults: list[tuple[float, float]]) -> dict[str
         "duplicates_explained": explained,
         "duplicates_unexplained": unexplained,
         "first_fresh_fire_s": round(min(fresh) / 1000, 3) if fresh else None,
+        "ran_during_faults": ran_during,
     }
 
 

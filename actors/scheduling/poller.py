@@ -255,7 +255,7 @@ class Poller:
         writes = {c.partition: c.writes for c in claims}
         w = await self._enqueue_and_commit(scripts, token, plan, decided.fires, commits, writes)
         return self._after_commit(
-            token, plan.now_ms, claims, w.commits, writes, w.done, w.appended, log
+            token, plan.now_ms, claims, w.commits, writes, w.done, w.appended, w.held, log
         )
 
     async def _claim(
@@ -349,6 +349,7 @@ class Poller:
         writes: dict[int, int],
         done: dict[int, Commit],
         fires: list[Fire],
+        held: bool,
         log: structlog.typing.FilteringBoundLogger,
     ) -> TickResult:
         """Remember what the tick committed: the states it wrote (the next claims need
@@ -362,7 +363,8 @@ class Poller:
             self._remember(p, writes[p], commits[p], commit)
         earliest_by_partition |= {p: commit.earliest_ms for p, commit in done.items()}
         types = {f.type for f in fires}
-        in_full = not any(commit.lost for commit in done.values())
+        # a claim with tasks held back stays in flight: not committed in full
+        in_full = not held and not any(commit.lost for commit in done.values())
         if done and in_full and types and self.settings.dedupe_window_ms > 0:
             self._committed.add(token, types)
         at = trio.current_time()

@@ -5,12 +5,15 @@ enqueue call of the claim left its marker), else two: in a Redis Cluster (the st
 the partitions live on different shards) or without markers, the commit waits for the
 enqueue's reply, each ridden out alone (without markers a repeated enqueue appends again).
 
-A type whose stream Redis rejects holds back its own tasks only
-(``actors.scheduling.rejections``): the other types' fires are appended and committed, and
-the held tasks' commits move nothing but their score, a claim lease on (``held_commit``).
-Claimed again then, their grid times are planned again, and a fire a policy put in flight
-for them is appended as one whose decider died (``overlap.lua``: unconfirmed for a claim
-lease). Nothing of theirs is lost and nothing else waits for them.
+With the dedupe window on, a type whose stream Redis rejects holds back its own tasks
+only (``actors.scheduling.rejections``): the other types' fires are appended (type by type,
+their markers making the repeat of a call that went through answer as before) and
+committed, and the held tasks' commits move nothing but their score, a claim lease on
+(``held_commit``), and keep the claim in flight (a later claim of a held task finds what
+this one appended). Claimed again then, a held task's grid times are planned again like
+any late task's (its misfire policy and catch-up window apply), and a fire a policy put in
+flight for it is appended by its next decision. Without the window (no markers) a
+rejection is waited out, every type with it.
 """
 
 from __future__ import annotations
@@ -45,12 +48,14 @@ class Tick:
 
 @attrs.frozen
 class TickWrites:
-    """What the commits did, the commits as sent (a held task's changed), and the fires
-    appended (a held type's left out)."""
+    """What the commits did, the commits as sent (a held task's changed), the fires
+    appended (a held type's left out), and whether tasks were held back."""
 
     done: dict[int, Commit]
     commits: dict[int, list[FireCommit]]
     appended: list[Fire]
+    held: bool
+    """Whether tasks were held back (the claim stays in flight)."""
 
 
 async def enqueue_and_commit(
@@ -81,8 +86,10 @@ async def enqueue_and_commit(
             )  # fmt: skip
         except Rejected:  # nothing committed: the others appended, then committed alone
             rejected = await append_by_type(redis, append, fires, at_once=False)
-    elif fires:
-        rejected = await append_by_type(redis, append, fires, at_once=window_ms > 0)
+    elif fires and window_ms > 0:
+        rejected = await append_by_type(redis, append, fires, at_once=True)
+    elif fires:  # no markers: a call repeated appends again, so a rejection is waited out
+        await redis.ride_out(lambda: append(fires))
     notices.say("type", rejected, (f.type for f in fires))
     if rejected:
         held = {f.task_id for f in fires if f.type in rejected}
@@ -95,4 +102,4 @@ async def enqueue_and_commit(
                 lambda: scripts.commit_fires(poller, token, commits, tick.writes)
             )
     await end_dropped_flights(scripts, dropped)
-    return TickWrites(done, commits, fires)
+    return TickWrites(done, commits, fires, bool(rejected))

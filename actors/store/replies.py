@@ -123,6 +123,8 @@ def held_commit(task: Claimed, hold_ms: int) -> FireCommit:
     rejected): nothing of it moves but its score, ``hold_ms`` on, so the partition's next
     claims take its other tasks, and this one is claimed again (its grid time planned
     again) after that."""
+    if hold_ms <= 0:  # a score of None alone would take the task out of the schedule
+        raise ValueError(f"hold_ms must be positive, got {hold_ms}")
     return FireCommit(
         task.task_id, task.bucket, None, task.due_ms, pack_values(task.state), task.state,
         hold_ms=hold_ms,

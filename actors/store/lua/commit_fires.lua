@@ -18,8 +18,9 @@
 -- then one value: MessagePack of one flat array (one C call decodes it), groups of 5:
 --           task_id, bucket (a string: it goes into key names), score (a string, for ZADD;
 --           '' = finished: out of the schedule; '+ms' = held back: this long after now, the
---           task's fires not appended, its state the claimed one), due_ms (a number: the
---           grid time claimed),
+--           task's fires not appended, its state the claimed one, a fire this claim put
+--           in flight for it left to its next decision, the claim kept in flight), due_ms
+--           (a number: the grid time claimed),
 --           the new state record (the claimed one with its grid moved on and its fires
 --           counted, built by the poller; its version, STATE_UPDATED_MS, is the claimed one)
 -- Returns {earliest score in the zset after the commit or NONE, lost ids...}, or
@@ -93,8 +94,18 @@ for i = 1, #a, 5 do
     else
       if wake[id] then
         score = ms(now_ms())
-      elseif string.byte(score, 1) == 43 then  -- '+': held back
+      elseif string.byte(score, 1) == 43 then  -- '+': held back, its fires not appended
         score = ms(now_ms() + tonumber(string.sub(score, 2)))
+        -- A fire this claim put in flight for it has no decider left on its way: the
+        -- task's next decision appends it at once (a 'by' without its time: overlap.lua).
+        local f = get_flight(tag .. ':flight', id)
+        if f.by == token and f.at then
+          f.at = nil
+          put_flight(tag .. ':flight', id, f)
+        end
+        -- Claimed again, it must find whatever this claim appended of its type (an
+        -- earlier call of the type may have gone through): kept in flight.
+        keep = true
       end
       moved[#moved + 1] = score
       moved[#moved + 1] = id
