@@ -248,12 +248,14 @@ class Poller:
         # lifecycle time); the claim's own line is a debug line.
         if plan.scheduled:
             emit_events(self.actor, plan.scheduled, level="debug")
-        if plan.misfired:
-            emit_events(self.actor, plan.misfired)
         decided = await self._apply_policies(scripts, token, plan)
         commits = plan_commits(plan.plans, decided.commits, decided.tracked, self.settings.history)
         writes = {c.partition: c.writes for c in claims}
         w = await self._enqueue_and_commit(scripts, token, plan, decided.fires, commits, writes)
+        # A task held back is planned again when claimed again: said then, not twice.
+        misfired = [m for m in plan.misfired if m[1]["task_id"] not in w.held]
+        if misfired:
+            emit_events(self.actor, misfired)
         return self._after_commit(
             token, plan.now_ms, claims, w.commits, writes, w.done, w.appended, w.held, log
         )
@@ -349,7 +351,7 @@ class Poller:
         writes: dict[int, int],
         done: dict[int, Commit],
         fires: list[Fire],
-        held: bool,
+        held: set[str],
         log: structlog.typing.FilteringBoundLogger,
     ) -> TickResult:
         """Remember what the tick committed: the states it wrote (the next claims need

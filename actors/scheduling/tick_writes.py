@@ -49,13 +49,13 @@ class Tick:
 @attrs.frozen
 class TickWrites:
     """What the commits did, the commits as sent (a held task's changed), the fires
-    appended (a held type's left out), and whether tasks were held back."""
+    appended (a held type's left out), and the tasks held back."""
 
     done: dict[int, Commit]
     commits: dict[int, list[FireCommit]]
     appended: list[Fire]
-    held: bool
-    """Whether tasks were held back (the claim stays in flight)."""
+    held: set[str]
+    """The tasks held back (then the claim stays in flight)."""
 
 
 async def enqueue_and_commit(
@@ -75,6 +75,7 @@ async def enqueue_and_commit(
         )
 
     rejected: dict[str, ResponseError] = {}
+    held: set[str] = set()
     done: dict[int, Commit] | None = None
     if fires and scripts.commits_with_enqueue(window_ms):
         try:
@@ -102,4 +103,4 @@ async def enqueue_and_commit(
                 lambda: scripts.commit_fires(poller, token, commits, tick.writes)
             )
     await end_dropped_flights(scripts, dropped)
-    return TickWrites(done, commits, fires, bool(rejected))
+    return TickWrites(done, commits, fires, held)
