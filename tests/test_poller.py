@@ -1119,6 +1119,46 @@ async def tasks_in_partitions(
     return store, past, ids
 
 
+async def test_a_held_back_task_is_said_misfired_once_when_its_stream_is_back(
+    redis_client: RedisClient, namespace: str, log_lines: Callable[[], list[dict[str, Any]]]
+) -> None:
+    """A task held back longer than its interval is planned again from the same grid time
+    at each claim: its missed times are said (``misfired``, and counted) once, by the claim
+    that fires it, not again at every hold."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    past = await store.now_ms() - 10
+    ids = ["x0", "x1"]
+    every = Schedule("interval", every_s=1, start_ms=past)  # misfire: coalesce
+    await store.create_many([TaskSpec("t", every, task_id=i) for i in ids])
+    keys = await store.keys()
+    scripts = await store.scripts()
+    await store.client.execute("SET", keys.queue("t"), "not a stream")
+    poller = Poller(store, PollerSettings(claim_lease_ms=1000))
+    held = 0
+
+    async def held_twice() -> bool:  # claimed again (a second past its grid time) and held
+        nonlocal held
+        await poller.tick(scripts, [0], get_logger())
+        held = len([e for e in log_lines() if e["event"] == "fires_held_back"])
+        scores = [await store.client.execute("ZSCORE", keys.schedule(0), i) for i in ids]
+        return all(float(score) > past + 2500 for score in scores)
+
+    await eventually(held_twice, poll_s=0.1)
+    assert held == 1
+    assert [e for e in log_lines() if e["event"] == "misfired"] == []
+    await store.client.execute("DEL", keys.queue("t"))
+
+    async def fired() -> bool:
+        await poller.tick(scripts, [0], get_logger())
+        return len(await stream_fires(store, "t")) >= len(ids)
+
+    await eventually(fired, poll_s=0.1)
+    misfired = [e for e in log_lines() if e["event"] == "misfired"]
+    assert sorted(e["task_id"] for e in misfired) == ids
+    assert all(e["missed"] >= 1 and e["due_ms"] == past for e in misfired)
+    assert len(await stream_fires(store, "t")) == len(ids)  # coalesced: one fire each
+
+
 @pytest.mark.parametrize(("partitions", "overlap"), [
     (1, "allow_all"), (4, "allow_all"), (4, "skip"), (4, "buffer_one"),
 ])  # fmt: skip
