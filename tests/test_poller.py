@@ -1119,6 +1119,36 @@ async def tasks_in_partitions(
     return store, past, ids
 
 
+async def test_without_the_dedupe_window_a_rejected_stream_is_waited_out(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """Without markers a repeated call appends again, so nothing is sent type by type: the
+    enqueue (its stream key holds a string: WRONGTYPE) is repeated with backoff, nothing
+    is committed meanwhile, and the fires go once the stream can take them, each once."""
+    store, past, ids = await tasks_in_partitions(redis_client, namespace, 4)
+    keys = await store.keys()
+    scripts = await store.scripts()
+    await store.client.execute("SET", keys.queue("t"), "not a stream")
+    poller = Poller(store, PollerSettings(dedupe_window_ms=0))
+    results: list[TickResult] = []
+
+    async def tick() -> None:
+        results.append(await poller.tick(scripts, list(range(4)), get_logger()))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tick)
+        await eventually(lambda: store.client.refusing == "rejected", poll_s=0.01)
+        for task in await store.get_many(ids):
+            assert task is not None and (task.next_run_ms, task.fires) == (past, 0)  # not moved
+        await store.client.execute("DEL", keys.queue("t"))
+    (result,) = results
+    assert result.enqueued == len(ids)
+    fired = sorted(f["schedule_id"] for f in await stream_fires(store, "t"))
+    assert fired == sorted(f"{i}:{past}" for i in ids)
+    for task in await store.get_many(ids):
+        assert task is not None and (task.next_run_ms, task.fires) == (past + 60_000, 1)
+
+
 async def test_a_held_back_task_is_said_misfired_once_when_its_stream_is_back(
     redis_client: RedisClient, namespace: str, log_lines: Callable[[], list[dict[str, Any]]]
 ) -> None:
@@ -1187,7 +1217,8 @@ async def test_a_rejected_stream_holds_back_its_own_type_only(
     everything = list(range(partitions))
     seconds, micros = await store.client.execute("TIME")
     before = int(seconds) * 1000 + int(micros) // 1000  # the scripts' clock
-    result = await poller.tick(scripts, everything, get_logger())
+    with trio.fail_after(30):  # it used to wait for the stream, every type with it
+        result = await poller.tick(scripts, everything, get_logger())
     assert result.enqueued == len(fine)
     assert sorted(f["schedule_id"] for f in await stream_fires(store, "u")) == sorted(
         f"{i}:{past}" for i in fine

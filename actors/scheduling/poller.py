@@ -24,8 +24,9 @@ killed between 1 and 3 leaves its tasks due; the next owner takes the partition 
 lease runs out and claims the same grid times, so the fire is late and maybe duplicated
 (with the same schedule_id) but never lost. A partition has one owner at a time: a poller
 stalled past its lease may still land its enqueue once Redis answers again (a fire twice,
-at most), but its commit is refused. A type whose stream Redis rejects holds back its own
-tasks only, their grid where it was (``actors.scheduling.tick_writes``).
+at most), but its commit is refused. With the dedupe window on, a type whose stream Redis
+rejects holds back its own tasks only, their grid where it was
+(``actors.scheduling.tick_writes``).
 
 Between ticks the poller sleeps until the earliest due time it saw, at most ``max_tick_s``;
 a full batch means more is due, so it loops at once. Its work per tick is proportional to
@@ -253,11 +254,13 @@ class Poller:
         writes = {c.partition: c.writes for c in claims}
         w = await self._enqueue_and_commit(scripts, token, plan, decided.fires, commits, writes)
         # A task held back is planned again when claimed again: said then, not twice.
-        misfired = [m for m in plan.misfired if m[1]["task_id"] not in w.held]
-        if misfired:
-            emit_events(self.actor, misfired)
+        said = [
+            line for line in [*plan.misfired, *decided.not_run] if line[1]["task_id"] not in w.held
+        ]
+        if said:
+            emit_events(self.actor, said)
         return self._after_commit(
-            token, plan.now_ms, claims, w.commits, writes, w.done, w.appended, w.held, log
+            token, plan.now_ms, claims, w.commits, writes, w.done, w.appended, w.kept, log
         )
 
     async def _claim(
@@ -306,7 +309,8 @@ class Poller:
     async def _apply_policies(self, scripts: Scripts, token: str, plan: TickPlan) -> PolicyFires:
         """The planned fires through the tasks' catch-up windows and overlap policies
         (``actors.scheduling.policies``): the running fires a ``cancel_other`` fire
-        replaces are cancelled, and each fire not run is a ``not_run`` line."""
+        replaces are cancelled; each fire not run is a ``not_run`` line, written by the tick
+        after its writes (none for a task held back: it is decided again)."""
         redis = scripts.client
         decided = await redis.ride_out(
             lambda: apply_policies(
@@ -320,8 +324,6 @@ class Poller:
         )
         if decided.cancels:
             await redis.ride_out(lambda: scripts.cancel_fires(decided.cancels))
-        if decided.not_run:
-            emit_events(self.actor, decided.not_run)
         return decided
 
     async def _enqueue_and_commit(
@@ -351,7 +353,7 @@ class Poller:
         writes: dict[int, int],
         done: dict[int, Commit],
         fires: list[Fire],
-        held: set[str],
+        kept: bool,
         log: structlog.typing.FilteringBoundLogger,
     ) -> TickResult:
         """Remember what the tick committed: the states it wrote (the next claims need
@@ -365,8 +367,8 @@ class Poller:
             self._remember(p, writes[p], commits[p], commit)
         earliest_by_partition |= {p: commit.earliest_ms for p, commit in done.items()}
         types = {f.type for f in fires}
-        # a claim with tasks held back stays in flight: not committed in full
-        in_full = not held and not any(commit.lost for commit in done.values())
+        # a claim kept in flight (tasks held back) is not committed in full
+        in_full = not kept and not any(commit.lost for commit in done.values())
         if done and in_full and types and self.settings.dedupe_window_ms > 0:
             self._committed.add(token, types)
         at = trio.current_time()

@@ -125,11 +125,15 @@ def hold_back(
     plans: dict[int, list[tuple[Claimed, FirePlan]]],
     tasks: set[str],
     hold_ms: int,
+    keep: bool = False,
 ) -> dict[int, list[FireCommit]]:
     """``commits`` with those of ``tasks`` (whose fires Redis would not take) held back
-    ``hold_ms`` (``held_commit``)."""
+    ``hold_ms`` (``held_commit``; ``keep``: the claim stays in flight)."""
     claimed = {task.task_id: task for items in plans.values() for task, _ in items}
     return {
-        p: [held_commit(claimed[c.task_id], hold_ms) if c.task_id in tasks else c for c in items]
+        p: [
+            held_commit(claimed[c.task_id], hold_ms, keep) if c.task_id in tasks else c
+            for c in items
+        ]
         for p, items in commits.items()
     }

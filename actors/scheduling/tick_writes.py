@@ -9,16 +9,18 @@ With the dedupe window on, a type whose stream Redis rejects holds back its own 
 only (``actors.scheduling.rejections``): the other types' fires are appended (type by type,
 their markers making the repeat of a call that went through answer as before) and
 committed, and the held tasks' commits move nothing but their score, a claim lease on
-(``held_commit``), and keep the claim in flight (a later claim of a held task finds what
-this one appended). Claimed again then, a held task's grid times are planned again like
-any late task's (its misfire policy and catch-up window apply), and a fire a policy put in
-flight for it is appended by its next decision. Without the window (no markers) a
-rejection is waited out, every type with it.
+(``held_commit``; the claim is kept in flight when a held type took several calls, for a
+later claim of a held task to find what this one appended). Claimed again then, a held
+task's grid times are planned again like any late task's (its misfire policy and catch-up
+window apply), and a fire a policy put in flight for it is appended by its next decision,
+however late. Without the window (no markers) a rejection is waited out, every type with
+it.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -28,6 +30,7 @@ from actors.scheduling.tick_plan import TickPlan, hold_back
 from actors.store.enqueue import enqueue_and_commit_fires, enqueue_fires
 from actors.store.flights import end_dropped_flights
 from actors.store.replies import Commit, Fire, FireCommit
+from actors.store.scheduling_scripts import ENQUEUE_CHUNK
 from actors.store.scripts import Scripts
 from runtime.redis_io import ResponseError
 
@@ -55,7 +58,9 @@ class TickWrites:
     commits: dict[int, list[FireCommit]]
     appended: list[Fire]
     held: set[str]
-    """The tasks held back (then the claim stays in flight)."""
+    """The tasks held back."""
+    kept: bool
+    """Whether the claim stays in flight (``hold_back``'s ``keep``)."""
 
 
 async def enqueue_and_commit(
@@ -76,6 +81,7 @@ async def enqueue_and_commit(
 
     rejected: dict[str, ResponseError] = {}
     held: set[str] = set()
+    kept = False
     done: dict[int, Commit] | None = None
     if fires and scripts.commits_with_enqueue(window_ms):
         try:
@@ -94,7 +100,12 @@ async def enqueue_and_commit(
     notices.say("type", rejected, (f.type for f in fires))
     if rejected:
         held = {f.task_id for f in fires if f.type in rejected}
-        commits = hold_back(commits, tick.plan.plans, held, lease_ms)
+        # A type appended in several calls may have had one go through before another was
+        # rejected: then the claim stays in flight, for the held tasks' next claim to find
+        # what it appended (a type rejected whole, WRONGTYPE, leaves nothing: it need not).
+        by_type = Counter(f.type for f in fires if f.type in rejected)
+        kept = any(count > ENQUEUE_CHUNK for count in by_type.values())
+        commits = hold_back(commits, tick.plan.plans, held, lease_ms, kept)
         fires = [f for f in fires if f.type not in rejected]
     if done is None:
         done = {}
@@ -103,4 +114,4 @@ async def enqueue_and_commit(
                 lambda: scripts.commit_fires(poller, token, commits, tick.writes)
             )
     await end_dropped_flights(scripts, dropped)
-    return TickWrites(done, commits, fires, held)
+    return TickWrites(done, commits, fires, held, kept)

@@ -109,6 +109,9 @@ class FireCommit:
     """> 0: the task's fires were not appended (Redis rejects its type's stream): its grid
     and state stay as claimed, and its score moves this long past the commit's time, on
     Redis's clock (``held_commit``)."""
+    keep: bool = False
+    """With ``hold_ms``: the claim stays in flight (its type needed several enqueue calls,
+    and one may have gone through: the task's next claim must find what it appended)."""
 
 
 def fire_commit(task: Claimed, next_ms: int | None, score: int | None, fired: int) -> FireCommit:
@@ -118,7 +121,7 @@ def fire_commit(task: Claimed, next_ms: int | None, score: int | None, fired: in
     return FireCommit(task.task_id, task.bucket, score, task.due_ms, pack_values(values), values)
 
 
-def held_commit(task: Claimed, hold_ms: int) -> FireCommit:
+def held_commit(task: Claimed, hold_ms: int, keep: bool = False) -> FireCommit:
     """The commit of a claimed task whose fires Redis would not take (its type's stream
     rejected): nothing of it moves but its score, ``hold_ms`` on, so the partition's next
     claims take its other tasks, and this one is claimed again (its grid time planned
@@ -127,7 +130,7 @@ def held_commit(task: Claimed, hold_ms: int) -> FireCommit:
         raise ValueError(f"hold_ms must be positive, got {hold_ms}")
     return FireCommit(
         task.task_id, task.bucket, None, task.due_ms, pack_values(task.state), task.state,
-        hold_ms=hold_ms,
+        hold_ms=hold_ms, keep=keep,
     )  # fmt: skip
 
 

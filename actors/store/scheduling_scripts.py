@@ -167,7 +167,7 @@ class SchedulingScripts(FlightScripts):
             for c in items:
                 score = "" if c.score is None else str(c.score)
                 if c.hold_ms:
-                    score = f"+{c.hold_ms}"
+                    score = f"{'*' if c.keep else '+'}{c.hold_ms}"
                 rows += [c.task_id, str(c.bucket), score, c.due_ms, c.state]
             args.append(pack_array(rows))
             keys = [k.schedule(partition), k.partition_owner(partition), *marker_keys]

@@ -19,8 +19,9 @@
 --           task_id, bucket (a string: it goes into key names), score (a string, for ZADD;
 --           '' = finished: out of the schedule; '+ms' = held back: this long after now, the
 --           task's fires not appended, its state the claimed one, a fire this claim put
---           in flight for it left to its next decision, the claim kept in flight), due_ms
---           (a number: the grid time claimed),
+--           in flight for it left to its next decision; '*ms' the same, the claim kept in
+--           flight: its type needed several enqueue calls, one may have gone through),
+--           due_ms (a number: the grid time claimed),
 --           the new state record (the claimed one with its grid moved on and its fires
 --           counted, built by the poller; its version, STATE_UPDATED_MS, is the claimed one)
 -- Returns {earliest score in the zset after the commit or NONE, lost ids...}, or
@@ -94,7 +95,8 @@ for i = 1, #a, 5 do
     else
       if wake[id] then
         score = ms(now_ms())
-      elseif string.byte(score, 1) == 43 then  -- '+': held back, its fires not appended
+      elseif string.byte(score, 1) == 43 or string.byte(score, 1) == 42 then  -- '+', '*'
+        local kept = string.byte(score, 1) == 42
         score = ms(now_ms() + tonumber(string.sub(score, 2)))
         -- A fire this claim put in flight for it has no decider left on its way: the
         -- task's next decision appends it at once (a 'by' without its time: overlap.lua).
@@ -103,9 +105,9 @@ for i = 1, #a, 5 do
           f.at = nil
           put_flight(tag .. ':flight', id, f)
         end
-        -- Claimed again, it must find whatever this claim appended of its type (an
-        -- earlier call of the type may have gone through): kept in flight.
-        keep = true
+        -- '*': its type needed several calls, of which an earlier one may have gone
+        -- through; claimed again, it must find what that appended: kept in flight.
+        keep = keep or kept
       end
       moved[#moved + 1] = score
       moved[#moved + 1] = id
