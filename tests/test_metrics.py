@@ -104,6 +104,20 @@ def test_events_become_samples_with_bounded_labels() -> None:
     assert get("metronome_handler_duration_seconds_count") == 2
 
 
+def test_a_held_back_type_counts_as_a_rejected_step() -> None:
+    """A type's stream rejected is not waited on (its fires are held back), but the
+    refusals counter, and with it the ``MetronomeRedisRefusing`` alert, still sees it."""
+    name = "metronome_redis_refusals_total"
+    before = REGISTRY.get_sample_value(name, {"kind": "rejected"}) or 0.0
+    with counting():
+        emit_events("node/x", [
+            ("fires_held_back", {"type": "t", "error": "WRONGTYPE"}),
+            ("retries_held_back", {"partition": "3", "error": "WRONGTYPE"}),
+            ("fires_resumed", {"type": "t"}),
+        ])  # fmt: skip
+    assert (REGISTRY.get_sample_value(name, {"kind": "rejected"}) or 0.0) - before == 2
+
+
 async def test_while_a_writer_runs_counts_are_written_by_it_and_none_are_lost() -> None:
     """With a ``MetricsWriter`` running, a batch's counts wait for its next write (every
     0.25 s); as it stops it writes the rest, and batches are written at once again."""

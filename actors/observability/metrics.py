@@ -5,7 +5,8 @@
 ``misfired``, ``not_run``, ``duplicate_dropped``, ``reclaimed`` event (the first three
 as one summary a batch: ``fires_queued`` and ``runs_started`` where their debug lines are
 off, and ``runs_finished`` always), every step Redis refused (``redis_refused``, from
-``runtime.redis_io``) and every actor restart or give-up becomes a sample, so the
+``runtime.redis_io``; ``fires_held_back`` and ``retries_held_back`` count as rejected)
+and every actor restart or give-up becomes a sample, so the
 metrics say what the audit log says (within about 0.25 s, where a ``MetricsWriter``
 gathers the writes). Labels are the task type, an outcome or reason from a fixed set, or
 an actor path (the tree's shape): never a task id, so cardinality stays bounded.
@@ -88,7 +89,8 @@ DURATION = Histogram(
 REDIS_REFUSALS = Counter(
     "metronome_redis_refusals_total",
     "Steps Redis refused and that wait to be repeated, by kind: refused_write (OOM, "
-    "MISCONF, NOREPLICAS), permission (NOPERM, a disabled command) or rejected.",
+    "MISCONF, NOREPLICAS), permission (NOPERM, a disabled command) or rejected (also a "
+    "type's stream or a partition rejected, whose fires or retries are held back).",
     ["kind"],
 )
 RESTARTS = Counter("metronome_actor_restarts_total", "Actor restarts by its supervisor.", ["actor"])
@@ -213,6 +215,8 @@ def _tally_events(
             tally[(RECLAIMS, kind)] += 1
         elif event == "redis_refused":
             tally[(REDIS_REFUSALS, str(fields.get("kind", "")))] += 1
+        elif event in ("fires_held_back", "retries_held_back"):  # held back, not waited on
+            tally[(REDIS_REFUSALS, "rejected")] += 1
         elif event == "actor_restarting":
             tally[(RESTARTS, actor)] += 1
         elif event == "actor_gave_up":
