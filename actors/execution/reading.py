@@ -35,6 +35,8 @@ from actors.store.streams import Streams
 from runtime.channels import Mailbox
 from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.logging import debug_enabled, emit_events, notify_observers
+from runtime.redis_io import ResponseError
+from runtime.redis_replies import refused, restarts
 
 if TYPE_CHECKING:
     from actors.execution.consumer import ConsumerState
@@ -112,9 +114,15 @@ class Reader:
                 messages, malformed = await self.streams.read_group(
                     self.type, consumer, self.free.value, self.block_ms
                 )
-            except RedisRefused as exc:
-                # Refused (NOREPLICAS, a permission): PING answers at once, so wait as
+            except (RedisRefused, ResponseError) as exc:
+                # Refused (NOREPLICAS, a permission) or rejected (the stream's key holds
+                # another kind of value: WRONGTYPE): PING answers at once, so wait as
                 # ride_out does for a refusal (backoff, one line a run), not for an outage.
+                # A stream or group gone (NOGROUP) fails the read: the actor creates it again.
+                if isinstance(exc, ResponseError):
+                    if restarts(exc):
+                        raise
+                    exc = refused(exc, self.scripts.client.description)
                 self._refusals += 1
                 await self.scripts.client.wait_refused(exc, self._refusals, self.actor)
                 messages, malformed = await self._recover_unseen(consumer, 0)
