@@ -44,9 +44,10 @@ fires read with it run: ``dead_letters``, ``dead_letters_not_the_killer``, and t
 consumer's deaths in ``actor_crashes``; a killed fire counts as executed, having started),
 ``stream-rejected`` (the tasks spread over two types, the second's stream moved aside and
 a string put in its place for ``--fault-s``, then put back: every call on it rejected,
-``WRONGTYPE``; the first type must go on firing meanwhile: ``ran_during_faults``).
-The three Redis-refusal scenarios and ``stream-rejected`` involve no kill: any duplicate
-is a bug there.
+``WRONGTYPE``; the first type must go on firing meanwhile: ``ran_during_faults``; its
+renewals and acknowledgements wait too, so a fault as long as the 5 s message lease may
+have a message taken over, ``reclaimed``, and run again).
+The three Redis-refusal scenarios involve no kill: any duplicate is a bug there.
 """
 
 from __future__ import annotations

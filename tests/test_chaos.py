@@ -63,8 +63,12 @@ def test_nothing_is_lost_under(scenario: str, args: list[str]) -> None:
         assert figures["dead_letters_not_the_killer"] == 0, figures
     if scenario == "stream-rejected":  # the other type fired while one stream was broken
         assert figures["ran_during_faults"] > 100, figures
-    no_kill = ("redis-busy", "redis-oom", "stream-rejected")
-    if scenario in no_kill:
+        assert figures["actor_crashes"] == 0, figures
+        # No kill, but the fault is as long as the message lease (renewals and acks of the
+        # broken stream wait too): a message whose lease ran out may be taken over and run
+        # again, as after a pause longer than the lease. Any other duplicate is a bug.
+        assert figures["duplicates"] <= figures["reclaimed"], figures
+    if scenario in ("redis-busy", "redis-oom"):
         assert figures["duplicates"] == 0, figures  # no kill: a duplicate is a bug
         assert figures["actor_crashes"] == 0, figures
 
