@@ -663,12 +663,11 @@ async def test_due_tasks_reach_their_stream_once_per_due_time(
     store: TaskStore, debug_log_lines: Callable[[], list[dict[str, Any]]], definition_cache: int
 ) -> None:
     log_lines = debug_log_lines  # "scheduled" and "queued" are debug lines
-    # A second for the poller to come up on a loaded machine: a first claim more than one
-    # interval late would coalesce the grid times it missed.
+    # A second for the poller to come up on a loaded machine; fire_all: a claim more than
+    # one interval late (a stalled machine) fires every grid time it finds due, no gap.
     start = await store.now_ms() + 1000
-    specs = [
-        TaskSpec("beat", Schedule("interval", every_s=0.2, start_ms=start), i) for i in range(30)
-    ]
+    every = Schedule("interval", every_s=0.2, start_ms=start, misfire="fire_all")
+    specs = [TaskSpec("beat", every, i) for i in range(30)]
     ids = {c.task_id for c in await store.create_many(specs)}
 
     async def five_each() -> bool:
@@ -695,7 +694,8 @@ async def test_due_tasks_reach_their_stream_once_per_due_time(
         (task_id, f"{task_id}:{due}") for task_id, dues in by_task.items() for due in dues
     }
     scheduled = [e for e in logs if e["event"] == "scheduled"]
-    assert len(scheduled) == len(queued)  # one claim per fire: nothing was late
+    # one claim per fire, but for a claim late enough to find two grid times due
+    assert 0 < len(scheduled) <= len(queued)
 
 
 async def test_a_task_created_while_its_partition_had_nothing_due_is_noticed(
