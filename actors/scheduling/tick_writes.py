@@ -91,7 +91,8 @@ async def enqueue_and_commit(
                     commits, tick.writes, dropped,
                 ))
             )  # fmt: skip
-        except Rejected:  # nothing committed: the others appended, then committed alone
+        except Rejected:  # the calls again type by type (a call that went through answers
+            # from its marker), then the commits alone (one that ran finds its states)
             rejected = await append_by_type(redis, append, fires, at_once=False)
     elif fires and window_ms > 0:
         rejected = await append_by_type(redis, append, fires, at_once=True)

@@ -96,7 +96,9 @@ for i = 1, #a, 5 do
       if wake[id] then
         score = ms(now_ms())
       elseif string.byte(score, 1) == 43 or string.byte(score, 1) == 42 then  -- '+', '*'
-        local kept = string.byte(score, 1) == 42
+        -- '*': its type needed several calls, of which an earlier one may have gone
+        -- through; claimed again, it must find what that appended: kept in flight.
+        keep = keep or string.byte(score, 1) == 42
         score = ms(now_ms() + tonumber(string.sub(score, 2)))
         -- A fire this claim put in flight for it has no decider left on its way: the
         -- task's next decision appends it at once (a 'by' without its time: overlap.lua).
@@ -105,9 +107,6 @@ for i = 1, #a, 5 do
           f.at = nil
           put_flight(tag .. ':flight', id, f)
         end
-        -- '*': its type needed several calls, of which an earlier one may have gone
-        -- through; claimed again, it must find what that appended: kept in flight.
-        keep = keep or kept
       end
       moved[#moved + 1] = score
       moved[#moved + 1] = id
