@@ -124,3 +124,27 @@ async def test_an_enqueue_drops_a_fire_any_of_its_prior_claims_appended(
     again = Fire("t", "w", "{}", 1000, prior="claim-1 claim-2")
     assert await scripts.enqueue([again], 1000, 60_000, "claim-3") == [False]
     assert await scripts.client.execute("XLEN", scripts.keys.queue("w")) == 1
+
+
+async def _not_run(scripts: Scripts, task_id: str) -> str:
+    raw = await scripts.client.execute("HGET", scripts.keys.not_run(0), task_id)
+    return "" if raw is None else raw.decode()
+
+
+@pytest.mark.parametrize("letter", ["A", "S"])
+async def test_expired_grid_times_decided_again_are_counted_once(
+    scripts: Scripts, letter: str
+) -> None:
+    """A decision repeated (the same claim sent again after a lost reply, or a task whose
+    stream Redis rejects claimed again a lease later with its grid unmoved) sees the same
+    expired grid times again: the not-run count ``explain`` shows counts each once."""
+    await _exists(scripts, "t")
+    await scripts.decide_overlaps("claim", {0: [Planned("t", letter, [5000], [1000, 2000])]})
+    assert await _not_run(scripts, "t") == "2 expired 2000 -"
+    await scripts.decide_overlaps("claim", {0: [Planned("t", letter, [5000], [1000, 2000])]})
+    assert await _not_run(scripts, "t") == "2 expired 2000 -"
+    await scripts.decide_overlaps("next", {0: [Planned("t", letter, [], [1000, 2000, 3000])]})
+    assert await _not_run(scripts, "t") == "3 expired 3000 -"
+    # A later grid decision counts its own expired times (and only those).
+    await scripts.decide_overlaps("later", {0: [Planned("t", letter, [], [7000])]})
+    assert await _not_run(scripts, "t") == "4 expired 7000 -"

@@ -108,8 +108,20 @@ while i <= #ARGV do
     if ends and #f.waiting > 0 and f.hw then park = string.format('%d', f.hw) end
     put_flight(KEYS[1], id, f)
   end
+  -- Expired grid times are noted last, in order: a record whose last note is 'expired'
+  -- holds the latest one noted, and a decision made again (the same claim sent again, a
+  -- task whose stream Redis rejects claimed again with its grid unmoved) counts only the
+  -- later ones, so the count says how many fires were dropped, not how often.
+  local fresh = m
+  if grid and m > 0 then
+    local last = string.match(redis.call('HGET', KEYS[2], id) or '', '^%d+ expired (%d+) ')
+    if last then
+      last = tonumber(last)
+      while fresh > 0 and tonumber(ARGV[first + n + m - fresh]) <= last do fresh = fresh - 1 end
+    end
+  end
   if #skipped > 0 then note_not_run(KEYS[2], id, #skipped, 'overlap', skipped[#skipped], blocking) end
-  if m > 0 then note_not_run(KEYS[2], id, m, 'expired', ARGV[first + n + m - 1], '') end
+  if fresh > 0 then note_not_run(KEYS[2], id, fresh, 'expired', ARGV[first + n + m - 1], '') end
   if grid and #skipped + m > 0
       and redis.call('HGET', tag .. ':state:' .. bucket_of(id, buckets), id) then
     local fates = {}
