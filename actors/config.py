@@ -15,6 +15,7 @@ import attrs
 
 from actors.domain.api_keys import KEY_ID_PATTERN, ApiKey
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS
+from actors.store.flights import DEFAULT_CLAIM_LEASE_MS
 from actors.store.history import DEFAULT_HISTORY, MAX_HISTORY
 from actors.store.keys import DEFAULT_BUCKETS, MAX_BUCKETS
 from runtime.config import (
@@ -105,7 +106,7 @@ class SchedulerSection:
     lateness. It caps ``min_tick_s`` (whose longer pauses gather more fires a tick for
     less CPU): 10 keeps the enqueue lag a poller adds to ~10 ms at any rate, at some CPU
     below ~10,000 fires/s (docs/PERFORMANCE.md); raise it to trade lateness for CPU."""
-    claim_lease_ms: int = attrs.field(default=10_000, validator=within(100))
+    claim_lease_ms: int = attrs.field(default=DEFAULT_CLAIM_LEASE_MS, validator=within(100))
     """How long a poller's hold on a partition lasts without renewal (every tick renews
     it): a poller that dies delays its partitions' fires by at most about this long (they
     are fired late, not missed)."""

@@ -8,6 +8,8 @@ from collections.abc import Iterable
 
 import attrs
 
+from actors.store.flights import DEFAULT_CLAIM_LEASE_MS
+
 
 @attrs.frozen
 class ClaimLoopSettings:
@@ -21,7 +23,7 @@ class ClaimLoopSettings:
     max_batch_delay_s: float = 0.01
     """The most the pause between ticks may add to a fire's lateness (``[scheduler]
     max_batch_delay_ms``): it caps the shortest pause."""
-    claim_lease_ms: int = 10_000
+    claim_lease_ms: int = DEFAULT_CLAIM_LEASE_MS
     dedupe_window_ms: int = 60_000
 
 

@@ -39,6 +39,9 @@ LETTERS = {"allow_all": "A", "skip": "S", "buffer_one": "1", "buffer_all": "B",
            "cancel_other": "C"}  # fmt: skip
 #: Most due times a ``buffer_all`` task keeps waiting; later ones are not run (``overlap``).
 BUFFER_CAP = 1000
+#: A poller's claim lease by default (``[scheduler] claim_lease_ms``): until it has passed,
+#: a poller that put a fire in flight unconfirmed may be alive and on its way to its append.
+DEFAULT_CLAIM_LEASE_MS = 10_000
 #: How long a cancel request waits for the fire it names (ms): a fire waiting for a retry
 #: may start this late.
 CANCEL_KEEP_MS = 86_400_000

@@ -18,6 +18,7 @@ from actors.domain.model import encode_payload
 from actors.domain.schedules import Overlap
 from actors.store.enqueue import enqueue_fires
 from actors.store.flights import (
+    DEFAULT_CLAIM_LEASE_MS,
     ENDED_DROPPED,
     LETTERS,
     Decision,
@@ -42,7 +43,7 @@ Append = Callable[[Sequence[int], str], Awaitable[list[bool]]]
 #: How old a poller's (or another call's) unconfirmed fire must be before an operator's
 #: call appends it again, taking its decider as dead: the default claim lease (a poller
 #: alive is on its way to its append until then).
-TAKEOVER_MS = 10_000
+TAKEOVER_MS = DEFAULT_CLAIM_LEASE_MS
 
 
 #: What a call may ask of a task whose own overlap is ``allow_all``: its fires wait for
