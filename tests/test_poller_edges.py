@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
-from actors.store.replies import Fire, FireCommit, fire_commit
+from actors.store.replies import Fire, FireCommit, fire_commit, held_commit
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
 
@@ -58,3 +58,45 @@ async def test_a_commit_of_a_claim_taken_over_still_loses_what_it_did_not_write(
     assert stale[0].lost == ["a"]
     stored = await store.get("a")
     assert stored is not None and (stored.next_run_ms, stored.fires) == (past, 0)
+
+
+async def test_a_held_commit_that_keeps_its_claim_sent_again_loses_nothing(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A held task's type needed several enqueue calls ('*'): the claim stays in flight,
+    for the task's next claim to find what an earlier call appended. Its fire waits a hold
+    on, its grid unmoved; the tasks committed beside it move on. Sent again after its reply
+    was lost, with an API write to the partition between, the commit finds the states it
+    wrote and reports nothing lost."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    past = await store.now_ms() - 10
+    every = Schedule("interval", every_s=60, start_ms=past)
+    await store.create_many([TaskSpec("t", every, task_id=i) for i in ["a", "b", "c"]])
+    scripts = await store.scripts()
+    (claim,) = await scripts.claim_due([0], "p1", "tok-1", 100, 10_000)
+    moving = [t for t in claim.tasks if t.task_id != "a"]
+    await scripts.enqueue(
+        [Fire(t.task_id, "t", t.payload, past, prior=t.prior_claim) for t in moving],
+        claim.now_ms, 60_000, "tok-1",
+    )  # fmt: skip
+    (held,) = [t for t in claim.tasks if t.task_id == "a"]
+    commits = {
+        0: [held_commit(held, 5000, keep=True)]
+        + [fire_commit(t, past + 60_000, past + 60_000, 1) for t in moving]
+    }
+    first = await scripts.commit_fires("p1", "tok-1", commits, {0: claim.writes})
+    assert first[0].lost == []
+    owner = scripts.keys.partition_owner(0)
+    inflight = (await redis_client.execute("HGET", owner, "inflight")).decode()
+    assert "tok-1:" in inflight  # kept in flight
+    seconds, micros = await redis_client.execute("TIME")
+    now = int(seconds) * 1000 + int(micros) // 1000
+    score = float(await redis_client.execute("ZSCORE", scripts.keys.schedule(0), "a"))
+    assert now < score <= now + 5000
+    await store.create(TaskSpec("t", every, task_id="d"))  # an API write between
+    again = await scripts.commit_fires("p1", "tok-1", commits, {0: claim.writes})
+    assert again[0].lost == []
+    a, b, c = await store.get_many(["a", "b", "c"])
+    assert a is not None and (a.next_run_ms, a.fires) == (past, 0)
+    for moved in (b, c):
+        assert moved is not None and (moved.next_run_ms, moved.fires) == (past + 60_000, 1)

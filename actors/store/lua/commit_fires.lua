@@ -33,7 +33,8 @@
 -- claims those grid times again) but those whose state is already the one this commit
 -- writes: the same commit ran before and its reply was lost. A task is also lost when an API write changed it since the
 -- claim (its updated_ms or grid time moved: updated, paused, stopped, deleted and created
--- again) or deleted it; it is left as that write put it.
+-- again) or deleted it; it is left as that write put it (not one whose state is the one
+-- this commit writes: the commit, kept in flight, sent again after its reply was lost).
 --
 -- Every API write to a partition's tasks counts itself in the owner hash ('writes'), and
 -- nothing else writes a state record but its partition's one poller (outcomes go to the
@@ -111,12 +112,13 @@ for i = 1, #a, 5 do
       moved[#moved + 1] = score
       moved[#moved + 1] = id
     end
-  else
+  elseif redis.call('HGET', tag .. ':state:' .. b, id) ~= a[i + 4] then
     out[#out + 1] = id
     -- changed but not moved (e.g. a new payload): its grid time is claimed again, and
     -- must find this claim's fires (kept in flight until the dedupe window forgets it)
     keep = keep or (s ~= nil and s[STATE_NEXT_MS] == due)
-  end
+  end  -- else its state is the one this commit writes: the commit, sent again after its
+  -- reply was lost while the claim stayed in flight, wrote it; not lost
 end
 -- The zset's changes, a thousand arguments a call (unpack stops near 8,000 values).
 local function in_chunks(command, args)
