@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import pytest
+import trio
+
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
+from actors.scheduling.poller import Poller, PollerSettings
+from actors.store.flights import Planned
 from actors.store.replies import Fire, FireCommit, fire_commit, held_commit
 from actors.store.tasks import TaskStore
+from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
+from tests.test_poller import stream_fires
+from tests.waiting import eventually
 
 
 async def test_a_commit_sent_again_after_its_reply_was_lost_loses_nothing(
@@ -100,3 +108,78 @@ async def test_a_held_commit_that_keeps_its_claim_sent_again_loses_nothing(
     assert a is not None and (a.next_run_ms, a.fires) == (past, 0)
     for moved in (b, c):
         assert moved is not None and (moved.next_run_ms, moved.fires) == (past + 60_000, 1)
+
+
+@pytest.mark.parametrize("one_shot", [False, True])
+async def test_a_fire_a_dead_claim_put_in_flight_runs_before_the_grid_moves_past_it(
+    redis_client: RedisClient, namespace: str, one_shot: bool
+) -> None:
+    """A poller decided a skip task's grid time (in flight, unconfirmed) and died before
+    its append; another poller takes the partition over while that decider might still be
+    on its way to the append (within the claim lease). It must neither append the fire
+    now (the decider's copy could land too) nor move the grid past it (a one-shot task's
+    only fire would never be appended; a periodic task's would wait a whole period, and
+    its next time be skipped behind it): the task waits, and the fire is appended once
+    the decider must be gone."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    due = await store.now_ms() - 10
+    schedule = (
+        Schedule("once", at_ms=due, overlap="skip")
+        if one_shot
+        else Schedule("interval", every_s=60, start_ms=due, overlap="skip")
+    )
+    await store.create(TaskSpec("t", schedule, task_id="h"))
+    scripts = await store.scripts()
+    (claim,) = await scripts.claim_due([0], "dead", "tok-1", 100, 100)
+    assert [t.task_id for t in claim.tasks] == ["h"]
+    decided = await scripts.decide_overlaps("tok-1", {0: [Planned("h", "S", [due], task_type="t")]})
+    assert decided["h"].run == [(due, True)]
+    await trio.sleep(0.2)  # the dead poller's lease has ended
+    poller = Poller(store, PollerSettings(claim_lease_ms=2000))
+    await poller.tick(scripts, [0], get_logger())  # within the takeover: the task waits
+    assert await stream_fires(store, "t") == []
+    waiting = await store.get("h")
+    assert waiting is not None and (waiting.next_run_ms, waiting.fires) == (due, 0)
+
+    async def appended() -> bool:
+        await poller.tick(scripts, [0], get_logger())
+        return bool(await stream_fires(store, "t"))
+
+    await eventually(appended, poll_s=0.1)
+    for _ in range(3):
+        await poller.tick(scripts, [0], get_logger())
+    assert [f["schedule_id"] for f in await stream_fires(store, "t")] == [f"h:{due}"]
+    stored = await store.get("h")
+    assert stored is not None and stored.fires == 1
+    if one_shot:
+        assert stored.status == "finished"
+    else:
+        assert stored.next_run_ms == due + 60_000
+    keys = await store.keys()
+    assert await redis_client.execute("HGET", keys.not_run(0), "h") is None  # none skipped
+
+
+async def test_a_held_task_lost_to_an_api_write_leaves_its_fire_to_the_next_decision(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A skip task's type is held back (its stream rejected) after its claim put a fire in
+    flight; an API write changes the task before the commit, so the commit loses it. The
+    fire was never appended and its claim is over: the task's next decision appends it at
+    once, not a claim lease later (meanwhile the grid could be decided past it)."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    due = await store.now_ms() - 10
+    every = Schedule("interval", every_s=60, start_ms=due, overlap="skip")
+    await store.create(TaskSpec("t", every, task_id="h"))
+    scripts = await store.scripts()
+    (claim,) = await scripts.claim_due([0], "p1", "tok-1", 100, 10_000)
+    (task,) = claim.tasks
+    planned = {0: [Planned("h", "S", [due], task_type="t")]}
+    decided = await scripts.decide_overlaps("tok-1", planned, takeover_ms=10_000)
+    assert decided["h"].run == [(due, True)]
+    await store.update("h", payload={"v": 2})
+    done = await scripts.commit_fires(
+        "p1", "tok-1", {0: [held_commit(task, 10_000)]}, {0: claim.writes}
+    )
+    assert done[0].lost == ["h"]
+    again = await scripts.decide_overlaps("tok-2", planned, takeover_ms=10_000)
+    assert again["h"].run == [(due, False)] and again["h"].wait_ms is None

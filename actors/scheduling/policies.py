@@ -45,6 +45,9 @@ class PolicyFires:
     """Per task whose commit differs from its plan's: (next grid time, score, fires)."""
     tracked: set[str] = attrs.field(factory=set)
     """Tasks this claim decided for (``overlap.lua``): their commit confirms the appends."""
+    waits: dict[str, int] = attrs.field(factory=dict)
+    """Tasks not decided for (``Decision.wait_ms``), by how long they wait: their commit
+    holds them back that long, their grid where it was."""
 
 
 #: How long a task whose grid ended stays scheduled while fires wait to start, if no end of
@@ -112,6 +115,9 @@ async def apply_policies(
         for item in items:
             task, plan, code = claimed[item.task_id]
             decision = decisions[item.task_id]
+            if decision.wait_ms is not None:
+                out.waits[task.task_id] = decision.wait_ms
+                continue
             if item.letter != "A":
                 out.tracked.add(task.task_id)
             if decision.park is not None:

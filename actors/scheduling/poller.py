@@ -52,7 +52,7 @@ from actors.scheduling.due_times import DueTimes
 from actors.scheduling.ownership import Membership
 from actors.scheduling.policies import PolicyFires, apply_policies
 from actors.scheduling.rejections import Notices
-from actors.scheduling.tick_plan import TickPlan, plan_claims, plan_commits
+from actors.scheduling.tick_plan import TickPlan, hold_back, plan_claims, plan_commits
 from actors.scheduling.tick_writes import Tick, TickWrites, enqueue_and_commit
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS, DefinitionCache
 from actors.store.history import DEFAULT_HISTORY
@@ -251,11 +251,14 @@ class Poller:
             emit_events(self.actor, plan.scheduled, level="debug")
         decided = await self._apply_policies(scripts, token, plan)
         commits = plan_commits(plan.plans, decided.commits, decided.tracked, self.settings.history)
+        if decided.waits:  # another decider's fire in flight: decided when claimed again
+            commits = hold_back(commits, plan.plans, decided.waits)
         writes = {c.partition: c.writes for c in claims}
         w = await self._enqueue_and_commit(scripts, token, plan, decided.fires, commits, writes)
         # A task held back is planned again when claimed again: said then, not twice.
+        again = w.held | decided.waits.keys()
         said = [
-            line for line in [*plan.misfired, *decided.not_run] if line[1]["task_id"] not in w.held
+            line for line in [*plan.misfired, *decided.not_run] if line[1]["task_id"] not in again
         ]
         if said:
             emit_events(self.actor, said)

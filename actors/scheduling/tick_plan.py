@@ -6,6 +6,7 @@ its grid on once the fires are in the stream. Pure: no Redis, no clock.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -123,16 +124,16 @@ def plan_commits(
 def hold_back(
     commits: dict[int, list[FireCommit]],
     plans: dict[int, list[tuple[Claimed, FirePlan]]],
-    tasks: set[str],
-    hold_ms: int,
+    holds: Mapping[str, int],
     keep: bool = False,
 ) -> dict[int, list[FireCommit]]:
-    """``commits`` with those of ``tasks`` (whose fires Redis would not take) held back
-    ``hold_ms`` (``held_commit``; ``keep``: the claim stays in flight)."""
+    """``commits`` with those of the tasks in ``holds`` (whose fires Redis would not take,
+    or that wait for another decider's fire) held back their time, in ms (``held_commit``;
+    ``keep``: the claim stays in flight)."""
     claimed = {task.task_id: task for items in plans.values() for task, _ in items}
     return {
         p: [
-            held_commit(claimed[c.task_id], hold_ms, keep) if c.task_id in tasks else c
+            held_commit(claimed[c.task_id], holds[c.task_id], keep) if c.task_id in holds else c
             for c in items
         ]
         for p, items in commits.items()

@@ -106,7 +106,7 @@ async def enqueue_and_commit(
         # what it appended (a type rejected whole, WRONGTYPE, leaves nothing: it need not).
         by_type = Counter(f.type for f in fires if f.type in rejected)
         kept = any(count > ENQUEUE_CHUNK for count in by_type.values())
-        commits = hold_back(commits, tick.plan.plans, held, lease_ms, kept)
+        commits = hold_back(commits, tick.plan.plans, dict.fromkeys(held, lease_ms), kept)
         fires = [f for f in fires if f.type not in rejected]
     if done is None:
         done = {}

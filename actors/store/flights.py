@@ -182,6 +182,9 @@ class Decision:
     manual: frozenset[int] = frozenset()
     """Due times in ``run`` an operator's trigger or backfill held back: they run with the
     policy's letter alone (no catch-up window, no failure count)."""
+    wait_ms: int | None = None
+    """Nothing decided: the claim's times include the task's fire in flight, which another
+    decider put there unconfirmed and may still append; decide again this long after."""
 
 
 def _times(text: bytes) -> list[int]:
@@ -189,7 +192,7 @@ def _times(text: bytes) -> list[int]:
 
 
 def _decision(reply: list[Any]) -> Decision:
-    _, run, cancel, skipped, blocking, park = reply
+    _, run, cancel, skipped, blocking, park, wait = reply
     started: list[tuple[int, bool]] = []
     manual = set()
     for entry in run.split(b","):
@@ -200,7 +203,7 @@ def _decision(reply: list[Any]) -> Decision:
                 manual.add(due)
     return Decision(
         started, _times(cancel), _times(skipped), int(blocking) if blocking else None,
-        int(park) if park else None, frozenset(manual),
+        int(park) if park else None, frozenset(manual), int(wait) if wait else None,
     )  # fmt: skip
 
 

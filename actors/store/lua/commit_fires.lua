@@ -79,8 +79,18 @@ end
 local unchanged = (o[3] or '0') == ARGV[4]
 local keep = false
 local moved, finished = {}, {}  -- the zset's changes, a few commands for the whole batch
+-- A held task's fire this claim put in flight has no decider left on its way: the task's
+-- next decision appends it at once (a 'by' without its time: overlap.lua), held or lost.
+local function undecided(id)
+  local f = get_flight(tag .. ':flight', id)
+  if f.by == token and f.at then
+    f.at = nil
+    put_flight(tag .. ':flight', id, f)
+  end
+end
 for i = 1, #a, 5 do
   local id, b, score = a[i], a[i + 1], a[i + 2]
+  local held = string.byte(score, 1) == 43 or string.byte(score, 1) == 42  -- '+', '*'
   local s, due
   local ok = unchanged
   if not ok then
@@ -96,23 +106,18 @@ for i = 1, #a, 5 do
     else
       if wake[id] then
         score = ms(now_ms())
-      elseif string.byte(score, 1) == 43 or string.byte(score, 1) == 42 then  -- '+', '*'
+      elseif held then
         -- '*': its type needed several calls, of which an earlier one may have gone
         -- through; claimed again, it must find what that appended: kept in flight.
         keep = keep or string.byte(score, 1) == 42
         score = ms(now_ms() + tonumber(string.sub(score, 2)))
-        -- A fire this claim put in flight for it has no decider left on its way: the
-        -- task's next decision appends it at once (a 'by' without its time: overlap.lua).
-        local f = get_flight(tag .. ':flight', id)
-        if f.by == token and f.at then
-          f.at = nil
-          put_flight(tag .. ':flight', id, f)
-        end
+        undecided(id)
       end
       moved[#moved + 1] = score
       moved[#moved + 1] = id
     end
   elseif redis.call('HGET', tag .. ':state:' .. b, id) ~= a[i + 4] then
+    if held then undecided(id) end
     out[#out + 1] = id
     -- changed but not moved (e.g. a new payload): its grid time is claimed again, and
     -- must find this claim's fires (kept in flight until the dedupe window forgets it)

@@ -24,7 +24,13 @@
 -- held it back), due times of fires to cancel (comma separated), skipped due times
 -- (comma separated), the due time in flight they waited on ('' = none), the last grid
 -- time if the grid ended with fires still waiting ('' = none: the poller keeps the task
--- scheduled until they start)}.
+-- scheduled until they start), ms to wait before deciding again ('' = decided: below)}.
+--
+-- Waiting: a grid decision whose times include the task's fire in flight, put there by
+-- another decider that has not confirmed its append and may still be on its way to it
+-- (within ARGV[7]), decides nothing: its claim would otherwise count that time decided
+-- and move the grid past a fire that is never appended if its decider died. The poller
+-- holds the task back that long; decided again then, the fire is appended ('r').
 --
 -- The fire in flight is a task's fire from its enqueue until it is acknowledged,
 -- dead-lettered or its retries end (end_flights.lua). skip: a due time that comes while
@@ -49,9 +55,15 @@ while i <= #ARGV do
   local n, m = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
   local first = i + 6
   i = first + n + m
-  local run, skipped, cancel, blocking, park = {}, {}, {}, '', ''
-  if policy ~= 'A' then
-    local f = get_flight(KEYS[1], id)
+  local run, skipped, cancel, blocking, park, wait = {}, {}, {}, '', '', ''
+  local f = policy ~= 'A' and get_flight(KEYS[1], id)
+  if f and f.inflight ~= '' and f.by ~= '' and f.by ~= token and f.at and grid
+      and now - f.at < takeover then
+    for j = first, first + n + m - 1 do
+      if ARGV[j] == f.inflight then wait = string.format('%d', f.at + takeover - now) end
+    end
+  end
+  if f and wait == '' then
     local held = grid and '' or 'm'  -- how an operator's waiting fire is marked
     local function start(w)
       local manual = string.sub(w, 1, 1) == 'm'
@@ -108,6 +120,7 @@ while i <= #ARGV do
     if ends and #f.waiting > 0 and f.hw then park = string.format('%d', f.hw) end
     put_flight(KEYS[1], id, f)
   end
+  if wait ~= '' then m = 0 end  -- decided when claimed again: nothing noted now
   -- Expired grid times are noted last, in order: a record whose last note is 'expired'
   -- holds the latest one noted, and a decision made again (the same claim sent again, a
   -- task whose stream Redis rejects claimed again with its grid unmoved) counts only the
@@ -138,6 +151,6 @@ while i <= #ARGV do
     end
   end
   out[#out + 1] = {id, table.concat(run, ','), table.concat(cancel, ','),
-    table.concat(skipped, ','), blocking, park}
+    table.concat(skipped, ','), blocking, park, wait}
 end
 return out
