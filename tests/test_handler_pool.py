@@ -8,6 +8,8 @@ cancelling the pool (the node stopping) ends every run without an outcome.
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
 from collections.abc import AsyncIterator
 
 import trio
@@ -341,3 +343,38 @@ async def test_a_handler_gets_its_fire_in_its_context() -> None:
         attempt=2, due_ms=5000, actor="test",
     )  # fmt: skip
     assert seen == [expected]
+
+
+async def test_a_handler_that_exits_fails_its_run_and_the_worker_goes_on() -> None:
+    """``sys.exit()`` in a handler (a command-line tool's main called as a function), also
+    from a task of its own nursery or on a plain handler's thread, fails that run: it does
+    not end the node's process, whose restart would take the message back and run it (and
+    die) again, never counting it poison."""
+
+    async def exits(ctx: HandlerContext) -> str:
+        if ctx.task_id == "t0":
+            sys.exit(2)
+        if ctx.task_id == "t1":
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(functools.partial(sys.exit, "bad usage"))
+        return "ok"
+
+    def exits_on_its_thread(ctx: HandlerContext) -> str:
+        if ctx.task_id == "t0":
+            sys.exit(3)
+        return "ok"
+
+    h = Harness(exits, size=1, timeout_s=60)
+    async with h.running() as pool:
+        await h.run_all(pool, [message(0), message(1), message(2)])
+    runs = h.by_task()
+    assert runs["t0"].error is not None and "SystemExit: 2" in runs["t0"].error
+    assert runs["t1"].error is not None and "SystemExit: bad usage" in runs["t1"].error
+    assert runs["t2"].result == "ok"
+    threaded = Harness(exits_on_its_thread, size=1, timeout_s=60)
+    threaded.runner.handler = Handler(name="t", fn=exits_on_its_thread, is_async=False)
+    async with threaded.running() as pool:
+        await threaded.run_all(pool, [message(0), message(1)])
+    runs = threaded.by_task()
+    assert runs["t0"].error is not None and "SystemExit: 3" in runs["t0"].error
+    assert runs["t1"].result == "ok"

@@ -1,5 +1,7 @@
 """Running one message's handler, turning whatever happens into an ``Outcome`` (success,
-``RetryLater``, ``Unrecoverable``, any other exception, timeout)."""
+``RetryLater``, ``Unrecoverable``, any other exception, timeout). A handler that calls
+``sys.exit()`` fails its run like any exception: it must not end the node's process,
+whose restart would run the same message again (and again), never counting it poison."""
 
 from __future__ import annotations
 
@@ -73,6 +75,12 @@ class Runner:
             )
         except Exception as exc:
             return Outcome(message, started_ms, now_ms(), error=describe_error(exc))
+        except SystemExit as exc:  # sys.exit() in a handler (a CLI's main called as a function)
+            return Outcome(message, started_ms, now_ms(), error=describe_error(exc))
+        except BaseExceptionGroup as group:  # a handler's nursery: SystemExit in a group
+            if group.subgroup((trio.Cancelled, KeyboardInterrupt)) is not None:
+                raise  # the run cancelled (timed out, the node stopping), or Ctrl-C
+            return Outcome(message, started_ms, now_ms(), error=describe_error(group))
         return Outcome(message, started_ms, now_ms(), result=result)
 
     def timed_out(self, message: Message, started_ms: int) -> Outcome:
