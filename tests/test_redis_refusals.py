@@ -309,3 +309,38 @@ async def test_a_refused_read_waits_with_backoff_and_one_line(
     assert len(_events(log_lines, "redis_refused")) == 1
     assert _events(log_lines, "redis_accepting")
     assert not _events(log_lines, "actor_crashed")
+
+
+async def test_a_running_fire_keeps_its_lease_while_redis_refuses_writes(
+    server: RedisProcess, own_client: RedisClient, namespace: str, tmp_path: Path,
+    record: Path, log_lines: LogLines,
+) -> None:  # fmt: skip
+    """Redis at maxmemory refuses the consumer's hold on its name (a SET), but not the
+    renewal of its messages' leases (XCLAIM): a fire still running keeps its lease
+    however long the refusal lasts, so no claimer takes it from a live consumer and runs
+    it again (a refusal longer than the lease used to let one)."""
+    store = TaskStore(own_client, namespace, default_partitions=4)
+    # Renewed at least every 2 s while refused (the refusal backoff's cap): a lease of 3 s.
+    section = ConsumerSection(handler="tests.handlers.jobs:sleepy", lease_s=3)
+    config = node_config(server.url, namespace, tmp_path, {"slow": section})
+    await store.create(TaskSpec("slow", Schedule("once", at_ms=0), {"sleep_s": 10}, task_id="s"))
+    keys = await store.keys()
+
+    async def idle_ms() -> int:
+        read = "return redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 10)"  # as sent
+        (entry,) = await own_client.execute("EVAL", read, 1, keys.queue("slow"), GROUP)
+        return int(entry[2])
+
+    async with running_node(config):
+        await wait_until(lambda: _true(any(r["event"] == "started" for r in records(record))))
+        await own_client.execute("CONFIG", "SET", "maxmemory", "1")
+        await wait_until(lambda: _true(bool(_events(log_lines, "redis_refused"))))
+        idles = []
+        for _ in range(14):  # two leases and more
+            await trio.sleep(0.5)
+            idles.append(await idle_ms())
+        await own_client.execute("CONFIG", "SET", "maxmemory", "0")
+        await wait_until(lambda: _true(any(r["event"] == "ran" for r in records(record))))
+    assert max(idles) < 3000, idles  # renewed throughout
+    assert [r["event"] for r in records(record)] == ["started", "ran"]
+    assert not _events(log_lines, "actor_crashed")

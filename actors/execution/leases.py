@@ -5,6 +5,7 @@ at once."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Mapping
 
@@ -16,6 +17,7 @@ from actors.execution.flight import Flight
 from actors.execution.identity import Identity
 from actors.store.messages import Message
 from actors.store.scripts import Scripts
+from runtime.errors import RedisRefused
 from runtime.logging import emit_events
 
 #: Idle time given to released messages: past any lease, so any claimer takes them now.
@@ -57,8 +59,19 @@ async def renew_forever(
 async def _renew(
     scripts: Scripts, task_type: str, identity: Identity, ids: list[str], ttl_ms: int
 ) -> str | None:
-    """Renew; the name's holder if it is no longer ours."""
-    ours, holder = await scripts.own_name(task_type, identity.name, identity.owner, ttl_ms)
+    """Renew; the name's holder if it is no longer ours.
+
+    Redis at maxmemory refuses the name's hold (a SET) but not the leases' renewal (XCLAIM
+    writes no new data): the leases are renewed all the same before the refusal is waited
+    out, so a refusal longer than the lease robs no live consumer (a claimer elsewhere
+    would take its running fires and run them again). Nobody can take the name meanwhile:
+    that is a refused write too."""
+    try:
+        ours, holder = await scripts.own_name(task_type, identity.name, identity.owner, ttl_ms)
+    except RedisRefused:
+        with contextlib.suppress(RedisRefused):
+            await scripts.renew_leases(task_type, identity.name, ids)
+        raise
     if not ours:
         return holder
     await scripts.renew_leases(task_type, identity.name, ids)
