@@ -344,3 +344,27 @@ async def test_a_running_fire_keeps_its_lease_while_redis_refuses_writes(
     assert max(idles) < 3000, idles  # renewed throughout
     assert [r["event"] for r in records(record)] == ["started", "ran"]
     assert not _events(log_lines, "actor_crashed")
+
+
+async def test_a_type_whose_stream_is_rejected_at_start_holds_back_that_type_alone(
+    redis_url: str, redis_client: RedisClient, namespace: str, tmp_path: Path,
+    record: Path, log_lines: LogLines,
+) -> None:  # fmt: skip
+    """Type ``a``'s stream key holds a string when the node starts (its group cannot be
+    created: ``WRONGTYPE``). The node starts all the same, type ``b``'s fires run, and
+    ``a``'s run once the key is fixed: one type's setup refused holds back that type alone,
+    not every actor started after it (the other types, the API)."""
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    section = ConsumerSection(handler="tests.handlers.jobs:noop")
+    config = node_config(redis_url, namespace, tmp_path, {"a": section, "b": section})
+    keys = await store.keys()
+    await redis_client.execute("SET", keys.queue("a"), "not a stream")
+    for task_type in ("a", "b"):
+        await store.create(TaskSpec(task_type, Schedule("once", at_ms=0), task_id=task_type))
+    with trio.fail_after(60):
+        async with running_node(config):
+            await wait_until(lambda: _true(any(r["task_id"] == "b" for r in records(record))))
+            assert not any(r["task_id"] == "a" for r in records(record))
+            await redis_client.execute("DEL", keys.queue("a"))
+            await wait_until(lambda: _true(any(r["task_id"] == "a" for r in records(record))))
+    assert not _events(log_lines, "actor_crashed")

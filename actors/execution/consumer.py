@@ -146,6 +146,11 @@ class Consumer:
         """The process's turn for its suspects (``actors.execution.alone``)."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        # Started before its Redis setup, unlike most actors: a setup Redis refuses (the
+        # type's stream key holding another kind of value, a permission missing on it) is
+        # waited out by this type alone, while the node starts everything after it (the
+        # other types, the API). The claimer takes nothing until the name is set below.
+        task_status.started()
         redis = self.store.client
         await redis.ride_out(self.store.keys)
         scripts, streams = await self.store.scripts(), await self.store.streams()
@@ -179,7 +184,6 @@ class Consumer:
             "consumer_ready", consumer=name, stream=scripts.keys.queue(self.type),
             recovered=len(recovered),
         )  # fmt: skip
-        task_status.started()
         # Wind down on our stop request, or as soon as the whole node stops: supervisors
         # stop their children one at a time, and every type should stop reading at once.
         stopping = trio_util.AsyncBool(False)
