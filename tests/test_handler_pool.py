@@ -378,3 +378,26 @@ async def test_a_handler_that_exits_fails_its_run_and_the_worker_goes_on() -> No
     runs = threaded.by_task()
     assert runs["t0"].error is not None and "SystemExit: 3" in runs["t0"].error
     assert runs["t1"].result == "ok"
+
+
+async def test_a_handler_exiting_as_its_timeout_cuts_it_times_out() -> None:
+    """A task of the handler's own nursery calls ``sys.exit()`` as the timeout cancels the
+    run (a cleanup that exits): the run times out, and the exit goes no further."""
+
+    async def exits_when_cut(ctx: HandlerContext) -> str:
+        async def child() -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                sys.exit("cut")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(child)
+            await trio.sleep_forever()
+        return "never"
+
+    h = Harness(exits_when_cut, size=1, timeout_s=0.05)
+    async with h.running() as pool:
+        await h.run_all(pool, [message(0)])
+    (outcome,) = h.outcomes
+    assert outcome.error is not None and outcome.error.startswith("timeout")

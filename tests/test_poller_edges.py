@@ -135,8 +135,9 @@ async def test_a_fire_a_dead_claim_put_in_flight_runs_before_the_grid_moves_past
     decided = await scripts.decide_overlaps("tok-1", {0: [Planned("h", "S", [due], task_type="t")]})
     assert decided["h"].run == [(due, True)]
     await trio.sleep(0.2)  # the dead poller's lease has ended
-    poller = Poller(store, PollerSettings(claim_lease_ms=2000))
+    poller = Poller(store, PollerSettings(claim_lease_ms=5000))
     await poller.tick(scripts, [0], get_logger())  # within the takeover: the task waits
+    assert poller.owned == {0}  # the partition taken over, the task claimed
     assert await stream_fires(store, "t") == []
     waiting = await store.get("h")
     assert waiting is not None and (waiting.next_run_ms, waiting.fires) == (due, 0)

@@ -368,3 +368,27 @@ async def test_a_type_whose_stream_is_rejected_at_start_holds_back_that_type_alo
             await redis_client.execute("DEL", keys.queue("a"))
             await wait_until(lambda: _true(any(r["task_id"] == "a" for r in records(record))))
     assert not _events(log_lines, "actor_crashed")
+
+
+async def test_a_consumer_waiting_out_its_setup_stops_when_asked(
+    redis_url: str, redis_client: RedisClient, namespace: str, tmp_path: Path,
+    log_lines: LogLines,
+) -> None:  # fmt: skip
+    """A type whose stream Redis rejects at start waits its setup out; asked to stop, it
+    stops at once (it holds nothing yet) rather than after the node's whole grace, which
+    would cut off every actor stopping after it."""
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    section = ConsumerSection(handler="tests.handlers.jobs:noop")
+    config = node_config(redis_url, namespace, tmp_path, {"a": section}, grace_s=60)
+    await redis_client.execute("SET", (await store.keys()).queue("a"), "not a stream")
+    async with running_node(config):
+        await wait_until(
+            lambda: _true(
+                any(e.get("kind") == "rejected" for e in _events(log_lines, "redis_refused"))
+            )
+        )
+        asked = trio.current_time()
+    took = trio.current_time() - asked
+    assert took < 30, took  # not the 60 s grace
+    assert not _events(log_lines, "consumer_ready")
+    assert not _events(log_lines, "actor_crashed")

@@ -37,7 +37,7 @@ from actors.execution.completion import Completion, RetryPolicy, decide
 from actors.execution.completion_group import CompletionGroup
 from actors.execution.flight import Flight
 from actors.execution.handlers import Handler
-from actors.execution.identity import take_name
+from actors.execution.identity import Identity, take_name
 from actors.execution.pool import HandlerPool
 from actors.execution.reading import Reader
 from actors.execution.results_log import ResultsLog, result_line
@@ -45,7 +45,9 @@ from actors.execution.running import Runner
 from actors.store.completion_writes import CompletionWrite
 from actors.store.history import DEFAULT_HISTORY, Ledger
 from actors.store.messages import Message
+from actors.store.replies import Reclaimed
 from actors.store.scripts import Scripts
+from actors.store.streams import Streams
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.channels import Mailbox
@@ -57,6 +59,10 @@ FLUSH_GATHER_S = 0.005
 CANCEL_CHECK_S = 0.5
 #: Most pending messages a starting consumer takes back from its earlier incarnation.
 RECOVER_MAX = 10_000
+
+
+#: What a consumer's setup gives it: its scripts, streams, name, and what it took back.
+_SetUp = tuple[Scripts, Streams, Identity, list[Reclaimed]]
 
 
 def _drain(inbox: Mailbox[Message], state: ConsumerState) -> None:
@@ -149,37 +155,26 @@ class Consumer:
         # Started before its Redis setup, unlike most actors: a setup Redis refuses (the
         # type's stream key holding another kind of value, a permission missing on it) is
         # waited out by this type alone, while the node starts everything after it (the
-        # other types, the API). The claimer takes nothing until the name is set below.
-        task_status.started()
-        redis = self.store.client
-        await redis.ride_out(self.store.keys)
-        scripts, streams = await self.store.scripts(), await self.store.streams()
+        # other types, the API); a stop asked meanwhile ends the wait. The claimer takes
+        # nothing until the name is set below (not an earlier incarnation's: cleared here).
+        self.state.name, self.state.free.value = None, 0
         self.actor = ctx.path
-        await redis.ride_out(lambda: streams.ensure_group(self.type))
-        lease_ms = int(self.settings.lease_s * 1000)
-        identity = await redis.ride_out(
-            lambda: take_name(scripts, self.type, self.name, lease_ms, ctx.log)
-        )
+        self.results.prepare()
+        task_status.started()
+        setup: _SetUp | None = None
+        async with trio_util.move_on_when(_stop_asked, ctx):
+            setup = await self._set_up(ctx)
+        if setup is None:  # stopping before Redis let it set up: nothing started here
+            # (what a setup cut off took back stays pending, reclaimed after its lease)
+            await ctx.wait_stop_requested()
+            return
+        scripts, streams, identity, recovered = setup
         name = identity.name
-        number = await redis.ride_out(lambda: scripts.node_number(self.node))
-        self.ledger = Ledger(self.settings.history, number, self.settings.late_ms)
-        # What the claimer put in the mailbox was claimed for an earlier incarnation: under
-        # our stable name it is recovered below with the rest, else it is released by the
-        # incarnation that held it (or, its name lost, taken back by the name's new
-        # holder). Either way it must not also run from the mailbox.
-        _drain(self.inbox, self.state)
-        recovered = []
-        if identity.stable:
-            recovered = await redis.ride_out(
-                lambda: scripts.recover(
-                    self.type, name, RECOVER_MAX, max_deliveries=self.settings.max_deliveries
-                )
-            )
+        lease_ms = int(self.settings.lease_s * 1000)
         flight = Flight()
         lost: list[str] = []  # the holder of our name, once another consumer took it
         self.state.name, self.state.stopping = name, False
         self.state.free.value = self.settings.concurrency
-        self.results.prepare()
         ctx.log.info(
             "consumer_ready", consumer=name, stream=scripts.keys.queue(self.type),
             recovered=len(recovered),
@@ -262,10 +257,41 @@ class Consumer:
     async def _watch_stop(
         ctx: ActorContext, stopping: trio_util.AsyncBool, state: ConsumerState
     ) -> None:
-        await trio_util.wait_any(
-            ctx.wait_stop_requested, functools.partial(ctx.node_stopping.wait_value, True)
-        )
+        await _stop_asked(ctx)
         stopping.value = state.stopping = True
+
+    async def _set_up(
+        self, ctx: ActorContext
+    ) -> tuple[Scripts, Streams, Identity, list[Reclaimed]]:
+        """The type's group, this consumer's name and number, and what an earlier
+        incarnation under the name left unfinished (taken back), each step riding out
+        Redis."""
+        redis = self.store.client
+        await redis.ride_out(self.store.keys)
+        scripts, streams = await self.store.scripts(), await self.store.streams()
+        await redis.ride_out(lambda: streams.ensure_group(self.type))
+        lease_ms = int(self.settings.lease_s * 1000)
+        identity = await redis.ride_out(
+            lambda: take_name(scripts, self.type, self.name, lease_ms, ctx.log)
+        )
+        number = await redis.ride_out(lambda: scripts.node_number(self.node))
+        self.ledger = Ledger(self.settings.history, number, self.settings.late_ms)
+        # What the claimer put in the mailbox was claimed for an earlier incarnation: under
+        # our stable name it is recovered below with the rest, else it is released by the
+        # incarnation that held it (or, its name lost, taken back by the name's new
+        # holder). Either way it must not also run from the mailbox.
+        _drain(self.inbox, self.state)
+        recovered: list[Reclaimed] = []
+        if identity.stable:
+            recovered = await redis.ride_out(
+                lambda: scripts.recover(
+                    self.type,
+                    identity.name,
+                    RECOVER_MAX,
+                    max_deliveries=self.settings.max_deliveries,
+                )
+            )
+        return scripts, streams, identity, recovered
 
     # -- completing -------------------------------------------------------------------------
 
@@ -337,3 +363,10 @@ def _paused_lines(
                     "error": errors.get(task_id, "")})
         for task_id, streak in paused
     ]  # fmt: skip
+
+
+async def _stop_asked(ctx: ActorContext) -> None:
+    """Until this actor is asked to stop, or the whole node begins to."""
+    await trio_util.wait_any(
+        ctx.wait_stop_requested, functools.partial(ctx.node_stopping.wait_value, True)
+    )

@@ -47,18 +47,23 @@ async def renew_forever(
     ``lost`` (given its holder), then ``NameLost`` raised."""
     while True:
         await trio.sleep(lease_s / 3)
-        ids = [*flight.messages, *held]
+        # What we hold is read at each try: a refusal that lasts may see more read or handed
+        # over meanwhile (at maxmemory, reads and claims still go through).
         holder = await scripts.client.ride_out(
-            functools.partial(_renew, scripts, task_type, identity, ids, int(lease_s * 1000))
-        )
+            functools.partial(
+                _renew, scripts, task_type, identity,
+                lambda: [*flight.messages, *held], int(lease_s * 1000),
+            )
+        )  # fmt: skip
         if holder is not None:
             lost(holder)
             raise NameLost(f"consumer name {identity.name!r} is held by {holder}")
 
 
 async def _renew(
-    scripts: Scripts, task_type: str, identity: Identity, ids: list[str], ttl_ms: int
-) -> str | None:
+    scripts: Scripts, task_type: str, identity: Identity, held: Callable[[], list[str]],
+    ttl_ms: int,
+) -> str | None:  # fmt: skip
     """Renew; the name's holder if it is no longer ours.
 
     Redis at maxmemory refuses the name's hold (a SET) but not the leases' renewal (XCLAIM
@@ -70,11 +75,11 @@ async def _renew(
         ours, holder = await scripts.own_name(task_type, identity.name, identity.owner, ttl_ms)
     except RedisRefused:
         with contextlib.suppress(RedisRefused):
-            await scripts.renew_leases(task_type, identity.name, ids)
+            await scripts.renew_leases(task_type, identity.name, held())
         raise
     if not ours:
         return holder
-    await scripts.renew_leases(task_type, identity.name, ids)
+    await scripts.renew_leases(task_type, identity.name, held())
     return None
 
 

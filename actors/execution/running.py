@@ -78,8 +78,9 @@ class Runner:
         except SystemExit as exc:  # sys.exit() in a handler (a CLI's main called as a function)
             return Outcome(message, started_ms, now_ms(), error=describe_error(exc))
         except BaseExceptionGroup as group:  # a handler's nursery: SystemExit in a group
-            if group.subgroup((trio.Cancelled, KeyboardInterrupt)) is not None:
-                raise  # the run cancelled (timed out, the node stopping), or Ctrl-C
+            cancelled = group.subgroup((trio.Cancelled, KeyboardInterrupt))
+            if cancelled is not None:  # the run cancelled (timed out, the node stopping),
+                raise cancelled from None  # or Ctrl-C: that alone goes on, never SystemExit
             return Outcome(message, started_ms, now_ms(), error=describe_error(group))
         return Outcome(message, started_ms, now_ms(), result=result)
 

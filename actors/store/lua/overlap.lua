@@ -124,7 +124,9 @@ while i <= #ARGV do
   -- Expired grid times are noted last, in order: a record whose last note is 'expired'
   -- holds the latest one noted, and a decision made again (the same claim sent again, a
   -- task whose stream Redis rejects claimed again with its grid unmoved) counts only the
-  -- later ones, so the count says how many fires were dropped, not how often.
+  -- later ones, so the count says how many fires were dropped, not how often. (Only a
+  -- count: after a new schedule whose grid starts before that time, or a consumer's own
+  -- 'expired' note between two decisions, it may be off by the times it cannot tell.)
   local fresh = m
   if grid and m > 0 then
     local last = string.match(redis.call('HGET', KEYS[2], id) or '', '^%d+ expired (%d+) ')
