@@ -181,6 +181,7 @@ class _Roles:
             self.config.namespace,
             default_partitions=self.config.new_namespace_partitions(),
             default_buckets=self.config.scheduler.buckets,
+            takeover_ms=self.config.scheduler.claim_lease_ms,
         )
 
     def scheduler(self) -> ChildSpec:

@@ -109,7 +109,9 @@ class SchedulerSection:
     claim_lease_ms: int = attrs.field(default=DEFAULT_CLAIM_LEASE_MS, validator=within(100))
     """How long a poller's hold on a partition lasts without renewal (every tick renews
     it): a poller that dies delays its partitions' fires by at most about this long (they
-    are fired late, not missed)."""
+    are fired late, not missed). Also how long a fire a poller put in flight, unconfirmed,
+    is left to it before another claim or an operator's call appends it again (this
+    node's API uses its own value: set it alike on every node)."""
     dedupe_window_s: float = attrs.field(default=60.0, validator=within(0))
     """A fire (schedule_id and attempt) enqueued again within this window is dropped: the
     second enqueue after a poller or dispatcher died between enqueue and commit. Keep it

@@ -184,3 +184,24 @@ async def test_a_held_task_lost_to_an_api_write_leaves_its_fire_to_the_next_deci
     assert done[0].lost == ["h"]
     again = await scripts.decide_overlaps("tok-2", planned, takeover_ms=10_000)
     assert again["h"].run == [(due, False)] and again["h"].wait_ms is None
+
+
+@pytest.mark.parametrize(("takeover_ms", "appended"), [(60_000, 0), (0, 1)])
+async def test_an_operators_trigger_leaves_a_pollers_fire_for_the_configured_claim_lease(
+    redis_client: RedisClient, namespace: str, takeover_ms: int, appended: int
+) -> None:
+    """A poller put a skip task's fire in flight and is on its way to its append. An
+    operator's trigger meanwhile leaves it to that poller for the pollers' claim lease as
+    configured (``TaskStore.takeover_ms``, from ``[scheduler] claim_lease_ms``), not a
+    fixed default: appending it too would run it twice. Past it (here: at once), the
+    poller is taken as dead and the trigger appends the fire again."""
+    store = TaskStore(redis_client, namespace, default_partitions=1, takeover_ms=takeover_ms)
+    due = await store.now_ms() - 10
+    every = Schedule("interval", every_s=60, start_ms=due, overlap="skip")
+    await store.create(TaskSpec("t", every, task_id="h"))
+    scripts = await store.scripts()
+    decided = await scripts.decide_overlaps("claim", {0: [Planned("h", "S", [due], task_type="t")]})
+    assert decided["h"].run == [(due, True)]
+    _, queued = await store.trigger("h", "skip")
+    assert not queued  # skipped behind the poller's fire either way
+    assert [f["schedule_id"] for f in await stream_fires(store, "t")] == [f"h:{due}"] * appended

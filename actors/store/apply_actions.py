@@ -295,7 +295,7 @@ async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) 
                 return flags
 
             fates = await fire_under(scripts, task.task_id, task.type, [due], overlap, append,
-                                     _ACTOR)  # fmt: skip
+                                     _ACTOR, store.takeover_ms)  # fmt: skip
             outcomes[task.task_id] = "0" if fates[due] == HELD else "1"
             if fates[due] != HELD:
                 queued[task.task_id] = fates[due] == APPENDED

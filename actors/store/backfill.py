@@ -247,7 +247,9 @@ async def append_fires(
     await _forget_an_earlier_task(store, task)
     taken = await _backfilled(store, task, due_times) if overlap != "allow_all" else set()
     fresh = [d for d in due_times if d not in taken]
-    fates = await fire_under(scripts, task.task_id, task.type, fresh, overlap, append, _ACTOR)
+    fates = await fire_under(
+        scripts, task.task_id, task.type, fresh, overlap, append, _ACTOR, store.takeover_ms
+    )
     held = [d for d in fresh if fates[d] == HELD]
     if held:
         await _mark(store, task, held)

@@ -40,12 +40,6 @@ APPENDED, DUPLICATE, HELD = "appended", "duplicate", "held"
 #: Appends fires of one task (due times, policy letter) and says, per fire, if appended.
 Append = Callable[[Sequence[int], str], Awaitable[list[bool]]]
 
-#: How old a poller's (or another call's) unconfirmed fire must be before an operator's
-#: call appends it again, taking its decider as dead: the default claim lease (a poller
-#: alive is on its way to its append until then).
-TAKEOVER_MS = DEFAULT_CLAIM_LEASE_MS
-
-
 #: What a call may ask of a task whose own overlap is ``allow_all``: its fires wait for
 #: nothing (no poller releases a waiting fire of such a task), so only these.
 WITHOUT_POLICY = ("allow_all", "skip")
@@ -63,21 +57,24 @@ def check_overlap(task_id: str, own: Overlap, overlap: Overlap) -> None:
 
 async def fire_under(
     scripts: Scripts, task_id: str, task_type: str, dues: Sequence[int], overlap: Overlap,
-    append: Append, actor: str,
+    append: Append, actor: str, takeover_ms: int = DEFAULT_CLAIM_LEASE_MS,
 ) -> dict[int, str]:  # fmt: skip
     """Per due time of ``dues``, its fate (``APPENDED``, ``DUPLICATE``, ``HELD``).
     ``append`` writes the messages (the trigger's or backfill's way). The caller has
-    checked ``overlap`` against the task's own (``check_overlap``)."""
+    checked ``overlap`` against the task's own (``check_overlap``). ``takeover_ms``: how
+    old a poller's (or another call's) unconfirmed fire must be before this call appends
+    it again, taking its decider as dead: the pollers' claim lease (``TaskStore``'s; a
+    poller alive is on its way to its append until then)."""
     letter = LETTERS[overlap]
     if letter == "A":
         flags = await append(dues, "")
         return {d: APPENDED if f else DUPLICATE for d, f in zip(dues, flags, strict=True)}
     partition = scripts.keys.partition_of(task_id)
     # A token of this call: the decision is confirmed once the append went through; left
-    # unconfirmed (the call died), a decision about the task TAKEOVER_MS later appends it again.
+    # unconfirmed (the call died), a decision about the task a claim lease later appends it.
     token = f"manual-{secrets.token_hex(6)}"
     planned = {partition: [Planned(task_id, letter, list(dues))]}
-    decisions = await scripts.decide_overlaps(token, planned, grid=False, takeover_ms=TAKEOVER_MS)
+    decisions = await scripts.decide_overlaps(token, planned, grid=False, takeover_ms=takeover_ms)
     decision = decisions[task_id]
     if decision.cancel:
         sids = [schedule_id(task_id, d) for d in decision.cancel]
@@ -136,7 +133,9 @@ async def trigger(store: TaskStore, task_id: str, overlap: Overlap, actor: str) 
         await enqueue_fires(scripts, fires, now, actor, dedupe_window_ms=0)
         return [True] * len(fires)
 
-    queued = await fire_under(scripts, task_id, task.type, [now], overlap, append, actor)
+    queued = await fire_under(
+        scripts, task_id, task.type, [now], overlap, append, actor, store.takeover_ms
+    )
     fate = queued[now] == APPENDED
     emit_events(actor, [("triggered", {"task_id": task_id, "queued": fate})])
     return schedule_id(task_id, now), fate

@@ -28,6 +28,7 @@ from actors.domain.schedules import Overlap, Schedule
 from actors.store import backfill as backfilling
 from actors.store import manual_fires, type_scans
 from actors.store.codes import Code, raise_for_code
+from actors.store.flights import DEFAULT_CLAIM_LEASE_MS
 from actors.store.history import latest_fate
 from actors.store.keys import (
     COMPACT_MESSAGES,
@@ -74,9 +75,14 @@ class TaskStore:
         namespace: str,
         default_partitions: int = 16,
         default_buckets: int = DEFAULT_BUCKETS,
+        takeover_ms: int = DEFAULT_CLAIM_LEASE_MS,
     ) -> None:
         self.client = client
         self.namespace = check_name("namespace", namespace)
+        self.takeover_ms = takeover_ms
+        """The pollers' claim lease (``[scheduler] claim_lease_ms``): how old a poller's
+        unconfirmed fire in flight must be before an operator's trigger, backfill or action
+        appends it again (``manual_fires.fire_under``)."""
         self._default_partitions = default_partitions
         self._default_buckets = default_buckets
         self._keys: Keys | None = None
