@@ -345,6 +345,10 @@ async def _async(value: bool) -> bool:
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
+    """The lines of a results log; none before its first (a wait may look that early: an
+    empty queue can also be one the poller has not appended to yet)."""
+    if not path.exists():
+        return []
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
