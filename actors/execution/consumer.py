@@ -260,9 +260,7 @@ class Consumer:
         await _stop_asked(ctx)
         stopping.value = state.stopping = True
 
-    async def _set_up(
-        self, ctx: ActorContext
-    ) -> tuple[Scripts, Streams, Identity, list[Reclaimed]]:
+    async def _set_up(self, ctx: ActorContext) -> _SetUp:
         """The type's group, this consumer's name and number, and what an earlier
         incarnation under the name left unfinished (taken back), each step riding out
         Redis."""

@@ -18,7 +18,6 @@ from actors.domain.model import encode_payload
 from actors.domain.schedules import Overlap
 from actors.store.enqueue import enqueue_fires
 from actors.store.flights import (
-    DEFAULT_CLAIM_LEASE_MS,
     ENDED_DROPPED,
     LETTERS,
     Decision,
@@ -57,7 +56,7 @@ def check_overlap(task_id: str, own: Overlap, overlap: Overlap) -> None:
 
 async def fire_under(
     scripts: Scripts, task_id: str, task_type: str, dues: Sequence[int], overlap: Overlap,
-    append: Append, actor: str, takeover_ms: int = DEFAULT_CLAIM_LEASE_MS,
+    append: Append, actor: str, takeover_ms: int,
 ) -> dict[int, str]:  # fmt: skip
     """Per due time of ``dues``, its fate (``APPENDED``, ``DUPLICATE``, ``HELD``).
     ``append`` writes the messages (the trigger's or backfill's way). The caller has

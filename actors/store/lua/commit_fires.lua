@@ -63,15 +63,18 @@ local function out_with_earliest(reply)
   if first[2] then reply[1] = tonumber(first[2]) end
   return reply
 end
+-- Whether row i's stored state is the one this commit writes: this commit wrote it (sent
+-- again after its reply was lost), or an identical one did.
+local function written(i)
+  return redis.call('HGET', tag .. ':state:' .. a[i + 1], a[i]) == a[i + 4]
+end
 local out = {NONE}
 if o[1] ~= me or not at then
   -- Not in flight: taken over, or this very commit already ran and its reply was lost
   -- (the caller sends it again). A task whose stored state is the one this commit writes
   -- was committed by it, and is not lost.
   for i = 1, #a, 5 do
-    if redis.call('HGET', tag .. ':state:' .. a[i + 1], a[i]) ~= a[i + 4] then
-      out[#out + 1] = a[i]
-    end
+    if not written(i) then out[#out + 1] = a[i] end
   end
   if o[1] == me then return out_with_earliest(out) end
   return out
@@ -90,7 +93,8 @@ local function undecided(id)
 end
 for i = 1, #a, 5 do
   local id, b, score = a[i], a[i + 1], a[i + 2]
-  local held = string.byte(score, 1) == 43 or string.byte(score, 1) == 42  -- '+', '*'
+  local mark = string.byte(score, 1)
+  local held = mark == 43 or mark == 42  -- '+', '*'
   local s, due
   local ok = unchanged
   if not ok then
@@ -109,14 +113,14 @@ for i = 1, #a, 5 do
       elseif held then
         -- '*': its type needed several calls, of which an earlier one may have gone
         -- through; claimed again, it must find what that appended: kept in flight.
-        keep = keep or string.byte(score, 1) == 42
+        keep = keep or mark == 42
         score = ms(now_ms() + tonumber(string.sub(score, 2)))
         undecided(id)
       end
       moved[#moved + 1] = score
       moved[#moved + 1] = id
     end
-  elseif redis.call('HGET', tag .. ':state:' .. b, id) ~= a[i + 4] then
+  elseif not written(i) then
     if held then undecided(id) end
     out[#out + 1] = id
     -- changed but not moved (e.g. a new payload): its grid time is claimed again, and
