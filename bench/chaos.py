@@ -46,8 +46,12 @@ consumer's deaths in ``actor_crashes``; a killed fire counts as executed, having
 a string put in its place for ``--fault-s``, then put back: every call on it rejected,
 ``WRONGTYPE``; the first type must go on firing meanwhile: ``ran_during_faults``; its
 renewals and acknowledgements wait too, so a fault as long as the 5 s message lease may
-have a message taken over, ``reclaimed``, and run again).
-The three Redis-refusal scenarios involve no kill: any duplicate is a bug there.
+have a message taken over, ``reclaimed``, and run again), ``partition-rejected`` (the
+schedule of one partition of the namespace's 16 moved aside and a string put in its place
+for ``--fault-s``, then put back: its claims rejected, ``WRONGTYPE``; the other partitions
+must go on firing meanwhile, ``ran_during_faults``, and its fires once it is back: 0
+missed).
+The Redis-refusal and rejection scenarios involve no kill: any duplicate is a bug there.
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ from runtime.testing.local_redis import LocalCluster, LocalSentinel, RedisProces
 SCENARIOS = (
     "redis-restart", "redis-stall", "sentinel-failover", "cluster-failover", "cluster-kill",
     "kill-nodes", "kill-children", "stall-nodes", "flaky", "redis-busy", "redis-oom",
-    "long-handler", "poison-kill", "stream-rejected",
+    "long-handler", "poison-kill", "stream-rejected", "partition-rejected",
 )  # fmt: skip
 #: Scenarios whose handler fails one fire in ten on its first attempt (retries counted).
 FLAKY = ("flaky", "redis-oom")
@@ -209,7 +213,9 @@ def _inject(
     if scenario == "redis-busy":
         return [_busy(server, fault_s)], 0
     if scenario == "stream-rejected":  # a key of another kind where a stream should be
-        return [_reject_stream(server, f"{{{NAMESPACE}:q:bench1}}:queue", fault_s)], 0
+        return [_reject_key(server, f"{{{NAMESPACE}:q:bench1}}:queue", fault_s)], 0
+    if scenario == "partition-rejected":  # ... where a partition's schedule should be
+        return [_reject_key(server, f"{{{NAMESPACE}:3}}:schedule", fault_s)], 0
     if scenario == "redis-oom":
         client = redis.Redis.from_url(server.url)
         start = time.time()
@@ -251,20 +257,18 @@ def _inject(
     return faults, exits
 
 
-def _reject_stream(server: RedisProcess, stream: str, fault_s: float) -> tuple[float, float]:
-    """``stream`` moved aside and a string put in its place for ``fault_s`` (every call
-    on it rejected: WRONGTYPE), then put back with its messages and group."""
+def _reject_key(server: RedisProcess, key: str, fault_s: float) -> tuple[float, float]:
+    """``key`` (a stream, a schedule) moved aside and a string put in its place for
+    ``fault_s`` (every call on it rejected: WRONGTYPE), then put back as it was."""
     client = redis.Redis.from_url(server.url)
-    aside = f"{stream}:aside"
+    aside = f"{key}:aside"
     start = time.time()
     client.eval(
-        "redis.call('RENAME', KEYS[1], KEYS[2]) redis.call('SET', KEYS[1], 'not a stream')",
-        2, stream, aside,
+        "redis.call('RENAME', KEYS[1], KEYS[2]) redis.call('SET', KEYS[1], 'not a key')",
+        2, key, aside,
     )  # fmt: skip
     time.sleep(fault_s)
-    client.eval(
-        "redis.call('DEL', KEYS[1]) redis.call('RENAME', KEYS[2], KEYS[1])", 2, stream, aside
-    )
+    client.eval("redis.call('DEL', KEYS[1]) redis.call('RENAME', KEYS[2], KEYS[1])", 2, key, aside)
     client.close()
     return start, time.time()
 

@@ -17,7 +17,7 @@ import trio
 
 from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.logging import notify_observers
-from runtime.redis_replies import refused, restarts
+from runtime.redis_replies import PartRejected, refused, restarts
 
 T = TypeVar("T")
 
@@ -133,7 +133,9 @@ class OutageRiding:
         rejected: ``runtime.redis_replies``), run it again after a capped, jittered
         backoff. For steps that are safe to repeat (a poller tick, a consumer read, a
         batch's completion): an outage or a refusal is a state the actor waits through,
-        not a crash. ``actor``: who is waiting, for the ``redis_refused`` line."""
+        not a crash. A rejection of one part of a step (``PartRejected``) is raised: its
+        caller goes on without that part. ``actor``: who is waiting, for the
+        ``redis_refused`` line."""
         refusals = unavailable = 0
         try:
             while True:
@@ -143,6 +145,8 @@ class OutageRiding:
                     refusals += 1
                     await self.wait_refused(exc, refusals, actor)
                     continue
+                except PartRejected:  # its caller sets that part aside
+                    raise
                 except ResponseError as exc:  # rejected: the command cannot succeed as sent
                     if restarts(exc):
                         raise

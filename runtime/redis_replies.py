@@ -79,6 +79,17 @@ def rejected_alone(error: BaseException) -> bool:
     return isinstance(error, redis.exceptions.ResponseError) and not restarts(error)
 
 
+class PartRejected(redis.exceptions.ResponseError):
+    """A call Redis rejected (``rejected_alone``) for one part of a step that serves many
+    (a poller's partition): the caller sets that part aside and goes on with the others,
+    so ``ride_out`` raises it at once rather than wait on it with every part."""
+
+    def __init__(self, part: int, error: Exception) -> None:
+        super().__init__(str(error))
+        self.part = part
+        self.error = error
+
+
 #: ``ERR`` replies that are about permission or configuration, not the command's data.
 _PERMISSION_PHRASES = ("can't run this command", "unknown command", "no permissions")
 

@@ -50,6 +50,7 @@ from runtime.errors import RedisUnavailable
 from runtime.liveness import instance_id
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
+from runtime.redis_replies import PartRejected
 from tests.execution_harness import node_config, running_node
 from tests.node_process import NodeProcess
 from tests.waiting import eventually, settled
@@ -519,7 +520,7 @@ async def test_a_task_changed_between_claim_and_commit_is_not_fired_twice(
 
         async def enqueue_and_commit(
             self, *args: Any, **kwargs: Any
-        ) -> tuple[list[bool], dict[int, Commit]]:
+        ) -> tuple[list[bool], dict[int, Commit], list[PartRejected]]:
             await store.update("u", payload={"v": 2})
             return await super().enqueue_and_commit(*args, **kwargs)
 
@@ -1075,7 +1076,7 @@ class FailingCommit(Scripts):
         poller: str,
         commits: dict[int, list[FireCommit]],
         writes: Mapping[int, int],
-    ) -> tuple[list[bool], dict[int, Commit]]:
+    ) -> tuple[list[bool], dict[int, Commit], list[PartRejected]]:
         if self.failures:
             self.failures -= 1
             await self.enqueue(fires, now_ms, dedupe_window_ms, token, committed)
@@ -1277,11 +1278,11 @@ async def test_a_commit_run_ahead_of_its_reloaded_enqueue_is_sent_again(
     for p, task in tasks:
         commits[p].append(fire_commit(task, past + 60_000, past + 60_000, 1))
     now = claims[0].now_ms
-    flags, done = await scripts.enqueue_and_commit(
+    flags, done, aside = await scripts.enqueue_and_commit(
         [Fire(t.task_id, "t", t.payload, past, prior=t.prior_claim) for _, t in tasks], now,
         60_000, "tok-1", None, poller.poller_id, commits, {c.partition: c.writes for c in claims},
     )  # fmt: skip
-    assert flags == [True] * len(ids)
+    assert flags == [True] * len(ids) and aside == []
     assert all(d.lost == [] and d.earliest_ms == past + 60_000 for d in done.values())
     fired = sorted(f["schedule_id"] for f in await stream_fires(store, "t"))
     assert fired == sorted(f"{i}:{past}" for i in ids)

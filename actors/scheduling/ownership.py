@@ -23,7 +23,16 @@ just came or went), the leases decide, and the views agree again within one refr
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
+import structlog
 import trio
+
+from actors.store.scripts import Scripts
+from runtime.errors import RedisUnavailable
+
+#: How long a stopping poller tries to hand its partitions back (then their leases expire).
+LEAVE_S = 2.0
 
 
 def wanted_partitions(poller: str, members: list[str], partitions: int) -> list[int]:
@@ -59,3 +68,32 @@ class Membership:
         changed = wanted != self.wanted
         self.wanted = wanted
         return changed
+
+
+async def hand_back(
+    scripts: Scripts, poller: str, owned: Collection[int],
+    log: structlog.typing.FilteringBoundLogger,
+) -> bool:  # fmt: skip
+    """A stopping poller's ``owned`` partitions handed back, and the poller gone from the
+    list of pollers, so others take over at once; best effort (otherwise the leases run
+    out). Whether they were.
+
+    Ordering: first every Redis call abandoned on cancellation must have ended. An
+    enqueue cut off mid-call may still land; released before it did, the partition's
+    next owner could claim the same grid times and append them before it (a fire
+    twice). Past ``LEAVE_S / 2``, or with a call still unanswered after the socket
+    timeout (a paused server), nothing is released: the leases run out instead."""
+    settled = False
+    with trio.move_on_after(LEAVE_S / 2):
+        settled = await scripts.client.wait_abandoned()
+    if not settled:
+        log.warning("partitions_not_released", error="a call cut off is still running")
+        return False
+    try:
+        released = await scripts.release_partitions(sorted(owned), poller)
+        await scripts.poller_members(poller, 0)
+    except RedisUnavailable as exc:
+        log.warning("partitions_not_released", error=str(exc))
+        return False
+    log.info("partitions_released", partitions=released)
+    return True

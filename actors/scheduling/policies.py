@@ -109,7 +109,7 @@ async def apply_policies(
     if not asked:
         return out
     decisions = await scripts.decide_overlaps(
-        token, asked, history=history, takeover_ms=takeover_ms
+        token, asked, history=history, takeover_ms=takeover_ms, apart=True
     )
     for items in asked.values():
         for item in items:

@@ -26,7 +26,10 @@ lease runs out and claims the same grid times, so the fire is late and maybe dup
 stalled past its lease may still land its enqueue once Redis answers again (a fire twice,
 at most), but its commit is refused. With the dedupe window on, a type whose stream Redis
 rejects holds back its own tasks only, their grid where it was
-(``actors.scheduling.tick_writes``).
+(``actors.scheduling.tick_writes``). A partition whose keys Redis rejects (a key of another
+kind in it) is set aside and tried again a second later (``rejections.SetAside``): the
+tick goes on with the others, with a new claim if the claim was rejected, with the same
+one (a repeat is safe) if a decision or a commit was.
 
 Between ticks the poller sleeps until the earliest due time it saw, at most ``max_tick_s``;
 a full batch means more is due, so it loops at once. Its work per tick is proportional to
@@ -49,9 +52,9 @@ from actors.scheduling.claim_loop import (
     sleep_s,
 )
 from actors.scheduling.due_times import DueTimes
-from actors.scheduling.ownership import Membership
+from actors.scheduling.ownership import LEAVE_S, Membership, hand_back
 from actors.scheduling.policies import PolicyFires, apply_policies
-from actors.scheduling.rejections import Notices
+from actors.scheduling.rejections import SET_ASIDE_S, Notices, SetAside
 from actors.scheduling.tick_plan import TickPlan, hold_back, plan_claims, plan_commits
 from actors.scheduling.tick_writes import Tick, TickWrites, enqueue_and_commit
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS, DefinitionCache
@@ -62,9 +65,9 @@ from actors.store.replies import Commit, Fire, FireCommit, PartitionClaim
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
-from runtime.errors import RedisUnavailable
 from runtime.liveness import holder_is_gone, owner_value
 from runtime.logging import debug_enabled, emit_events
+from runtime.redis_replies import PartRejected
 
 
 @attrs.frozen
@@ -79,10 +82,6 @@ class PollerSettings(ClaimLoopSettings):
     partitions: int | None = None
     """``[scheduler] partitions`` where the node sets it: a namespace that has another
     number keeps its own, and the poller says so at start."""
-
-
-#: How long a stopping poller tries to hand its partitions back (then their leases expire).
-LEAVE_S = 2.0
 
 
 class Poller:
@@ -113,6 +112,12 @@ class Poller:
         """Due tasks whose records could not be read (said once each; they stay due)."""
         self._notices = Notices(self.actor, "fires_held_back", "fires_resumed")
         """Says which types' streams Redis rejects (their tasks held back) and when not."""
+        window_s = settings.dedupe_window_ms / 1000
+        # tried again well within the window: its markers keep what a commit left appended
+        self._aside = SetAside(
+            self._notices, self._forget, min(SET_ASIDE_S, window_s / 4 or SET_ASIDE_S)
+        )
+        """The partitions whose calls Redis rejects, left out for a while."""
         self._due = DueTimes(settings.max_tick_s)
         """When each partition is next due: a round skips a partition with nothing due
         until ``max_tick_s`` has passed (tasks created meanwhile are noticed then)."""
@@ -180,30 +185,12 @@ class Poller:
         return result
 
     async def leave(self, scripts: Scripts, log: structlog.typing.FilteringBoundLogger) -> None:
-        """Hand every partition back and leave the pollers, so others take over at once;
-        best effort (otherwise the leases run out).
-
-        Ordering: first every Redis call abandoned on cancellation must have ended. An
-        enqueue cut off mid-call may still land; released before it did, the partition's
-        next owner could claim the same grid times and append them before it (a fire
-        twice). Past the deadline, or with a call still unanswered after the socket timeout
-        (a paused server), nothing is released: the leases run out instead."""
-        settled = False
-        with trio.move_on_after(LEAVE_S / 2):
-            settled = await scripts.client.wait_abandoned()
-        if not settled:
-            log.warning("partitions_not_released", error="a call cut off is still running")
-            return
-        try:
-            released = await scripts.release_partitions(sorted(self.owned), self.poller_id)
-            await scripts.poller_members(self.poller_id, 0)
+        """Hand every partition back (``ownership.hand_back``)."""
+        if await hand_back(scripts, self.poller_id, self.owned, log):
             for p in self.owned:
                 self._definitions.forget(p)
                 self._states.forget(p)
             self.owned.clear()
-            log.info("partitions_released", partitions=released)
-        except RedisUnavailable as exc:
-            log.warning("partitions_not_released", error=str(exc))
 
     def partitions(self, keys: Keys) -> list[int]:
         """The partitions this poller wants now (all of them before it knows of others)."""
@@ -233,7 +220,28 @@ class Poller:
     async def tick(
         self, scripts: Scripts, partitions: list[int], log: structlog.typing.FilteringBoundLogger
     ) -> TickResult:
-        """Claim, enqueue and commit everything due now in ``partitions``.
+        """``_tick`` over ``partitions``, but those set aside (``SetAside.run``): a
+        partition whose claim Redis rejects is set aside and the others claimed again, by a
+        new claim (the rejected one their prior: nothing appended twice)."""
+        return await self._aside.run(
+            lambda left, aside: self._tick(scripts, left, log, aside), partitions
+        )
+
+    def _forget(self, partition: int) -> None:
+        """What is known of ``partition``, dropped (set aside: read afresh when tried again)."""
+        self._definitions.forget(partition)
+        self._states.forget(partition)
+        self._due.forget(partition)
+
+    async def _tick(
+        self,
+        scripts: Scripts,
+        partitions: list[int],
+        log: structlog.typing.FilteringBoundLogger,
+        aside: set[int],
+    ) -> TickResult:
+        """Claim, enqueue and commit everything due now in ``partitions``; ``aside``
+        gathers those set aside.
 
         From the claim on, the claims are this poller's: if Redis goes away, each step
         waits for it and goes on with the same token rather than leave its claims to
@@ -244,21 +252,33 @@ class Poller:
         self._ticks += 1
         token = f"{self._token_base}-{self._ticks}"
         claims = await self._claim(scripts, partitions, token, log)
-        plan = plan_claims(claims, debug_enabled())
+        while True:
+            plan = plan_claims(claims, debug_enabled())
+            try:
+                decided = await self._apply_policies(scripts, token, plan)
+                break
+            except PartRejected as exc:  # the others decided again: the same claim
+                self._aside.add(exc, aside)
+                claims = [c for c in claims if c.partition != exc.part]
         # One info line per fire is written when it ends (the consumer's, with every
         # lifecycle time); the claim's own line is a debug line.
         if plan.scheduled:
             emit_events(self.actor, plan.scheduled, level="debug")
-        decided = await self._apply_policies(scripts, token, plan)
         commits = plan_commits(plan.plans, decided.commits, decided.tracked, self.settings.history)
         if decided.waits:  # another decider's fire in flight: decided when claimed again
             commits = hold_back(commits, plan.plans, decided.waits)
         writes = {c.partition: c.writes for c in claims}
         w = await self._enqueue_and_commit(scripts, token, plan, decided.fires, commits, writes)
+        for rejected in w.aside:
+            self._aside.add(rejected, aside)
+        claims = [c for c in claims if c.partition not in aside]
         # A task held back is planned again when claimed again: said then, not twice.
         again = w.held | decided.waits.keys()
+        partition_of = scripts.keys.partition_of
         said = [
-            line for line in [*plan.misfired, *decided.not_run] if line[1]["task_id"] not in again
+            line
+            for line in [*plan.misfired, *decided.not_run]
+            if line[1]["task_id"] not in again and partition_of(line[1]["task_id"]) not in aside
         ]
         if said:
             emit_events(self.actor, said)

@@ -6,8 +6,9 @@ broken stream would hold up every type the poller and the retry dispatcher serve
 append the fires of a tick type by type once a call is rejected, and go on with every
 type whose stream takes them (``append_by_type``); what they do with the fires held back
 is theirs (the retry dispatcher leaves them claimed, the poller moves their tasks a claim
-lease on with their grid where it was). ``Notices`` says each rejection once, and when it
-is over.
+lease on with their grid where it was). Likewise a partition whose keys Redis rejects: the
+retry dispatcher leaves it out of its claims, and the poller sets it aside (``SetAside``)
+and goes on with the others. ``Notices`` says each rejection once, and when it is over.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+import trio
+
 from actors.store.replies import Fire
 from runtime.logging import emit_events
 from runtime.redis_io import RedisClient, ResponseError
-from runtime.redis_replies import rejected_alone
+from runtime.redis_replies import PartRejected, rejected_alone
 
 T = TypeVar("T")
 
@@ -34,9 +37,12 @@ class Rejected(Exception):
 
 
 async def unless_rejected(step: Callable[[], Awaitable[T]]) -> T:
-    """``step()``, a rejection of it raised as ``Rejected``."""
+    """``step()``, a rejection of it raised as ``Rejected`` (but one of a partition's calls:
+    ``PartRejected``, which its caller sets aside)."""
     try:
         return await step()
+    except PartRejected:
+        raise
     except ResponseError as exc:
         if not rejected_alone(exc):
             raise
@@ -100,3 +106,69 @@ class Notices:
             del said[name]
             lines.append((self.resumed, {what: name}))
         emit_events(self.actor, lines)
+
+
+#: How long a poller leaves out a partition whose calls Redis rejects before trying again.
+SET_ASIDE_S = 1.0
+
+
+class SetAside:
+    """The partitions a poller leaves out of its ticks because Redis rejects their calls
+    (a key of another kind in them: ``PartRejected``), each tried again ``wait_s`` later:
+    one broken partition holds back its own fires only, and costs one claim a second, not
+    a call every tick. Said by ``notices`` (``fires_held_back`` with the partition, once;
+    ``fires_resumed`` when a tick that tried it again did not set it aside)."""
+
+    def __init__(
+        self, notices: Notices, forget: Callable[[int], None], wait_s: float = SET_ASIDE_S
+    ) -> None:
+        self.notices = notices
+        self.forget = forget
+        """Drops what the poller knows of a partition set aside (read afresh later)."""
+        self.wait_s = wait_s
+        self._aside: dict[int, tuple[float, Exception]] = {}
+        """Partition -> (trio time it is tried again from, what Redis answered)."""
+
+    def to_try(self, partitions: list[int], now: float) -> list[int]:
+        """``partitions`` but those set aside whose wait is not over."""
+        aside = self._aside
+        if not aside:
+            return partitions
+        return [p for p in partitions if p not in aside or aside[p][0] <= now]
+
+    async def run(
+        self, tick: Callable[[list[int], set[int]], Awaitable[T]], partitions: list[int]
+    ) -> T:
+        """``tick(left, aside)`` over ``partitions`` but those set aside; ``aside`` gathers
+        the partitions the tick sets aside itself. A rejection it raises sets that
+        partition aside, and the tick runs again over the others."""
+        tried = left = self.to_try(partitions, trio.current_time())
+        aside: set[int] = set()
+        while True:
+            try:
+                result = await tick(left, aside)
+                break
+            except PartRejected as exc:
+                if exc.part not in left:
+                    raise
+                self.add(exc, aside)
+                left = [p for p in left if p != exc.part]
+        self.settle(tried, aside)
+        return result
+
+    def add(self, rejected: PartRejected, aside: set[int]) -> None:
+        """Set ``rejected``'s partition aside (into ``aside``, the tick's)."""
+        self._aside[rejected.part] = (trio.current_time() + self.wait_s, rejected.error)
+        aside.add(rejected.part)
+        self.forget(rejected.part)
+
+    def settle(self, tried: list[int], again: set[int]) -> None:
+        """After a tick over ``tried`` that set ``again`` aside: the others tried are taken
+        back; say what changed."""
+        if not self._aside:
+            return
+        for p in tried:
+            if p not in again:
+                self._aside.pop(p, None)
+        rejected = {str(p): error for p, (_, error) in self._aside.items()}
+        self.notices.say("partition", rejected, map(str, tried))

@@ -15,6 +15,13 @@ task's grid times are planned again like any late task's (its misfire policy and
 window apply), and a fire a policy put in flight for it is appended by its next decision,
 however late. Without the window (no markers) a rejection is waited out, every type with
 it.
+
+With the window on, a partition whose commit Redis rejects (its keys of another kind) is
+returned apart (``TickWrites.aside``; the poller sets it aside): its fires are in the
+streams, its grid where it was and its claim in flight, so its next claims find what this
+one appended in the markers (and mark it again, for as long as the partition is held) and
+append nothing twice. Every other partition's commit goes through. Without the window such
+a commit is waited out: the next claim would append the fires again.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from actors.store.replies import Commit, Fire, FireCommit
 from actors.store.scheduling_scripts import ENQUEUE_CHUNK
 from actors.store.scripts import Scripts
 from runtime.redis_io import ResponseError
+from runtime.redis_replies import PartRejected
 
 
 @attrs.frozen
@@ -51,8 +59,9 @@ class Tick:
 
 @attrs.frozen
 class TickWrites:
-    """What the commits did, the commits as sent (a held task's changed), the fires
-    appended (a held type's left out), and the tasks held back."""
+    """What the commits did, the commits as sent (a held task's changed; a partition set
+    aside left out), the fires appended (a held type's left out), the tasks held back,
+    and the partitions whose commit Redis rejected."""
 
     done: dict[int, Commit]
     commits: dict[int, list[FireCommit]]
@@ -60,7 +69,10 @@ class TickWrites:
     held: set[str]
     """The tasks held back."""
     kept: bool
-    """Whether the claim stays in flight (``hold_back``'s ``keep``)."""
+    """Whether the claim stays in flight (``hold_back``'s ``keep``, or a partition set
+    aside)."""
+    aside: list[PartRejected]
+    """The partitions whose commit Redis rejected: their fires appended, grids unmoved."""
 
 
 async def enqueue_and_commit(
@@ -83,9 +95,10 @@ async def enqueue_and_commit(
     held: set[str] = set()
     kept = False
     done: dict[int, Commit] | None = None
+    aside: list[PartRejected] = []
     if fires and scripts.commits_with_enqueue(window_ms):
         try:
-            done = await redis.ride_out(
+            done, aside = await redis.ride_out(
                 functools.partial(unless_rejected, lambda: enqueue_and_commit_fires(
                     scripts, fires, now, actor, window_ms, token, tick.committed, poller,
                     commits, tick.writes, dropped,
@@ -110,9 +123,19 @@ async def enqueue_and_commit(
         fires = [f for f in fires if f.type not in rejected]
     if done is None:
         done = {}
-        if commits:
-            done = await redis.ride_out(
-                lambda: scripts.commit_fires(poller, token, commits, tick.writes)
-            )
+        while commits:  # with the window, a partition Redis rejects is set aside
+            try:
+                done = await redis.ride_out(
+                    functools.partial(
+                        scripts.commit_fires, poller, token, commits, tick.writes,
+                        apart=window_ms > 0,
+                    )
+                )  # fmt: skip
+                break
+            except PartRejected as exc:  # sent again: one that went through finds its states
+                aside.append(exc)
+                commits = {p: c for p, c in commits.items() if p != exc.part}
+    parts = {a.part for a in aside}
+    commits = {p: c for p, c in commits.items() if p not in parts}
     await end_dropped_flights(scripts, dropped)
-    return TickWrites(done, commits, fires, held, kept)
+    return TickWrites(done, commits, fires, held, kept or bool(aside), aside)

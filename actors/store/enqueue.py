@@ -22,6 +22,7 @@ from actors.store.keys import schedule_id
 from actors.store.replies import Commit, Fire, FireCommit
 from actors.store.scripts import Scripts
 from runtime.logging import debug_enabled, emit_events, notify_observers
+from runtime.redis_replies import PartRejected
 
 
 async def enqueue_fires(
@@ -56,15 +57,16 @@ async def enqueue_and_commit_fires(
     commits: dict[int, list[FireCommit]],
     writes: Mapping[int, int],
     dropped: list[Fire] | None = None,
-) -> dict[int, Commit]:
+) -> tuple[dict[int, Commit], list[PartRejected]]:
     """``enqueue_fires``, then commit the claim's partitions (``Scripts.commit_fires``):
     one round trip on a single server (``Scripts.enqueue_and_commit``). Raises if an
-    enqueue failed, and then nothing was committed."""
-    flags, done = await scripts.enqueue_and_commit(
+    enqueue failed, and then nothing was committed; a partition whose commit Redis
+    rejected is returned apart (its fires appended, its grid where it was)."""
+    flags, done, rejected = await scripts.enqueue_and_commit(
         fires, now_ms, dedupe_window_ms, token, committed, poller, commits, writes
     )
     _report(fires, flags, now_ms, actor, dropped)
-    return done
+    return done, rejected
 
 
 def _report(

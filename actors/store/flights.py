@@ -228,13 +228,16 @@ class FlightScripts(TaskScripts):
         grid: bool = True,
         history: int = DEFAULT_HISTORY,
         takeover_ms: int = 0,
+        apart: bool = False,
     ) -> dict[str, Decision]:
         """``overlap.lua`` per partition: the decision for every planned task, by id.
         ``token``: the claim's (confirmed by its commit) or the operator call's (confirmed
         by ``confirm_flights``); ``grid``: a poller's claim of grid times (those not run
         go into the tasks' histories, ``history`` entries kept); ``takeover_ms``: how old
         another decider's unconfirmed fire must be to be appended again here (its decider
-        taken as dead: the claim lease; before, it may be on its way to its append)."""
+        taken as dead: the claim lease; before, it may be on its way to its append);
+        ``apart``: a partition's call Redis rejects is raised as ``PartRejected`` (a
+        poller sets that partition aside), else as the error itself."""
         calls: list[Call] = []
         for partition, tasks in planned.items():
             args: list[Any] = [BUFFER_CAP, token, flag(grid), self.keys.tag(partition),
@@ -245,7 +248,7 @@ class FlightScripts(TaskScripts):
             keys = [self.keys.flights(partition), self.keys.not_run(partition)]
             calls.append((lua.OVERLAP, keys, args))
         decisions: dict[str, Decision] = {}
-        for reply in await self._run(calls):
+        for reply in await self._run(calls, list(planned) if apart else None):
             for item in reply:
                 decisions[item[0].decode()] = _decision(item)
         return decisions

@@ -36,7 +36,7 @@ from actors.store.replies import (
 )
 from actors.store.task_scripts import Call, or_empty, raise_first_error
 from runtime.redis_io import ResponseError
-from runtime.redis_replies import rejected_alone
+from runtime.redis_replies import PartRejected, rejected_alone
 
 #: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
 ENQUEUE_CHUNK = 500
@@ -78,7 +78,10 @@ class SchedulingScripts(FlightScripts):
         This is the one place a claim updates the caches: the decoders
         (``actors.store.claim_replies``) read them and return what the claim taught (a
         partition held elsewhere, whether every due state was known, the definitions worth
-        keeping), which is written to them here."""
+        keeping), which is written to them here.
+
+        A partition whose claim or read Redis rejects (a key of another kind) is raised as
+        ``PartRejected``: the caller sets it aside and claims the others."""
         k = self.keys
         gone = take_from or {}
         cache = definitions if definitions is not None and definitions.limit > 0 else None
@@ -92,7 +95,7 @@ class SchedulingScripts(FlightScripts):
                 (lua.CLAIM_DUE, [k.schedule(p), k.partition_owner(p)],
                  [*args, gone.get(p, ""), lean, or_empty(writes)])
             )  # fmt: skip
-        replies = await self._run(calls)
+        replies = await self._run(calls, partitions)
         if cache is None:
             return [
                 decode_partition_claim(p, r, k.buckets)
@@ -119,7 +122,8 @@ class SchedulingScripts(FlightScripts):
                  [k.schedule(c.claim.partition), k.partition_owner(c.claim.partition)],
                  [k.tag(c.claim.partition), *[x for m in c.misses for x in m[:2]]])
                 for c in missing
-            ]
+            ],
+            [c.claim.partition for c in missing],
         )  # fmt: skip
         for c, reply in zip(missing, reads, strict=True):
             for task_id, version, definition in add_read_definitions(c, reply):
@@ -132,12 +136,15 @@ class SchedulingScripts(FlightScripts):
         token: str,
         commits: dict[int, list[FireCommit]],
         writes: Mapping[int, int],
+        apart: bool = False,
     ) -> dict[int, Commit]:
         """``commit_fires.lua`` per partition: advance each grid if ``token``'s claim is
         still in flight on a partition ``poller`` owns, and the task was not changed.
         ``writes``: each partition's count of API writes as the claim read it
-        (``PartitionClaim.writes``)."""
-        replies = await self._run(self._commit_calls(poller, token, commits, writes, []))
+        (``PartitionClaim.writes``). ``apart``: a commit Redis rejects is raised as
+        ``PartRejected`` (the others went through), else as the error itself."""
+        calls = self._commit_calls(poller, token, commits, writes, [])
+        replies = await self._run(calls, list(commits) if apart else None)
         return self._decode_commits(commits, replies)
 
     def _commit_calls(
@@ -198,11 +205,12 @@ class SchedulingScripts(FlightScripts):
         poller: str,
         commits: dict[int, list[FireCommit]],
         writes: Mapping[int, int],
-    ) -> tuple[list[bool], dict[int, Commit]]:
+    ) -> tuple[list[bool], dict[int, Commit], list[PartRejected]]:
         """``enqueue`` then ``commit_fires``, in one round trip on a single server: each
         commit first checks that every enqueue call of the claim left its marker, so a
         failed enqueue leaves every grid where it was (a grid time moves only after its
-        fires are in the stream) and the error is raised as ``enqueue`` would. Only where
+        fires are in the stream) and the error is raised as ``enqueue`` would. A commit
+        Redis rejects (its partition's keys) is returned apart, the others' done. Only where
         ``commits_with_enqueue``: in a cluster (the streams and the partitions are on
         different shards, which run a pipeline in no set order) or without markers
         (``dedupe_window_ms`` 0) the caller makes two round trips, ridden out one by one."""
@@ -213,19 +221,28 @@ class SchedulingScripts(FlightScripts):
         markers = [(f"{args[2]}{token}", args[5]) for _, _, args in enqueues]
         calls = enqueues + self._commit_calls(poller, token, commits, writes, markers)
         # an enqueue's error is raised first (the commits behind it refused)
-        replies = await self._run(calls)
+        replies = await self.client.mixed_scripts(calls)
+        raise_first_error(replies[: len(enqueues)])
+        ends = replies[len(enqueues) :]
+        rejected = [
+            PartRejected(p, r) for p, r in zip(commits, ends, strict=True) if rejected_alone(r)
+        ]
+        if rejected:  # the others go on: their commits went through
+            kept = [i for i, r in enumerate(ends) if not rejected_alone(r)]
+            parts = list(commits)
+            commits = {parts[i]: commits[parts[i]] for i in kept}
+            ends = [ends[i] for i in kept]
+        raise_first_error(ends)
         flags = self._enqueue_flags(replies[: len(enqueues)], order, len(fires))
-        done = self._decode_commits(commits, replies[len(enqueues) :])
+        done = self._decode_commits(commits, ends)
         # A commit can find a marker missing with every enqueue done only if it ran first:
         # the enqueue's script had to be loaded again and was sent once more (mixed_scripts).
         again = {
-            p: commits[p]
-            for p, r in zip(commits, replies[len(enqueues) :], strict=True)
-            if int(r[0]) == NOT_ENQUEUED
+            p: commits[p] for p, r in zip(commits, ends, strict=True) if int(r[0]) == NOT_ENQUEUED
         }
         if again:
-            done |= await self.commit_fires(poller, token, again, writes)
-        return flags, done
+            done |= await self.commit_fires(poller, token, again, writes, apart=True)
+        return flags, done, rejected
 
     async def release_partitions(self, partitions: Sequence[int], poller: str) -> list[int]:
         """``release_partition.lua`` per partition: the ones ``poller`` let go of."""

@@ -1,0 +1,99 @@
+"""A partition whose keys Redis rejects holds back its own fires only, against a real Redis."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Overlap, Schedule
+from actors.scheduling.poller import Poller, PollerSettings
+from actors.store.tasks import TaskStore
+from runtime.logging import get_logger
+from runtime.redis_io import RedisClient
+from tests.test_poller import stream_fires
+from tests.waiting import eventually
+
+PARTITIONS, BROKEN = 4, 2
+
+
+@pytest.mark.parametrize("window_ms", [60_000, 0])
+@pytest.mark.parametrize("stage", ["claim", "decide", "commit"])
+async def test_a_rejected_partition_holds_back_its_own_fires_only(
+    redis_client: RedisClient, namespace: str, stage: str, window_ms: int,
+    log_lines: Callable[[], list[dict[str, Any]]],
+) -> None:  # fmt: skip
+    """One partition's key holds a string (WRONGTYPE) where its claim reads (a state
+    hash), where its overlap decision reads (its flights) or where its commit writes (the
+    history a misfire goes to). The tick fires and commits every other partition's tasks,
+    sets that one aside (one ``fires_held_back`` line naming it), and once the key is
+    mended its tasks fire; no task fires twice. A commit rejected after its fires were
+    appended is set aside with the dedupe window on (its next claims find the markers);
+    without the window it is waited out, as before (a claim again would append again)."""
+    store = TaskStore(redis_client, namespace, default_partitions=PARTITIONS)
+    now = await store.now_ms()
+    # the commit variant: three periods late, so a misfire's history entry is written
+    start = now - 3 * 60_000 - 10 if stage == "commit" else now - 10
+    overlap: Overlap = "skip" if stage == "decide" else "allow_all"
+    every = Schedule("interval", every_s=60, start_ms=start, overlap=overlap)
+    ids = [f"x{i}" for i in range(24)]
+    await store.create_many([TaskSpec("t", every, task_id=i) for i in ids])
+    keys = await store.keys()
+    scripts = await store.scripts()
+    broken = [i for i in ids if keys.partition_of(i) == BROKEN]
+    fine = [i for i in ids if keys.partition_of(i) != BROKEN]
+    assert broken and fine
+    key = {
+        "claim": keys.states(BROKEN, keys.bucket_of(broken[0])),
+        "decide": keys.flights(BROKEN),
+        "commit": keys.history(BROKEN),
+    }[stage]
+    saved = await redis_client.execute("DUMP", key)
+    await redis_client.execute("DEL", key)
+    await redis_client.execute("SET", key, "not a hash")
+    poller = Poller(store, PollerSettings(dedupe_window_ms=window_ms))
+    everything = list(range(PARTITIONS))
+    if stage == "commit" and window_ms == 0:
+        with trio.move_on_after(3):  # waited out, as every rejection without the window
+            await poller.tick(scripts, everything, get_logger())
+            raise AssertionError("a rejected commit without the window was not waited out")
+        assert {e["task_id"] for e in log_lines() if e["event"] == "fires_held_back"} == set()
+        fires = Counter(f["task_id"] for f in await stream_fires(store, "t"))
+        assert set(fires) == set(ids) and set(fires.values()) == {1}
+        return
+    with trio.fail_after(30):  # it used to wait for the partition, every other with it
+        await poller.tick(scripts, everything, get_logger())
+    fires = Counter(f["task_id"] for f in await stream_fires(store, "t"))
+    # a commit rejected leaves its partition's fires appended, its grid where it was
+    assert set(fires) == set(ids if stage == "commit" else fine)
+    assert set(fires.values()) == {1}
+    for task in await store.get_many(fine):
+        assert task is not None and task.fires == 1 and task.next_run_ms is not None
+        assert task.next_run_ms > now
+    (line,) = [e for e in log_lines() if e["event"] == "fires_held_back"]
+    assert line["partition"] == str(BROKEN) and "WRONGTYPE" in line["error"]
+    # set aside: a tick at once leaves it out, and says nothing again
+    await poller.tick(scripts, everything, get_logger())
+    assert len([e for e in log_lines() if e["event"] == "fires_held_back"]) == 1
+    await trio.sleep(1.2)  # tried again after its wait: still rejected, still one line
+    await poller.tick(scripts, everything, get_logger())
+    assert len([e for e in log_lines() if e["event"] == "fires_held_back"]) == 1
+    await redis_client.execute("DEL", key)
+    if saved is not None:
+        await redis_client.execute("RESTORE", key, 0, saved)
+
+    async def resumed() -> bool:
+        await poller.tick(scripts, everything, get_logger())
+        return any(e["event"] == "fires_resumed" for e in log_lines())
+
+    await eventually(resumed, poll_s=0.2)
+    fires = Counter(f["task_id"] for f in await stream_fires(store, "t"))
+    assert set(fires) == set(ids) and set(fires.values()) == {1}  # each once
+    for task in await store.get_many(broken):
+        assert task is not None and task.next_run_ms is not None and task.next_run_ms > now
+    (line,) = [e for e in log_lines() if e["event"] == "fires_resumed"]
+    assert line["partition"] == str(BROKEN)
