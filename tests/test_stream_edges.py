@@ -467,6 +467,62 @@ async def test_a_poison_dead_lettered_by_a_reclaim_whose_reply_was_lost_is_still
     assert len(await task_history(store, "x0")) == 1
 
 
+async def test_poison_ends_a_claimer_gone_for_good_left_are_done_by_the_one_that_prunes_it(
+    redis_client: RedisClient, namespace: str, keys: Keys, scripts: Scripts
+) -> None:
+    """A claimer dead-lettered a poison message of a skip task and died before ending its
+    flight; its name never comes back (its node replaced). The consumer that prunes the
+    name takes its poison ends over and ends the flight, so the task fires again, rather
+    than skip every fire for the week the ends are kept."""
+    from actors.domain.model import TaskSpec
+    from actors.domain.schedules import Schedule
+    from actors.store.flights import Planned
+    from actors.store.ledger import task_history
+
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    later = Schedule(
+        "interval", every_s=3600, start_ms=await store.now_ms() + 3_600_000, overlap="skip"
+    )
+    await store.create(TaskSpec("t", later, task_id="x0"))
+    p = keys.partition_of("x0")
+    decided = await scripts.decide_overlaps("claim", {p: [Planned("x0", "S", [7])]})
+    assert decided["x0"].run == [(7, True)]
+    await scripts.confirm_flights("claim", ["x0"])  # appended: in flight until it ends
+    stream = keys.queue("t")
+    await redis_client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
+    msg = (
+        await redis_client.execute(
+            "XADD", stream, "*", "task_id", "x0", "payload", "{}", "attempt", "0",
+            "due_ms", "7", "o", "S",
+        )
+    ).decode()  # fmt: skip
+    await read_as(redis_client, keys, "c1")
+    for owner in ("c2", "c3"):
+        await redis_client.execute("XCLAIM", stream, GROUP, owner, 0, msg)
+    await set_idle(redis_client, keys, "c3", [msg])
+    lost = await scripts.reclaim("t", "gone", 1000, 10, 3, "n1")  # then its claimer died
+    assert lost.poisoned == [msg]
+    await redis_client.execute("XGROUP", "CREATECONSUMER", stream, GROUP, "gone")
+    state = ConsumerState(name="me")
+    state.free.value = 10
+    inbox: Mailbox[Message] = Mailbox.open(10)
+    claimer = Claimer(
+        store, "t", state, inbox, "n1", ClaimerSettings(lease_s=1.0, max_deliveries=3)
+    )
+    assert await claimer.tick(scripts) == 0  # its own ends: none
+    blocked = await scripts.decide_overlaps("next", {p: [Planned("x0", "S", [8])]})
+    assert blocked["x0"].skipped == [8]  # still in flight: skipped behind it
+    assert [o for o in await task_history(store, "x0") if o.fate == "dead"] == []
+    assert "gone" in await scripts.prune_consumers("t", -1, "me")  # gone a while
+    await claimer.tick(scripts)
+    (occurrence,) = [o for o in await task_history(store, "x0") if o.fate == "dead"]
+    assert occurrence.due_ms == 7
+    again = await scripts.decide_overlaps("after", {p: [Planned("x0", "S", [9])]})
+    assert again["x0"].run == [(9, True)]  # its flight ended: the task fires again
+    assert await redis_client.execute("EXISTS", keys.poison_ends("t", "gone")) == 0
+    assert await redis_client.execute("EXISTS", keys.poison_ends("t", "me")) == 0
+
+
 async def test_poison_ends_kept_as_ended_end_no_flight_again(
     redis_client: RedisClient, keys: Keys, scripts: Scripts
 ) -> None:

@@ -237,7 +237,11 @@ class Claimer:
         return messages
 
     async def prune(self, scripts: Scripts) -> list[str]:
-        names = await scripts.prune_consumers(self.type, CONSUMER_GONE_MS, self.state.name or "")
+        """Remove the type's consumers gone a while with nothing pending; this consumer
+        takes over the poison ends their claimers left undone (done next tick)."""
+        if self.state.name is None:
+            return []
+        names = await scripts.prune_consumers(self.type, CONSUMER_GONE_MS, self.state.name)
         emit_events(
             self.actor, [("consumer_removed", {"type": self.type, "consumer": n}) for n in names]
         )

@@ -411,10 +411,12 @@ class ExecutionScripts(FlightScripts):
 
     async def prune_consumers(self, task_type: str, min_idle_ms: int, keep: str) -> list[str]:
         """``prune_consumers.lua``: remove consumers idle that long with nothing pending
-        (never ``keep``); their names."""
-        (removed,) = await self._run(
-            [(lua.PRUNE_CONSUMERS, [self.keys.queue(task_type)], [GROUP, min_idle_ms, keep])]
-        )
+        (never ``keep``, the caller's consumer, which takes over the poison ends the
+        removed ones' claimers left undone); their names."""
+        k = self.keys
+        keys = [k.queue(task_type), k.poison_ends(task_type, keep)]
+        args = [GROUP, min_idle_ms, keep, k.poison_ends(task_type, "")]
+        (removed,) = await self._run([(lua.PRUNE_CONSUMERS, keys, args)])
         return [r.decode() for r in removed]
 
     async def trim_acked(self, task_type: str, step: int = TRIM_STEP) -> int:
