@@ -127,7 +127,9 @@ class OutageRiding:
             await trio.sleep(_probe_wait(failures - 2))
         await self.wait_until_reachable()
 
-    async def ride_out(self, step: Callable[[], Awaitable[T]], actor: str = "") -> T:
+    async def ride_out(
+        self, step: Callable[[], Awaitable[T]], actor: str = "", refused_cap_s: float | None = None
+    ) -> T:
         """Run ``step``; while Redis is unreachable or stalled, wait for it and run ``step``
         again; while Redis refuses it (writes refused, a permission missing, a command
         rejected: ``runtime.redis_replies``), run it again after a capped, jittered
@@ -135,7 +137,8 @@ class OutageRiding:
         batch's completion): an outage or a refusal is a state the actor waits through,
         not a crash. A rejection of one part of a step (``PartRejected``) is raised: its
         caller goes on without that part. ``actor``: who is waiting, for the
-        ``redis_refused`` line."""
+        ``redis_refused`` line; ``refused_cap_s``: the longest wait between two tries while
+        refused, if shorter than the usual cap (a step that must recur within a lease)."""
         refusals = unavailable = 0
         try:
             while True:
@@ -143,7 +146,7 @@ class OutageRiding:
                     result = await step()
                 except RedisRefused as exc:
                     refusals += 1
-                    await self.wait_refused(exc, refusals, actor)
+                    await self.wait_refused(exc, refusals, actor, refused_cap_s)
                     continue
                 except PartRejected:  # its caller sets that part aside
                     raise
@@ -151,7 +154,8 @@ class OutageRiding:
                     if restarts(exc):
                         raise
                     refusals += 1
-                    await self.wait_refused(refused(exc, self.description), refusals, actor)
+                    error = refused(exc, self.description)
+                    await self.wait_refused(error, refusals, actor, refused_cap_s)
                     continue
                 except RedisUnavailable:
                     unavailable += 1
@@ -165,12 +169,15 @@ class OutageRiding:
             if refusals:
                 self.refusal_ended(accepted=False)
 
-    async def wait_refused(self, error: RedisRefused, refusals: int, actor: str = "") -> None:
+    async def wait_refused(
+        self, error: RedisRefused, refusals: int, actor: str = "", cap_s: float | None = None
+    ) -> None:
         """The wait after the ``refusals``-th refusal in a row of a step (``ride_out``'s, or
         a caller's that repeats the step itself, as a consumer's read does: it ends the
         run with ``refusal_ended``)."""
         self._note_refused(error, actor, first=refusals == 1)
-        delay = min(_REFUSED_CAP_S, _REFUSED_FIRST_S * 2 ** min(refusals - 1, 10))
+        cap = _REFUSED_CAP_S if cap_s is None else min(cap_s, _REFUSED_CAP_S)
+        delay = min(cap, _REFUSED_FIRST_S * 2 ** min(refusals - 1, 10))
         await trio.sleep(delay * random.uniform(0.5, 1.0))
 
 

@@ -311,17 +311,18 @@ async def test_a_refused_read_waits_with_backoff_and_one_line(
     assert not _events(log_lines, "actor_crashed")
 
 
+@pytest.mark.parametrize("lease_s", [3.0, 1.5])
 async def test_a_running_fire_keeps_its_lease_while_redis_refuses_writes(
     server: RedisProcess, own_client: RedisClient, namespace: str, tmp_path: Path,
-    record: Path, log_lines: LogLines,
+    record: Path, log_lines: LogLines, lease_s: float,
 ) -> None:  # fmt: skip
     """Redis at maxmemory refuses the consumer's hold on its name (a SET), but not the
     renewal of its messages' leases (XCLAIM): a fire still running keeps its lease
     however long the refusal lasts, so no claimer takes it from a live consumer and runs
-    it again (a refusal longer than the lease used to let one)."""
+    it again (a refusal longer than the lease used to let one), also with a lease shorter
+    than the refusal backoff's usual cap of 2 s (renewed every lease/3 while refused)."""
     store = TaskStore(own_client, namespace, default_partitions=4)
-    # Renewed at least every 2 s while refused (the refusal backoff's cap): a lease of 3 s.
-    section = ConsumerSection(handler="tests.handlers.jobs:sleepy", lease_s=3)
+    section = ConsumerSection(handler="tests.handlers.jobs:sleepy", lease_s=lease_s)
     config = node_config(server.url, namespace, tmp_path, {"slow": section})
     await store.create(TaskSpec("slow", Schedule("once", at_ms=0), {"sleep_s": 10}, task_id="s"))
     keys = await store.keys()
@@ -337,11 +338,11 @@ async def test_a_running_fire_keeps_its_lease_while_redis_refuses_writes(
         await wait_until(lambda: _true(bool(_events(log_lines, "redis_refused"))))
         idles = []
         for _ in range(14):  # two leases and more
-            await trio.sleep(0.5)
+            await trio.sleep(lease_s / 6)
             idles.append(await idle_ms())
         await own_client.execute("CONFIG", "SET", "maxmemory", "0")
         await wait_until(lambda: _true(any(r["event"] == "ran" for r in records(record))))
-    assert max(idles) < 3000, idles  # renewed throughout
+    assert max(idles) < lease_s * 1000, idles  # renewed throughout
     assert [r["event"] for r in records(record)] == ["started", "ran"]
     assert not _events(log_lines, "actor_crashed")
 

@@ -44,7 +44,8 @@ async def renew_forever(
     and waiting in the mailbox (``held``); and keep holding our name
     (``actors.execution.identity``). After an outage the renewal that waited for Redis
     runs as soon as Redis answers. A name found held by another live consumer is
-    ``lost`` (given its holder), then ``NameLost`` raised."""
+    ``lost`` (given its holder), then ``NameLost`` raised. While Redis refuses the renewal
+    (or the name's hold), it is tried again at least every lease/3 too."""
     while True:
         await trio.sleep(lease_s / 3)
         # What we hold is read at each try: a refusal that lasts may see more read or handed
@@ -53,7 +54,8 @@ async def renew_forever(
             functools.partial(
                 _renew, scripts, task_type, identity,
                 lambda: [*flight.messages, *held], int(lease_s * 1000),
-            )
+            ),
+            refused_cap_s=lease_s / 3,
         )  # fmt: skip
         if holder is not None:
             lost(holder)
