@@ -30,6 +30,7 @@ import trio
 
 from actors.store.scripts import Scripts
 from runtime.errors import RedisUnavailable
+from runtime.redis_io import ResponseError
 
 #: How long a stopping poller tries to hand its partitions back (then their leases expire).
 LEAVE_S = 2.0
@@ -92,7 +93,7 @@ async def hand_back(
     try:
         released = await scripts.release_partitions(sorted(owned), poller)
         await scripts.poller_members(poller, 0)
-    except RedisUnavailable as exc:
+    except (RedisUnavailable, ResponseError) as exc:  # an owner hash rejected: the same
         log.warning("partitions_not_released", error=str(exc))
         return False
     log.info("partitions_released", partitions=released)

@@ -30,6 +30,7 @@ from actors.store.history import DEFAULT_HISTORY
 from actors.store.keys import schedule_id
 from actors.store.replies import Claimed, Fire
 from actors.store.scripts import Scripts
+from runtime.redis_replies import PartRejected
 
 
 @attrs.define
@@ -48,6 +49,9 @@ class PolicyFires:
     waits: dict[str, int] = attrs.field(factory=dict)
     """Tasks not decided for (``Decision.wait_ms``), by how long they wait: their commit
     holds them back that long, their grid where it was."""
+    rejected: list[PartRejected] = attrs.field(factory=list)
+    """Partitions whose decisions Redis rejected: their tasks left out (no fire, no line),
+    for the poller to set aside."""
 
 
 #: How long a task whose grid ended stays scheduled while fires wait to start, if no end of
@@ -109,9 +113,15 @@ async def apply_policies(
     if not asked:
         return out
     decisions = await scripts.decide_overlaps(
-        token, asked, history=history, takeover_ms=takeover_ms, apart=True
+        token, asked, history=history, takeover_ms=takeover_ms, rejected=out.rejected
     )
-    for items in asked.values():
+    gone = {r.part for r in out.rejected}
+    if gone:  # their plain fires too: the partition is claimed and planned again later
+        partition_of = scripts.keys.partition_of
+        out.fires = [f for f in out.fires if partition_of(f.task_id) not in gone]
+    for partition, items in asked.items():
+        if partition in gone:
+            continue
         for item in items:
             task, plan, code = claimed[item.task_id]
             decision = decisions[item.task_id]

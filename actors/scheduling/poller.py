@@ -67,7 +67,8 @@ from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.liveness import holder_is_gone, owner_value
 from runtime.logging import debug_enabled, emit_events
-from runtime.redis_replies import PartRejected
+from runtime.redis_io import ResponseError
+from runtime.redis_replies import PartRejected, rejected_alone
 
 
 @attrs.frozen
@@ -175,9 +176,16 @@ class Poller:
         result = self._due.with_earliest(result, membership.wanted)
         unwanted = sorted(self.owned - set(membership.wanted))
         if unwanted:
-            released = await scripts.release_partitions(unwanted, self.poller_id)
+            try:
+                released = await scripts.release_partitions(unwanted, self.poller_id)
+            except ResponseError as exc:  # an owner hash rejected: its lease runs out instead
+                if not rejected_alone(exc):
+                    raise
+                released = []
+                log.warning("partitions_not_released", error=str(exc))
             self.owned -= set(unwanted)
             for p in unwanted:
+                self._aside.drop(p)  # its next owner's claim finds the markers
                 self._due.forget(p)
                 self._definitions.forget(p)
                 self._states.forget(p)
@@ -251,15 +259,16 @@ class Poller:
         enqueue failed, and the claims expire and the fires come back)."""
         self._ticks += 1
         token = f"{self._token_base}-{self._ticks}"
-        claims = await self._claim(scripts, partitions, token, log)
-        while True:
+        if self._aside.unsent:  # commits Redis rejected: sent again before a new claim
+            partitions = await self._aside.commit_again(scripts, self.poller_id, partitions, aside)
+        claims = await self._claim(scripts, partitions, token, log, aside)
+        plan = plan_claims(claims, debug_enabled())
+        decided = await self._apply_policies(scripts, token, plan)
+        if decided.rejected:  # left out: its tasks planned again when claimed again
+            for rejected in decided.rejected:
+                self._aside.add(rejected, aside)
+            claims = [c for c in claims if c.partition not in aside]
             plan = plan_claims(claims, debug_enabled())
-            try:
-                decided = await self._apply_policies(scripts, token, plan)
-                break
-            except PartRejected as exc:  # the others decided again: the same claim
-                self._aside.add(exc, aside)
-                claims = [c for c in claims if c.partition != exc.part]
         # One info line per fire is written when it ends (the consumer's, with every
         # lifecycle time); the claim's own line is a debug line.
         if plan.scheduled:
@@ -269,16 +278,14 @@ class Poller:
             commits = hold_back(commits, plan.plans, decided.waits)
         writes = {c.partition: c.writes for c in claims}
         w = await self._enqueue_and_commit(scripts, token, plan, decided.fires, commits, writes)
-        for rejected in w.aside:
+        for rejected in w.aside:  # its commit sent again before its next claim
             self._aside.add(rejected, aside)
+            self._aside.unsent[rejected.part] = (token, w.unsent[rejected.part], writes)
         claims = [c for c in claims if c.partition not in aside]
         # A task held back is planned again when claimed again: said then, not twice.
         again = w.held | decided.waits.keys()
-        partition_of = scripts.keys.partition_of
         said = [
-            line
-            for line in [*plan.misfired, *decided.not_run]
-            if line[1]["task_id"] not in again and partition_of(line[1]["task_id"]) not in aside
+            line for line in [*plan.misfired, *decided.not_run] if line[1]["task_id"] not in again
         ]
         if said:
             emit_events(self.actor, said)
@@ -292,15 +299,20 @@ class Poller:
         partitions: list[int],
         token: str,
         log: structlog.typing.FilteringBoundLogger,
+        aside: set[int],
     ) -> list[PartitionClaim]:
         """Claim the due tasks of ``partitions`` (``claim_due.lua``) and learn from the
         answer which partitions are this poller's: the claims of the others, held by
-        another poller, are dropped (one held by a poller found gone is taken next tick)."""
+        another poller, are dropped (one held by a poller found gone is taken next tick).
+        A partition whose claim Redis rejects is set aside (into ``aside``)."""
         s = self.settings
+        rejected: list[PartRejected] = []
         claims = await scripts.claim_due(
             partitions, self.poller_id, token, s.batch_size, s.claim_lease_ms,
-            s.dedupe_window_ms, self._gone, self._definitions, self._states,
+            s.dedupe_window_ms, self._gone, self._definitions, self._states, rejected,
         )  # fmt: skip
+        for r in rejected:
+            self._aside.add(r, aside)
         self._gone = {}
         for c in claims:
             if c.held:

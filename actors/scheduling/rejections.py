@@ -20,7 +20,8 @@ from typing import Any, TypeVar
 
 import trio
 
-from actors.store.replies import Fire
+from actors.store.replies import Fire, FireCommit
+from actors.store.scripts import Scripts
 from runtime.logging import emit_events
 from runtime.redis_io import RedisClient, ResponseError
 from runtime.redis_replies import PartRejected, rejected_alone
@@ -128,6 +129,10 @@ class SetAside:
         self.wait_s = wait_s
         self._aside: dict[int, tuple[float, Exception]] = {}
         """Partition -> (trio time it is tried again from, what Redis answered)."""
+        self.unsent: dict[int, tuple[str, list[FireCommit], Mapping[int, int]]] = {}
+        """Per partition set aside at its commit: that commit (the claim's token, the
+        partition's rows, the claim's counts of writes), sent again before the partition is
+        claimed again (``commit_again``)."""
 
     def to_try(self, partitions: list[int], now: float) -> list[int]:
         """``partitions`` but those set aside whose wait is not over."""
@@ -152,7 +157,7 @@ class SetAside:
                 if exc.part not in left:
                     raise
                 self.add(exc, aside)
-                left = [p for p in left if p != exc.part]
+                left = [p for p in left if p not in aside]
         self.settle(tried, aside)
         return result
 
@@ -161,6 +166,33 @@ class SetAside:
         self._aside[rejected.part] = (trio.current_time() + self.wait_s, rejected.error)
         aside.add(rejected.part)
         self.forget(rejected.part)
+
+    def drop(self, partition: int) -> None:
+        """Forget ``partition`` (no longer wanted: its next owner tries it, and its claim
+        finds in the markers what a commit left unsent had appended)."""
+        self._aside.pop(partition, None)
+        self.unsent.pop(partition, None)
+
+    async def commit_again(
+        self, scripts: Scripts, poller: str, partitions: list[int], aside: set[int]
+    ) -> list[int]:
+        """``partitions`` less those still set aside: a partition whose commit Redis
+        rejected has that commit sent again first (the same claim's: one that partly ran
+        finds the states it wrote), and is claimed again only once it went through; its
+        fires were appended, so a claim before would append them again."""
+        for p in [p for p in partitions if p in self.unsent]:
+            token, commits, writes = self.unsent[p]
+            try:
+                await scripts.client.ride_out(
+                    functools.partial(
+                        scripts.commit_fires, poller, token, {p: commits}, writes, apart=True
+                    )
+                )
+            except PartRejected as exc:
+                self.add(exc, aside)
+                continue
+            del self.unsent[p]
+        return [p for p in partitions if p not in aside]
 
     def settle(self, tried: list[int], again: set[int]) -> None:
         """After a tick over ``tried`` that set ``again`` aside: the others tried are taken

@@ -16,12 +16,11 @@ window apply), and a fire a policy put in flight for it is appended by its next 
 however late. Without the window (no markers) a rejection is waited out, every type with
 it.
 
-With the window on, a partition whose commit Redis rejects (its keys of another kind) is
-returned apart (``TickWrites.aside``; the poller sets it aside): its fires are in the
-streams, its grid where it was and its claim in flight, so its next claims find what this
-one appended in the markers (and mark it again, for as long as the partition is held) and
-append nothing twice. Every other partition's commit goes through. Without the window such
-a commit is waited out: the next claim would append the fires again.
+A partition whose commit Redis rejects (its keys of another kind) is returned apart with
+that commit (``TickWrites.aside``, ``unsent``): its fires are in the streams and its claim
+in flight; the poller sets it aside and sends the same commit again before it claims the
+partition again (a commit that partly ran finds the states it wrote), so nothing of it is
+appended twice. Every other partition's commit goes through.
 """
 
 from __future__ import annotations
@@ -72,7 +71,9 @@ class TickWrites:
     """Whether the claim stays in flight (``hold_back``'s ``keep``, or a partition set
     aside)."""
     aside: list[PartRejected]
-    """The partitions whose commit Redis rejected: their fires appended, grids unmoved."""
+    """The partitions whose commit Redis rejected: their fires appended."""
+    unsent: dict[int, list[FireCommit]]
+    """Their commits, as sent: to be sent again before they are claimed again."""
 
 
 async def enqueue_and_commit(
@@ -96,6 +97,7 @@ async def enqueue_and_commit(
     kept = False
     done: dict[int, Commit] | None = None
     aside: list[PartRejected] = []
+    unsent: dict[int, list[FireCommit]] = {}
     if fires and scripts.commits_with_enqueue(window_ms):
         try:
             done, aside = await redis.ride_out(
@@ -104,6 +106,7 @@ async def enqueue_and_commit(
                     commits, tick.writes, dropped,
                 ))
             )  # fmt: skip
+            unsent = {a.part: commits[a.part] for a in aside}
         except Rejected:  # the calls again type by type (a call that went through answers
             # from its marker), then the commits alone (one that ran finds its states)
             rejected = await append_by_type(redis, append, fires, at_once=False)
@@ -123,19 +126,19 @@ async def enqueue_and_commit(
         fires = [f for f in fires if f.type not in rejected]
     if done is None:
         done = {}
-        while commits:  # with the window, a partition Redis rejects is set aside
+        while commits:  # a partition Redis rejects is set aside
             try:
                 done = await redis.ride_out(
                     functools.partial(
-                        scripts.commit_fires, poller, token, commits, tick.writes,
-                        apart=window_ms > 0,
+                        scripts.commit_fires, poller, token, commits, tick.writes, apart=True
                     )
-                )  # fmt: skip
+                )
                 break
             except PartRejected as exc:  # sent again: one that went through finds its states
                 aside.append(exc)
+                unsent[exc.part] = commits[exc.part]
                 commits = {p: c for p, c in commits.items() if p != exc.part}
     parts = {a.part for a in aside}
     commits = {p: c for p, c in commits.items() if p not in parts}
     await end_dropped_flights(scripts, dropped)
-    return TickWrites(done, commits, fires, held, kept or bool(aside), aside)
+    return TickWrites(done, commits, fires, held, kept or bool(aside), aside, unsent)

@@ -32,7 +32,8 @@ from actors.store import lua
 from actors.store.codes import flag
 from actors.store.history import DEFAULT_HISTORY
 from actors.store.replies import Fire
-from actors.store.task_scripts import Call, TaskScripts
+from actors.store.task_scripts import Call, TaskScripts, raise_first_error, set_apart
+from runtime.redis_replies import PartRejected
 
 #: Policy letters as messages and ``overlap.lua`` carry them.
 LETTERS = {"allow_all": "A", "skip": "S", "buffer_one": "1", "buffer_all": "B",
@@ -228,7 +229,7 @@ class FlightScripts(TaskScripts):
         grid: bool = True,
         history: int = DEFAULT_HISTORY,
         takeover_ms: int = 0,
-        apart: bool = False,
+        rejected: list[PartRejected] | None = None,
     ) -> dict[str, Decision]:
         """``overlap.lua`` per partition: the decision for every planned task, by id.
         ``token``: the claim's (confirmed by its commit) or the operator call's (confirmed
@@ -236,8 +237,9 @@ class FlightScripts(TaskScripts):
         go into the tasks' histories, ``history`` entries kept); ``takeover_ms``: how old
         another decider's unconfirmed fire must be to be appended again here (its decider
         taken as dead: the claim lease; before, it may be on its way to its append);
-        ``apart``: a partition's call Redis rejects is raised as ``PartRejected`` (a
-        poller sets that partition aside), else as the error itself."""
+        ``rejected``: a partition whose call Redis rejects (its keys of another kind) goes
+        there as ``PartRejected``, its tasks left undecided (without it the first error is
+        raised)."""
         calls: list[Call] = []
         for partition, tasks in planned.items():
             args: list[Any] = [BUFFER_CAP, token, flag(grid), self.keys.tag(partition),
@@ -248,7 +250,10 @@ class FlightScripts(TaskScripts):
             keys = [self.keys.flights(partition), self.keys.not_run(partition)]
             calls.append((lua.OVERLAP, keys, args))
         decisions: dict[str, Decision] = {}
-        for reply in await self._run(calls, list(planned) if apart else None):
+        replies = await self.client.mixed_scripts(calls) if calls else []
+        _, replies = set_apart(list(planned), replies, rejected)
+        raise_first_error(replies)
+        for reply in replies:
             for item in reply:
                 decisions[item[0].decode()] = _decision(item)
         return decisions

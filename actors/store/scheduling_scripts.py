@@ -34,7 +34,7 @@ from actors.store.replies import (
     PartitionClaim,
     RetryClaim,
 )
-from actors.store.task_scripts import Call, or_empty, raise_first_error
+from actors.store.task_scripts import Call, or_empty, raise_first_error, set_apart
 from runtime.redis_io import ResponseError
 from runtime.redis_replies import PartRejected, rejected_alone
 
@@ -58,6 +58,7 @@ class SchedulingScripts(FlightScripts):
         take_from: Mapping[int, str] | None = None,
         definitions: DefinitionCache | None = None,
         states: KnownStates | None = None,
+        rejected: list[PartRejected] | None = None,
     ) -> list[PartitionClaim]:
         """``claim_due.lua`` per partition: take or keep the partition for ``poller`` for
         ``lease_ms`` and read up to ``limit`` due tasks (none where another poller holds
@@ -80,8 +81,9 @@ class SchedulingScripts(FlightScripts):
         partition held elsewhere, whether every due state was known, the definitions worth
         keeping), which is written to them here.
 
-        A partition whose claim or read Redis rejects (a key of another kind) is raised as
-        ``PartRejected``: the caller sets it aside and claims the others."""
+        ``rejected``: a partition whose claim or definitions read Redis rejects (its keys of
+        another kind) goes there as ``PartRejected``, left out, the others claimed; without
+        it the first error is raised."""
         k = self.keys
         gone = take_from or {}
         cache = definitions if definitions is not None and definitions.limit > 0 else None
@@ -95,7 +97,9 @@ class SchedulingScripts(FlightScripts):
                 (lua.CLAIM_DUE, [k.schedule(p), k.partition_owner(p)],
                  [*args, gone.get(p, ""), lean, or_empty(writes)])
             )  # fmt: skip
-        replies = await self._run(calls, partitions)
+        replies = await self.client.mixed_scripts(calls) if calls else []
+        partitions, replies = set_apart(partitions, replies, rejected)
+        raise_first_error(replies)
         if cache is None:
             return [
                 decode_partition_claim(p, r, k.buckets)
@@ -116,19 +120,21 @@ class SchedulingScripts(FlightScripts):
                 if c.complete is not None:
                     known.completed(p, c.complete)
         missing = [c for c in leans if c.misses]
-        reads = await self._run(
-            [
-                (lua.READ_DEFINITIONS,
-                 [k.schedule(c.claim.partition), k.partition_owner(c.claim.partition)],
-                 [k.tag(c.claim.partition), *[x for m in c.misses for x in m[:2]]])
-                for c in missing
-            ],
-            [c.claim.partition for c in missing],
-        )  # fmt: skip
-        for c, reply in zip(missing, reads, strict=True):
+        calls = [
+            (lua.READ_DEFINITIONS,
+             [k.schedule(c.claim.partition), k.partition_owner(c.claim.partition)],
+             [k.tag(c.claim.partition), *[x for m in c.misses for x in m[:2]]])
+            for c in missing
+        ]  # fmt: skip
+        reads = await self.client.mixed_scripts(calls) if calls else []
+        read, reads = set_apart([c.claim.partition for c in missing], reads, rejected)
+        raise_first_error(reads)
+        read_claims = [c for c in missing if c.claim.partition in read]
+        for c, reply in zip(read_claims, reads, strict=True):
             for task_id, version, definition in add_read_definitions(c, reply):
                 cache.put(c.claim.partition, task_id, version, definition)
-        return [c.claim for c in leans]
+        kept = set(partitions) - {r.part for r in rejected or ()}
+        return [c.claim for c in leans if c.claim.partition in kept]
 
     async def commit_fires(
         self,
@@ -223,15 +229,9 @@ class SchedulingScripts(FlightScripts):
         # an enqueue's error is raised first (the commits behind it refused)
         replies = await self.client.mixed_scripts(calls)
         raise_first_error(replies[: len(enqueues)])
-        ends = replies[len(enqueues) :]
-        rejected = [
-            PartRejected(p, r) for p, r in zip(commits, ends, strict=True) if rejected_alone(r)
-        ]
-        if rejected:  # the others go on: their commits went through
-            kept = [i for i, r in enumerate(ends) if not rejected_alone(r)]
-            parts = list(commits)
-            commits = {parts[i]: commits[parts[i]] for i in kept}
-            ends = [ends[i] for i in kept]
+        rejected: list[PartRejected] = []  # the others go on: their commits went through
+        parts, ends = set_apart(list(commits), replies[len(enqueues) :], rejected)
+        commits = {p: commits[p] for p in parts}
         raise_first_error(ends)
         flags = self._enqueue_flags(replies[: len(enqueues)], order, len(fires))
         done = self._decode_commits(commits, ends)
@@ -240,8 +240,13 @@ class SchedulingScripts(FlightScripts):
         again = {
             p: commits[p] for p, r in zip(commits, ends, strict=True) if int(r[0]) == NOT_ENQUEUED
         }
-        if again:
-            done |= await self.commit_fires(poller, token, again, writes, apart=True)
+        while again:
+            try:
+                done |= await self.commit_fires(poller, token, again, writes, apart=True)
+                break
+            except PartRejected as exc:  # sent again: one that went through finds its states
+                rejected.append(exc)
+                del again[exc.part]
         return flags, done, rejected
 
     async def release_partitions(self, partitions: Sequence[int], poller: str) -> list[int]:

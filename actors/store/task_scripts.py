@@ -27,6 +27,25 @@ def raise_first_error(replies: Iterable[Reply], parts: Sequence[int] | None = No
             raise reply
 
 
+def set_apart(
+    parts: Sequence[int], replies: list[Reply], rejected: list[PartRejected] | None
+) -> tuple[list[int], list[Reply]]:
+    """With ``rejected`` (else as they are): the partitions and replies of the calls to go
+    on with, each call Redis rejected (``rejected_alone``: its partition's keys of another
+    kind) put in ``rejected`` as ``PartRejected`` naming its partition in ``parts``."""
+    if rejected is None or not any(rejected_alone(r) for r in replies):
+        return list(parts), replies
+    kept: list[int] = []
+    out: list[Reply] = []
+    for p, r in zip(parts, replies, strict=True):
+        if rejected_alone(r):
+            rejected.append(PartRejected(p, r))
+        else:
+            kept.append(p)
+            out.append(r)
+    return kept, out
+
+
 def or_empty(value: int | None) -> int | str:
     """Scripts read '' as "none" for an optional time."""
     return "" if value is None else value
