@@ -12,6 +12,7 @@ import trio
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Overlap, Schedule
 from actors.scheduling.poller import Poller, PollerSettings
+from actors.store.ledger import task_history
 from actors.store.tasks import TaskStore
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
@@ -94,3 +95,9 @@ async def test_a_rejected_partition_holds_back_its_own_fires_only(
         assert task is not None and task.next_run_ms is not None and task.next_run_ms > now
     (line,) = [e for e in log_lines() if e["event"] == "fires_resumed"]
     assert line["partition"] == str(BROKEN)
+    if stage == "commit":  # the rejected commit was sent again and went through in full
+        for task_id in broken:
+            fates = [o.fate for o in await task_history(store, task_id)]
+            assert fates.count("coalesced") == 1, (task_id, fates)
+        inflight = await redis_client.execute("HGET", keys.partition_owner(BROKEN), "inflight")
+        assert not inflight  # no claim left uncommitted

@@ -27,9 +27,9 @@ stalled past its lease may still land its enqueue once Redis answers again (a fi
 at most), but its commit is refused. With the dedupe window on, a type whose stream Redis
 rejects holds back its own tasks only, their grid where it was
 (``actors.scheduling.tick_writes``). A partition whose keys Redis rejects (a key of another
-kind in it) is set aside and tried again a second later (``rejections.SetAside``): the
-tick goes on with the others, with a new claim if the claim was rejected, with the same
-one (a repeat is safe) if a decision or a commit was.
+kind in it) is left out of the tick, which goes on with the others, and tried again a
+second later (``rejections.SetAside``); a rejected commit, whose fires were appended, is
+sent again before the partition is claimed again.
 
 Between ticks the poller sleeps until the earliest due time it saw, at most ``max_tick_s``;
 a full batch means more is due, so it loops at once. Its work per tick is proportional to
@@ -160,7 +160,9 @@ class Poller:
         self, scripts: Scripts, log: structlog.typing.FilteringBoundLogger
     ) -> TickResult:
         """Refresh the membership when due, tick the partitions wanted, and release the
-        ones owned but no longer wanted (nothing of theirs is in flight between ticks)."""
+        ones owned but no longer wanted (nothing of theirs is in flight between ticks, but
+        a commit Redis rejected: sent once more first, else its next owner's claim finds
+        its fires in the markers)."""
         membership = self.membership
         assert membership is not None
         if membership.due():
@@ -176,20 +178,20 @@ class Poller:
         result = self._due.with_earliest(result, membership.wanted)
         unwanted = sorted(self.owned - set(membership.wanted))
         if unwanted:
+            await self._aside.commit_again(scripts, self.poller_id, unwanted, set())
             try:
                 released = await scripts.release_partitions(unwanted, self.poller_id)
+                log.info("partitions_released", partitions=released)
             except ResponseError as exc:  # an owner hash rejected: its lease runs out instead
                 if not rejected_alone(exc):
                     raise
-                released = []
-                log.warning("partitions_not_released", error=str(exc))
+                log.warning("partitions_not_released", partitions=unwanted, error=str(exc))
             self.owned -= set(unwanted)
             for p in unwanted:
-                self._aside.drop(p)  # its next owner's claim finds the markers
+                self._aside.drop(p)
                 self._due.forget(p)
                 self._definitions.forget(p)
                 self._states.forget(p)
-            log.info("partitions_released", partitions=released)
         return result
 
     async def leave(self, scripts: Scripts, log: structlog.typing.FilteringBoundLogger) -> None:
@@ -228,9 +230,8 @@ class Poller:
     async def tick(
         self, scripts: Scripts, partitions: list[int], log: structlog.typing.FilteringBoundLogger
     ) -> TickResult:
-        """``_tick`` over ``partitions``, but those set aside (``SetAside.run``): a
-        partition whose claim Redis rejects is set aside and the others claimed again, by a
-        new claim (the rejected one their prior: nothing appended twice)."""
+        """``_tick`` over ``partitions``, but those set aside (``SetAside.run``, which also
+        catches a rejection that escaped a step: the others then claimed again)."""
         return await self._aside.run(
             lambda left, aside: self._tick(scripts, left, log, aside), partitions
         )

@@ -108,6 +108,10 @@ class Notices:
             lines.append((self.resumed, {what: name}))
         emit_events(self.actor, lines)
 
+    def forget(self, what: str, name: str) -> None:
+        """Say nothing more of ``name`` (no longer this one's to try)."""
+        self._said.get(what, {}).pop(name, None)
+
 
 #: How long a poller leaves out a partition whose calls Redis rejects before trying again.
 SET_ASIDE_S = 1.0
@@ -172,6 +176,7 @@ class SetAside:
         finds in the markers what a commit left unsent had appended)."""
         self._aside.pop(partition, None)
         self.unsent.pop(partition, None)
+        self.notices.forget("partition", str(partition))
 
     async def commit_again(
         self, scripts: Scripts, poller: str, partitions: list[int], aside: set[int]
@@ -183,7 +188,7 @@ class SetAside:
         for p in [p for p in partitions if p in self.unsent]:
             token, commits, writes = self.unsent[p]
             try:
-                await scripts.client.ride_out(
+                done = await scripts.client.ride_out(
                     functools.partial(
                         scripts.commit_fires, poller, token, {p: commits}, writes, apart=True
                     )
@@ -192,6 +197,8 @@ class SetAside:
                 self.add(exc, aside)
                 continue
             del self.unsent[p]
+            lost = [("claim_lost", {"task_id": t}) for t in done[p].lost]
+            emit_events(self.notices.actor, lost, level="warning")
         return [p for p in partitions if p not in aside]
 
     def settle(self, tried: list[int], again: set[int]) -> None:

@@ -140,5 +140,6 @@ async def enqueue_and_commit(
                 commits = {p: c for p, c in commits.items() if p != exc.part}
     parts = {a.part for a in aside}
     commits = {p: c for p, c in commits.items() if p not in parts}
+    done = {p: d for p, d in done.items() if p not in parts}
     await end_dropped_flights(scripts, dropped)
     return TickWrites(done, commits, fires, held, kept or bool(aside), aside, unsent)

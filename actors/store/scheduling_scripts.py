@@ -247,6 +247,7 @@ class SchedulingScripts(FlightScripts):
             except PartRejected as exc:  # sent again: one that went through finds its states
                 rejected.append(exc)
                 del again[exc.part]
+                done.pop(exc.part, None)
         return flags, done, rejected
 
     async def release_partitions(self, partitions: Sequence[int], poller: str) -> list[int]:
