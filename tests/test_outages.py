@@ -110,7 +110,9 @@ async def test_a_node_rides_out_redis_killed_and_restarted_from_its_aof(
     config = node_config(tmp_path, aof_server.url, namespace)
     node, back = await fault_under_a_running_node(config, record, ids, start_ms, restart_redis)
     assert "node_gave_up" not in [e["event"] for e in node.events()]
-    assert back and back[0]["outage_s"] >= 3.0
+    # this outage's line (a call timed out on a loaded machine before it may have said an
+    # outage of its own, of no length)
+    assert any(line["outage_s"] >= 3.0 for line in back), back
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
