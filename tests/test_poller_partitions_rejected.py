@@ -101,3 +101,30 @@ async def test_a_rejected_partition_holds_back_its_own_fires_only(
             assert fates.count("coalesced") == 1, (task_id, fates)
         inflight = await redis_client.execute("HGET", keys.partition_owner(BROKEN), "inflight")
         assert not inflight  # no claim left uncommitted
+
+
+async def test_a_stopping_poller_sends_a_rejected_commit_once_more(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A partition's commit was rejected (its fires appended) and the key mended before
+    its next try: the poller stopping sends that commit once more before it hands the
+    partition back, so the next owner finds the grids moved on, not due again."""
+    store = TaskStore(redis_client, namespace, default_partitions=PARTITIONS)
+    start = await store.now_ms() - 3 * 60_000 - 10  # late: the commit writes a misfire entry
+    every = Schedule("interval", every_s=60, start_ms=start)
+    ids = [f"x{i}" for i in range(24)]
+    await store.create_many([TaskSpec("t", every, task_id=i) for i in ids])
+    keys = await store.keys()
+    scripts = await store.scripts()
+    broken = [i for i in ids if keys.partition_of(i) == BROKEN]
+    await redis_client.execute("SET", keys.history(BROKEN), "not a hash")
+    poller = Poller(store, PollerSettings())
+    await poller.tick(scripts, list(range(PARTITIONS)), get_logger())
+    assert await redis_client.execute("HGET", keys.partition_owner(BROKEN), "inflight")
+    await redis_client.execute("DEL", keys.history(BROKEN))
+    with trio.fail_after(30):
+        await poller.leave(scripts, get_logger())
+    assert not await redis_client.execute("HGET", keys.partition_owner(BROKEN), "inflight")
+    for task_id in broken:
+        fates = [o.fate for o in await task_history(store, task_id)]
+        assert fates.count("coalesced") == 1, (task_id, fates)

@@ -195,7 +195,12 @@ class Poller:
         return result
 
     async def leave(self, scripts: Scripts, log: structlog.typing.FilteringBoundLogger) -> None:
-        """Hand every partition back (``ownership.hand_back``)."""
+        """Hand every partition back (``ownership.hand_back``), a commit Redis rejected sent
+        once more first (still rejected, the next owner's claim finds its fires in the
+        markers)."""
+        if self._aside.unsent:
+            with trio.move_on_after(LEAVE_S / 4):
+                await self._aside.commit_again(scripts, self.poller_id, sorted(self.owned), set())
         if await hand_back(scripts, self.poller_id, self.owned, log):
             for p in self.owned:
                 self._definitions.forget(p)
