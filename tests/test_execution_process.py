@@ -231,7 +231,14 @@ async def test_every_type_stops_reading_at_the_first_sigterm(
     node = NodeProcess(config)
     try:
         await trio.to_thread.run_sync(node.wait_for, "consumer_ready", 2)
-        await wait_records(record, lambda r: any(e["event"] == "started" for e in r))
+        # the slow fire started, and a fast one ran (the slow one's grid time is 0)
+        await wait_records(
+            record,
+            lambda r: (
+                any(e["event"] == "started" for e in r)
+                and any(e["event"] == "ran" and e["due_ms"] != 0 for e in r)
+            ),
+        )
         node.signal(signal.SIGTERM)
         assert await trio.to_thread.run_sync(node.wait) == 0
     finally:
