@@ -220,13 +220,13 @@ async def test_every_type_stops_reading_at_the_first_sigterm(
         f'[redis]\nurl = "{redis_url}"\n'
         "[scheduler]\npartitions = 4\nmax_tick_s = 0.05\n"
         f'[execution]\nresults_log = "{tmp_path / "results.jsonl"}"\n'
-        # "slow" stops first (reverse order of names) and drains for ~2 s.
+        # "slow" stops first (reverse order of names) and drains for ~4 s.
         '[consumers.fast]\nhandler = "tests.handlers.jobs:noop"\n'
         '[consumers.slow]\nhandler = "tests.handlers.jobs:sleepy"\nconcurrency = 1\n'
     )
     await store.create_many(
         [TaskSpec("fast", Schedule("interval", every_s=0.1)) for _ in range(5)]
-        + [TaskSpec("slow", Schedule("once", at_ms=0), {"sleep_s": 2.0})]
+        + [TaskSpec("slow", Schedule("once", at_ms=0), {"sleep_s": 4.0})]
     )
     node = NodeProcess(config)
     try:

@@ -32,7 +32,9 @@ from actors.store.scripts import Scripts
 from runtime.errors import RedisUnavailable
 from runtime.redis_io import ResponseError
 
-#: How long a stopping poller tries to hand its partitions back (then their leases expire).
+#: How long a stopping poller tries to hand its partitions back (then their leases expire):
+#: a quarter to send a commit Redis rejected once more, half to let calls cut off settle,
+#: the rest to release.
 LEAVE_S = 2.0
 
 

@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+import structlog
 import trio
 
 from actors.store.replies import Fire, FireCommit
@@ -179,8 +180,9 @@ class SetAside:
         self.notices.forget("partition", str(partition))
 
     async def commit_again(
-        self, scripts: Scripts, poller: str, partitions: list[int], aside: set[int]
-    ) -> list[int]:
+        self, scripts: Scripts, poller: str, partitions: list[int], aside: set[int],
+        log: structlog.typing.FilteringBoundLogger,
+    ) -> list[int]:  # fmt: skip
         """``partitions`` less those still set aside: a partition whose commit Redis
         rejected has that commit sent again first (the same claim's: one that partly ran
         finds the states it wrote), and is claimed again only once it went through; its
@@ -197,8 +199,8 @@ class SetAside:
                 self.add(exc, aside)
                 continue
             del self.unsent[p]
-            lost = [("claim_lost", {"task_id": t}) for t in done[p].lost]
-            emit_events(self.notices.actor, lost, level="warning")
+            for task_id in done[p].lost:  # an API write took it meanwhile
+                log.warning("claim_lost", task_id=task_id)
         return [p for p in partitions if p not in aside]
 
     def settle(self, tried: list[int], again: set[int]) -> None:
