@@ -17,7 +17,7 @@ import trio
 
 from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.logging import notify_observers
-from runtime.redis_replies import PartRejected, refused, restarts
+from runtime.redis_replies import refused, restarts
 
 T = TypeVar("T")
 
@@ -135,8 +135,7 @@ class OutageRiding:
         rejected: ``runtime.redis_replies``), run it again after a capped, jittered
         backoff. For steps that are safe to repeat (a poller tick, a consumer read, a
         batch's completion): an outage or a refusal is a state the actor waits through,
-        not a crash. A rejection of one part of a step (``PartRejected``) is raised: its
-        caller goes on without that part. ``actor``: who is waiting, for the
+        not a crash. ``actor``: who is waiting, for the
         ``redis_refused`` line; ``refused_cap_s``: the longest wait between two tries while
         refused, if shorter than the usual cap (a step that must recur within a lease)."""
         refusals = unavailable = 0
@@ -148,8 +147,6 @@ class OutageRiding:
                     refusals += 1
                     await self.wait_refused(exc, refusals, actor, refused_cap_s)
                     continue
-                except PartRejected:  # its caller sets that part aside
-                    raise
                 except ResponseError as exc:  # rejected: the command cannot succeed as sent
                     if restarts(exc):
                         raise

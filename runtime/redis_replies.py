@@ -81,8 +81,8 @@ def rejected_alone(error: BaseException) -> bool:
 
 class PartRejected(redis.exceptions.ResponseError):
     """A call Redis rejected (``rejected_alone``) for one part of a step that serves many
-    (a poller's partition): the caller sets that part aside and goes on with the others,
-    so ``ride_out`` raises it at once rather than wait on it with every part."""
+    (a poller's partition), returned apart from the others' replies: the caller sets that
+    part aside and goes on with the others, rather than wait on it with every part."""
 
     def __init__(self, part: int, error: Exception) -> None:
         super().__init__(str(error))

@@ -239,8 +239,7 @@ class Poller:
     async def tick(
         self, scripts: Scripts, partitions: list[int], log: structlog.typing.FilteringBoundLogger
     ) -> TickResult:
-        """``_tick`` over ``partitions``, but those set aside (``SetAside.run``, which also
-        catches a rejection that escaped a step: the others then claimed again)."""
+        """``_tick`` over ``partitions``, but those set aside (``SetAside.run``)."""
         return await self._aside.run(
             lambda left, aside: self._tick(scripts, left, log, aside), partitions
         )

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import structlog
 import trio
 
-from actors.store.replies import Fire, FireCommit
+from actors.store.replies import Commit, Fire, FireCommit
 from actors.store.scripts import Scripts
 from runtime.logging import emit_events
 from runtime.redis_io import RedisClient, ResponseError
@@ -39,12 +39,9 @@ class Rejected(Exception):
 
 
 async def unless_rejected(step: Callable[[], Awaitable[T]]) -> T:
-    """``step()``, a rejection of it raised as ``Rejected`` (but one of a partition's calls:
-    ``PartRejected``, which its caller sets aside)."""
+    """``step()``, a rejection of it raised as ``Rejected``."""
     try:
         return await step()
-    except PartRejected:
-        raise
     except ResponseError as exc:
         if not rejected_alone(exc):
             raise
@@ -81,6 +78,22 @@ async def append_by_type(
         except Rejected as exc:
             rejected[task_type] = exc.error
     return rejected
+
+
+async def commit_apart(
+    scripts: Scripts, poller: str, token: str, commits: dict[int, list[FireCommit]],
+    writes: Mapping[int, int],
+) -> tuple[dict[int, Commit], list[PartRejected]]:  # fmt: skip
+    """``commit_fires``, riding out outages and refusals; each commit Redis rejects (its
+    partition's keys) returned apart, the others done (a try repeated says anew: one that
+    went through finds its states)."""
+    rejected: list[PartRejected] = []
+
+    async def commit() -> dict[int, Commit]:
+        rejected.clear()
+        return await scripts.commit_fires(poller, token, commits, writes, rejected)
+
+    return await scripts.client.ride_out(commit), rejected
 
 
 class Notices:
@@ -149,20 +162,11 @@ class SetAside:
     async def run(
         self, tick: Callable[[list[int], set[int]], Awaitable[T]], partitions: list[int]
     ) -> T:
-        """``tick(left, aside)`` over ``partitions`` but those set aside; ``aside`` gathers
-        the partitions the tick sets aside itself. A rejection it raises sets that
-        partition aside, and the tick runs again over the others."""
-        tried = left = self.to_try(partitions, trio.current_time())
+        """``tick(tried, aside)`` over ``partitions`` but those set aside; ``aside`` gathers
+        the partitions the tick sets aside, said once it is over (``settle``)."""
+        tried = self.to_try(partitions, trio.current_time())
         aside: set[int] = set()
-        while True:
-            try:
-                result = await tick(left, aside)
-                break
-            except PartRejected as exc:
-                if exc.part not in left:
-                    raise
-                self.add(exc, aside)
-                left = [p for p in left if p not in aside]
+        result = await tick(tried, aside)
         self.settle(tried, aside)
         return result
 
@@ -189,14 +193,9 @@ class SetAside:
         fires were appended, so a claim before would append them again."""
         for p in [p for p in partitions if p in self.unsent]:
             token, commits, writes = self.unsent[p]
-            try:
-                done = await scripts.client.ride_out(
-                    functools.partial(
-                        scripts.commit_fires, poller, token, {p: commits}, writes, apart=True
-                    )
-                )
-            except PartRejected as exc:
-                self.add(exc, aside)
+            done, rejected = await commit_apart(scripts, poller, token, {p: commits}, writes)
+            if rejected:
+                self.add(rejected[0], aside)
                 continue
             del self.unsent[p]
             for task_id in done[p].lost:  # an API write took it meanwhile

@@ -31,7 +31,13 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from actors.scheduling.rejections import Notices, Rejected, append_by_type, unless_rejected
+from actors.scheduling.rejections import (
+    Notices,
+    Rejected,
+    append_by_type,
+    commit_apart,
+    unless_rejected,
+)
 from actors.scheduling.tick_plan import TickPlan, hold_back
 from actors.store.enqueue import enqueue_and_commit_fires, enqueue_fires
 from actors.store.flights import end_dropped_flights
@@ -126,18 +132,9 @@ async def enqueue_and_commit(
         fires = [f for f in fires if f.type not in rejected]
     if done is None:
         done = {}
-        while commits:  # a partition Redis rejects is set aside
-            try:
-                done = await redis.ride_out(
-                    functools.partial(
-                        scripts.commit_fires, poller, token, commits, tick.writes, apart=True
-                    )
-                )
-                break
-            except PartRejected as exc:  # sent again: one that went through finds its states
-                aside.append(exc)
-                unsent[exc.part] = commits[exc.part]
-                commits = {p: c for p, c in commits.items() if p != exc.part}
+        if commits:  # a partition Redis rejects is set aside
+            done, aside = await commit_apart(scripts, poller, token, commits, tick.writes)
+            unsent = {a.part: commits[a.part] for a in aside}
     parts = {a.part for a in aside}
     commits = {p: c for p, c in commits.items() if p not in parts}
     done = {p: d for p, d in done.items() if p not in parts}

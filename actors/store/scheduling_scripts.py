@@ -142,16 +142,19 @@ class SchedulingScripts(FlightScripts):
         token: str,
         commits: dict[int, list[FireCommit]],
         writes: Mapping[int, int],
-        apart: bool = False,
+        rejected: list[PartRejected] | None = None,
     ) -> dict[int, Commit]:
         """``commit_fires.lua`` per partition: advance each grid if ``token``'s claim is
         still in flight on a partition ``poller`` owns, and the task was not changed.
         ``writes``: each partition's count of API writes as the claim read it
-        (``PartitionClaim.writes``). ``apart``: a commit Redis rejects is raised as
-        ``PartRejected`` (the others went through), else as the error itself."""
+        (``PartitionClaim.writes``). ``rejected``: a commit Redis rejects (its partition's
+        keys of another kind) goes there as ``PartRejected``, the others' done (without it
+        the first error is raised)."""
         calls = self._commit_calls(poller, token, commits, writes, [])
-        replies = await self._run(calls, list(commits) if apart else None)
-        return self._decode_commits(commits, replies)
+        replies = await self.client.mixed_scripts(calls) if calls else []
+        parts, replies = set_apart(list(commits), replies, rejected)
+        raise_first_error(replies)
+        return self._decode_commits({p: commits[p] for p in parts}, replies)
 
     def _commit_calls(
         self,
@@ -240,14 +243,11 @@ class SchedulingScripts(FlightScripts):
         again = {
             p: commits[p] for p, r in zip(commits, ends, strict=True) if int(r[0]) == NOT_ENQUEUED
         }
-        while again:
-            try:
-                done |= await self.commit_fires(poller, token, again, writes, apart=True)
-                break
-            except PartRejected as exc:  # sent again: one that went through finds its states
-                rejected.append(exc)
-                del again[exc.part]
-                done.pop(exc.part, None)
+        if again:
+            gone = len(rejected)
+            done |= await self.commit_fires(poller, token, again, writes, rejected)
+            for r in rejected[gone:]:  # rejected now: reported apart, not done
+                done.pop(r.part, None)
         return flags, done, rejected
 
     async def release_partitions(self, partitions: Sequence[int], poller: str) -> list[int]:

@@ -16,14 +16,10 @@ from runtime.redis_replies import PartRejected, rejected_alone
 Call = tuple[Script, list[Any], list[Any]]
 
 
-def raise_first_error(replies: Iterable[Reply], parts: Sequence[int] | None = None) -> None:
-    """Raise the first reply that is an error (a failed call of a pipeline), if any.
-    ``parts``: the partition each call serves; a call Redis rejected (``rejected_alone``:
-    a key of another kind) is then raised as ``PartRejected`` naming its partition."""
-    for i, reply in enumerate(replies):
+def raise_first_error(replies: Iterable[Reply]) -> None:
+    """Raise the first reply that is an error (a failed call of a pipeline), if any."""
+    for reply in replies:
         if isinstance(reply, Exception):
-            if parts is not None and rejected_alone(reply):
-                raise PartRejected(parts[i], reply) from reply
             raise reply
 
 
@@ -56,14 +52,13 @@ class TaskScripts:
         self.client = client
         self.keys = keys
 
-    async def _run(self, calls: list[Call], parts: Sequence[int] | None = None) -> list[Reply]:
-        """Pipeline the calls; raise the first that failed (its error object; with
-        ``parts``, the partition of each call, a rejected one as ``PartRejected``), else
-        the replies in order."""
+    async def _run(self, calls: list[Call]) -> list[Reply]:
+        """Pipeline the calls; raise the first that failed (its error object), else the
+        replies in order."""
         if not calls:
             return []
         replies = await self.client.mixed_scripts(calls)
-        raise_first_error(replies, parts)
+        raise_first_error(replies)
         return replies
 
     async def create_tasks(self, rows: dict[int, list[TaskRow]]) -> dict[int, list[int]]:
