@@ -46,7 +46,7 @@ from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.logging import emit_events
-from runtime.redis_io import ResponseError
+from runtime.redis_replies import PartRejected
 
 
 @attrs.frozen
@@ -82,12 +82,12 @@ class RetryDispatcher:
         self._ticks += 1
         token = f"{self._token_base}-{self._ticks}"
         s = self.settings
-        rejected: dict[int, ResponseError] = {}
+        rejected: list[PartRejected] = []
         claims = await scripts.claim_retries(
             partitions, token, s.batch_size, s.claim_lease_ms, rejected
         )
         self._notices.say(
-            "partition", {str(p): e for p, e in rejected.items()}, map(str, partitions)
+            "partition", {str(r.part): r.error for r in rejected}, map(str, partitions)
         )
         emit_events(
             self.actor,

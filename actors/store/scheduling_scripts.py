@@ -35,8 +35,7 @@ from actors.store.replies import (
     RetryClaim,
 )
 from actors.store.task_scripts import Call, or_empty, raise_first_error, set_apart
-from runtime.redis_io import ResponseError
-from runtime.redis_replies import PartRejected, rejected_alone
+from runtime.redis_replies import PartRejected
 
 #: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
 ENQUEUE_CHUNK = 500
@@ -330,13 +329,14 @@ class SchedulingScripts(FlightScripts):
 
     async def claim_retries(
         self, partitions: Sequence[int], token: str, limit: int, lease_ms: int,
-        rejected: dict[int, ResponseError] | None = None,
+        rejected: list[PartRejected] | None = None,
     ) -> list[RetryClaim]:  # fmt: skip
         """``claim_retries.lua`` per partition: reserve up to ``limit`` due retries each
         (dropping those of tasks deleted or stopped since). ``rejected``: a partition whose
-        call Redis rejected (its keys of another kind, say) goes there, left out, rather
-        than failing the others' claims; without it the first error is raised, as is any
-        error but a rejection (an outage, a refusal: every partition's)."""
+        call Redis rejected (its keys of another kind, say) goes there as
+        ``PartRejected``, left out, rather than failing the others' claims; without it the
+        first error is raised, as is any error but a rejection (an outage, a refusal:
+        every partition's)."""
         k = self.keys
         calls: list[Call] = [
             (
@@ -347,15 +347,10 @@ class SchedulingScripts(FlightScripts):
             for p in partitions
         ]
         replies = await self.client.mixed_scripts(calls) if calls else []
-        for partition, reply in zip(partitions, replies, strict=True):
-            if rejected is not None and rejected_alone(reply):
-                rejected[partition] = reply
-        left_out = rejected or {}
-        raise_first_error(r for p, r in zip(partitions, replies, strict=True) if p not in left_out)
+        partitions, replies = set_apart(partitions, replies, rejected)
+        raise_first_error(replies)
         claims = []
         for partition, reply in zip(partitions, replies, strict=True):
-            if rejected and partition in rejected:
-                continue
             flat = reply[RETRY_CLAIM_HEADER:]
             retries = []
             for i in range(0, len(flat), RETRY_CLAIM_ITEMS):
