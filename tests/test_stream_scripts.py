@@ -175,6 +175,26 @@ async def test_prune_removes_only_idle_consumers_with_nothing_pending(
     assert await owners(redis_client, keys) == {ids[0]: "busy"}
 
 
+async def test_prune_keeps_an_idle_consumer_whose_name_is_held(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """A live consumer that has read nothing for a while (its reads closed by a suspect's
+    turn) still holds its name: it is not removed, and its poison ends stay its own."""
+    await stream_with_group(redis_client, keys, 1)
+    for name in ("idle-live", "gone", "me"):
+        await redis_client.execute("XGROUP", "CREATECONSUMER", keys.queue("t"), GROUP, name)
+    assert await scripts.own_name("t", "idle-live", "host:1:a:tok", 60_000) == (True, None)
+    ends = keys.poison_ends("t", "idle-live")
+    await redis_client.execute("HSET", ends, "1-0", "packed")
+    assert await scripts.prune_consumers("t", -1, "me") == ["gone"]
+    assert await consumers(redis_client, keys) == {"idle-live", "me"}
+    assert await redis_client.execute("HGETALL", ends) == {b"1-0": b"packed"}
+    assert await redis_client.execute("EXISTS", keys.poison_ends("t", "me")) == 0
+    await scripts.disown_name("t", "idle-live", "host:1:a:tok")  # gone: pruned next time
+    assert await scripts.prune_consumers("t", -1, "me") == ["idle-live"]
+    assert await redis_client.execute("HGETALL", keys.poison_ends("t", "me")) == {b"1-0": b"packed"}
+
+
 async def test_dead_letter_moves_the_entry_atomically(
     redis_client: RedisClient, keys: Keys, scripts: Scripts
 ) -> None:

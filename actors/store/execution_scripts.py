@@ -411,11 +411,12 @@ class ExecutionScripts(FlightScripts):
 
     async def prune_consumers(self, task_type: str, min_idle_ms: int, keep: str) -> list[str]:
         """``prune_consumers.lua``: remove consumers idle that long with nothing pending
-        (never ``keep``, the caller's consumer, which takes over the poison ends the
-        removed ones' claimers left undone); their names."""
+        and their names held by no live consumer (never ``keep``, the caller's consumer,
+        which takes over the poison ends the removed ones' claimers left undone); their
+        names."""
         k = self.keys
         keys = [k.queue(task_type), k.poison_ends(task_type, keep)]
-        args = [GROUP, min_idle_ms, keep, k.poison_ends(task_type, "")]
+        args = [GROUP, min_idle_ms, keep, k.poison_ends(task_type, ""), k.owner(task_type, "")]
         (removed,) = await self._run([(lua.PRUNE_CONSUMERS, keys, args)])
         return [r.decode() for r in removed]
 
