@@ -4,6 +4,7 @@ selected (seconds earlier, at a paced rate). A real Redis, the store's applier."
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from actors.domain.model import TaskSpec
@@ -45,3 +46,35 @@ async def test_a_task_that_stopped_matching_meanwhile_is_left_alone(
     assert [await store.get(t) is None for t in ids] == [True] * 4 + [False]
     kept = await store.get(ids[-1])
     assert kept is not None and kept.status == "active"
+
+
+async def test_a_trigger_whose_stream_is_rejected_fires_each_task_once_mended(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A trigger action applied while its type's stream key holds another kind of value
+    (WRONGTYPE) fails and is applied again (the resumer, or the operator's repeat): no
+    task is taken as fired whose fire was never appended, and once the key is mended each
+    task's fire is appended once."""
+    from actors.store.actions import take_lease
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    ids = [f"t{i}" for i in range(4)]
+    for task_id in ids:
+        await store.create(TaskSpec("work", Schedule("interval", every_s=3600), task_id=task_id))
+    keys = await store.keys()
+    stream = keys.queue("work")
+    await redis_client.execute("DEL", stream)
+    await redis_client.execute("SET", stream, "not a stream")
+    spec = ActionSpec.from_dict({"action": "trigger", "selector": {"type": "work"}})
+    await create_action(store, "a1", spec, None, "me", 60_000)
+    for _ in range(3):
+        await take_lease(store, "a1", "me", 60_000)
+        with pytest.raises(Exception, match="WRONGTYPE"):  # as the resumer's ride_out sees it
+            await apply_action(store, "a1", "me", ActionSettings())
+    assert await redis_client.execute("HGETALL", keys.action_fired("work", "a1")) == {}
+    await redis_client.execute("DEL", stream)  # mended
+    await take_lease(store, "a1", "me", 60_000)
+    await apply_action(store, "a1", "me", ActionSettings())
+    entries = await redis_client.execute("XRANGE", stream, "-", "+")
+    fired = sorted(fields[b"task_id"].decode() for _, fields in entries)
+    assert fired == ids

@@ -288,3 +288,32 @@ async def test_a_task_created_again_under_its_id_is_backfilled_afresh(store: Tas
     second = await store.backfill("again", now - HOUR, now - 1)
     assert (second.enqueued, second.already) == (60, 0)
     assert (await store.backfill("again", now - HOUR, now - 1)).already == 60  # its own, kept
+
+
+async def test_a_backfill_whose_stream_is_rejected_appends_its_window_once_mended(
+    store: TaskStore,
+) -> None:
+    """A backfill while the type's stream key holds another kind of value (WRONGTYPE)
+    fails, and so does its repeat; none of its grid times is taken as backfilled, so the
+    repeat once the key is mended appends the whole window, each time once."""
+    now = await store.now_ms()
+    grid = Schedule("interval", every_s=60, start_ms=now - now % MINUTE - 2 * HOUR)
+    await make(store, "rejected", grid)
+    await store.pause("rejected")
+    keys = await store.keys()
+    stream = keys.queue("report")
+    await store.client.execute("SET", stream, "not a stream")
+    for _ in range(2):
+        with pytest.raises(Exception, match="WRONGTYPE"):
+            await store.backfill("rejected", now - HOUR, now - 1)
+    dry = await store.backfill("rejected", now - HOUR, now - 1, dry_run=True)
+    assert (len(dry.fires), dry.already) == (60, 0)
+    await store.client.execute("DEL", stream)  # mended
+    done = await store.backfill("rejected", now - HOUR, now - 1)
+    assert (done.enqueued, done.already) == (60, 0)
+    assert sorted(m.due_ms for m in await stream_of(store)) == list(done.fires)
+    assert (await store.backfill("rejected", now - HOUR, now - 1)).already == 60
+
+
+async def stream_of(store: TaskStore) -> list[Message]:
+    return await stream(store, "report")

@@ -13,9 +13,9 @@
 -- Why a marker here and not the partition's mark alone: the fire goes to the type's
 -- stream, whose slot ({ns:q:<type>}) is not the partition's ({ns:P}), so in a Redis
 -- Cluster no script can append the fire and move the partition's progress mark
--- (action_batch.lua) atomically. The applier therefore appends first (here: HSETNX of the
--- task on the action's marker, then XADD only for a field that was new, one atomic step
--- in the stream's slot: append_once.lua) and moves the mark after. A node killed between the two leaves
+-- (action_batch.lua) atomically. The applier therefore appends first (here: XADD only for
+-- a task the action's marker lacks, then its field, one atomic step in the stream's slot:
+-- append_once.lua) and moves the mark after. A node killed between the two leaves
 -- the batch unmarked; whoever applies it again sends the same tasks here, finds their
 -- fields and appends nothing twice, then moves the mark. Marking first would skip a
 -- task whose append never happened. The marker outlives the action's record (both kept
