@@ -78,3 +78,41 @@ async def test_a_trigger_whose_stream_is_rejected_fires_each_task_once_mended(
     entries = await redis_client.execute("XRANGE", stream, "-", "+")
     fired = sorted(fields[b"task_id"].decode() for _, fields in entries)
     assert fired == ids
+
+
+async def test_a_held_trigger_that_ran_is_not_appended_again_when_its_batch_is_repeated(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A trigger action under buffer_one: a task's fire waits behind the one in flight, its
+    poller starts it once that one ends, and it runs and ends. The applier died before
+    marking the batch, so the batch is applied again: the task's fire is the action's
+    already, and is not appended a second time."""
+    from actors.store.actions import read_action
+    from actors.store.apply_actions import _trigger
+    from actors.store.flights import FlightEnd, Planned
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    every = Schedule("interval", every_s=3600, overlap="skip")
+    await store.create(TaskSpec("work", every, task_id="x"))
+    keys, scripts = await store.keys(), await store.scripts()
+    sid, queued = await store.trigger("x", "skip")  # a fire in flight ahead of the action's
+    assert queued
+    ahead = int(sid.split(":")[1])
+    spec = ActionSpec.from_dict(
+        {"action": "trigger", "overlap": "buffer_one", "selector": {"ids": ["x"]}}
+    )
+    await create_action(store, "a2", spec, None, "me", 60_000)
+    state = await read_action(store, "a2")
+    assert state is not None
+    task = await store.get("x")
+    assert task is not None
+    assert await _trigger(store, state, [task]) == {"x": "0"}  # held back
+    await scripts.end_flights([FlightEnd("x", 0, ahead)])
+    started = await scripts.decide_overlaps("claim", {0: [Planned("x", "S", [])]})
+    assert [d for d, _ in started["x"].run] == [state.created_ms]  # the poller appends it
+    await scripts.end_flights([FlightEnd("x", 0, state.created_ms)])  # it ran and ended
+    before = await redis_client.execute("XLEN", keys.queue("work"))
+    await _trigger(store, state, [task])  # the batch again
+    assert await redis_client.execute("XLEN", keys.queue("work")) == before
+    flight = await redis_client.execute("HGET", keys.flights(0), "x")
+    assert flight is None or flight.split(b"|")[0] == b""  # nothing left in flight

@@ -297,10 +297,11 @@ async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) 
             fates = await fire_under(scripts, task.task_id, task.type, [due], overlap, append,
                                      _ACTOR, store.takeover_ms)  # fmt: skip
             outcomes[task.task_id] = "0" if fates[due] == HELD else "1"
-            if fates[due] != HELD:
-                queued[task.task_id] = fates[due] == APPENDED
-            else:
-                queued[task.task_id] = False
+            queued[task.task_id] = fates[due] == APPENDED
+            if fates[due] == HELD:  # its poller appends it once the fire ahead has ended:
+                # a repeat of the batch must find it as this action's (it may have run and
+                # ended by then, and its decision would start it again)
+                await _mark_held(store, task, state.action_id)
     emit_events(
         _ACTOR,
         [
@@ -309,6 +310,17 @@ async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) 
         ],
     )
     return outcomes
+
+
+async def _mark_held(store: TaskStore, task: Task, action_id: str) -> None:
+    """Mark ``task``'s fire of the action, which its overlap policy held back, as the
+    action's in the action's marker (``action_fires.lua``), as if appended: the fire is
+    the task's flight record's from now on, and its poller appends it."""
+    keys = await store.keys()
+    marker = keys.action_fired(task.type, action_id)
+    await store.client.pipeline(
+        [("HSET", marker, task.task_id, ""), ("PEXPIRE", marker, RETENTION_MS)]
+    )
 
 
 async def _backfill(
