@@ -7,6 +7,7 @@ cancelling the pool (the node stopping) ends every run without an outcome.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import sys
@@ -378,6 +379,50 @@ async def test_a_handler_that_exits_fails_its_run_and_the_worker_goes_on() -> No
     runs = threaded.by_task()
     assert runs["t0"].error is not None and "SystemExit: 3" in runs["t0"].error
     assert runs["t1"].result == "ok"
+
+
+class _OutsideException(BaseException):
+    """An error that is not an ``Exception`` (as ``asyncio.CancelledError`` is not)."""
+
+
+async def test_a_handler_raising_an_error_outside_exception_fails_its_run() -> None:
+    """``asyncio.CancelledError`` (a handler that ran an event loop of its own, whose task
+    was cancelled) or another ``BaseException`` that is not an ``Exception``, raised by an
+    async handler, from its nursery or on a plain handler's thread, fails that run: it
+    never reaches the node's supervisors, whose node would die, take the message back at
+    its restart and die again."""
+
+    async def raises(ctx: HandlerContext) -> str:
+        if ctx.task_id == "t0":
+            raise asyncio.CancelledError()
+        if ctx.task_id == "t1":
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(functools.partial(_raise, _OutsideException("odd")))
+        return "ok"
+
+    def raises_on_its_thread(ctx: HandlerContext) -> str:
+        if ctx.task_id == "t0":
+            raise asyncio.CancelledError()
+        return "ok"
+
+    h = Harness(raises, size=1, timeout_s=60)
+    async with h.running() as pool:
+        await h.run_all(pool, [message(0), message(1), message(2)])
+    runs = h.by_task()
+    assert runs["t0"].error is not None and "CancelledError" in runs["t0"].error
+    assert runs["t1"].error is not None and "_OutsideException: odd" in runs["t1"].error
+    assert runs["t2"].result == "ok"
+    threaded = Harness(raises_on_its_thread, size=1, timeout_s=60)
+    threaded.runner.handler = Handler(name="t", fn=raises_on_its_thread, is_async=False)
+    async with threaded.running() as pool:
+        await threaded.run_all(pool, [message(0), message(1)])
+    runs = threaded.by_task()
+    assert runs["t0"].error is not None and "CancelledError" in runs["t0"].error
+    assert runs["t1"].result == "ok"
+
+
+async def _raise(exc: BaseException) -> None:
+    raise exc
 
 
 async def test_a_handler_exiting_as_its_timeout_cuts_it_times_out() -> None:

@@ -32,6 +32,12 @@ def now_ms() -> int:
 MAX_HUNG_THREADS = 1000
 
 
+#: What a handler's run lets through: its cancellation (a timeout, the node stopping), Ctrl-C
+#: and a coroutine being closed. Any other error ends the run as failed, never the node: a
+#: node that died of a message would take it back at its restart and die again.
+_GOES_ON = (trio.Cancelled, KeyboardInterrupt, GeneratorExit)
+
+
 @attrs.define
 class _ThreadCall:
     finished: bool = False
@@ -75,13 +81,18 @@ class Runner:
             )
         except Exception as exc:
             return Outcome(message, started_ms, now_ms(), error=describe_error(exc))
-        except SystemExit as exc:  # sys.exit() in a handler (a CLI's main called as a function)
-            return Outcome(message, started_ms, now_ms(), error=describe_error(exc))
         except BaseExceptionGroup as group:  # a handler's nursery: SystemExit in a group
-            cancelled = group.subgroup((trio.Cancelled, KeyboardInterrupt))
+            cancelled = group.subgroup(_GOES_ON)
             if cancelled is not None:  # the run cancelled (timed out, the node stopping),
                 raise cancelled from None  # or Ctrl-C: that alone goes on, never SystemExit
             return Outcome(message, started_ms, now_ms(), error=describe_error(group))
+        except BaseException as exc:
+            # sys.exit() in a handler (a CLI's main called as a function), or another error
+            # outside Exception (asyncio.CancelledError from an event loop the handler ran):
+            # the run fails; only the run's own cancellation and Ctrl-C go on
+            if isinstance(exc, _GOES_ON):
+                raise
+            return Outcome(message, started_ms, now_ms(), error=describe_error(exc))
         return Outcome(message, started_ms, now_ms(), result=result)
 
     def timed_out(self, message: Message, started_ms: int) -> Outcome:
