@@ -171,10 +171,11 @@ def decide(
     ok = [o for o in batch if o.error is None and o.not_run is None]
     failed = [o for o in batch if o.error is not None and o.not_run is None]
     not_run = [o for o in batch if o.not_run is not None]
-    retry = [
-        o for o in failed if not o.unrecoverable and o.message.attempt + 1 < policy.max_attempts
-    ]
-    dead = [o for o in failed if o not in retry]
+    retry: list[Outcome] = []
+    dead: list[Outcome] = []
+    for o in failed:  # one pass: a membership test per outcome would be quadratic
+        is_retried = not o.unrecoverable and o.message.attempt + 1 < policy.max_attempts
+        (retry if is_retried else dead).append(o)
     delays = {
         o.message.msg_id: (
             max(0.0, o.retry_after_s)
