@@ -50,7 +50,9 @@ have a message taken over, ``reclaimed``, and run again), ``partition-rejected``
 schedule of one partition of the namespace's 16 moved aside and a string put in its place
 for ``--fault-s``, then put back: its claims rejected, ``WRONGTYPE``; the other partitions
 must go on firing meanwhile, ``ran_during_faults``, and its fires once it is back: 0
-missed).
+missed), ``results-log-failing`` (every node's results log moved aside and a directory put
+at its path for ``--fault-s``, then removed: each write fails, as on a full disk; the
+batches wait for their lines, their messages renewed, and run none twice).
 The Redis-refusal and rejection scenarios involve no kill: any duplicate is a bug there.
 """
 
@@ -78,6 +80,7 @@ SCENARIOS = (
     "redis-restart", "redis-stall", "sentinel-failover", "cluster-failover", "cluster-kill",
     "kill-nodes", "kill-children", "stall-nodes", "flaky", "redis-busy", "redis-oom",
     "long-handler", "poison-kill", "stream-rejected", "partition-rejected",
+    "results-log-failing",
 )  # fmt: skip
 #: Scenarios whose handler fails one fire in ten on its first attempt (retries counted).
 FLAKY = ("flaky", "redis-oom")
@@ -216,6 +219,8 @@ def _inject(
         return [_reject_key(server, f"{{{NAMESPACE}:q:bench1}}:queue", fault_s)], 0
     if scenario == "partition-rejected":  # ... where a partition's schedule should be
         return [_reject_key(server, f"{{{NAMESPACE}:3}}:schedule", fault_s)], 0
+    if scenario == "results-log-failing":
+        return [_fail_results_logs(workdir, len(procs), fault_s)], 0
     if scenario == "redis-oom":
         client = redis.Redis.from_url(server.url)
         start = time.time()
@@ -270,6 +275,21 @@ def _reject_key(server: RedisProcess, key: str, fault_s: float) -> tuple[float, 
     time.sleep(fault_s)
     client.eval("redis.call('DEL', KEYS[1]) redis.call('RENAME', KEYS[2], KEYS[1])", 2, key, aside)
     client.close()
+    return start, time.time()
+
+
+def _fail_results_logs(workdir: Path, nodes: int, fault_s: float) -> tuple[float, float]:
+    """Each node's results log moved aside and a directory put at its path for
+    ``fault_s`` (every write fails, as on a full disk), then the directory removed."""
+    paths = [workdir / f"results-{i}.jsonl" for i in range(nodes)]
+    start = time.time()
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            path.rename(path.with_name(path.name + ".aside"))
+        path.mkdir()
+    time.sleep(fault_s)
+    for path in paths:
+        path.rmdir()
     return start, time.time()
 
 

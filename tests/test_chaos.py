@@ -45,6 +45,7 @@ def chaos(scenario: str, *args: str) -> dict[str, Any]:
         ("poison-kill", []),
         ("stream-rejected", ["--fault-s", "5"]),
         ("partition-rejected", ["--fault-s", "5"]),
+        ("results-log-failing", ["--fault-s", "5"]),
     ],
 )
 def test_nothing_is_lost_under(scenario: str, args: list[str]) -> None:
@@ -71,7 +72,7 @@ def test_nothing_is_lost_under(scenario: str, args: list[str]) -> None:
         assert figures["duplicates"] <= figures["reclaimed"], figures
     if scenario == "partition-rejected":  # the other partitions fired meanwhile
         assert figures["ran_during_faults"] > 500, figures
-    if scenario in ("redis-busy", "redis-oom", "partition-rejected"):
+    if scenario in ("redis-busy", "redis-oom", "partition-rejected", "results-log-failing"):
         assert figures["duplicates"] == 0, figures  # no kill: a duplicate is a bug
         assert figures["actor_crashes"] == 0, figures
 

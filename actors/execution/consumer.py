@@ -40,7 +40,7 @@ from actors.execution.handlers import Handler
 from actors.execution.identity import Identity, take_name
 from actors.execution.pool import HandlerPool
 from actors.execution.reading import Reader
-from actors.execution.results_log import ResultsLog, result_line
+from actors.execution.results_log import ResultsLog, append_waiting, result_line
 from actors.execution.running import Runner
 from actors.store.completion_writes import CompletionWrite
 from actors.store.history import DEFAULT_HISTORY, Ledger
@@ -51,7 +51,7 @@ from actors.store.streams import Streams
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.channels import Mailbox
-from runtime.logging import emit_encoded, emit_events
+from runtime.logging import emit_encoded, emit_events, get_logger
 
 #: How long the flusher waits after the first completion for others to join its batch.
 FLUSH_GATHER_S = 0.005
@@ -143,6 +143,7 @@ class Consumer:
         self.inbox = inbox
         self.state = state
         self.actor = f"node/consumers/{task_type}/consumer"
+        self._log = get_logger(actor=self.actor)
         self.runner = Runner(handler, settings.timeout_s, settings.concurrency)
         self.ledger = Ledger(settings.history, 0, settings.late_ms)
         """The history's length, this node's number (once known) and the lateness bound."""
@@ -324,9 +325,6 @@ class Consumer:
                     plan = decide(batch, self.settings.retry, self.node)
                     # Each line's fields encoded once: the log and results lines share them.
                     bodies = plan.bodies
-                    self.results.append_lines(
-                        [result_line(bodies[i], result) for i, result in enumerate(plan.results)]
-                    )
                     # Repeated after a refusal or a cut, only the writes not done yet are
                     # sent again.
                     write = CompletionWrite(
@@ -335,7 +333,13 @@ class Consumer:
                         ledger=self.ledger,
                     )  # fmt: skip
                     flight.unsettled = (batch, plan, write)
+                    flight.unlogged = [
+                        result_line(bodies[i], result) for i, result in enumerate(plan.results)
+                    ]
                 batch, plan, write = flight.unsettled
+                if flight.unlogged:  # written before the ACKs; a failing disk is waited out
+                    await append_waiting(self.results, flight.unlogged, self._log)
+                    flight.unlogged = []
                 # Redis away: the batch waits (cancellably: cut at shutdown, its messages
                 # stay pending and are reclaimed, never lost) and is written once Redis
                 # answers.

@@ -23,6 +23,8 @@ class Flight:
     """The batch being completed, from when it is taken until it is settled: a flush cut
     off (the consumer stopping) leaves it here, and the next flush (the consumer's last)
     goes on with it, the writes already done kept, its results lines not written again."""
+    unlogged: list[str] = attrs.field(factory=list)
+    """The unsettled batch's results lines, until they are written."""
 
     def finish(self, outcome: Outcome) -> None:
         self.done.append(outcome)

@@ -5,7 +5,10 @@ Lines carry ``task_id``, ``schedule_id``, ``type``, ``attempt``, ``msg_id``, ``d
 ``finished`` log line, encoded once for both) and the handler's ``result``. A line is
 written and flushed to the OS before its message is acknowledged, so a fire whose line
 is missing was not acknowledged and will run again; downstream de-duplicates on
-``schedule_id`` (task id + due time), since at-least-once can write a line twice.
+``schedule_id`` (task id + due time), since at-least-once can write a line twice. A write
+that fails (the disk full, a permission taken away) is tried again until it goes through
+(``append_waiting``): the batch waits, acknowledged after its lines, never run again for
+want of them.
 """
 
 from __future__ import annotations
@@ -16,8 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import structlog
+import trio
 
 from runtime.logging import encode_object, encode_value
+
+#: The wait between tries of a results-log write that failed: doubling from the first to
+#: the second.
+RETRY_S = (0.1, 2.0)
 
 
 def result_line(fields_json: str, result: Any) -> str:
@@ -72,11 +81,13 @@ class ResultsLog:
         """Append records, one JSON line each, in one write; flushed before returning."""
         self.append_lines([encode_object(r) for r in records])
 
-    def append_lines(self, lines: list[str]) -> None:
-        """Append lines already encoded (``result_line``), in one write; flushed."""
+    def append_lines(self, lines: list[str], *, apart: bool = False) -> None:
+        """Append lines already encoded (``result_line``), in one write; flushed.
+        ``apart``: begin with a newline (a write tried again after a failure, which may
+        have left part of a line: it stays a line of its own, which readers skip)."""
         if not lines:
             return
-        text = "\n".join(lines) + "\n"
+        text = ("\n" if apart else "") + "\n".join(lines) + "\n"
         # backslashreplace: a lone surrogate (from a handler's result) is written as its
         # JSON escape rather than failing the write, and with it the batch's acknowledgement.
         with self.path.open("a", encoding="utf-8", errors="backslashreplace") as out:
@@ -103,3 +114,29 @@ class ResultsLog:
 
     def _backup(self, n: int) -> Path:
         return self.path.with_name(f"{self.path.name}.{n}")
+
+
+async def append_waiting(
+    results: ResultsLog, lines: list[str], log: structlog.typing.FilteringBoundLogger
+) -> None:
+    """``results.append_lines(lines)``, tried again (cancellably, with a doubling pause)
+    until it goes through: the disk full, or the file's directory or permission taken
+    away. One ``results_log_failed`` error line when the first try fails, one
+    ``results_log_written`` line (with the wait) once a try goes through."""
+    pause, since = RETRY_S[0], None
+    while True:
+        try:
+            results.append_lines(lines, apart=since is not None)
+        except OSError as exc:
+            if since is None:
+                since = trio.current_time()
+                log.error(
+                    "results_log_failed", path=str(results.path), error=str(exc), lines=len(lines)
+                )
+            await trio.sleep(pause)
+            pause = min(pause * 2, RETRY_S[1])
+            continue
+        if since is not None:
+            waited_s = round(trio.current_time() - since, 3)
+            log.info("results_log_written", path=str(results.path), waited_s=waited_s)
+        return
