@@ -148,3 +148,40 @@ async def test_expired_grid_times_decided_again_are_counted_once(
     # A later grid decision counts its own expired times (and only those).
     await scripts.decide_overlaps("later", {0: [Planned("t", letter, [], [7000])]})
     assert await _not_run(scripts, "t") == "4 expired 7000 -"
+
+
+async def test_a_fire_held_back_while_its_task_was_paused_starts_when_it_resumes(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A trigger waits behind the task's fire in flight (buffer_one); the task is paused,
+    and the fire ahead ends meanwhile (its end cannot wake a task out of the schedule).
+    Resumed, the task is due at once, and its claim starts the waiting fire, rather than
+    at its next grid time an hour on."""
+    import trio
+
+    from actors.domain.model import TaskSpec
+    from actors.domain.schedules import Schedule
+    from actors.store.tasks import TaskStore
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    hourly = Schedule(
+        "interval", every_s=3600, start_ms=await store.now_ms() + 3_600_000, overlap="buffer_one"
+    )
+    await store.create(TaskSpec("t", hourly, task_id="x"))
+    first, queued = await store.trigger("x", "buffer_one")
+    assert queued
+    await trio.sleep(0.01)  # another due time (a trigger's is its time)
+    second, queued = await store.trigger("x", "buffer_one")
+    assert not queued  # waits behind the first
+    await store.pause("x")
+    scripts, keys = await store.scripts(), await store.keys()
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, int(first.split(":")[1]))])
+    await store.resume("x")
+    score = await redis_client.execute("ZSCORE", keys.schedule(0), "x")
+    assert float(score) <= await store.now_ms()  # due now, not at its next grid time
+    decided = await scripts.decide_overlaps("claim", {0: [Planned("x", "1", [])]})
+    assert [d for d, _ in decided["x"].run] == [int(second.split(":")[1])]
+    await store.pause("x")  # nothing waiting now: resumed onto its grid
+    await store.resume("x")
+    score = await redis_client.execute("ZSCORE", keys.schedule(0), "x")
+    assert float(score) > await store.now_ms() + 3_000_000

@@ -2,6 +2,20 @@
 -- tasks: set_status.lua (one task) and action_batch.lua (a batch of an operator's action),
 -- so both change a task the same way.
 
+-- A resumed task's index score: due now if its fire in flight ended during the pause with
+-- fires waiting behind it (an operator's trigger or backfill its overlap policy held
+-- back): that end could not wake a task out of the schedule (end_flights.lua), and the
+-- poller starts the first at once rather than at the next grid time. The flight record's
+-- first field is the due time in flight, its fourth the waiting ones (flight.lua).
+local function resumed_score(tag, id, score)
+  local raw = redis.call('HGET', tag .. ':flight', id)
+  local inflight, waiting = string.match(raw or '', '^([^|]*)|[^|]*|[^|]*|([^|]*)|')
+  if inflight == '' and (waiting or '') ~= '' then
+    return ms(math.min(tonumber(score), now_ms()))
+  end
+  return score
+end
+
 -- Pause, resume or stop one task. schedule: the partition's schedule zset; next_ms and
 -- score: a resume's next grid time and its index score ('' next_ms = never: finished);
 -- note: the compact JSON note kept with the change ('' = none). A change replaces the
@@ -25,7 +39,7 @@ local function change_status(tag, b, id, action, next_ms, score, note, schedule)
       s[STATE_STATUS], s[STATE_NEXT_MS] = FINISHED, nil
     else
       s[STATE_NEXT_MS] = tonumber(next_ms)
-      redis.call('ZADD', schedule, score, id)
+      redis.call('ZADD', schedule, resumed_score(tag, id, score), id)
     end
   else
     redis.call('ZREM', schedule, id)
