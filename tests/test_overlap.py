@@ -341,6 +341,38 @@ async def test_a_policy_that_holds_fires_back_needs_one_on_the_task(setup: Setup
     assert queued
 
 
+async def test_a_finished_task_takes_no_policy_that_holds_fires_back(setup: Setup) -> None:
+    """No poller claims a finished task, so none would start a fire held back behind its
+    fire in flight: a trigger or backfill of it may skip, never hold back, and says why
+    (a backfill's default is the task's own policy)."""
+    store = setup.store
+    now = await store.now_ms()
+    ended = Schedule("interval", every_s=60, start_ms=now - 7_200_000, end_ms=now - 3_600_000,
+                     overlap="buffer_all")  # fmt: skip
+    (task,) = await store.create_many([TaskSpec("work", ended)])
+
+    async def finished() -> bool:
+        got = await store.get(task.task_id)
+        return got is not None and got.status == "finished"
+
+    async with setup.node():  # its poller finds the grid ended
+        await wait_until(finished)
+    for overlap in ("buffer_one", "buffer_all", "cancel_other"):
+        with pytest.raises(InvalidTask, match="is finished"):
+            await store.trigger(task.task_id, overlap)
+    with pytest.raises(InvalidTask, match="is finished"):
+        await store.backfill(task.task_id, now - 7_200_000, now - 3_600_000)
+    done = await store.backfill(task.task_id, now - 7_200_000, now - 3_600_000, overlap="skip")
+    assert done.enqueued <= 1  # behind the fire in flight (if any), the others skipped
+    keys = await store.keys()
+    flight = await store.client.execute(
+        "HGET", keys.flights(keys.partition_of(task.task_id)), task.task_id
+    )
+    assert flight is None or flight.split(b"|")[3] == b""  # none left waiting for good
+    _, queued = await store.trigger(task.task_id, "allow_all")
+    assert queued
+
+
 async def test_a_schedule_replaced_with_allow_all_drops_the_fires_waiting(setup: Setup) -> None:
     """No claim starts a waiting fire of a task of no policy: they go with the change."""
     store = setup.store

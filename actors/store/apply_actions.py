@@ -238,7 +238,7 @@ async def _fire(
         try:
             if task.status == "stopped":
                 raise InvalidTask(f"stopped (for good): it cannot be {verb}")
-            check_overlap(task.task_id, task.schedule.overlap, policy)
+            check_overlap(task.task_id, task.schedule.overlap, policy, task.status)
         except InvalidTask as exc:
             outcomes[task.task_id] = str(exc).removeprefix("overlap: ")
             continue

@@ -365,7 +365,7 @@ async def backfill_task(
             "backfill_max_fires): backfill shorter windows"
         )
     policy = typing.cast(Overlap, overlap or task.schedule.overlap)
-    check_overlap(task_id, task.schedule.overlap, policy)
+    check_overlap(task_id, task.schedule.overlap, policy, task.status)
     done = await _run(store, task, fires, policy, dry_run, Pacer(rate))
     if not dry_run:
         _emit(start_ms, end_ms, [done])

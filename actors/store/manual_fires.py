@@ -44,13 +44,25 @@ Append = Callable[[Sequence[int], str], Awaitable[list[bool]]]
 WITHOUT_POLICY = ("allow_all", "skip")
 
 
-def check_overlap(task_id: str, own: Overlap, overlap: Overlap) -> None:
-    """InvalidTask unless a call's ``overlap`` can apply to a task whose own is ``own``."""
-    if own == "allow_all" and overlap not in WITHOUT_POLICY:
+def check_overlap(task_id: str, own: Overlap, overlap: Overlap, status: str = "active") -> None:
+    """InvalidTask unless a call's ``overlap`` can apply to a task whose own is ``own``
+    and whose status is ``status``. A policy that holds fires back needs a poller to start
+    them once the fire ahead has ended: the task's own policy tracks its fires, and the
+    task is not finished (no poller claims a finished task; a paused one's start when it
+    resumes)."""
+    if overlap in WITHOUT_POLICY:
+        return
+    if own == "allow_all":
         raise InvalidTask(
             f"overlap: {overlap} holds fires back until the one in flight ends, which needs "
             f"the task to have an overlap policy of its own; task {task_id!r} has allow_all "
             f"(set schedule.overlap, or use {' or '.join(WITHOUT_POLICY)})"
+        )
+    if status == "finished":
+        raise InvalidTask(
+            f"overlap: {overlap} holds fires back until the one in flight ends, and task "
+            f"{task_id!r} is finished: no poller claims it to start them (use "
+            f"{' or '.join(WITHOUT_POLICY)})"
         )
 
 
@@ -121,7 +133,7 @@ async def trigger(store: TaskStore, task_id: str, overlap: Overlap, actor: str) 
         raise TaskNotFound(task_id)
     if task.status == "stopped":
         raise InvalidTransition(f"task {task_id!r} is stopped (for good): it cannot be triggered")
-    check_overlap(task_id, task.schedule.overlap, overlap)
+    check_overlap(task_id, task.schedule.overlap, overlap, task.status)
     now = await store.now_ms()
     payload = encode_payload(task.payload)
     scripts = await store.scripts()
