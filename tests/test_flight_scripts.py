@@ -7,6 +7,7 @@ import pytest
 
 from actors.store.flights import ENDED_DEAD, ENDED_OK, FlightEnd, Planned
 from actors.store.keys import Keys
+from actors.store.manual_fires import MANUAL_TOKEN
 from actors.store.replies import Fire
 from actors.store.scripts import Scripts
 from runtime.redis_io import RedisClient
@@ -66,7 +67,7 @@ async def test_a_fire_another_decider_may_still_append_is_left_to_it(
     assert again["t"].run == [(1000, False)]  # its own claim, sent again
     await scripts.client.execute("HDEL", scripts.keys.flights(0), "t")
     held = await scripts.decide_overlaps(
-        "manual-2", {0: [Planned("t", "S", [6000])]}, grid=False, takeover_ms=60_000
+        f"{MANUAL_TOKEN}2", {0: [Planned("t", "S", [6000])]}, grid=False, takeover_ms=60_000
     )
     assert held["t"].run == [(6000, True)]
     claim = await scripts.decide_overlaps(
@@ -75,6 +76,9 @@ async def test_a_fire_another_decider_may_still_append_is_left_to_it(
     assert claim["t"].run == [] and claim["t"].skipped == [7000]
     late = await scripts.decide_overlaps("claim-3", {0: [Planned("t", "S", [8000])]}, takeover_ms=0)
     assert late["t"].run == [(6000, False)]  # its decider taken as gone: appended again
+    # ... as the operator's fire it is (the policy's letter alone: no catch-up window
+    # drops a backfilled grid time as too old)
+    assert late["t"].manual == {6000}
 
 
 async def test_a_fire_held_back_by_an_operator_runs_with_the_letter_alone(

@@ -200,7 +200,7 @@ def _decision(reply: list[Any]) -> Decision:
         if entry:
             due = int(entry.lstrip(b"rm"))
             started.append((due, not entry.startswith(b"r")))
-            if entry.startswith(b"m"):
+            if entry.lstrip(b"r").startswith(b"m"):
                 manual.add(due)
     return Decision(
         started, _times(cancel), _times(skipped), int(blocking) if blocking else None,

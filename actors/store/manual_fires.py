@@ -39,6 +39,11 @@ APPENDED, DUPLICATE, HELD = "appended", "duplicate", "held"
 #: Appends fires of one task (due times, policy letter) and says, per fire, if appended.
 Append = Callable[[Sequence[int], str], Awaitable[list[bool]]]
 
+#: How an operator's call's token begins (a poller's is its id, ``host:pid:...``, and no
+#: host name holds '!'): ``overlap.lua`` appends a fire such a call left in flight
+#: unconfirmed as a manual one, with the policy's letter alone.
+MANUAL_TOKEN = "manual!"
+
 #: What a call may ask of a task whose own overlap is ``allow_all``: its fires wait for
 #: nothing (no poller releases a waiting fire of such a task), so only these.
 WITHOUT_POLICY = ("allow_all", "skip")
@@ -83,7 +88,7 @@ async def fire_under(
     partition = scripts.keys.partition_of(task_id)
     # A token of this call: the decision is confirmed once the append went through; left
     # unconfirmed (the call died), a decision about the task a claim lease later appends it.
-    token = f"manual-{secrets.token_hex(6)}"
+    token = f"{MANUAL_TOKEN}{secrets.token_hex(6)}"
     planned = {partition: [Planned(task_id, letter, list(dues))]}
     decisions = await scripts.decide_overlaps(token, planned, grid=False, takeover_ms=takeover_ms)
     decision = decisions[task_id]

@@ -21,7 +21,7 @@
 -- Returns per task: {task_id, due times to enqueue (comma separated; prefixed 'r' when an
 -- earlier decision put it in flight and was never confirmed: if the enqueue finds it
 -- appended already, that copy is the one in flight; then 'm' when an operator's call
--- held it back), due times of fires to cancel (comma separated), skipped due times
+-- held it back, or put it in flight unconfirmed), due times of fires to cancel (comma separated), skipped due times
 -- (comma separated), the due time in flight they waited on ('' = none), the last grid
 -- time if the grid ended with fires still waiting ('' = none: the poller keeps the task
 -- scheduled until they start), ms to wait before deciding again ('' = decided: below)}.
@@ -75,7 +75,11 @@ while i <= #ARGV do
       -- or once its decider must be gone; before that, another claim or call leaves it
       -- to its decider (both appending it would run it twice).
       if f.by == token or not f.at or now - f.at >= takeover then
-        run[#run + 1] = 'r' .. f.inflight
+        -- an operator's call's fire (its token 'manual!...': manual_fires.py) stays one:
+        -- 'rm', appended with the policy's letter alone (no catch-up window), whoever
+        -- appends it again
+        local manual = string.sub(f.by, 1, 7) == 'manual!' and 'm' or ''
+        run[#run + 1] = 'r' .. manual .. f.inflight
         f.by, f.at = token, now
       end
     elseif f.inflight == '' and #f.waiting > 0 then  -- a waiting fire starts first
