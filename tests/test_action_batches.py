@@ -116,3 +116,41 @@ async def test_a_held_trigger_that_ran_is_not_appended_again_when_its_batch_is_r
     assert await redis_client.execute("XLEN", keys.queue("work")) == before
     flight = await redis_client.execute("HGET", keys.flights(0), "x")
     assert flight is None or flight.split(b"|")[0] == b""  # nothing left in flight
+
+
+async def test_a_held_trigger_a_dead_poller_started_is_appended_as_the_operators(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A trigger action's fire held back behind the task's fire in flight; that one ends,
+    a poller starts the held fire and dies before appending it; the batch is applied
+    again. The repeat leaves the task be (its fire is held, not appended: confirming it
+    would leave it in flight with no message behind it, the task stuck), and the next
+    decision appends it again as the operator's fire (no catch-up window)."""
+    from actors.store.actions import read_action
+    from actors.store.apply_actions import _trigger
+    from actors.store.flights import FlightEnd, Planned
+
+    store = TaskStore(redis_client, namespace, default_partitions=1, takeover_ms=0)
+    every = Schedule("interval", every_s=3600, overlap="skip", catchup_window_s=60)
+    await store.create(TaskSpec("work", every, task_id="x"))
+    keys, scripts = await store.keys(), await store.scripts()
+    sid, _ = await store.trigger("x", "skip")
+    ahead = int(sid.split(":")[1])
+    spec = ActionSpec.from_dict(
+        {"action": "trigger", "overlap": "buffer_one", "selector": {"ids": ["x"]}}
+    )
+    await create_action(store, "a3", spec, None, "me", 60_000)
+    state = await read_action(store, "a3")
+    assert state is not None
+    task = await store.get("x")
+    assert task is not None
+    assert await _trigger(store, state, [task]) == {"x": "0"}  # held back
+    await scripts.end_flights([FlightEnd("x", 0, ahead)])
+    started = await scripts.decide_overlaps("dead-claim", {0: [Planned("x", "S", [])]})
+    assert [d for d, _ in started["x"].run] == [state.created_ms]  # then its poller died
+    before = await redis_client.execute("XLEN", keys.queue("work"))
+    assert await _trigger(store, state, [task]) == {"x": "0"}  # left be
+    assert await redis_client.execute("XLEN", keys.queue("work")) == before
+    again = await scripts.decide_overlaps("next-claim", {0: [Planned("x", "S", [])]})
+    assert again["x"].run == [(state.created_ms, False)]
+    assert again["x"].manual == {state.created_ms}  # the operator's: no catch-up window

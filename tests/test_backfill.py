@@ -317,3 +317,35 @@ async def test_a_backfill_whose_stream_is_rejected_appends_its_window_once_mende
 
 async def stream_of(store: TaskStore) -> list[Message]:
     return await stream(store, "report")
+
+
+async def test_a_held_backfill_time_handed_back_to_a_repeat_is_appended(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A backfill's grid time held back behind the task's fire in flight; that one ends, a
+    poller starts the held time and dies before appending it; a repeat of the backfill,
+    past the takeover time, is handed it to append again: it is appended (and confirmed
+    with a message behind it), never confirmed in flight with none, the task stuck."""
+    from actors.store.flights import FlightEnd, Planned
+
+    store = TaskStore(redis_client, namespace, default_partitions=1, takeover_ms=0)
+    now = await store.now_ms()
+    grid = Schedule("interval", every_s=60, start_ms=now - now % MINUTE - 2 * HOUR,
+                    overlap="buffer_one")  # fmt: skip
+    await make(store, "held", grid)
+    await store.pause("held")
+    keys, scripts = await store.keys(), await store.scripts()
+    sid, _ = await store.trigger("held", "skip")  # a fire in flight ahead
+    window = (now - 2 * HOUR, now - 2 * HOUR + 2 * MINUTE)  # two grid times
+    first = await store.backfill("held", *window)
+    assert (first.enqueued, first.held_back) == (0, 2)  # one waits, the other skipped
+    await scripts.end_flights([FlightEnd("held", 0, int(sid.split(":")[1]))])
+    p = keys.partition_of("held")
+    started = await scripts.decide_overlaps("dead-claim", {p: [Planned("held", "1", [])]})
+    (due,) = [d for d, _ in started["held"].run]  # then its poller died, nothing appended
+    before = await redis_client.execute("XLEN", keys.queue("report"))
+    await store.backfill("held", *window)
+    assert await redis_client.execute("XLEN", keys.queue("report")) == before + 1
+    assert due in [m.due_ms for m in await stream_of(store)]
+    flight = await redis_client.execute("HGET", keys.flights(p), "held")
+    assert flight.split(b"|")[0] == str(due).encode() and flight.split(b"|")[4] == b""

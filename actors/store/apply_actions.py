@@ -43,7 +43,7 @@ from actors.store.actions import (
 )
 from actors.store.enqueue import enqueue_fires
 from actors.store.flights import with_origin
-from actors.store.manual_fires import APPENDED, HELD, check_overlap, fire_under
+from actors.store.manual_fires import APPENDED, HELD, HELD_MARK, check_overlap, fire_under
 from actors.store.notes import encode_note
 from actors.store.placement import resume_point
 from actors.store.replies import Fire
@@ -274,7 +274,14 @@ async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) 
                 if appended:
                     queued[task.task_id] = True
     else:
+        keys = await store.keys()
         for task in tasks:
+            marker = keys.action_fired(task.type, state.action_id)
+            if await store.client.execute("HGET", marker, task.task_id) == HELD_MARK.encode():
+                # held back by this action before: its poller appends it, maybe has (and
+                # it has run): a decision now could start it again, and append it twice
+                outcomes[task.task_id], queued[task.task_id] = "0", False
+                continue
 
             async def append(dues: Sequence[int], letter: str, task: Task = task) -> list[bool]:
                 # The overlap decision may start another fire than the action's own (one
@@ -313,13 +320,13 @@ async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) 
 
 
 async def _mark_held(store: TaskStore, task: Task, action_id: str) -> None:
-    """Mark ``task``'s fire of the action, which its overlap policy held back, as the
-    action's in the action's marker (``action_fires.lua``), as if appended: the fire is
-    the task's flight record's from now on, and its poller appends it."""
+    """Mark ``task``'s fire of the action, which its overlap policy held back, held in
+    the action's marker (``HELD_MARK``): the fire is the task's flight record's from now
+    on, its poller appends it, and a repeat of the batch leaves the task be."""
     keys = await store.keys()
     marker = keys.action_fired(task.type, action_id)
     await store.client.pipeline(
-        [("HSET", marker, task.task_id, ""), ("PEXPIRE", marker, RETENTION_MS)]
+        [("HSET", marker, task.task_id, HELD_MARK), ("PEXPIRE", marker, RETENTION_MS)]
     )
 
 

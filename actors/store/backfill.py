@@ -41,7 +41,14 @@ from actors.domain.model import Task, encode_payload
 from actors.domain.schedules import MAX_MS, Overlap
 from actors.store.flights import parse_policy, task_policy_code, with_origin
 from actors.store.keys import schedule_id
-from actors.store.manual_fires import APPENDED, DUPLICATE, HELD, check_overlap, fire_under
+from actors.store.manual_fires import (
+    APPENDED,
+    DUPLICATE,
+    HELD,
+    HELD_MARK,
+    check_overlap,
+    fire_under,
+)
 from actors.store.scripts import ENQUEUE_CHUNK
 from runtime.config import check_name
 from runtime.logging import emit_events
@@ -301,7 +308,7 @@ async def _mark(store: TaskStore, task: Task, due_times: Sequence[int]) -> None:
     marker = keys.backfilled(task.type, task.task_id)
     calls: list[tuple[Any, ...]] = [
         ("HSET", marker, BORN, task.created_ms,
-         *(x for d in due_times[i : i + CHUNK] for x in (d, "")))
+         *(x for d in due_times[i : i + CHUNK] for x in (d, HELD_MARK)))
         for i in range(0, len(due_times), CHUNK)
     ]  # fmt: skip
     await store.client.pipeline([*calls, ("PEXPIRE", marker, RETENTION_MS)])

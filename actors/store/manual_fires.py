@@ -39,10 +39,14 @@ APPENDED, DUPLICATE, HELD = "appended", "duplicate", "held"
 #: Appends fires of one task (due times, policy letter) and says, per fire, if appended.
 Append = Callable[[Sequence[int], str], Awaitable[list[bool]]]
 
-#: How an operator's call's token begins (a poller's is its id, ``host:pid:...``, and no
-#: host name holds '!'): ``overlap.lua`` appends a fire such a call left in flight
+#: A marker's value for a fire its call's overlap policy held back (``append_once.lua``):
+#: its poller appends it; a repeat of the call leaves it be.
+HELD_MARK = "h"
+
+#: How an operator's call's token begins (a poller's or retry dispatcher's is hex digits
+#: and its tick, never this): ``overlap.lua`` appends a fire such a call left in flight
 #: unconfirmed as a manual one, with the policy's letter alone.
-MANUAL_TOKEN = "manual!"
+MANUAL_TOKEN = "manual-"
 
 #: What a call may ask of a task whose own overlap is ``allow_all``: its fires wait for
 #: nothing (no poller releases a waiting fire of such a task), so only these.
@@ -54,7 +58,7 @@ def check_overlap(task_id: str, own: Overlap, overlap: Overlap, status: str = "a
     and whose status is ``status``. A policy that holds fires back needs a poller to start
     them once the fire ahead has ended: the task's own policy tracks its fires, and the
     task is not finished (no poller claims a finished task; a paused one's start when it
-    resumes)."""
+    resumes, unless its grid ended meanwhile)."""
     if overlap in WITHOUT_POLICY:
         return
     if own == "allow_all":
