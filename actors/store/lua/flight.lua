@@ -7,7 +7,8 @@
 -- token of the claim or call that put the fire in flight, until its append is confirmed,
 -- with when it did ('token@ms'; '' once confirmed: a commit, or the operator's call once
 -- its append went through; one left over is a call that died, maybe before its append, or
--- one still on its way); and the latest grid time a
+-- one still on its way; 'm!token@ms' for an operator's fire a poller started from
+-- waiting: appended again, it stays an operator's fire); and the latest grid time a
 -- poller's claim decided ('' = none): a claim repeated after its poller died plans grid
 -- times up to it again, and they are not decided twice (one that ran, or was skipped,
 -- stays so). A task with none of these has no record.
@@ -16,18 +17,24 @@ local function get_flight(key, id)
   local inflight, replaced, streak, waiting, by, final =
     string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
   local token, at = string.match(by or '', '^(.*)@(%d+)$')
+  token = token or by or ''
+  local manual = string.sub(token, 1, 2) == 'm!'
+  if manual then token = string.sub(token, 3) end
   local f = {inflight = inflight or '', replaced = replaced or '',
-             streak = tonumber(streak) or 0, waiting = {}, by = token or by or '',
+             streak = tonumber(streak) or 0, waiting = {}, by = token, manual = manual,
              at = tonumber(at), hw = tonumber(final)}
   for w in string.gmatch(waiting or '', '[^,]+') do f.waiting[#f.waiting + 1] = w end
   return f
 end
 
 -- The record's token field: 'token@ms' while the fire in flight is unconfirmed ('token'
--- alone in a record an earlier version wrote), '' once confirmed or with none in flight.
+-- alone in a record an earlier version wrote; 'm!' first for an operator's fire whose
+-- token does not say so), '' once confirmed or with none in flight.
 local function by_field(f)
   if f.inflight == '' or f.by == '' then return '' end
-  return f.at and (f.by .. '@' .. string.format('%d', f.at)) or f.by
+  local by = f.by
+  if f.manual and string.sub(by, 1, 7) ~= 'manual-' then by = 'm!' .. by end
+  return f.at and (by .. '@' .. string.format('%d', f.at)) or by
 end
 
 local function put_flight(key, id, f)

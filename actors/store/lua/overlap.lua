@@ -68,6 +68,7 @@ while i <= #ARGV do
     local function start(w)
       local manual = string.sub(w, 1, 1) == 'm'
       f.inflight, f.replaced, f.by, f.at = manual and string.sub(w, 2) or w, '', token, now
+      f.manual = manual
       run[#run + 1] = w
     end
     if f.inflight ~= '' and f.by ~= '' then
@@ -75,11 +76,12 @@ while i <= #ARGV do
       -- or once its decider must be gone; before that, another claim or call leaves it
       -- to its decider (both appending it would run it twice).
       if f.by == token or not f.at or now - f.at >= takeover then
-        -- an operator's call's fire (its token 'manual!...': manual_fires.py) stays one:
-        -- 'rm', appended with the policy's letter alone (no catch-up window), whoever
+        -- an operator's fire (put in flight by its call, its token 'manual-...':
+        -- manual_fires.py, or started from waiting by a poller: flight.lua's manual) stays
+        -- one: 'rm', appended with the policy's letter alone (no catch-up window), whoever
         -- appends it again
-        local manual = string.sub(f.by, 1, 7) == 'manual!' and 'm' or ''
-        run[#run + 1] = 'r' .. manual .. f.inflight
+        f.manual = f.manual or string.sub(f.by, 1, 7) == 'manual-'
+        run[#run + 1] = 'r' .. (f.manual and 'm' or '') .. f.inflight
         f.by, f.at = token, now
       end
     elseif f.inflight == '' and #f.waiting > 0 then  -- a waiting fire starts first
