@@ -51,3 +51,15 @@ def test_size_zero_never_rotates(tmp_path: Path) -> None:
     for n in range(100):
         log.append([{"n": n, "pad": "x" * 100}])
     assert [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]
+
+
+def test_a_rotation_that_fails_leaves_the_lines_written_once(tmp_path: Path) -> None:
+    """The lines are written before the rotation: a rotation that fails (here its lock
+    file cannot be opened) is left to a later write, never raised to a caller that would
+    write the same lines again."""
+    path = tmp_path / "results.jsonl"
+    (tmp_path / "results.jsonl.lock").mkdir()  # opening it fails
+    log = ResultsLog(path, max_bytes=10, backups=2)
+    log.append([{"n": 1}])
+    log.append([{"n": 2}])
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"n": 1}, {"n": 2}]

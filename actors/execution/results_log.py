@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import attrs
 import structlog
 import trio
 
-from runtime.logging import encode_object, encode_value
+from runtime.logging import encode_object, encode_value, get_logger
 
 #: The wait between tries of a results-log write that failed: doubling from the first to
 #: the second.
@@ -81,21 +82,36 @@ class ResultsLog:
         """Append records, one JSON line each, in one write; flushed before returning."""
         self.append_lines([encode_object(r) for r in records])
 
-    def append_lines(self, lines: list[str], *, apart: bool = False) -> None:
+    def append_lines(self, lines: list[str], *, mend: bool = False) -> None:
         """Append lines already encoded (``result_line``), in one write; flushed.
-        ``apart``: begin with a newline (a write tried again after a failure, which may
-        have left part of a line: it stays a line of its own, which readers skip)."""
+        ``mend`` (a write tried again after one failed): a file that does not end in a
+        newline (the failed write cut short) gets one first, so the part line stays a
+        line of its own, which readers skip, and these lines are whole (not checked on
+        every write: another process's write in progress would read as a part line). A
+        rotation that fails is logged and left to the next write: these lines are written
+        (a caller trying the write again would write them twice)."""
         if not lines:
             return
-        text = ("\n" if apart else "") + "\n".join(lines) + "\n"
         # backslashreplace: a lone surrogate (from a handler's result) is written as its
         # JSON escape rather than failing the write, and with it the batch's acknowledgement.
-        with self.path.open("a", encoding="utf-8", errors="backslashreplace") as out:
-            out.write(text)
+        data = ("\n".join(lines) + "\n").encode("utf-8", "backslashreplace")
+        with self.path.open("ab+" if mend else "ab") as out:
+            if mend:
+                size = out.seek(0, os.SEEK_END)
+                if size:
+                    out.seek(size - 1)
+                    if out.read(1) != b"\n":
+                        data = b"\n" + data
+            out.write(data)
             out.flush()
             size = out.tell()
         if self.max_bytes and size >= self.max_bytes:
-            self.rotate()
+            try:
+                self.rotate()
+            except OSError as exc:
+                get_logger(actor="results_log").warning(
+                    "results_log_not_rotated", path=str(self.path), error=str(exc)
+                )
 
     def rotate(self) -> None:
         lock_path = self.path.with_name(self.path.name + ".lock")
@@ -126,7 +142,7 @@ async def append_waiting(
     pause, since = RETRY_S[0], None
     while True:
         try:
-            results.append_lines(lines, apart=since is not None)
+            results.append_lines(lines, mend=since is not None)
         except OSError as exc:
             if since is None:
                 since = trio.current_time()
