@@ -63,3 +63,17 @@ def test_a_rotation_that_fails_leaves_the_lines_written_once(tmp_path: Path) -> 
     log.append([{"n": 1}])
     log.append([{"n": 2}])
     assert [json.loads(line) for line in path.read_text().splitlines()] == [{"n": 1}, {"n": 2}]
+
+
+def test_a_write_tried_again_keeps_its_lines_whole(tmp_path: Path) -> None:
+    """A write tried again after a failure that left part of a line begins on a new line
+    (the part line stays one of its own); after a failure that left nothing, or a whole
+    line, it adds no blank line."""
+    path = tmp_path / "results.jsonl"
+    log = ResultsLog(path)
+    log.append_lines(['{"n":1}'], mend=True)  # no file yet
+    log.append_lines(['{"n":2}'], mend=True)  # ends in a newline: none added
+    with path.open("a") as out:
+        out.write('{"n":3,"cut')  # what a failed write left
+    log.append_lines(['{"n":3}'], mend=True)
+    assert path.read_text().splitlines() == ['{"n":1}', '{"n":2}', '{"n":3,"cut', '{"n":3}']

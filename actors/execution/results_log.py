@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,19 @@ from runtime.logging import encode_object, encode_value, get_logger
 #: The wait between tries of a results-log write that failed: doubling from the first to
 #: the second.
 RETRY_S = (0.1, 2.0)
+#: Least time between two ``results_log_not_rotated`` lines of a process: every write
+#: past the size tries the rotation again.
+NOT_ROTATED_EVERY_S = 60.0
+_not_rotated_at: dict[str, float] = {}
+
+
+def _warn_not_rotated(path: Path, exc: OSError) -> None:
+    now = time.monotonic()
+    if now - _not_rotated_at.get(str(path), -NOT_ROTATED_EVERY_S) >= NOT_ROTATED_EVERY_S:
+        _not_rotated_at[str(path)] = now
+        get_logger(actor="results_log").warning(
+            "results_log_not_rotated", path=str(path), error=str(exc)
+        )
 
 
 def result_line(fields_json: str, result: Any) -> str:
@@ -95,13 +109,9 @@ class ResultsLog:
         # backslashreplace: a lone surrogate (from a handler's result) is written as its
         # JSON escape rather than failing the write, and with it the batch's acknowledgement.
         data = ("\n".join(lines) + "\n").encode("utf-8", "backslashreplace")
-        with self.path.open("ab+" if mend else "ab") as out:
-            if mend:
-                size = out.seek(0, os.SEEK_END)
-                if size:
-                    out.seek(size - 1)
-                    if out.read(1) != b"\n":
-                        data = b"\n" + data
+        if mend and not self._ends_a_line():
+            data = b"\n" + data
+        with self.path.open("ab") as out:
             out.write(data)
             out.flush()
             size = out.tell()
@@ -109,9 +119,19 @@ class ResultsLog:
             try:
                 self.rotate()
             except OSError as exc:
-                get_logger(actor="results_log").warning(
-                    "results_log_not_rotated", path=str(self.path), error=str(exc)
-                )
+                _warn_not_rotated(self.path, exc)
+
+    def _ends_a_line(self) -> bool:
+        """Whether the file is empty, missing, unreadable, or ends in a newline."""
+        try:
+            with self.path.open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                if not size:
+                    return True
+                f.seek(size - 1)
+                return f.read(1) == b"\n"
+        except OSError:  # missing, or not readable: the write says what is wrong
+            return True
 
     def rotate(self) -> None:
         lock_path = self.path.with_name(self.path.name + ".lock")

@@ -322,11 +322,12 @@ async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) 
 async def _mark_held(store: TaskStore, task: Task, action_id: str) -> None:
     """Mark ``task``'s fire of the action, which its overlap policy held back, held in
     the action's marker (``HELD_MARK``): the fire is the task's flight record's from now
-    on, its poller appends it, and a repeat of the batch leaves the task be."""
+    on, its poller appends it, and a repeat of the batch leaves the task be. A fire this
+    action appended before keeps its mark (HSETNX)."""
     keys = await store.keys()
     marker = keys.action_fired(task.type, action_id)
     await store.client.pipeline(
-        [("HSET", marker, task.task_id, HELD_MARK), ("PEXPIRE", marker, RETENTION_MS)]
+        [("HSETNX", marker, task.task_id, HELD_MARK), ("PEXPIRE", marker, RETENTION_MS)]
     )
 
 

@@ -252,7 +252,10 @@ async def append_fires(
         return flags
 
     await _forget_an_earlier_task(store, task)
-    taken = await _backfilled(store, task, due_times) if overlap != "allow_all" else set()
+    # Looked up under every policy: a time an earlier backfill held back is marked 'h',
+    # which append_once appends (a time a decision hands this call), so it must not reach
+    # it otherwise.
+    taken = await _backfilled(store, task, due_times)
     fresh = [d for d in due_times if d not in taken]
     fates = await fire_under(
         scripts, task.task_id, task.type, fresh, overlap, append, _ACTOR, store.takeover_ms
@@ -303,14 +306,12 @@ async def _backfilled(store: TaskStore, task: Task, due_times: Sequence[int]) ->
 
 async def _mark(store: TaskStore, task: Task, due_times: Sequence[int]) -> None:
     """Mark grid times the overlap policy held back as taken by this backfill: they start
-    when the fire in flight ends (or were skipped), and a repeat must not append them."""
+    when the fire in flight ends (or were skipped), and a repeat must not append them.
+    A time marked appended already (a racing backfill's) keeps its mark (HSETNX)."""
     keys = await store.keys()
     marker = keys.backfilled(task.type, task.task_id)
-    calls: list[tuple[Any, ...]] = [
-        ("HSET", marker, BORN, task.created_ms,
-         *(x for d in due_times[i : i + CHUNK] for x in (d, HELD_MARK)))
-        for i in range(0, len(due_times), CHUNK)
-    ]  # fmt: skip
+    calls: list[tuple[Any, ...]] = [("HSET", marker, BORN, task.created_ms)]
+    calls += [("HSETNX", marker, d, HELD_MARK) for d in due_times]
     await store.client.pipeline([*calls, ("PEXPIRE", marker, RETENTION_MS)])
 
 
