@@ -319,14 +319,14 @@ async def stream_of(store: TaskStore) -> list[Message]:
     return await stream(store, "report")
 
 
-async def test_a_held_backfill_time_is_left_to_its_poller_and_appended_once(
+async def test_a_held_backfill_time_handed_back_to_a_repeat_is_appended(
     redis_client: RedisClient, namespace: str
 ) -> None:
     """A backfill's grid time held back behind the task's fire in flight; that one ends, a
-    poller starts the held time and dies before confirming it. A repeat of the backfill,
-    past the takeover time, leaves it to the next claim (whose enqueue finds in the dead
-    claim's markers whether it was appended), which appends it as the operator's fire;
-    an allow_all backfill of the window appends none of the times the first held back."""
+    poller starts the held time and dies before appending it; a repeat of the backfill,
+    past the takeover time, is handed it to append again: it is appended (and confirmed
+    with a message behind it), never confirmed in flight with none, the task stuck. An
+    allow_all backfill of the window then appends none of the times the first held back."""
     from actors.store.flights import FlightEnd, Planned
 
     store = TaskStore(redis_client, namespace, default_partitions=1, takeover_ms=0)
@@ -343,14 +343,13 @@ async def test_a_held_backfill_time_is_left_to_its_poller_and_appended_once(
     await scripts.end_flights([FlightEnd("held", 0, int(sid.split(":")[1]))])
     p = keys.partition_of("held")
     started = await scripts.decide_overlaps("dead-claim", {p: [Planned("held", "1", [])]})
-    (due,) = [d for d, _ in started["held"].run]  # then its poller died
+    (due,) = [d for d, _ in started["held"].run]  # then its poller died, nothing appended
     before = await redis_client.execute("XLEN", keys.queue("report"))
-    again = await store.backfill("held", *window)
-    assert (again.enqueued, again.already) == (0, 2)
-    assert await redis_client.execute("XLEN", keys.queue("report")) == before
-    claim = await scripts.decide_overlaps("next-claim", {p: [Planned("held", "1", [])]})
-    assert claim["held"].run == [(due, False)]  # the next claim appends it
-    assert claim["held"].manual == {due}  # as the operator's fire: no catch-up window
+    await store.backfill("held", *window)
+    assert await redis_client.execute("XLEN", keys.queue("report")) == before + 1
+    assert due in [m.due_ms for m in await stream_of(store)]
+    flight = await redis_client.execute("HGET", keys.flights(p), "held")
+    assert flight.split(b"|")[0] == str(due).encode() and flight.split(b"|")[4] == b""
     plain = await store.backfill("held", *window, overlap="allow_all")
     assert (plain.enqueued, plain.already) == (0, 2)
-    assert await redis_client.execute("XLEN", keys.queue("report")) == before
+    assert await redis_client.execute("XLEN", keys.queue("report")) == before + 1

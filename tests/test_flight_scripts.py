@@ -185,7 +185,31 @@ async def test_a_fire_held_back_while_its_task_was_paused_starts_when_it_resumes
     assert float(score) <= await store.now_ms()  # due now, not at its next grid time
     decided = await scripts.decide_overlaps("claim", {0: [Planned("x", "1", [])]})
     assert [d for d, _ in decided["x"].run] == [int(second.split(":")[1])]
-    await store.pause("x")  # nothing waiting now: resumed onto its grid
+    await scripts.confirm_flights("claim", ["x"])  # appended: its commit confirms it
+    await store.pause("x")  # nothing waiting now, nothing unconfirmed: onto its grid
     await store.resume("x")
     score = await redis_client.execute("ZSCORE", keys.schedule(0), "x")
     assert float(score) > await store.now_ms() + 3_000_000
+
+
+async def test_a_task_resumed_with_an_unconfirmed_fire_in_flight_is_claimed_at_once(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A poller put a fire in flight and died before its commit; the task was paused
+    meanwhile. Resumed, it is due at once (its claim appends that fire again once its
+    decider must be gone), not at its next grid time an hour on."""
+    from actors.domain.model import TaskSpec
+    from actors.domain.schedules import Schedule
+    from actors.store.tasks import TaskStore
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    hourly = Schedule(
+        "interval", every_s=3600, start_ms=await store.now_ms() + 3_600_000, overlap="skip"
+    )
+    await store.create(TaskSpec("t", hourly, task_id="x"))
+    scripts, keys = await store.scripts(), await store.keys()
+    await scripts.decide_overlaps("dead-claim", {0: [Planned("x", "S", [1000])]})
+    await store.pause("x")
+    await store.resume("x")
+    score = await redis_client.execute("ZSCORE", keys.schedule(0), "x")
+    assert float(score) <= await store.now_ms()

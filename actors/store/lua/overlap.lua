@@ -74,11 +74,8 @@ while i <= #ARGV do
     if f.inflight ~= '' and f.by ~= '' then
       -- Unconfirmed: maybe never appended. Appended again by the same claim sent again,
       -- or once its decider must be gone; before that, another claim or call leaves it
-      -- to its decider (both appending it would run it twice). An operator's call takes
-      -- over only another call's (its token 'manual-...'): a poller's is left to the
-      -- next claim, whose enqueue finds in the dead claim's markers whether it appended.
-      local takes = grid or f.by == token or string.sub(f.by, 1, 7) == 'manual-'
-      if takes and (f.by == token or not f.at or now - f.at >= takeover) then
+      -- to its decider (both appending it would run it twice).
+      if f.by == token or not f.at or now - f.at >= takeover then
         -- an operator's fire (put in flight by its call, its token 'manual-...':
         -- manual_fires.py, or started from waiting by a poller: flight.lua's manual) stays
         -- one: 'rm', appended with the policy's letter alone (no catch-up window), whoever

@@ -5,12 +5,16 @@
 -- A resumed task's index score: due now if its fire in flight ended during the pause with
 -- fires waiting behind it (an operator's trigger or backfill its overlap policy held
 -- back): that end could not wake a task out of the schedule (end_flights.lua), and the
--- poller starts the first at once rather than at the next grid time. The flight record's
--- first field is the due time in flight, its fourth the waiting ones (flight.lua).
+-- poller starts the first at once rather than at the next grid time; due now too if its
+-- fire in flight is unconfirmed (its decider died before its commit: the claim appends it
+-- again once the decider must be gone). The flight record's first field is the due time
+-- in flight, its fourth the waiting ones, its fifth the unconfirmed decider (flight.lua).
 local function resumed_score(tag, id, score)
   local raw = redis.call('HGET', tag .. ':flight', id)
-  local inflight, waiting = string.match(raw or '', '^([^|]*)|[^|]*|[^|]*|([^|]*)|')
-  if inflight == '' and (waiting or '') ~= '' then
+  local inflight, waiting, by =
+    string.match(raw or '', '^([^|]*)|[^|]*|[^|]*|([^|]*)|([^|]*)')
+  if (inflight == '' and (waiting or '') ~= '') or (inflight ~= nil and inflight ~= ''
+      and (by or '') ~= '') then
     return ms(math.min(tonumber(score), now_ms()))
   end
   return score
