@@ -241,7 +241,7 @@ def _unique_keys(_inst: object, attr: attrs.Attribute[Any], value: list[ApiKeySe
 
 def _bind(_inst: object, attr: attrs.Attribute[Any], value: str) -> None:
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    if not sep or not host or not port.isdecimal() or int(port) > 65535:
         raise ValueError(f"{attr.name}: {value!r} must be host:port, e.g. 127.0.0.1:8080")
 
 

@@ -113,11 +113,11 @@ def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], str, int, str |
     sentinels = []
     for host in hosts.split(","):
         name, _, port = host.rpartition(":") if ":" in host else (host, "", "26379")
-        if not name or not port.isdigit():
+        if not name or not port.isdecimal():
             raise ValueError(f"redis.url: {host!r} is not a sentinel host:port")
         sentinels.append((name.strip("[]"), int(port)))
     service, _, db = path.strip("/").partition("/")
-    if not service or (db and not db.isdigit()):
+    if not service or (db and not db.isdecimal()):
         raise ValueError("redis.url: a sentinel URL ends with /service or /service/db")
     return sentinels, service, int(db or 0), username, password
 

@@ -145,6 +145,49 @@ def test_create_refuses_bad_input_naming_the_field_and_writes_nothing(
     assert not stored.exists(db, keys, f"{bad_id}-twice")
 
 
+def test_input_that_broke_readers_is_refused_naming_the_problem_and_writes_nothing(
+    api: ApiNode, client: Client, db: redis.Redis, keys: Keys
+) -> None:
+    """A lone surrogate escape (text UTF-8 cannot carry), a payload nested past every
+    reader's stack, a directory of the zone database as a time zone, a reserved task id,
+    digits that are not ASCII and a cursor Redis would refuse: 4xx, never a 500, and
+    nothing half-written (a surrogate note on an action once left a record no node could
+    apply, crashing its resumers)."""
+    task_id = unique("odd")
+    client.create_task("idle", EVERY_HOUR, {"n": 1}, task_id)
+    surrogate = b'{"selector": {"ids": ["%s"]}, "action": "pause", "note": "\\ud800"}' % (
+        task_id.encode()
+    )
+    response = _raw_post(api, client, "/v1/tasks/actions", surrogate)
+    assert response.status_code == 400 and "surrogate" in response.json()["detail"]
+    assert client.get_task(task_id)["status"] == "active"
+    payload = b'{"type": "idle", "schedule": {"kind": "interval", "every_s": 60}, '
+    response = _raw_post(api, client, "/v1/tasks", payload + b'"payload": "\\udcff"}')
+    assert response.status_code == 400
+    deep: Any = 1
+    for _ in range(150):
+        deep = [deep]
+    with pytest.raises(ApiError) as refused:
+        client.update_task(task_id, payload=deep)
+    assert refused.value.status == 422 and refused.value.errors[0]["field"] == "payload"
+    assert client.get_task(task_id)["payload"] == {"n": 1}
+    with pytest.raises(ApiError) as refused:
+        client.create_task("idle", {**EVERY_HOUR, "tz": "America"}, None, unique("tz"))
+    (error,) = refused.value.errors
+    assert error["field"] == "schedule.tz" and "/" not in error["message"]
+    for reserved in ("actions", "bulk"):
+        with pytest.raises(ApiError) as refused:
+            client.create_task("idle", EVERY_HOUR, None, reserved)
+        assert refused.value.status == 422 and refused.value.errors[0]["field"] == "task_id"
+    for path in ("/v1/tasks?limit=%C2%B2", f"/v1/tasks/{task_id}/upcoming?n=%C2%B2",
+                 "/v1/attention?cursor=0:99999999999999999999999"):  # fmt: skip
+        with pytest.raises(ApiError) as refused:
+            client.request("GET", path)
+        assert 400 <= refused.value.status < 500, path
+    unsigned = httpx.get(api.url + "/v1/tasks", headers={b"X-Metronome-Timestamp": b"\xb2"})
+    assert 400 <= unsigned.status_code < 500
+
+
 def _problem(client: Client, body: Any) -> ApiError:
     with pytest.raises(ApiError) as refused:
         client.request("POST", "/v1/tasks", body=body)

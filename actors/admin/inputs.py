@@ -149,7 +149,7 @@ def add_schedule_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_time(text: str, flag: str) -> int:
-    if text.isdigit():
+    if text.isdecimal():
         return int(text)
     try:
         parsed = dt.datetime.fromisoformat(text)

@@ -77,11 +77,19 @@ def json_body(body: bytes, *, required: bool = True) -> Any:
             raise Problem(400, "bad_json", "the request needs a JSON body")
         return None
     try:
-        return json.loads(body, parse_constant=_not_json)
+        data = json.loads(body, parse_constant=_not_json)
+        # A \ud800 escape decodes to a lone surrogate, text UTF-8 cannot carry: refused
+        # here, before anything is written (it would fail the write, or every reader).
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise Problem(
+            400, "bad_json", "the body holds a lone surrogate escape (\\ud800-\\udfff alone)"
+        ) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise Problem(400, "bad_json", f"the body is not valid JSON: {exc}") from None
     except RecursionError:
         raise Problem(400, "bad_json", "the body is nested too deeply") from None
+    return data
 
 
 def json_object(body: bytes) -> dict[str, Any]:
@@ -136,7 +144,7 @@ def limit_param(query: Any, default: int) -> int:
     raw = query.get("limit")
     if raw is None:
         return default
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+    if not raw.isdecimal() or not 1 <= int(raw) <= MAX_PAGE:
         raise invalid(f"limit: must be an integer within 1..{MAX_PAGE}, got {raw!r}")
     return int(raw)
 

@@ -28,8 +28,15 @@ STATUSES: tuple[str, ...] = typing.get_args(Status)
 
 #: Largest payload, as compact JSON, a task may carry (the handler gets it in every message).
 MAX_PAYLOAD_BYTES = 64 * 1024
+#: Deepest nesting of arrays and objects a payload may have: every reader (the API's
+#: answers, the handlers, the dashboard) decodes it recursively, and one nested past the
+#: interpreter's stack would break them all, the type's listing with them.
+MAX_PAYLOAD_DEPTH = 100
 #: Longest client-given task id.
 MAX_TASK_ID = 128
+#: Ids a task cannot take: the API's paths ``/v1/tasks/bulk`` and ``/v1/tasks/actions``
+#: would answer for it.
+RESERVED_TASK_IDS = frozenset({"bulk", "actions"})
 
 converter = make_converter()
 
@@ -48,6 +55,21 @@ def new_task_id() -> str:
     return _ID_FIRST[raw[0] % len(_ID_FIRST)] + base64.urlsafe_b64encode(raw[1:]).decode()[:11]
 
 
+def _depth(value: Any) -> int:
+    """How deep arrays and objects nest in ``value`` (0: none), walked without recursion;
+    it stops counting once past ``MAX_PAYLOAD_DEPTH``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            deepest = max(deepest, level)
+            if level > MAX_PAYLOAD_DEPTH:
+                return level
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
 def encode_json(value: Any) -> str:
     # allow_nan=False: NaN and Infinity are not JSON; stored, they would break every reader.
     return json.dumps(
@@ -56,12 +78,17 @@ def encode_json(value: Any) -> str:
 
 
 def encode_payload(payload: Any) -> str:
-    """The payload as stored and sent to handlers, or InvalidTask if too big or not JSON."""
+    """The payload as stored and sent to handlers, or InvalidTask if too big, too deep or
+    not JSON (a lone surrogate, from a ``\\ud800`` escape, is text UTF-8 cannot carry)."""
+    if _depth(payload) > MAX_PAYLOAD_DEPTH:
+        raise InvalidTask(f"payload: nested deeper than {MAX_PAYLOAD_DEPTH} arrays or objects")
     try:
         text = encode_json(payload)
+        size = len(text.encode())
+    except UnicodeEncodeError as exc:
+        raise InvalidTask(f"payload: holds text UTF-8 cannot carry ({exc.reason})") from exc
     except (TypeError, ValueError) as exc:
         raise InvalidTask(f"payload: not JSON-serialisable: {exc}") from exc
-    size = len(text.encode())
     if size > MAX_PAYLOAD_BYTES:
         raise InvalidTask(
             f"payload: {size} bytes as JSON, more than the {MAX_PAYLOAD_BYTES} allowed"
@@ -92,6 +119,10 @@ class TaskSpec:
                     check_name(field, value, max_len)
                 except ValueError as exc:
                     raise InvalidTask(f"{field}: {exc}") from exc
+        if self.task_id in RESERVED_TASK_IDS:
+            raise InvalidTask(
+                f"task_id: {self.task_id!r} is reserved (the API's /v1/tasks/{self.task_id})"
+            )
         if self.labels:
             object.__setattr__(self, "labels", check_labels(self.labels))
         object.__setattr__(self, "_payload_json", encode_payload(self.payload))

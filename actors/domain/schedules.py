@@ -93,8 +93,9 @@ def _check(schedule: Schedule) -> None:
             raise ValueError(f"schedule.{name}: only for a {required_kind} schedule, not {kind}")
     try:
         zoneinfo.ZoneInfo(schedule.tz)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
-        raise ValueError(f"schedule.tz: unknown time zone {schedule.tz!r}") from exc
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        # OSError: a name that is a directory of the zone database ('America'), or too long
+        raise ValueError(f"schedule.tz: unknown time zone {schedule.tz!r}") from None
     for name, ms in (
         ("at_ms", schedule.at_ms),
         ("start_ms", schedule.start_ms),

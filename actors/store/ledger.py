@@ -51,7 +51,7 @@ class AttentionEntry:
 def parse_entry(task_id: str, raw: bytes) -> AttentionEntry | None:
     """A stored attention entry, or None when it does not read (written by hand)."""
     parts = raw.decode(errors="replace").split(" ", 3)
-    if len(parts) != 4 or not parts[1].isdigit() or not parts[2].lstrip("-").isdigit():
+    if len(parts) != 4 or not parts[1].isdecimal() or not parts[2].lstrip("-").isdecimal():
         return None
     return AttentionEntry(task_id, parts[3], parts[0], int(parts[1]), int(parts[2]))
 
@@ -123,7 +123,9 @@ def _parse_cursor(cursor: str | None, partitions: int) -> tuple[int, int]:
     if not cursor:
         return 0, 0
     head, _, scan = cursor.partition(":")
-    if not (head.isdigit() and scan.isdigit() and int(head) < partitions):
+    if not (
+        head.isdecimal() and scan.isdecimal() and int(head) < partitions and int(scan) < 2**64
+    ):  # a SCAN cursor: Redis refuses a larger one
         raise ValueError(f"cursor: not one this list gave ({cursor!r})")
     return int(head), int(scan)
 
