@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from actors.domain.errors import InvalidTask
 from actors.domain.misfires import plan_fires
 from actors.domain.model import parse_schedule
-from actors.domain.schedules import MAX_EVERY_S, Schedule
+from actors.domain.schedules import MAX_EVERY_S, Schedule, check_submitted
 from actors.scheduling.tick_plan import plan_fire
 from actors.store.replies import Claimed
 
@@ -105,6 +105,37 @@ def test_cron_in_a_fall_back_fold(zone: str, day: tuple[int, int, int], repeated
     fold = run_grid(half_hourly, half_hourly.first_due(ms(zone, *day, 0, 10)) or 0, 6)
     # Every 30 real minutes through the fold: nothing skipped, nothing doubled.
     assert [b - a for a, b in itertools.pairwise(fold)] == [30 * 60 * 1000] * 5
+
+
+@pytest.mark.parametrize("misfire", ["coalesce", "fire_all", "skip"])
+def test_a_cron_planned_from_inside_the_repeated_hour_fires_each_time_once(misfire: str) -> None:
+    """A task created, resumed or claimed late in the second pass of the hour a fall-back
+    repeats: cronsim, given that time, answers the hour's first-pass times, before it.
+    Planned as a poller plans it, tick after tick through the hour, no grid time fires
+    twice, none is from the day before, and the grid moves on to the next day."""
+    zone = "America/New_York"
+    fold = zoneinfo.ZoneInfo(zone)
+    second_pass = int(dt.datetime(2024, 11, 3, 1, 10, fold=1, tzinfo=fold).timestamp() * 1000)
+    first_pass = second_pass - 3_600_000  # 01:10 EDT: the outage began before the fold
+    schedule = Schedule("cron", cron="20,40 1 * * *", tz=zone, misfire=misfire)  # type: ignore[arg-type]
+    for created in (first_pass, second_pass):
+        due = schedule.first_due(created)
+        assert due is not None and due > created
+    due = schedule.first_due(first_pass)  # 01:20 EDT; the poller comes back at 01:10 EST
+    assert due is not None
+    fired: list[int] = []
+    now, runs = second_pass, 0
+    while now < second_pass + 3_600_000 and due is not None:
+        if due <= now:
+            plan = plan_fires(schedule, due, now, runs)
+            assert plan.next_ms is None or plan.next_ms > now  # never planned again at once
+            fired += plan.fires
+            runs += len(plan.fires)
+            due = plan.next_ms
+        now += 20  # the poller's shortest tick
+    assert len(fired) == len(set(fired))  # none twice
+    assert all(first_pass - 3_600_000 <= t <= second_pass for t in fired)  # none a day early
+    assert due is not None and iso(zone, due) == "2024-11-04T01:20:00-05:00"
 
 
 def test_cron_grid_is_wall_clock_in_its_zone() -> None:
@@ -391,3 +422,20 @@ def test_a_jitter_alone_longer_than_the_grid_step_is_allowed_one_step(
     assert plan_fire(claimed, due + step_ms * 3 // 2).fires == (due,)  # within a step more
     late = plan_fire(claimed, due + step_ms * 5 // 2)  # past it: missed, skipped
     assert (late.fires, late.missed) == ((), 2)
+
+
+def test_a_sparse_cron_with_a_spread_is_taken() -> None:
+    """Mondays that are the fifth of their week in February: a few a century, the sample
+    the spread is checked against runs past year 9999 (an OverflowError, once a 500)."""
+    schedule = parse_schedule({"kind": "cron", "cron": "0 0 * 2 MON#5", "spread_s": 60})
+    check_submitted(schedule, min_interval_s=1.0)  # a node's rules for a new schedule
+
+
+def test_fire_all_past_the_cron_scan_counts_no_negative_misses() -> None:
+    """A cron whose misfire_cap is past the 1,000 times the scan counts: as many fires as
+    overdue times, and none counted missed (never a negative count)."""
+    schedule = Schedule("cron", cron="* * * * *", misfire="fire_all", misfire_cap=3000)
+    due = schedule.first_due(T0)
+    assert due is not None
+    plan = plan_fires(schedule, due, due + 2000 * 60_000, 0)
+    assert (len(plan.fires), plan.missed) == (2001, 0)

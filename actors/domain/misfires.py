@@ -77,18 +77,23 @@ def plan_fires(
         else:
             rest = plan_fires(schedule, after, now_ms, fires_so_far + len(owed))  # slack taken
         fires, upcoming = owed + rest.fires, rest.next_ms
-        missed = _count_overdue(schedule, due_ms, until) - len(owed) + rest.missed
+        missed = max(0, _count_overdue(schedule, due_ms, until) - len(owed)) + rest.missed
     else:
         overdue = _overdue(schedule, due_ms, last_ms, schedule.misfire_cap)
         upcoming = schedule.first_after(due_ms, now_ms)
         if schedule.misfire == "coalesce":
-            latest = overdue[-1] if schedule.kind == "interval" else _latest_cron(schedule, last_ms)
+            # the last of the grid walked forward when the walk reached now (a cron's too:
+            # walked back from now, a repeated hour can read as the day before's)
+            walked = schedule.kind == "interval" or len(overdue) < max(
+                schedule.misfire_cap, _MAX_CRON_SCAN
+            )
+            latest = overdue[-1] if walked else _latest_cron(schedule, last_ms)
             fires, missed = (latest,), _count_overdue(schedule, due_ms, last_ms) - 1
         elif schedule.misfire == "skip":
             fires, missed = (), _count_overdue(schedule, due_ms, last_ms)
         else:
             fires = tuple(overdue[: schedule.misfire_cap])
-            missed = _count_overdue(schedule, due_ms, last_ms) - len(fires)
+            missed = max(0, _count_overdue(schedule, due_ms, last_ms) - len(fires))
     if schedule.max_runs is not None:
         left = max(0, schedule.max_runs - fires_so_far)
         if len(fires) >= left:
@@ -97,10 +102,16 @@ def plan_fires(
 
 
 def _latest_cron(schedule: Schedule, now_ms: int) -> int:
-    """The last cron time at or before ``now_ms`` (the one a coalesced fire stands for)."""
+    """The last cron time at or before ``now_ms`` (the one a coalesced fire stands for):
+    walked back from now, then forward along the grid while it stays at or before now
+    (walked back from an hour a clock set back repeats, cronsim can land a day early)."""
     assert schedule.cron is not None
     start = dt.datetime.fromtimestamp((now_ms + 1) / 1000, tz=zoneinfo.ZoneInfo(schedule.tz))
-    return int(next(cronsim.CronSim(schedule.cron, start, reverse=True)).timestamp() * 1000)
+    latest = int(next(cronsim.CronSim(schedule.cron, start, reverse=True)).timestamp() * 1000)
+    later = schedule.next_after(latest)
+    while later is not None and later <= now_ms:
+        latest, later = later, schedule.next_after(later)
+    return latest
 
 
 def _overdue(schedule: Schedule, due_ms: int, now_ms: int, cap: int) -> list[int]:
@@ -121,4 +132,5 @@ def _overdue(schedule: Schedule, due_ms: int, now_ms: int, cap: int) -> list[int
 def _count_overdue(schedule: Schedule, due_ms: int, now_ms: int) -> int:
     if schedule.kind == "interval":
         return (now_ms - due_ms) // schedule.interval_ms() + 1
-    return len(_overdue(schedule, due_ms, now_ms, _MAX_CRON_SCAN))
+    # as far as the fires planned from the same walk go (a misfire_cap past the scan)
+    return len(_overdue(schedule, due_ms, now_ms, schedule.misfire_cap))

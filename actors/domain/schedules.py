@@ -26,6 +26,7 @@ itself: ``score_ms`` is where both are added), and
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import hashlib
@@ -50,6 +51,9 @@ _GAP_SAMPLE = 400
 
 #: The last millisecond of year 9999: later times cannot be dates (or cron grid points).
 MAX_MS = 253_402_300_799_999
+#: Cron times drawn past a start before giving up on it (``Schedule._cron_after``): more
+#: than an hour of a five-field cron holds, all of which may lie in a repeated hour.
+_CRON_DRAWS = 128
 #: Longest interval: ten years (a longer one is a one-shot task in disguise).
 MAX_EVERY_S = 10 * 366 * 86_400
 #: Largest run count a task may be bounded to, and most fires one late claim may enqueue.
@@ -186,7 +190,10 @@ def _shortest_gap_ms(schedule: Schedule) -> int | None:
 def _shortest_cron_gap_ms(cron: str, tz: str) -> int | None:
     start = dt.datetime(2000, 1, 1, tzinfo=zoneinfo.ZoneInfo(tz))
     sample = itertools.islice(cronsim.CronSim(resolve_hashed(cron, ""), start), _GAP_SAMPLE)
-    times = [int(t.timestamp() * 1000) for t in sample]
+    times: list[int] = []
+    # a sparse cron (Mondays the fifth of February's weeks) runs past year 9999
+    with contextlib.suppress(OverflowError):
+        times += (int(t.timestamp() * 1000) for t in sample)
     return min((b - a for a, b in itertools.pairwise(times)), default=None)
 
 
@@ -312,12 +319,23 @@ class Schedule:
         return due_ms
 
     def _cron_after(self, after_ms: int) -> int | None:
-        """The cron time strictly after ``after_ms``; None past year 9999."""
+        """The cron time strictly after ``after_ms``; None past year 9999.
+
+        cronsim works in whole minutes and returns times after ``start`` on the wall
+        clock: in the second pass of an hour a clock set back repeats (DST ending), the
+        times it returns first are that hour's first pass, before ``after_ms``, which a
+        grid takes once (the first pass). They are passed over here: a time at or before
+        ``after_ms`` would be planned again and again."""
         assert self.cron is not None
         zone = zoneinfo.ZoneInfo(self.tz)
         try:
             start = dt.datetime.fromtimestamp(after_ms / 1000, tz=zone)
-            # cronsim works in whole minutes and returns times strictly after ``start``.
-            return int(next(cronsim.CronSim(self.cron, start)).timestamp() * 1000)
+            for _ in range(2):  # the second from past any repeated hour
+                for t in itertools.islice(cronsim.CronSim(self.cron, start), _CRON_DRAWS):
+                    ms = int(t.timestamp() * 1000)
+                    if ms > after_ms:
+                        return ms
+                start += dt.timedelta(hours=2)
         except (OverflowError, ValueError, StopIteration):
             return None
+        return None
