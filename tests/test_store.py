@@ -237,6 +237,36 @@ async def test_update_payload_and_schedule(store: TaskStore) -> None:
     assert task.updated_ms >= task.created_ms
 
 
+async def test_an_update_that_sends_the_schedule_as_it_is_leaves_the_grid_alone(
+    store: TaskStore,
+) -> None:
+    """A client that sends the whole task to change its payload sends its schedule again:
+    the next fire, its index score and the status stay (placed anew, the grid would move
+    to now; a finished task would fire its last time again, its max_runs counted afresh)."""
+    capped = Schedule("interval", every_s=60, max_runs=5)
+    created = await store.create(TaskSpec("email", capped, {"v": 1}))
+    before = await store.get(created.task_id)
+    assert before is not None
+    score = await in_schedule(store, created.task_id)
+    await trio.sleep(0.05)  # a later now: a placement anew would give another next time
+    assert await store.update(created.task_id, payload={"v": 2}, schedule=capped) == "active"
+    after = await store.get(created.task_id)
+    assert after is not None and after.payload == {"v": 2}
+    assert after.next_run_ms == before.next_run_ms
+    assert await in_schedule(store, created.task_id) == score
+    from actors.store.codes import STATE_VALUES
+    from actors.store.records import advanced_values, pack_values, unpack
+
+    keys = await store.keys()
+    p, b = keys.partition_of(created.task_id), keys.bucket_of(created.task_id)
+    state = await store.client.execute("HGET", keys.states(p, b), created.task_id)
+    finished = advanced_values(unpack(state, STATE_VALUES), None, 5)  # as its commit wrote
+    await store.client.execute("HSET", keys.states(p, b), created.task_id, pack_values(finished))
+    await store.client.execute("ZREM", keys.schedule(p), created.task_id)
+    assert await store.update(created.task_id, payload={"v": 3}, schedule=capped) == "finished"
+    assert await in_schedule(store, created.task_id) is None
+
+
 async def test_update_of_a_missing_task_is_not_found(store: TaskStore) -> None:
     with pytest.raises(TaskNotFound):
         await store.update("ghost", payload=1)

@@ -8,16 +8,19 @@
 -- A new schedule takes effect at once: the claim (if any) is dropped so a poller holding it
 -- cannot commit the old grid; a finished task with a new schedule becomes active again.
 -- The latest grid time the old schedule's claims decided is forgotten (flight.lua): the
--- new grid's times were never decided, even those before it.
+-- new grid's times were never decided, even those before it. A schedule sent again as it
+-- is (a client that sends the whole task to change its payload) changes nothing of the
+-- grid: the next time, the fire count against max_runs and the status stay (placed anew,
+-- a finished task would fire its last grid time again).
 local tag, id, b = ARGV[1], ARGV[2], ARGV[3]
 local def = redis.call('HGET', tag .. ':def:' .. b, id)
 local s = get_state(tag, b, id)
 if not (def and s) then return {CODE_NOT_FOUND, ''} end
 local typ, payload, sched, created = cmsgpack.unpack(def)
 if ARGV[4] ~= '' then payload = ARGV[4] end
-if ARGV[5] ~= '' then
-  local f = ARGV[5] ~= sched and get_flight(tag .. ':flight', id)
-  if f and f.hw then  -- a schedule sent again as it was keeps what its claims decided
+if ARGV[5] ~= '' and ARGV[5] ~= sched then
+  local f = get_flight(tag .. ':flight', id)
+  if f.hw then
     f.hw = nil
     put_flight(tag .. ':flight', id, f)
   end
