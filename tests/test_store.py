@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 from unittest.mock import ANY
@@ -265,6 +266,39 @@ async def test_an_update_that_sends_the_schedule_as_it_is_leaves_the_grid_alone(
     await store.client.execute("ZREM", keys.schedule(p), created.task_id)
     assert await store.update(created.task_id, payload={"v": 3}, schedule=capped) == "finished"
     assert await in_schedule(store, created.task_id) is None
+    # an allow_all task's flight record (its dead streak) stays too: nothing was placed
+    flights = keys.flights(p)
+    await store.client.execute("HSET", flights, created.task_id, "||2|||")
+    await store.update(created.task_id, payload={"v": 4}, schedule=capped)
+    assert await store.client.execute("HGET", flights, created.task_id) == b"||2|||"
+
+
+async def test_a_payload_stored_deeper_than_clients_may_send_still_fires(
+    store: TaskStore,
+) -> None:
+    """The depth limit is for payloads clients send: one an earlier version stored deeper
+    still fires when triggered (its trigger sends no payload)."""
+    from actors.domain.model import MAX_PAYLOAD_DEPTH
+    from actors.domain.schedules import Schedule as Sched
+    from actors.store.records import encode_definition, encode_schedule
+
+    created = await store.create(TaskSpec("email", EVERY_MINUTE, {"v": 1}))
+    deep: Any = 1
+    for _ in range(MAX_PAYLOAD_DEPTH + 20):
+        deep = [deep]
+    task = await store.get(created.task_id)
+    assert task is not None
+    keys = await store.keys()
+    p, b = keys.partition_of(created.task_id), keys.bucket_of(created.task_id)
+    definition = encode_definition(
+        "email", json.dumps(deep, separators=(",", ":")), encode_schedule(Sched(
+            "interval", every_s=60)), task.created_ms,
+    )  # fmt: skip
+    await store.client.execute("HSET", keys.definitions(p, b), created.task_id, definition)
+    _, queued = await store.trigger(created.task_id)
+    assert queued
+    with pytest.raises(InvalidTask, match="nested deeper"):
+        await store.update(created.task_id, payload=deep)
 
 
 async def test_update_of_a_missing_task_is_not_found(store: TaskStore) -> None:

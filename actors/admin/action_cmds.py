@@ -39,7 +39,7 @@ def parse_selector(text: str) -> dict[str, Any]:
         if not sep or not key:
             raise UsageError(f"--selector: {part!r} must be key=value")
         if key == "next_before":
-            if not value.isdecimal():
+            if not (value.isascii() and value.isdecimal()):
                 raise UsageError(f"--selector: next_before must be Unix ms, got {value!r}")
             selector[key] = int(value)
         elif key in FILTERS:

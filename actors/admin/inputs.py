@@ -149,7 +149,7 @@ def add_schedule_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_time(text: str, flag: str) -> int:
-    if text.isdecimal():
+    if text.isascii() and text.isdecimal():
         return int(text)
     try:
         parsed = dt.datetime.fromisoformat(text)

@@ -144,7 +144,7 @@ def limit_param(query: Any, default: int) -> int:
     raw = query.get("limit")
     if raw is None:
         return default
-    if not raw.isdecimal() or not 1 <= int(raw) <= MAX_PAGE:
+    if not (raw.isascii() and raw.isdecimal() and len(raw) <= 9) or not 1 <= int(raw) <= MAX_PAGE:
         raise invalid(f"limit: must be an integer within 1..{MAX_PAGE}, got {raw!r}")
     return int(raw)
 

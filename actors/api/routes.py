@@ -321,7 +321,10 @@ async def metrics(call: Call) -> Response:
 
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdecimal() or int(declared) > limit):
+    if declared is not None and (
+        not (declared.isascii() and declared.isdecimal() and len(declared) <= 18)
+        or int(declared) > limit
+    ):
         raise Problem(413, "too_large", f"the body may be at most {limit} bytes")
     chunks, size = [], 0
     async for chunk in request.stream():

@@ -54,7 +54,7 @@ def query_filter(query: Any) -> TaskFilter:
     except InvalidTask as exc:
         raise invalid(str(exc)) from None
     raw = query.get("next_before")
-    if raw is not None and (not raw.isdecimal() or len(raw) > 16):
+    if raw is not None and (not (raw.isascii() and raw.isdecimal()) or len(raw) > 16):
         raise invalid(f"next_before: must be Unix ms (a non-negative integer), got {raw!r}")
     next_before = None if raw is None else int(raw)
     return checked_filter(

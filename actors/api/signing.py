@@ -155,7 +155,7 @@ class Verifier:
         key_id, timestamp, nonce, signature = values
         if not KEY_ID_PATTERN.fullmatch(key_id):
             raise AuthError(401, "malformed", f"header {KEY_HEADER} is not a key id")
-        if not timestamp.isdecimal() or len(timestamp) > 16:
+        if not (timestamp.isascii() and timestamp.isdecimal()) or len(timestamp) > 16:
             raise AuthError(401, "malformed", f"header {TIMESTAMP_HEADER} is not Unix milliseconds")
         if not NONCE_PATTERN.fullmatch(nonce):
             raise AuthError(

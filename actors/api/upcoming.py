@@ -67,7 +67,10 @@ def count_param(query: Any, name: str = "n") -> int:
     raw = query.get(name)
     if raw is None:
         return DEFAULT_UPCOMING
-    if not raw.isdecimal() or not 1 <= int(raw) <= MAX_PREVIEW:
+    if (
+        not (raw.isascii() and raw.isdecimal() and len(raw) <= 9)
+        or not 1 <= int(raw) <= MAX_PREVIEW
+    ):
         raise invalid(f"{name}: must be an integer within 1..{MAX_PREVIEW}, got {raw!r}")
     return int(raw)
 

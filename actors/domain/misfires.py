@@ -81,6 +81,11 @@ def plan_fires(
     else:
         overdue = _overdue(schedule, due_ms, last_ms, schedule.misfire_cap)
         upcoming = schedule.first_after(due_ms, now_ms)
+        # a cron's count is the walk's own length (one walk, not two)
+        count = (
+            _count_overdue(schedule, due_ms, last_ms) if schedule.kind == "interval"
+            else len(overdue)
+        )  # fmt: skip
         if schedule.misfire == "coalesce":
             # the last of the grid walked forward when the walk reached now (a cron's too:
             # walked back from now, a repeated hour can read as the day before's)
@@ -88,12 +93,12 @@ def plan_fires(
                 schedule.misfire_cap, _MAX_CRON_SCAN
             )
             latest = overdue[-1] if walked else _latest_cron(schedule, last_ms)
-            fires, missed = (latest,), _count_overdue(schedule, due_ms, last_ms) - 1
+            fires, missed = (latest,), count - 1
         elif schedule.misfire == "skip":
-            fires, missed = (), _count_overdue(schedule, due_ms, last_ms)
+            fires, missed = (), count
         else:
             fires = tuple(overdue[: schedule.misfire_cap])
-            missed = max(0, _count_overdue(schedule, due_ms, last_ms) - len(fires))
+            missed = max(0, count - len(fires))
     if schedule.max_runs is not None:
         left = max(0, schedule.max_runs - fires_so_far)
         if len(fires) >= left:

@@ -77,11 +77,17 @@ def encode_json(value: Any) -> str:
     )
 
 
-def encode_payload(payload: Any) -> str:
-    """The payload as stored and sent to handlers, or InvalidTask if too big, too deep or
-    not JSON (a lone surrogate, from a ``\\ud800`` escape, is text UTF-8 cannot carry)."""
+def check_payload_depth(payload: Any) -> None:
+    """InvalidTask for a payload a client sends nested deeper than ``MAX_PAYLOAD_DEPTH``
+    (checked where payloads arrive, not where stored ones are sent: one an earlier version
+    stored still fires)."""
     if _depth(payload) > MAX_PAYLOAD_DEPTH:
         raise InvalidTask(f"payload: nested deeper than {MAX_PAYLOAD_DEPTH} arrays or objects")
+
+
+def encode_payload(payload: Any) -> str:
+    """The payload as stored and sent to handlers, or InvalidTask if too big or not JSON
+    (a lone surrogate, from a ``\\ud800`` escape, is text UTF-8 cannot carry)."""
     try:
         text = encode_json(payload)
         size = len(text.encode())
@@ -125,6 +131,7 @@ class TaskSpec:
             )
         if self.labels:
             object.__setattr__(self, "labels", check_labels(self.labels))
+        check_payload_depth(self.payload)
         object.__setattr__(self, "_payload_json", encode_payload(self.payload))
 
     def payload_json(self) -> str:

@@ -124,7 +124,14 @@ def _parse_cursor(cursor: str | None, partitions: int) -> tuple[int, int]:
         return 0, 0
     head, _, scan = cursor.partition(":")
     if not (
-        head.isdecimal() and scan.isdecimal() and int(head) < partitions and int(scan) < 2**64
+        head.isascii()
+        and scan.isascii()
+        and head.isdecimal()
+        and scan.isdecimal()
+        and len(head) <= 6
+        and len(scan) <= 20
+        and int(head) < partitions
+        and int(scan) < 2**64
     ):  # a SCAN cursor: Redis refuses a larger one
         raise ValueError(f"cursor: not one this list gave ({cursor!r})")
     return int(head), int(scan)

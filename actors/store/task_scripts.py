@@ -77,12 +77,13 @@ class TaskScripts:
     async def update_task(
         self, task_id: str, payload_json: str, sched: bytes | str, next_ms: int | None,
         score: int | None, labels_json: str = "",
-    ) -> tuple[int, str]:  # fmt: skip
+    ) -> tuple[int, str, bool]:  # fmt: skip
         """``update_task.lua``: replace payload, schedule and/or labels ('' keeps one;
         labels '{}' removes them all);
-        (``Code``, status afterwards)."""
+        (``Code``, status afterwards, whether a schedule other than the task's took
+        effect: one sent as it is changes nothing)."""
         k, p = self.keys, self.keys.partition_of(task_id)
-        ((code, status),) = await self._run(
+        (reply,) = await self._run(
             [
                 (
                     lua.UPDATE_TASK,
@@ -100,7 +101,7 @@ class TaskScripts:
                 )
             ]
         )
-        return int(code), status.decode()
+        return int(reply[0]), reply[1].decode(), len(reply) > 2 and bool(int(reply[2]))
 
     async def set_status(
         self, task_id: str, action: str, next_ms: int | None = None, score: int | None = None,

@@ -23,7 +23,7 @@ from actors.domain.errors import (
     TaskConflict,
 )
 from actors.domain.labels import check_labels, encode_labels
-from actors.domain.model import Task, TaskSpec, encode_payload, new_task_id
+from actors.domain.model import Task, TaskSpec, check_payload_depth, encode_payload, new_task_id
 from actors.domain.schedules import Overlap, Schedule
 from actors.store import backfill as backfilling
 from actors.store import manual_fires, type_scans
@@ -313,6 +313,7 @@ class TaskStore:
         returns the task's status afterwards."""
         payload_json = ""
         if not isinstance(payload, _Keep):
+            check_payload_depth(payload)
             payload_json = encode_payload(payload)
         labels_json = "" if labels is None else encode_labels(check_labels(labels)) or "{}"
         sched: bytes | str = ""
@@ -320,11 +321,13 @@ class TaskStore:
         score: int | None = None
         if schedule is not None:
             sched, next_ms, score = Placement(await self.now_ms()).of(schedule, task_id)
-        code, status = await (await self.scripts()).update_task(
+        code, status, placed = await (await self.scripts()).update_task(
             task_id, payload_json, sched, next_ms, score, labels_json
         )
         raise_for_code(code, task_id)
-        if schedule is not None and schedule.overlap == "allow_all":
+        if not placed:  # sent as it is: nothing of the grid changed
+            sched = ""
+        if placed and schedule is not None and schedule.overlap == "allow_all":
             # Nothing waits behind a fire of a task of no policy (no claim would start it):
             # fires held back under its former policy are dropped with its flight record.
             keys = await self.keys()

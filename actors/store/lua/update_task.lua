@@ -4,7 +4,8 @@
 -- ARGV[4]  payload JSON or '' (keep)   ARGV[5]  sched (encoded) or '' (keep)
 -- ARGV[6]  next_ms for the new schedule ('' = never)   ARGV[7]  score
 -- ARGV[8]  labels as compact JSON ('{}' = none) replacing the task's, or '' (keep)
--- Returns {code, status}: CODE_OK updated, CODE_NOT_FOUND not found.
+-- Returns {code, status, placed}: CODE_OK updated, CODE_NOT_FOUND not found; placed 1
+-- when a schedule other than the task's took effect.
 -- A new schedule takes effect at once: the claim (if any) is dropped so a poller holding it
 -- cannot commit the old grid; a finished task with a new schedule becomes active again.
 -- The latest grid time the old schedule's claims decided is forgotten (flight.lua): the
@@ -18,7 +19,9 @@ local s = get_state(tag, b, id)
 if not (def and s) then return {CODE_NOT_FOUND, ''} end
 local typ, payload, sched, created = cmsgpack.unpack(def)
 if ARGV[4] ~= '' then payload = ARGV[4] end
+local placed = 0
 if ARGV[5] ~= '' and ARGV[5] ~= sched then
+  placed = 1
   local f = get_flight(tag .. ':flight', id)
   if f.hw then
     f.hw = nil
@@ -42,4 +45,4 @@ redis.call('HSET', tag .. ':def:' .. b, id, cmsgpack.pack(typ, payload, sched, c
 s[STATE_UPDATED_MS] = new_version(tag, s[STATE_UPDATED_MS])
 put_state(tag, b, id, s)
 count_write(tag)
-return {CODE_OK, STATUS_NAMES[s[STATE_STATUS]]}
+return {CODE_OK, STATUS_NAMES[s[STATE_STATUS]], placed}
