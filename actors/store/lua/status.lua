@@ -1,20 +1,16 @@
 -- status.lua: prepended (after records.lua) to the scripts that pause, resume or stop
 -- tasks: set_status.lua (one task) and action_batch.lua (a batch of an operator's action),
--- so both change a task the same way.
+-- so both change a task the same way (after flight.lua: a resume reads the flight record).
 
 -- A resumed task's index score: due now if its fire in flight ended during the pause with
 -- fires waiting behind it (an operator's trigger or backfill its overlap policy held
 -- back): that end could not wake a task out of the schedule (end_flights.lua), and the
 -- poller starts the first at once rather than at the next grid time; due now too if its
 -- fire in flight is unconfirmed (its decider died before its commit: the claim appends it
--- again once the decider must be gone). The flight record's first field is the due time
--- in flight, its fourth the waiting ones, its fifth the unconfirmed decider (flight.lua).
+-- again once the decider must be gone). The flight record: flight.lua.
 local function resumed_score(tag, id, score)
-  local raw = redis.call('HGET', tag .. ':flight', id)
-  local inflight, waiting, by =
-    string.match(raw or '', '^([^|]*)|[^|]*|[^|]*|([^|]*)|([^|]*)')
-  if (inflight == '' and (waiting or '') ~= '') or (inflight ~= nil and inflight ~= ''
-      and (by or '') ~= '') then
+  local f = get_flight(tag .. ':flight', id)
+  if (f.inflight == '' and #f.waiting > 0) or (f.inflight ~= '' and f.by ~= '') then
     return ms(math.min(tonumber(score), now_ms()))
   end
   return score
