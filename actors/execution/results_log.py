@@ -24,6 +24,7 @@ import attrs
 import structlog
 import trio
 
+from runtime.intensity import backoff_s
 from runtime.logging import encode_object, encode_value, get_logger
 
 #: The wait between tries of a results-log write that failed: doubling from the first to
@@ -159,20 +160,20 @@ async def append_waiting(
     until it goes through: the disk full, or the file's directory or permission taken
     away. One ``results_log_failed`` error line when the first try fails, one
     ``results_log_written`` line (with the wait) once a try goes through."""
-    pause, since = RETRY_S[0], None
+    failures, since = 0, 0.0
     while True:
         try:
-            results.append_lines(lines, mend=since is not None)
+            results.append_lines(lines, mend=failures > 0)
         except OSError as exc:
-            if since is None:
+            if not failures:
                 since = trio.current_time()
                 log.error(
                     "results_log_failed", path=str(results.path), error=str(exc), lines=len(lines)
                 )
-            await trio.sleep(pause)
-            pause = min(pause * 2, RETRY_S[1])
+            failures += 1
+            await trio.sleep(backoff_s(failures, *RETRY_S))
             continue
-        if since is not None:
+        if failures:
             waited_s = round(trio.current_time() - since, 3)
             log.info("results_log_written", path=str(results.path), waited_s=waited_s)
         return
