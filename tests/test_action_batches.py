@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import trio
 
-from actors.domain.model import TaskSpec
+from actors.domain.model import Task, TaskSpec
 from actors.domain.schedules import Schedule
-from actors.store.actions import ActionSpec, create_action
+from actors.store.actions import ActionSpec, ActionState, create_action
 from actors.store.apply_actions import ActionSettings, apply_action
 from actors.store.selection import Selector
 from actors.store.tasks import TaskStore
@@ -87,27 +87,14 @@ async def test_a_held_trigger_that_ran_is_not_appended_again_when_its_batch_is_r
     poller starts it once that one ends, and it runs and ends. The applier died before
     marking the batch, so the batch is applied again: the task's fire is the action's
     already, and is not appended a second time."""
-    from actors.store.actions import read_action
     from actors.store.apply_actions import _trigger
     from actors.store.flights import FlightEnd, Planned
 
     store = TaskStore(redis_client, namespace, default_partitions=1)
-    every = Schedule("interval", every_s=3600, overlap="skip")
-    await store.create(TaskSpec("work", every, task_id="x"))
-    keys, scripts = await store.keys(), await store.scripts()
-    sid, queued = await store.trigger("x", "skip")  # a fire in flight ahead of the action's
-    assert queued
-    ahead = int(sid.split(":")[1])
-    spec = ActionSpec.from_dict(
-        {"action": "trigger", "overlap": "buffer_one", "selector": {"ids": ["x"]}}
+    state, task = await _a_trigger_held_then_its_fire_ahead_ended(
+        store, Schedule("interval", every_s=3600, overlap="skip"), "a2"
     )
-    await create_action(store, "a2", spec, None, "me", 60_000)
-    state = await read_action(store, "a2")
-    assert state is not None
-    task = await store.get("x")
-    assert task is not None
-    assert await _trigger(store, state, [task]) == {"x": "0"}  # held back
-    await scripts.end_flights([FlightEnd("x", 0, ahead)])
+    keys, scripts = await store.keys(), await store.scripts()
     started = await scripts.decide_overlaps("claim", {0: [Planned("x", "S", [])]})
     assert [d for d, _ in started["x"].run] == [state.created_ms]  # the poller appends it
     await scripts.end_flights([FlightEnd("x", 0, state.created_ms)])  # it ran and ended
@@ -126,26 +113,13 @@ async def test_a_held_trigger_a_dead_poller_started_is_appended_as_the_operators
     again. The repeat leaves the task be (its fire is held, not appended: confirming it
     would leave it in flight with no message behind it, the task stuck), and the next
     decision appends it again as the operator's fire (no catch-up window)."""
-    from actors.store.actions import read_action
     from actors.store.apply_actions import _trigger
-    from actors.store.flights import FlightEnd, Planned
+    from actors.store.flights import Planned
 
     store = TaskStore(redis_client, namespace, default_partitions=1, takeover_ms=0)
     every = Schedule("interval", every_s=3600, overlap="skip", catchup_window_s=60)
-    await store.create(TaskSpec("work", every, task_id="x"))
+    state, task = await _a_trigger_held_then_its_fire_ahead_ended(store, every, "a3")
     keys, scripts = await store.keys(), await store.scripts()
-    sid, _ = await store.trigger("x", "skip")
-    ahead = int(sid.split(":")[1])
-    spec = ActionSpec.from_dict(
-        {"action": "trigger", "overlap": "buffer_one", "selector": {"ids": ["x"]}}
-    )
-    await create_action(store, "a3", spec, None, "me", 60_000)
-    state = await read_action(store, "a3")
-    assert state is not None
-    task = await store.get("x")
-    assert task is not None
-    assert await _trigger(store, state, [task]) == {"x": "0"}  # held back
-    await scripts.end_flights([FlightEnd("x", 0, ahead)])
     started = await scripts.decide_overlaps("dead-claim", {0: [Planned("x", "S", [])]})
     assert [d for d, _ in started["x"].run] == [state.created_ms]  # then its poller died
     before = await redis_client.execute("XLEN", keys.queue("work"))
@@ -154,3 +128,30 @@ async def test_a_held_trigger_a_dead_poller_started_is_appended_as_the_operators
     again = await scripts.decide_overlaps("next-claim", {0: [Planned("x", "S", [])]})
     assert again["x"].run == [(state.created_ms, False)]
     assert again["x"].manual == {state.created_ms}  # the operator's: no catch-up window
+
+
+async def _a_trigger_held_then_its_fire_ahead_ended(
+    store: TaskStore, schedule: Schedule, action_id: str
+) -> tuple[ActionState, Task]:
+    """Task ``x`` of ``schedule`` with a fire in flight; a buffer_one trigger action's fire
+    held back behind it (its batch applied once); then the fire ahead ended. Returns the
+    action's state and the task."""
+    from actors.store.actions import read_action
+    from actors.store.apply_actions import _trigger
+    from actors.store.flights import FlightEnd
+
+    await store.create(TaskSpec("work", schedule, task_id="x"))
+    sid, queued = await store.trigger("x", "skip")  # a fire in flight ahead of the action's
+    assert queued
+    spec = ActionSpec.from_dict(
+        {"action": "trigger", "overlap": "buffer_one", "selector": {"ids": ["x"]}}
+    )
+    await create_action(store, action_id, spec, None, "me", 60_000)
+    state = await read_action(store, action_id)
+    assert state is not None
+    task = await store.get("x")
+    assert task is not None
+    assert await _trigger(store, state, [task]) == {"x": "0"}  # held back
+    scripts = await store.scripts()
+    await scripts.end_flights([FlightEnd("x", 0, int(sid.split(":")[1]))])
+    return state, task

@@ -11,8 +11,9 @@ import asyncio
 import contextlib
 import functools
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
+import pytest
 import trio
 import trio.testing
 import trio_util
@@ -346,83 +347,74 @@ async def test_a_handler_gets_its_fire_in_its_context() -> None:
     assert seen == [expected]
 
 
-async def test_a_handler_that_exits_fails_its_run_and_the_worker_goes_on() -> None:
-    """``sys.exit()`` in a handler (a command-line tool's main called as a function), also
-    from a task of its own nursery or on a plain handler's thread, fails that run: it does
-    not end the node's process, whose restart would take the message back and run it (and
-    die) again, never counting it poison."""
-
-    async def exits(ctx: HandlerContext) -> str:
-        if ctx.task_id == "t0":
-            sys.exit(2)
-        if ctx.task_id == "t1":
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(functools.partial(sys.exit, "bad usage"))
-        return "ok"
-
-    def exits_on_its_thread(ctx: HandlerContext) -> str:
-        if ctx.task_id == "t0":
-            sys.exit(3)
-        return "ok"
-
-    h = Harness(exits, size=1, timeout_s=60)
-    async with h.running() as pool:
-        await h.run_all(pool, [message(0), message(1), message(2)])
-    runs = h.by_task()
-    assert runs["t0"].error is not None and "SystemExit: 2" in runs["t0"].error
-    assert runs["t1"].error is not None and "SystemExit: bad usage" in runs["t1"].error
-    assert runs["t2"].result == "ok"
-    threaded = Harness(exits_on_its_thread, size=1, timeout_s=60)
-    threaded.runner.handler = Handler(name="t", fn=exits_on_its_thread, is_async=False)
-    async with threaded.running() as pool:
-        await threaded.run_all(pool, [message(0), message(1)])
-    runs = threaded.by_task()
-    assert runs["t0"].error is not None and "SystemExit: 3" in runs["t0"].error
-    assert runs["t1"].result == "ok"
-
-
 class _OutsideException(BaseException):
     """An error that is not an ``Exception`` (as ``asyncio.CancelledError`` is not)."""
 
 
-async def test_a_handler_raising_an_error_outside_exception_fails_its_run() -> None:
-    """``asyncio.CancelledError`` (a handler that ran an event loop of its own, whose task
-    was cancelled) or another ``BaseException`` that is not an ``Exception``, raised by an
-    async handler, from its nursery or on a plain handler's thread, fails that run: it
-    never reaches the node's supervisors, whose node would die, take the message back at
-    its restart and die again."""
+def _raising(exc: BaseException) -> Callable[[], None]:
+    def raise_it() -> None:
+        raise exc
+
+    return raise_it
+
+
+async def _in_task(fn: Callable[[], object]) -> None:
+    fn()
+
+
+@pytest.mark.parametrize(
+    ("direct", "in_nursery", "on_thread", "shown"),
+    [
+        pytest.param(
+            functools.partial(sys.exit, 2), functools.partial(sys.exit, "bad usage"),
+            functools.partial(sys.exit, 3),
+            ("SystemExit: 2", "SystemExit: bad usage", "SystemExit: 3"), id="sys-exit",
+        ),
+        pytest.param(
+            _raising(asyncio.CancelledError()), _raising(_OutsideException("odd")),
+            _raising(asyncio.CancelledError()),
+            ("CancelledError", "_OutsideException: odd", "CancelledError"), id="outside-exception",
+        ),
+    ],
+)  # fmt: skip
+async def test_a_handler_error_outside_exception_fails_its_run_and_the_worker_goes_on(
+    direct: Callable[[], object], in_nursery: Callable[[], object],
+    on_thread: Callable[[], object], shown: tuple[str, str, str],
+) -> None:  # fmt: skip
+    """``sys.exit()`` in a handler (a command-line tool's main called as a function), or
+    another error that is not an ``Exception`` (``asyncio.CancelledError`` from an event
+    loop the handler ran), raised by an async handler, from a task of its own nursery or on
+    a plain handler's thread, fails that run: it never reaches the node's supervisors,
+    whose node would die, take the message back at its restart and die again, never
+    counting it poison."""
 
     async def raises(ctx: HandlerContext) -> str:
         if ctx.task_id == "t0":
-            raise asyncio.CancelledError()
+            direct()
         if ctx.task_id == "t1":
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(functools.partial(_raise, _OutsideException("odd")))
+                nursery.start_soon(_in_task, in_nursery)
         return "ok"
 
     def raises_on_its_thread(ctx: HandlerContext) -> str:
         if ctx.task_id == "t0":
-            raise asyncio.CancelledError()
+            on_thread()
         return "ok"
 
     h = Harness(raises, size=1, timeout_s=60)
     async with h.running() as pool:
         await h.run_all(pool, [message(0), message(1), message(2)])
     runs = h.by_task()
-    assert runs["t0"].error is not None and "CancelledError" in runs["t0"].error
-    assert runs["t1"].error is not None and "_OutsideException: odd" in runs["t1"].error
+    assert runs["t0"].error is not None and shown[0] in runs["t0"].error
+    assert runs["t1"].error is not None and shown[1] in runs["t1"].error
     assert runs["t2"].result == "ok"
     threaded = Harness(raises_on_its_thread, size=1, timeout_s=60)
     threaded.runner.handler = Handler(name="t", fn=raises_on_its_thread, is_async=False)
     async with threaded.running() as pool:
         await threaded.run_all(pool, [message(0), message(1)])
     runs = threaded.by_task()
-    assert runs["t0"].error is not None and "CancelledError" in runs["t0"].error
+    assert runs["t0"].error is not None and shown[2] in runs["t0"].error
     assert runs["t1"].result == "ok"
-
-
-async def _raise(exc: BaseException) -> None:
-    raise exc
 
 
 async def test_a_handler_exiting_as_its_timeout_cuts_it_times_out() -> None:
