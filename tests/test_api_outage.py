@@ -9,8 +9,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
 from actors.admin.client import ApiError, Client
+from actors.store.keys import Keys
 from runtime.embedded_redis import find_server_binary
 from runtime.testing.local_redis import RedisProcess
 from runtime.version import __version__
@@ -52,3 +54,29 @@ def serving_again(url: str) -> bool:
         return httpx.get(url + "/readyz").status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_a_task_whose_key_redis_rejects_is_named_not_a_bare_500(
+    own_server: RedisProcess, tmp_path: Path
+) -> None:
+    """The task's partition history key holds a string (data of another kind): reading the
+    task is a 500 that says Redis rejected the read and why, not a crash that reveals
+    nothing, and the node goes on serving the other tasks."""
+    config = write_api_config(tmp_path / "node.toml", own_server.url, "rejects")
+    with api_node(config, "rejects") as api, Client(api.url, *ADMIN, timeout_s=10) as client:
+        client.create_task("idle", {"kind": "interval", "every_s": 3600}, None, "broken")
+        raw = redis.Redis.from_url(own_server.url)
+        keys = Keys("rejects", int(raw.hget("rejects:meta", "partitions") or 0))
+        raw.set(keys.history(keys.partition_of("broken")), "not a hash")
+        fine = next(
+            t
+            for t in (f"t{i}" for i in range(100))
+            if keys.partition_of(t) != keys.partition_of("broken")
+        )
+        client.create_task("idle", {"kind": "interval", "every_s": 3600}, None, fine)
+        with pytest.raises(ApiError) as rejected:
+            client.get_task("broken")
+        assert (rejected.value.status, rejected.value.code) == (500, "redis_rejected")
+        assert "WRONGTYPE" in str(rejected.value)
+        assert client.get_task(fine)["task_id"] == fine
+        raw.close()

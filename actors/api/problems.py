@@ -24,6 +24,7 @@ from actors.domain.errors import (
     TaskNotFound,
 )
 from runtime.errors import RedisRefused, RedisUnavailable
+from runtime.redis_replies import rejected_alone, reply_text
 
 MEDIA_TYPE = "application/problem+json"
 TYPE_PREFIX = "urn:metronome:problem:"
@@ -113,6 +114,13 @@ def from_exception(exc: Exception) -> Problem | None:
         return Problem(503, "redis_unavailable", "Redis is unreachable; retry later")
     if isinstance(exc, LayoutMismatch):
         return Problem(503, "layout_mismatch", str(exc))
+    if rejected_alone(exc):  # the data, not the request: a key of another kind, say
+        return Problem(
+            500,
+            "redis_rejected",
+            f"Redis rejected a command ({reply_text(exc)}): a key in the namespace holds "
+            "data of another kind, or a record no script can read; remove or mend it",
+        )
     return None
 
 

@@ -236,7 +236,10 @@ class TaskStore:
         replies = await self.client.pipeline(commands) if commands else []
         tasks: list[Task | None] = []
         for i, task_id in enumerate(task_ids):
-            definition, state, run, error, labels, ring = replies[6 * i : 6 * i + 6]
+            definition, state, run, error, labels, ring = read = replies[6 * i : 6 * i + 6]
+            rejected = next((r for r in read if isinstance(r, Exception)), None)
+            if rejected is not None:  # a key of another kind: said, not a TypeError
+                raise rejected
             # Both records or neither: the scripts write and delete them together.
             task = (
                 decode_task(task_id, definition, state, error, run, labels) if definition else None
