@@ -50,9 +50,13 @@ have a message taken over, ``reclaimed``, and run again), ``partition-rejected``
 schedule of one partition of the namespace's 16 moved aside and a string put in its place
 for ``--fault-s``, then put back: its claims rejected, ``WRONGTYPE``; the other partitions
 must go on firing meanwhile, ``ran_during_faults``, and its fires once it is back: 0
-missed), ``results-log-failing`` (every node's results log moved aside and a directory put
-at its path for ``--fault-s``, then removed: each write fails, as on a full disk; the
-batches wait for their lines, their messages renewed, and run none twice).
+missed), ``outcomes-rejected`` (likewise one partition's history, which the consumers
+alone write: that partition's outcome writes rejected; its fires run and are held back,
+pending, while every other partition's complete, ``ran_during_faults``, and are completed
+once it is back, none run twice), ``results-log-failing`` (every node's results log moved
+aside and a directory put at its path for ``--fault-s``, then removed: each write fails,
+as on a full disk; the batches wait for their lines, their messages renewed, and run none
+twice).
 The Redis-refusal and rejection scenarios involve no kill: any duplicate is a bug there.
 """
 
@@ -80,7 +84,7 @@ SCENARIOS = (
     "redis-restart", "redis-stall", "sentinel-failover", "cluster-failover", "cluster-kill",
     "kill-nodes", "kill-children", "stall-nodes", "flaky", "redis-busy", "redis-oom",
     "long-handler", "poison-kill", "stream-rejected", "partition-rejected",
-    "results-log-failing",
+    "outcomes-rejected", "results-log-failing",
 )  # fmt: skip
 #: Scenarios whose handler fails one fire in ten on its first attempt (retries counted).
 FLAKY = ("flaky", "redis-oom")
@@ -219,6 +223,8 @@ def _inject(
         return [_reject_key(server, f"{{{NAMESPACE}:q:bench1}}:queue", fault_s)], 0
     if scenario == "partition-rejected":  # ... where a partition's schedule should be
         return [_reject_key(server, f"{{{NAMESPACE}:3}}:schedule", fault_s)], 0
+    if scenario == "outcomes-rejected":  # ... where its history (the consumers' alone) should be
+        return [_reject_key(server, f"{{{NAMESPACE}:3}}:history", fault_s)], 0
     if scenario == "results-log-failing":
         return [_fail_results_logs(workdir, len(procs), fault_s)], 0
     if scenario == "redis-oom":
@@ -263,17 +269,23 @@ def _inject(
 
 
 def _reject_key(server: RedisProcess, key: str, fault_s: float) -> tuple[float, float]:
-    """``key`` (a stream, a schedule) moved aside and a string put in its place for
-    ``fault_s`` (every call on it rejected: WRONGTYPE), then put back as it was."""
+    """``key`` (a stream, a schedule, a history) moved aside, if there, and a string put in
+    its place for ``fault_s`` (every call on it rejected: WRONGTYPE), then put back as it
+    was."""
     client = redis.Redis.from_url(server.url)
     aside = f"{key}:aside"
     start = time.time()
     client.eval(
-        "redis.call('RENAME', KEYS[1], KEYS[2]) redis.call('SET', KEYS[1], 'not a key')",
+        "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('RENAME', KEYS[1], KEYS[2]) end "
+        "redis.call('SET', KEYS[1], 'not a key')",
         2, key, aside,
     )  # fmt: skip
     time.sleep(fault_s)
-    client.eval("redis.call('DEL', KEYS[1]) redis.call('RENAME', KEYS[2], KEYS[1])", 2, key, aside)
+    client.eval(
+        "redis.call('DEL', KEYS[1]) "
+        "if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('RENAME', KEYS[2], KEYS[1]) end",
+        2, key, aside,
+    )  # fmt: skip
     client.close()
     return start, time.time()
 

@@ -45,6 +45,7 @@ def chaos(scenario: str, *args: str) -> dict[str, Any]:
         ("poison-kill", []),
         ("stream-rejected", ["--fault-s", "5"]),
         ("partition-rejected", ["--fault-s", "5"]),
+        ("outcomes-rejected", ["--fault-s", "5"]),
         ("results-log-failing", ["--fault-s", "5"]),
     ],
 )
@@ -70,9 +71,12 @@ def test_nothing_is_lost_under(scenario: str, args: list[str]) -> None:
         # broken stream wait too): a message whose lease ran out may be taken over and run
         # again, as after a pause longer than the lease. Any other duplicate is a bug.
         assert figures["duplicates"] <= figures["reclaimed"], figures
-    if scenario == "partition-rejected":  # the other partitions fired meanwhile
+    if scenario in ("partition-rejected", "outcomes-rejected"):  # the others fired meanwhile
         assert figures["ran_during_faults"] > 500, figures
-    if scenario in ("redis-busy", "redis-oom", "partition-rejected", "results-log-failing"):
+    if scenario in (
+        "redis-busy", "redis-oom", "partition-rejected", "outcomes-rejected",
+        "results-log-failing",
+    ):  # fmt: skip
         assert figures["duplicates"] == 0, figures  # no kill: a duplicate is a bug
         assert figures["actor_crashes"] == 0, figures
 

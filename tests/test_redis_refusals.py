@@ -107,8 +107,9 @@ async def test_a_failed_run_stays_pending_while_its_retry_write_is_refused(
     log_lines: LogLines,
 ) -> None:  # fmt: skip
     """The retry key holds a string: the retry write fails with WRONGTYPE. The failed run
-    must not be acknowledged (it would be lost: no retry, no dead letter), and it must be
-    retried once the key is fixed; no actor crashes meanwhile."""
+    must not be acknowledged (it would be lost: no retry, no dead letter): it is held back
+    (``completions_held_back``, its partition's alone), and retried once the key is fixed;
+    no actor crashes meanwhile."""
     store = TaskStore(redis_client, namespace, default_partitions=4)
     section = ConsumerSection(
         handler="tests.handlers.jobs:flaky", max_attempts=3, backoff_base_s=0.05
@@ -120,19 +121,17 @@ async def test_a_failed_run_stays_pending_while_its_retry_write_is_refused(
     await redis_client.execute("SET", retry_key, "not a sorted set")
     async with running_node(config):
         await wait_until(lambda: _true(any(r["event"] == "failed" for r in records(record))))
-        await wait_until(
-            lambda: _true(
-                any(e.get("kind") == "rejected" for e in _events(log_lines, "redis_refused"))
-            )
-        )
-        await trio.sleep(0.5)  # the consumer keeps retrying its batch meanwhile
+        await wait_until(lambda: _true(bool(_events(log_lines, "completions_held_back"))))
+        await trio.sleep(1.5)  # the consumer tries its held fire again meanwhile
         assert await _pending(store, "flaky") == 1  # not acknowledged
         assert not [e for e in log_lines() if e["event"] == "retried"]
         await redis_client.execute("DEL", retry_key)
         await wait_until(lambda: _true(any(r["event"] == "ran" for r in records(record))))
     assert [(r["event"], r["attempt"]) for r in records(record)] == [("failed", 0), ("ran", 1)]
     assert not _events(log_lines, "actor_crashed")
-    assert _events(log_lines, "redis_accepting")
+    (held,) = _events(log_lines, "completions_held_back")
+    assert held["partition"] == keys.partition_of("f") and "WRONGTYPE" in held["error"]
+    assert _events(log_lines, "completions_resumed")
     assert await redis_client.execute("XLEN", keys.dlq("flaky")) == 0
 
 

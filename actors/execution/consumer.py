@@ -37,6 +37,7 @@ from actors.execution.completion import Completion, RetryPolicy, decide
 from actors.execution.completion_group import CompletionGroup
 from actors.execution.flight import Flight
 from actors.execution.handlers import Handler
+from actors.execution.held_back import HeldBack, split
 from actors.execution.identity import Identity, take_name
 from actors.execution.pool import HandlerPool
 from actors.execution.reading import Reader
@@ -151,6 +152,8 @@ class Consumer:
         """Writes this consumer's batches with those of the process's other consumers."""
         self.alone = alone or Alone()
         """The process's turn for its suspects (``actors.execution.alone``)."""
+        self.held = HeldBack(self.actor, task_type, lambda task_id: 0)
+        """The fires of this run held back (``actors.execution.held_back``)."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         # Started before its Redis setup, unlike most actors: a setup Redis refuses (the
@@ -173,6 +176,7 @@ class Consumer:
         name = identity.name
         lease_ms = int(self.settings.lease_s * 1000)
         flight = Flight()
+        self.held = HeldBack(self.actor, self.type, scripts.keys.partition_of)
         lost: list[str] = []  # the holder of our name, once another consumer took it
         self.state.name, self.state.stopping = name, False
         self.state.free.value = self.settings.concurrency
@@ -202,6 +206,10 @@ class Consumer:
                     self.state.held, self.settings.lease_s, lost.append,
                 )  # fmt: skip
                 helpers.start_soon(self._flush_loop, scripts, flight)
+                helpers.start_soon(
+                    self.held.retry_forever, self.state.pending_lock, scripts, flight,
+                    self._say_settled,
+                )  # fmt: skip
                 helpers.start_soon(self._watch_cancels, scripts, pool)
                 helpers.start_soon(self._watch_stop, ctx, stopping, self.state)
                 suspects = [e for e in recovered if e.alone]
@@ -226,6 +234,9 @@ class Consumer:
             self.state.name = None
             with ctx.cleanup():
                 await self._flush(scripts, flight)
+                if self.held.batches:  # one last try; else handed back with the rest
+                    async with self.state.pending_lock:
+                        await self.held.try_all(scripts, flight, self._say_settled)
                 if lost:  # what is pending under the name is its new holder's too
                     ctx.log.error("consumer_name_lost", consumer=name, holder=lost[0])
                 else:  # under the lock: no reclaim's reply lands on what it hands back
@@ -336,23 +347,49 @@ class Consumer:
                     flight.unlogged = [
                         result_line(bodies[i], result) for i, result in enumerate(plan.results)
                     ]
-                batch, plan, write = flight.unsettled
                 if flight.unlogged:  # written before the ACKs; a failing disk is waited out
                     await append_waiting(self.results, flight.unlogged, self._log)
                     flight.unlogged = []
                 # Redis away: the batch waits (cancellably: cut at shutdown, its messages
                 # stay pending and are reclaimed, never lost) and is written once Redis
-                # answers.
+                # answers; its fires in a partition Redis rejects are held back.
                 await scripts.client.ride_out(
-                    functools.partial(self._complete, scripts, write), self.actor
+                    functools.partial(self._complete_apart, scripts, flight), self.actor
                 )
+                batch, plan, write = flight.unsettled
                 flight.settled(batch)
                 flight.unsettled = None
-            summary = ("runs_finished", {"type": self.type, "durations_ms": plan.durations_ms})
-            emit_encoded(self.actor, "finished", plan.bodies, summary, plan.finished_fields)
-            emit_events(self.actor, plan.events)
-            if write.paused:
-                emit_events(self.actor, _paused_lines(write.paused, plan))
+            self._say_settled(plan, write)
+
+    def _say_settled(self, plan: Completion, write: CompletionWrite) -> None:
+        """A settled batch's lines: ``finished`` (and the observers' summary), the other
+        lifecycle lines, ``paused``."""
+        summary = ("runs_finished", {"type": self.type, "durations_ms": plan.durations_ms})
+        emit_encoded(self.actor, "finished", plan.bodies, summary, plan.finished_fields)
+        emit_events(self.actor, plan.events)
+        if write.paused:
+            emit_events(self.actor, _paused_lines(write.paused, plan))
+
+    async def _complete_apart(self, scripts: Scripts, flight: Flight) -> None:
+        """One attempt at the unsettled batch; its fires in partitions whose write Redis
+        rejects are held back (``actors.execution.held_back``), the others written at
+        once. Past ``HELD_MAX`` fires held, the rejection is raised (waited on)."""
+        while flight.unsettled is not None:
+            write = flight.unsettled[2]
+            try:
+                await self._complete(scripts, write)
+                return
+            except Exception:
+                rejected, write.rejected = write.rejected, {}
+                if not rejected:
+                    raise
+                held, rest = split(flight.unsettled, rejected, scripts.keys.partition_of)
+                if not held[0] or not self.held.room_for(len(held[0])):
+                    raise
+                self.held.add(held, rejected)
+                flight.unsettled = rest
+                if not rest[0]:
+                    return
 
 
 def _paused_lines(

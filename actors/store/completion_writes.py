@@ -59,6 +59,10 @@ class CompletionWrite:
     value that does not encode), so its error reaches its own consumer only."""
     paused: list[tuple[str, int]] = attrs.field(factory=list)
     """The tasks its ended flights paused for their failures, with their dead streaks."""
+    rejected: dict[int, Exception] = attrs.field(factory=dict)
+    """The partitions whose write Redis rejected on the last attempt (``rejected_alone``:
+    a key there holding another kind of value), with the reply: the consumer holds those
+    partitions' fires back and completes the rest (``actors.execution.held_back``)."""
 
     def parts(self, partition_of: Any) -> dict[Part, list[Any]]:
         """What this batch writes in each partition write not done yet: its retries,

@@ -43,7 +43,7 @@ from actors.store.replies import (
 )
 from actors.store.task_scripts import Call, or_empty
 from runtime.redis_io import Reply
-from runtime.redis_replies import classify
+from runtime.redis_replies import classify, rejected_alone
 
 #: Most stream entries one ``trim_acked.lua`` call drops (whole listpack nodes of ~100: a
 #: call frees ~1,000 nodes, well under a millisecond); ``trim_acked`` repeats it while
@@ -204,6 +204,8 @@ class ExecutionScripts(FlightScripts):
         shared = shared_parts(writes, self.keys.partition_of)
         errors: dict[int, Exception] = {}
         sent: list[tuple[CompletionWrite, int]] = []
+        for w in writes:
+            w.rejected = {}
 
         def then(replies: list[Reply]) -> list[Call]:
             for s, reply in zip(shared, replies, strict=True):
@@ -226,10 +228,12 @@ class ExecutionScripts(FlightScripts):
         return [errors.get(id(w)) for w in writes]
 
     def _settle(self, shared: Shared, reply: Reply, errors: dict[int, Exception]) -> None:
-        """What one partition write's reply means for each batch with a part in it."""
+        """What one partition write's reply means for each batch with a part in it (a
+        rejection also noted as the batch's ``rejected`` partition)."""
+        partition = shared.part[1]
         if isinstance(reply, Exception):
             for w, _ in shared.shares:
-                errors.setdefault(id(w), reply)
+                _failed(w, partition, reply, errors)
             return
         if shared.part[0] == OUTCOMES:
             outcomes = self._group_errors(reply)
@@ -237,7 +241,7 @@ class ExecutionScripts(FlightScripts):
                 if error is None:
                     w.written.add(shared.part)
                 else:
-                    errors.setdefault(id(w), error)
+                    _failed(w, partition, error, errors)
             return
         for w, _ in shared.shares:
             w.written.add(shared.part)
@@ -433,3 +437,13 @@ class ExecutionScripts(FlightScripts):
                 break
             total += int(trimmed)
         return total
+
+
+def _failed(
+    write: CompletionWrite, partition: int, error: Exception, errors: dict[int, Exception]
+) -> None:
+    """``write``'s part in ``partition`` failed with ``error``: its first error, and the
+    partition among its ``rejected`` ones when Redis rejected it (``rejected_alone``)."""
+    errors.setdefault(id(write), error)
+    if rejected_alone(error):
+        write.rejected.setdefault(partition, error)
