@@ -11,10 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from redis.exceptions import ResponseError
 
 from actors.config import ConsumerSection
+from actors.execution.completion import Outcome
+from actors.execution.flight import Flight
 from actors.store.keys import GROUP
+from actors.store.messages import Message
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
 from tests.execution_harness import node_config, periodic_tasks, records, running_node, wait_until
@@ -85,3 +89,31 @@ async def test_a_partition_whose_outcomes_are_rejected_holds_back_its_own_fires_
     counts = Counter(r["schedule_id"] for r in records(record))
     assert max(counts.values()) == 1, counts.most_common(3)
     assert not [e for e in log_lines() if e["event"] == "actor_crashed"]
+
+
+async def test_a_held_back_fire_ends_the_wait_for_it_to_settle() -> None:
+    """A suspect's turn waits for its fire to settle; a fire held back (its partition
+    rejected) ran and survived, so the turn ends then, not once the partition is mended
+    (the process's reads stay closed during a turn). It stays in flight until settled."""
+    flight = Flight()
+    message = Message("1-1", "t", "t:1", "work", "null", 0, 1, 1, None)
+    flight.messages[message.msg_id] = message
+    outcome = Outcome(message, 1, 2)
+    async with trio.open_nursery() as nursery:
+        ended = trio.Event()
+
+        async def turn() -> None:
+            await flight.until_settled(message.msg_id)
+            ended.set()
+
+        nursery.start_soon(turn)
+        await trio.sleep(0.05)
+        assert not ended.is_set()
+        flight.held_back([outcome])
+        with trio.fail_after(5):
+            await ended.wait()
+    assert message.msg_id in flight.messages  # renewed until its outcome is written
+    with trio.fail_after(5):
+        await flight.until_settled(message.msg_id)  # a turn that starts now waits not
+    flight.settled([outcome])
+    assert not flight.messages and not flight.held

@@ -387,6 +387,7 @@ class Consumer:
                 if not held[0] or not self.held.room_for(len(held[0])):
                     raise
                 self.held.add(held, rejected)
+                flight.held_back(held[0])
                 flight.unsettled = rest
                 if not rest[0]:
                     return

@@ -37,6 +37,8 @@ class Flight:
 
     waiters: dict[str, trio.Event] = attrs.field(factory=dict)
     """Set when the message of that id is settled (``until_settled``)."""
+    held: set[str] = attrs.field(factory=set)
+    """Ids of messages held back (``held_back``), until settled."""
 
     def settled(self, batch: list[Outcome]) -> None:
         """These are acknowledged (or dead-lettered): no longer in flight."""
@@ -45,8 +47,21 @@ class Flight:
             waiter = self.waiters.pop(o.message.msg_id, None)
             if waiter is not None:
                 waiter.set()
+        if self.held:
+            self.held.difference_update(o.message.msg_id for o in batch)
+
+    def held_back(self, batch: list[Outcome]) -> None:
+        """These ran and wait for Redis to take their outcomes (``actors.execution.held_back``):
+        still in flight (renewed), but whoever waits for them to settle (a suspect's turn,
+        which must not keep the process's reads closed while a partition is broken) waits
+        no more; settled later all the same."""
+        for o in batch:
+            self.held.add(o.message.msg_id)
+            waiter = self.waiters.pop(o.message.msg_id, None)
+            if waiter is not None:
+                waiter.set()
 
     async def until_settled(self, msg_id: str) -> None:
-        """Wait for the message ``msg_id`` in flight to be settled."""
-        if msg_id in self.messages:
+        """Wait for the message ``msg_id`` in flight to be settled (or held back)."""
+        if msg_id in self.messages and msg_id not in self.held:
             await self.waiters.setdefault(msg_id, trio.Event()).wait()
