@@ -15,8 +15,10 @@ import trio
 from redis.exceptions import ResponseError
 
 from actors.config import ConsumerSection
+from actors.execution import held_back
 from actors.execution.completion import Outcome
 from actors.execution.flight import Flight
+from actors.store.history import decode_ring
 from actors.store.keys import GROUP
 from actors.store.messages import Message
 from actors.store.tasks import TaskStore
@@ -42,21 +44,26 @@ async def test_a_partition_whose_outcomes_are_rejected_holds_back_its_own_fires_
     redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path, record: Path,
     log_lines: LogLines,
 ) -> None:  # fmt: skip
-    """Partition P's history key holds a string: every outcome write there fails with
+    """Two partitions' history keys hold a string: every outcome write there fails with
     WRONGTYPE. The other partitions' fires keep being written and acknowledged (their
-    tasks' run counts go on); P's fires ran once each and stay pending, said in one
-    ``completions_held_back`` line; once the key is removed they are written and
-    acknowledged, each fire run once."""
+    tasks' run counts go on); the two's fires ran once each and stay pending, each
+    partition said in one ``completions_held_back`` line. Once one key is removed, that
+    partition's fires are completed while the other's stay held; once both are, every fire
+    is acknowledged, run once, and each task's history is in the order its fires ran (a
+    later fire's outcome never written before a held earlier one's)."""
     store = TaskStore(redis_client, namespace, default_partitions=4)
     section = ConsumerSection(handler="tests.handlers.jobs:noop", lease_s=3)
     config = node_config(redis_url, namespace, tmp_path, {"work": section})
-    ids, _ = await periodic_tasks(store, count=12, every_s=0.5)
+    ids, _ = await periodic_tasks(store, count=16, every_s=0.5)
     keys = await store.keys()
-    held = keys.partition_of(ids[0])
-    held_ids = [t for t in ids if keys.partition_of(t) == held]
-    others = [t for t in ids if keys.partition_of(t) != held]
+    by_partition: dict[int, list[str]] = {}
+    for t in ids:
+        by_partition.setdefault(keys.partition_of(t), []).append(t)
+    first, second, *healthy = sorted(by_partition)
+    others = [t for p in healthy for t in by_partition[p]]
     assert others
-    await redis_client.execute("SET", keys.history(held), "not a hash")
+    for p in (first, second):
+        await redis_client.execute("SET", keys.history(p), "not a hash")
 
     async def runs(task_id: str) -> int:
         task = await store.get(task_id)
@@ -66,28 +73,94 @@ async def test_a_partition_whose_outcomes_are_rejected_holds_back_its_own_fires_
     async def others_completing() -> bool:
         return min([await runs(t) for t in others]) >= 6
 
+    async def pending_in(partition: int) -> int:
+        pending = await _pending_ids(store, "work")
+        if not pending:
+            return 0
+        stream = keys.queue("work")
+        entries = await redis_client.execute("XRANGE", stream, min(pending), max(pending))
+        return sum(
+            msg_id.decode() in pending
+            and keys.partition_of(fields[b"task_id"].decode()) == partition
+            for msg_id, fields in entries
+        )
+
     async with running_node(config):
         await wait_until(others_completing)
-        # P's fires ran (once each) and wait, pending, for their outcomes
-        ran = [r for r in records(record) if r["task_id"] in held_ids]
-        assert len(ran) >= len(held_ids)
+        for p in (first, second):  # their fires ran and wait, pending, for their outcomes
+            assert any(keys.partition_of(r["task_id"]) == p for r in records(record))
+            assert await pending_in(p) >= len(by_partition[p])
         with pytest.raises(ResponseError, match="WRONGTYPE"):
-            await store.get(held_ids[0])
-        assert len(await _pending_ids(store, "work")) >= len(held_ids)
-        lines = [e for e in log_lines() if e["event"] == "completions_held_back"]
-        assert lines and lines[0]["partition"] == held and "WRONGTYPE" in lines[0]["error"]
-        await redis_client.execute("DEL", keys.history(held))
+            await store.get(by_partition[first][0])
+        held = [e for e in log_lines() if e["event"] == "completions_held_back"]
+        assert sorted(e["partition"] for e in held) == [first, second]
+        assert all("WRONGTYPE" in e["error"] for e in held)
+        await redis_client.execute("DEL", keys.history(second))
+
+        async def second_done() -> bool:
+            return await pending_in(second) == 0
+
+        await wait_until(second_done)
+        assert await pending_in(first) >= len(by_partition[first])  # still held
+        await redis_client.execute("DEL", keys.history(first))
 
         async def settled() -> bool:
             return (
                 not await _pending_ids(store, "work")
-                and min([await runs(t) for t in held_ids]) >= 3
+                and min([await runs(t) for t in by_partition[first]]) >= 3
             )
 
         await wait_until(settled)
-    assert [e for e in log_lines() if e["event"] == "completions_resumed"]
+    resumed = [e["partition"] for e in log_lines() if e["event"] == "completions_resumed"]
+    assert resumed == [second, first]
     counts = Counter(r["schedule_id"] for r in records(record))
     assert max(counts.values()) == 1, counts.most_common(3)
+    for t in by_partition[first] + by_partition[second]:
+        raw = await redis_client.execute("HGET", keys.history(keys.partition_of(t)), t)
+        dues = [o.due_ms for o in decode_ring(raw)]  # newest first
+        assert dues == sorted(dues, reverse=True), (t, dues)
+    assert not [e for e in log_lines() if e["event"] == "actor_crashed"]
+
+
+async def test_past_the_most_held_a_batch_waits_and_the_held_go_first_once_mended(
+    redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path, record: Path,
+    log_lines: LogLines, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """With room for 2 held fires, a rejected partition's later fires wait on the
+    rejection (``redis_refused``) instead; once the key is removed the held fires are
+    written first, then the waiting batch: every fire once, histories in order."""
+    monkeypatch.setattr(held_back, "HELD_MAX", 2)
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    section = ConsumerSection(handler="tests.handlers.jobs:noop", lease_s=3)
+    config = node_config(redis_url, namespace, tmp_path, {"work": section})
+    ids, _ = await periodic_tasks(store, count=8, every_s=0.5)
+    keys = await store.keys()
+    broken = keys.partition_of(ids[0])
+    in_broken = [t for t in ids if keys.partition_of(t) == broken]
+    await redis_client.execute("SET", keys.history(broken), "not a hash")
+
+    async def waiting() -> bool:
+        return any(
+            e["event"] == "redis_refused" and e.get("kind") == "rejected" for e in log_lines()
+        )
+
+    async with running_node(config):
+        await wait_until(waiting)
+        await redis_client.execute("DEL", keys.history(broken))
+
+        async def settled() -> bool:
+            return not await _pending_ids(store, "work")
+
+        await wait_until(settled)
+        ran = len(records(record))
+        await wait_until(lambda: _true(len(records(record)) > ran + 8))
+        await wait_until(settled)
+    counts = Counter(r["schedule_id"] for r in records(record))
+    assert max(counts.values()) == 1, counts.most_common(3)
+    for t in in_broken:
+        raw = await redis_client.execute("HGET", keys.history(broken), t)
+        dues = [o.due_ms for o in decode_ring(raw)]  # newest first
+        assert dues == sorted(dues, reverse=True), (t, dues)
     assert not [e for e in log_lines() if e["event"] == "actor_crashed"]
 
 

@@ -37,7 +37,7 @@ from actors.execution.completion import Completion, RetryPolicy, decide
 from actors.execution.completion_group import CompletionGroup
 from actors.execution.flight import Flight
 from actors.execution.handlers import Handler
-from actors.execution.held_back import HeldBack, split
+from actors.execution.held_back import HeldBack
 from actors.execution.identity import Identity, take_name
 from actors.execution.pool import HandlerPool
 from actors.execution.reading import Reader
@@ -234,7 +234,7 @@ class Consumer:
             self.state.name = None
             with ctx.cleanup():
                 await self._flush(scripts, flight)
-                if self.held.batches:  # one last try; else handed back with the rest
+                if self.held.queues:  # one last try; else handed back with the rest
                     async with self.state.pending_lock:
                         await self.held.try_all(scripts, flight, self._say_settled)
                 if lost:  # what is pending under the name is its new holder's too
@@ -371,25 +371,36 @@ class Consumer:
             emit_events(self.actor, _paused_lines(write.paused, plan))
 
     async def _complete_apart(self, scripts: Scripts, flight: Flight) -> None:
-        """One attempt at the unsettled batch; its fires in partitions whose write Redis
-        rejects are held back (``actors.execution.held_back``), the others written at
-        once. Past ``HELD_MAX`` fires held, the rejection is raised (waited on)."""
+        """One attempt at the unsettled batch (``actors.execution.held_back``): its fires
+        in a held partition go behind the held ones, untried; those in a partition whose
+        write Redis rejects are held back; the others are written at once. Past
+        ``HELD_MAX`` fires held, the held ones are tried, then a rejection is raised (and
+        waited on)."""
+        held, say = self.held, self._say_settled
         while flight.unsettled is not None:
+            behind = held.behind(flight.unsettled)
+            if behind and not held.room_for(held.count_in(flight.unsettled, behind)):
+                await held.try_all(scripts, flight, say)  # the pending lock is ours
+                behind = held.behind(flight.unsettled)
+            if behind and held.room_for(held.count_in(flight.unsettled, behind)):
+                flight.unsettled = held.hold(flight.unsettled, dict.fromkeys(behind), flight)
+                if not flight.unsettled[0]:
+                    return
             write = flight.unsettled[2]
             try:
                 await self._complete(scripts, write)
                 return
             except Exception:
                 rejected, write.rejected = write.rejected, {}
-                if not rejected:
+                count = held.count_in(flight.unsettled, rejected)
+                if not count:
                     raise
-                held, rest = split(flight.unsettled, rejected, scripts.keys.partition_of)
-                if not held[0] or not self.held.room_for(len(held[0])):
-                    raise
-                self.held.add(held, rejected)
-                flight.held_back(held[0])
-                flight.unsettled = rest
-                if not rest[0]:
+                if not held.room_for(count):
+                    await held.try_all(scripts, flight, say)
+                    if not held.room_for(count):
+                        raise
+                flight.unsettled = held.hold(flight.unsettled, rejected, flight)
+                if not flight.unsettled[0]:
                     return
 
 

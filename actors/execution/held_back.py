@@ -5,23 +5,29 @@ another kind of value, a record no script can read) for as long as the key stays
 Waited on like an outage, that one partition would hold up the whole completion of the
 type on every node that runs one of its fires: a batch is acknowledged all or nothing,
 later batches wait behind it under the pending lock, and then the reads. So the consumer
-splits such a batch (``split``): its fires in the rejected partitions are held back here,
-their messages pending under the consumer and renewed with the others in flight (never
-run again), and the rest is written and acknowledged at once. The held fires are tried
-again with a backoff (``HELD_RETRY_FIRST_S`` doubling to ``HELD_RETRY_CAP_S``), each try
-sending only the writes not done yet, and acknowledged once theirs go through: the ACK
-invariant holds fire by fire. ``completions_held_back`` says a partition's first held
-fire, ``completions_resumed`` its last one completed.
+splits such a batch (``split``): its fires in the rejected partition are held back here,
+their messages pending under the consumer and renewed with the others in flight, and the
+rest is written and acknowledged at once.
+
+Each held partition keeps its batches in order, and a later batch's fires of that
+partition join the queue without being tried: a task's outcomes are written in the order
+its fires ran (its last run, its history), never a later fire's before an earlier one's.
+The queues' heads are tried again with a backoff (``HELD_RETRY_FIRST_S`` doubling to
+``HELD_RETRY_CAP_S``), each try sending only the writes not done yet; a head written in
+full is acknowledged and the next one tried at once: the ACK invariant holds fire by
+fire. ``completions_held_back`` says a partition's first held fire (per consumer),
+``completions_resumed`` its last one completed.
 
 At most ``HELD_MAX`` fires are held by one consumer: past that, a batch waits on the
-rejection as on an outage (memory and each lease renewal stay bounded). A consumer that
-stops with fires still held hands their messages back with the rest of what it holds:
-another consumer runs them again (at least once).
+rejection as on an outage (memory and each lease renewal stay bounded), trying the held
+ones at each of its tries. Held messages are pending, so the stream is not trimmed past
+the oldest of them. A consumer that stops with fires still held hands their messages back
+with the rest of what it holds: another consumer runs them again (at least once).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 
 import attrs
 import trio
@@ -54,13 +60,10 @@ def split(
     decision and of the write, the writes already done kept by both."""
     outcomes, plan, write = batch
     task_of = {o.message.msg_id: o.message.task_id for o in outcomes}
-
-    def held(task_id: str) -> bool:
-        return partition_of(task_id) in partitions
-
+    inside = {o.message.task_id: partition_of(o.message.task_id) in partitions for o in outcomes}
     return (
-        _part(outcomes, plan, write, task_of, lambda t: held(t)),
-        _part(outcomes, plan, write, task_of, lambda t: not held(t)),
+        _part(outcomes, plan, write, task_of, inside.__getitem__),
+        _part(outcomes, plan, write, task_of, lambda t: not inside[t]),
     )
 
 
@@ -90,46 +93,55 @@ def _part(
 
 @attrs.define
 class HeldBack:
-    """The fires one consumer holds back, by batch, and the partitions they are in."""
+    """The fires one consumer holds back: per partition, its batches in order."""
 
     actor: str
     task_type: str
     partition_of: Callable[[str], int]
-    batches: list[Batch] = attrs.field(factory=list)
-    partitions: set[int] = attrs.field(factory=set)
-    """Held partitions, each said once (``completions_held_back``) until resumed."""
+    queues: dict[int, list[Batch]] = attrs.field(factory=dict)
+    """Held partitions (each said once, ``completions_held_back``, until resumed), each
+    with its batches, oldest first."""
     arrived: trio.Event = attrs.field(factory=trio.Event)
+    _failing: str = ""
+    """The last error a try met that was not Redis's answer (said once while it lasts)."""
 
     def fires(self) -> int:
-        return sum(len(b[0]) for b in self.batches)
+        return sum(len(b[0]) for queue in self.queues.values() for b in queue)
 
     def room_for(self, count: int) -> bool:
         return self.fires() + count <= HELD_MAX
 
-    def add(self, batch: Batch, rejected: dict[int, Exception]) -> None:
-        """Hold ``batch`` back (its fires are in ``rejected``'s partitions)."""
-        self.batches.append(batch)
+    def behind(self, batch: Batch) -> set[int]:
+        """The held partitions ``batch`` has fires in: they go behind the held ones."""
+        if not self.queues:
+            return set()
+        return {self.partition_of(o.message.task_id) for o in batch[0]} & self.queues.keys()
+
+    def count_in(self, batch: Batch, partitions: Collection[int]) -> int:
+        """How many of ``batch``'s fires are in ``partitions``."""
+        return sum(self.partition_of(o.message.task_id) in partitions for o in batch[0])
+
+    def hold(self, batch: Batch, errors: Mapping[int, Exception | None], flight: Flight) -> Batch:
+        """Hold back ``batch``'s fires in the partitions of ``errors`` (the rejection each
+        met, or none yet: the fires join a held queue untried), one batch a partition at
+        the end of its queue; what is left of ``batch``. Their messages stay in ``flight``
+        (renewed), no longer awaited as settling (``Flight.held_back``)."""
         log = get_logger(actor=self.actor)
-        for partition, error in sorted(rejected.items()):
-            if partition not in self.partitions:
-                self.partitions.add(partition)
+        for partition, error in sorted(errors.items()):
+            held, batch = split(batch, (partition,), self.partition_of)
+            if not held[0]:
+                continue
+            flight.held_back(held[0])
+            if partition not in self.queues:
+                self.queues[partition] = []
                 log.warning(
                     "completions_held_back", type=self.task_type, partition=partition,
-                    error=reply_text(error), held=self.fires(),
+                    error=reply_text(error) if error else "", held=self.fires() + len(held[0]),
                 )  # fmt: skip
-        self.arrived.set()
-
-    def completed(self, done: list[Batch]) -> None:
-        """``done`` went through: no longer held; a partition with nothing held resumes."""
-        gone = {id(b) for b in done}
-        self.batches = [b for b in self.batches if id(b) not in gone]
-        still = {self.partition_of(o.message.task_id) for b in self.batches for o in b[0]}
-        log = get_logger(actor=self.actor)
-        for partition in sorted(self.partitions - still):
-            self.partitions.discard(partition)
-            log.info("completions_resumed", type=self.task_type, partition=partition)
-        if not self.batches:
-            self.arrived = trio.Event()
+            self.queues[partition].append(held)
+        if self.queues:
+            self.arrived.set()
+        return batch
 
     async def retry_forever(
         self, lock: trio.Lock, scripts: Scripts, flight: Flight, say: Say
@@ -139,24 +151,42 @@ class HeldBack:
         while True:
             await self.arrived.wait()
             tries = 0
-            while self.batches:
+            while self.queues:
                 tries += 1
                 await trio.sleep(backoff_s(tries, HELD_RETRY_FIRST_S, HELD_RETRY_CAP_S))
                 async with lock:
                     await self.try_all(scripts, flight, say)
 
     async def try_all(self, scripts: Scripts, flight: Flight, say: Say) -> None:
-        """One try at every batch held back, shielded as a flush's attempt is: those
-        written in full are acknowledged, settled in ``flight`` and said (``say``)."""
-        batches = list(self.batches)
-        with trio.CancelScope(shield=True):
-            try:
-                errors = await scripts.complete([b[2] for b in batches])
-            except RedisUnavailable:
-                return  # an outage: the next try, after the next wait
-        done = [b for b, error in zip(batches, errors, strict=True) if error is None]
-        for outcomes, _, _ in done:
-            flight.settled(outcomes)
-        self.completed(done)
-        for _, plan, write in done:
-            say(plan, write)
+        """Try each held partition's oldest batch, shielded as a flush's attempt is, and
+        the next one at once after one written in full (acknowledged, settled in
+        ``flight`` and said by ``say``); until a round writes none."""
+        log = get_logger(actor=self.actor)
+        while self.queues:
+            heads = [queue[0] for queue in self.queues.values()]
+            with trio.CancelScope(shield=True):
+                try:
+                    errors = await scripts.complete([b[2] for b in heads])
+                except RedisUnavailable:
+                    return  # an outage: the next try, after the next wait
+                except Exception as exc:  # not Redis's answer about a partition: said, kept
+                    if repr(exc) != self._failing:
+                        self._failing = repr(exc)
+                        log.error("completions_not_retried", type=self.task_type, error=repr(exc))
+                    return
+            self._failing = ""
+            done = [b for b, error in zip(heads, errors, strict=True) if error is None]
+            if not done:
+                return
+            for batch in done:
+                outcomes = batch[0]
+                flight.settled(outcomes)
+                partition = self.partition_of(outcomes[0].message.task_id)
+                queue = self.queues[partition]
+                queue.pop(0)
+                if not queue:
+                    del self.queues[partition]
+                    log.info("completions_resumed", type=self.task_type, partition=partition)
+            for _, plan, write in done:
+                say(plan, write)
+        self.arrived = trio.Event()
