@@ -374,15 +374,17 @@ class Consumer:
         """One attempt at the unsettled batch (``actors.execution.held_back``): its fires
         in a held partition go behind the held ones, untried; those in a partition whose
         write Redis rejects are held back; the others are written at once. Past
-        ``HELD_MAX`` fires held, the held ones are tried, then a rejection is raised (and
-        waited on)."""
+        ``HELD_MAX`` fires held, the held ones are tried, then the rejection is raised (and
+        waited on) without the batch's fires of a held partition being sent ahead."""
         held, say = self.held, self._say_settled
         while flight.unsettled is not None:
             behind = held.behind(flight.unsettled)
             if behind and not held.room_for(held.count_in(flight.unsettled, behind)):
                 await held.try_all(scripts, flight, say)  # the pending lock is ours
                 behind = held.behind(flight.unsettled)
-            if behind and held.room_for(held.count_in(flight.unsettled, behind)):
+                if behind and not held.room_for(held.count_in(flight.unsettled, behind)):
+                    raise held.rejection(behind)  # never ahead of the held: waited on
+            if behind:
                 flight.unsettled = held.hold(flight.unsettled, dict.fromkeys(behind), flight)
                 if not flight.unsettled[0]:
                     return

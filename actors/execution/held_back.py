@@ -10,8 +10,10 @@ their messages pending under the consumer and renewed with the others in flight,
 rest is written and acknowledged at once.
 
 Each held partition keeps its batches in order, and a later batch's fires of that
-partition join the queue without being tried: a task's outcomes are written in the order
-its fires ran (its last run, its history), never a later fire's before an earlier one's.
+partition join the queue without being tried: a consumer writes a task's outcomes in the
+order its fires ran there (its last run, its history), never a later fire's before an
+earlier one's. (Fires of one task that ran on different consumers, each holding some,
+are written as each consumer's tries go through once the key is mended.)
 The queues' heads are tried again with a backoff (``HELD_RETRY_FIRST_S`` doubling to
 ``HELD_RETRY_CAP_S``), each try sending only the writes not done yet; a head written in
 full is acknowledged and the next one tried at once: the ACK invariant holds fire by
@@ -31,6 +33,7 @@ from collections.abc import Callable, Collection, Mapping
 
 import attrs
 import trio
+from redis.exceptions import ResponseError
 
 from actors.execution.completion import Completion, Outcome
 from actors.execution.flight import Flight
@@ -39,7 +42,7 @@ from actors.store.scripts import Scripts
 from runtime.errors import RedisUnavailable
 from runtime.intensity import backoff_s
 from runtime.logging import get_logger
-from runtime.redis_replies import reply_text
+from runtime.redis_replies import rejected_alone, reply_text
 
 #: Most fires one consumer holds back; past it a batch waits on the rejection.
 HELD_MAX = 10_000
@@ -101,6 +104,8 @@ class HeldBack:
     queues: dict[int, list[Batch]] = attrs.field(factory=dict)
     """Held partitions (each said once, ``completions_held_back``, until resumed), each
     with its batches, oldest first."""
+    errors: dict[int, Exception] = attrs.field(factory=dict)
+    """The last rejection each held queue met."""
     arrived: trio.Event = attrs.field(factory=trio.Event)
     _failing: str = ""
     """The last error a try met that was not Redis's answer (said once while it lasts)."""
@@ -132,6 +137,8 @@ class HeldBack:
             if not held[0]:
                 continue
             flight.held_back(held[0])
+            if error is not None:
+                self.errors[partition] = error
             if partition not in self.queues:
                 self.queues[partition] = []
                 log.warning(
@@ -143,6 +150,13 @@ class HeldBack:
             self.arrived.set()
         return batch
 
+    def rejection(self, partitions: Collection[int]) -> Exception:
+        """The last rejection a held queue of ``partitions`` met: raised for a batch that
+        must wait behind it (no room to hold its fires), so that ``ride_out`` waits."""
+        found = [self.errors[p] for p in sorted(partitions) if p in self.errors]
+        # a new one each time: raising one instance again and again grows its traceback
+        return ResponseError(str(found[0]) if found else "fires held back in this partition")
+
     async def retry_forever(
         self, lock: trio.Lock, scripts: Scripts, flight: Flight, say: Say
     ) -> None:
@@ -150,6 +164,7 @@ class HeldBack:
         pending lock), with a backoff, while any is held."""
         while True:
             await self.arrived.wait()
+            self.arrived = trio.Event()  # set again by the next ``hold``
             tries = 0
             while self.queues:
                 tries += 1
@@ -158,35 +173,62 @@ class HeldBack:
                     await self.try_all(scripts, flight, say)
 
     async def try_all(self, scripts: Scripts, flight: Flight, say: Say) -> None:
-        """Try each held partition's oldest batch, shielded as a flush's attempt is, and
-        the next one at once after one written in full (acknowledged, settled in
-        ``flight`` and said by ``say``); until a round writes none."""
+        """Try each held partition's oldest batch, shielded as a flush's attempt is; after
+        one written in full (acknowledged, settled in ``flight`` and said by ``say``), the
+        next one of that partition at once, until a round writes none. A head still
+        rejected is not sent again in the same call (each send writes again the rows a
+        partly failed write applied)."""
         log = get_logger(actor=self.actor)
-        while self.queues:
-            heads = [queue[0] for queue in self.queues.values()]
-            with trio.CancelScope(shield=True):
-                try:
-                    errors = await scripts.complete([b[2] for b in heads])
-                except RedisUnavailable:
-                    return  # an outage: the next try, after the next wait
-                except Exception as exc:  # not Redis's answer about a partition: said, kept
-                    if repr(exc) != self._failing:
-                        self._failing = repr(exc)
-                        log.error("completions_not_retried", type=self.task_type, error=repr(exc))
-                    return
-            self._failing = ""
-            done = [b for b, error in zip(heads, errors, strict=True) if error is None]
-            if not done:
+        wanted: Collection[int] = list(self.queues)
+        while wanted:
+            heads = [self.queues[p][0] for p in wanted]
+            errors = await self._write(scripts, heads)
+            if errors is None:
                 return
+            done = [b for b, error in zip(heads, errors, strict=True) if error is None]
+            for batch, error in zip(heads, errors, strict=True):
+                if error is not None and rejected_alone(error):
+                    self.errors[self.partition_of(batch[0][0].message.task_id)] = error
+            wanted = []
             for batch in done:
                 outcomes = batch[0]
                 flight.settled(outcomes)
                 partition = self.partition_of(outcomes[0].message.task_id)
                 queue = self.queues[partition]
                 queue.pop(0)
-                if not queue:
+                if queue:
+                    wanted.append(partition)
+                else:
                     del self.queues[partition]
+                    self.errors.pop(partition, None)
                     log.info("completions_resumed", type=self.task_type, partition=partition)
             for _, plan, write in done:
                 say(plan, write)
-        self.arrived = trio.Event()
+
+    async def _write(self, scripts: Scripts, heads: list[Batch]) -> list[Exception | None] | None:
+        """``heads``' writes (``ExecutionScripts.complete``), shielded; each alone when
+        together they cannot be built (a value that does not encode), so one such batch
+        holds back no other. None after an outage (the next try, after the next wait)."""
+        with trio.CancelScope(shield=True):
+            try:
+                errors = await scripts.complete([b[2] for b in heads])
+                self._failing = ""
+                return errors
+            except RedisUnavailable:
+                return None
+            except Exception as exc:  # not Redis's answer about a partition
+                if len(heads) > 1:
+                    alone: list[Exception | None] = []
+                    for head in heads:
+                        answer = await self._write(scripts, [head])
+                        if answer is None:
+                            return None
+                        alone += answer
+                    return alone
+                if repr(exc) != self._failing:  # said once while it lasts; the batch kept
+                    self._failing = repr(exc)
+                    get_logger(actor=self.actor).error(
+                        "completions_not_retried", type=self.task_type, error=repr(exc)
+                    )
+                return [exc]
+        return None  # not reached: the scope is shielded

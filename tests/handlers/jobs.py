@@ -75,6 +75,15 @@ async def flaky(ctx: HandlerContext) -> str:
     return "finally"
 
 
+async def fails_on_due(ctx: HandlerContext) -> str:
+    """Fails the fire due at payload["due_ms"], runs every other."""
+    if ctx.due_ms == int(ctx.payload["due_ms"]):
+        _record(ctx, "failed")
+        raise RuntimeError("this one fails")
+    _record(ctx, "ran")
+    return "ran"
+
+
 async def slow_flaky(ctx: HandlerContext) -> str:
     """Records its start, sleeps payload["sleep_s"] seconds, then fails until attempt
     payload["succeed_on"] (a test changes Redis while it runs)."""
