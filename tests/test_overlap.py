@@ -386,3 +386,29 @@ async def test_a_schedule_replaced_with_allow_all_drops_the_fires_waiting(setup:
     assert (await explain(store, task.task_id))["flight"]["waiting_count"] == 1
     await store.update(task.task_id, schedule=Schedule("interval", every_s=3600))
     assert await store.client.execute("HGET", flights, task.task_id) is None
+
+
+async def test_a_cancel_request_redis_rejects_holds_up_no_other_fire(
+    setup: Setup, redis_client: RedisClient, record: Path, log_lines: Any
+) -> None:
+    """The type's cancel hash holds a string, so every cancel request a ``cancel_other``
+    fire makes is rejected (WRONGTYPE). The poller leaves those requests out with a
+    ``cancels_not_sent`` line and goes on: a plain task of the same poller keeps firing
+    (waiting the rejection out held up every partition and type it serves), and the
+    replaced fire runs on beside its replacement."""
+    replacing, _ = await setup.task(1, 3.0, overlap="cancel_other")
+    plain, _ = await setup.task(0.5, 0.01)
+    keys = await setup.store.keys()
+    await redis_client.execute("SET", keys.cancels("work"), "not a hash")
+    async with setup.node():
+        await wait_until(lambda: _said(log_lines, "cancels_not_sent"))
+        ran = len(_runs(record, plain))
+        await wait_records(record, lambda _: len(_runs(record, plain)) >= ran + 6, 60)
+        await wait_records(record, lambda _: len(_runs(record, replacing)) >= 2, 60)
+    (line, *_) = [e for e in log_lines() if e["event"] == "cancels_not_sent"]
+    assert line["type"] == "work" and "WRONGTYPE" in line["error"]
+    assert not [e for e in log_lines() if e["event"] == "actor_crashed"]
+
+
+async def _said(log_lines: Any, event: str) -> bool:
+    return any(e["event"] == event for e in log_lines())

@@ -54,7 +54,7 @@ from actors.scheduling.claim_loop import (
 from actors.scheduling.due_times import DueTimes
 from actors.scheduling.ownership import LEAVE_S, Membership, hand_back
 from actors.scheduling.policies import PolicyFires, apply_policies
-from actors.scheduling.rejections import SET_ASIDE_S, Notices, SetAside
+from actors.scheduling.rejections import SET_ASIDE_S, Notices, SetAside, send_cancels
 from actors.scheduling.tick_plan import TickPlan, hold_back, plan_claims, plan_commits
 from actors.scheduling.tick_writes import Tick, TickWrites, enqueue_and_commit
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS, DefinitionCache
@@ -369,7 +369,7 @@ class Poller:
             )
         )
         if decided.cancels:
-            await redis.ride_out(lambda: scripts.cancel_fires(decided.cancels))
+            await send_cancels(redis, scripts.cancel_fires, decided.cancels, self.actor)
         return decided
 
     async def _enqueue_and_commit(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import structlog
@@ -23,9 +23,9 @@ import trio
 
 from actors.store.replies import Commit, Fire, FireCommit
 from actors.store.scripts import Scripts
-from runtime.logging import emit_events
+from runtime.logging import emit_events, get_logger
 from runtime.redis_io import RedisClient, ResponseError
-from runtime.redis_replies import PartRejected, rejected_alone
+from runtime.redis_replies import PartRejected, rejected_alone, reply_text
 
 T = TypeVar("T")
 
@@ -78,6 +78,34 @@ async def append_by_type(
         except Rejected as exc:
             rejected[task_type] = exc.error
     return rejected
+
+
+async def send_cancels(
+    redis: RedisClient, cancel: Callable[[Mapping[str, Sequence[str]]], Awaitable[Any]],
+    cancels: Mapping[str, Sequence[str]], actor: str,
+) -> None:  # fmt: skip
+    """``cancel_fires`` for these running fires (by type) that ``cancel_other`` fires
+    replaced, riding out outages and refusals: all in one call, then, once rejected, type
+    by type (a request written again is the same request). A type whose cancel hash Redis
+    rejects (a key of another kind) is left out with one ``cancels_not_sent`` line: its
+    replaced fires run on beside their replacements, rather than every partition and type
+    the poller serves waiting on that one key."""
+    calls = [cancels] if len(cancels) == 1 else [cancels, *({t: s} for t, s in cancels.items())]
+    for i, call in enumerate(calls):
+        try:
+            await redis.ride_out(
+                functools.partial(unless_rejected, functools.partial(cancel, call))
+            )
+        except Rejected as exc:
+            if len(call) == 1:
+                ((task_type, sids),) = call.items()
+                get_logger(actor=actor).warning(
+                    "cancels_not_sent", type=task_type, fires=len(sids),
+                    error=reply_text(exc.error),
+                )  # fmt: skip
+            continue
+        if i == 0:
+            return  # all at once went through
 
 
 async def commit_apart(
