@@ -18,10 +18,12 @@ from actors.config import ConsumerSection
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.execution import held_back
-from actors.execution.completion import Outcome
+from actors.execution.completion import Outcome, RetryPolicy, decide
 from actors.execution.flight import Flight
+from actors.execution.held_back import Batch, HeldBack
+from actors.store.completion_writes import CompletionWrite
 from actors.store.history import decode_ring
-from actors.store.keys import GROUP
+from actors.store.keys import GROUP, Keys
 from actors.store.messages import Message
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
@@ -242,3 +244,66 @@ async def test_a_held_back_fire_ends_the_wait_for_it_to_settle() -> None:
         await flight.until_settled(message.msg_id)  # a turn that starts now waits not
     flight.settled([outcome])
     assert not flight.messages and not flight.held
+
+
+class _Scripts:
+    """``ExecutionScripts.complete`` for ``HeldBack.try_all``: each write's answer from
+    ``answer`` (by its task id; an error other than Redis's raised, as a write that cannot
+    be built), every call's task ids kept."""
+
+    def __init__(self, answer: Callable[[str], Exception | None]) -> None:
+        self.answer = answer
+        self.calls: list[list[str]] = []
+
+    async def complete(self, writes: list[CompletionWrite]) -> list[Exception | None]:
+        self.calls.append([w.outcomes[0].task_id for w in writes])
+        answers = [self.answer(w.outcomes[0].task_id) for w in writes]
+        for a in answers:
+            if a is not None and not isinstance(a, ResponseError):
+                raise a
+        return answers
+
+
+def _held(task_id: str, due_ms: int) -> Batch:
+    message = Message(f"{due_ms}-{task_id}", task_id, f"{task_id}:{due_ms}", "work", "null",
+                      0, due_ms, due_ms, None)  # fmt: skip
+    outcome = Outcome(message, due_ms, due_ms + 1)
+    plan = decide([outcome], RetryPolicy(), "n1")
+    write = CompletionWrite("work", outcomes=plan.outcomes, acks=plan.acks)
+    return [outcome], plan, write
+
+
+async def test_a_try_sends_a_rejected_head_once_and_a_batch_that_cannot_be_built_fails() -> None:
+    """Two held partitions: one still rejected, one whose two batches now go through.
+    One try writes both of the second's, in order, and sends the first's head once (each
+    send writes again what a partly failed write applied). A head that cannot be built
+    (not Redis's answer) fails the try once the others are settled: the consumer fails,
+    as it does on a flush of such a batch."""
+    keys = Keys("ns", 4)
+    ids = [f"t{i}" for i in range(100)]
+    broken = ids[0]
+    fine = next(t for t in ids if keys.partition_of(t) != keys.partition_of(broken))
+    held = HeldBack("node/consumers/work/consumer", "work", keys.partition_of)
+    flight = Flight()
+    rejected = ResponseError("WRONGTYPE Operation against a key holding the wrong kind")
+
+    def hold(batch: Batch) -> None:
+        message = batch[0][0].message
+        flight.messages[message.msg_id] = message
+        held.hold(batch, {keys.partition_of(message.task_id): rejected}, flight)
+
+    for batch in (_held(broken, 1), _held(fine, 1), _held(fine, 2)):
+        hold(batch)
+    said: list[list[str]] = []
+    scripts: Any = _Scripts(lambda t: rejected if t == broken else None)
+    await held.try_all(scripts, flight, lambda plan, _: said.append(list(plan.acks)))
+    assert scripts.calls == [[broken, fine], [fine]]
+    assert said == [[f"1-{fine}"], [f"2-{fine}"]]
+    assert list(held.queues) == [keys.partition_of(broken)]
+    assert set(flight.messages) == {f"1-{broken}"}
+    # The broken one now cannot be built: its error is raised once the fine one is written.
+    hold(_held(fine, 3))
+    scripts = _Scripts(lambda t: TypeError("cannot encode") if t == broken else None)
+    with pytest.raises(TypeError, match="cannot encode"):
+        await held.try_all(scripts, flight, lambda plan, _: said.append(list(plan.acks)))
+    assert said[-1] == [f"3-{fine}"] and list(held.queues) == [keys.partition_of(broken)]

@@ -395,7 +395,7 @@ async def test_a_cancel_request_redis_rejects_holds_up_no_other_fire(
     fire makes is rejected (WRONGTYPE). The poller leaves those requests out with a
     ``cancels_not_sent`` line and goes on: a plain task of the same poller keeps firing
     (waiting the rejection out held up every partition and type it serves), and the
-    replaced fire runs on beside its replacement."""
+    replaced fire runs to its end, its replacement after it."""
     replacing, _ = await setup.task(1, 3.0, overlap="cancel_other")
     plain, _ = await setup.task(0.5, 0.01)
     keys = await setup.store.keys()

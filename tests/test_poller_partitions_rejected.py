@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
 import trio
+from redis.exceptions import ResponseError
 
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Overlap, Schedule
 from actors.scheduling.poller import Poller, PollerSettings
+from actors.scheduling.rejections import send_cancels
 from actors.store.ledger import task_history
 from actors.store.tasks import TaskStore
 from runtime.logging import get_logger
@@ -128,3 +130,26 @@ async def test_a_stopping_poller_sends_a_rejected_commit_once_more(
     for task_id in broken:
         fates = [o.fate for o in await task_history(store, task_id)]
         assert fates.count("coalesced") == 1, (task_id, fates)
+
+
+async def test_cancel_requests_go_type_by_type_once_one_is_rejected(
+    redis_client: RedisClient, log_lines: Callable[[], list[dict[str, Any]]]
+) -> None:
+    """Cancel requests of two types in one call, one type's hash rejected: sent again type
+    by type, the healthy type's request is written, the other left out with one
+    ``cancels_not_sent`` line naming it; a call without a rejection is sent once."""
+    sent: list[dict[str, list[str]]] = []
+
+    async def cancel(by_type: Mapping[str, Sequence[str]]) -> None:
+        sent.append({t: list(s) for t, s in by_type.items()})
+        if "broken" in by_type:
+            raise ResponseError("WRONGTYPE Operation against a key holding the wrong kind")
+
+    cancels = {"fine": ["f:1"], "broken": ["b:1", "b:2"]}
+    await send_cancels(redis_client, cancel, cancels, "node/scheduler/poller-0")
+    assert sent == [cancels, {"fine": ["f:1"]}, {"broken": ["b:1", "b:2"]}]
+    (line,) = [e for e in log_lines() if e["event"] == "cancels_not_sent"]
+    assert (line["type"], line["fires"]) == ("broken", 2) and "WRONGTYPE" in line["error"]
+    sent.clear()
+    await send_cancels(redis_client, cancel, {"fine": ["f:2"], "other": ["o:1"]}, "p")
+    assert sent == [{"fine": ["f:2"], "other": ["o:1"]}]

@@ -377,10 +377,12 @@ class Consumer:
         ``HELD_MAX`` fires held, the held ones are tried, then the rejection is raised (and
         waited on) without the batch's fires of a held partition being sent ahead."""
         held, say = self.held, self._say_settled
+        tried = False  # the held ones, once a call: each try writes a partly failed one again
         while flight.unsettled is not None:
             behind = held.behind(flight.unsettled)
             if behind and not held.room_for(held.count_in(flight.unsettled, behind)):
                 await held.try_all(scripts, flight, say)  # the pending lock is ours
+                tried = True
                 behind = held.behind(flight.unsettled)
                 if behind and not held.room_for(held.count_in(flight.unsettled, behind)):
                     raise held.rejection(behind)  # never ahead of the held: waited on
@@ -397,10 +399,11 @@ class Consumer:
                 count = held.count_in(flight.unsettled, rejected)
                 if not count:
                     raise
-                if not held.room_for(count):
+                if not held.room_for(count) and not tried:
                     await held.try_all(scripts, flight, say)
-                    if not held.room_for(count):
-                        raise
+                    tried = True
+                if not held.room_for(count):
+                    raise
                 flight.unsettled = held.hold(flight.unsettled, rejected, flight)
                 if not flight.unsettled[0]:
                     return

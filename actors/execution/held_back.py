@@ -107,8 +107,6 @@ class HeldBack:
     errors: dict[int, Exception] = attrs.field(factory=dict)
     """The last rejection each held queue met."""
     arrived: trio.Event = attrs.field(factory=trio.Event)
-    _failing: str = ""
-    """The last error a try met that was not Redis's answer (said once while it lasts)."""
 
     def fires(self) -> int:
         return sum(len(b[0]) for queue in self.queues.values() for b in queue)
@@ -204,31 +202,34 @@ class HeldBack:
                     log.info("completions_resumed", type=self.task_type, partition=partition)
             for _, plan, write in done:
                 say(plan, write)
+            broken = next((e for e in errors if e is not None and not _answered(e)), None)
+            if broken is not None:
+                raise broken  # a batch that cannot be built: the consumer fails, as on a flush
 
     async def _write(self, scripts: Scripts, heads: list[Batch]) -> list[Exception | None] | None:
         """``heads``' writes (``ExecutionScripts.complete``), shielded; each alone when
         together they cannot be built (a value that does not encode), so one such batch
-        holds back no other. None after an outage (the next try, after the next wait)."""
+        holds back no other (its error in its place). None after an outage (the next try,
+        after the next wait)."""
         with trio.CancelScope(shield=True):
             try:
-                errors = await scripts.complete([b[2] for b in heads])
-                self._failing = ""
-                return errors
+                return await scripts.complete([b[2] for b in heads])
             except RedisUnavailable:
                 return None
             except Exception as exc:  # not Redis's answer about a partition
-                if len(heads) > 1:
-                    alone: list[Exception | None] = []
-                    for head in heads:
-                        answer = await self._write(scripts, [head])
-                        if answer is None:
-                            return None
-                        alone += answer
-                    return alone
-                if repr(exc) != self._failing:  # said once while it lasts; the batch kept
-                    self._failing = repr(exc)
-                    get_logger(actor=self.actor).error(
-                        "completions_not_retried", type=self.task_type, error=repr(exc)
-                    )
-                return [exc]
+                if len(heads) == 1:
+                    return [exc]
+                alone: list[Exception | None] = []
+                for head in heads:
+                    answer = await self._write(scripts, [head])
+                    if answer is None:
+                        return None
+                    alone += answer
+                return alone
         return None  # not reached: the scope is shielded
+
+
+def _answered(error: Exception) -> bool:
+    """Whether ``error`` is Redis's answer to a write (a rejection, a refusal, an outage),
+    not a write that could not be built."""
+    return isinstance(error, (ResponseError, RedisUnavailable))

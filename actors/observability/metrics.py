@@ -5,8 +5,9 @@
 ``misfired``, ``not_run``, ``duplicate_dropped``, ``reclaimed`` event (the first three
 as one summary a batch: ``fires_queued`` and ``runs_started`` where their debug lines are
 off, and ``runs_finished`` always), every step Redis refused (``redis_refused``, from
-``runtime.redis_io``; ``fires_held_back``, ``retries_held_back`` and
-``completions_held_back``, held back rather than waited on, count as rejected)
+``runtime.redis_io``; ``fires_held_back``, ``retries_held_back``,
+``completions_held_back`` and ``cancels_not_sent``, held back or left out rather than
+waited on, count as rejected)
 and every actor restart or give-up becomes a sample, so the
 metrics say what the audit log says (within about 0.25 s, where a ``MetricsWriter``
 gathers the writes). Labels are the task type, an outcome or reason from a fixed set, or
@@ -216,7 +217,9 @@ def _tally_events(
             tally[(RECLAIMS, kind)] += 1
         elif event == "redis_refused":
             tally[(REDIS_REFUSALS, str(fields.get("kind", "")))] += 1
-        elif event in ("fires_held_back", "retries_held_back", "completions_held_back"):
+        elif event in (
+            "fires_held_back", "retries_held_back", "completions_held_back", "cancels_not_sent",
+        ):  # fmt: skip
             tally[(REDIS_REFUSALS, "rejected")] += 1
         elif event == "actor_restarting":
             tally[(RESTARTS, actor)] += 1

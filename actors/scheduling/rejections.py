@@ -88,8 +88,9 @@ async def send_cancels(
     replaced, riding out outages and refusals: all in one call, then, once rejected, type
     by type (a request written again is the same request). A type whose cancel hash Redis
     rejects (a key of another kind) is left out with one ``cancels_not_sent`` line: its
-    replaced fires run on beside their replacements, rather than every partition and type
-    the poller serves waiting on that one key."""
+    replaced fires run to their end (or timeout) and their replacements wait for them, as
+    under ``buffer_one``, rather than every partition and type the poller serves waiting
+    on that one key."""
     calls = [cancels] if len(cancels) == 1 else [cancels, *({t: s} for t, s in cancels.items())]
     for i, call in enumerate(calls):
         try:
