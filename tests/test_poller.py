@@ -29,12 +29,14 @@ from actors.scheduling.claim_loop import (
 from actors.scheduling.ownership import Membership, wanted_partitions
 from actors.scheduling.poller import Poller, PollerSettings
 from actors.store import lua
+from actors.store.claim_replies import decode_state
+from actors.store.codes import STATE_NEXT_MS
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS
 from actors.store.enqueue import enqueue_fires
 from actors.store.flights import ENDED_OK, FlightEnd
 from actors.store.messages import Message
 from actors.store.migrate import migrate
-from actors.store.records import claim_of
+from actors.store.records import claim_of, pack_values
 from actors.store.replies import (
     Commit,
     Fire,
@@ -452,6 +454,33 @@ async def test_a_due_task_whose_records_do_not_decode_is_named_once_and_left_due
     assert float(await store.client.execute("ZSCORE", keys.schedule(0), "bad")) == past
     good = await store.get("good")
     assert good is not None and good.next_run_ms == past + 60_000
+
+
+async def test_a_due_task_whose_state_holds_a_value_of_another_kind_is_named_not_a_crash(
+    one_partition: TaskStore,
+) -> None:
+    """A state record that decodes but whose next time is a string (a hand edit): the
+    claims with and without definitions (the cache's second tick) set the task aside as
+    unreadable, naming what is wrong; the poller's tick does not fail (a tick that raised
+    restarted the poller, and the poller that took the partition over, again and again)."""
+    store = one_partition
+    past = await store.now_ms() - 1000
+    every = Schedule("interval", every_s=60, start_ms=past)
+    await store.create_many([TaskSpec("t", every, task_id=i) for i in ("good", "bad")])
+    keys = await store.keys()
+    states = keys.states(0, keys.bucket_of("bad"))
+    values = decode_state(await store.client.execute("HGET", states, "bad"))
+    values[STATE_NEXT_MS] = str(past)
+    await store.client.execute("HSET", states, "bad", pack_values(values))
+    poller = Poller(store, PollerSettings())
+    scripts = await store.scripts()
+    with structlog.testing.capture_logs() as logs:
+        first = await poller.tick(scripts, [0], get_logger())
+        second = await poller.tick(scripts, [0], get_logger())
+    assert (first.enqueued, second.enqueued) == (1, 0)
+    named = [e for e in logs if e["event"] == "task_unreadable"]
+    assert [e["task_id"] for e in named] == ["bad"], logs
+    assert "whole numbers" in named[0]["error"]
 
 
 async def test_a_poller_set_to_other_partitions_than_its_namespace_has_says_so(

@@ -90,13 +90,23 @@ def claimed_task(
     was written before the takeover (its version at most ``owed_version``, the last one
     given then; None: unknown, taken as so): a task created, updated or resumed since was
     never held by that claim, and its misfire policy applies."""
-    due_ms, version = values[STATE_NEXT_MS], values[STATE_UPDATED_MS] or 0
+    due_ms, version, fires = (
+        values[STATE_NEXT_MS],
+        values[STATE_UPDATED_MS] or 0,
+        values[STATE_FIRES],
+    )
+    if type(due_ms) is not int or type(version) is not int or type(fires) is not int:
+        # written by hand or by something else: said as unreadable, never a crashed tick
+        raise RecordError(
+            f"state record: next_ms, updated_ms and fires must be whole numbers, "
+            f"not {due_ms!r}, {version!r}, {fires!r}"
+        )
     owed = None
     if owed_ms >= due_ms and (owed_version is None or version <= owed_version):
         owed = owed_ms
     return Claimed(
         task_id, bucket, definition.type, definition.payload, definition.schedule, due_ms,
-        values[STATE_FIRES], version, owed, prior_claim, values,
+        fires, version, owed, prior_claim, values,
     )  # fmt: skip
 
 
@@ -171,12 +181,15 @@ def decode_lean_claim(
         definition = definitions.get(partition, task_id, values[STATE_UPDATED_MS] or 0)
         if definition is None:
             misses.append((task_id, bucket, values))
-        else:
+            continue
+        try:
             tasks.append(
                 claimed_task(
                     task_id, bucket, definition, values, owed_ms, prior_claim, owed_version
                 )
             )
+        except _UNDECODABLE as exc:
+            unreadable.append((task_id, _what_is_wrong(None, state, exc)))
     due = (len(reply) - CLAIM_HEADER) // LEAN_CLAIM_ITEMS
     claim = PartitionClaim(
         partition, int(now), optional_ms(earliest), tasks, writes=int(writes),
@@ -206,29 +219,23 @@ def add_read_definitions(lean: LeanClaim, reply: list[Any]) -> list[tuple[str, i
         try:
             definition = decode_definition(raw_def)
             values = decode_state(raw_state)
+            if claimed is None:
+                if not unchanged or values[STATE_STATUS] != ACTIVE or values[STATE_NEXT_MS] is None:
+                    continue
+            elif (values[STATE_UPDATED_MS] or 0) != (claimed[STATE_UPDATED_MS] or 0):
+                continue
+            else:
+                values = claimed
+            task = claimed_task(
+                task_id, bucket, definition, values, lean.owed_ms, lean.prior_claim,
+                lean.owed_version,
+            )  # fmt: skip
         except _UNDECODABLE as exc:
             claim.unreadable.append((task_id, _what_is_wrong(raw_def, raw_state, exc)))
             continue
-        if claimed is None:
-            if not unchanged or values[STATE_STATUS] != ACTIVE or values[STATE_NEXT_MS] is None:
-                continue
-        elif (values[STATE_UPDATED_MS] or 0) != (claimed[STATE_UPDATED_MS] or 0):
-            continue
-        else:
-            values = claimed
-        if DefinitionCache.worth_keeping(definition, values[STATE_NEXT_MS]):
-            keep.append((task_id, values[STATE_UPDATED_MS] or 0, definition))
-        claim.tasks.append(
-            claimed_task(
-                task_id,
-                bucket,
-                definition,
-                values,
-                lean.owed_ms,
-                lean.prior_claim,
-                lean.owed_version,
-            )
-        )
+        if DefinitionCache.worth_keeping(definition, task.due_ms):
+            keep.append((task_id, task.updated_ms, definition))
+        claim.tasks.append(task)
     return keep
 
 

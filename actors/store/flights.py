@@ -189,7 +189,16 @@ class Decision:
 
 
 def _times(text: bytes) -> list[int]:
-    return [int(t) for t in text.split(b",") if t]
+    """Due times, comma separated; what is not one (a flight record edited by hand, whose
+    fire in flight a decision names) is left out rather than failing the poller's tick."""
+    return [t for t in map(_time, text.split(b",")) if t is not None]
+
+
+def _time(text: bytes) -> int | None:
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None
 
 
 def _decision(reply: list[Any]) -> Decision:
@@ -203,8 +212,8 @@ def _decision(reply: list[Any]) -> Decision:
             if entry.lstrip(b"r").startswith(b"m"):
                 manual.add(due)
     return Decision(
-        started, _times(cancel), _times(skipped), int(blocking) if blocking else None,
-        int(park) if park else None, frozenset(manual), int(wait) if wait else None,
+        started, _times(cancel), _times(skipped), _time(blocking), _time(park),
+        frozenset(manual), _time(wait),
     )  # fmt: skip
 
 
