@@ -160,6 +160,28 @@ async def test_a_start_counts_what_a_dead_incarnation_held_not_what_it_released(
     assert rows[held][1] > 3_600_000  # idle past any lease: the claimer takes it at once
 
 
+async def test_a_message_a_stop_released_keeps_its_count_when_another_node_takes_it_over(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """A message delivered twice, then released by a stopping consumer (release.lua), is
+    taken over by another node's claimer with its count as it was, and is not poison at
+    ``max_deliveries`` 2: a release is not a death (a rolling deploy counts nothing). One
+    idle as long but never released (its holder died) is counted and is poison."""
+    released, died = await compact_messages(redis_client, keys, 2)
+    await read_as(redis_client, keys, "a")
+    for msg in (released, died):
+        await redis_client.execute("XCLAIM", keys.queue("t"), GROUP, "b", 0, msg)  # count 2
+    await redis_client.execute_unparsed(  # as release.lua hands it back
+        "XCLAIM", keys.queue("t"), GROUP, "b", 0, released, "IDLE", RELEASED_IDLE_MS, "JUSTID"
+    )
+    await set_idle(redis_client, keys, "b", [died])
+    reclaim = await scripts.reclaim("t", "me", 1000, 10, 2, "n1")
+    assert [(r.msg_id, r.deliveries) for r in reclaim.claimed] == [(released, 2)]
+    assert reclaim.poisoned == [died]
+    rows = await pending(redis_client, keys)
+    assert (rows[released][0], rows[released][2]) == ("me", 2)
+
+
 async def test_poison_of_a_compact_message_is_a_full_dead_letter_that_replays(
     redis_client: RedisClient, keys: Keys, scripts: Scripts
 ) -> None:

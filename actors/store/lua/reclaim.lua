@@ -22,6 +22,10 @@
 -- compact message's schedule_id, type and enq_ms added, so it can be replayed) and the
 -- reason. The window looked at is larger than the count (4x, +100), so this consumer's
 -- own idle entries (its own consumer recovers them) cannot hide others' dead messages.
+-- A message a stopping consumer released (release.lua: idle ten years; over one here) did
+-- not die with its holder: taken over, it keeps its count (this delivery stands in for the
+-- released one) and is never poison for it, so a rolling deploy counts nothing, as a
+-- restart under the same name does not (recover.lua).
 local t = redis.call('TIME')
 local now = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
 if ARGV[8] ~= '' and tonumber(now) - tonumber(ARGV[8]) > tonumber(ARGV[9]) then
@@ -31,6 +35,7 @@ local want = tonumber(ARGV[4])
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[3], '-', '+',
   want * 4 + 100)
 local claimed, poisoned, ended = {}, {}, {}
+local released = 365 * 24 * 3600 * 1000  -- ms: release.lua gives ten years
 
 local function full_form(id, raw)
   local f, fields = {}, {}
@@ -54,7 +59,15 @@ end
 for _, p in ipairs(pending) do
   local id, owner, idle, deliveries = p[1], p[2], p[3], p[4]
   if owner ~= ARGV[2] then
-    if deliveries >= tonumber(ARGV[5]) then
+    if idle >= released then
+      if #claimed < want then
+        local got = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], id,
+          'RETRYCOUNT', deliveries)
+        if got[1] then
+          claimed[#claimed + 1] = {id, owner, idle, deliveries, got[1][2]}
+        end
+      end
+    elseif deliveries >= tonumber(ARGV[5]) then
       local entry = redis.call('XRANGE', KEYS[1], id, id)
       if entry[1] then
         local fields = full_form(id, entry[1][2])
