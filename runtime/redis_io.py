@@ -43,6 +43,7 @@ Cluster routing (``runtime.redis_cluster_native``), riding out outages and refus
 
 from __future__ import annotations
 
+import collections
 import functools
 import threading
 import time
@@ -120,9 +121,12 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
         self.disruption_s = 0.0
         """How long the last outage or run of refusals lasted (with ``recovered_at``)."""
         self.recovered_at: float | None = None
-        """Monotonic time the last outage or run of refusals ended (None: none seen): a
-        claimer waits a lease after it before taking over other consumers' messages,
-        whose renewals could not get through meanwhile."""
+        """Monotonic time the last outage or run of refusals ended (None: none seen)."""
+        self.disruptions: collections.deque[tuple[float, float]] = collections.deque(maxlen=64)
+        """The latest outages and runs of refusals, (monotonic end, seconds long): a
+        claimer waits a lease after one long enough before taking over other consumers'
+        messages, whose renewals could not get through meanwhile
+        (``OutageRiding.ended_since``: a short one after it does not end that wait)."""
         self._log = get_logger(actor="redis")
 
     # -- construction ---------------------------------------------------------------------

@@ -7,6 +7,7 @@ the actor crashing. Logs ``redis_unreachable`` / ``redis_reachable`` once per ou
 
 from __future__ import annotations
 
+import collections
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -44,6 +45,7 @@ class OutageRiding:
     _refused_since: float
     disruption_s: float
     recovered_at: float | None
+    disruptions: collections.deque[tuple[float, float]]
 
     async def ping(self) -> bool:
         raise NotImplementedError
@@ -58,8 +60,19 @@ class OutageRiding:
         if self._down_since is not None:
             outage_s = round(time.monotonic() - self._down_since, 3)
             self._down_since = None
-            self.recovered_at, self.disruption_s = time.monotonic(), outage_s
+            self._recovered(outage_s)
             self._log.info("redis_reachable", redis=self.description, outage_s=outage_s)
+
+    def _recovered(self, length_s: float) -> None:
+        """An outage or a run of refusals ``length_s`` long ended now."""
+        self.recovered_at, self.disruption_s = time.monotonic(), length_s
+        self.disruptions.append((self.recovered_at, length_s))
+
+    def last_ended(self, at_least_s: float) -> float | None:
+        """When the latest outage or run of refusals of ``at_least_s`` or longer ended
+        (monotonic; None: none among the latest ones): a shorter one after it leaves it
+        the one a claimer waits a lease after."""
+        return max((end for end, length in self.disruptions if length >= at_least_s), default=None)
 
     def _note_refused(self, error: RedisRefused, actor: str, first: bool) -> None:
         """A step was refused; ``first``: its first refusal (it starts waiting). The first
@@ -85,8 +98,7 @@ class OutageRiding:
             return
         kind, self._refused = self._refused.kind, None
         if accepted:
-            self.recovered_at = time.monotonic()
-            self.disruption_s = self.recovered_at - self._refused_since
+            self._recovered(time.monotonic() - self._refused_since)
             self._log.info("redis_accepting", redis=self.description, after=kind)
 
     @property

@@ -27,6 +27,7 @@ from actors.store.scripts import Scripts
 from actors.store.streams import Streams
 from actors.store.tasks import TaskStore
 from runtime.channels import Mailbox
+from runtime.config import RedisSection
 from runtime.redis_io import RedisClient
 from tests.execution_harness import node_config, records, running_node, wait_until
 
@@ -566,3 +567,26 @@ async def test_poison_ends_kept_as_ended_end_no_flight_again(
     ((_, (again, no_ends, kept)),) = (await scripts.poison_ends("t", "me")).items()
     assert again == done and no_ends == []
     assert [(o.task_id, o.due_ms, o.attempt, o.origin) for o in kept] == [("x0", 7, 1, 1)]
+
+
+async def test_a_blip_right_after_a_long_outage_leaves_the_claimers_wait_for_the_holders(
+    redis_client: RedisClient, redis_url: str, namespace: str
+) -> None:
+    """A claimer takes nothing over for a lease after an outage a third of a lease long or
+    more (the live holders' renewals could not get through); a short outage right after
+    it (a stale pooled connection, a LOADING reply) does not end that wait: the long one
+    is still the one it waits after. Two short ones alone leave no wait."""
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    claimer = Claimer(
+        store, "t", ConsumerState(), Mailbox.open(1), "n1", ClaimerSettings(lease_s=30.0)
+    )
+    client = RedisClient.from_settings(redis_url, RedisSection(url=redis_url))
+    try:
+        assert not claimer._in_grace(client)
+        client._recovered(0.05)
+        assert not claimer._in_grace(client)  # short: the holders renewed meanwhile
+        client._recovered(30.0)  # a failover as long as the lease
+        client._recovered(0.05)  # then a blip
+        assert claimer._in_grace(client)
+    finally:
+        await client.aclose()

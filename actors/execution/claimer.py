@@ -10,7 +10,8 @@ dead-letter queue instead.
 Live holders win after an outage. While Redis is away, stalled or refusing writes, no
 consumer can renew, yet its messages' idle time keeps counting on Redis's clock. So a
 claimer takes nothing for a full lease after an outage or a run of refusals it saw end
-that lasted a third of a lease or more (``RedisClient.recovered_at``, ``disruption_s``),
+that lasted a third of a lease or more (``RedisClient.last_ended``: a shorter one after it
+does not end the wait),
 and a reclaim call that Redis ran more than a third of a lease after it was sent (a pause
 or stall in between: the call carries the stream server's clock as the claimer last read
 it from that server, carried forward on the local monotonic clock) takes nothing and
@@ -123,8 +124,9 @@ class Claimer:
         """Whether an outage (or a stall, or refusals) long enough to have kept the live
         holders from renewing ended less than a lease ago."""
         ended = self._stalled_at
-        if client.recovered_at is not None and client.disruption_s >= self.settings.lease_s / 3:
-            ended = max(ended, client.recovered_at)
+        long_one = client.last_ended(self.settings.lease_s / 3)  # not only the last one:
+        if long_one is not None:  # a blip right after a long outage must not end the wait
+            ended = max(ended, long_one)
         return time.monotonic() - ended < self.settings.lease_s
 
     def _sent_ms(self) -> int | None:
