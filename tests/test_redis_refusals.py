@@ -170,6 +170,40 @@ async def test_writes_refused_at_maxmemory_lose_no_retry(
     assert "maxmemory" in refused[0]["fix"] or "OOM" in refused[0]["fix"]
 
 
+async def test_a_poison_message_refused_at_maxmemory_holds_up_no_reclaim(
+    own_client: RedisClient, namespace: str
+) -> None:
+    """Redis at maxmemory (noeviction): a poison message's dead letter (an XADD) is
+    refused, and it came first in the window; the reclaim leaves it pending and says why,
+    and takes the dead consumer's other messages over all the same (the refused XADD used
+    to fail the whole call: no reclaim, no trim behind it, while Redis stayed full)."""
+    store = TaskStore(own_client, namespace, default_partitions=4)
+    keys, scripts = await store.keys(), await store.scripts()
+    stream = keys.queue("t")
+    await own_client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
+    ids = [
+        (await own_client.execute("XADD", stream, "*", "task_id", f"x{i}", "payload", "{}",
+                                  "attempt", "0", "due_ms", "7")).decode()
+        for i in range(3)
+    ]  # fmt: skip
+    await own_client.execute("XREADGROUP", "GROUP", GROUP, "dead", "STREAMS", stream, ">")
+    for _ in range(2):  # the first one delivered three times: poison at max_deliveries 3
+        await own_client.execute("XCLAIM", stream, GROUP, "dead", 0, ids[0])
+    raw = own_client.raw
+    await own_client.run_sync(
+        lambda: raw.xclaim(stream, GROUP, "dead", 0, ids, idle=10**9, justid=True)
+    )
+    await own_client.execute("CONFIG", "SET", "maxmemory", "1")
+    try:
+        reclaim = await scripts.reclaim("t", "me", 1000, 10, 3, "n1")
+    finally:
+        await own_client.execute("CONFIG", "SET", "maxmemory", "0")
+    assert [r.msg_id for r in reclaim.claimed] == ids[1:]
+    assert reclaim.poisoned == [] and "OOM" in reclaim.held
+    reclaim = await scripts.reclaim("t", "me", 1000, 10, 3, "n1")  # once Redis has room
+    assert reclaim.poisoned == [ids[0]] and reclaim.held == ""
+
+
 def _busy_script(url: str, seconds: float) -> threading.Thread:
     """A Lua busy loop of ``seconds`` on another connection (Redis answers BUSY meanwhile)."""
     loop = (

@@ -590,3 +590,21 @@ async def test_a_blip_right_after_a_long_outage_leaves_the_claimers_wait_for_the
         assert claimer._in_grace(client)
     finally:
         await client.aclose()
+
+
+async def test_a_stopping_consumer_whose_poison_ends_wait_stays_in_the_group(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """A consumer that stops with nothing pending leaves the group, unless the poison its
+    claimer dead-lettered still waits to be ended (its tasks' flights, their histories):
+    the pruner takes a gone consumer's ends over only while it is in the group, so
+    leaving it would leave those flights in flight for good."""
+    await compact_messages(redis_client, keys, 1)
+    await redis_client.execute("XGROUP", "CREATECONSUMER", keys.queue("t"), GROUP, "waits")
+    await redis_client.execute("XGROUP", "CREATECONSUMER", keys.queue("t"), GROUP, "done")
+    await redis_client.execute("HSET", keys.poison_ends("t", "waits"), "1-1", "x")
+    assert await scripts.release("t", "waits", RELEASED_IDLE_MS) == ([], False)
+    assert await scripts.release("t", "done", RELEASED_IDLE_MS) == ([], True)
+    raw = redis_client.raw
+    names = await redis_client.run_sync(lambda: raw.xinfo_consumers(keys.queue("t"), GROUP))
+    assert [_text(n["name"]) for n in names] == ["waits"]

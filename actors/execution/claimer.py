@@ -43,7 +43,7 @@ from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.channels import Mailbox
 from runtime.errors import RedisRefused
-from runtime.logging import emit_events
+from runtime.logging import emit_events, get_logger
 from runtime.redis_io import RedisClient, ResponseError
 from runtime.redis_replies import rejected_alone, restarts
 
@@ -102,7 +102,8 @@ class Claimer:
             await trio.sleep(self.settings.interval_s)
             await redis.ride_out(lambda: self.tick(scripts), self.actor)
             await redis.ride_out(lambda: self._housekeeping(ctx, scripts.trim_acked(self.type)))
-            if trio.current_time() - last_prune >= PRUNE_EVERY_S:
+            # Not while live holders may not have renewed (their names' owner keys too).
+            if trio.current_time() - last_prune >= PRUNE_EVERY_S and not self._in_grace(redis):
                 await redis.ride_out(lambda: self._housekeeping(ctx, self.prune(scripts)))
                 last_prune = trio.current_time()
 
@@ -138,8 +139,8 @@ class Claimer:
 
     async def tick(self, scripts: Scripts) -> int:
         """Reclaim up to the consumer's free slots; return how many were handed over."""
+        await self._end_poisoned(scripts, self.state.name)  # not behind a full mailbox
         await self._send_unsent()
-        await self._end_poisoned(scripts, self.state.name)
         async with self.state.pending_lock:
             name = self.state.name
             free = self.state.free.value - len(self.state.held)
@@ -152,6 +153,12 @@ class Claimer:
                 sent_ms=self._sent_ms(), max_delay_ms=lease_ms // 3,
             )  # fmt: skip
             self._clock = (time.monotonic(), reclaim.now_ms)
+            if reclaim.held and "poison" not in self._skipped:  # said once a node's run
+                self._skipped.add("poison")
+                get_logger(actor=self.actor).warning(
+                    "poison_held", type=self.type, error=reclaim.held,
+                    fix="its dead letter is refused; it stays pending, tried each round",
+                )  # fmt: skip
             if reclaim.stalled:
                 self._stalled_at = time.monotonic()
                 return 0

@@ -259,10 +259,10 @@ class ExecutionScripts(FlightScripts):
 
     async def release(self, task_type: str, consumer: str, idle_ms: int) -> tuple[list[str], bool]:
         """``release.lua``: hand back everything pending under ``consumer`` with ``idle_ms``;
-        (released ids, whether the consumer left the group)."""
-        ((released, removed),) = await self._run(
-            [(lua.RELEASE, [self.keys.queue(task_type)], [GROUP, consumer, idle_ms])]
-        )
+        (released ids, whether the consumer left the group: not while its claimer's poison
+        ends wait, which the pruner takes over only from a consumer still in the group)."""
+        keys = [self.keys.queue(task_type), self.keys.poison_ends(task_type, consumer)]
+        ((released, removed),) = await self._run([(lua.RELEASE, keys, [GROUP, consumer, idle_ms])])
         return [i.decode() for i in released], bool(int(removed))
 
     async def own_name(
@@ -336,7 +336,7 @@ class ExecutionScripts(FlightScripts):
         args = [GROUP, consumer, lease_ms, count, max_deliveries, node, task_type]
         args += [or_empty(sent_ms), max_delay_ms]
         keys = [k.queue(task_type), k.dlq(task_type), k.poison_ends(task_type, consumer)]
-        ((claimed, poisoned, stalled, now_ms, ended),) = await self._run(
+        ((claimed, poisoned, stalled, now_ms, ended, held),) = await self._run(
             [(lua.RECLAIM, keys, args)]
         )
         return Reclaim(
@@ -359,6 +359,7 @@ class ExecutionScripts(FlightScripts):
                 for i in range(0, len(ended), 4)
                 if ended[i + 1].isdigit() and ended[i + 3].isdigit()  # a hand-written entry
             ],
+            held=held.decode() if isinstance(held, bytes) else str(held or ""),
         )  # fmt: skip
 
     async def poison_ends(

@@ -220,6 +220,9 @@ class Reclaim:
     """The flights of poisoned messages of tasks with a policy (``FlightEnd``s)."""
     dead: list[OutcomeWrite] = attrs.field(factory=list)
     """The poisoned messages as their tasks' history records them: dead."""
+    held: str = ""
+    """Why a poison message was left pending this round ('' = none was): Redis refused
+    its dead letter (``OOM`` before the call wrote anything, the DLQ key of another kind)."""
 
 
 @attrs.frozen

@@ -8,7 +8,7 @@
 -- ARGV[7]  the type (a dead letter's 'type' field)
 -- ARGV[8]  the caller's reading of Redis's clock when it sent this call ('' = unknown)
 -- ARGV[9]  most ms this call may have waited to run (Redis paused or stalled meanwhile)
--- Returns {claimed, poisoned, stalled, now, ended}: claimed is a list of {id, previous
+-- Returns {claimed, poisoned, stalled, now, ended, held}: claimed is a list of {id, previous
 -- owner, idle ms, deliveries, {field, value, ...}}; poisoned is a list of message ids moved
 -- to the DLQ; ended lists task_id, due_ms, policy code ('' = none), attempt of each
 -- poisoned message (its task's history records it dead; with a policy, field o, its
@@ -16,7 +16,9 @@
 -- stalled is 1 when the call ran more than ARGV[9] ms after it was sent: then it takes
 -- nothing, since the live holders' renewals were held up by the same stall and their
 -- messages look idle without their consumer being gone; now is Redis's time (ms) as the
--- call ran, the clock of this stream's server for the caller's next ARGV[8].
+-- call ran, the clock of this stream's server for the caller's next ARGV[8]; held is the
+-- error of a poison message's dead letter Redis refused ('' = none): that message stays
+-- pending, tried again next round, and the others are claimed meanwhile.
 -- A message delivered max-deliveries times already is not claimed again: it keeps
 -- killing its consumers, so it goes to the DLQ with its fields in the full form (a
 -- compact message's schedule_id, type and enq_ms added, so it can be replayed) and the
@@ -29,12 +31,12 @@
 local t = redis.call('TIME')
 local now = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
 if ARGV[8] ~= '' and tonumber(now) - tonumber(ARGV[8]) > tonumber(ARGV[9]) then
-  return {{}, {}, 1, now, {}}
+  return {{}, {}, 1, now, {}, ''}
 end
 local want = tonumber(ARGV[4])
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[3], '-', '+',
   want * 4 + 100)
-local claimed, poisoned, ended = {}, {}, {}
+local claimed, poisoned, ended, held = {}, {}, {}, ''
 local released = 365 * 24 * 3600 * 1000  -- ms: release.lua gives ten years
 
 local function full_form(id, raw)
@@ -83,8 +85,11 @@ for _, p in ipairs(pending) do
         fields[#fields + 1] = now
         fields[#fields + 1] = 'msg_id'
         fields[#fields + 1] = id
-        redis.call('XADD', KEYS[2], '*', unpack(fields))
-        local raw, o, task, due, attempt = entry[1][2], '', nil, nil, '0'
+        -- refused (OOM, before this call wrote anything): left pending, tried next round,
+        -- and the others are claimed meanwhile
+        local added = redis.pcall('XADD', KEYS[2], '*', unpack(fields))
+        if type(added) == 'table' and added.err then entry, held = nil, added.err end
+        local raw, o, task, due, attempt = entry and entry[1][2] or {}, '', nil, nil, '0'
         for j = 1, #raw, 2 do
           if raw[j] == 'o' then o = raw[j + 1] end
           if raw[j] == 'task_id' then task = raw[j + 1] end
@@ -96,10 +101,14 @@ for _, p in ipairs(pending) do
           redis.call('HSET', KEYS[3], id, cmsgpack.pack({now, task, due, o, attempt}))
           redis.call('PEXPIRE', KEYS[3], 604800000)
         end
+      else
+        entry = {}  -- deleted meanwhile: nothing to dead-letter, its entry goes
       end
-      redis.call('XACK', KEYS[1], ARGV[1], id)
-      redis.call('XDEL', KEYS[1], id)
-      poisoned[#poisoned + 1] = id
+      if entry then
+        redis.call('XACK', KEYS[1], ARGV[1], id)
+        redis.call('XDEL', KEYS[1], id)
+        poisoned[#poisoned + 1] = id
+      end
     elseif #claimed < want then
       local got = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], id)
       if got[1] then
@@ -108,4 +117,4 @@ for _, p in ipairs(pending) do
     end
   end
 end
-return {claimed, poisoned, 0, now, ended}
+return {claimed, poisoned, 0, now, ended, held}

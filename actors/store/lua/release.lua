@@ -1,17 +1,20 @@
 -- release: at shutdown, hand back every message pending under this consumer.
--- KEYS[1]  the type's stream   ARGV[1]  group   ARGV[2]  this consumer
+-- KEYS[1]  the type's stream   KEYS[2]  this consumer's poison ends (Keys.poison_ends)
+-- ARGV[1]  group   ARGV[2]  this consumer
 -- ARGV[3]  idle ms to set (past any lease, so other claimers take them at once)
 -- Returns {released ids, 1 if the consumer was removed from the group else 0}.
 -- Called when none of this consumer's handlers runs any more: whatever is pending under
 -- its name (unfinished, unstarted, or read by an abandoned call) will not finish here.
 -- Invariant: a consumer with pending messages is never deleted (its PEL entries would be
--- lost); it is removed only when nothing is pending under its name. Bounded: 10,000 ids.
+-- lost); it is removed only when nothing is pending under its name, and while no poison
+-- its claimer dead-lettered waits to be ended (the pruner takes a gone consumer's ends
+-- over only while the consumer is in the group). Bounded: 10,000 ids.
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 10000, ARGV[2])
 local released = {}
 for _, p in ipairs(pending) do
   redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, p[1], 'IDLE', ARGV[3], 'JUSTID')
   released[#released + 1] = p[1]
 end
-if #released > 0 then return {released, 0} end
+if #released > 0 or redis.call('EXISTS', KEYS[2]) == 1 then return {released, 0} end
 redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
 return {released, 1}
