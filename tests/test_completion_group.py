@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import trio
+from redis.exceptions import ResponseError
 
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
@@ -288,3 +289,27 @@ async def test_a_batch_that_cannot_be_encoded_fails_alone(store: TaskStore) -> N
     assert group.batches == 4 and group.writes == 3  # together, then each alone
     assert await _pending_count(client, keys, "good") == 0
     assert await _pending_count(client, keys, "odd") == 1
+
+
+async def test_a_run_record_that_cannot_be_read_fails_its_group_before_any_write(
+    store: TaskStore,
+) -> None:
+    """Task ``bad``'s run record is cut short (a hand edit, another version): the outcome
+    call of its partition fails naming it and its key, and writes nothing for the task
+    beside it, however often it is tried (a row written before the failing one was written
+    again at every try: its run count climbed). Mended, both are written once."""
+    tasks = await _tasks(store, {"t": 2})
+    good, bad = tasks["t"]
+    keys = await store.keys()
+    runs_key = keys.runs(0, keys.bucket_of(bad))
+    await store.client.execute("HSET", runs_key, bad, b"\xcd\x01")
+    scripts = await store.scripts()
+    due = 1_700_000_000_000
+    for _ in range(3):
+        with pytest.raises(ResponseError, match=f"run record of task {bad}"):
+            await scripts.record_outcomes([_ok(good, due, 5), _ok(bad, due, 5)], "t")
+    found = await store.get(good)
+    assert found is not None and found.runs == 0
+    await store.client.execute("HDEL", runs_key, bad)
+    assert await scripts.record_outcomes([_ok(good, due, 5), _ok(bad, due, 5)], "t") == 2
+    assert [(await store.get(t)).runs for t in (good, bad)] == [1, 1]  # type: ignore[union-attr]

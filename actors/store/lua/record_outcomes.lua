@@ -34,10 +34,25 @@ local now
 local listed = redis.call('EXISTS', tag .. ':attention') == 1
 -- One group's rows (those of one type), a[first .. last]: how many tasks it updated.
 local function record_group(a, first, last, task_type, late)
+  -- Every row's run record read first (a task's rows share one, updated in turn): one
+  -- that cannot be read fails the group before it writes anything, naming the task, so
+  -- the consumer's tries again (actors/execution/held_back.py) write nothing twice.
+  local runs = {}
+  for i = first, last, 11 do
+    local id, b = a[i], a[i + 1]
+    if runs[id] == nil then
+      local ok, r = pcall(get_run, tag, b, id)
+      if not ok then
+        error('the run record of task ' .. id .. ' (' .. tag .. ':run:' .. b ..
+          ') cannot be read: ' .. (type(r) == 'table' and r.err or tostring(r)))
+      end
+      runs[id] = r or false
+    end
+  end
   local n = 0
   for i = first, last, 11 do
     local id, b, outcome = a[i], a[i + 1], a[i + 2]
-    local r = get_run(tag, b, id)
+    local r = runs[id]
     if r then
       local finished = a[i + 3]
       if outcome <= 2 then
@@ -51,7 +66,6 @@ local function record_group(a, first, last, task_type, late)
           r[RUN_RETRIES] = (r[RUN_RETRIES] or 0) + 1
           redis.call('HSET', tag .. ':errors', id, a[i + 4])
         end
-        put_run(tag, b, id, r)
       end
       local fate, due, started = fate_of[outcome], a[i + 5], tonumber(a[i + 6])
       local line, allowed = a[i + 9], tonumber(a[i + 10])
@@ -66,6 +80,9 @@ local function record_group(a, first, last, task_type, late)
       if reason or (fate == FATE_OK and listed) then  -- an ok on time takes the task off
         set_attention(tag, id, reason, due, task_type, reason and ms(now) or '')
       end
+      -- the run record last: a history or attention key of another kind fails the row
+      -- (the group's first, for the history every row writes) before its count moves
+      if outcome <= 2 then put_run(tag, b, id, r) end
       n = n + 1
     end
   end
