@@ -126,7 +126,7 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
         """The latest outages and runs of refusals, (monotonic end, seconds long): a
         claimer waits a lease after one long enough before taking over other consumers'
         messages, whose renewals could not get through meanwhile
-        (``OutageRiding.ended_since``: a short one after it does not end that wait)."""
+        (``OutageRiding.last_ended``: a short one after it does not end that wait)."""
         self._log = get_logger(actor="redis")
 
     # -- construction ---------------------------------------------------------------------

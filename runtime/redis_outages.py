@@ -66,6 +66,10 @@ class OutageRiding:
     def _recovered(self, length_s: float) -> None:
         """An outage or a run of refusals ``length_s`` long ended now."""
         self.recovered_at, self.disruption_s = time.monotonic(), length_s
+        # a shorter or equal one before it no longer matters: blips replace each other,
+        # and the longest recent one stays, however many follow it
+        while self.disruptions and self.disruptions[-1][1] <= length_s:
+            self.disruptions.pop()
         self.disruptions.append((self.recovered_at, length_s))
 
     def last_ended(self, at_least_s: float) -> float | None:

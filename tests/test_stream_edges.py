@@ -28,6 +28,7 @@ from actors.store.streams import Streams
 from actors.store.tasks import TaskStore
 from runtime.channels import Mailbox
 from runtime.config import RedisSection
+from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
 from tests.execution_harness import node_config, records, running_node, wait_until
 
@@ -586,7 +587,8 @@ async def test_a_blip_right_after_a_long_outage_leaves_the_claimers_wait_for_the
         client._recovered(0.05)
         assert not claimer._in_grace(client)  # short: the holders renewed meanwhile
         client._recovered(30.0)  # a failover as long as the lease
-        client._recovered(0.05)  # then a blip
+        for _ in range(200):  # then blips: every pooled connection's stale error, say
+            client._recovered(0.05)
         assert claimer._in_grace(client)
     finally:
         await client.aclose()
@@ -608,3 +610,20 @@ async def test_a_stopping_consumer_whose_poison_ends_wait_stays_in_the_group(
     raw = redis_client.raw
     names = await redis_client.run_sync(lambda: raw.xinfo_consumers(keys.queue("t"), GROUP))
     assert [_text(n["name"]) for n in names] == ["waits"]
+
+
+@pytest.mark.parametrize(("stopping", "counted"), [(True, 1), (False, 2)])
+async def test_what_a_failed_consumer_hands_back_counts_as_a_delivery(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts, stopping: bool, counted: int
+) -> None:
+    """A consumer asked to stop hands its messages back uncounted (a deploy is not a
+    death); one that failed (an exception, or a handler's Ctrl-C unwinding it) hands them
+    back counted, so a message that keeps failing its consumers, node after node, still
+    reaches ``max_deliveries`` and becomes poison."""
+    (msg,) = await compact_messages(redis_client, keys, 1)
+    await read_as(redis_client, keys, "c")
+    identity = Identity("c", "host:1:token", stable=True)
+    log = get_logger()
+    await leases.release(scripts, "t", identity, Flight(), "a", log, stopping=stopping)
+    reclaim = await scripts.reclaim("t", "me", 1000, 10, 5, "n1")
+    assert [(r.msg_id, r.deliveries) for r in reclaim.claimed] == [(msg, counted)]

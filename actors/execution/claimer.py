@@ -153,12 +153,14 @@ class Claimer:
                 sent_ms=self._sent_ms(), max_delay_ms=lease_ms // 3,
             )  # fmt: skip
             self._clock = (time.monotonic(), reclaim.now_ms)
-            if reclaim.held and "poison" not in self._skipped:  # said once a node's run
+            if reclaim.held and "poison" not in self._skipped:  # said once while it lasts
                 self._skipped.add("poison")
                 get_logger(actor=self.actor).warning(
                     "poison_held", type=self.type, error=reclaim.held,
                     fix="its dead letter is refused; it stays pending, tried each round",
                 )  # fmt: skip
+            elif not reclaim.held:
+                self._skipped.discard("poison")
             if reclaim.stalled:
                 self._stalled_at = time.monotonic()
                 return 0

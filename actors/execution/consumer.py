@@ -242,8 +242,9 @@ class Consumer:
                 else:  # under the lock: no reclaim's reply lands on what it hands back
                     async with self.state.pending_lock:
                         await leases.release(
-                            scripts, self.type, identity, flight, self.actor, ctx.log
-                        )
+                            scripts, self.type, identity, flight, self.actor, ctx.log,
+                            stopping=self.state.stopping,
+                        )  # fmt: skip
             self.state.free.value = 0
         if lost:
             return

@@ -20,8 +20,14 @@ from actors.store.scripts import Scripts
 from runtime.errors import RedisRefused
 from runtime.logging import emit_events
 
-#: Idle time given to released messages: past any lease, so any claimer takes them now.
+#: Idle time given to messages a stop released: past any lease, so any claimer takes them
+#: now, and past a year, so none counts it as a delivery (``reclaim.lua``, ``recover.lua``:
+#: a stop is not a death).
 RELEASED_IDLE_MS = 10 * 365 * 24 * 3600 * 1000
+#: Idle time given to what a consumer that failed (an exception, not a stop) hands back:
+#: past any sane lease, so taken at once, but under a year: counted as a delivery, so a
+#: message that keeps failing its consumers still becomes poison.
+FAILED_IDLE_MS = 30 * 24 * 3600 * 1000
 
 
 class NameLost(Exception):
@@ -92,12 +98,16 @@ async def release(
     flight: Flight,
     actor: str,
     log: structlog.typing.FilteringBoundLogger,
+    *,
+    stopping: bool = True,
 ) -> None:
     """Hand back everything still pending under our name (unfinished, unstarted, or read by
     an abandoned call), claimable at once elsewhere; leave the group if nothing is pending
-    here."""
+    here. ``stopping``: the consumer was asked to stop (``RELEASED_IDLE_MS``: no delivery
+    counted), else it failed (``FAILED_IDLE_MS``: counted)."""
     consumer = identity.name
-    released, left = await scripts.release(task_type, consumer, RELEASED_IDLE_MS)
+    idle_ms = RELEASED_IDLE_MS if stopping else FAILED_IDLE_MS
+    released, left = await scripts.release(task_type, consumer, idle_ms)
     await scripts.disown_name(task_type, consumer, identity.owner)
     known = [flight.messages[i] for i in released if i in flight.messages]
     emit_events(actor, [("released", fire_fields(m)) for m in known])

@@ -206,8 +206,8 @@ def _decision(reply: list[Any]) -> Decision:
     started: list[tuple[int, bool]] = []
     manual = set()
     for entry in run.split(b","):
-        if entry:
-            due = int(entry.lstrip(b"rm"))
+        due = _time(entry.lstrip(b"rm"))
+        if due is not None:  # what is not a time (a record edited by hand) is left out
             started.append((due, not entry.startswith(b"r")))
             if entry.lstrip(b"r").startswith(b"m"):
                 manual.add(due)

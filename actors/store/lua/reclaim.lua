@@ -98,8 +98,10 @@ for _, p in ipairs(pending) do
         end
         if task and due then
           for _, v in ipairs({task, due, o, attempt}) do ended[#ended + 1] = v end
-          redis.call('HSET', KEYS[3], id, cmsgpack.pack({now, task, due, o, attempt}))
-          redis.call('PEXPIRE', KEYS[3], 604800000)
+          -- kept for a reply lost; refused (a key of another kind), this reply alone has
+          -- it, and the dead letter written above is not written again next round
+          redis.pcall('HSET', KEYS[3], id, cmsgpack.pack({now, task, due, o, attempt}))
+          redis.pcall('PEXPIRE', KEYS[3], 604800000)
         end
       else
         entry = {}  -- deleted meanwhile: nothing to dead-letter, its entry goes

@@ -33,6 +33,11 @@ local now
 -- hash is gone; and the command the shipped ACL grants, deploy/redis/users.acl.)
 local listed = redis.call('EXISTS', tag .. ':attention') == 1
 -- One group's rows (those of one type), a[first .. last]: how many tasks it updated.
+-- A run record's count or status: a number, or none yet.
+local function is_count(v)
+  return v == nil or type(v) == 'number'
+end
+
 local function record_group(a, first, last, task_type, late)
   -- Every row's run record read first (a task's rows share one, updated in turn): one
   -- that cannot be read fails the group before it writes anything, naming the task, so
@@ -42,9 +47,14 @@ local function record_group(a, first, last, task_type, late)
     local id, b = a[i], a[i + 1]
     if runs[id] == nil then
       local ok, r = pcall(get_run, tag, b, id)
-      if not ok then
-        error('the run record of task ' .. id .. ' (' .. tag .. ':run:' .. b ..
-          ') cannot be read: ' .. (type(r) == 'table' and r.err or tostring(r)))
+      local bad = not ok and (type(r) == 'table' and r.err or 'ERR ' .. tostring(r))
+      if ok and r and not (is_count(r[RUN_RUNS]) and is_count(r[RUN_RETRIES])
+          and is_count(r[RUN_LAST_STATUS])) then
+        bad = 'ERR values of another kind'
+      end
+      if bad then  -- Redis's code first (WRONGTYPE, NOPERM): the caller classifies it
+        error({err = bad .. ' (the run record of task ' .. id .. ', ' .. tag .. ':run:' ..
+          b .. ', cannot be read)'})
       end
       runs[id] = r or false
     end
