@@ -34,6 +34,7 @@ from actors.store.codes import STATE_NEXT_MS
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS
 from actors.store.enqueue import enqueue_fires
 from actors.store.flights import ENDED_OK, FlightEnd
+from actors.store.keys import Keys
 from actors.store.messages import Message
 from actors.store.migrate import migrate
 from actors.store.records import claim_of, pack_values
@@ -430,18 +431,38 @@ async def test_an_api_write_between_claim_and_commit_voids_only_its_own_tasks_cl
     assert a is not None and (a.next_run_ms, a.fires, a.status) == (nxt, 1, "active")
 
 
+async def _definition_not_a_record(store: TaskStore, keys: Keys) -> None:
+    await store.client.execute(
+        "HSET", keys.definitions(0, keys.bucket_of("bad")), "bad", b"\xc1 not a record"
+    )
+
+
+async def _next_time_a_string(store: TaskStore, keys: Keys) -> None:
+    """A state record that decodes, its next time a string (a hand edit)."""
+    states = keys.states(0, keys.bucket_of("bad"))
+    values = decode_state(await store.client.execute("HGET", states, "bad"))
+    values[STATE_NEXT_MS] = str(values[STATE_NEXT_MS])
+    await store.client.execute("HSET", states, "bad", pack_values(values))
+
+
+@pytest.mark.parametrize(
+    ("spoil", "said"),
+    [(_definition_not_a_record, "not MessagePack"), (_next_time_a_string, "whole numbers")],
+)
 async def test_a_due_task_whose_records_do_not_decode_is_named_once_and_left_due(
-    one_partition: TaskStore,
+    one_partition: TaskStore, spoil: Callable[[TaskStore, Keys], Awaitable[None]], said: str
 ) -> None:
     """Records written by something else (a hand edit, a foreign version) stop neither the
-    poller nor the other tasks of the partition: the task is named once and stays due."""
+    poller nor the other tasks of the partition: the task is named once, saying what is
+    wrong, and stays due. Also for a record that decodes but holds a value of another
+    kind, on the claims with and without definitions (the cache's second tick): a tick
+    that raised restarted the poller, and every poller that took the partition over."""
     store = one_partition
     past = await store.now_ms() - 1000
     every = Schedule("interval", every_s=60, start_ms=past)
     await store.create_many([TaskSpec("t", every, task_id=i) for i in ("good", "bad")])
     keys = await store.keys()
-    bad = keys.definitions(0, keys.bucket_of("bad"))
-    await store.client.execute("HSET", bad, "bad", b"\xc1 not a record")
+    await spoil(store, keys)
     poller = Poller(store, PollerSettings())
     scripts = await store.scripts()
     with structlog.testing.capture_logs() as logs:
@@ -450,37 +471,10 @@ async def test_a_due_task_whose_records_do_not_decode_is_named_once_and_left_due
     assert (first.enqueued, second.enqueued) == (1, 0)
     named = [e for e in logs if e["event"] == "task_unreadable"]
     assert [e["task_id"] for e in named] == ["bad"], logs
-    assert "not MessagePack" in named[0]["error"]
+    assert said in named[0]["error"]
     assert float(await store.client.execute("ZSCORE", keys.schedule(0), "bad")) == past
     good = await store.get("good")
     assert good is not None and good.next_run_ms == past + 60_000
-
-
-async def test_a_due_task_whose_state_holds_a_value_of_another_kind_is_named_not_a_crash(
-    one_partition: TaskStore,
-) -> None:
-    """A state record that decodes but whose next time is a string (a hand edit): the
-    claims with and without definitions (the cache's second tick) set the task aside as
-    unreadable, naming what is wrong; the poller's tick does not fail (a tick that raised
-    restarted the poller, and the poller that took the partition over, again and again)."""
-    store = one_partition
-    past = await store.now_ms() - 1000
-    every = Schedule("interval", every_s=60, start_ms=past)
-    await store.create_many([TaskSpec("t", every, task_id=i) for i in ("good", "bad")])
-    keys = await store.keys()
-    states = keys.states(0, keys.bucket_of("bad"))
-    values = decode_state(await store.client.execute("HGET", states, "bad"))
-    values[STATE_NEXT_MS] = str(past)
-    await store.client.execute("HSET", states, "bad", pack_values(values))
-    poller = Poller(store, PollerSettings())
-    scripts = await store.scripts()
-    with structlog.testing.capture_logs() as logs:
-        first = await poller.tick(scripts, [0], get_logger())
-        second = await poller.tick(scripts, [0], get_logger())
-    assert (first.enqueued, second.enqueued) == (1, 0)
-    named = [e for e in logs if e["event"] == "task_unreadable"]
-    assert [e["task_id"] for e in named] == ["bad"], logs
-    assert "whole numbers" in named[0]["error"]
 
 
 async def test_a_poller_set_to_other_partitions_than_its_namespace_has_says_so(
