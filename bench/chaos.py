@@ -50,8 +50,9 @@ have a message taken over, ``reclaimed``, and run again), ``partition-rejected``
 schedule of one partition of the namespace's 16 moved aside and a string put in its place
 for ``--fault-s``, then put back: its claims rejected, ``WRONGTYPE``; the other partitions
 must go on firing meanwhile, ``ran_during_faults``, and its fires once it is back: 0
-missed), ``outcomes-rejected`` (likewise one partition's history, which the consumers
-alone write: that partition's outcome writes rejected; its fires run and are held back,
+missed), ``outcomes-rejected`` (likewise one partition's history, which in this run, with
+no misfires and no overlap policies, only the consumers write: that partition's outcome
+writes rejected; its fires run and are held back,
 pending, while every other partition's complete, ``ran_during_faults``, and are completed
 once it is back, none run twice), ``results-log-failing`` (every node's results log moved
 aside and a directory put at its path for ``--fault-s``, then removed: each write fails,
@@ -223,7 +224,7 @@ def _inject(
         return [_reject_key(server, f"{{{NAMESPACE}:q:bench1}}:queue", fault_s)], 0
     if scenario == "partition-rejected":  # ... where a partition's schedule should be
         return [_reject_key(server, f"{{{NAMESPACE}:3}}:schedule", fault_s)], 0
-    if scenario == "outcomes-rejected":  # ... where its history (the consumers' alone) should be
+    if scenario == "outcomes-rejected":  # ... where its history (the consumers' here) should be
         return [_reject_key(server, f"{{{NAMESPACE}:3}}:history", fault_s)], 0
     if scenario == "results-log-failing":
         return [_fail_results_logs(workdir, len(procs), fault_s)], 0

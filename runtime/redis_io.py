@@ -118,10 +118,6 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
         """Steps waiting to be repeated after a refusal right now (``ride_out``)."""
         self._refused_since = 0.0
         """Monotonic time the current run of refusals began."""
-        self.disruption_s = 0.0
-        """How long the last outage or run of refusals lasted (with ``recovered_at``)."""
-        self.recovered_at: float | None = None
-        """Monotonic time the last outage or run of refusals ended (None: none seen)."""
         self.disruptions: collections.deque[tuple[float, float]] = collections.deque(maxlen=64)
         """The latest outages and runs of refusals, (monotonic end, seconds long): a
         claimer waits a lease after one long enough before taking over other consumers'

@@ -43,8 +43,6 @@ class OutageRiding:
     _refused: RedisRefused | None
     _refused_steps: int
     _refused_since: float
-    disruption_s: float
-    recovered_at: float | None
     disruptions: collections.deque[tuple[float, float]]
 
     async def ping(self) -> bool:
@@ -65,12 +63,12 @@ class OutageRiding:
 
     def _recovered(self, length_s: float) -> None:
         """An outage or a run of refusals ``length_s`` long ended now."""
-        self.recovered_at, self.disruption_s = time.monotonic(), length_s
-        # a shorter or equal one before it no longer matters: blips replace each other,
-        # and the longest recent one stays, however many follow it
+        ended = time.monotonic()
+        # a shorter or equal one before it no longer matters: blips replace each other, and
+        # a long one stays until a longer one, or 64 ever shorter ones, come after it
         while self.disruptions and self.disruptions[-1][1] <= length_s:
             self.disruptions.pop()
-        self.disruptions.append((self.recovered_at, length_s))
+        self.disruptions.append((ended, length_s))
 
     def last_ended(self, at_least_s: float) -> float | None:
         """When the latest outage or run of refusals of ``at_least_s`` or longer ended

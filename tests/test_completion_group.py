@@ -296,8 +296,8 @@ async def test_a_run_record_that_cannot_be_read_fails_its_group_before_any_write
 ) -> None:
     """Task ``bad``'s run record is cut short (a hand edit, another version): the outcome
     call of its partition fails naming it and its key, and writes nothing for the task
-    beside it, however often it is tried (a row written before the failing one was written
-    again at every try: its run count climbed). Mended, both are written once."""
+    beside it, however often it is tried (a row written before the failing one would be
+    written again at every try, its run count climbing). Mended, both are written once."""
     tasks = await _tasks(store, {"t": 2})
     good, bad = tasks["t"]
     keys = await store.keys()

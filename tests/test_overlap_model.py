@@ -172,7 +172,7 @@ def test_random_runs_crashes_and_ends_against_the_model(
 def test_a_decision_naming_a_fire_in_flight_that_is_not_a_time_is_read_without_it() -> None:
     """A flight record edited by hand (its fire in flight ``abc``): the decision that
     skips a grid time for it names it as blocking; it is read as none, not a ValueError
-    that failed the poller's tick, and every time that is one is kept."""
+    that would fail the poller's tick, and every time that is one is kept."""
     decision = _decision([b"t", b"5,r6,m7", b"abc", b"8,abc", b"abc", b"", b"-20"])
     assert decision.run == [(5, True), (6, False), (7, True)]
     assert decision.manual == frozenset({7})

@@ -456,7 +456,7 @@ async def test_a_due_task_whose_records_do_not_decode_is_named_once_and_left_due
     poller nor the other tasks of the partition: the task is named once, saying what is
     wrong, and stays due. Also for a record that decodes but holds a value of another
     kind, on the claims with and without definitions (the cache's second tick): a tick
-    that raised restarted the poller, and every poller that took the partition over."""
+    that raised would restart the poller, and every poller that took the partition over."""
     store = one_partition
     past = await store.now_ms() - 1000
     every = Schedule("interval", every_s=60, start_ms=past)

@@ -175,8 +175,9 @@ async def test_a_poison_message_refused_at_maxmemory_holds_up_no_reclaim(
 ) -> None:
     """Redis at maxmemory (noeviction): a poison message's dead letter (an XADD) is
     refused, and it came first in the window; the reclaim leaves it pending and says why,
-    and takes the dead consumer's other messages over all the same (the refused XADD used
-    to fail the whole call: no reclaim, no trim behind it, while Redis stayed full)."""
+    and takes the dead consumer's other messages over all the same (a refused XADD that
+    failed the whole call would leave no reclaim, and no trim behind it, while Redis
+    stays full)."""
     store = TaskStore(own_client, namespace, default_partitions=4)
     keys, scripts = await store.keys(), await store.scripts()
     stream = keys.queue("t")

@@ -89,7 +89,8 @@ class Claimer:
         self._poison_ends_said = False
         """Whether ``poison_ends_skipped`` was said for the rejection going on."""
         self._skipped: set[str] = set()
-        """Kinds of refusal a housekeeping step was skipped for (logged once each)."""
+        """Kinds of refusal a housekeeping step was skipped for (logged once each), and
+        ``poison`` while a poison message's dead letter is refused (``poison_held``)."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         redis = self.store.client

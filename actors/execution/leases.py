@@ -103,7 +103,8 @@ async def release(
 ) -> None:
     """Hand back everything still pending under our name (unfinished, unstarted, or read by
     an abandoned call), claimable at once elsewhere; leave the group if nothing is pending
-    here. ``stopping``: the consumer was asked to stop (``RELEASED_IDLE_MS``: no delivery
+    here and no poison this consumer's claimer dead-lettered waits to be ended.
+    ``stopping``: the consumer was asked to stop (``RELEASED_IDLE_MS``: no delivery
     counted), else it failed (``FAILED_IDLE_MS``: counted)."""
     consumer = identity.name
     idle_ms = RELEASED_IDLE_MS if stopping else FAILED_IDLE_MS

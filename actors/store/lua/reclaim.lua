@@ -2,7 +2,8 @@
 -- KEYS[1]  the type's stream   KEYS[2]  its dead-letter stream (same slot)
 -- KEYS[3]  this consumer's poison ends to do (Keys.poison_ends, same slot): hash of each
 --          poisoned message's id -> {now, task_id, due_ms, policy code, attempt}, packed,
---          kept (a week) until the claimer has ended its flight and recorded it dead
+--          kept (a week) until the claimer has ended its flight and recorded it dead (a
+--          write of it refused, the key of another kind: this reply alone has it)
 -- ARGV[1]  group   ARGV[2]  this node's consumer   ARGV[3]  min idle ms (the lease)
 -- ARGV[4]  most messages to take   ARGV[5]  max deliveries   ARGV[6]  node name
 -- ARGV[7]  the type (a dead letter's 'type' field)
@@ -24,7 +25,8 @@
 -- compact message's schedule_id, type and enq_ms added, so it can be replayed) and the
 -- reason. The window looked at is larger than the count (4x, +100), so this consumer's
 -- own idle entries (its own consumer recovers them) cannot hide others' dead messages.
--- A message a stopping consumer released (release.lua: idle ten years; over one here) did
+-- A message a stopping consumer released (release.lua with RELEASED_IDLE_MS, ten years;
+-- over one here; a failed consumer's 30 days are under it, and counted) did
 -- not die with its holder: taken over, it keeps its count (this delivery stands in for the
 -- released one) and is never poison for it, so a rolling deploy counts nothing, as a
 -- restart under the same name does not (recover.lua).
@@ -37,7 +39,7 @@ local want = tonumber(ARGV[4])
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[3], '-', '+',
   want * 4 + 100)
 local claimed, poisoned, ended, held = {}, {}, {}, ''
-local released = 365 * 24 * 3600 * 1000  -- ms: release.lua gives ten years
+local released = 365 * 24 * 3600 * 1000  -- ms: a stop's release gives ten years
 
 local function full_form(id, raw)
   local f, fields = {}, {}

@@ -11,7 +11,8 @@
 -- 0. Entries whose message was deleted meanwhile drop out of the PEL and are not returned.
 -- A lost read's messages keep their delivery count (taking back is not a delivery, and
 -- a higher count would make a message poison early), and so do those an earlier
--- incarnation released as it stopped (release.lua: idle ten years; over one here). At a
+-- incarnation released as it stopped (release.lua with a stop's ten years; over one here;
+-- what a failed incarnation handed back, 30 days, is counted). At a
 -- consumer's start each other one counts as delivered once more: its earlier incarnation
 -- died holding it, maybe because of it. One delivered max deliveries times already is
 -- not run again but handed to '<consumer>/poison' (a name no consumer has), idle a day,
@@ -26,7 +27,7 @@
 -- (count_delivery.lua): a death while one runs alone counts against that one only, so
 -- the messages read with a poison message run, and only the poison reaches the count.
 local max = tonumber(ARGV[5] or '')
-local released = 365 * 24 * 3600 * 1000  -- ms: release.lua gives ten years
+local released = 365 * 24 * 3600 * 1000  -- ms: a stop's release gives ten years
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', tonumber(ARGV[4] or 0),
   '-', '+', tonumber(ARGV[3]), ARGV[2])
 local out = {}

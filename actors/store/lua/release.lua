@@ -1,7 +1,10 @@
--- release: at shutdown, hand back every message pending under this consumer.
+-- release: as a consumer ends (stopped, or failed), hand back every message pending
+-- under it.
 -- KEYS[1]  the type's stream   KEYS[2]  this consumer's poison ends (Keys.poison_ends)
 -- ARGV[1]  group   ARGV[2]  this consumer
--- ARGV[3]  idle ms to set (past any lease, so other claimers take them at once)
+-- ARGV[3]  idle ms to set: past any lease, so other claimers take them at once; ten years
+--          for a stop (RELEASED_IDLE_MS: past a year, no delivery counted by reclaim.lua
+--          or recover.lua), 30 days for a consumer that failed (FAILED_IDLE_MS: counted)
 -- Returns {released ids, 1 if the consumer was removed from the group else 0}.
 -- Called when none of this consumer's handlers runs any more: whatever is pending under
 -- its name (unfinished, unstarted, or read by an abandoned call) will not finish here.
