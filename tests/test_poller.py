@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import msgpack
 import pytest
 import structlog.testing
 import trio
@@ -445,9 +446,20 @@ async def _next_time_a_string(store: TaskStore, keys: Keys) -> None:
     await store.client.execute("HSET", states, "bad", pack_values(values))
 
 
+async def _state_of_another_layout(store: TaskStore, keys: Keys) -> None:
+    """A state record written as one MessagePack array (its first byte not a status)."""
+    states = keys.states(0, keys.bucket_of("bad"))
+    values = decode_state(await store.client.execute("HGET", states, "bad"))
+    await store.client.execute("HSET", states, "bad", msgpack.packb(values))
+
+
 @pytest.mark.parametrize(
     ("spoil", "said"),
-    [(_definition_not_a_record, "not MessagePack"), (_next_time_a_string, "whole numbers")],
+    [
+        (_definition_not_a_record, "not MessagePack"),
+        (_next_time_a_string, "whole numbers"),
+        (_state_of_another_layout, "values, not 9"),
+    ],
 )
 async def test_a_due_task_whose_records_do_not_decode_is_named_once_and_left_due(
     one_partition: TaskStore, spoil: Callable[[TaskStore, Keys], Awaitable[None]], said: str

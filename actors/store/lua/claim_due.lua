@@ -105,8 +105,15 @@ else
     -- An active state begins with its status (fixint 0) and then its grid time (not nil):
     -- STATE_STATUS and STATE_NEXT_MS stay a state's first two values (codes.py).
     local s = redis.call('HGET', tag .. ':state:' .. b, id)
-    local def = s and string.byte(s, 1) == ACTIVE and string.byte(s, 2) ~= MP_NIL
-      and (lean or redis.call('HGET', tag .. ':def:' .. b, id))
+    local status = s and string.byte(s, 1)
+    local def
+    if status == ACTIVE then
+      def = string.byte(s, 2) ~= MP_NIL and (lean or redis.call('HGET', tag .. ':def:' .. b, id))
+    elseif s and not (status == PAUSED or status == STOPPED or status == FINISHED) then
+      -- not a state this version writes (another layout, a hand edit): the poller names
+      -- it unreadable and it stays due, never dropped from the schedule without a word
+      def = lean or redis.call('HGET', tag .. ':def:' .. b, id) or ''
+    end
     if not def then
       redis.call('ZREM', KEYS[1], id)  -- stale index entry: task deleted or no longer active
     else
