@@ -48,36 +48,48 @@ async def unless_rejected(step: Callable[[], Awaitable[T]]) -> T:
         raise Rejected(exc) from exc
 
 
+async def apart_by_type(
+    redis: RedisClient, whole: Callable[[], Awaitable[Any]],
+    part: Callable[[str], Awaitable[Any]], types: Sequence[str], at_once: bool,
+) -> dict[str, ResponseError]:  # fmt: skip
+    """A step over several types, riding out outages and refusals: ``whole()`` first when
+    ``at_once`` or of one type alone, then, if that was rejected or not ``at_once``,
+    ``part(t)`` for each type, each once (the caller's step must be safe to repeat). The
+    types Redis rejects (a key of another kind), with its error."""
+    if at_once or len(types) == 1:
+        try:
+            await redis.ride_out(functools.partial(unless_rejected, whole))
+            return {}
+        except Rejected as exc:
+            if len(types) == 1:
+                return {types[0]: exc.error}
+    rejected: dict[str, ResponseError] = {}
+    for task_type in types:
+        try:
+            await redis.ride_out(
+                functools.partial(unless_rejected, functools.partial(part, task_type))
+            )
+        except Rejected as exc:
+            rejected[task_type] = exc.error
+    return rejected
+
+
 async def append_by_type(
     redis: RedisClient,
     append: Callable[[list[Fire]], Awaitable[Any]],
     fires: list[Fire],
     at_once: bool,
 ) -> dict[str, ResponseError]:
-    """Append ``fires`` with ``append``, riding out outages and refusals: all in one call
-    first when ``at_once`` (the enqueue markers make a repeat safe: a rejected call leaves
-    the others' appends done, and the pass type by type finds their markers), then, if that
-    was rejected or not ``at_once``, type by type, each once. The types whose stream Redis
-    rejects, with its error."""
+    """Append ``fires`` with ``append`` (``apart_by_type``): all in one call first when
+    ``at_once`` (the enqueue markers make a repeat safe: a rejected call leaves the others'
+    appends done, and the pass type by type finds their markers), then type by type. The
+    types whose stream Redis rejects, with its error."""
     by_type: dict[str, list[Fire]] = defaultdict(list)
     for fire in fires:
         by_type[fire.type].append(fire)
-    if at_once or len(by_type) == 1:
-        try:
-            await redis.ride_out(functools.partial(unless_rejected, lambda: append(fires)))
-            return {}
-        except Rejected as exc:
-            if len(by_type) == 1:
-                return {fires[0].type: exc.error}
-    rejected: dict[str, ResponseError] = {}
-    for task_type, group in by_type.items():
-        try:
-            await redis.ride_out(
-                functools.partial(unless_rejected, functools.partial(append, group))
-            )
-        except Rejected as exc:
-            rejected[task_type] = exc.error
-    return rejected
+    return await apart_by_type(
+        redis, lambda: append(fires), lambda t: append(by_type[t]), list(by_type), at_once
+    )
 
 
 async def send_cancels(
@@ -85,28 +97,20 @@ async def send_cancels(
     cancels: Mapping[str, Sequence[str]], actor: str,
 ) -> None:  # fmt: skip
     """``cancel_fires`` for these running fires (by type) that ``cancel_other`` fires
-    replaced, riding out outages and refusals: all in one call, then, once rejected, type
-    by type (a request written again is the same request). A type whose cancel hash Redis
-    rejects (a key of another kind) is left out with one ``cancels_not_sent`` line: its
-    replaced fires run to their end (or timeout) and their replacements wait for them, as
-    under ``buffer_one``, rather than every partition and type the poller serves waiting
-    on that one key."""
-    calls = [cancels] if len(cancels) == 1 else [cancels, *({t: s} for t, s in cancels.items())]
-    for i, call in enumerate(calls):
-        try:
-            await redis.ride_out(
-                functools.partial(unless_rejected, functools.partial(cancel, call))
-            )
-        except Rejected as exc:
-            if len(call) == 1:
-                ((task_type, sids),) = call.items()
-                get_logger(actor=actor).warning(
-                    "cancels_not_sent", type=task_type, fires=len(sids),
-                    error=reply_text(exc.error),
-                )  # fmt: skip
-            continue
-        if i == 0:
-            return  # all at once went through
+    replaced (``apart_by_type``): all in one call, then, once rejected, type by type (a
+    request written again is the same request). A type whose cancel hash Redis rejects (a
+    key of another kind) is left out with one ``cancels_not_sent`` line: its replaced fires
+    run to their end (or timeout) and their replacements wait for them, as under
+    ``buffer_one``, rather than every partition and type the poller serves waiting on that
+    one key."""
+    rejected = await apart_by_type(
+        redis, lambda: cancel(cancels), lambda t: cancel({t: cancels[t]}), list(cancels), True
+    )
+    for task_type, error in rejected.items():
+        get_logger(actor=actor).warning(
+            "cancels_not_sent", type=task_type, fires=len(cancels[task_type]),
+            error=reply_text(error),
+        )  # fmt: skip
 
 
 async def commit_apart(
