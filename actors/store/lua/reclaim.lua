@@ -62,16 +62,10 @@ end
 
 for _, p in ipairs(pending) do
   local id, owner, idle, deliveries = p[1], p[2], p[3], p[4]
+  local stop_released = idle >= released
   if owner ~= ARGV[2] then
-    if idle >= released then
-      if #claimed < want then
-        local got = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], id,
-          'RETRYCOUNT', deliveries)
-        if got[1] then
-          claimed[#claimed + 1] = {id, owner, idle, deliveries, got[1][2]}
-        end
-      end
-    elseif deliveries >= tonumber(ARGV[5]) then
+    if deliveries >= tonumber(ARGV[5]) and not stop_released then
+      local dead = true  -- acknowledged and deleted this round (also one deleted meanwhile)
       local entry = redis.call('XRANGE', KEYS[1], id, id)
       if entry[1] then
         local fields = full_form(id, entry[1][2])
@@ -90,33 +84,37 @@ for _, p in ipairs(pending) do
         -- refused (OOM, before this call wrote anything): left pending, tried next round,
         -- and the others are claimed meanwhile
         local added = redis.pcall('XADD', KEYS[2], '*', unpack(fields))
-        if type(added) == 'table' and added.err then entry, held = nil, added.err end
-        local raw, o, task, due, attempt = entry and entry[1][2] or {}, '', nil, nil, '0'
-        for j = 1, #raw, 2 do
-          if raw[j] == 'o' then o = raw[j + 1] end
-          if raw[j] == 'task_id' then task = raw[j + 1] end
-          if raw[j] == 'due_ms' then due = raw[j + 1] end
-          if raw[j] == 'attempt' then attempt = raw[j + 1] end
+        if type(added) == 'table' and added.err then
+          dead, held = false, added.err
+        else
+          local raw, o, task, due, attempt = entry[1][2], '', nil, nil, '0'
+          for j = 1, #raw, 2 do
+            if raw[j] == 'o' then o = raw[j + 1] end
+            if raw[j] == 'task_id' then task = raw[j + 1] end
+            if raw[j] == 'due_ms' then due = raw[j + 1] end
+            if raw[j] == 'attempt' then attempt = raw[j + 1] end
+          end
+          if task and due then
+            for _, v in ipairs({task, due, o, attempt}) do ended[#ended + 1] = v end
+            -- kept for a reply lost; refused (a key of another kind), this reply alone has
+            -- it, and the dead letter written above is not written again next round
+            redis.pcall('HSET', KEYS[3], id, cmsgpack.pack({now, task, due, o, attempt}))
+            redis.pcall('PEXPIRE', KEYS[3], 604800000)
+          end
         end
-        if task and due then
-          for _, v in ipairs({task, due, o, attempt}) do ended[#ended + 1] = v end
-          -- kept for a reply lost; refused (a key of another kind), this reply alone has
-          -- it, and the dead letter written above is not written again next round
-          redis.pcall('HSET', KEYS[3], id, cmsgpack.pack({now, task, due, o, attempt}))
-          redis.pcall('PEXPIRE', KEYS[3], 604800000)
-        end
-      else
-        entry = {}  -- deleted meanwhile: nothing to dead-letter, its entry goes
       end
-      if entry then
+      if dead then
         redis.call('XACK', KEYS[1], ARGV[1], id)
         redis.call('XDEL', KEYS[1], id)
         poisoned[#poisoned + 1] = id
       end
     elseif #claimed < want then
-      local got = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], id)
+      -- one delivery more, but for a message a stop released: this one stands in for it
+      local count = stop_released and deliveries or deliveries + 1
+      local got = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], id,
+        'RETRYCOUNT', count)
       if got[1] then
-        claimed[#claimed + 1] = {id, owner, idle, deliveries + 1, got[1][2]}
+        claimed[#claimed + 1] = {id, owner, idle, count, got[1][2]}
       end
     end
   end
