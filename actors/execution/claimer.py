@@ -89,8 +89,9 @@ class Claimer:
         self._poison_ends_said = False
         """Whether ``poison_ends_skipped`` was said for the rejection going on."""
         self._skipped: set[str] = set()
-        """Kinds of refusal a housekeeping step was skipped for (logged once each), and
-        ``poison`` while a poison message's dead letter is refused (``poison_held``)."""
+        """Kinds of refusal a housekeeping step was skipped for (logged once each)."""
+        self._poison_held_said = False
+        """Whether ``poison_held`` was said for the refusal going on."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         redis = self.store.client
@@ -154,14 +155,12 @@ class Claimer:
                 sent_ms=self._sent_ms(), max_delay_ms=lease_ms // 3,
             )  # fmt: skip
             self._clock = (time.monotonic(), reclaim.now_ms)
-            if reclaim.held and "poison" not in self._skipped:  # said once while it lasts
-                self._skipped.add("poison")
+            if reclaim.held and not self._poison_held_said:  # said once while it lasts
                 get_logger(actor=self.actor).warning(
                     "poison_held", type=self.type, error=reclaim.held,
                     fix="its dead letter is refused; it stays pending, tried each round",
                 )  # fmt: skip
-            elif not reclaim.held:
-                self._skipped.discard("poison")
+            self._poison_held_said = bool(reclaim.held)
             if reclaim.stalled:
                 self._stalled_at = time.monotonic()
                 return 0
