@@ -403,6 +403,25 @@ async def test_namespace_of_another_layout_is_refused_with_the_way_out(
         await TaskStore(redis_client, namespace).keys()
 
 
+async def test_a_namespace_whose_meta_key_is_lost_is_refused_not_laid_out_again(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    first = TaskStore(redis_client, namespace, default_partitions=4, default_buckets=16)
+    created = await first.create(TaskSpec("email", EVERY_MINUTE, {"n": 1}))
+    task = await first.get(created.task_id)
+    assert task is not None
+    await redis_client.execute("DEL", f"{namespace}:meta")
+    other = TaskStore(redis_client, namespace, default_partitions=64)
+    with pytest.raises(LayoutMismatch, match=f"holds data \\({namespace}:types\\) but has no"):
+        await other.keys()
+    assert await redis_client.execute("EXISTS", f"{namespace}:meta") == 0
+    await redis_client.execute(
+        "HSET", f"{namespace}:meta", "layout", 3, "partitions", 4, "buckets", 16, "messages", 2
+    )
+    restored = TaskStore(redis_client, namespace, default_partitions=64)
+    assert await restored.get(created.task_id) == task
+
+
 async def test_partition_count_is_fixed_by_the_first_user(
     redis_client: RedisClient, namespace: str
 ) -> None:

@@ -96,6 +96,7 @@ class TaskStore:
         """The namespace's keys, creating its meta record on first use."""
         if self._keys is None:
             meta = f"{self.namespace}:meta"
+            await self._refuse_data_without_meta(meta)
             # The layout first: a namespace written by an older version keeps its number
             # (it has no buckets field until ``metronome migrate`` gives it one).
             created = await self.client.execute("HSETNX", meta, "layout", LAYOUT_VERSION)
@@ -135,6 +136,26 @@ class TaskStore:
                 compact_messages=messages is not None and int(messages) >= COMPACT_MESSAGES,
             )  # fmt: skip
         return self._keys
+
+    async def _refuse_data_without_meta(self, meta: str) -> None:
+        """A namespace whose meta key is gone (deleted by hand, evicted, a partial restore)
+        but whose tasks or pollers are still there is refused: a new meta key laid over
+        it would give it this node's partition and bucket counts (and this layout), and
+        every task whose place they move would stop firing, without a word. The marks:
+        ``ns:types`` (written by every create, in every layout) and ``ns:pollers`` (by
+        every poller while it runs)."""
+        if await self.client.execute("EXISTS", meta):
+            return
+        marks = [f"{self.namespace}:types", f"{self.namespace}:pollers"]
+        found = [mark for mark in marks if await self.client.execute("EXISTS", mark)]
+        if found:
+            raise LayoutMismatch(
+                f"namespace {self.namespace!r} holds data ({', '.join(found)}) but has no "
+                f"{meta} key, so its layout, partitions and buckets are unknown; restore "
+                f"it (HSET {meta} layout {LAYOUT_VERSION} partitions <P> buckets <B> "
+                f"messages {COMPACT_MESSAGES}, with the counts the namespace was made "
+                "with) or use another namespace"
+            )
 
     async def scripts(self) -> Scripts:
         """The namespace's scripts (``actors.store.scripts``): the roles' door to Redis."""
