@@ -9,6 +9,7 @@ from unittest.mock import ANY
 
 import pytest
 import trio
+from redis.exceptions import ResponseError
 
 from actors.domain.errors import (
     InvalidTask,
@@ -351,6 +352,27 @@ async def test_delete_removes_the_task_and_its_index_entries(
     )
     assert sorted(await redis_client.execute("HGETALL", owner)) == [b"version", b"writes"]
     assert await redis_client.execute("HGET", owner, "writes") == b"2"
+
+
+async def test_a_task_whose_definition_cannot_be_read_is_deleted_and_its_id_freed(
+    store: TaskStore, redis_client: RedisClient, namespace: str
+) -> None:
+    """A definition record no version writes (a hand edit, a truncated restore): an update
+    says which record is broken and how out, a create under its id is a conflict (the
+    script failed the whole create call), and a delete takes every record of the task
+    (it failed too, so nothing could remove such a task), after which the id is free."""
+    task_id = (await store.create(TaskSpec("email", EVERY_MINUTE, task_id="broken"))).task_id
+    keys = await store.keys()
+    p, b = keys.partition_of(task_id), keys.bucket_of(task_id)
+    await redis_client.execute("HSET", keys.definitions(p, b), task_id, b"\x94\xa5email")
+    with pytest.raises(ResponseError, match=f"task {task_id}: its definition record .* delete"):
+        await store.update(task_id, payload={"n": 2})
+    with pytest.raises(TaskConflict, match=task_id):
+        await store.create(TaskSpec("email", EVERY_MINUTE, task_id=task_id))
+    assert await store.delete(task_id)
+    assert await redis_client.execute("HEXISTS", keys.states(p, b), task_id) == 0
+    assert await redis_client.execute("ZSCORE", keys.schedule(p), task_id) is None
+    assert (await store.create(TaskSpec("email", EVERY_MINUTE, task_id=task_id))).created
 
 
 async def test_clear_type_deletes_in_bounded_batches(store: TaskStore) -> None:

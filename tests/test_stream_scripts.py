@@ -339,6 +339,27 @@ async def test_a_retry_of_a_task_created_again_under_its_id_is_dropped(
     assert await redis_client.execute("EXISTS", prefix + f"{again}:1") == 0
 
 
+@pytest.mark.parametrize("broken", ["def", "state"])
+async def test_a_record_that_cannot_be_read_holds_back_no_retry(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts, broken: str
+) -> None:
+    """A task's definition or state record is not one any version writes (a hand edit, a
+    truncated restore) while fires of its partition wait to be retried: a retry being
+    saved for it, and every retry of the partition, still are, and each is claimed, the
+    broken task's too (the retry carries what it runs). The claim failed for all before."""
+    store = TaskStore(redis_client, keys.namespace, default_partitions=keys.partitions)
+    bad, kept = [t for t in (f"u{i}" for i in range(200)) if keys.partition_of(t) == 0][:2]
+    for task_id in (bad, kept):
+        await store.create(TaskSpec("t", Schedule("interval", every_s=3600), task_id=task_id))
+    await scripts.schedule_retries([RetryWrite(message(kept, 0, "null"), 0, "boom")])
+    record = keys.definitions if broken == "def" else keys.states
+    await redis_client.execute("HSET", record(0, keys.bucket_of(bad)), bad, b"\x94\xa5email")
+    await scripts.schedule_retries([RetryWrite(message(bad, 0, "null"), 0, "boom")])
+    (claim,) = await scripts.claim_retries([0], "tok", 10, 60_000)
+    assert claim.dropped == []
+    assert sorted(f.task_id for _, f in claim.retries) == sorted([bad, kept])
+
+
 @pytest.mark.parametrize("window_ms", [60_000, 0])
 async def test_a_rejected_partition_or_stream_holds_back_its_own_retries_only(
     redis_client: RedisClient, keys: Keys, scripts: Scripts,

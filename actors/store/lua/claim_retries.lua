@@ -11,7 +11,9 @@
 -- a paused or finished task's retry still runs: its fire had started); a task deleted and
 -- created again under its id is another task (its created_ms is not the context's 'born',
 -- kept by schedule_retries.lua; a context without one, of an earlier version, is not
--- checked).
+-- checked). A task whose state or definition record cannot be read (try_state, read_def)
+-- keeps its retry: the retry carries what it runs, and a broken record holds back no
+-- other retry of the partition.
 -- Same claim-then-commit rule as claim_due: a dispatcher killed before commit_retries
 -- leaves the retry to be claimed again after the lease (maybe a duplicate, never a loss).
 local t = redis.call('TIME')
@@ -28,11 +30,12 @@ for _, sid in ipairs(due) do
   local f = redis.call('HMGET', key, 'task_id', 'type', 'payload', 'attempt', 'due_ms', 'claim',
     'o', 'born')
   local b = f[1] and bucket_of(f[1], buckets)
-  local s = f[1] and get_state(tag, b, f[1])
+  local s = f[1] and try_state(tag, b, f[1])
+  local born = f[1] and f[8] and created_ms(tag, b, f[1])
   if not f[1] then
     redis.call('ZREM', KEYS[1], sid)  -- context gone: nothing to retry
-  elseif not s or s[STATE_STATUS] == STOPPED
-      or (f[8] and tonumber(f[8]) ~= (created_ms(tag, b, f[1]) or 0)) then
+  elseif s == nil or (s and s[STATE_STATUS] == STOPPED)
+      or (f[8] and born ~= false and tonumber(f[8]) ~= (born or 0)) then
     redis.call('DEL', key)
     redis.call('ZREM', KEYS[1], sid)
     dropped[#dropped + 1] = sid

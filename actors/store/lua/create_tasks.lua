@@ -4,7 +4,8 @@
 -- ARGV[2..] groups of 8: task_id, bucket, type, payload (JSON), sched (encoded),
 --           next_ms ('' = never), score, labels (compact JSON, '' = none)
 -- Returns one code per task: CODE_OK created, CODE_UNCHANGED existed with the same
--- definition and labels, CODE_CONFLICT another definition.
+-- definition and labels, CODE_CONFLICT another definition (or one that cannot be read:
+-- the caller's batch goes on, and the task's delete is the way out).
 local tag = ARGV[1]
 local version  -- the created tasks' version and creation time (records.lua new_version)
 local out = {}
@@ -14,7 +15,7 @@ for i = 2, #ARGV, 8 do
     ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5], ARGV[i+6], ARGV[i+7]
   local cur = redis.call('HGET', tag .. ':def:' .. b, id)
   if cur then
-    local typ0, payload0, sched0 = cmsgpack.unpack(cur)
+    local typ0, payload0, sched0 = read_def(cur)  -- nil when it cannot be read: a conflict
     local labels0 = redis.call('HGET', tag .. ':labels', id) or ''
     if typ0 == typ and payload0 == payload and sched0 == sched and labels0 == labels then
       out[#out + 1] = CODE_UNCHANGED

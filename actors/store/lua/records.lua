@@ -42,13 +42,34 @@ local function get_state(tag, b, id)
   return {cmsgpack.unpack(raw)}
 end
 
+-- get_state for a script that goes on past a record it cannot read: false for a state
+-- record that does not unpack, or whose status is not a number.
+local function try_state(tag, b, id)
+  local raw = redis.call('HGET', tag .. ':state:' .. b, id)
+  if not raw then return nil end
+  local ok, s = pcall(function() return {cmsgpack.unpack(raw)} end)
+  if not ok or type(s[STATE_STATUS]) ~= 'number' then return false end
+  return s
+end
+
+-- A definition record's values (typ, payload, sched, created), or nil when it cannot be
+-- read (not a record any version writes: a hand edit, another program; its type must be a
+-- string): a script that meets one goes on without it rather than failing every task of
+-- its call (claim_due.lua and the poller name such a task unreadable).
+local function read_def(raw)
+  local ok, typ, payload, sched, created = pcall(cmsgpack.unpack, raw)
+  if not ok or type(typ) ~= 'string' then return nil end
+  return typ, payload, sched, created
+end
+
 -- A task's created_ms (its definition's last value, its first version: a task deleted and
 -- created again under its id has another), 0 when no such task; nil for a definition
--- without one.
+-- without one; false for a definition that cannot be read (read_def).
 local function created_ms(tag, b, id)
   local raw = redis.call('HGET', tag .. ':def:' .. b, id)
   if not raw then return 0 end
-  local _, _, _, created = cmsgpack.unpack(raw)
+  local typ, _, _, created = read_def(raw)
+  if not typ then return false end
   return created
 end
 

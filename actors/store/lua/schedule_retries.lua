@@ -6,7 +6,8 @@
 --           (of the retry), due_ms, last_error, policy code ('' = none)
 -- The retry is due at Redis's TIME + delay_ms: one clock for every node (a node whose own
 -- clock is skewed neither retries early nor late). Each context keeps in 'born' its task's
--- created_ms now (0: no such task; none kept for a definition without one), so that
+-- created_ms now (0: no such task; none kept for a definition without one or one that
+-- cannot be read), so that
 -- claim_retries.lua drops the retry if the task is deleted and created again under its id
 -- before the retry comes due.
 -- Returns the number saved. Idempotent per schedule_id: a message that failed twice
@@ -22,7 +23,7 @@ for i = 4, #ARGV, 9 do
     'payload', ARGV[i + 4], 'attempt', ARGV[i + 5], 'due_ms', ARGV[i + 6],
     'last_error', ARGV[i + 7], 'retry_at_ms', retry_at)
   local born = created_ms(tag, bucket_of(ARGV[i + 2], buckets), ARGV[i + 2])
-  if born then
+  if born then  -- nil or false: none to keep
     redis.call('HSET', ARGV[1] .. sid, 'born', ms(born))
   else
     redis.call('HDEL', ARGV[1] .. sid, 'born')

@@ -5,15 +5,17 @@
 -- run, history, attention entry and acknowledgement (a task created again under the id
 -- starts with none). schedule: the
 -- partition's schedule zset. Returns true when the task existed. The caller counts the
--- partition's write (count_write) once for all it deleted.
+-- partition's write (count_write) once for all it deleted. A task whose definition cannot
+-- be read (read_def) is deleted all the same, but for its entry in its type's index
+-- (the type is in that record): a delete is the way out of a broken record.
 local function delete_task(tag, b, id, schedule)
   local def = redis.call('HGET', tag .. ':def:' .. b, id)
   if not def then return false end
-  local typ = cmsgpack.unpack(def)
+  local typ = read_def(def)
   redis.call('HDEL', tag .. ':def:' .. b, id)
   redis.call('HDEL', tag .. ':state:' .. b, id)
   redis.call('HDEL', tag .. ':run:' .. b, id)
-  redis.call('HDEL', tag .. ':type:' .. typ .. ':' .. b, id)
+  if typ then redis.call('HDEL', tag .. ':type:' .. typ .. ':' .. b, id) end
   drop_labels(tag, b, id)
   redis.call('HDEL', tag .. ':errors', id)
   redis.call('HDEL', tag .. ':notes', id)

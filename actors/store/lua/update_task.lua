@@ -17,7 +17,11 @@ local tag, id, b = ARGV[1], ARGV[2], ARGV[3]
 local def = redis.call('HGET', tag .. ':def:' .. b, id)
 local s = get_state(tag, b, id)
 if not (def and s) then return {CODE_NOT_FOUND, ''} end
-local typ, payload, sched, created = cmsgpack.unpack(def)
+local typ, payload, sched, created = read_def(def)
+if not typ then
+  error('ERR task ' .. id .. ': its definition record (' .. tag .. ':def:' .. b ..
+    ') cannot be read; delete the task and create it again')
+end
 if ARGV[4] ~= '' then payload = ARGV[4] end
 local placed = 0
 if ARGV[5] ~= '' and ARGV[5] ~= sched then
