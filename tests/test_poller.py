@@ -453,29 +453,40 @@ async def _state_of_another_layout(store: TaskStore, keys: Keys) -> None:
     await store.client.execute("HSET", states, "bad", msgpack.packb(values))
 
 
+async def _definition_gone(store: TaskStore, keys: Keys) -> None:
+    """A state left without its definition (a partial delete or restore)."""
+    await store.client.execute("HDEL", keys.definitions(0, keys.bucket_of("bad")), "bad")
+
+
 @pytest.mark.parametrize(
     ("spoil", "said"),
     [
         (_definition_not_a_record, "not MessagePack"),
+        (_definition_gone, "without a definition record"),
         (_next_time_a_string, "whole numbers"),
         (_state_of_another_layout, "values, not 9"),
     ],
 )
+@pytest.mark.parametrize("cache", [PollerSettings().definition_cache, 0])
 async def test_a_due_task_whose_records_do_not_decode_is_named_once_and_left_due(
-    one_partition: TaskStore, spoil: Callable[[TaskStore, Keys], Awaitable[None]], said: str
+    one_partition: TaskStore,
+    spoil: Callable[[TaskStore, Keys], Awaitable[None]],
+    said: str,
+    cache: int,
 ) -> None:
     """Records written by something else (a hand edit, a foreign version) stop neither the
     poller nor the other tasks of the partition: the task is named once, saying what is
     wrong, and stays due. Also for a record that decodes but holds a value of another
-    kind, on the claims with and without definitions (the cache's second tick): a tick
-    that raised would restart the poller, and every poller that took the partition over."""
+    kind, on the claims with and without definitions (with a cache, its second tick;
+    without one, the claim that reads them all): a tick that raised would restart the
+    poller, and every poller that took the partition over."""
     store = one_partition
     past = await store.now_ms() - 1000
     every = Schedule("interval", every_s=60, start_ms=past)
     await store.create_many([TaskSpec("t", every, task_id=i) for i in ("good", "bad")])
     keys = await store.keys()
     await spoil(store, keys)
-    poller = Poller(store, PollerSettings())
+    poller = Poller(store, PollerSettings(definition_cache=cache))
     scripts = await store.scripts()
     with structlog.testing.capture_logs() as logs:
         first = await poller.tick(scripts, [0], get_logger())

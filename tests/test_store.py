@@ -375,6 +375,22 @@ async def test_a_task_whose_definition_cannot_be_read_is_deleted_and_its_id_free
     assert (await store.create(TaskSpec("email", EVERY_MINUTE, task_id=task_id))).created
 
 
+async def test_a_state_left_without_its_definition_is_deleted(
+    store: TaskStore, redis_client: RedisClient
+) -> None:
+    """A partial delete or restore left a task's state and schedule entry but not its
+    definition: the poller names it (``test_poller``), and the delete it points to takes
+    what is left (it found no definition and said there was no such task)."""
+    task_id = (await store.create(TaskSpec("email", EVERY_MINUTE))).task_id
+    keys = await store.keys()
+    p, b = keys.partition_of(task_id), keys.bucket_of(task_id)
+    await redis_client.execute("HDEL", keys.definitions(p, b), task_id)
+    assert await store.delete(task_id)
+    assert await redis_client.execute("HEXISTS", keys.states(p, b), task_id) == 0
+    assert await redis_client.execute("ZSCORE", keys.schedule(p), task_id) is None
+    assert not await store.delete(task_id)
+
+
 async def test_clear_type_deletes_in_bounded_batches(store: TaskStore) -> None:
     await store.create_many([TaskSpec("bulk", EVERY_MINUTE, i) for i in range(1300)])
     keep = await store.create(TaskSpec("other", EVERY_MINUTE))

@@ -69,9 +69,19 @@ _DEFINITION, _STATE = ARRAY_HEADERS[DEFINITION_VALUES], ARRAY_HEADERS[STATE_VALU
 _UNDECODABLE = (RecordError, ValueError, TypeError, AttributeError, IndexError)
 
 
+#: A due task with a state record and no definition record (``claim_due.lua`` hands an
+#: empty one): nothing to fire, so it is named, not claimed, and stays due.
+NO_DEFINITION = (
+    "a state record without a definition record (a partial delete or restore): restore "
+    "the definition, or delete the task"
+)
+
+
 def _what_is_wrong(definition: bytes | None, state: bytes, exc: Exception) -> str:
     """Why a claimed task's records (its state alone: None) did not decode, as
     ``records.unpack`` says it."""
+    if definition == b"":
+        return NO_DEFINITION
     try:
         if definition is not None:
             unpack(definition, DEFINITION_VALUES)
@@ -214,7 +224,10 @@ def add_read_definitions(lean: LeanClaim, reply: list[Any]) -> list[tuple[str, i
     for (task_id, bucket, claimed), raw_def, raw_state in zip(
         lean.misses, reply[:-1:2], reply[1:-1:2], strict=True
     ):
-        if raw_def is None or raw_state is None:
+        if raw_state is None:
+            continue  # deleted since its claim
+        if raw_def is None:
+            claim.unreadable.append((task_id, NO_DEFINITION))
             continue
         try:
             definition = decode_definition(raw_def)

@@ -107,11 +107,13 @@ else
     local s = redis.call('HGET', tag .. ':state:' .. b, id)
     local status = s and string.byte(s, 1)
     local def
+    -- A state this version does not write (another layout, a hand edit), or an active one
+    -- without a definition (a partial restore): '' for the definition, and the poller
+    -- names the task unreadable; it stays due, never dropped without a word.
     if status == ACTIVE then
-      def = string.byte(s, 2) ~= MP_NIL and (lean or redis.call('HGET', tag .. ':def:' .. b, id))
+      def = string.byte(s, 2) ~= MP_NIL
+        and (lean or redis.call('HGET', tag .. ':def:' .. b, id) or '')
     elseif s and not (status == PAUSED or status == STOPPED or status == FINISHED) then
-      -- not a state this version writes (another layout, a hand edit): the poller names
-      -- it unreadable and it stays due, never dropped from the schedule without a word
       def = lean or redis.call('HGET', tag .. ':def:' .. b, id) or ''
     end
     if not def then

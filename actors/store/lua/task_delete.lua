@@ -7,11 +7,12 @@
 -- partition's schedule zset. Returns true when the task existed. The caller counts the
 -- partition's write (count_write) once for all it deleted. A task whose definition cannot
 -- be read (read_def) is deleted all the same, but for its entry in its type's index
--- (the type is in that record): a delete is the way out of a broken record.
+-- (the type is in that record): a delete is the way out of a broken record, and of a
+-- state left without its definition.
 local function delete_task(tag, b, id, schedule)
   local def = redis.call('HGET', tag .. ':def:' .. b, id)
-  if not def then return false end
-  local typ = read_def(def)
+  if not def and redis.call('HEXISTS', tag .. ':state:' .. b, id) == 0 then return false end
+  local typ = def and read_def(def)
   redis.call('HDEL', tag .. ':def:' .. b, id)
   redis.call('HDEL', tag .. ':state:' .. b, id)
   redis.call('HDEL', tag .. ':run:' .. b, id)
