@@ -291,6 +291,42 @@ async def test_a_batch_that_cannot_be_encoded_fails_alone(store: TaskStore) -> N
     assert await _pending_count(client, keys, "odd") == 1
 
 
+@pytest.mark.parametrize(
+    ("key", "second"),
+    [("errors", 1), ("history:errors", 1), ("attention", 2), ("attention:counts", 2)],
+)
+async def test_a_partition_key_of_another_kind_fails_the_group_before_any_write(
+    store: TaskStore, key: str, second: int
+) -> None:
+    """A key of the partition that some rows write beside their task's own records (the
+    last errors, the history's error lines, the attention list and its counts) holds a
+    string: the group whose second row (a retry, or a dead fire) would write there fails
+    before its first row (an ok fire) is written, however often it is tried (that row
+    was written at every try, its run count and history growing). Mended, each row is
+    written once."""
+    tasks = await _tasks(store, {"t": 2})
+    good, bad = tasks["t"]
+    keys = await store.keys()
+    await store.client.execute("SET", f"{keys.tag(0)}:{key}", "not a hash")
+    scripts = await store.scripts()
+    due = 1_700_000_000_000
+    rows = [
+        _ok(good, due, 5),
+        OutcomeWrite(bad, second, due + 20, "boom", due, due + 5, line="boom"),
+    ]
+    for _ in range(3):
+        with pytest.raises(ResponseError, match=f"WRONGTYPE {keys.tag(0)}:{key} holds another"):
+            await scripts.record_outcomes(rows, "t")
+    assert await store.client.execute("HGET", keys.runs(0, keys.bucket_of(good)), good) is None
+    assert await store.client.execute("HGET", keys.history(0), good) is None
+    await store.client.execute("DEL", f"{keys.tag(0)}:{key}")
+    assert await scripts.record_outcomes(rows, "t") == 2
+    found = await store.get(good)
+    assert found is not None and found.runs == 1
+    ring = await store.client.execute("HGET", keys.history(0), good)
+    assert len(decode_ring(ring)) == 1
+
+
 async def test_a_run_record_that_cannot_be_read_fails_its_group_before_any_write(
     store: TaskStore,
 ) -> None:
