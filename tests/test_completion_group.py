@@ -293,13 +293,19 @@ async def test_a_batch_that_cannot_be_encoded_fails_alone(store: TaskStore) -> N
 
 @pytest.mark.parametrize(
     ("key", "second"),
-    [("errors", 1), ("history:errors", 1), ("attention", 2), ("attention:counts", 2)],
+    [
+        ("errors", 1),
+        ("history", 1),
+        ("history:errors", 1),
+        ("attention", 2),
+        ("attention:counts", 2),
+    ],
 )
 async def test_a_partition_key_of_another_kind_fails_the_group_before_any_write(
     store: TaskStore, key: str, second: int
 ) -> None:
-    """A key of the partition that some rows write beside their task's own records (the
-    last errors, the history's error lines, the attention list and its counts) holds a
+    """A key of the partition that rows write beside their task's own records (the last
+    errors, the history and its error lines, the attention list and its counts) holds a
     string: the group whose second row (a retry, or a dead fire) would write there fails
     before its first row (an ok fire) is written, however often it is tried (that row
     was written at every try, its run count and history growing). Mended, each row is
@@ -318,13 +324,31 @@ async def test_a_partition_key_of_another_kind_fails_the_group_before_any_write(
         with pytest.raises(ResponseError, match=f"WRONGTYPE {keys.tag(0)}:{key} holds another"):
             await scripts.record_outcomes(rows, "t")
     assert await store.client.execute("HGET", keys.runs(0, keys.bucket_of(good)), good) is None
-    assert await store.client.execute("HGET", keys.history(0), good) is None
+    if key != "history":
+        assert await store.client.execute("HGET", keys.history(0), good) is None
     await store.client.execute("DEL", f"{keys.tag(0)}:{key}")
     assert await scripts.record_outcomes(rows, "t") == 2
     found = await store.get(good)
     assert found is not None and found.runs == 1
     ring = await store.client.execute("HGET", keys.history(0), good)
     assert len(decode_ring(ring)) == 1
+
+
+async def test_a_late_start_checks_the_attention_list_an_on_time_one_does_not(
+    store: TaskStore,
+) -> None:
+    """With an attention list of another kind and nothing listed before it, an ok fire on
+    time writes nothing there and goes through; one that started later than the type's
+    bound would list its task, so its group fails before any write."""
+    good, late = (await _tasks(store, {"t": 2}))["t"]
+    keys = await store.keys()
+    await store.client.execute("SET", f"{keys.tag(0)}:attention:counts", "not a hash")
+    scripts = await store.scripts()
+    due, ledger = 1_700_000_000_000, Ledger(late_ms=1000)
+    assert await scripts.record_outcomes([_ok(good, due, 5)], "t", ledger) == 1
+    with pytest.raises(ResponseError, match=f"WRONGTYPE {keys.tag(0)}:attention:counts"):
+        await scripts.record_outcomes([_ok(good, due + 1, 5), _ok(late, due, 5000)], "t", ledger)
+    assert await store.client.execute("HGET", keys.runs(0, keys.bucket_of(late)), late) is None
 
 
 async def test_a_run_record_that_cannot_be_read_fails_its_group_before_any_write(

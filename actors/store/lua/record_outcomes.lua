@@ -32,34 +32,40 @@ local now
 -- case), an ok fire has no entry to take off and costs no lookup. (EXISTS: an emptied
 -- hash is gone; and the command the shipped ACL grants, deploy/redis/users.acl.)
 local listed = redis.call('EXISTS', tag .. ':attention') == 1
--- The partition's keys rows write beside their own records that hold another kind of
--- value (a hand edit, another program): a group whose rows would write one fails before
--- it writes anything (record_group), so the consumer's tries again write no row twice.
--- Five TYPE calls a call, none a row.
-local wrong = {}
-for _, name in ipairs({'errors', 'history', 'history:errors', 'attention',
-    'attention:counts'}) do
-  local kind = redis.call('TYPE', tag .. ':' .. name).ok
-  if kind ~= 'hash' and kind ~= 'none' then wrong[name] = tag .. ':' .. name end
-end
-local any_wrong = next(wrong) ~= nil
-
--- The key of another kind (wrong) that row i of a would write, or nil; r: its run record.
-local function wrong_key(a, i, r, late)
-  local outcome, line = a[i + 2], a[i + 9]
-  if wrong.errors and outcome <= 2
-      and (outcome > 0 or (r[RUN_LAST_STATUS] or 0) ~= 0) then
-    return wrong.errors
+-- The partition's keys rows write beside their own records, checked (TYPE, once a call)
+-- only when a group's rows would write them: one that holds another kind of value (a
+-- hand edit, another program) fails the group before it writes anything (record_group),
+-- so the consumer's tries again write no row twice, and the error names the key.
+local kinds = {}
+local function wrong(name)
+  local key = tag .. ':' .. name
+  if kinds[key] == nil then
+    local kind = redis.call('TYPE', key).ok
+    kinds[key] = kind ~= 'hash' and kind ~= 'none'
   end
-  if keep > 0 and wrong.history then return wrong.history end
-  if keep > 0 and line ~= '' and wrong['history:errors'] then return wrong['history:errors'] end
-  local attention = wrong.attention or wrong['attention:counts']
-  if attention and (outcome == 2 or outcome == 4 or (outcome == 0 and (listed or late > 0)))
-  then
-    return attention
+  return kinds[key] and key or nil
+end
+
+-- The key of another kind that row i of a would write, or nil; r: its run record.
+local function wrong_key(a, i, r, late)
+  local outcome = a[i + 2]
+  if outcome <= 2 and (outcome > 0 or (r[RUN_LAST_STATUS] or 0) ~= 0) then
+    local key = wrong('errors')
+    if key then return key end
+  end
+  if keep > 0 then
+    local key = wrong('history') or (a[i + 9] ~= '' and wrong('history:errors'))
+    if key then return key end
+  end
+  -- the attention list: as record_group decides it, below
+  local started, allowed = tonumber(a[i + 6]), tonumber(a[i + 10])
+  local is_late = late > 0 and allowed and started and started - a[i + 5] - allowed > late
+  if outcome == 2 or outcome == 4 or (outcome == 0 and (listed or is_late)) then
+    return wrong('attention') or wrong('attention:counts')
   end
   return nil
 end
+
 -- One group's rows (those of one type), a[first .. last]: how many tasks it updated.
 -- A run record's count or status: a number, or none yet.
 local function is_count(v)
@@ -87,7 +93,7 @@ local function record_group(a, first, last, task_type, late)
       end
       runs[id] = r or false
     end
-    local key = any_wrong and runs[id] and wrong_key(a, i, runs[id], late)
+    local key = runs[id] and wrong_key(a, i, runs[id], late)
     if key then
       error({err = 'WRONGTYPE ' .. key .. ' holds another kind of value (the outcome of task '
         .. id .. ' is written there)'})
