@@ -196,6 +196,35 @@ async def test_a_task_migration_cannot_read_stops_it_with_the_key_named(
     assert (await TaskStore(redis_client, namespace).get("t-done")) is not None
 
 
+async def test_a_migration_waits_for_the_namespaces_nodes_to_stop(
+    db: Any, redis_client: RedisClient, namespace: str
+) -> None:
+    """A node of the older version still running writes to the records being moved (what
+    it writes to a task's old hash after the move is lost): while one reports in, the
+    migration refuses, naming it, and changes nothing; a report older than a stopped
+    node's last leaves it free, and ``force`` migrates anyway."""
+    keys = write_layout_1(db, namespace)
+    now = await redis_client.clock_ms()
+    report = {"process": "old-node", "seen_ms": now - 2000}
+    db.hset(keys.nodes, mapping={"old-node": json.dumps(report), "junk": "not json"})
+    with pytest.raises(LayoutMismatch, match=r"nodes still running \(old-node reported in"):
+        await migrate(redis_client, namespace)
+    assert db.hget(f"{namespace}:meta", "layout") == b"1"
+    assert db.exists(f"{keys.tag(keys.partition_of('t-active'))}:task:t-active")
+    db.hset(keys.nodes, "old-node", json.dumps({**report, "seen_ms": now - 60_000}))
+    assert await migrate(redis_client, namespace, batch=2) == 3
+
+
+async def test_a_migration_can_be_forced_past_reports_of_nodes_known_stopped(
+    db: Any, redis_client: RedisClient, namespace: str
+) -> None:
+    keys = write_layout_1(db, namespace)
+    report = {"process": "old-node", "seen_ms": await redis_client.clock_ms()}
+    db.hset(keys.nodes, "old-node", json.dumps(report))
+    assert await migrate(redis_client, namespace, force=True) == 3
+    assert db.hget(f"{namespace}:meta", "layout") == str(LAYOUT_VERSION).encode()
+
+
 def test_the_cli_migrates_a_namespace(db: Any, redis_url: str, namespace: str) -> None:
     write_layout_1(db, namespace)
     command = [sys.executable, "-m", "actors.admin.cli", "migrate", "--redis", redis_url]

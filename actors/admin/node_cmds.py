@@ -30,7 +30,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         settings = RedisSection(url=args.redis, cluster=args.cluster)
         client = RedisClient.from_settings(args.redis, settings)
         try:
-            return await migrate(client, args.namespace, buckets=args.buckets)
+            return await migrate(client, args.namespace, buckets=args.buckets, force=args.force)
         finally:
             await client.aclose()
 
@@ -80,3 +80,6 @@ def add_node_commands(commands: Any) -> None:
     migrate.add_argument("--buckets", type=int, default=DEFAULT_BUCKETS,
                          help="buckets per partition ([scheduler] buckets)")  # fmt: skip
     migrate.add_argument("--cluster", action="store_true", help="the Redis is a Redis Cluster")
+    migrate.add_argument("--force", action="store_true",
+                         help="migrate even though nodes of the namespace reported in within "
+                         "15 s (only when they are known to be stopped)")  # fmt: skip

@@ -43,13 +43,36 @@ from actors.store.records import (
 from actors.store.scripts import Scripts
 from runtime.redis_io import RedisClient
 
+#: A process whose presence report (``ns:nodes``, ``actors.observability.presence``: one
+#: every 5 s, shown as gone after 15 s) is newer than this is taken as still running.
+LIVE_WITHIN_MS = 15_000
+
+
+async def live_processes(client: RedisClient, namespace: str) -> list[str]:
+    """The processes of the namespace's nodes that reported in within ``LIVE_WITHIN_MS``
+    of Redis's clock (a report that cannot be read is left out)."""
+    reports = await client.execute("HGETALL", f"{namespace}:nodes")
+    now = await client.clock_ms()
+    live = []
+    for process, raw in (reports or {}).items():
+        try:
+            seen = int(json.loads(raw)["seen_ms"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if now - seen < LIVE_WITHIN_MS:
+            live.append(process.decode(errors="replace"))
+    return sorted(live)
+
 
 async def migrate(
-    client: RedisClient, namespace: str, *, buckets: int = DEFAULT_BUCKETS, batch: int = 500
-) -> int:
+    client: RedisClient, namespace: str, *, buckets: int = DEFAULT_BUCKETS, batch: int = 500,
+    force: bool = False,
+) -> int:  # fmt: skip
     """Migrate ``namespace`` to the current layout; returns the number of tasks moved or
     rewritten (0 when it is already current). Raises LayoutMismatch when there is nothing this
-    version knows how to migrate (no namespace, or a newer layout)."""
+    version knows how to migrate (no namespace, or a newer layout), and, unless ``force``,
+    when a node of the namespace still reports in (``live_processes``: at an older layout
+    only an older node can, and what it writes while its tasks move is lost)."""
     meta = f"{namespace}:meta"
     layout, partitions = await client.execute("HMGET", meta, "layout", "partitions")
     if layout is None or partitions is None:
@@ -57,6 +80,13 @@ async def migrate(
     if int(layout) == LAYOUT_VERSION:
         await client.execute("HSET", meta, "messages", COMPACT_MESSAGES)
         return 0
+    if not force and (live := await live_processes(client, namespace)):
+        shown = ", ".join(live[:5]) + (f" and {len(live) - 5} more" if len(live) > 5 else "")
+        raise LayoutMismatch(
+            f"namespace {namespace!r} has nodes still running ({shown} reported in within "
+            f"{LIVE_WITHIN_MS // 1000} s): stop every node of the namespace, then migrate "
+            "(--force if they are gone and their reports are not)"
+        )
     if int(layout) == 2:  # records read as they are: only the number changes
         keys = Keys(namespace, int(partitions), int(await client.execute("HGET", meta, "buckets")))
         rewritten = await _rewrite_definitions(client, keys)
