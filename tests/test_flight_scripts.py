@@ -213,3 +213,43 @@ async def test_a_task_resumed_with_an_unconfirmed_fire_in_flight_is_claimed_at_o
     await store.resume("x")
     score = await redis_client.execute("ZSCORE", keys.schedule(0), "x")
     assert float(score) <= await store.now_ms()
+
+
+async def test_a_task_whose_grid_ended_while_paused_still_starts_its_waiting_fire(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A trigger waits behind the task's fire in flight (buffer_one); the task is paused,
+    the fire ahead ends, and the task's last grid time passes meanwhile. Resumed, it stays
+    active and due until its waiting fire starts (finished, it was out of the schedule for
+    good and the fire waited for ever), then finishes; the grid time the pause skipped is
+    not run."""
+    import trio
+
+    from actors.domain.model import TaskSpec
+    from actors.domain.schedules import Schedule
+    from actors.scheduling.poller import Poller, PollerSettings
+    from actors.store.tasks import TaskStore
+    from runtime.logging import get_logger
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    at = await store.now_ms() + 300
+    await store.create(TaskSpec("t", Schedule("once", at_ms=at, overlap="buffer_one"), task_id="x"))
+    first, queued = await store.trigger("x", "buffer_one")
+    assert queued
+    await trio.sleep(0.01)  # another due time (a trigger's is its time)
+    second, queued = await store.trigger("x", "buffer_one")
+    assert not queued
+    await store.pause("x")
+    scripts, keys = await store.scripts(), await store.keys()
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, int(first.split(":")[1]))])
+    await trio.sleep(max(0, at + 50 - await store.now_ms()) / 1000)  # its grid time passes
+    assert await store.resume("x") == "active"
+    poller = Poller(store, PollerSettings())
+    assert (await poller.tick(scripts, [0], get_logger())).enqueued == 1
+    entries = await redis_client.execute("XRANGE", keys.queue("t"), "-", "+")
+    due_times = [int(e[1][b"due_ms"]) for e in entries]
+    assert due_times == [int(first.split(":")[1]), int(second.split(":")[1])]
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, int(second.split(":")[1]))])
+    await poller.tick(scripts, [0], get_logger())
+    task = await store.get("x")
+    assert task is not None and task.status == "finished"

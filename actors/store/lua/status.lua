@@ -35,7 +35,19 @@ local function change_status(tag, b, id, action, next_ms, score, note, schedule)
   -- a new version (commit_fires)
   s[STATE_STATUS], s[STATE_UPDATED_MS] = target, new_version(tag, s[STATE_UPDATED_MS])
   if action == 'resume' then
-    if next_ms == '' then
+    local f = next_ms == '' and get_flight(tag .. ':flight', id)
+    if f and #f.waiting > 0 then
+      -- its grid ended during the pause with fires still waiting behind the one in
+      -- flight: parked as a poller parks such a task (overlap.lua), on a time its flight
+      -- counts decided (the grid times the pause skipped stay skipped), due now, so its
+      -- claim starts the waiting fires; it finishes once none waits. Finished, it would
+      -- be out of the schedule, and the end of the fire ahead could not wake it.
+      local now = now_ms()
+      f.hw = math.max(f.hw or 0, now)
+      put_flight(tag .. ':flight', id, f)
+      s[STATE_NEXT_MS] = now
+      redis.call('ZADD', schedule, ms(now), id)
+    elseif next_ms == '' then
       s[STATE_STATUS], s[STATE_NEXT_MS] = FINISHED, nil
     else
       s[STATE_NEXT_MS] = tonumber(next_ms)
