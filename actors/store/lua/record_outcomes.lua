@@ -32,30 +32,34 @@ local now
 -- case), an ok fire has no entry to take off and costs no lookup. (EXISTS: an emptied
 -- hash is gone; and the command the shipped ACL grants, deploy/redis/users.acl.)
 local listed = redis.call('EXISTS', tag .. ':attention') == 1
--- The partition's keys rows write beside their own records, checked (TYPE, once a call)
--- only when a group's rows would write them: one that holds another kind of value (a
--- hand edit, another program) fails the group before it writes anything (record_group),
--- so the consumer's tries again write no row twice, and the error names the key.
+-- The partition's keys rows write beside their own records, checked (an HGET, once a
+-- call; TYPE is not in the shipped ACL) only when a group's rows would write them: one
+-- that holds another kind of value (a hand edit, another program) fails the group before
+-- it writes anything (record_group), so the consumer's tries again write no row twice,
+-- and the error names the key. Each is kept as false (fine) or its error, Redis's code
+-- first.
 local kinds = {}
 local function wrong(name)
   local key = tag .. ':' .. name
   if kinds[key] == nil then
-    local kind = redis.call('TYPE', key).ok
-    kinds[key] = kind ~= 'hash' and kind ~= 'none'
+    local reply = redis.pcall('HGET', key, '')
+    kinds[key] = type(reply) == 'table' and reply.err and reply.err .. ' (' .. key .. ')'
+      or false
   end
-  return kinds[key] and key or nil
+  return kinds[key] or nil
 end
 
--- The key of another kind that row i of a would write, or nil; r: its run record.
+-- The error of the key of another kind that row i of a would write, or nil; r: its run
+-- record.
 local function wrong_key(a, i, r, late)
   local outcome = a[i + 2]
   if outcome <= 2 and (outcome > 0 or (r[RUN_LAST_STATUS] or 0) ~= 0) then
-    local key = wrong('errors')
-    if key then return key end
+    local bad = wrong('errors')
+    if bad then return bad end
   end
   if keep > 0 then
-    local key = wrong('history') or (a[i + 9] ~= '' and wrong('history:errors'))
-    if key then return key end
+    local bad = wrong('history') or (a[i + 9] ~= '' and wrong('history:errors'))
+    if bad then return bad end
   end
   -- the attention list: as record_group decides it, below
   local started, allowed = tonumber(a[i + 6]), tonumber(a[i + 10])
@@ -93,10 +97,9 @@ local function record_group(a, first, last, task_type, late)
       end
       runs[id] = r or false
     end
-    local key = runs[id] and wrong_key(a, i, runs[id], late)
-    if key then
-      error({err = 'WRONGTYPE ' .. key .. ' holds another kind of value (the outcome of task '
-        .. id .. ' is written there)'})
+    local bad = runs[id] and wrong_key(a, i, runs[id], late)
+    if bad then
+      error({err = bad .. ': the outcome of task ' .. id .. ' is written there'})
     end
   end
   local n = 0
