@@ -10,6 +10,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from actors.admin.calls import ApiError
 from actors.admin.client import Client
 from tests.api_node import ADMIN, api_node, wait_until, write_api_config
 from tests.node_process import REPO
@@ -83,6 +86,9 @@ def test_a_node_needs_nothing_beyond_the_shipped_acl(
         assert len(client.partitions()["partitions"]) == 16
         client.purge("doomed", None)
         client.delete_task("f")
+        with pytest.raises(ApiError) as gone:  # a delete of no such task reads one more record
+            client.delete_task("f")
+        assert gone.value.status == 404
         assert client.clear_type("work")["deleted"] == 1
         time.sleep(2)  # a claimer round and a retry dispatcher round as this user
         restarts = api.node.events("actor_restarting")

@@ -365,7 +365,7 @@ async def test_a_task_whose_definition_cannot_be_read_is_deleted_and_its_id_free
     keys = await store.keys()
     p, b = keys.partition_of(task_id), keys.bucket_of(task_id)
     await redis_client.execute("HSET", keys.definitions(p, b), task_id, b"\x94\xa5email")
-    with pytest.raises(ResponseError, match=f"task {task_id}: its definition record .* delete"):
+    with pytest.raises(ResponseError, match=f"^task {task_id}: its definition record .* delete"):
         await store.update(task_id, payload={"n": 2})
     with pytest.raises(TaskConflict, match=task_id):
         await store.create(TaskSpec("email", EVERY_MINUTE, task_id=task_id))
@@ -373,6 +373,27 @@ async def test_a_task_whose_definition_cannot_be_read_is_deleted_and_its_id_free
     assert await redis_client.execute("HEXISTS", keys.states(p, b), task_id) == 0
     assert await redis_client.execute("ZSCORE", keys.schedule(p), task_id) is None
     assert (await store.create(TaskSpec("email", EVERY_MINUTE, task_id=task_id))).created
+
+
+async def test_an_index_entry_such_a_delete_leaves_names_no_task_of_another_type(
+    store: TaskStore, redis_client: RedisClient
+) -> None:
+    """A task deleted while its definition could not be read keeps an entry in its type's
+    index (the type was in that record); its id created again as another type is listed
+    once, under its own type, and a clear of the first type leaves it and takes the stale
+    entry."""
+    await store.create(TaskSpec("email", EVERY_MINUTE, task_id="reused"))
+    keys = await store.keys()
+    p, b = keys.partition_of("reused"), keys.bucket_of("reused")
+    await redis_client.execute("HSET", keys.definitions(p, b), "reused", b"\xc1")
+    assert await store.delete("reused")
+    await store.create(TaskSpec("sms", EVERY_MINUTE, task_id="reused"))
+    listed, _ = await store.list_tasks()
+    assert [(t.task_id, t.type) for t in listed] == [("reused", "sms")]
+    assert await store.clear_type("email") == 0
+    assert await redis_client.execute("HEXISTS", keys.by_type(p, "email", b), "reused") == 0
+    task = await store.get("reused")
+    assert task is not None and task.type == "sms"
 
 
 async def test_a_state_left_without_its_definition_is_deleted(

@@ -179,7 +179,14 @@ async def list_page(
         key_of = functools.partial(indexes[index], position.partition)
         members = await index_members(store.client, key_of, range(first, end))
         found = await store.get_many([task_id for task_id, _ in members])
-        tasks += [t for t in found if t is not None and wanted.matches(t)]
+        # a type's index may name an id of another type now (its task deleted when its
+        # definition could not be read, then created again as another type): listed
+        # under its own type's index alone
+        of_type = types[index] if not wanted.labels else None
+        tasks += [
+            t for t in found
+            if t is not None and wanted.matches(t) and of_type in (None, t.type)
+        ]  # fmt: skip
         read += len(members)
         position = position.advance(end, len(indexes), keys.partitions, keys.buckets)
         if position is not None and position.type_index != index:

@@ -129,14 +129,17 @@ class TaskScripts:
         )
         return int(code), status.decode()
 
-    async def delete_tasks(self, task_ids: Iterable[str]) -> int:
-        """``delete_tasks.lua`` per partition; how many existed."""
+    async def delete_tasks(self, task_ids: Iterable[str], of_type: str = "") -> int:
+        """``delete_tasks.lua`` per partition; how many existed. ``of_type``: the type
+        whose index named the ids (a clear of the type): a task of another type is left,
+        and the index's entry for it goes."""
         k = self.keys
         groups: dict[int, list[Any]] = defaultdict(list)
         for task_id in task_ids:
             groups[k.partition_of(task_id)] += [task_id, k.bucket_of(task_id)]
         calls: list[Call] = [
-            (lua.DELETE_TASKS, [k.schedule(p)], [k.tag(p), *args]) for p, args in groups.items()
+            (lua.DELETE_TASKS, [k.schedule(p)], [k.tag(p), of_type, *args])
+            for p, args in groups.items()
         ]
         return sum(int(r) for r in await self._run(calls))
 

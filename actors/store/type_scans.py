@@ -64,5 +64,5 @@ async def delete_type(store: TaskStore, task_type: str) -> int:
             members = await type_members(store, keys, partition, task_type, buckets)
             for i in range(0, len(members), CLEAR_BATCH):
                 batch = [task_id for task_id, _ in members[i : i + CLEAR_BATCH]]
-                deleted += await (await store.scripts()).delete_tasks(batch)
+                deleted += await (await store.scripts()).delete_tasks(batch, task_type)
     return deleted

@@ -8,11 +8,18 @@
 -- partition's write (count_write) once for all it deleted. A task whose definition cannot
 -- be read (read_def) is deleted all the same, but for its entry in its type's index
 -- (the type is in that record): a delete is the way out of a broken record, and of a
--- state left without its definition.
-local function delete_task(tag, b, id, schedule)
+-- state left without its definition. expect: the type whose index named the task (a
+-- clear of that type; nil otherwise): a task of another type is not deleted (the id was
+-- deleted and created again as another type after such a delete), and the index entry
+-- goes either way, so a clear of the type leaves no such entry behind.
+local function delete_task(tag, b, id, schedule, expect)
   local def = redis.call('HGET', tag .. ':def:' .. b, id)
-  if not def and redis.call('HEXISTS', tag .. ':state:' .. b, id) == 0 then return false end
   local typ = def and read_def(def)
+  if expect and (typ ~= expect or not def) then
+    redis.call('HDEL', tag .. ':type:' .. expect .. ':' .. b, id)
+  end
+  if expect and typ and typ ~= expect then return false end
+  if not def and not redis.call('HGET', tag .. ':state:' .. b, id) then return false end
   redis.call('HDEL', tag .. ':def:' .. b, id)
   redis.call('HDEL', tag .. ':state:' .. b, id)
   redis.call('HDEL', tag .. ':run:' .. b, id)

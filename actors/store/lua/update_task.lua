@@ -19,8 +19,8 @@ local s = get_state(tag, b, id)
 if not (def and s) then return {CODE_NOT_FOUND, ''} end
 local typ, payload, sched, created = read_def(def)
 if not typ then
-  error('ERR task ' .. id .. ': its definition record (' .. tag .. ':def:' .. b ..
-    ') cannot be read; delete the task and create it again')
+  error({err = 'ERR task ' .. id .. ': its definition record (' .. tag .. ':def:' .. b ..
+    ') cannot be read; delete the task and create it again'})
 end
 if ARGV[4] ~= '' then payload = ARGV[4] end
 local placed = 0
