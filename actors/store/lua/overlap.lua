@@ -57,6 +57,7 @@ while i <= #ARGV do
   i = first + n + m
   local run, skipped, cancel, blocking, park, wait = {}, {}, {}, '', '', ''
   local f = policy ~= 'A' and get_flight(KEYS[1], id)
+  local decided = grid and f and f.hw  -- the latest grid time decided before this call
   if f and f.inflight ~= '' and f.by ~= '' and f.by ~= token and f.at and grid
       and now - f.at < takeover then
     for j = first, first + n + m - 1 do
@@ -126,28 +127,36 @@ while i <= #ARGV do
     if ends and #f.waiting > 0 and f.hw then park = string.format('%d', f.hw) end
     put_flight(KEYS[1], id, f)
   end
-  if wait ~= '' then m = 0 end  -- decided when claimed again: nothing noted now
+  -- The expired grid times to note: none when decided when claimed again; none decided
+  -- before (at most the flight's latest grid time decided: a parked task's, planned
+  -- again at each wake, was decided when it parked).
+  local expired = {}
+  if wait == '' then
+    for j = first + n, first + n + m - 1 do
+      if not (decided and tonumber(ARGV[j]) <= decided) then expired[#expired + 1] = ARGV[j] end
+    end
+  end
   -- Expired grid times are noted last, in order: a record whose last note is 'expired'
   -- holds the latest one noted, and a decision made again (the same claim sent again, a
   -- task whose stream Redis rejects claimed again with its grid unmoved) counts only the
   -- later ones, so the count says how many fires were dropped, not how often. (Only a
   -- count: after a new schedule whose grid starts before that time, or a consumer's own
   -- 'expired' note between two decisions, it may be off by the times it cannot tell.)
-  local fresh = m
-  if grid and m > 0 then
+  local fresh = #expired
+  if grid and fresh > 0 then
     local last = string.match(redis.call('HGET', KEYS[2], id) or '', '^%d+ expired (%d+) ')
     if last then
       last = tonumber(last)
-      while fresh > 0 and tonumber(ARGV[first + n + m - fresh]) <= last do fresh = fresh - 1 end
+      while fresh > 0 and tonumber(expired[#expired - fresh + 1]) <= last do fresh = fresh - 1 end
     end
   end
   if #skipped > 0 then note_not_run(KEYS[2], id, #skipped, 'overlap', skipped[#skipped], blocking) end
-  if fresh > 0 then note_not_run(KEYS[2], id, fresh, 'expired', ARGV[first + n + m - 1], '') end
-  if grid and #skipped + m > 0
+  if fresh > 0 then note_not_run(KEYS[2], id, fresh, 'expired', expired[#expired], '') end
+  if grid and #skipped + #expired > 0
       and redis.call('HGET', tag .. ':state:' .. bucket_of(id, buckets), id) then
     local fates = {}
     for _, d in ipairs(skipped) do fates[#fates + 1] = {tonumber(d), FATE_SKIPPED} end
-    for j = first + n, first + n + m - 1 do fates[#fates + 1] = {tonumber(ARGV[j]), FATE_EXPIRED} end
+    for _, d in ipairs(expired) do fates[#fates + 1] = {tonumber(d), FATE_EXPIRED} end
     table.sort(fates, function(a, b) return a[1] < b[1] end)
     local recorded = false
     for _, e in ipairs(fates) do
