@@ -14,7 +14,8 @@ This is the one place that decides which actors run on a node (asynq's ``NewServ
     ├── api                     only with [api]: HTTP on hypercorn (and /metrics); graceful
     ├── metrics                 only with [metrics] bind: a /metrics-only listener
     ├── action-resumer          finishes operators' actions whose node died ([actions] resumer)
-    ├── presence                this process's actors and restarts in ns:nodes, every 5 s
+    ├── presence                this process's actors and restarts in ns:nodes, every 5 s;
+    │                           ns:meta back if lost
     └── metrics-writer          writes this process's metric counts about every 0.25 s
 
 With ``[processes]``, a part (``scheduler``, ``consumers-1`` … ``consumers-N``, ``api-1`` …)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -16,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from structlog import get_logger
 
+from actors.config import ConsumerSection
 from actors.domain.errors import LayoutMismatch
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
@@ -34,6 +36,7 @@ from actors.store.records import (
 from actors.store.replies import OutcomeWrite
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient, Script
+from tests.execution_harness import node_config, running_node, wait_until
 
 BUCKET_OF = Script(
     "bucket_of_test",
@@ -294,3 +297,31 @@ async def test_a_layout_2_namespace_moves_by_its_number_and_keeps_its_run_counts
     assert await store.update("old", payload={"v": 2}) == "active"  # the scripts read it
     assert await store.delete("old")
     assert not db.hexists(keys.runs(0, b), "old")  # deleted with the task
+
+
+# -- the meta key lost -----------------------------------------------------------------------
+
+
+async def test_a_running_node_lays_a_lost_meta_key_down_again(
+    redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """The meta key is gone (Redis back empty, a hand delete) while a node runs: the node
+    knows the namespace's counts and writes them back within its presence beat, so a node
+    started then reads the namespace as it was (not its own defaults, which would move
+    every task), rather than being refused."""
+    store = TaskStore(redis_client, namespace, default_partitions=4, default_buckets=16)
+    await store.create(TaskSpec("work", Schedule("interval", every_s=3600)))
+    consumers = {"work": ConsumerSection("tests.handlers.jobs:sleepy", concurrency=1)}
+    async with running_node(node_config(redis_url, namespace, tmp_path, consumers)):
+        meta = f"{namespace}:meta"
+        await wait_until(lambda: _exists(redis_client, f"{namespace}:pollers"))
+        await redis_client.execute("DEL", meta)
+        with pytest.raises(LayoutMismatch, match="holds data"):
+            await TaskStore(redis_client, namespace).keys()
+        await wait_until(lambda: _exists(redis_client, meta), timeout_s=30)
+    later = TaskStore(redis_client, namespace, default_partitions=64)
+    assert await later.keys() == Keys(namespace, 4, 16, compact_messages=True)
+
+
+async def _exists(client: RedisClient, key: str) -> bool:
+    return bool(await client.execute("EXISTS", key))

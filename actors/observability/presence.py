@@ -4,7 +4,9 @@ its actors are (running, down and why, restarts), in one field of ``ns:nodes``.
 The dashboard's node view and ``GET /v1/nodes`` read it. A process removes its field when
 it stops; one killed leaves its last report, which readers show as gone once it is older
 than ``GONE_AFTER_S`` and delete after ``FORGET_AFTER_S``. One ``HSET`` per process every
-``INTERVAL_S``: nothing per fire.
+``INTERVAL_S``: nothing per fire. The same beat lays the namespace's meta key down again
+if it is gone (``TaskStore.keep_meta``), so a node started after Redis lost it reads the
+namespace's counts rather than being refused.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Presence:
         keys = await self.store.keys()
         report = self.report(ctx, await self.store.now_ms())
         await self.store.client.execute("HSET", keys.nodes, self.process, json.dumps(report))
+        await self.store.keep_meta()
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         task_status.started()

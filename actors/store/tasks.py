@@ -148,7 +148,9 @@ class TaskStore:
             return
         marks = [f"{self.namespace}:types", f"{self.namespace}:pollers"]
         found = [mark for mark in marks if await self.client.execute("EXISTS", mark)]
-        if found:
+        # a node that made the namespace between the two reads, or a live node that laid
+        # the key down again (keep_meta), leaves it to be read as it is
+        if found and not await self.client.execute("EXISTS", meta):
             raise LayoutMismatch(
                 f"namespace {self.namespace!r} holds data ({', '.join(found)}) but has no "
                 f"{meta} key, so its layout, partitions and buckets are unknown; restore "
@@ -156,6 +158,29 @@ class TaskStore:
                 f"messages {COMPACT_MESSAGES}, with the counts the namespace was made "
                 "with) or use another namespace"
             )
+
+    async def keep_meta(self) -> None:
+        """Lay the meta key down again, with what this store read from it, if it is gone
+        (Redis back empty, a hand delete, an eviction), so a node that starts then reads
+        the namespace as it is instead of being refused (``_refuse_data_without_meta``):
+        the running nodes know its counts. Only missing fields are written (``HSETNX``);
+        nothing before this store has read the key. Every process calls it every few
+        seconds (``actors.observability.presence``)."""
+        if self._keys is None:
+            return
+        keys, meta = self._keys, f"{self.namespace}:meta"
+        await self.client.pipeline(
+            [
+                ("HSETNX", meta, "layout", LAYOUT_VERSION),
+                ("HSETNX", meta, "partitions", keys.partitions),
+                ("HSETNX", meta, "buckets", keys.buckets),
+                *(
+                    [("HSETNX", meta, "messages", COMPACT_MESSAGES)]
+                    if keys.compact_messages
+                    else []
+                ),
+            ]
+        )
 
     async def scripts(self) -> Scripts:
         """The namespace's scripts (``actors.store.scripts``): the roles' door to Redis."""
