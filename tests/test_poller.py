@@ -47,6 +47,7 @@ from actors.store.replies import (
     PartitionClaim,
     fire_commit,
 )
+from actors.store.scheduling_scripts import UNREADABLE_AGAIN_MS
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext
@@ -468,7 +469,7 @@ async def _definition_gone(store: TaskStore, keys: Keys) -> None:
     ],
 )
 @pytest.mark.parametrize("cache", [PollerSettings().definition_cache, 0])
-async def test_a_due_task_whose_records_do_not_decode_is_named_once_and_left_due(
+async def test_a_due_task_whose_records_do_not_decode_is_named_once_and_looked_at_later(
     one_partition: TaskStore,
     spoil: Callable[[TaskStore, Keys], Awaitable[None]],
     said: str,
@@ -476,10 +477,11 @@ async def test_a_due_task_whose_records_do_not_decode_is_named_once_and_left_due
 ) -> None:
     """Records written by something else (a hand edit, a foreign version) stop neither the
     poller nor the other tasks of the partition: the task is named once, saying what is
-    wrong, and stays due. Also for a record that decodes but holds a value of another
-    kind, on the claims with and without definitions (with a cache, its second tick;
-    without one, the claim that reads them all): a tick that raised would restart the
-    poller, and every poller that took the partition over."""
+    wrong, and stays in the schedule, due again a minute on (every claim took it first,
+    before the tasks due after it). Also for a record that decodes but holds a value of
+    another kind, on the claims with and without definitions (with a cache, its second
+    tick; without one, the claim that reads them all): a tick that raised would restart
+    the poller, and every poller that took the partition over."""
     store = one_partition
     past = await store.now_ms() - 1000
     every = Schedule("interval", every_s=60, start_ms=past)
@@ -490,14 +492,43 @@ async def test_a_due_task_whose_records_do_not_decode_is_named_once_and_left_due
     scripts = await store.scripts()
     with structlog.testing.capture_logs() as logs:
         first = await poller.tick(scripts, [0], get_logger())
+        deferred = float(await store.client.execute("ZSCORE", keys.schedule(0), "bad"))
+        await store.client.execute("ZADD", keys.schedule(0), past, "bad")  # a minute on
         second = await poller.tick(scripts, [0], get_logger())
     assert (first.enqueued, second.enqueued) == (1, 0)
     named = [e for e in logs if e["event"] == "task_unreadable"]
     assert [e["task_id"] for e in named] == ["bad"], logs
     assert said in named[0]["error"]
-    assert float(await store.client.execute("ZSCORE", keys.schedule(0), "bad")) == past
+    assert deferred >= past + 1000 + UNREADABLE_AGAIN_MS
+    assert float(await store.client.execute("ZSCORE", keys.schedule(0), "bad")) > past
     good = await store.get("good")
     assert good is not None and good.next_run_ms == past + 60_000
+
+
+async def test_due_tasks_that_cannot_be_read_hold_no_claims_place(
+    one_partition: TaskStore,
+) -> None:
+    """More due tasks whose records cannot be read than a claim takes, due before a good
+    one: the good one still fires within a few ticks (each claim took the broken ones
+    first, for ever, and the partition fired nothing else)."""
+    store = one_partition
+    past = await store.now_ms() - 10_000
+    bad = [f"bad{i}" for i in range(5)]
+    await store.create_many(
+        [TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id=i) for i in bad]
+    )
+    await store.create(
+        TaskSpec("t", Schedule("interval", every_s=60, start_ms=past + 5000), task_id="good")
+    )
+    keys = await store.keys()
+    for task_id in bad:
+        await store.client.execute("HDEL", keys.definitions(0, keys.bucket_of(task_id)), task_id)
+    poller = Poller(store, PollerSettings(batch_size=2))
+    scripts = await store.scripts()
+    enqueued = [(await poller.tick(scripts, [0], get_logger())).enqueued for _ in range(4)]
+    assert sum(enqueued) == 1
+    good = await store.get("good")
+    assert good is not None and good.fires == 1
 
 
 async def test_a_poller_set_to_other_partitions_than_its_namespace_has_says_so(

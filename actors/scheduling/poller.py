@@ -335,6 +335,9 @@ class Poller:
                 self.owned.add(c.partition)
         claims = [c for c in claims if not c.held]
         self._report_unreadable(claims, log)
+        await scripts.defer_unreadable(
+            {c.partition: (c.now_ms, [t for t, _ in c.unreadable]) for c in claims if c.unreadable}
+        )
         for p in partitions:
             self._due.forget(p)
         return claims
@@ -343,7 +346,8 @@ class Poller:
         self, claims: list[PartitionClaim], log: structlog.typing.FilteringBoundLogger
     ) -> None:
         """One ``task_unreadable`` line per due task whose records this version cannot
-        read: once each, not every tick (they stay due until a version reads them)."""
+        read: once each, not every tick (they stay due until a version reads them, looked
+        at again a minute on: ``defer_unreadable``)."""
         for c in claims:
             for task_id, problem in c.unreadable:
                 if task_id not in self._unreadable:

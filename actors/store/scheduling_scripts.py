@@ -41,6 +41,10 @@ from runtime.redis_replies import PartRejected
 ENQUEUE_CHUNK = 500
 
 
+#: How long a due task whose records cannot be read waits to be looked at again.
+UNREADABLE_AGAIN_MS = 60_000
+
+
 class SchedulingScripts(FlightScripts):
     """The poller's and retry dispatcher's scripts, as typed async methods."""
 
@@ -248,6 +252,21 @@ class SchedulingScripts(FlightScripts):
             for r in rejected[gone:]:  # rejected now: reported apart, not done
                 done.pop(r.part, None)
         return flags, done, rejected
+
+    async def defer_unreadable(self, due: Mapping[int, tuple[int, Sequence[str]]]) -> None:
+        """Move due tasks whose records this version cannot read (partition -> the claim's
+        Redis time, their ids) ``UNREADABLE_AGAIN_MS`` on: they stay due and are looked at
+        again then, and meanwhile hold no place in the claims (a partition whose oldest
+        due tasks were all such claimed nothing else). ``XX GT``: a task deleted since
+        stays deleted, and one mended since to a later time keeps it (one mended to fire
+        at once waits for that time once)."""
+        calls: list[tuple[Any, ...]] = []
+        for partition, (now_ms, task_ids) in due.items():
+            score = now_ms + UNREADABLE_AGAIN_MS
+            members = [x for task_id in task_ids for x in (score, task_id)]
+            calls.append(("ZADD", self.keys.schedule(partition), "XX", "GT", *members))
+        if calls:
+            await self.client.pipeline(calls)
 
     async def release_partitions(self, partitions: Sequence[int], poller: str) -> list[int]:
         """``release_partition.lua`` per partition: the ones ``poller`` let go of."""
