@@ -401,11 +401,14 @@ async def test_a_state_left_without_its_definition_is_deleted(
 ) -> None:
     """A partial delete or restore left a task's state and schedule entry but not its
     definition: the poller names it (``test_poller``), and the delete it points to takes
-    what is left (it found no definition and said there was no such task)."""
+    what is left (it found no definition and said there was no such task); a create
+    under its id before that is a conflict (the new task would inherit what is left)."""
     task_id = (await store.create(TaskSpec("email", EVERY_MINUTE))).task_id
     keys = await store.keys()
     p, b = keys.partition_of(task_id), keys.bucket_of(task_id)
     await redis_client.execute("HDEL", keys.definitions(p, b), task_id)
+    with pytest.raises(TaskConflict, match=task_id):  # it would inherit what is left
+        await store.create(TaskSpec("email", EVERY_MINUTE, task_id=task_id))
     assert await store.delete(task_id)
     assert await redis_client.execute("HEXISTS", keys.states(p, b), task_id) == 0
     assert await redis_client.execute("ZSCORE", keys.schedule(p), task_id) is None

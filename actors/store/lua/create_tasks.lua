@@ -13,7 +13,11 @@ local created = false
 for i = 2, #ARGV, 8 do
   local id, b, typ, payload, sched, nxt, score, labels =
     ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], ARGV[i+4], ARGV[i+5], ARGV[i+6], ARGV[i+7]
+  -- a state without a definition (a partial delete or restore) is a task still: its
+  -- flight, run record and history would be the new task's (a conflict; its delete is
+  -- the way out)
   local cur = redis.call('HGET', tag .. ':def:' .. b, id)
+    or (redis.call('HGET', tag .. ':state:' .. b, id) and '')
   if cur then
     local typ0, payload0, sched0 = read_def(cur)  -- nil when it cannot be read: a conflict
     local labels0 = redis.call('HGET', tag .. ':labels', id) or ''
