@@ -140,5 +140,7 @@ async def apply_policies(
             out.cancels[task.type] += [schedule_id(task.task_id, d) for d in decision.cancel]
             out.not_run += [_not_run(task, d, "overlap", decision.blocking)
                             for d in decision.skipped]  # fmt: skip
-            out.not_run += [_not_run(task, d, "expired", None) for d in item.expired]
+            out.not_run += [
+                _not_run(task, d, "expired", None) for d in item.expired if d not in decision.known
+            ]
     return out

@@ -186,6 +186,9 @@ class Decision:
     wait_ms: int | None = None
     """Nothing decided: the claim's times include the task's fire in flight, which another
     decider put there unconfirmed and may still append; decide again this long after."""
+    known: frozenset[int] = frozenset()
+    """Expired times not noted as not run, being decided before (a parked task's park
+    time, planned again at each wake)."""
 
 
 def _times(text: bytes) -> list[int]:
@@ -202,7 +205,7 @@ def _time(text: bytes) -> int | None:
 
 
 def _decision(reply: list[Any]) -> Decision:
-    _, run, cancel, skipped, blocking, park, wait = reply
+    _, run, cancel, skipped, blocking, park, wait, *rest = reply
     started: list[tuple[int, bool]] = []
     manual = set()
     for entry in run.split(b","):
@@ -213,7 +216,7 @@ def _decision(reply: list[Any]) -> Decision:
                 manual.add(due)
     return Decision(
         started, _times(cancel), _times(skipped), _time(blocking), _time(park),
-        frozenset(manual), _time(wait),
+        frozenset(manual), _time(wait), frozenset(_times(rest[0])) if rest else frozenset(),
     )  # fmt: skip
 
 

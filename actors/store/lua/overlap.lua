@@ -24,7 +24,8 @@
 -- held it back, or put it in flight unconfirmed), due times of fires to cancel (comma separated), skipped due times
 -- (comma separated), the due time in flight they waited on ('' = none), the last grid
 -- time if the grid ended with fires still waiting ('' = none: the poller keeps the task
--- scheduled until they start), ms to wait before deciding again ('' = decided: below)}.
+-- scheduled until they start), ms to wait before deciding again ('' = decided: below),
+-- the expired times not noted because decided before (comma separated)}.
 --
 -- Waiting: a grid decision whose times include the task's fire in flight, put there by
 -- another decider that has not confirmed its append and may still be on its way to it
@@ -127,13 +128,17 @@ while i <= #ARGV do
     if ends and #f.waiting > 0 and f.hw then park = string.format('%d', f.hw) end
     put_flight(KEYS[1], id, f)
   end
-  -- The expired grid times to note: none when decided when claimed again; none decided
-  -- before (at most the flight's latest grid time decided: a parked task's, planned
-  -- again at each wake, was decided when it parked).
-  local expired = {}
+  -- The expired grid times to note: none when decided when claimed again; not the
+  -- flight's latest grid time decided (a parked task is planned again at its park time
+  -- at each wake: decided when it parked), which goes back as known.
+  local expired, known = {}, {}
   if wait == '' then
     for j = first + n, first + n + m - 1 do
-      if not (decided and tonumber(ARGV[j]) <= decided) then expired[#expired + 1] = ARGV[j] end
+      if decided and tonumber(ARGV[j]) == decided then
+        known[#known + 1] = ARGV[j]
+      else
+        expired[#expired + 1] = ARGV[j]
+      end
     end
   end
   -- Expired grid times are noted last, in order: a record whose last note is 'expired'
@@ -168,6 +173,6 @@ while i <= #ARGV do
     end
   end
   out[#out + 1] = {id, table.concat(run, ','), table.concat(cancel, ','),
-    table.concat(skipped, ','), blocking, park, wait}
+    table.concat(skipped, ','), blocking, park, wait, table.concat(known, ',')}
 end
 return out
