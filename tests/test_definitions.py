@@ -141,3 +141,14 @@ async def test_only_tasks_that_fire_again_soon_are_kept(store: TaskStore) -> Non
     assert await claimed_payloads(store, cache) == {
         "once": {"v": "once"}, "hourly": {"v": "hourly"}, "5min": {"v": 5},
     }  # fmt: skip
+
+
+def test_a_state_without_definition_is_named_only_if_it_would_fire() -> None:
+    """A claim that left the states out finds, reading a missed task's records, a state and
+    no definition: named unreadable if the state is active and due, a stale schedule entry
+    (left as the claims that read states leave one) if it is not."""
+    paused = encode_state("paused", 5000, 0, 1000, 0, 0, None, None)
+    active = encode_state("active", 5000, 0, 1000, 0, 0, None, None)
+    lean = LeanClaim(PartitionClaim(0, 6000, 5000, []), [("p", 3, None), ("a", 4, None)], -1, "")
+    assert add_read_definitions(lean, [None, paused, None, active, b"0"]) == []
+    assert [task_id for task_id, _ in lean.claim.unreadable] == ["a"]

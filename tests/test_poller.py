@@ -477,7 +477,7 @@ async def test_a_due_task_whose_records_do_not_decode_is_named_once_and_looked_a
 ) -> None:
     """Records written by something else (a hand edit, a foreign version) stop neither the
     poller nor the other tasks of the partition: the task is named once, saying what is
-    wrong, and stays in the schedule, due again a minute on (every claim took it first,
+    wrong, and stays in the schedule, due again a few seconds on (every claim took it first,
     before the tasks due after it). Also for a record that decodes but holds a value of
     another kind, on the claims with and without definitions (with a cache, its second
     tick; without one, the claim that reads them all): a tick that raised would restart
@@ -493,7 +493,7 @@ async def test_a_due_task_whose_records_do_not_decode_is_named_once_and_looked_a
     with structlog.testing.capture_logs() as logs:
         first = await poller.tick(scripts, [0], get_logger())
         deferred = float(await store.client.execute("ZSCORE", keys.schedule(0), "bad"))
-        await store.client.execute("ZADD", keys.schedule(0), past, "bad")  # a minute on
+        await store.client.execute("ZADD", keys.schedule(0), past, "bad")  # due again
         second = await poller.tick(scripts, [0], get_logger())
     assert (first.enqueued, second.enqueued) == (1, 0)
     named = [e for e in logs if e["event"] == "task_unreadable"]
@@ -529,6 +529,29 @@ async def test_due_tasks_that_cannot_be_read_hold_no_claims_place(
     assert sum(enqueued) == 1
     good = await store.get("good")
     assert good is not None and good.fires == 1
+
+
+async def test_a_task_written_since_its_claim_named_it_unreadable_is_not_moved(
+    one_partition: TaskStore,
+) -> None:
+    """The move a few seconds on is skipped when an API write came to the
+    partition since the claim (the task mended, or deleted and created again: its first
+    fire is not put off, which a short catch-up window would then drop)."""
+    store = one_partition
+    past = await store.now_ms() - 1000
+    await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=past), task_id="x"))
+    scripts, keys = await store.scripts(), await store.keys()
+    writes = int(await store.client.execute("HGET", keys.partition_owner(0), "writes"))
+    now = await store.now_ms()
+
+    def claim(seen: int) -> PartitionClaim:
+        return PartitionClaim(0, now, None, [], writes=seen, unreadable=[("x", "broken")])
+
+    await scripts.defer_unreadable([claim(writes - 1)])
+    assert float(await store.client.execute("ZSCORE", keys.schedule(0), "x")) == past
+    await scripts.defer_unreadable([claim(writes)])
+    moved = float(await store.client.execute("ZSCORE", keys.schedule(0), "x"))
+    assert moved == now + UNREADABLE_AGAIN_MS
 
 
 async def test_a_poller_set_to_other_partitions_than_its_namespace_has_says_so(

@@ -335,9 +335,7 @@ class Poller:
                 self.owned.add(c.partition)
         claims = [c for c in claims if not c.held]
         self._report_unreadable(claims, log)
-        await scripts.defer_unreadable(
-            {c.partition: (c.now_ms, [t for t, _ in c.unreadable]) for c in claims if c.unreadable}
-        )
+        await scripts.defer_unreadable(claims)
         for p in partitions:
             self._due.forget(p)
         return claims
@@ -347,7 +345,7 @@ class Poller:
     ) -> None:
         """One ``task_unreadable`` line per due task whose records this version cannot
         read: once each, not every tick (they stay due until a version reads them, looked
-        at again a minute on: ``defer_unreadable``)."""
+        at again a few seconds on: ``defer_unreadable``)."""
         for c in claims:
             for task_id, problem in c.unreadable:
                 if task_id not in self._unreadable:

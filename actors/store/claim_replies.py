@@ -226,8 +226,14 @@ def add_read_definitions(lean: LeanClaim, reply: list[Any]) -> list[tuple[str, i
     ):
         if raw_state is None:
             continue  # deleted since its claim
-        if raw_def is None:
-            claim.unreadable.append((task_id, NO_DEFINITION))
+        if raw_def is None:  # named as the claim that reads definitions names it
+            try:
+                values = decode_state(raw_state)
+            except _UNDECODABLE as exc:
+                claim.unreadable.append((task_id, _what_is_wrong(None, raw_state, exc)))
+                continue
+            if values[STATE_STATUS] == ACTIVE and values[STATE_NEXT_MS] is not None:
+                claim.unreadable.append((task_id, NO_DEFINITION))
             continue
         try:
             definition = decode_definition(raw_def)

@@ -57,6 +57,7 @@ def records_prelude() -> str:
 CREATE_TASKS = _load_labelled("create_tasks")
 CLAIM_DUE = _load("claim_due", records=True)
 READ_DEFINITIONS = _load("read_definitions")
+DEFER_UNREADABLE = _load("defer_unreadable")
 COMMIT_FIRES = _load_with("commit_fires", "flight", "history")
 RELEASE_PARTITION = _load("release_partition")
 POLLER_MEMBERS = _load("poller_members")

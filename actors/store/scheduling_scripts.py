@@ -41,8 +41,9 @@ from runtime.redis_replies import PartRejected
 ENQUEUE_CHUNK = 500
 
 
-#: How long a due task whose records cannot be read waits to be looked at again.
-UNREADABLE_AGAIN_MS = 60_000
+#: How long a due task whose records cannot be read waits to be looked at again: short, so
+#: that one mended by hand (no write counted) or by a newer version is soon fired.
+UNREADABLE_AGAIN_MS = 5_000
 
 
 class SchedulingScripts(FlightScripts):
@@ -253,20 +254,20 @@ class SchedulingScripts(FlightScripts):
                 done.pop(r.part, None)
         return flags, done, rejected
 
-    async def defer_unreadable(self, due: Mapping[int, tuple[int, Sequence[str]]]) -> None:
-        """Move due tasks whose records this version cannot read (partition -> the claim's
-        Redis time, their ids) ``UNREADABLE_AGAIN_MS`` on: they stay due and are looked at
-        again then, and meanwhile hold no place in the claims (a partition whose oldest
-        due tasks were all such claimed nothing else). ``XX GT``: a task deleted since
-        stays deleted, and one mended since to a later time keeps it (one mended to fire
-        at once waits for that time once)."""
-        calls: list[tuple[Any, ...]] = []
-        for partition, (now_ms, task_ids) in due.items():
-            score = now_ms + UNREADABLE_AGAIN_MS
-            members = [x for task_id in task_ids for x in (score, task_id)]
-            calls.append(("ZADD", self.keys.schedule(partition), "XX", "GT", *members))
+    async def defer_unreadable(self, claims: Sequence[PartitionClaim]) -> None:
+        """``defer_unreadable.lua`` for each claim that named due tasks whose records this
+        version cannot read: they move ``UNREADABLE_AGAIN_MS`` on from the claim's time,
+        unless an API write came to the partition since the claim. They stay due, looked
+        at again then, and meanwhile hold no place in the claims."""
+        k = self.keys
+        calls: list[Call] = [
+            (lua.DEFER_UNREADABLE, [k.schedule(c.partition), k.partition_owner(c.partition)],
+             [c.writes, c.now_ms + UNREADABLE_AGAIN_MS, *(t for t, _ in c.unreadable)])
+            for c in claims
+            if c.unreadable
+        ]  # fmt: skip
         if calls:
-            await self.client.pipeline(calls)
+            await self._run(calls)
 
     async def release_partitions(self, partitions: Sequence[int], poller: str) -> list[int]:
         """``release_partition.lua`` per partition: the ones ``poller`` let go of."""
