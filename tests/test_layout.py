@@ -316,8 +316,6 @@ async def test_a_running_node_lays_a_lost_meta_key_down_again(
         meta = f"{namespace}:meta"
         await wait_until(lambda: _exists(redis_client, f"{namespace}:pollers"))
         await redis_client.execute("DEL", meta)
-        with pytest.raises(LayoutMismatch, match="holds data"):
-            await TaskStore(redis_client, namespace).keys()
         await wait_until(lambda: _exists(redis_client, meta), timeout_s=30)
     later = TaskStore(redis_client, namespace, default_partitions=64)
     assert await later.keys() == Keys(namespace, 4, 16, compact_messages=True)

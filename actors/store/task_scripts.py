@@ -61,6 +61,11 @@ class TaskScripts:
         raise_first_error(replies)
         return replies
 
+    async def keep_meta(self, meta: str, fields: Sequence[Any]) -> bool:
+        """``keep_meta.lua``: write the meta key whole if it is gone; whether it was."""
+        (wrote,) = await self._run([(lua.KEEP_META, [meta], list(fields))])
+        return bool(wrote)
+
     async def create_tasks(self, rows: dict[int, list[TaskRow]]) -> dict[int, list[int]]:
         """``create_tasks.lua`` per partition; per task a ``Code`` (OK, UNCHANGED, CONFLICT)."""
         k = self.keys

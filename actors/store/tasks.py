@@ -163,24 +163,16 @@ class TaskStore:
         """Lay the meta key down again, with what this store read from it, if it is gone
         (Redis back empty, a hand delete, an eviction), so a node that starts then reads
         the namespace as it is instead of being refused (``_refuse_data_without_meta``):
-        the running nodes know its counts. Only missing fields are written (``HSETNX``);
-        nothing before this store has read the key. Every process calls it every few
-        seconds (``actors.observability.presence``)."""
+        the running nodes know its counts. The key is written whole, in one script, and
+        only when it is gone (``keep_meta.lua``); nothing before this store has read it.
+        Every process calls it every few seconds (``actors.observability.presence``)."""
         if self._keys is None:
             return
-        keys, meta = self._keys, f"{self.namespace}:meta"
-        await self.client.pipeline(
-            [
-                ("HSETNX", meta, "layout", LAYOUT_VERSION),
-                ("HSETNX", meta, "partitions", keys.partitions),
-                ("HSETNX", meta, "buckets", keys.buckets),
-                *(
-                    [("HSETNX", meta, "messages", COMPACT_MESSAGES)]
-                    if keys.compact_messages
-                    else []
-                ),
-            ]
-        )
+        keys = self._keys
+        fields = ["layout", LAYOUT_VERSION, "partitions", keys.partitions, "buckets", keys.buckets]
+        if keys.compact_messages:
+            fields += ["messages", COMPACT_MESSAGES]
+        await (await self.scripts()).keep_meta(f"{self.namespace}:meta", fields)
 
     async def scripts(self) -> Scripts:
         """The namespace's scripts (``actors.store.scripts``): the roles' door to Redis."""
