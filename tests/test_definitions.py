@@ -5,6 +5,7 @@ next claim, and a task deleted and created again never passes for the old one.""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -149,6 +150,12 @@ def test_a_state_without_definition_is_named_only_if_it_would_fire() -> None:
     (left as the claims that read states leave one) if it is not."""
     paused = encode_state("paused", 5000, 0, 1000, 0, 0, None, None)
     active = encode_state("active", 5000, 0, 1000, 0, 0, None, None)
-    lean = LeanClaim(PartitionClaim(0, 6000, 5000, []), [("p", 3, None), ("a", 4, None)], -1, "")
-    assert add_read_definitions(lean, [None, paused, None, active, b"0"]) == []
-    assert [task_id for task_id, _ in lean.claim.unreadable] == ["a"]
+    foreign = b"\x07" + active[1:]  # a status no version writes
+    misses: list[tuple[str, int, list[Any] | None]] = [
+        ("p", 3, None),
+        ("a", 4, None),
+        ("f", 5, None),
+    ]
+    lean = LeanClaim(PartitionClaim(0, 6000, 5000, []), misses, -1, "")
+    assert add_read_definitions(lean, [None, paused, None, active, None, foreign, b"0"]) == []
+    assert [task_id for task_id, _ in lean.claim.unreadable] == ["a", "f"]

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 #: A state record's status code for an active task.
 ACTIVE = STATUS_NAMES.index("active")
+INACTIVE = frozenset(STATUS_NAMES.index(name) for name in ("paused", "stopped", "finished"))
 
 #: Many tasks share a few distinct schedules: decode each stored form once.
 _SCHEDULES: dict[bytes, Schedule] = {}
@@ -232,7 +233,10 @@ def add_read_definitions(lean: LeanClaim, reply: list[Any]) -> list[tuple[str, i
             except _UNDECODABLE as exc:
                 claim.unreadable.append((task_id, _what_is_wrong(None, raw_state, exc)))
                 continue
-            if values[STATE_STATUS] == ACTIVE and values[STATE_NEXT_MS] is not None:
+            # a stale schedule entry, as claim_due.lua drops one: a known inactive status,
+            # or active with no next time; any other state is named
+            status = values[STATE_STATUS]
+            if (status == ACTIVE and values[STATE_NEXT_MS] is not None) or status not in INACTIVE:
                 claim.unreadable.append((task_id, NO_DEFINITION))
             continue
         try:

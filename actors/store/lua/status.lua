@@ -45,7 +45,7 @@ local function change_status(tag, b, id, action, next_ms, score, note, schedule)
       local now = now_ms()
       f.hw = math.max(f.hw or 0, now)
       put_flight(tag .. ':flight', id, f)
-      s[STATE_NEXT_MS] = now
+      s[STATE_NEXT_MS] = f.hw  -- the park time is the latest decided (overlap.lua)
       redis.call('ZADD', schedule, ms(now), id)
     elseif next_ms == '' then
       s[STATE_STATUS], s[STATE_NEXT_MS] = FINISHED, nil
