@@ -157,6 +157,26 @@ async def test_expired_grid_times_decided_again_are_counted_once(
     assert await _not_run(scripts, "t") == "4 expired 7000 -"
 
 
+async def test_grid_times_decided_before_are_not_noted_expired_when_planned_again(
+    scripts: Scripts,
+) -> None:
+    """A claim decided three grid times (one in flight, two skipped) and its poller died
+    before its commit; the next claim plans them again, now past the catch-up window: they
+    were decided (the one in flight, the skipped ones in the history), so none is noted
+    expired, and they go back as known (no not_run line). A time below the latest decided
+    that none of these holds (owed after a takeover, never decided) is noted."""
+    await _exists(scripts, "t")
+    first = await scripts.decide_overlaps("c1", {0: [Planned("t", "S", [1000, 2000, 3000])]})
+    assert first["t"].skipped == [2000, 3000]
+    await scripts.confirm_flights("c1", ["t"])
+    again = await scripts.decide_overlaps("c2", {0: [Planned("t", "S", [], [1000, 2000, 3000])]})
+    assert again["t"].known == {1000, 2000, 3000}
+    assert await _not_run(scripts, "t") == "2 overlap 3000 1000"
+    owed = await scripts.decide_overlaps("c3", {0: [Planned("t", "S", [], [500, 3000])]})
+    assert owed["t"].known == {3000}
+    assert await _not_run(scripts, "t") == "3 expired 500 -"
+
+
 async def test_a_fire_held_back_while_its_task_was_paused_starts_when_it_resumes(
     redis_client: RedisClient, namespace: str
 ) -> None:

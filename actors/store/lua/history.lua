@@ -55,6 +55,18 @@ local function in_ring(ring, due, fate)
   return false
 end
 
+-- Whether the ring (a task's stored history, or nil) holds an entry of this due time, of
+-- any fate.
+local function ring_has_due(ring, due)
+  if not ring or #ring < 6 + HISTORY_ENTRY then return false end
+  local base = struct.unpack('>I6', ring)
+  for at = 7, #ring - HISTORY_ENTRY + 1, HISTORY_ENTRY do
+    local _, offset = struct.unpack('>Bi5', ring, at)
+    if base + offset == due then return true end
+  end
+  return false
+end
+
 -- Record one occurrence of a task (keep: the ring's length; 0 keeps none); once: not if
 -- the ring holds it already (in_ring). Returns whether it was recorded.
 local function push_history(tag, id, keep, fate, origin, attempt, due, lag, run, node, err,

@@ -59,6 +59,12 @@ while i <= #ARGV do
   local run, skipped, cancel, blocking, park, wait = {}, {}, {}, '', '', ''
   local f = policy ~= 'A' and get_flight(KEYS[1], id)
   local decided = grid and f and f.hw  -- the latest grid time decided before this call
+  local before = {}  -- the times in flight or waiting before this call
+  if decided then
+    if f.inflight ~= '' then before[f.inflight] = true end
+    if f.replaced ~= '' then before[f.replaced] = true end
+    for _, w in ipairs(f.waiting) do before[(string.gsub(w, '^m', ''))] = true end
+  end
   if f and f.inflight ~= '' and f.by ~= '' and f.by ~= token and f.at and grid
       and now - f.at < takeover then
     for j = first, first + n + m - 1 do
@@ -128,17 +134,23 @@ while i <= #ARGV do
     if ends and #f.waiting > 0 and f.hw then park = string.format('%d', f.hw) end
     put_flight(KEYS[1], id, f)
   end
-  -- The expired grid times to note: none when decided when claimed again; not the
-  -- flight's latest grid time decided (a parked task is planned again at its park time
-  -- at each wake: decided when it parked), which goes back as known.
+  -- The expired grid times to note: none when decided when claimed again; none decided
+  -- before, which go back as known: the flight's latest grid time decided (a parked task
+  -- is planned again at its park time at each wake), a time in flight or waiting before
+  -- this call, or one up to that latest time its history holds (run, skipped or noted:
+  -- a claim repeated after its poller died plans them again). A time below it that none
+  -- of these holds was never decided (owed after a takeover): noted.
   local expired, known = {}, {}
+  local ring
   if wait == '' then
     for j = first + n, first + n + m - 1 do
-      if decided and tonumber(ARGV[j]) == decided then
-        known[#known + 1] = ARGV[j]
-      else
-        expired[#expired + 1] = ARGV[j]
+      local d = tonumber(ARGV[j])
+      local seen = decided and (d == decided or before[ARGV[j]])
+      if decided and not seen and d <= decided and keep > 0 then
+        ring = ring or redis.call('HGET', tag .. ':history', id) or false
+        seen = ring_has_due(ring or nil, d)
       end
+      if seen then known[#known + 1] = ARGV[j] else expired[#expired + 1] = ARGV[j] end
     end
   end
   -- Expired grid times are noted last, in order: a record whose last note is 'expired'
