@@ -151,11 +151,11 @@ def test_a_state_without_definition_is_named_only_if_it_would_fire() -> None:
     paused = encode_state("paused", 5000, 0, 1000, 0, 0, None, None)
     active = encode_state("active", 5000, 0, 1000, 0, 0, None, None)
     foreign = b"\x07" + active[1:]  # a status no version writes
+    ended = encode_state("active", None, 0, 1000, 0, 0, None, None)  # no next time
     misses: list[tuple[str, int, list[Any] | None]] = [
-        ("p", 3, None),
-        ("a", 4, None),
-        ("f", 5, None),
-    ]
+        ("p", 3, None), ("a", 4, None), ("f", 5, None), ("e", 6, None),
+    ]  # fmt: skip
     lean = LeanClaim(PartitionClaim(0, 6000, 5000, []), misses, -1, "")
-    assert add_read_definitions(lean, [None, paused, None, active, None, foreign, b"0"]) == []
+    read = [None, paused, None, active, None, foreign, None, ended, b"0"]
+    assert add_read_definitions(lean, read) == []
     assert [task_id for task_id, _ in lean.claim.unreadable] == ["a", "f"]

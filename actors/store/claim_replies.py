@@ -236,7 +236,8 @@ def add_read_definitions(lean: LeanClaim, reply: list[Any]) -> list[tuple[str, i
             # a stale schedule entry, as claim_due.lua drops one: a known inactive status,
             # or active with no next time; any other state is named
             status = values[STATE_STATUS]
-            if (status == ACTIVE and values[STATE_NEXT_MS] is not None) or status not in INACTIVE:
+            stale = status in INACTIVE or (status == ACTIVE and values[STATE_NEXT_MS] is None)
+            if not stale:
                 claim.unreadable.append((task_id, NO_DEFINITION))
             continue
         try:

@@ -55,14 +55,15 @@ local function in_ring(ring, due, fate)
   return false
 end
 
--- Whether the ring (a task's stored history, or nil) holds an entry of this due time, of
--- any fate.
-local function ring_has_due(ring, due)
+-- Whether the ring (a task's stored history, or false) holds an entry of this due time
+-- of a fate other than expired (a time noted expired is noted again as before: counted
+-- once, recorded once, its not_run line said again).
+local function ring_decided(ring, due)
   if not ring or #ring < 6 + HISTORY_ENTRY then return false end
   local base = struct.unpack('>I6', ring)
   for at = 7, #ring - HISTORY_ENTRY + 1, HISTORY_ENTRY do
-    local _, offset = struct.unpack('>Bi5', ring, at)
-    if base + offset == due then return true end
+    local head, offset = struct.unpack('>Bi5', ring, at)
+    if base + offset == due and head % 8 ~= FATE_EXPIRED then return true end
   end
   return false
 end

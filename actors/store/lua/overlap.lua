@@ -137,9 +137,10 @@ while i <= #ARGV do
   -- The expired grid times to note: none when decided when claimed again; none decided
   -- before, which go back as known: the flight's latest grid time decided (a parked task
   -- is planned again at its park time at each wake), a time in flight or waiting before
-  -- this call, or one up to that latest time its history holds (run, skipped or noted:
-  -- a claim repeated after its poller died plans them again). A time below it that none
-  -- of these holds was never decided (owed after a takeover): noted.
+  -- this call, or one up to that latest time its history holds as run or skipped (a
+  -- claim repeated after its poller died plans them again). A time below it that none of
+  -- these holds (owed after a takeover, never decided; or decided longer ago than the
+  -- history keeps) is noted; one noted expired before is noted again, counted once.
   local expired, known = {}, {}
   local ring
   if wait == '' then
@@ -147,8 +148,8 @@ while i <= #ARGV do
       local d = tonumber(ARGV[j])
       local seen = decided and (d == decided or before[ARGV[j]])
       if decided and not seen and d <= decided and keep > 0 then
-        ring = ring or redis.call('HGET', tag .. ':history', id) or false
-        seen = ring_has_due(ring or nil, d)
+        if ring == nil then ring = redis.call('HGET', tag .. ':history', id) or false end
+        seen = ring_decided(ring, d)
       end
       if seen then known[#known + 1] = ARGV[j] else expired[#expired + 1] = ARGV[j] end
     end
