@@ -71,7 +71,9 @@ _UNDECODABLE = (RecordError, ValueError, TypeError, AttributeError, IndexError)
 
 
 #: A due task with a state record and no definition record (``claim_due.lua`` hands an
-#: empty one): nothing to fire, so it is named, not claimed, and stays due.
+#: empty one; ``read_definitions.lua`` none): nothing to fire, so it is named, not
+#: claimed, and stays in the schedule, looked at again ``UNREADABLE_AGAIN_MS`` on
+#: (``Scripts.defer_unreadable``).
 NO_DEFINITION = (
     "a state record without a definition record (a partial delete or restore): restore "
     "the definition, or delete the task"

@@ -187,8 +187,9 @@ class Decision:
     """Nothing decided: the claim's times include the task's fire in flight, which another
     decider put there unconfirmed and may still append; decide again this long after."""
     known: frozenset[int] = frozenset()
-    """Expired times not noted as not run, being decided before (a parked task's park
-    time, planned again at each wake)."""
+    """Expired times not noted as not run because they were decided before: the park
+    time, a time in flight or waiting before the call, or one up to the latest decided
+    that the task's history holds with a fate other than expired."""
 
 
 def _times(text: bytes) -> list[int]:

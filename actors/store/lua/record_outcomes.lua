@@ -133,8 +133,8 @@ local function record_group(a, first, last, task_type, late)
       if reason or (fate == FATE_OK and listed) then  -- an ok on time takes the task off
         set_attention(tag, id, reason, due, task_type, reason and ms(now) or '')
       end
-      -- the run record last: a history or attention key of another kind fails the row
-      -- (the group's first, for the history every row writes) before its count moves
+      -- the run record last: should a write above fail all the same (the keys were
+      -- checked before the group's first row), its count has not moved
       if outcome <= 2 then put_run(tag, b, id, r) end
       n = n + 1
     end
