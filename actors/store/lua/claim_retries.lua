@@ -22,6 +22,14 @@ local due = redis.call('ZRANGE', KEYS[1], '-inf', string.format('%d', now), 'BYS
   'LIMIT', 0, tonumber(ARGV[3]))
 local lease_until = string.format('%d', now + tonumber(ARGV[4]))
 local tag, buckets = ARGV[5], tonumber(ARGV[6])
+
+-- Whether the context's task was deleted and created again since its fire failed (its
+-- created_ms is not the context's born; a definition that cannot be read is not judged).
+local function reborn(b, id, born)
+  if not born then return false end
+  local created = created_ms(tag, b, id)
+  return created ~= false and tonumber(born) ~= (created or 0)
+end
 local dropped = {}
 -- RETRY_CLAIM_HEADER items
 local out = {now, NONE, dropped}
@@ -31,11 +39,9 @@ for _, sid in ipairs(due) do
     'o', 'born')
   local b = f[1] and bucket_of(f[1], buckets)
   local s = f[1] and try_state(tag, b, f[1])
-  local born = f[1] and f[8] and created_ms(tag, b, f[1])
   if not f[1] then
     redis.call('ZREM', KEYS[1], sid)  -- context gone: nothing to retry
-  elseif s == nil or (s and s[STATE_STATUS] == STOPPED)
-      or (f[8] and born ~= false and tonumber(f[8]) ~= (born or 0)) then
+  elseif s == nil or (s and s[STATE_STATUS] == STOPPED) or reborn(b, f[1], f[8]) then
     redis.call('DEL', key)
     redis.call('ZREM', KEYS[1], sid)
     dropped[#dropped + 1] = sid
