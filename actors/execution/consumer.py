@@ -380,13 +380,12 @@ class Consumer:
         held, say = self.held, self._say_settled
         tried = False  # the held ones, once a call: each try writes a partly failed one again
         while flight.unsettled is not None:
-            behind = held.behind(flight.unsettled)
-            if behind and not held.room_for(held.count_in(flight.unsettled, behind)):
+            if held.crowded(flight.unsettled):
                 await held.try_all(scripts, flight, say)  # the pending lock is ours
                 tried = True
-                behind = held.behind(flight.unsettled)
-                if behind and not held.room_for(held.count_in(flight.unsettled, behind)):
-                    raise held.rejection(behind)  # never ahead of the held: waited on
+                if crowded := held.crowded(flight.unsettled):
+                    raise held.rejection(crowded)  # never ahead of the held: waited on
+            behind = held.behind(flight.unsettled)
             if behind:
                 flight.unsettled = held.hold(flight.unsettled, dict.fromkeys(behind), flight)
                 if not flight.unsettled[0]:

@@ -120,6 +120,12 @@ class HeldBack:
             return set()
         return {self.partition_of(o.message.task_id) for o in batch[0]} & self.queues.keys()
 
+    def crowded(self, batch: Batch) -> set[int]:
+        """The held partitions ``batch`` has fires in when there is no room to hold them
+        (empty otherwise): it must not go ahead of them, nor join them."""
+        behind = self.behind(batch)
+        return behind if behind and not self.room_for(self.count_in(batch, behind)) else set()
+
     def count_in(self, batch: Batch, partitions: Collection[int]) -> int:
         """How many of ``batch``'s fires are in ``partitions``."""
         return sum(self.partition_of(o.message.task_id) in partitions for o in batch[0])
