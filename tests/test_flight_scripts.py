@@ -288,3 +288,52 @@ async def test_a_task_whose_grid_ended_while_paused_still_starts_its_waiting_fir
     task = await store.get("x")
     assert task is not None and task.status == "finished"
     assert await redis_client.execute("HGET", keys.not_run(0), "x") is None
+
+
+async def test_an_update_to_a_schedule_that_never_fires_still_starts_the_waiting_fire(
+    redis_client: RedisClient, namespace: str, log_lines: Callable[[], list[dict[str, Any]]]
+) -> None:
+    """A trigger waits behind the task's fire in flight (buffer_one) when the task's
+    schedule is replaced by one that never fires (its end passed). The task stays active
+    and due until the waiting fire starts (finished, it was out of the schedule for good
+    and the fire waited for ever), is parked while the fire ahead runs, is woken by its
+    end, then finishes; the park time is no fire."""
+    import trio
+
+    from actors.domain.model import TaskSpec
+    from actors.domain.schedules import Schedule
+    from actors.scheduling.poller import Poller, PollerSettings
+    from actors.store.tasks import TaskStore
+    from runtime.logging import get_logger
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    now = await store.now_ms()
+    hourly = Schedule("interval", every_s=3600, start_ms=now + 3_600_000, overlap="buffer_one")
+    await store.create(TaskSpec("t", hourly, task_id="x"))
+    first, queued = await store.trigger("x", "buffer_one")
+    assert queued
+    await trio.sleep(0.01)  # another due time (a trigger's is its time)
+    second, queued = await store.trigger("x", "buffer_one")
+    assert not queued
+    ended = Schedule("interval", every_s=60, end_ms=now - 1000, overlap="buffer_one")
+    assert await store.update("x", schedule=ended) == "active"
+    scripts, keys = await store.scripts(), await store.keys()
+    score = await redis_client.execute("ZSCORE", keys.schedule(0), "x")
+    assert float(score) <= await store.now_ms()
+    poller = Poller(store, PollerSettings())
+    assert (await poller.tick(scripts, [0], get_logger())).enqueued == 0  # first still runs
+    task = await store.get("x")
+    assert task is not None and task.status == "active"
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, int(first.split(":")[1]))])
+    score = await redis_client.execute("ZSCORE", keys.schedule(0), "x")
+    assert float(score) <= await store.now_ms()  # woken by the end
+    assert (await poller.tick(scripts, [0], get_logger())).enqueued == 1
+    entries = await redis_client.execute("XRANGE", keys.queue("t"), "-", "+")
+    due_times = [int(e[1][b"due_ms"]) for e in entries]
+    assert due_times == [int(first.split(":")[1]), int(second.split(":")[1])]
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, int(second.split(":")[1]))])
+    await poller.tick(scripts, [0], get_logger())
+    assert [e for e in log_lines() if e["event"] == "not_run"] == []
+    task = await store.get("x")
+    assert task is not None and task.status == "finished"
+    assert await redis_client.execute("ZSCORE", keys.schedule(0), "x") is None

@@ -27,14 +27,22 @@ local placed = 0
 if ARGV[5] ~= '' and ARGV[5] ~= sched then
   placed = 1
   local f = get_flight(tag .. ':flight', id)
-  if f.hw then
-    f.hw = nil
-    put_flight(tag .. ':flight', id, f)
-  end
+  local decided = f.hw
+  f.hw = nil
   sched = ARGV[5]
   s[STATE_FIRES] = 0  -- fires count against max_runs of the schedule they were made by
   if s[STATE_STATUS] == FINISHED then s[STATE_STATUS] = ACTIVE end
-  if ARGV[6] == '' then
+  if ARGV[6] == '' and s[STATE_STATUS] == ACTIVE and #f.waiting > 0 then
+    -- a schedule that never fires, with fires still waiting behind the one in flight (an
+    -- operator's trigger or backfill its overlap policy held back): parked as a poller
+    -- parks such a task (overlap.lua), due now, so its claim starts them as the fire
+    -- ahead ends; it finishes once none waits. Finished, it would be out of the
+    -- schedule, and the end of the fire ahead could not wake it (end_flights.lua).
+    local now = now_ms()
+    f.hw = now  -- the park time, taken as decided: no grid time of the new schedule
+    s[STATE_NEXT_MS] = now
+    redis.call('ZADD', KEYS[1], ms(now), id)
+  elseif ARGV[6] == '' then
     if s[STATE_STATUS] == ACTIVE then s[STATE_STATUS] = FINISHED end
     s[STATE_NEXT_MS] = nil
     redis.call('ZREM', KEYS[1], id)
@@ -42,6 +50,7 @@ if ARGV[5] ~= '' and ARGV[5] ~= sched then
     s[STATE_NEXT_MS] = tonumber(ARGV[6])
     if s[STATE_STATUS] == ACTIVE then redis.call('ZADD', KEYS[1], ARGV[7], id) end
   end
+  if decided or f.hw then put_flight(tag .. ':flight', id, f) end
 end
 if ARGV[8] ~= '' then put_labels(tag, b, id, ARGV[8]) end
 redis.call('HSET', tag .. ':def:' .. b, id, cmsgpack.pack(typ, payload, sched, created))
