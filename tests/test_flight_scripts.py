@@ -337,3 +337,236 @@ async def test_an_update_to_a_schedule_that_never_fires_still_starts_the_waiting
     task = await store.get("x")
     assert task is not None and task.status == "finished"
     assert await redis_client.execute("ZSCORE", keys.schedule(0), "x") is None
+
+
+async def _waiting_behind_a_trigger(store: Any) -> tuple[int, int]:
+    """Task ``x`` (type ``t``, hourly from an hour on, buffer_one) with an operator's fire
+    in flight and a second one waiting behind it: their due times."""
+    import trio
+
+    from actors.domain.model import TaskSpec
+    from actors.domain.schedules import Schedule
+
+    now = await store.now_ms()
+    hourly = Schedule("interval", every_s=3600, start_ms=now + 3_600_000, overlap="buffer_one")
+    await store.create(TaskSpec("t", hourly, task_id="x"))
+    first, queued = await store.trigger("x", "buffer_one")
+    assert queued
+    await trio.sleep(0.01)  # another due time (a trigger's is its time)
+    second, queued = await store.trigger("x", "buffer_one")
+    assert not queued
+    return int(first.split(":")[1]), int(second.split(":")[1])
+
+
+async def test_an_update_to_no_policy_drops_the_waiting_fires_and_fires_nothing_more(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A task with a fire waiting behind its fire in flight gets a schedule that never fires
+    and has no overlap policy: the waiting fire goes with the flight record (nothing would
+    start it), and the task finishes, with no fire at a park time."""
+    from actors.domain.schedules import Schedule
+    from actors.scheduling.poller import Poller, PollerSettings
+    from actors.store.tasks import TaskStore
+    from runtime.logging import get_logger
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    await _waiting_behind_a_trigger(store)
+    now = await store.now_ms()
+    ended = Schedule("interval", every_s=60, end_ms=now - 1000)  # allow_all
+    assert await store.update("x", schedule=ended) == "finished"
+    scripts, keys = await store.scripts(), await store.keys()
+    assert await redis_client.execute("HGET", keys.flights(0), "x") is None
+    assert await redis_client.execute("ZSCORE", keys.schedule(0), "x") is None
+    assert (await Poller(store, PollerSettings()).tick(scripts, [0], get_logger())).enqueued == 0
+    assert len(await redis_client.execute("XRANGE", keys.queue("t"), "-", "+")) == 1
+
+
+async def test_a_grid_that_ended_with_nothing_planned_still_starts_the_waiting_fire(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """The new schedule's grid is all in the past and its misfire policy skips it: the claim
+    plans no fire and ends the grid, with a fire waiting behind the one in flight. The task
+    is parked until that fire starts (finished, it was out of the schedule, and the fire
+    waited for ever), then finishes."""
+    from actors.domain.schedules import Schedule
+    from actors.scheduling.poller import Poller, PollerSettings
+    from actors.store.tasks import TaskStore
+    from runtime.logging import get_logger
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    first, second = await _waiting_behind_a_trigger(store)
+    now = await store.now_ms()
+    past = Schedule(
+        "interval", every_s=1, start_ms=now - 5000, end_ms=now - 1000, overlap="buffer_one",
+        misfire="skip",
+    )  # fmt: skip
+    assert await store.update("x", schedule=past) == "active"
+    scripts, keys = await store.scripts(), await store.keys()
+    poller = Poller(store, PollerSettings())
+    assert (await poller.tick(scripts, [0], get_logger())).enqueued == 0
+    task = await store.get("x")
+    assert task is not None and task.status == "active"
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, first)])
+    assert (await poller.tick(scripts, [0], get_logger())).enqueued == 1
+    entries = await redis_client.execute("XRANGE", keys.queue("t"), "-", "+")
+    assert [int(e[1][b"due_ms"]) for e in entries] == [first, second]
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, second)])
+    await poller.tick(scripts, [0], get_logger())
+    task = await store.get("x")
+    assert task is not None and task.status == "finished"
+
+
+async def test_a_new_schedule_keeps_a_task_woken_for_its_waiting_fire_due_now(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """The fire ahead ended and woke the task (due now) for the fire waiting behind it; an
+    update gives it a new schedule before its claim. It stays due now: the waiting fire is
+    not held back until the new grid's first time, a day on."""
+    from actors.domain.schedules import Schedule
+    from actors.scheduling.poller import Poller, PollerSettings
+    from actors.store.tasks import TaskStore
+    from runtime.logging import get_logger
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    first, second = await _waiting_behind_a_trigger(store)
+    scripts, keys = await store.scripts(), await store.keys()
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, first)])
+    now = await store.now_ms()
+    daily = Schedule("interval", every_s=86400, start_ms=now + 86_400_000, overlap="buffer_one")
+    assert await store.update("x", schedule=daily) == "active"
+    score = await redis_client.execute("ZSCORE", keys.schedule(0), "x")
+    assert float(score) <= await store.now_ms()
+    assert (await Poller(store, PollerSettings()).tick(scripts, [0], get_logger())).enqueued == 1
+    entries = await redis_client.execute("XRANGE", keys.queue("t"), "-", "+")
+    assert [int(e[1][b"due_ms"]) for e in entries] == [first, second]
+    task = await store.get("x")
+    assert task is not None and task.next_run_ms == now + 86_400_000
+
+
+@pytest.mark.parametrize("woken", [True, False], ids=["woken", "parked"])
+async def test_a_claim_planning_no_time_of_its_own_leaves_an_unconfirmed_fire_to_its_decider(
+    scripts: Scripts, woken: bool
+) -> None:
+    """A fire another decider put in flight, unconfirmed and within the takeover time, and
+    a claim that plans no time (woken before its grid time) or only ends the grid (parked):
+    the claim waits, as one that plans the fire's own time does. Deciding then, it
+    appended nothing and left the task on its grid (or finished it), so the fire was never
+    appended if its decider had died."""
+    await _exists(scripts, "t")
+    dead = await scripts.decide_overlaps(
+        "dead-claim", {0: [Planned("t", "S", [1000, 2000])]}, takeover_ms=60_000
+    )
+    assert dead["t"].run == [(1000, True)] and dead["t"].skipped == [2000]
+    # woken: planned before its next grid time; parked: on the latest grid time decided
+    planned = Planned("t", "S", []) if woken else Planned("t", "S", [2000], ends=True)
+    held = await scripts.decide_overlaps("claim-2", {0: [planned]}, takeover_ms=60_000)
+    assert held["t"].wait_ms is not None and held["t"].run == []
+    late = await scripts.decide_overlaps("claim-3", {0: [planned]}, takeover_ms=0)
+    assert late["t"].wait_ms is None and late["t"].run == [(1000, False)]
+
+
+async def test_a_trigger_decided_between_a_claim_and_its_commit_keeps_the_finishing_task(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A task's last grid fire is decided (nothing waiting: the grid ends) and an operator's
+    trigger decides to wait behind it before the claim's commit. The commit keeps the task
+    active and due (finished, it was out of the schedule and the trigger waited for ever);
+    the trigger starts when the fire ahead ends, then the task finishes."""
+    import trio
+
+    from actors.domain.model import TaskSpec
+    from actors.domain.schedules import Schedule
+    from actors.scheduling.poller import Poller, PollerSettings
+    from actors.store.tasks import TaskStore
+    from runtime.logging import get_logger
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    once = Schedule("once", at_ms=await store.now_ms(), overlap="buffer_one")
+    await store.create(TaskSpec("t", once, task_id="x"))
+    scripts, keys = await store.scripts(), await store.keys()
+    poller = Poller(store, PollerSettings())
+    commit = poller._enqueue_and_commit
+    triggered: list[str] = []
+
+    async def trigger_then_commit(*args: Any) -> Any:
+        await trio.sleep(0.01)  # another due time than the grid's
+        sid, queued = await store.trigger("x", "buffer_one")
+        assert not queued  # waits behind the grid fire, decided but not yet committed
+        triggered.append(sid)
+        return await commit(*args)
+
+    poller._enqueue_and_commit = trigger_then_commit  # type: ignore[method-assign,assignment]
+    assert (await poller.tick(scripts, [0], get_logger())).enqueued == 1
+    poller._enqueue_and_commit = commit  # type: ignore[method-assign]
+    task = await store.get("x")
+    assert task is not None and task.status == "active"
+    grid_due = int(
+        (await redis_client.execute("XRANGE", keys.queue("t"), "-", "+"))[0][1][b"due_ms"]
+    )
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, grid_due)])
+    assert (await poller.tick(scripts, [0], get_logger())).enqueued == 1
+    entries = await redis_client.execute("XRANGE", keys.queue("t"), "-", "+")
+    assert [int(e[1][b"due_ms"]) for e in entries] == [grid_due, int(triggered[0].split(":")[1])]
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, int(triggered[0].split(":")[1]))])
+    await poller.tick(scripts, [0], get_logger())
+    task = await store.get("x")
+    assert task is not None and task.status == "finished"
+
+
+async def test_an_operators_fire_decided_after_the_task_finished_is_not_held(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A trigger read the task active; its last grid fire was committed (the task finished,
+    out of the schedule) before the trigger's decision. The trigger is not run (skipped
+    behind the fire in flight), not left waiting for a claim that never comes."""
+    from actors.domain.model import TaskSpec
+    from actors.domain.schedules import Schedule
+    from actors.scheduling.poller import Poller, PollerSettings
+    from actors.store.manual_fires import MANUAL_TOKEN
+    from actors.store.tasks import TaskStore
+    from runtime.logging import get_logger
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    once = Schedule("once", at_ms=await store.now_ms(), overlap="buffer_one")
+    await store.create(TaskSpec("t", once, task_id="x"))
+    scripts = await store.scripts()
+    assert (await Poller(store, PollerSettings()).tick(scripts, [0], get_logger())).enqueued == 1
+    task = await store.get("x")
+    assert task is not None and task.status == "finished"
+    late = await store.now_ms() + 5
+    decided = await scripts.decide_overlaps(
+        f"{MANUAL_TOKEN}1", {0: [Planned("x", "1", [late])]}, grid=False
+    )
+    assert decided["x"].run == [] and decided["x"].skipped == [late]
+    assert (await _record(scripts, "x"))[3] == ""  # nothing waiting
+
+
+async def test_a_task_whose_grid_ended_while_paused_keeps_its_unconfirmed_fire(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A poller put the task's last grid fire in flight and died before its append and
+    commit; the task was paused, and its grid time passed. Resumed, it stays active and
+    due (finished, no claim would ever append that fire), and a claim past the takeover
+    time appends it."""
+    import trio
+
+    from actors.domain.model import TaskSpec
+    from actors.domain.schedules import Schedule
+    from actors.store.tasks import TaskStore
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    at = await store.now_ms() + 300
+    await store.create(TaskSpec("t", Schedule("once", at_ms=at, overlap="skip"), task_id="x"))
+    scripts, keys = await store.scripts(), await store.keys()
+    await scripts.decide_overlaps("dead-claim", {0: [Planned("x", "S", [at])]})
+    await store.pause("x")
+    await trio.sleep(max(0, at + 50 - await store.now_ms()) / 1000)
+    assert await store.resume("x") == "active"
+    score = await redis_client.execute("ZSCORE", keys.schedule(0), "x")
+    assert float(score) <= await store.now_ms()
+    task = await store.get("x")
+    assert task is not None and task.next_run_ms is not None
+    later = await scripts.decide_overlaps(
+        "next-claim", {0: [Planned("x", "S", [task.next_run_ms], ends=True)]}, takeover_ms=0
+    )
+    assert later["x"].run == [(at, False)]

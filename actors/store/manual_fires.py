@@ -58,7 +58,7 @@ def check_overlap(task_id: str, own: Overlap, overlap: Overlap, status: str = "a
     and whose status is ``status``. A policy that holds fires back needs a poller to start
     them once the fire ahead has ended: the task's own policy tracks its fires, and the
     task is not finished (no poller claims a finished task; a paused one's start when it
-    resumes, unless its grid ended meanwhile)."""
+    resumes, its grid ended meanwhile or not: the resume parks it until they have)."""
     if overlap in WITHOUT_POLICY:
         return
     if own == "allow_all":

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from actors.store import lua
+from actors.store.codes import FLAG_OFF, FLAG_ON
 from actors.store.keys import Keys
 from actors.store.replies import TaskRow
 from runtime.redis_io import RedisClient, Reply, Script
@@ -81,10 +82,11 @@ class TaskScripts:
 
     async def update_task(
         self, task_id: str, payload_json: str, sched: bytes | str, next_ms: int | None,
-        score: int | None, labels_json: str = "",
+        score: int | None, labels_json: str = "", untracked: bool = False,
     ) -> tuple[int, str, bool]:  # fmt: skip
         """``update_task.lua``: replace payload, schedule and/or labels ('' keeps one;
-        labels '{}' removes them all);
+        labels '{}' removes them all); ``untracked``: the new schedule has no overlap
+        policy, so the fires its former one held back go (with its flight record);
         (``Code``, status afterwards, whether a schedule other than the task's took
         effect: one sent as it is changes nothing)."""
         k, p = self.keys, self.keys.partition_of(task_id)
@@ -102,6 +104,7 @@ class TaskScripts:
                         or_empty(next_ms),
                         or_empty(score),
                         labels_json,
+                        FLAG_ON if untracked else FLAG_OFF,
                     ],
                 )
             ]

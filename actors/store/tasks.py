@@ -362,17 +362,15 @@ class TaskStore:
         score: int | None = None
         if schedule is not None:
             sched, next_ms, score = Placement(await self.now_ms()).of(schedule, task_id)
+        # Nothing waits behind a fire of a task of no policy (no claim would start it):
+        # fires held back under its former policy go with its flight record.
+        untracked = schedule is not None and schedule.overlap == "allow_all"
         code, status, placed = await (await self.scripts()).update_task(
-            task_id, payload_json, sched, next_ms, score, labels_json
+            task_id, payload_json, sched, next_ms, score, labels_json, untracked
         )
         raise_for_code(code, task_id)
         if not placed:  # sent as it is: nothing of the grid changed
             sched = ""
-        if placed and schedule is not None and schedule.overlap == "allow_all":
-            # Nothing waits behind a fire of a task of no policy (no claim would start it):
-            # fires held back under its former policy are dropped with its flight record.
-            keys = await self.keys()
-            await self.client.execute("HDEL", keys.flights(keys.partition_of(task_id)), task_id)
         changed = [
             f
             for f, new in (("payload", payload_json), ("schedule", sched), ("labels", labels_json))

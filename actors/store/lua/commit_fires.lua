@@ -91,6 +91,18 @@ local function undecided(id)
     put_flight(tag .. ':flight', id, f)
   end
 end
+-- A task whose grid this commit ends that its flight must keep scheduled (flight.lua's
+-- holds_task): the time it is parked on (the latest grid time decided, now if none), or
+-- false. Read only for a task this commit finishes.
+local function parks(id)
+  local f = get_flight(tag .. ':flight', id)
+  if not holds_task(f) then return false end
+  if not f.hw then
+    f.hw = now_ms()
+    put_flight(tag .. ':flight', id, f)
+  end
+  return f.hw
+end
 for i = 1, #a, 5 do
   local id, b, score = a[i], a[i + 1], a[i + 2]
   local mark = string.byte(score, 1)
@@ -103,7 +115,21 @@ for i = 1, #a, 5 do
     ok = s ~= nil and s[STATE_STATUS] == ACTIVE and s[STATE_NEXT_MS] == due
       and (s[STATE_UPDATED_MS] or 0) == claimed_version
   end
-  if ok then
+  local parked = ok and score == '' and parks(id)
+  if parked then
+    -- its grid ended, but a fire waits behind its fire in flight (an operator's call
+    -- decided it after this claim's decision) or that one is unconfirmed: kept active and
+    -- due now, on a time its flight counts decided, so its claim starts the fire (or
+    -- parks it until the fire ahead ends: overlap.lua), rather than finished out of the
+    -- schedule, where no end could wake it. Counted as a write: the state is not the
+    -- one the poller built, which it would otherwise take as known at its next claim.
+    local st = {cmsgpack.unpack(a[i + 4])}
+    st[STATE_STATUS], st[STATE_NEXT_MS] = ACTIVE, parked
+    put_state(tag, b, id, st)
+    count_write(tag)
+    moved[#moved + 1] = ms(now_ms())
+    moved[#moved + 1] = id
+  elseif ok then
     redis.call('HSET', tag .. ':state:' .. b, id, a[i + 4])
     if score == '' then
       finished[#finished + 1] = id

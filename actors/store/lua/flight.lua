@@ -48,6 +48,26 @@ local function put_flight(key, id, f)
   end
 end
 
+-- Whether the task's flight alone must keep it scheduled once its grid has ended (or
+-- never fires again): fires wait behind the one in flight, or that one is unconfirmed
+-- (its decider may have died before its append, and only a claim appends it again).
+-- Finished, the task is out of the schedule, and nothing could wake it for them.
+local function holds_task(f)
+  return #f.waiting > 0 or (f.inflight ~= '' and f.by ~= '')
+end
+
+-- A task's index score when an operator's write places it anew (a resume, a new
+-- schedule): due now if its fire in flight ended with fires waiting behind it (that end
+-- could not wake a task out of the schedule, end_flights.lua, nor one a claim had already
+-- taken) or is unconfirmed (the claim appends it again once its decider must be gone),
+-- rather than at its next grid time; ``score`` otherwise.
+local function placed_score(f, score)
+  if (f.inflight == '' and #f.waiting > 0) or (f.inflight ~= '' and f.by ~= '') then
+    return ms(math.min(tonumber(score), now_ms()))
+  end
+  return score
+end
+
 -- Fires not run, per task: 'count reason due blocking' (the last one; count in all).
 local function note_not_run(key, id, count, reason, due, blocking)
   local old = redis.call('HGET', key, id)

@@ -67,9 +67,14 @@ while i <= #ARGV do
   end
   if f and f.inflight ~= '' and f.by ~= '' and f.by ~= token and f.at and grid
       and now - f.at < takeover then
+    -- a claim that plans no time (woken before its grid time) or ends the grid (parked)
+    -- waits too: deciding now, it would append nothing and leave the task on its grid,
+    -- or finish it, with that fire never appended if its decider died
+    local hit = n + m == 0 or ends
     for j = first, first + n + m - 1 do
-      if ARGV[j] == f.inflight then wait = string.format('%d', f.at + takeover - now) end
+      if ARGV[j] == f.inflight then hit = true end
     end
+    if hit then wait = string.format('%d', f.at + takeover - now) end
   end
   if f and wait == '' then
     local held = grid and '' or 'm'  -- how an operator's waiting fire is marked
@@ -98,10 +103,20 @@ while i <= #ARGV do
     if f.replaced ~= '' then cancel[#cancel + 1] = f.replaced end  -- until it has ended
     local waiting = {}
     for _, w in ipairs(f.waiting) do waiting[(string.gsub(w, '^m', ''))] = true end
+    -- An operator's fire never waits behind a finished task's fire in flight: no claim
+    -- would start it (the API refuses such a call; this is one that read the task before
+    -- its last grid fire was committed), so it is not run, as a skip task's would be.
+    local finished
+    if not grid and f.inflight ~= '' then
+      local s = try_state(tag, bucket_of(id, buckets), id)
+      finished = s and s[STATE_STATUS] == FINISHED
+    end
     for j = first, first + n - 1 do
       local d = ARGV[j]
       if d == f.inflight or waiting[d] or (grid and f.hw and tonumber(d) <= f.hw) then
         -- decided before: in flight, waiting, or (a grid time) skipped, run or ended
+      elseif f.inflight ~= '' and finished then
+        skipped[#skipped + 1], blocking = d, f.inflight
       elseif f.inflight == '' then
         start(held .. d)
       elseif policy == 'C' then
@@ -131,7 +146,12 @@ while i <= #ARGV do
                             m > 0 and tonumber(ARGV[first + n + m - 1]) or 0)
       f.hw = math.max(f.hw or 0, last)
     end
-    if ends and #f.waiting > 0 and f.hw then park = string.format('%d', f.hw) end
+    if ends and #f.waiting > 0 then
+      -- parked on the latest grid time decided; on now when none is (a grid that ended
+      -- with none planned: all of it skipped, or a schedule with none left)
+      f.hw = f.hw or now
+      park = string.format('%d', f.hw)
+    end
     put_flight(KEYS[1], id, f)
   end
   -- The expired grid times to note: none when decided when claimed again; none decided

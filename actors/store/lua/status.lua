@@ -2,20 +2,6 @@
 -- tasks: set_status.lua (one task) and action_batch.lua (a batch of an operator's action),
 -- so both change a task the same way (after flight.lua: a resume reads the flight record).
 
--- A resumed task's index score: due now if its fire in flight ended during the pause with
--- fires waiting behind it (an operator's trigger or backfill its overlap policy held
--- back): that end could not wake a task out of the schedule (end_flights.lua), and the
--- poller starts the first at once rather than at the next grid time; due now too if its
--- fire in flight is unconfirmed (its decider died before its commit: the claim appends it
--- again once the decider must be gone). The flight record: flight.lua.
-local function resumed_score(tag, id, score)
-  local f = get_flight(tag .. ':flight', id)
-  if (f.inflight == '' and #f.waiting > 0) or (f.inflight ~= '' and f.by ~= '') then
-    return ms(math.min(tonumber(score), now_ms()))
-  end
-  return score
-end
-
 -- Pause, resume or stop one task. schedule: the partition's schedule zset; next_ms and
 -- score: a resume's next grid time and its index score ('' next_ms = never: finished);
 -- note: the compact JSON note kept with the change ('' = none). A change replaces the
@@ -35,13 +21,13 @@ local function change_status(tag, b, id, action, next_ms, score, note, schedule)
   -- a new version (commit_fires)
   s[STATE_STATUS], s[STATE_UPDATED_MS] = target, new_version(tag, s[STATE_UPDATED_MS])
   if action == 'resume' then
-    local f = next_ms == '' and get_flight(tag .. ':flight', id)
-    if f and #f.waiting > 0 then
+    local f = get_flight(tag .. ':flight', id)
+    if next_ms == '' and holds_task(f) then
       -- its grid ended during the pause with fires still waiting behind the one in
-      -- flight: parked as a poller parks such a task (overlap.lua), on a time its flight
-      -- counts decided (the grid times the pause skipped stay skipped), due now, so its
-      -- claim starts the waiting fires; it finishes once none waits. Finished, it would
-      -- be out of the schedule, and the end of the fire ahead could not wake it.
+      -- flight, or that one unconfirmed: parked as a poller parks such a task
+      -- (overlap.lua), on a time its flight counts decided (the grid times the pause
+      -- skipped stay skipped), due now, so its claim starts the waiting fires (or appends
+      -- the unconfirmed one again); it finishes once none is left (flight.lua).
       local now = now_ms()
       f.hw = math.max(f.hw or 0, now)
       put_flight(tag .. ':flight', id, f)
@@ -51,7 +37,7 @@ local function change_status(tag, b, id, action, next_ms, score, note, schedule)
       s[STATE_STATUS], s[STATE_NEXT_MS] = FINISHED, nil
     else
       s[STATE_NEXT_MS] = tonumber(next_ms)
-      redis.call('ZADD', schedule, resumed_score(tag, id, score), id)
+      redis.call('ZADD', schedule, placed_score(f, score), id)
     end
   else
     redis.call('ZREM', schedule, id)

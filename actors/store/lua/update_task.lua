@@ -4,6 +4,9 @@
 -- ARGV[4]  payload JSON or '' (keep)   ARGV[5]  sched (encoded) or '' (keep)
 -- ARGV[6]  next_ms for the new schedule ('' = never)   ARGV[7]  score
 -- ARGV[8]  labels as compact JSON ('{}' = none) replacing the task's, or '' (keep)
+-- ARGV[9]  FLAG_ON: the new schedule has no overlap policy (allow_all): nothing waits
+--          behind a fire of such a task (no claim would start it), so the fires its former
+--          policy held back go with its flight record
 -- Returns {code, status, placed}: CODE_OK updated, CODE_NOT_FOUND not found; placed 1
 -- when a schedule other than the task's took effect.
 -- A new schedule takes effect at once: the claim (if any) is dropped so a poller holding it
@@ -27,17 +30,22 @@ local placed = 0
 if ARGV[5] ~= '' and ARGV[5] ~= sched then
   placed = 1
   local f = get_flight(tag .. ':flight', id)
+  if ARGV[9] == FLAG_ON then
+    redis.call('HDEL', tag .. ':flight', id)
+    f = get_flight(tag .. ':flight', id)
+  end
   local decided = f.hw
   f.hw = nil
   sched = ARGV[5]
   s[STATE_FIRES] = 0  -- fires count against max_runs of the schedule they were made by
   if s[STATE_STATUS] == FINISHED then s[STATE_STATUS] = ACTIVE end
-  if ARGV[6] == '' and s[STATE_STATUS] == ACTIVE and #f.waiting > 0 then
+  if ARGV[6] == '' and s[STATE_STATUS] == ACTIVE and holds_task(f) then
     -- a schedule that never fires, with fires still waiting behind the one in flight (an
-    -- operator's trigger or backfill its overlap policy held back): parked as a poller
-    -- parks such a task (overlap.lua), due now, so its claim starts them as the fire
-    -- ahead ends; it finishes once none waits. Finished, it would be out of the
-    -- schedule, and the end of the fire ahead could not wake it (end_flights.lua).
+    -- operator's trigger or backfill its overlap policy held back), or that one
+    -- unconfirmed: parked as a poller parks such a task (overlap.lua), due now, so its
+    -- claim starts them as the fire ahead ends; it finishes once none is left. Finished,
+    -- it would be out of the schedule, and the end of the fire ahead could not wake it
+    -- (end_flights.lua).
     local now = now_ms()
     f.hw = now  -- the park time, taken as decided: no grid time of the new schedule
     s[STATE_NEXT_MS] = now
@@ -48,7 +56,11 @@ if ARGV[5] ~= '' and ARGV[5] ~= sched then
     redis.call('ZREM', KEYS[1], id)
   else
     s[STATE_NEXT_MS] = tonumber(ARGV[6])
-    if s[STATE_STATUS] == ACTIVE then redis.call('ZADD', KEYS[1], ARGV[7], id) end
+    if s[STATE_STATUS] == ACTIVE then
+      -- due now if the end of its fire in flight woke it for fires waiting behind it,
+      -- or that one is unconfirmed: not held back until the new grid's first time
+      redis.call('ZADD', KEYS[1], placed_score(f, ARGV[7]), id)
+    end
   end
   if decided or f.hw then put_flight(tag .. ':flight', id, f) end
 end
