@@ -570,3 +570,108 @@ async def test_a_task_whose_grid_ended_while_paused_keeps_its_unconfirmed_fire(
         "next-claim", {0: [Planned("x", "S", [task.next_run_ms], ends=True)]}, takeover_ms=0
     )
     assert later["x"].run == [(at, False)]
+
+
+async def test_a_task_of_no_policy_with_an_operators_fire_unconfirmed_finishes_once(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A task of no overlap policy keeps a flight record after an operator's skip trigger,
+    whose call died before its confirm. Its last grid fire finishes it, once: no claim of
+    such a task decides its flight, so kept scheduled for it, the task fired at its park
+    time at every tick. A resume after its grid ended finishes it too."""
+    from actors.domain.model import TaskSpec
+    from actors.domain.schedules import Schedule
+    from actors.scheduling.poller import Poller, PollerSettings
+    from actors.store.tasks import TaskStore
+    from runtime.logging import get_logger
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    now = await store.now_ms()
+    for task_id, at in (("x", now), ("y", now + 300)):
+        await store.create(TaskSpec("t", Schedule("once", at_ms=at), task_id=task_id))
+    scripts, keys = await store.scripts(), await store.keys()
+    for task_id in ("x", "y"):
+        await scripts.decide_overlaps(
+            f"{MANUAL_TOKEN}dead", {0: [Planned(task_id, "S", [now - 1000])]}, grid=False
+        )
+    await store.pause("y")
+    poller = Poller(store, PollerSettings())
+    assert (await poller.tick(scripts, [0], get_logger())).enqueued == 1
+    for _ in range(3):
+        assert (await poller.tick(scripts, [0], get_logger())).enqueued == 0
+    task = await store.get("x")
+    assert task is not None and task.status == "finished"
+    assert len(await redis_client.execute("XRANGE", keys.queue("t"), "-", "+")) == 1
+    await trio_sleep_until(store, now + 350)
+    assert await store.resume("y") == "finished"
+
+
+async def trio_sleep_until(store: Any, at_ms: int) -> None:
+    import trio
+
+    await trio.sleep(max(0, at_ms - await store.now_ms()) / 1000)
+
+
+async def test_a_backfill_decided_after_the_task_finished_holds_nothing_back(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A buffer_one backfill of two times read the task active; its last grid fire was
+    committed and ended before the backfill's decision. The first time starts; the second
+    is not run, not left waiting behind it on a task no claim takes again."""
+    from actors.domain.model import TaskSpec
+    from actors.domain.schedules import Schedule
+    from actors.scheduling.poller import Poller, PollerSettings
+    from actors.store.tasks import TaskStore
+    from runtime.logging import get_logger
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    now = await store.now_ms()
+    await store.create(
+        TaskSpec("t", Schedule("once", at_ms=now, overlap="buffer_one"), task_id="x")
+    )
+    scripts = await store.scripts()
+    assert (await Poller(store, PollerSettings()).tick(scripts, [0], get_logger())).enqueued == 1
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, now)])
+    task = await store.get("x")
+    assert task is not None and task.status == "finished"
+    decided = await scripts.decide_overlaps(
+        f"{MANUAL_TOKEN}1", {0: [Planned("x", "1", [now - 2000, now - 1000])]}, grid=False
+    )
+    assert decided["x"].run == [(now - 2000, True)] and decided["x"].skipped == [now - 1000]
+    assert (await _record(scripts, "x"))[3] == ""  # nothing waiting
+
+
+async def test_a_woken_task_waits_for_another_deciders_fire_no_later_than_its_grid_time(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """The end of a fire woke the task for the fire waiting behind it, and an operator's
+    call started that fire but has not confirmed it yet when the poller claims the task.
+    The claim waits for that call, but no longer than the task's next grid time: that
+    time is claimed when it comes, not a claim lease late."""
+    import trio
+
+    from actors.domain.model import TaskSpec
+    from actors.domain.schedules import Schedule
+    from actors.scheduling.poller import Poller, PollerSettings
+    from actors.store.tasks import TaskStore
+    from runtime.logging import get_logger
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    now = await store.now_ms()
+    due = now + 2000
+    hourly = Schedule("interval", every_s=3600, start_ms=due, overlap="buffer_one")
+    await store.create(TaskSpec("t", hourly, task_id="x"))
+    first, queued = await store.trigger("x", "buffer_one")
+    await trio.sleep(0.01)
+    _, queued = await store.trigger("x", "buffer_one")
+    assert not queued
+    scripts, keys = await store.scripts(), await store.keys()
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, int(first.split(":")[1]))])
+    started = await scripts.decide_overlaps(
+        f"{MANUAL_TOKEN}slow", {0: [Planned("x", "1", [])]}, grid=False, takeover_ms=60_000
+    )
+    assert len(started["x"].run) == 1  # the waiting fire, in flight, not yet confirmed
+    poller = Poller(store, PollerSettings(claim_lease_ms=60_000))
+    assert (await poller.tick(scripts, [0], get_logger())).enqueued == 0
+    score = await redis_client.execute("ZSCORE", keys.schedule(0), "x")
+    assert float(score) < due + 30_000  # about its grid time (the commit's clock), not a lease on

@@ -205,3 +205,32 @@ async def test_an_operators_trigger_leaves_a_pollers_fire_for_the_configured_cla
     _, queued = await store.trigger("h", "skip")
     assert not queued  # skipped behind the poller's fire either way
     assert [f["schedule_id"] for f in await stream_fires(store, "t")] == [f"h:{due}"] * appended
+
+
+async def test_a_commit_that_parked_a_finishing_task_sent_again_loses_nothing(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A commit ends a task's grid while an operator's fire waits behind its fire in flight,
+    so it parks the task (active, due now) rather than finishing it; its reply is lost and
+    the poller sends it again. The parked state is the one that commit wrote: the task is
+    not reported lost, and it stays parked."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    past = await store.now_ms() - 10
+    once = Schedule("once", at_ms=past, overlap="buffer_one")
+    await store.create(TaskSpec("t", once, task_id="x"))
+    scripts = await store.scripts()
+    (claim,) = await scripts.claim_due([0], "p1", "tok-1", 100, 10_000)
+    decided = await scripts.decide_overlaps("tok-1", {0: [Planned("x", "1", [past], ends=True)]})
+    assert decided["x"].run == [(past, True)]
+    _, queued = await store.trigger("x", "buffer_one")
+    assert not queued  # waits behind the grid fire, decided and not yet committed
+    (task,) = claim.tasks
+    await scripts.enqueue([Fire("x", "t", task.payload, past, prior=task.prior_claim)],
+                          claim.now_ms, 60_000, "tok-1")  # fmt: skip
+    commit = fire_commit(task, None, None, 1)
+    commit.confirm = True
+    first = await scripts.commit_fires("p1", "tok-1", {0: [commit]}, {0: claim.writes})
+    again = await scripts.commit_fires("p1", "tok-1", {0: [commit]}, {0: claim.writes})
+    assert first[0].lost == [] and again[0].lost == []
+    stored = await store.get("x")
+    assert stored is not None and stored.status == "active" and stored.next_run_ms == past

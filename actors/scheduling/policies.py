@@ -126,7 +126,11 @@ async def apply_policies(
             task, plan, code = claimed[item.task_id]
             decision = decisions[item.task_id]
             if decision.wait_ms is not None:
-                out.waits[task.task_id] = decision.wait_ms
+                # a task woken before its grid time waits at most until then: its grid
+                # time is claimed on time, and the wait goes on with its decision
+                woken = task.due_ms > now_ms
+                wait = min(decision.wait_ms, task.due_ms - now_ms) if woken else decision.wait_ms
+                out.waits[task.task_id] = wait
                 continue
             if item.letter != "A":
                 out.tracked.add(task.task_id)

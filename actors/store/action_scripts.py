@@ -22,7 +22,8 @@ MARK_MOVED = -9
 class BatchItem:
     """One task of a batch: its id, a resume's next grid time and score, and for a
     ``mark`` batch the outcome the caller decided ('1' changed, '0' unchanged, else why
-    it failed)."""
+    it failed); for a ``resume``, ``FLAG_ON`` when the task's schedule has an overlap
+    policy (the resume keeps it scheduled for the fires its flight holds)."""
 
     task_id: str
     next_ms: int | None = None

@@ -4,7 +4,8 @@ same tasks need not read them back.
 A task's state record is written by its partition's poller (``commit_fires.lua``) and by
 API writes, nothing else (outcomes go to the run records), and every API write counts
 itself in the partition's owner hash (``writes``: ``records.lua`` ``count_write``; a layout
-migration counts too). A claim that takes a partition over counts one as well
+migration counts too, and so does a commit that parks a task its flight holds instead of
+writing the finished state the poller built). A claim that takes a partition over counts one as well
 (``claim_due.lua``): another poller may have committed meanwhile. So while a partition's
 count is the one a poller's commits ran at, the states it committed are the stored ones,
 and a claim can return the due tasks' ids and scores alone (``claim_due.lua`` ARGV[10]):

@@ -113,10 +113,12 @@ class TaskScripts:
 
     async def set_status(
         self, task_id: str, action: str, next_ms: int | None = None, score: int | None = None,
-        note: str = "",
+        note: str = "", tracked: bool = False,
     ) -> tuple[int, str]:  # fmt: skip
         """``set_status.lua``: pause, resume (at ``next_ms``) or stop, keeping ``note``
-        (``actors.store.notes``; '' = none) with the change; (``Code``, status)."""
+        (``actors.store.notes``; '' = none) with the change; ``tracked``: the task's
+        schedule has an overlap policy (a resume keeps it scheduled for the fires its
+        flight holds); (``Code``, status)."""
         k, p = self.keys, self.keys.partition_of(task_id)
         ((code, status),) = await self._run(
             [
@@ -131,6 +133,7 @@ class TaskScripts:
                         or_empty(next_ms),
                         or_empty(score),
                         note,
+                        FLAG_ON if tracked else FLAG_OFF,
                     ],
                 )
             ]

@@ -395,12 +395,14 @@ class TaskStore:
         stored = "" if note is None else encode_note(note, action, await self.now_ms(), by)
         next_ms: int | None = None
         score: int | None = None
+        tracked = False
         if action == "resume":
             task = await self.get(task_id)
             if task is not None:
                 next_ms, score = resume_point(task, await self.now_ms())
+                tracked = task.schedule.overlap != "allow_all"
         code, status = await (await self.scripts()).set_status(
-            task_id, action, next_ms, score, stored
+            task_id, action, next_ms, score, stored, tracked
         )
         raise_for_code(code, task_id, f"cannot {action} a {status} task")
         if code == Code.OK:

@@ -17,7 +17,9 @@
 --          the task's commit is (history.lua)
 -- then one value: MessagePack of one flat array (one C call decodes it), groups of 5:
 --           task_id, bucket (a string: it goes into key names), score (a string, for ZADD;
---           '' = finished: out of the schedule; '+ms' = held back: this long after now, the
+--           '' = finished: out of the schedule, unless its flight holds it (a tracked
+--           task with a fire waiting or unconfirmed: parked, flight.lua's holds_task);
+--           '+ms' = held back: this long after now, the
 --           task's fires not appended, its state the claimed one, a fire this claim put
 --           in flight for it left to its next decision; '*ms' the same, the claim kept in
 --           flight: its type needed several enqueue calls, one may have gone through),
@@ -47,8 +49,9 @@ for i = 1, checks do  -- HGET, not HEXISTS: the ACL a deployment granted (deploy
   if not redis.call('HGET', KEYS[2 + i], ARGV[5 + i]) then return {NOT_ENQUEUED} end
 end
 local confirms = tonumber(ARGV[6 + checks])
-local wake = {}
+local wake, tracked = {}, {}
 for i = 7 + checks, 6 + checks + confirms do
+  tracked[ARGV[i]] = true
   if confirm_flight(tag .. ':flight', ARGV[i], token) then wake[ARGV[i]] = true end
 end
 local misfires_at = 7 + checks + confirms
@@ -63,10 +66,22 @@ local function out_with_earliest(reply)
   if first[2] then reply[1] = tonumber(first[2]) end
   return reply
 end
+-- Row i's state parked on ``hw`` (``parks``, below): the claimed one, its grid moved on, but
+-- active, its next time the park time.
+local function parked_record(i, hw)
+  local st = {cmsgpack.unpack(a[i + 4])}
+  st[STATE_STATUS], st[STATE_NEXT_MS] = ACTIVE, hw
+  return cmsgpack.pack(unpack(st, 1, STATE_VALUES))
+end
 -- Whether row i's stored state is the one this commit writes: this commit wrote it (sent
--- again after its reply was lost), or an identical one did.
+-- again after its reply was lost), or an identical one did (for a row that ends the grid,
+-- the one parked on its flight's time, if its flight kept it).
 local function written(i)
-  return redis.call('HGET', tag .. ':state:' .. a[i + 1], a[i]) == a[i + 4]
+  local stored = redis.call('HGET', tag .. ':state:' .. a[i + 1], a[i])
+  if stored == a[i + 4] then return true end
+  if a[i + 2] ~= '' or not stored or not tracked[a[i]] then return false end
+  local hw = get_flight(tag .. ':flight', a[i]).hw
+  return hw ~= nil and stored == parked_record(i, hw)
 end
 local out = {NONE}
 if o[1] ~= me or not at then
@@ -92,11 +107,13 @@ local function undecided(id)
   end
 end
 -- A task whose grid this commit ends that its flight must keep scheduled (flight.lua's
--- holds_task): the time it is parked on (the latest grid time decided, now if none), or
--- false. Read only for a task this commit finishes.
+-- holds_task; its overlap policy sent it to the confirm list): the time it is parked on
+-- (the latest grid time decided, now if none), or false. Read only for a task this
+-- commit finishes.
 local function parks(id)
+  if not tracked[id] then return false end
   local f = get_flight(tag .. ':flight', id)
-  if not holds_task(f) then return false end
+  if not holds_task(f, true) then return false end
   if not f.hw then
     f.hw = now_ms()
     put_flight(tag .. ':flight', id, f)
@@ -123,9 +140,7 @@ for i = 1, #a, 5 do
     -- parks it until the fire ahead ends: overlap.lua), rather than finished out of the
     -- schedule, where no end could wake it. Counted as a write: the state is not the
     -- one the poller built, which it would otherwise take as known at its next claim.
-    local st = {cmsgpack.unpack(a[i + 4])}
-    st[STATE_STATUS], st[STATE_NEXT_MS] = ACTIVE, parked
-    put_state(tag, b, id, st)
+    redis.call('HSET', tag .. ':state:' .. b, id, parked_record(i, parked))
     count_write(tag)
     moved[#moved + 1] = ms(now_ms())
     moved[#moved + 1] = id

@@ -51,9 +51,12 @@ end
 -- Whether the task's flight alone must keep it scheduled once its grid has ended (or
 -- never fires again): fires wait behind the one in flight, or that one is unconfirmed
 -- (its decider may have died before its append, and only a claim appends it again).
--- Finished, the task is out of the schedule, and nothing could wake it for them.
-local function holds_task(f)
-  return #f.waiting > 0 or (f.inflight ~= '' and f.by ~= '')
+-- Finished, the task is out of the schedule, and nothing could wake it for them. Only a
+-- task with an overlap policy (``tracked``): a claim of one without decides nothing of
+-- its flight (overlap.lua), so kept scheduled it would plan its park time as a fire at
+-- every claim (an operator's skip trigger leaves such a task a record).
+local function holds_task(f, tracked)
+  return tracked and (#f.waiting > 0 or (f.inflight ~= '' and f.by ~= ''))
 end
 
 -- A task's index score when an operator's write places it anew (a resume, a new

@@ -24,7 +24,8 @@
 -- held it back, or put it in flight unconfirmed), due times of fires to cancel (comma separated), skipped due times
 -- (comma separated), the due time in flight they waited on ('' = none), the last grid
 -- time if the grid ended with fires still waiting ('' = none: the poller keeps the task
--- scheduled until they start), ms to wait before deciding again ('' = decided: below),
+-- scheduled until they start; now when no grid time was decided), ms to wait before
+-- deciding again ('' = decided: below),
 -- the expired times not noted because decided before (comma separated)}.
 --
 -- Waiting: a grid decision whose times include the task's fire in flight, put there by
@@ -107,7 +108,7 @@ while i <= #ARGV do
     -- would start it (the API refuses such a call; this is one that read the task before
     -- its last grid fire was committed), so it is not run, as a skip task's would be.
     local finished
-    if not grid and f.inflight ~= '' then
+    if not grid then  -- also when the call's own first fire goes in flight (a backfill)
       local s = try_state(tag, bucket_of(id, buckets), id)
       finished = s and s[STATE_STATUS] == FINISHED
     end

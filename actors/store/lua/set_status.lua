@@ -4,9 +4,11 @@
 -- ARGV[4]  action: pause | resume | stop
 -- ARGV[5]  next_ms for resume ('' = never)   ARGV[6]  score for resume
 -- ARGV[7]  the note (compact JSON, actors/store/notes.py) kept with the change, or '' (none)
+-- ARGV[8]  FLAG_ON: the task's schedule has an overlap policy (a resume parks it for its
+--          flight: flight.lua's holds_task)
 -- A change replaces the task's note in <tag>:notes: the given one, or none (the earlier
 -- note described a status the task has left). Nothing is written when nothing changes.
 -- Returns {code, status}: 1 changed, 0 already so, -2 not found, -3 not allowed from status.
 local code, status = change_status(ARGV[1], ARGV[3], ARGV[2], ARGV[4], ARGV[5], ARGV[6],
-  ARGV[7] or '', KEYS[1])
+  ARGV[7] or '', KEYS[1], ARGV[8] == FLAG_ON)
 return {code, status}

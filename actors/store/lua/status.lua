@@ -8,7 +8,7 @@
 -- task's note in <tag>:notes (the earlier note described a status the task has left);
 -- nothing is written when nothing changes. Returns code, status: 1 changed, 0 already
 -- so, -2 not found, -3 not allowed from status.
-local function change_status(tag, b, id, action, next_ms, score, note, schedule)
+local function change_status(tag, b, id, action, next_ms, score, note, schedule, tracked)
   local s = get_state(tag, b, id)
   if not s then return CODE_NOT_FOUND, '' end
   local status = s[STATE_STATUS]
@@ -22,7 +22,7 @@ local function change_status(tag, b, id, action, next_ms, score, note, schedule)
   s[STATE_STATUS], s[STATE_UPDATED_MS] = target, new_version(tag, s[STATE_UPDATED_MS])
   if action == 'resume' then
     local f = get_flight(tag .. ':flight', id)
-    if next_ms == '' and holds_task(f) then
+    if next_ms == '' and holds_task(f, tracked) then
       -- its grid ended during the pause with fires still waiting behind the one in
       -- flight, or that one unconfirmed: parked as a poller parks such a task
       -- (overlap.lua), on a time its flight counts decided (the grid times the pause

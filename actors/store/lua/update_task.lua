@@ -39,7 +39,7 @@ if ARGV[5] ~= '' and ARGV[5] ~= sched then
   sched = ARGV[5]
   s[STATE_FIRES] = 0  -- fires count against max_runs of the schedule they were made by
   if s[STATE_STATUS] == FINISHED then s[STATE_STATUS] = ACTIVE end
-  if ARGV[6] == '' and s[STATE_STATUS] == ACTIVE and holds_task(f) then
+  if ARGV[6] == '' and s[STATE_STATUS] == ACTIVE and holds_task(f, ARGV[9] ~= FLAG_ON) then
     -- a schedule that never fires, with fires still waiting behind the one in flight (an
     -- operator's trigger or backfill its overlap policy held back), or that one
     -- unconfirmed: parked as a poller parks such a task (overlap.lua), due now, so its
