@@ -658,7 +658,7 @@ async def test_a_woken_task_waits_for_another_deciders_fire_no_later_than_its_gr
 
     store = TaskStore(redis_client, namespace, default_partitions=1)
     now = await store.now_ms()
-    due = now + 2000
+    due = now + 10_000
     hourly = Schedule("interval", every_s=3600, start_ms=due, overlap="buffer_one")
     await store.create(TaskSpec("t", hourly, task_id="x"))
     first, queued = await store.trigger("x", "buffer_one")

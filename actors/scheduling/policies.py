@@ -126,10 +126,13 @@ async def apply_policies(
             task, plan, code = claimed[item.task_id]
             decision = decisions[item.task_id]
             if decision.wait_ms is not None:
-                # a task woken before its grid time waits at most until then: its grid
-                # time is claimed on time, and the wait goes on with its decision
-                woken = task.due_ms > now_ms
-                wait = min(decision.wait_ms, task.due_ms - now_ms) if woken else decision.wait_ms
+                # a task woken before its grid time waits at most until its claim would
+                # have come (its spread in): that time is claimed as it would have been,
+                # and the wait goes on with its decision
+                wait = decision.wait_ms
+                if not plan.fires and plan.next_ms == task.due_ms:  # woken (plan_fire)
+                    due = task.schedule.fire_ms(task.due_ms, task.task_id)
+                    wait = max(1, min(wait, due - now_ms))
                 out.waits[task.task_id] = wait
                 continue
             if item.letter != "A":

@@ -178,8 +178,9 @@ class Decision:
     skipped: list[int]
     blocking: int | None
     park: int | None = None
-    """The grid ended with fires still waiting: the task stays scheduled (at this grid
-    time, woken when the fire in flight ends) until they have started."""
+    """The grid ended with fires still waiting: the task stays scheduled (at this time,
+    its latest grid time decided or, none decided, the decision's; woken when the fire in
+    flight ends) until they have started."""
     manual: frozenset[int] = frozenset()
     """Due times in ``run`` an operator's trigger or backfill held back: they run with the
     policy's letter alone (no catch-up window, no failure count)."""

@@ -100,8 +100,10 @@ class FireCommit:
     """``state``'s values: what the poller knows the task's state to be once committed
     (``actors.store.known_states``)."""
     confirm: bool = False
-    """The claim put one of the task's fires in flight (``overlap.lua``): the commit
-    confirms it was appended."""
+    """The task has an overlap policy and the claim decided its fires (``overlap.lua``):
+    the commit confirms what that put in flight was appended, and keeps the task
+    scheduled, parked, should the grid end while its flight holds fires
+    (``commit_fires.lua``)."""
     misfire: tuple[int, str, int] | None = None
     """The claim found grid times missed: (the history fate standing for them, coalesced
     or skipped; the task's type; the history's length), recorded by the commit."""

@@ -6,7 +6,8 @@
 -- ARGV[4]  the partition's write count as the claim read it
 -- ARGV[5]  M, how many markers to check   ARGV[6..5+M]  the field each must hold (the part
 --          of the claim its enqueue call wrote)
--- ARGV[6+M]  T, how many tasks of the claim put a fire in flight (overlap.lua)
+-- ARGV[6+M]  T, how many tasks of the claim have an overlap policy (overlap.lua decided
+--          their fires; FireCommit.confirm)
 -- ARGV[7+M..6+M+T]  their ids: their appends went through (the markers are there), so
 --          their decisions are confirmed (flight.lua), whatever the rest of the commit does;
 --          one whose fire in flight ended meanwhile, fires waiting, is committed with score

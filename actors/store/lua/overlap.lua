@@ -10,7 +10,8 @@
 -- ARGV[4]  partition tag   ARGV[5]  history length (grid times not run are occurrences of
 --          their task: history.lua, each recorded once however often it is decided
 --          again; the latest puts the task on the attention list)
--- ARGV[6]  buckets per partition (a task deleted since its claim gets no history)
+-- ARGV[6]  buckets per partition (a task deleted since its claim gets no history; an
+--          operator's call reads the task's status: below)
 -- ARGV[7]  ms after which a fire another claim or call put in flight, unconfirmed, is
 --          taken as its decider's that died (appended again): its decider may still be
 --          on its way to its append until then (0: at once)
@@ -110,7 +111,7 @@ while i <= #ARGV do
     local finished
     if not grid then  -- also when the call's own first fire goes in flight (a backfill)
       local s = try_state(tag, bucket_of(id, buckets), id)
-      finished = s and s[STATE_STATUS] == FINISHED
+      finished = s == nil or (s and s[STATE_STATUS] == FINISHED)  -- or deleted
     end
     for j = first, first + n - 1 do
       local d = ARGV[j]

@@ -85,8 +85,10 @@ local function get_run(tag, b, id)
   }
 end
 
--- Count an API write to the partition's tasks: a commit of a claim read before it checks
--- each task it advances (commit_fires.lua).
+-- Count a write to the partition's tasks other than the one its poller's commit built (an
+-- API write, a migration, a commit that parks a task instead of finishing it): a commit of
+-- a claim read before it checks each task it advances, and the poller's known states of
+-- the partition are dropped (commit_fires.lua, actors/store/known_states.py).
 local function count_write(tag)
   redis.call('HINCRBY', tag .. ':poller', 'writes', 1)
 end
