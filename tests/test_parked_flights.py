@@ -1,0 +1,344 @@
+"""A task kept scheduled for its flight: fires waiting behind its fire in flight, or that
+fire unconfirmed, when its grid ends around them (a resume, a new schedule, a commit, a
+claim that plans nothing), against a real Redis. Finished, a task is out of the schedule
+and no end of a fire can wake it: the fires would wait for ever."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.scheduling.poller import Poller, PollerSettings
+from actors.store.flights import ENDED_OK, FlightEnd, Planned
+from actors.store.manual_fires import MANUAL_TOKEN
+from actors.store.tasks import TaskStore
+from runtime.logging import get_logger
+from runtime.redis_io import RedisClient
+
+
+async def _waiting_behind_a_trigger(store: TaskStore) -> tuple[int, int]:
+    """Task ``x`` (type ``t``, hourly from an hour on, buffer_one) with an operator's fire
+    in flight and a second one waiting behind it: their due times."""
+    now = await store.now_ms()
+    hourly = Schedule("interval", every_s=3600, start_ms=now + 3_600_000, overlap="buffer_one")
+    await store.create(TaskSpec("t", hourly, task_id="x"))
+    first, queued = await store.trigger("x", "buffer_one")
+    assert queued
+    await trio.sleep(0.01)  # another due time (a trigger's is its time)
+    second, queued = await store.trigger("x", "buffer_one")
+    assert not queued
+    return int(first.split(":")[1]), int(second.split(":")[1])
+
+
+async def _tick(store: TaskStore, poller: Poller) -> int:
+    """One tick of the poller over the one partition: the fires it enqueued."""
+    return (await poller.tick(await store.scripts(), [0], get_logger())).enqueued
+
+
+async def _queued(store: TaskStore, redis_client: RedisClient) -> list[int]:
+    """The due times in type ``t``'s stream, in order."""
+    keys = await store.keys()
+    entries = await redis_client.execute("XRANGE", keys.queue("t"), "-", "+")
+    return [int(e[1][b"due_ms"]) for e in entries]
+
+
+async def _status(store: TaskStore) -> str:
+    task = await store.get("x")
+    assert task is not None
+    return task.status
+
+
+async def _score(store: TaskStore, redis_client: RedisClient) -> float | None:
+    raw = await redis_client.execute("ZSCORE", (await store.keys()).schedule(0), "x")
+    return None if raw is None else float(raw)
+
+
+async def _the_waiting_fire_starts_then_the_task_finishes(
+    store: TaskStore, redis_client: RedisClient, poller: Poller, ahead: int, waiting: int
+) -> None:
+    """The fire ``ahead`` has ended: the next tick starts ``waiting``, and once that one
+    ends the task finishes, out of the schedule."""
+    assert await _tick(store, poller) == 1
+    assert (await _queued(store, redis_client))[-2:] == [ahead, waiting]
+    await (await store.scripts()).end_flights([FlightEnd("x", ENDED_OK, waiting)])
+    await _tick(store, poller)
+    assert await _status(store) == "finished"
+    assert await _score(store, redis_client) is None
+
+
+@pytest.mark.parametrize("window_s", [None, 0.05])
+async def test_a_task_whose_grid_ended_while_paused_still_starts_its_waiting_fire(
+    redis_client: RedisClient, namespace: str, window_s: float | None,
+    log_lines: Callable[[], list[dict[str, Any]]],
+) -> None:  # fmt: skip
+    """A trigger waits behind the task's fire in flight (buffer_one); the task is paused,
+    the fire ahead ends, and the task's last grid time passes meanwhile. Resumed, it stays
+    active and due until its waiting fire starts, then finishes; the grid time the pause
+    skipped is not run. With a catch-up window shorter than the wait for its claim, the
+    time it was parked on is not noted as an expired fire either (it is no grid time)."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    at = await store.now_ms() + 300
+    once = Schedule("once", at_ms=at, overlap="buffer_one", catchup_window_s=window_s)
+    await store.create(TaskSpec("t", once, task_id="x"))
+    first, queued = await store.trigger("x", "buffer_one")
+    assert queued
+    await trio.sleep(0.01)  # another due time (a trigger's is its time)
+    second, queued = await store.trigger("x", "buffer_one")
+    assert not queued
+    await store.pause("x")
+    scripts, keys = await store.scripts(), await store.keys()
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, int(first.split(":")[1]))])
+    await trio.sleep(max(0, at + 50 - await store.now_ms()) / 1000)  # its grid time passes
+    assert await store.resume("x") == "active"
+    await trio.sleep(0.2)  # longer than the catch-up window
+    await _the_waiting_fire_starts_then_the_task_finishes(
+        store, redis_client, Poller(store, PollerSettings()), int(first.split(":")[1]),
+        int(second.split(":")[1]),
+    )  # fmt: skip
+    assert [e for e in log_lines() if e["event"] == "not_run"] == []
+    assert await redis_client.execute("HGET", keys.not_run(0), "x") is None
+
+
+async def test_an_update_to_a_schedule_that_never_fires_still_starts_the_waiting_fire(
+    redis_client: RedisClient, namespace: str, log_lines: Callable[[], list[dict[str, Any]]]
+) -> None:
+    """A trigger waits behind the task's fire in flight (buffer_one) when the task's
+    schedule is replaced by one that never fires (its end passed). The task stays active
+    and due until the waiting fire starts, is parked while the fire ahead runs, is woken
+    by its end, then finishes; the park time is no fire."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    first, second = await _waiting_behind_a_trigger(store)
+    now = await store.now_ms()
+    ended = Schedule("interval", every_s=60, end_ms=now - 1000, overlap="buffer_one")
+    assert await store.update("x", schedule=ended) == "active"
+    score = await _score(store, redis_client)
+    assert score is not None and score <= await store.now_ms()
+    poller = Poller(store, PollerSettings())
+    assert await _tick(store, poller) == 0  # the first still runs
+    assert await _status(store) == "active"
+    await (await store.scripts()).end_flights([FlightEnd("x", ENDED_OK, first)])
+    score = await _score(store, redis_client)
+    assert score is not None and score <= await store.now_ms()  # woken by the end
+    await _the_waiting_fire_starts_then_the_task_finishes(
+        store, redis_client, poller, first, second
+    )
+    assert [e for e in log_lines() if e["event"] == "not_run"] == []
+
+
+async def test_an_update_to_no_policy_drops_the_waiting_fires_and_fires_nothing_more(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A task with a fire waiting behind its fire in flight gets a schedule that never fires
+    and has no overlap policy: the waiting fire goes with the flight record (nothing would
+    start it), and the task finishes, with no fire at a park time."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    await _waiting_behind_a_trigger(store)
+    ended = Schedule("interval", every_s=60, end_ms=await store.now_ms() - 1000)  # allow_all
+    assert await store.update("x", schedule=ended) == "finished"
+    keys = await store.keys()
+    assert await redis_client.execute("HGET", keys.flights(0), "x") is None
+    assert await _score(store, redis_client) is None
+    assert await _tick(store, Poller(store, PollerSettings())) == 0
+    assert len(await _queued(store, redis_client)) == 1
+
+
+async def test_a_grid_that_ended_with_nothing_planned_still_starts_the_waiting_fire(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """The new schedule's grid is all in the past and its misfire policy skips it: the claim
+    plans no fire and ends the grid, with a fire waiting behind the one in flight. The task
+    is parked until that fire starts, then finishes."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    first, second = await _waiting_behind_a_trigger(store)
+    now = await store.now_ms()
+    past = Schedule(
+        "interval", every_s=1, start_ms=now - 5000, end_ms=now - 1000, overlap="buffer_one",
+        misfire="skip",
+    )  # fmt: skip
+    assert await store.update("x", schedule=past) == "active"
+    poller = Poller(store, PollerSettings())
+    assert await _tick(store, poller) == 0
+    assert await _status(store) == "active"
+    await (await store.scripts()).end_flights([FlightEnd("x", ENDED_OK, first)])
+    await _the_waiting_fire_starts_then_the_task_finishes(
+        store, redis_client, poller, first, second
+    )
+
+
+async def test_a_new_schedule_keeps_a_task_woken_for_its_waiting_fire_due_now(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """The fire ahead ended and woke the task (due now) for the fire waiting behind it; an
+    update gives it a new schedule before its claim. It stays due now: the waiting fire is
+    not held back until the new grid's first time, a day on."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    first, second = await _waiting_behind_a_trigger(store)
+    await (await store.scripts()).end_flights([FlightEnd("x", ENDED_OK, first)])
+    now = await store.now_ms()
+    daily = Schedule("interval", every_s=86400, start_ms=now + 86_400_000, overlap="buffer_one")
+    assert await store.update("x", schedule=daily) == "active"
+    score = await _score(store, redis_client)
+    assert score is not None and score <= await store.now_ms()
+    assert await _tick(store, Poller(store, PollerSettings())) == 1
+    assert await _queued(store, redis_client) == [first, second]
+    task = await store.get("x")
+    assert task is not None and task.next_run_ms == now + 86_400_000
+
+
+async def test_a_trigger_decided_between_a_claim_and_its_commit_keeps_the_finishing_task(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A task's last grid fire is decided (nothing waiting: the grid ends) and an operator's
+    trigger decides to wait behind it before the claim's commit. The commit keeps the task
+    active and due; the trigger starts when the fire ahead ends, then the task finishes."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    once = Schedule("once", at_ms=await store.now_ms(), overlap="buffer_one")
+    await store.create(TaskSpec("t", once, task_id="x"))
+    poller = Poller(store, PollerSettings())
+    commit = poller._enqueue_and_commit
+    triggered: list[int] = []
+
+    async def trigger_then_commit(*args: Any) -> Any:
+        await trio.sleep(0.01)  # another due time than the grid's
+        sid, queued = await store.trigger("x", "buffer_one")
+        assert not queued  # waits behind the grid fire, decided but not yet committed
+        triggered.append(int(sid.split(":")[1]))
+        return await commit(*args)
+
+    poller._enqueue_and_commit = trigger_then_commit  # type: ignore[method-assign,assignment]
+    assert await _tick(store, poller) == 1
+    poller._enqueue_and_commit = commit  # type: ignore[method-assign]
+    assert await _status(store) == "active"
+    (grid_due,) = await _queued(store, redis_client)
+    await (await store.scripts()).end_flights([FlightEnd("x", ENDED_OK, grid_due)])
+    await _the_waiting_fire_starts_then_the_task_finishes(
+        store, redis_client, poller, grid_due, triggered[0]
+    )
+
+
+async def test_an_operators_fire_decided_after_the_task_finished_is_not_held(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A trigger read the task active; its last grid fire was committed (the task finished,
+    out of the schedule) before the trigger's decision. The trigger is not run (skipped
+    behind the fire in flight), not left waiting for a claim that never comes."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    once = Schedule("once", at_ms=await store.now_ms(), overlap="buffer_one")
+    await store.create(TaskSpec("t", once, task_id="x"))
+    assert await _tick(store, Poller(store, PollerSettings())) == 1
+    assert await _status(store) == "finished"
+    late = await store.now_ms() + 5
+    decided = await (await store.scripts()).decide_overlaps(
+        f"{MANUAL_TOKEN}1", {0: [Planned("x", "1", [late])]}, grid=False
+    )
+    assert decided["x"].run == [] and decided["x"].skipped == [late]
+    flight = await redis_client.execute("HGET", (await store.keys()).flights(0), "x")
+    assert flight.decode().split("|")[3] == ""  # nothing waiting
+
+
+async def test_a_backfill_decided_after_the_task_finished_holds_nothing_back(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A buffer_one backfill of two times read the task active; its last grid fire was
+    committed and ended before the backfill's decision. The first time starts; the second
+    is not run, not left waiting behind it on a task no claim takes again."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    now = await store.now_ms()
+    await store.create(
+        TaskSpec("t", Schedule("once", at_ms=now, overlap="buffer_one"), task_id="x")
+    )
+    assert await _tick(store, Poller(store, PollerSettings())) == 1
+    scripts = await store.scripts()
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, now)])
+    assert await _status(store) == "finished"
+    decided = await scripts.decide_overlaps(
+        f"{MANUAL_TOKEN}1", {0: [Planned("x", "1", [now - 2000, now - 1000])]}, grid=False
+    )
+    assert decided["x"].run == [(now - 2000, True)] and decided["x"].skipped == [now - 1000]
+    flight = await redis_client.execute("HGET", (await store.keys()).flights(0), "x")
+    assert flight.decode().split("|")[3] == ""  # nothing waiting
+
+
+async def test_a_task_whose_grid_ended_while_paused_keeps_its_unconfirmed_fire(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A poller put the task's last grid fire in flight and died before its append and
+    commit; the task was paused, and its grid time passed. Resumed, it stays active and
+    due (finished, no claim would ever append that fire), and a claim past the takeover
+    time appends it."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    at = await store.now_ms() + 300
+    await store.create(TaskSpec("t", Schedule("once", at_ms=at, overlap="skip"), task_id="x"))
+    scripts = await store.scripts()
+    await scripts.decide_overlaps("dead-claim", {0: [Planned("x", "S", [at])]})
+    await store.pause("x")
+    await trio.sleep(max(0, at + 50 - await store.now_ms()) / 1000)
+    assert await store.resume("x") == "active"
+    score = await _score(store, redis_client)
+    assert score is not None and score <= await store.now_ms()
+    task = await store.get("x")
+    assert task is not None and task.next_run_ms is not None
+    later = await scripts.decide_overlaps(
+        "next-claim", {0: [Planned("x", "S", [task.next_run_ms], ends=True)]}, takeover_ms=0
+    )
+    assert later["x"].run == [(at, False)]
+
+
+async def test_a_task_of_no_policy_with_an_operators_fire_unconfirmed_finishes_once(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A task of no overlap policy keeps a flight record after an operator's skip trigger,
+    whose call died before its confirm. Its last grid fire finishes it, once: no claim of
+    such a task decides its flight, so kept scheduled for it, the task fired at its park
+    time at every tick. A resume after its grid ended finishes it too."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    now = await store.now_ms()
+    for task_id, at in (("x", now), ("y", now + 300)):
+        await store.create(TaskSpec("t", Schedule("once", at_ms=at), task_id=task_id))
+    scripts = await store.scripts()
+    for task_id in ("x", "y"):
+        await scripts.decide_overlaps(
+            f"{MANUAL_TOKEN}dead", {0: [Planned(task_id, "S", [now - 1000])]}, grid=False
+        )
+    await store.pause("y")
+    poller = Poller(store, PollerSettings())
+    assert await _tick(store, poller) == 1
+    for _ in range(3):
+        assert await _tick(store, poller) == 0
+    assert await _status(store) == "finished"
+    assert len(await _queued(store, redis_client)) == 1
+    await trio.sleep(max(0, now + 350 - await store.now_ms()) / 1000)
+    assert await store.resume("y") == "finished"
+
+
+async def test_a_woken_task_waits_for_another_deciders_fire_no_later_than_its_grid_time(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """The end of a fire woke the task for the fire waiting behind it, and an operator's
+    call started that fire but has not confirmed it yet when the poller claims the task.
+    The claim waits for that call, but no longer than the task's next grid time: that
+    time is claimed when it comes, not a claim lease late."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    now = await store.now_ms()
+    due = now + 10_000
+    hourly = Schedule("interval", every_s=3600, start_ms=due, overlap="buffer_one")
+    await store.create(TaskSpec("t", hourly, task_id="x"))
+    first, queued = await store.trigger("x", "buffer_one")
+    assert queued
+    await trio.sleep(0.01)
+    _, queued = await store.trigger("x", "buffer_one")
+    assert not queued
+    scripts = await store.scripts()
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, int(first.split(":")[1]))])
+    started = await scripts.decide_overlaps(
+        f"{MANUAL_TOKEN}slow", {0: [Planned("x", "1", [])]}, grid=False, takeover_ms=60_000
+    )
+    assert len(started["x"].run) == 1  # the waiting fire, in flight, not yet confirmed
+    assert await _tick(store, Poller(store, PollerSettings(claim_lease_ms=60_000))) == 0
+    score = await _score(store, redis_client)
+    assert score is not None and score < due + 30_000  # about its grid time, not a lease on
