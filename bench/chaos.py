@@ -171,6 +171,8 @@ def run(
                     end_s=t0_ms / 1000 + duration_s - interval_s - 15,
                 )  # fmt: skip
             _sleep_until(t0_ms / 1000 + duration_s)
+            if scenario == "poison-kill":
+                _wait_for_dead_letter(url)
             exits += sum(1 for p in procs if p.poll() is not None)
         finally:
             stop_nodes(procs)
@@ -391,3 +393,17 @@ def _count_tasks(url: str, cluster: bool = False) -> int:
 
 def _sleep_until(when_s: float) -> None:
     time.sleep(max(0.0, when_s - time.time()))
+
+
+#: How long ``poison-kill`` waits past its run for the killer's dead letter.
+DEAD_LETTER_WAIT_S = 90.0
+
+
+def _wait_for_dead_letter(url: str) -> None:
+    """Until the type's dead-letter stream has an entry, at most ``DEAD_LETTER_WAIT_S``:
+    the killer's three deliveries each wait for its consumer's restart and a lease, which a
+    loaded machine (several scenarios at once on two cores) can stretch past the run."""
+    deadline = time.time() + DEAD_LETTER_WAIT_S
+    with redis.Redis.from_url(url) as client:
+        while time.time() < deadline and not client.xlen(f"{{{NAMESPACE}:q:bench}}:dlq"):
+            time.sleep(0.2)

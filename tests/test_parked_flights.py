@@ -21,12 +21,16 @@ from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
 
 
-async def _waiting_behind_a_trigger(store: TaskStore) -> tuple[int, int]:
-    """Task ``x`` (type ``t``, hourly from an hour on, buffer_one) with an operator's fire
-    in flight and a second one waiting behind it: their due times."""
-    now = await store.now_ms()
-    hourly = Schedule("interval", every_s=3600, start_ms=now + 3_600_000, overlap="buffer_one")
-    await store.create(TaskSpec("t", hourly, task_id="x"))
+async def _waiting_behind_a_trigger(
+    store: TaskStore, schedule: Schedule | None = None
+) -> tuple[int, int]:
+    """Task ``x`` (type ``t``; ``schedule``, by default hourly from an hour on, buffer_one)
+    with an operator's fire in flight and a second one waiting behind it: their due
+    times."""
+    if schedule is None:
+        start = await store.now_ms() + 3_600_000
+        schedule = Schedule("interval", every_s=3600, start_ms=start, overlap="buffer_one")
+    await store.create(TaskSpec("t", schedule, task_id="x"))
     first, queued = await store.trigger("x", "buffer_one")
     assert queued
     await trio.sleep(0.01)  # another due time (a trigger's is its time)
@@ -84,22 +88,16 @@ async def test_a_task_whose_grid_ended_while_paused_still_starts_its_waiting_fir
     store = TaskStore(redis_client, namespace, default_partitions=1)
     at = await store.now_ms() + 300
     once = Schedule("once", at_ms=at, overlap="buffer_one", catchup_window_s=window_s)
-    await store.create(TaskSpec("t", once, task_id="x"))
-    first, queued = await store.trigger("x", "buffer_one")
-    assert queued
-    await trio.sleep(0.01)  # another due time (a trigger's is its time)
-    second, queued = await store.trigger("x", "buffer_one")
-    assert not queued
+    first, second = await _waiting_behind_a_trigger(store, once)
     await store.pause("x")
     scripts, keys = await store.scripts(), await store.keys()
-    await scripts.end_flights([FlightEnd("x", ENDED_OK, int(first.split(":")[1]))])
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, first)])
     await trio.sleep(max(0, at + 50 - await store.now_ms()) / 1000)  # its grid time passes
     assert await store.resume("x") == "active"
     await trio.sleep(0.2)  # longer than the catch-up window
     await _the_waiting_fire_starts_then_the_task_finishes(
-        store, redis_client, Poller(store, PollerSettings()), int(first.split(":")[1]),
-        int(second.split(":")[1]),
-    )  # fmt: skip
+        store, redis_client, Poller(store, PollerSettings()), first, second
+    )
     assert [e for e in log_lines() if e["event"] == "not_run"] == []
     assert await redis_client.execute("HGET", keys.not_run(0), "x") is None
 
@@ -327,14 +325,9 @@ async def test_a_woken_task_waits_for_another_deciders_fire_no_later_than_its_gr
     now = await store.now_ms()
     due = now + 10_000
     hourly = Schedule("interval", every_s=3600, start_ms=due, overlap="buffer_one")
-    await store.create(TaskSpec("t", hourly, task_id="x"))
-    first, queued = await store.trigger("x", "buffer_one")
-    assert queued
-    await trio.sleep(0.01)
-    _, queued = await store.trigger("x", "buffer_one")
-    assert not queued
+    first, _ = await _waiting_behind_a_trigger(store, hourly)
     scripts = await store.scripts()
-    await scripts.end_flights([FlightEnd("x", ENDED_OK, int(first.split(":")[1]))])
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, first)])
     started = await scripts.decide_overlaps(
         f"{MANUAL_TOKEN}slow", {0: [Planned("x", "1", [])]}, grid=False, takeover_ms=60_000
     )
