@@ -126,12 +126,13 @@ async def apply_policies(
             task, plan, code = claimed[item.task_id]
             decision = decisions[item.task_id]
             if decision.wait_ms is not None:
-                # a task woken before its grid time waits at most until its claim would
-                # have come (its spread in): that time is claimed as it would have been,
-                # and the wait goes on with its decision
+                # a claim that plans no fire of a task still on its grid (woken before its
+                # grid time, or every missed time skipped) waits at most until the claim of
+                # its next grid time would come (its spread in): that time is claimed as it
+                # would have been, and the wait goes on with its decision
                 wait = decision.wait_ms
-                if not plan.fires and plan.next_ms == task.due_ms:  # woken (plan_fire)
-                    due = task.schedule.fire_ms(task.due_ms, task.task_id)
+                if not plan.fires and plan.next_ms is not None:
+                    due = task.schedule.fire_ms(plan.next_ms, task.task_id)
                     wait = max(1, min(wait, due - now_ms))
                 out.waits[task.task_id] = wait
                 continue

@@ -20,15 +20,16 @@ MARK_MOVED = -9
 
 @attrs.frozen
 class BatchItem:
-    """One task of a batch: its id, a resume's next grid time and score, and for a
-    ``mark`` batch the outcome the caller decided ('1' changed, '0' unchanged, else why
-    it failed); for a ``resume``, ``FLAG_ON`` when the task's schedule has an overlap
-    policy (the resume keeps it scheduled for the fires its flight holds)."""
+    """One task of a batch: its id, a resume's next grid time and score and whether the
+    task has an overlap policy (``tracked``: the resume keeps it scheduled for the fires
+    its flight holds), and for a ``mark`` batch the outcome the caller decided ('1'
+    changed, '0' unchanged, else why it failed)."""
 
     task_id: str
     next_ms: int | None = None
     score: int | None = None
     outcome: str = ""
+    tracked: bool = False
 
 
 @attrs.frozen
@@ -53,9 +54,10 @@ class ActionScripts(TaskScripts):
             k.tag(partition), action, expect, last or (items[-1].task_id if items else ""),
             "1" if final else "", note, retention_ms, max_failures,
         ]  # fmt: skip
-        for item in items:
+        for item in items:  # a group's last field: a mark's outcome, or a resume's tracked
+            last_field = item.outcome or flag(item.tracked)
             args += [item.task_id, k.bucket_of(item.task_id), or_empty(item.next_ms),
-                     or_empty(item.score), item.outcome]  # fmt: skip
+                     or_empty(item.score), last_field]  # fmt: skip
         keys = [k.schedule(partition), k.action_progress(partition, action_id)]
         (reply,) = await self._run([(lua.ACTION_BATCH, keys, args)])
         if int(reply[0]) == MARK_MOVED:

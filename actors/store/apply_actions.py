@@ -41,7 +41,6 @@ from actors.store.actions import (
     read_action,
     renew_lease,
 )
-from actors.store.codes import FLAG_OFF, FLAG_ON
 from actors.store.enqueue import enqueue_fires
 from actors.store.flights import with_origin
 from actors.store.manual_fires import APPENDED, HELD, HELD_MARK, check_overlap, fire_under
@@ -192,7 +191,7 @@ async def _batch(
         if spec.note is not None:
             note = encode_note(spec.note, spec.action, now, state.key_id)
         items = [
-            BatchItem(t.task_id, *resume_point(t, now), outcome=_tracked(t))
+            BatchItem(t.task_id, *resume_point(t, now), tracked=t.schedule.overlap != "allow_all")
             if spec.action == "resume" else BatchItem(t.task_id)
             for t in chunk
         ]  # fmt: skip
@@ -204,11 +203,6 @@ async def _batch(
     if reply.moved is None and action != "mark":
         _log_changes(state, chunk, reply)
     return reply
-
-
-def _tracked(task: Task) -> str:
-    """A resume's flag for ``action_batch.lua``: the task has an overlap policy."""
-    return FLAG_ON if task.schedule.overlap != "allow_all" else FLAG_OFF
 
 
 def _log_changes(state: ActionState, chunk: Sequence[Task], reply: BatchReply) -> None:

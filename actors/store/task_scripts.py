@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from actors.store import lua
-from actors.store.codes import FLAG_OFF, FLAG_ON
+from actors.store.codes import flag
 from actors.store.keys import Keys
 from actors.store.replies import TaskRow
 from runtime.redis_io import RedisClient, Reply, Script
@@ -82,11 +82,12 @@ class TaskScripts:
 
     async def update_task(
         self, task_id: str, payload_json: str, sched: bytes | str, next_ms: int | None,
-        score: int | None, labels_json: str = "", untracked: bool = False,
+        score: int | None, labels_json: str = "", tracked: bool = False,
     ) -> tuple[int, str, bool]:  # fmt: skip
         """``update_task.lua``: replace payload, schedule and/or labels ('' keeps one;
-        labels '{}' removes them all); ``untracked``: the new schedule has no overlap
-        policy, so the fires its former one held back go (with its flight record);
+        labels '{}' removes them all); ``tracked``: the new schedule has an overlap
+        policy (without one, the fires its former one held back go, with its flight
+        record);
         (``Code``, status afterwards, whether a schedule other than the task's took
         effect: one sent as it is changes nothing)."""
         k, p = self.keys, self.keys.partition_of(task_id)
@@ -104,7 +105,7 @@ class TaskScripts:
                         or_empty(next_ms),
                         or_empty(score),
                         labels_json,
-                        FLAG_ON if untracked else FLAG_OFF,
+                        flag(tracked),
                     ],
                 )
             ]
@@ -133,7 +134,7 @@ class TaskScripts:
                         or_empty(next_ms),
                         or_empty(score),
                         note,
-                        FLAG_ON if tracked else FLAG_OFF,
+                        flag(tracked),
                     ],
                 )
             ]

@@ -364,9 +364,9 @@ class TaskStore:
             sched, next_ms, score = Placement(await self.now_ms()).of(schedule, task_id)
         # Nothing waits behind a fire of a task of no policy (no claim would start it):
         # fires held back under its former policy go with its flight record.
-        untracked = schedule is not None and schedule.overlap == "allow_all"
+        tracked = schedule is not None and schedule.overlap != "allow_all"
         code, status, placed = await (await self.scripts()).update_task(
-            task_id, payload_json, sched, next_ms, score, labels_json, untracked
+            task_id, payload_json, sched, next_ms, score, labels_json, tracked
         )
         raise_for_code(code, task_id)
         if not placed:  # sent as it is: nothing of the grid changed

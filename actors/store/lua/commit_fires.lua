@@ -6,8 +6,8 @@
 -- ARGV[4]  the partition's write count as the claim read it
 -- ARGV[5]  M, how many markers to check   ARGV[6..5+M]  the field each must hold (the part
 --          of the claim its enqueue call wrote)
--- ARGV[6+M]  T, how many tasks of the claim have an overlap policy (overlap.lua decided
---          their fires; FireCommit.confirm)
+-- ARGV[6+M]  T, how many tasks of the claim have an overlap policy and were decided for
+--          by it (overlap.lua; FireCommit.confirm: not those held back to wait)
 -- ARGV[7+M..6+M+T]  their ids: their appends went through (the markers are there), so
 --          their decisions are confirmed (flight.lua), whatever the rest of the commit does;
 --          one whose fire in flight ended meanwhile, fires waiting, is committed with score
@@ -67,7 +67,7 @@ local function out_with_earliest(reply)
   if first[2] then reply[1] = tonumber(first[2]) end
   return reply
 end
--- Row i's state parked on ``hw`` (``parks``, below): the claimed one, its grid moved on, but
+-- Row i's state parked on ``hw`` (``park_time``, below): the claimed one, its grid moved on, but
 -- active, its next time the park time.
 local function parked_record(i, hw)
   local st = {cmsgpack.unpack(a[i + 4])}
@@ -111,7 +111,7 @@ end
 -- holds_task; its overlap policy sent it to the confirm list): the time it is parked on
 -- (the latest grid time decided, now if none), or false. Read only for a task this
 -- commit finishes.
-local function parks(id)
+local function park_time(id)
   if not tracked[id] then return false end
   local f = get_flight(tag .. ':flight', id)
   if not holds_task(f, true) then return false end
@@ -133,7 +133,7 @@ for i = 1, #a, 5 do
     ok = s ~= nil and s[STATE_STATUS] == ACTIVE and s[STATE_NEXT_MS] == due
       and (s[STATE_UPDATED_MS] or 0) == claimed_version
   end
-  local parked = ok and score == '' and parks(id)
+  local parked = ok and score == '' and park_time(id)
   if parked then
     -- its grid ended, but a fire waits behind its fire in flight (an operator's call
     -- decided it after this claim's decision) or that one is unconfirmed: kept active and

@@ -1,5 +1,6 @@
 -- flight.lua: prepended to the scripts that read or write a task's flight record
--- (overlap.lua, end_flights.lua, commit_fires.lua, confirm_flights.lua). A record, in the
+-- (overlap.lua, end_flights.lua, commit_fires.lua, confirm_flights.lua; set_status.lua,
+-- action_batch.lua and update_task.lua, which place a task anew). A record, in the
 -- partition's flight hash under the task id, is six fields separated by '|': the due time
 -- in flight ('' = none); the same again once a cancel_other fire asked for it to be
 -- cancelled ('' = not asked); the dead streak ('' = 0); the waiting due times (comma

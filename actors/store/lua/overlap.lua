@@ -69,9 +69,10 @@ while i <= #ARGV do
   end
   if f and f.inflight ~= '' and f.by ~= '' and f.by ~= token and f.at and grid
       and now - f.at < takeover then
-    -- a claim that plans no time (woken before its grid time) or ends the grid (parked)
-    -- waits too: deciding now, it would append nothing and leave the task on its grid,
-    -- or finish it, with that fire never appended if its decider died
+    -- a claim that plans no time (woken before its grid time, or every missed time
+    -- skipped) or ends the grid (parked) waits too: deciding now, it would append nothing
+    -- and finish the task (the fire never appended if its decider died) or leave it on
+    -- its grid (appended again only at its next grid time; the poller waits no longer)
     local hit = n + m == 0 or ends
     for j = first, first + n + m - 1 do
       if ARGV[j] == f.inflight then hit = true end

@@ -4,9 +4,9 @@
 -- ARGV[4]  payload JSON or '' (keep)   ARGV[5]  sched (encoded) or '' (keep)
 -- ARGV[6]  next_ms for the new schedule ('' = never)   ARGV[7]  score
 -- ARGV[8]  labels as compact JSON ('{}' = none) replacing the task's, or '' (keep)
--- ARGV[9]  FLAG_ON: the new schedule has no overlap policy (allow_all): nothing waits
---          behind a fire of such a task (no claim would start it), so the fires its former
---          policy held back go with its flight record
+-- ARGV[9]  FLAG_ON: the new schedule has an overlap policy; without one (allow_all)
+--          nothing waits behind a fire of the task (no claim would start it), so the fires
+--          its former policy held back go with its flight record
 -- Returns {code, status, placed}: CODE_OK updated, CODE_NOT_FOUND not found; placed 1
 -- when a schedule other than the task's took effect.
 -- A new schedule takes effect at once: the claim (if any) is dropped so a poller holding it
@@ -30,7 +30,7 @@ local placed = 0
 if ARGV[5] ~= '' and ARGV[5] ~= sched then
   placed = 1
   local f = get_flight(tag .. ':flight', id)
-  if ARGV[9] == FLAG_ON then
+  if ARGV[9] ~= FLAG_ON then
     redis.call('HDEL', tag .. ':flight', id)
     f = get_flight(tag .. ':flight', id)
   end
@@ -39,7 +39,7 @@ if ARGV[5] ~= '' and ARGV[5] ~= sched then
   sched = ARGV[5]
   s[STATE_FIRES] = 0  -- fires count against max_runs of the schedule they were made by
   if s[STATE_STATUS] == FINISHED then s[STATE_STATUS] = ACTIVE end
-  if ARGV[6] == '' and s[STATE_STATUS] == ACTIVE and holds_task(f, ARGV[9] ~= FLAG_ON) then
+  if ARGV[6] == '' and s[STATE_STATUS] == ACTIVE and holds_task(f, ARGV[9] == FLAG_ON) then
     -- a schedule that never fires, with fires still waiting behind the one in flight (an
     -- operator's trigger or backfill its overlap policy held back), or that one
     -- unconfirmed: parked as a poller parks such a task (overlap.lua), due now, so its
