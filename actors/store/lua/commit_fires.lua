@@ -67,8 +67,8 @@ local function out_with_earliest(reply)
   if first[2] then reply[1] = tonumber(first[2]) end
   return reply
 end
--- Row i's state parked on ``hw`` (``park_time``, below): the claimed one, its grid moved on, but
--- active, its next time the park time.
+-- Row i's state parked on ``hw`` (``park_time``, below): the claimed one, its grid moved
+-- on, but active, its next time the park time.
 local function parked_record(i, hw)
   local st = {cmsgpack.unpack(a[i + 4])}
   st[STATE_STATUS], st[STATE_NEXT_MS] = ACTIVE, hw
