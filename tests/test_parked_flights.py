@@ -19,6 +19,7 @@ from actors.store.manual_fires import MANUAL_TOKEN
 from actors.store.tasks import TaskStore
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
+from tests.test_poller import stream_fires
 
 
 async def _waiting_behind_a_trigger(
@@ -44,11 +45,9 @@ async def _tick(store: TaskStore, poller: Poller) -> int:
     return (await poller.tick(await store.scripts(), [0], get_logger())).enqueued
 
 
-async def _queued(store: TaskStore, redis_client: RedisClient) -> list[int]:
+async def _queued(store: TaskStore) -> list[int]:
     """The due times in type ``t``'s stream, in order."""
-    keys = await store.keys()
-    entries = await redis_client.execute("XRANGE", keys.queue("t"), "-", "+")
-    return [int(e[1][b"due_ms"]) for e in entries]
+    return [int(f["due_ms"]) for f in await stream_fires(store, "t")]
 
 
 async def _status(store: TaskStore) -> str:
@@ -68,7 +67,7 @@ async def _the_waiting_fire_starts_then_the_task_finishes(
     """The fire ``ahead`` has ended: the next tick starts ``waiting``, and once that one
     ends the task finishes, out of the schedule."""
     assert await _tick(store, poller) == 1
-    assert (await _queued(store, redis_client))[-2:] == [ahead, waiting]
+    assert (await _queued(store))[-2:] == [ahead, waiting]
     await (await store.scripts()).end_flights([FlightEnd("x", ENDED_OK, waiting)])
     await _tick(store, poller)
     assert await _status(store) == "finished"
@@ -142,7 +141,7 @@ async def test_an_update_to_no_policy_drops_the_waiting_fires_and_fires_nothing_
     assert await redis_client.execute("HGET", keys.flights(0), "x") is None
     assert await _score(store, redis_client) is None
     assert await _tick(store, Poller(store, PollerSettings())) == 0
-    assert len(await _queued(store, redis_client)) == 1
+    assert len(await _queued(store)) == 1
 
 
 async def test_a_grid_that_ended_with_nothing_planned_still_starts_the_waiting_fire(
@@ -183,7 +182,7 @@ async def test_a_new_schedule_keeps_a_task_woken_for_its_waiting_fire_due_now(
     score = await _score(store, redis_client)
     assert score is not None and score <= await store.now_ms()
     assert await _tick(store, Poller(store, PollerSettings())) == 1
-    assert await _queued(store, redis_client) == [first, second]
+    assert await _queued(store) == [first, second]
     task = await store.get("x")
     assert task is not None and task.next_run_ms == now + 86_400_000
 
@@ -212,7 +211,7 @@ async def test_a_trigger_decided_between_a_claim_and_its_commit_keeps_the_finish
     assert await _tick(store, poller) == 1
     poller._enqueue_and_commit = commit  # type: ignore[method-assign]
     assert await _status(store) == "active"
-    (grid_due,) = await _queued(store, redis_client)
+    (grid_due,) = await _queued(store)
     await (await store.scripts()).end_flights([FlightEnd("x", ENDED_OK, grid_due)])
     await _the_waiting_fire_starts_then_the_task_finishes(
         store, redis_client, poller, grid_due, triggered[0]
@@ -309,7 +308,7 @@ async def test_a_task_of_no_policy_with_an_operators_fire_unconfirmed_finishes_o
     for _ in range(3):
         assert await _tick(store, poller) == 0
     assert await _status(store) == "finished"
-    assert len(await _queued(store, redis_client)) == 1
+    assert len(await _queued(store)) == 1
     await trio.sleep(max(0, now + 350 - await store.now_ms()) / 1000)
     assert await store.resume("y") == "finished"
 

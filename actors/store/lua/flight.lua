@@ -60,6 +60,20 @@ local function holds_task(f, tracked)
   return tracked and (#f.waiting > 0 or (f.inflight ~= '' and f.by ~= ''))
 end
 
+-- Park a task whose grid has ended while its flight holds it (holds_task): active, its
+-- next time the latest grid time decided or now, whichever is later (a claim takes that
+-- time as decided: overlap.lua), due now in the schedule, so its claim starts the waiting
+-- fires (or appends the unconfirmed one again); it finishes once none is left. Finished,
+-- it would be out of the schedule, and no end of the fire ahead could wake it
+-- (end_flights.lua). The caller writes the state ``s``.
+local function park_task(tag, id, f, s, schedule)
+  local now = now_ms()
+  f.hw = math.max(f.hw or 0, now)
+  put_flight(tag .. ':flight', id, f)
+  s[STATE_NEXT_MS] = f.hw
+  redis.call('ZADD', schedule, ms(now), id)
+end
+
 -- A task's index score when an operator's write places it anew (a resume, a new
 -- schedule): due now if its fire in flight ended with fires waiting behind it (that end
 -- could not wake a task out of the schedule, end_flights.lua, nor one a claim had already

@@ -25,14 +25,8 @@ local function change_status(tag, b, id, action, next_ms, score, note, schedule,
     if next_ms == '' and holds_task(f, tracked) then
       -- its grid ended during the pause with fires still waiting behind the one in
       -- flight, or that one unconfirmed: parked as a poller parks such a task
-      -- (overlap.lua), on a time its flight counts decided (the grid times the pause
-      -- skipped stay skipped), due now, so its claim starts the waiting fires (or appends
-      -- the unconfirmed one again); it finishes once none is left (flight.lua).
-      local now = now_ms()
-      f.hw = math.max(f.hw or 0, now)
-      put_flight(tag .. ':flight', id, f)
-      s[STATE_NEXT_MS] = f.hw  -- the park time is the latest decided (overlap.lua)
-      redis.call('ZADD', schedule, ms(now), id)
+      -- (overlap.lua; the grid times the pause skipped stay skipped)
+      park_task(tag, id, f, s, schedule)
     elseif next_ms == '' then
       s[STATE_STATUS], s[STATE_NEXT_MS] = FINISHED, nil
     else

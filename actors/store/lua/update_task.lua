@@ -29,11 +29,8 @@ if ARGV[4] ~= '' then payload = ARGV[4] end
 local placed = 0
 if ARGV[5] ~= '' and ARGV[5] ~= sched then
   placed = 1
+  if ARGV[9] ~= FLAG_ON then redis.call('HDEL', tag .. ':flight', id) end
   local f = get_flight(tag .. ':flight', id)
-  if ARGV[9] ~= FLAG_ON then
-    redis.call('HDEL', tag .. ':flight', id)
-    f = get_flight(tag .. ':flight', id)
-  end
   local decided = f.hw
   f.hw = nil
   sched = ARGV[5]
@@ -42,27 +39,24 @@ if ARGV[5] ~= '' and ARGV[5] ~= sched then
   if ARGV[6] == '' and s[STATE_STATUS] == ACTIVE and holds_task(f, ARGV[9] == FLAG_ON) then
     -- a schedule that never fires, with fires still waiting behind the one in flight (an
     -- operator's trigger or backfill its overlap policy held back), or that one
-    -- unconfirmed: parked as a poller parks such a task (overlap.lua), due now, so its
-    -- claim starts them as the fire ahead ends; it finishes once none is left. Finished,
-    -- it would be out of the schedule, and the end of the fire ahead could not wake it
-    -- (end_flights.lua).
-    local now = now_ms()
-    f.hw = now  -- the park time, taken as decided: no grid time of the new schedule
-    s[STATE_NEXT_MS] = now
-    redis.call('ZADD', KEYS[1], ms(now), id)
-  elseif ARGV[6] == '' then
-    if s[STATE_STATUS] == ACTIVE then s[STATE_STATUS] = FINISHED end
-    s[STATE_NEXT_MS] = nil
-    redis.call('ZREM', KEYS[1], id)
+    -- unconfirmed: parked as a poller parks such a task (overlap.lua), on now (no grid
+    -- time of the new schedule was decided)
+    park_task(tag, id, f, s, KEYS[1])
   else
-    s[STATE_NEXT_MS] = tonumber(ARGV[6])
-    if s[STATE_STATUS] == ACTIVE then
-      -- due now if the end of its fire in flight woke it for fires waiting behind it,
-      -- or that one is unconfirmed: not held back until the new grid's first time
-      redis.call('ZADD', KEYS[1], placed_score(f, ARGV[7]), id)
+    if decided then put_flight(tag .. ':flight', id, f) end
+    if ARGV[6] == '' then
+      if s[STATE_STATUS] == ACTIVE then s[STATE_STATUS] = FINISHED end
+      s[STATE_NEXT_MS] = nil
+      redis.call('ZREM', KEYS[1], id)
+    else
+      s[STATE_NEXT_MS] = tonumber(ARGV[6])
+      if s[STATE_STATUS] == ACTIVE then
+        -- due now if the end of its fire in flight woke it for fires waiting behind it,
+        -- or that one is unconfirmed: not held back until the new grid's first time
+        redis.call('ZADD', KEYS[1], placed_score(f, ARGV[7]), id)
+      end
     end
   end
-  if decided or f.hw then put_flight(tag .. ':flight', id, f) end
 end
 if ARGV[8] ~= '' then put_labels(tag, b, id, ARGV[8]) end
 redis.call('HSET', tag .. ':def:' .. b, id, cmsgpack.pack(typ, payload, sched, created))
