@@ -128,16 +128,23 @@ async def test_an_update_to_a_schedule_that_never_fires_still_starts_the_waiting
 
 
 async def test_an_update_to_no_policy_drops_the_waiting_fires_and_fires_nothing_more(
-    redis_client: RedisClient, namespace: str
+    redis_client: RedisClient, namespace: str, log_lines: Callable[[], list[dict[str, Any]]]
 ) -> None:
     """A task with a fire waiting behind its fire in flight gets a schedule that never fires
     and has no overlap policy: the waiting fire goes with the flight record (nothing would
-    start it), and the task finishes, with no fire at a park time."""
+    start it), noted not run (reason ``updated``), and the task finishes, with no fire at a
+    park time."""
     store = TaskStore(redis_client, namespace, default_partitions=1)
-    await _waiting_behind_a_trigger(store)
+    _, second = await _waiting_behind_a_trigger(store)
     ended = Schedule("interval", every_s=60, end_ms=await store.now_ms() - 1000)  # allow_all
     assert await store.update("x", schedule=ended) == "finished"
+    dropped = [e for e in log_lines() if e["event"] == "not_run"]
+    assert [(e["schedule_id"], e["type"], e["reason"]) for e in dropped] == [
+        (f"x:{second}", "t", "updated")
+    ]
     keys = await store.keys()
+    not_run = await redis_client.execute("HGET", keys.not_run(0), "x")
+    assert not_run == f"1 updated {second} -".encode()
     assert await redis_client.execute("HGET", keys.flights(0), "x") is None
     assert await _score(store, redis_client) is None
     assert await _tick(store, Poller(store, PollerSettings())) == 0
@@ -334,3 +341,39 @@ async def test_a_woken_task_waits_for_another_deciders_fire_no_later_than_its_gr
     assert await _tick(store, Poller(store, PollerSettings(claim_lease_ms=120_000))) == 0
     score = await _score(store, redis_client)
     assert score is not None and score < due + 45_000  # about its grid time, not a lease (120 s) on
+
+
+@pytest.mark.parametrize("by_action", [False, True])
+async def test_a_stop_drops_the_waiting_fires_each_noted_not_run(
+    redis_client: RedisClient, namespace: str, log_lines: Callable[[], list[dict[str, Any]]],
+    by_action: bool,
+) -> None:  # fmt: skip
+    """A trigger waits behind the task's fire in flight (buffer_one) when the task is
+    stopped, by its own call or by an operator's action: no claim comes for a stopped task,
+    so the waiting fire is dropped, a ``not_run`` line (reason ``stopped``) and the task's
+    not-run record say so, and the end of the fire ahead starts nothing."""
+    from actors.store.actions import ActionSpec, create_action
+    from actors.store.apply_actions import ActionSettings, apply_action
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    first, second = await _waiting_behind_a_trigger(store)
+    if by_action:
+        spec = ActionSpec.from_dict({"action": "stop", "selector": {"type": "t"}})
+        await create_action(store, "s1", spec, None, "me", 60_000)
+        await apply_action(store, "s1", "me", ActionSettings())
+    else:
+        assert await store.stop("x") == "stopped"
+    assert await _status(store) == "stopped"
+    dropped = [e for e in log_lines() if e["event"] == "not_run"]
+    assert [(e["schedule_id"], e["type"], e["due_ms"], e["reason"]) for e in dropped] == [
+        (f"x:{second}", "t", second, "stopped")
+    ]
+    keys = await store.keys()
+    record = await redis_client.execute("HGET", keys.not_run(0), "x")
+    assert record == f"1 stopped {second} -".encode()
+    flight = await redis_client.execute("HGET", keys.flights(0), "x")
+    assert flight is not None and flight.split(b"|")[3] == b""  # nothing waits
+    await (await store.scripts()).end_flights([FlightEnd("x", ENDED_OK, first)])
+    assert await _score(store, redis_client) is None
+    assert await _tick(store, Poller(store, PollerSettings())) == 0
+    assert await _queued(store) == [first]

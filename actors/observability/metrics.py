@@ -62,8 +62,9 @@ MISFIRES = Counter(
 NOT_RUN = Counter(
     "metronome_fires_not_run_total",
     "Fires due and not run, by reason: overlap (one was still in flight), expired (later "
-    "than the catch-up window), misfire_skip, coalesced, misfire_cap (fire_all beyond "
-    "misfire_cap), other.",
+    "than the catch-up window), stopped and updated (waiting behind one in flight when the "
+    "task was stopped, or given a schedule without an overlap policy), misfire_skip, "
+    "coalesced, misfire_cap (fire_all beyond misfire_cap), other.",
     ["type", "reason"],
 )
 DUPLICATES = Counter(
@@ -106,7 +107,9 @@ GIVE_UPS = Counter(
 _MISFIRE_REASON = {"coalesce": "coalesced", "skip": "misfire_skip", "fire_all": "misfire_cap"}
 #: The reasons ``metronome_fires_not_run_total`` keeps; any other counts as ``other``, so a
 #: line from a newer version cannot grow the label set.
-NOT_RUN_REASONS = frozenset({"overlap", "expired", *_MISFIRE_REASON.values(), "other"})
+NOT_RUN_REASONS = frozenset(
+    {"overlap", "expired", "stopped", "updated", *_MISFIRE_REASON.values(), "other"}
+)
 
 
 def _not_run_reason(reason: Any) -> str:

@@ -12,7 +12,7 @@ import attrs
 
 from actors.store import lua
 from actors.store.codes import flag
-from actors.store.task_scripts import TaskScripts, or_empty
+from actors.store.task_scripts import TaskScripts, due_times, or_empty
 
 #: ``action_batch.lua``'s answer when the partition's mark is not the one the caller read.
 MARK_MOVED = -9
@@ -34,10 +34,11 @@ class BatchItem:
 
 @attrs.frozen
 class BatchReply:
-    """Per task (in order): code (1 changed, 0 unchanged, < 0 failed) and status or
-    reason; or ``moved`` with the mark found, when the caller's was stale."""
+    """Per task (in order): code (1 changed, 0 unchanged, < 0 failed), status or reason,
+    and the due times of the waiting fires a stop dropped (``drop_waiting`` in
+    ``flight.lua``); or ``moved`` with the mark found, when the caller's was stale."""
 
-    results: list[tuple[int, str]]
+    results: list[tuple[int, str, list[int]]]
     moved: str | None = None
 
 
@@ -63,7 +64,12 @@ class ActionScripts(TaskScripts):
         if int(reply[0]) == MARK_MOVED:
             return BatchReply([], _text(reply[1]))
         flat = reply[1:]
-        return BatchReply([(int(flat[i]), _text(flat[i + 1])) for i in range(0, len(flat), 2)])
+        return BatchReply(
+            [
+                (int(flat[i]), _text(flat[i + 1]), due_times(flat[i + 2]))
+                for i in range(0, len(flat), 3)
+            ]
+        )
 
     async def action_fires(
         self, task_type: str, action_id: str, due_ms: int, fires: Sequence[tuple[str, str, str]],

@@ -42,7 +42,7 @@ from actors.store.actions import (
     renew_lease,
 )
 from actors.store.enqueue import enqueue_fires
-from actors.store.flights import with_origin
+from actors.store.flights import dropped_lines, with_origin
 from actors.store.manual_fires import APPENDED, HELD, HELD_MARK, check_overlap, fire_under
 from actors.store.notes import encode_note
 from actors.store.placement import resume_point
@@ -209,7 +209,7 @@ def _log_changes(state: ActionState, chunk: Sequence[Task], reply: BatchReply) -
     spec = state.spec
     event = _EVENTS[spec.action]
     lines: list[tuple[str, dict[str, Any]]] = []
-    for task, (code, status) in zip(chunk, reply.results, strict=True):
+    for task, (code, status, dropped) in zip(chunk, reply.results, strict=True):
         if code != 1:
             continue
         fields: dict[str, Any] = {"task_id": task.task_id}
@@ -219,6 +219,7 @@ def _log_changes(state: ActionState, chunk: Sequence[Task], reply: BatchReply) -
                 fields["note"] = spec.note
         fields["action_id"] = state.action_id
         lines.append((event, fields))
+        lines += dropped_lines(task.task_id, task.type, dropped, "stopped")
     emit_events(_ACTOR, lines)
 
 

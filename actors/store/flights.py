@@ -31,6 +31,7 @@ from actors.domain.schedules import Schedule
 from actors.store import lua
 from actors.store.codes import flag
 from actors.store.history import DEFAULT_HISTORY
+from actors.store.keys import schedule_id
 from actors.store.replies import Fire
 from actors.store.task_scripts import Call, TaskScripts, raise_first_error, set_apart
 from runtime.redis_replies import PartRejected
@@ -48,6 +49,20 @@ DEFAULT_CLAIM_LEASE_MS = 10_000
 CANCEL_KEEP_MS = 86_400_000
 #: How a fire ended, as ``end_flights.lua`` reads it (0 and 2 as ``records.OUTCOME_NAMES``).
 ENDED_OK, ENDED_DEAD, ENDED_CANCELLED, ENDED_EXPIRED, ENDED_DROPPED = 0, 2, 3, 4, 5
+
+
+def dropped_lines(
+    task_id: str, task_type: str, dues: Sequence[int], reason: str
+) -> list[tuple[str, Any]]:
+    """The ``not_run`` lines of fires that waited behind the task's fire in flight and
+    that nothing will start (``drop_waiting`` in ``flight.lua``, which notes them in the
+    not-run record): ``stopped``, the task was stopped; ``updated``, it was given a
+    schedule without an overlap policy."""
+    return [
+        ("not_run", {"task_id": task_id, "schedule_id": schedule_id(task_id, due),
+                     "type": task_type, "due_ms": due, "reason": reason})
+        for due in dues
+    ]  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)

@@ -14,8 +14,8 @@ a value that is not a JSON object is reported as unreadable.
 
 A **not-run record** (``Keys.not_run``: task id -> ``"count reason due_ms
 blocking_due_ms"``) counts the fires of a task that were not run and describes the last
-one: why (``overlap``, ``expired``, or a misfire policy's reason), when it was due, and
-the fire still in flight that blocked it (``-`` when none).
+one: why (``overlap``, ``expired``, ``stopped``, ``updated``, or a misfire policy's
+reason), when it was due, and the fire still in flight that blocked it (``-`` when none).
 """
 
 from __future__ import annotations
@@ -148,6 +148,10 @@ _NOT_RUN_WHY = {
     "fires once)",
     "misfire_cap": "was not fired (misfire_cap: fire_all catches up at most misfire_cap "
     "missed fires)",
+    "stopped": "was dropped (stopped: it waited behind the fire in flight when the task "
+    "was stopped)",
+    "updated": "was dropped (updated: it waited behind the fire in flight when the task "
+    "was given a schedule without an overlap policy)",
 }
 
 

@@ -28,7 +28,7 @@ from actors.domain.schedules import Overlap, Schedule
 from actors.store import backfill as backfilling
 from actors.store import manual_fires, type_scans
 from actors.store.codes import Code, raise_for_code
-from actors.store.flights import DEFAULT_CLAIM_LEASE_MS
+from actors.store.flights import DEFAULT_CLAIM_LEASE_MS, dropped_lines
 from actors.store.history import latest_fate
 from actors.store.keys import (
     COMPACT_MESSAGES,
@@ -365,7 +365,7 @@ class TaskStore:
         # Nothing waits behind a fire of a task of no policy (no claim would start it):
         # fires held back under its former policy go with its flight record.
         tracked = schedule is not None and schedule.overlap != "allow_all"
-        code, status, placed = await (await self.scripts()).update_task(
+        code, status, placed, dropped = await (await self.scripts()).update_task(
             task_id, payload_json, sched, next_ms, score, labels_json, tracked
         )
         raise_for_code(code, task_id)
@@ -376,7 +376,11 @@ class TaskStore:
             for f, new in (("payload", payload_json), ("schedule", sched), ("labels", labels_json))
             if new
         ]
-        emit_events(STORE_ACTOR, [("updated", {"task_id": task_id, "fields": changed})])
+        lines = [("updated", {"task_id": task_id, "fields": changed})]
+        if dropped:  # fires its former overlap policy held back
+            task = await self.get(task_id)
+            lines += dropped_lines(task_id, task.type if task else "", dropped, "updated")
+        emit_events(STORE_ACTOR, lines)
         return status
 
     async def pause(self, task_id: str, note: str | None = None, by: str | None = None) -> str:
@@ -401,14 +405,18 @@ class TaskStore:
             if task is not None:
                 next_ms, score = resume_point(task, await self.now_ms())
                 tracked = task.schedule.overlap != "allow_all"
-        code, status = await (await self.scripts()).set_status(
+        code, status, dropped = await (await self.scripts()).set_status(
             task_id, action, next_ms, score, stored, tracked
         )
         raise_for_code(code, task_id, f"cannot {action} a {status} task")
         if code == Code.OK:
             event = {"pause": "paused", "resume": "resumed", "stop": "stopped"}[action]
             noted = {"note": note} if note is not None else {}
-            emit_events(STORE_ACTOR, [(event, {"task_id": task_id, "status": status, **noted})])
+            lines = [(event, {"task_id": task_id, "status": status, **noted})]
+            if dropped:  # fires that waited behind the task's fire in flight
+                task = await self.get(task_id)
+                lines += dropped_lines(task_id, task.type if task else "", dropped, "stopped")
+            emit_events(STORE_ACTOR, lines)
         return status
 
     async def delete(self, task_id: str) -> bool:

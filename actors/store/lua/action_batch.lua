@@ -16,7 +16,9 @@
 --          task's schedule has an overlap policy, flight.lua's holds_task)
 -- Returns {-9, mark} when the mark is not ARGV[3] (another applier moved it, or the
 -- partition is done: the caller reads it again and goes on from there; nothing written),
--- else {1, code, status or reason, ...} per task: 1 changed, 0 unchanged, -2/-3 failed.
+-- else {1, code, status or reason, dropped, ...} per task: code 1 changed, 0 unchanged,
+-- -2/-3 failed; dropped: the due times of the waiting fires a stop dropped (comma
+-- separated, '' = none: flight.lua's drop_waiting).
 --
 -- Tasks are applied in id order (the caller sorts them), so "done up to this id" is the
 -- whole progress of a partition; the compare-and-set on the mark makes a batch sent again
@@ -29,14 +31,14 @@ local failures = {}
 local out = {1}
 for i = 9, #ARGV, 5 do
   local id, b, given = ARGV[i], ARGV[i + 1], ARGV[i + 4]
-  local code, status = 0, ''
+  local code, status, dropped = 0, '', ''
   if action == 'mark' then
     if given == '1' then code = 1 elseif given == '0' then code = 0 else code, status = -3, given end
   elseif action == 'delete' then
     code = delete_task(tag, b, id, KEYS[1]) and 1 or 0  -- gone already: unchanged
     if code == 1 then deleted = deleted + 1 end
   else
-    code, status = change_status(tag, b, id, action, ARGV[i + 2], ARGV[i + 3], ARGV[6], KEYS[1],
+    code, status, dropped = change_status(tag, b, id, action, ARGV[i + 2], ARGV[i + 3], ARGV[6], KEYS[1],
       given == FLAG_ON)
     if code == -2 then status = 'not found'
     elseif code == -3 then status = 'cannot ' .. action .. ' a ' .. status .. ' task' end
@@ -47,7 +49,7 @@ for i = 9, #ARGV, 5 do
     failed = failed + 1
     failures[#failures + 1] = id .. ' ' .. status
   end
-  out[#out + 1], out[#out + 2] = code, status
+  out[#out + 1], out[#out + 2], out[#out + 3] = code, status, dropped
 end
 if deleted > 0 then count_write(tag) end
 if changed > 0 then redis.call('HINCRBY', progress, 'changed', changed) end

@@ -94,6 +94,24 @@ local function note_not_run(key, id, count, reason, due, blocking)
     (blocking ~= '' and blocking or '-'))
 end
 
+-- The fires waiting behind a task's fire in flight that nothing will start: a task
+-- stopped for good (no claim comes for it; reason 'stopped'), or given a schedule
+-- without an overlap policy (its claims decide no flight; 'updated'). Left waiting, they
+-- would be nowhere to be seen: they are dropped, noted not run in the partition's
+-- not-run hash. Returns their due times, comma separated ('' = none), for the caller's
+-- not_run lines. The fire in flight runs on.
+local function drop_waiting(tag, id, reason)
+  local key = tag .. ':flight'
+  local f = get_flight(key, id)
+  if #f.waiting == 0 then return '' end
+  local dues = {}
+  for _, w in ipairs(f.waiting) do dues[#dues + 1] = (string.gsub(w, '^m', '')) end
+  note_not_run(tag .. ':notrun', id, #dues, reason, dues[#dues], '')
+  f.waiting = {}
+  put_flight(key, id, f)
+  return table.concat(dues, ',')
+end
+
 -- The append of the fire this token put in flight went through: its decision stands.
 -- Returns whether fires wait with none in flight: the fire in flight ended between the
 -- claim's decision and this confirmation, and its end could not wake the task (claimed,

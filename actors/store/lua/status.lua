@@ -6,18 +6,20 @@
 -- score: a resume's next grid time and its index score ('' next_ms = never: finished);
 -- note: the compact JSON note kept with the change ('' = none). A change replaces the
 -- task's note in <tag>:notes (the earlier note described a status the task has left);
--- nothing is written when nothing changes. Returns code, status: 1 changed, 0 already
--- so, -2 not found, -3 not allowed from status.
+-- nothing is written when nothing changes. Returns code, status, and the due times of
+-- the fires a stop dropped (comma separated, '' = none: drop_waiting): code 1 changed,
+-- 0 already so, -2 not found, -3 not allowed from status.
 local function change_status(tag, b, id, action, next_ms, score, note, schedule, tracked)
   local s = get_state(tag, b, id)
-  if not s then return CODE_NOT_FOUND, '' end
+  if not s then return CODE_NOT_FOUND, '', '' end
   local status = s[STATE_STATUS]
   local target = ({pause = PAUSED, resume = ACTIVE, stop = STOPPED})[action]
-  if status == target then return 0, STATUS_NAMES[status] end
+  if status == target then return 0, STATUS_NAMES[status], '' end
   local allowed = (action == 'pause' and status == ACTIVE)
     or (action == 'resume' and status == PAUSED)
     or (action == 'stop' and (status == ACTIVE or status == PAUSED))
-  if not allowed then return CODE_BAD_TRANSITION, STATUS_NAMES[status] end
+  if not allowed then return CODE_BAD_TRANSITION, STATUS_NAMES[status], '' end
+  local dropped = ''
   -- a new version (commit_fires)
   s[STATE_STATUS], s[STATE_UPDATED_MS] = target, new_version(tag, s[STATE_UPDATED_MS])
   if action == 'resume' then
@@ -35,6 +37,7 @@ local function change_status(tag, b, id, action, next_ms, score, note, schedule,
     end
   else
     redis.call('ZREM', schedule, id)
+    if action == 'stop' then dropped = drop_waiting(tag, id, 'stopped') end
   end
   put_state(tag, b, id, s)
   if (note or '') ~= '' then
@@ -43,5 +46,5 @@ local function change_status(tag, b, id, action, next_ms, score, note, schedule,
     redis.call('HDEL', tag .. ':notes', id)
   end
   count_write(tag)
-  return 1, STATUS_NAMES[s[STATE_STATUS]]
+  return 1, STATUS_NAMES[s[STATE_STATUS]], dropped
 end

@@ -6,9 +6,11 @@
 -- ARGV[8]  labels as compact JSON ('{}' = none) replacing the task's, or '' (keep)
 -- ARGV[9]  FLAG_ON: the new schedule has an overlap policy; without one (allow_all)
 --          nothing waits behind a fire of the task (no claim would start it), so the fires
---          its former policy held back go with its flight record
--- Returns {code, status, placed}: CODE_OK updated, CODE_NOT_FOUND not found; placed 1
--- when a schedule other than the task's took effect.
+--          its former policy held back go with its flight record, each noted not run
+--          ('updated': flight.lua's drop_waiting)
+-- Returns {code, status, placed, dropped}: CODE_OK updated, CODE_NOT_FOUND not found;
+-- placed 1 when a schedule other than the task's took effect; dropped: the due times of
+-- the waiting fires that went (comma separated, '' = none).
 -- A new schedule takes effect at once: the claim (if any) is dropped so a poller holding it
 -- cannot commit the old grid; a finished task with a new schedule becomes active again.
 -- The latest grid time the old schedule's claims decided is forgotten (flight.lua): the
@@ -26,10 +28,13 @@ if not typ then
     ') cannot be read; delete the task and create it again'})
 end
 if ARGV[4] ~= '' then payload = ARGV[4] end
-local placed = 0
+local placed, dropped = 0, ''
 if ARGV[5] ~= '' and ARGV[5] ~= sched then
   placed = 1
-  if ARGV[9] ~= FLAG_ON then redis.call('HDEL', tag .. ':flight', id) end
+  if ARGV[9] ~= FLAG_ON then
+    dropped = drop_waiting(tag, id, 'updated')
+    redis.call('HDEL', tag .. ':flight', id)
+  end
   local f = get_flight(tag .. ':flight', id)
   local decided = f.hw
   f.hw = nil
@@ -64,4 +69,4 @@ redis.call('HSET', tag .. ':def:' .. b, id, cmsgpack.pack(typ, payload, sched, c
 s[STATE_UPDATED_MS] = new_version(tag, s[STATE_UPDATED_MS])
 put_state(tag, b, id, s)
 count_write(tag)
-return {CODE_OK, STATUS_NAMES[s[STATE_STATUS]], placed}
+return {CODE_OK, STATUS_NAMES[s[STATE_STATUS]], placed, dropped}
