@@ -326,7 +326,7 @@ async def test_a_held_backfill_time_handed_back_to_a_repeat_is_appended(
     poller starts the held time and dies before appending it; a repeat of the backfill,
     past the takeover time, is handed it to append again: it is appended (and confirmed
     with a message behind it), never confirmed in flight with none, the task stuck. An
-    allow_all backfill of the window then appends none of the times the first held back."""
+    allow_all backfill of the window then appends none of the times held back."""
     from actors.store.flights import FlightEnd, Planned
 
     store = TaskStore(redis_client, namespace, default_partitions=1, takeover_ms=0)
@@ -339,7 +339,7 @@ async def test_a_held_backfill_time_handed_back_to_a_repeat_is_appended(
     sid, _ = await store.trigger("held", "skip")  # a fire in flight ahead
     window = (now - 2 * HOUR, now - 2 * HOUR + 2 * MINUTE)  # two grid times
     first = await store.backfill("held", *window)
-    assert (first.enqueued, first.held_back) == (0, 2)  # one waits, the other skipped
+    assert (first.enqueued, first.held_back, first.skipped) == (0, 1, 1)  # one waits
     await scripts.end_flights([FlightEnd("held", 0, int(sid.split(":")[1]))])
     p = keys.partition_of("held")
     started = await scripts.decide_overlaps("dead-claim", {p: [Planned("held", "1", [])]})
@@ -351,5 +351,32 @@ async def test_a_held_backfill_time_handed_back_to_a_repeat_is_appended(
     flight = await redis_client.execute("HGET", keys.flights(p), "held")
     assert flight.split(b"|")[0] == str(due).encode() and flight.split(b"|")[4] == b""
     plain = await store.backfill("held", *window, overlap="allow_all")
+    # taken: the time held back, and the one the first skipped, held back by the repeat
     assert (plain.enqueued, plain.already) == (0, 2)
     assert await redis_client.execute("XLEN", keys.queue("report")) == before + 1
+
+
+async def test_a_backfill_time_skipped_by_the_overlap_policy_runs_when_backfilled_again(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A backfill under ``skip`` while the task's fire is in flight runs none of its times
+    (each skipped, a ``not_run`` line); skipped, they were not taken, so the same backfill
+    once that fire has ended appends every one."""
+    from actors.store.flights import FlightEnd
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    now = await store.now_ms()
+    grid = Schedule("interval", every_s=60, start_ms=now - now % MINUTE - 2 * HOUR,
+                    overlap="skip")  # fmt: skip
+    await make(store, "skips", grid)
+    await store.pause("skips")
+    sid, _ = await store.trigger("skips", "skip")  # a fire in flight ahead
+    window = (now - 2 * HOUR, now - 2 * HOUR + 3 * MINUTE)  # three grid times
+    first = await store.backfill("skips", *window)
+    assert (first.enqueued, first.held_back, first.skipped, first.already) == (0, 0, 3, 0)
+    assert len(await stream_of(store)) == 1
+    scripts = await store.scripts()
+    await scripts.end_flights([FlightEnd("skips", 0, int(sid.split(":")[1]))])
+    again = await store.backfill("skips", *window, overlap="allow_all")
+    assert (again.enqueued, again.already) == (3, 0)
+    assert sorted(m.due_ms for m in await stream_of(store))[:3] == list(again.fires)

@@ -446,8 +446,9 @@ def test_backfill_a_task_and_a_type_with_tables_and_json(api: ApiNode) -> None:
 
     by_type = ok_json(api, "backfill", "--type", kind, *window, "--dry-run")
     assert by_type["tasks"] == [
-        {"task_id": task_id, "fires": 3, "enqueued": 0, "already_backfilled": 3, "held_back": 0}
-    ]
+        {"task_id": task_id, "fires": 3, "enqueued": 0, "already_backfilled": 3, "held_back": 0,
+         "skipped": 0}
+    ]  # fmt: skip
     table = run(api, "backfill", "--type", kind, *window).stdout.splitlines()
     assert table[0].split() == ["TASK_ID", "FIRES", "ENQUEUED", "ALREADY"]
     assert table[1].split() == [task_id, "3", "0", "3"]

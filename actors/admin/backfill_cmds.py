@@ -31,8 +31,11 @@ def _summary(answer: dict[str, Any], fires: int) -> str:
             f"{fires} fires in the window (dry run, nothing enqueued): {fires - already} "
             f"would be enqueued, {already} already backfilled"
         )
+    held, skipped = answer.get("held_back", 0), answer.get("skipped", 0)
     return (
         f"{fires} fires in the window: {answer['enqueued']} enqueued, {already} already backfilled"
+        + (f", {held} waiting behind the fire in flight" if held else "")
+        + (f", {skipped} skipped by the overlap policy (not run)" if skipped else "")
     )
 
 

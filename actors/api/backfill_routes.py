@@ -72,6 +72,7 @@ async def backfill_type(call: Call) -> Response:
             "enqueued": sum(b.enqueued for b in done),
             "already_backfilled": sum(b.already for b in done),
             "held_back": sum(b.held_back for b in done),
+            "skipped": sum(b.skipped for b in done),
         }
     )
 
@@ -105,6 +106,7 @@ SCHEMAS: dict[str, Any] = {
             "enqueued",
             "already_backfilled",
             "held_back",
+            "skipped",
         ],
         {
             "task_id": oa._STR,
@@ -122,6 +124,7 @@ SCHEMAS: dict[str, Any] = {
             "enqueued": oa._INT,
             "already_backfilled": oa._INT,
             "held_back": oa._INT,
+            "skipped": oa._INT,
         },
     ),
     "TypeBackfill": oa._obj(
@@ -139,6 +142,7 @@ SCHEMAS: dict[str, Any] = {
             "enqueued",
             "already_backfilled",
             "held_back",
+            "skipped",
         ],
         {
             "type": oa._STR,
@@ -148,13 +152,21 @@ SCHEMAS: dict[str, Any] = {
             "tasks": {
                 "type": "array",
                 "items": oa._obj(
-                    ["task_id", "fires", "enqueued", "already_backfilled", "held_back"],
+                    [
+                        "task_id",
+                        "fires",
+                        "enqueued",
+                        "already_backfilled",
+                        "held_back",
+                        "skipped",
+                    ],
                     {
                         "task_id": oa._STR,
                         "fires": oa._INT,
                         "enqueued": oa._INT,
                         "already_backfilled": oa._INT,
                         "held_back": oa._INT,
+                        "skipped": oa._INT,
                     },
                 ),
             },
@@ -162,6 +174,7 @@ SCHEMAS: dict[str, Any] = {
             "enqueued": oa._INT,
             "already_backfilled": oa._INT,
             "held_back": oa._INT,
+            "skipped": oa._INT,
         },
     ),
 }

@@ -43,7 +43,14 @@ from actors.store.actions import (
 )
 from actors.store.enqueue import enqueue_fires
 from actors.store.flights import dropped_lines, with_origin
-from actors.store.manual_fires import APPENDED, HELD, HELD_MARK, check_overlap, fire_under
+from actors.store.manual_fires import (
+    APPENDED,
+    HELD,
+    HELD_MARK,
+    SKIPPED,
+    check_overlap,
+    fire_under,
+)
 from actors.store.notes import encode_note
 from actors.store.placement import resume_point
 from actors.store.replies import Fire
@@ -304,11 +311,12 @@ async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) 
 
             fates = await fire_under(scripts, task.task_id, task.type, [due], overlap, append,
                                      _ACTOR, store.takeover_ms)  # fmt: skip
-            outcomes[task.task_id] = "0" if fates[due] == HELD else "1"
+            outcomes[task.task_id] = "0" if fates[due] in (HELD, SKIPPED) else "1"
             queued[task.task_id] = fates[due] == APPENDED
-            if fates[due] == HELD:  # its poller appends it once the fire ahead has ended:
-                # a repeat of the batch must find it as this action's (it may have run and
-                # ended by then, and its decision would start it again)
+            if fates[due] in (HELD, SKIPPED):  # held: its poller appends it once the fire
+                # ahead has ended, and a repeat of the batch must find it as this action's
+                # (it may have run and ended by then, and its decision would start it
+                # again); skipped: the action's decision for the task stands
                 await _mark_held(store, task, state.action_id)
     emit_events(
         _ACTOR,

@@ -46,6 +46,7 @@ from actors.store.manual_fires import (
     DUPLICATE,
     HELD,
     HELD_MARK,
+    SKIPPED,
     check_overlap,
     fire_under,
 )
@@ -88,8 +89,11 @@ class TaskBackfill:
     already: int
     """Grid times an earlier backfill appended (not appended again)."""
     held_back: int = 0
-    """Grid times the overlap policy did not append now (waiting behind the task's fire in
-    flight, or skipped: a ``not_run`` line each)."""
+    """Grid times the overlap policy held back: waiting behind the task's fire in flight,
+    they start once it has ended (a repeat leaves them be)."""
+    skipped: int = 0
+    """Grid times the overlap policy skipped (a ``not_run`` line each): not run, and not
+    taken either (a later backfill of the window appends them)."""
 
     def to_dict(self, start_ms: int, end_ms: int, dry_run: bool) -> dict[str, Any]:
         return {
@@ -105,6 +109,7 @@ class TaskBackfill:
             "enqueued": self.enqueued,
             "already_backfilled": self.already,
             "held_back": self.held_back,
+            "skipped": self.skipped,
         }
 
     def counts(self) -> dict[str, Any]:
@@ -114,6 +119,7 @@ class TaskBackfill:
             "enqueued": self.enqueued,
             "already_backfilled": self.already,
             "held_back": self.held_back,
+            "skipped": self.skipped,
         }
 
 
@@ -234,7 +240,7 @@ async def append_fires(
     """Append these grid times of ``task`` to its type's stream, each unless an earlier
     backfill did (``backfill.lua``), ``CHUNK`` a call, paced by ``pacer``, as the overlap
     policy lets them (``manual_fires``); per time, its fate (``APPENDED``, ``DUPLICATE``,
-    ``HELD``). Every backfill append goes through here."""
+    ``HELD``, ``SKIPPED``). Every backfill append goes through here."""
     # The policy the fires run under (``overlap``: the body's, else the task's own) decides
     # which of them reach the stream now (``manual_fires``): under allow_all, every one.
     scripts = await store.scripts()
@@ -260,7 +266,7 @@ async def append_fires(
     fates = await fire_under(
         scripts, task.task_id, task.type, fresh, overlap, append, _ACTOR, store.takeover_ms
     )
-    held = [d for d in fresh if fates[d] == HELD]
+    held = [d for d in fresh if fates[d] == HELD]  # a skipped time is not taken: not marked
     if held:
         await _mark(store, task, held)
     return [DUPLICATE if d in taken else fates[d] for d in due_times]
@@ -306,7 +312,7 @@ async def _backfilled(store: TaskStore, task: Task, due_times: Sequence[int]) ->
 
 async def _mark(store: TaskStore, task: Task, due_times: Sequence[int]) -> None:
     """Mark grid times the overlap policy held back as taken by this backfill: they start
-    when the fire in flight ends (or were skipped), and a repeat must not append them.
+    when the fire in flight ends, and a repeat must not append them.
     A time marked appended already (a racing backfill's) keeps its mark (HSETNX)."""
     keys = await store.keys()
     marker = keys.backfilled(task.type, task.task_id)
@@ -324,7 +330,7 @@ async def _run(
     fates = await append_fires(store, task, fires, overlap, pacer)
     return TaskBackfill(
         task.task_id, task.type, overlap, tuple(fires), fates.count(APPENDED),
-        fates.count(DUPLICATE), fates.count(HELD),
+        fates.count(DUPLICATE), fates.count(HELD), fates.count(SKIPPED),
     )  # fmt: skip
 
 

@@ -33,9 +33,10 @@ from runtime.logging import emit_events
 if TYPE_CHECKING:
     from actors.store.tasks import TaskStore
 
-#: A manual fire's fate: appended now, found appended by an earlier call, or held back by
-#: the overlap policy (waiting behind the fire in flight, or skipped).
-APPENDED, DUPLICATE, HELD = "appended", "duplicate", "held"
+#: A manual fire's fate: appended now, found appended by an earlier call, held back by the
+#: overlap policy (waiting behind the fire in flight: it starts once that one has ended),
+#: or skipped by it (not run: a ``not_run`` line).
+APPENDED, DUPLICATE, HELD, SKIPPED = "appended", "duplicate", "held", "skipped"
 #: Appends fires of one task (due times, policy letter) and says, per fire, if appended.
 Append = Callable[[Sequence[int], str], Awaitable[list[bool]]]
 
@@ -79,8 +80,8 @@ async def fire_under(
     scripts: Scripts, task_id: str, task_type: str, dues: Sequence[int], overlap: Overlap,
     append: Append, actor: str, takeover_ms: int,
 ) -> dict[int, str]:  # fmt: skip
-    """Per due time of ``dues``, its fate (``APPENDED``, ``DUPLICATE``, ``HELD``).
-    ``append`` writes the messages (the trigger's or backfill's way). The caller has
+    """Per due time of ``dues``, its fate (``APPENDED``, ``DUPLICATE``, ``HELD``,
+    ``SKIPPED``). ``append`` writes the messages (the trigger's or backfill's way). The caller has
     checked ``overlap`` against the task's own (``check_overlap``). ``takeover_ms``: how
     old a poller's (or another call's) unconfirmed fire must be before this call appends
     it again, taking its decider as dead: the pollers' claim lease (``TaskStore``'s; a
@@ -112,7 +113,8 @@ async def fire_under(
     if dropped:  # appended by an earlier call: that copy has run, or runs, on its own
         await scripts.end_flights(dropped)
     fates = {d: APPENDED if f else DUPLICATE for d, f in zip(run, flags, strict=True)}
-    return {d: fates.get(d, HELD) for d in dues}
+    skipped = set(decision.skipped)
+    return {d: fates.get(d, SKIPPED if d in skipped else HELD) for d in dues}
 
 
 def _log_skipped(task_id: str, task_type: str, decision: Decision, actor: str) -> None:
