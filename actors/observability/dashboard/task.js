@@ -201,7 +201,8 @@ document.getElementById("backfill-apply").addEventListener("click", () => act(as
   const done = await api("POST", taskPath(plan.taskId, "/backfill"), null, { ...plan.span, dry_run: false });
   document.getElementById("backfill-preview").textContent =
     `Backfilled: ${done.enqueued} fires appended, ${done.already_backfilled} already backfilled, ` +
-    `${done.held_back} held back by the overlap policy.`;
+    `${done.held_back} waiting behind the fire in flight, ` +
+    `${done.skipped ?? 0} skipped by the overlap policy (not run).`;
   await loadTask(plan.taskId);
 }));
 for (const id of ["backfill-start", "backfill-end"]) {
