@@ -356,27 +356,29 @@ async def test_a_held_backfill_time_handed_back_to_a_repeat_is_appended(
     assert await redis_client.execute("XLEN", keys.queue("report")) == before + 1
 
 
-async def test_a_backfill_time_skipped_by_the_overlap_policy_runs_when_backfilled_again(
+async def test_a_backfill_tells_the_times_skipped_from_those_held_back_and_decides_none_twice(
     redis_client: RedisClient, namespace: str
 ) -> None:
-    """A backfill under ``skip`` while the task's fire is in flight runs none of its times
-    (each skipped, a ``not_run`` line); skipped, they were not taken, so the same backfill
-    once that fire has ended appends every one."""
+    """A backfill under ``buffer_one`` while the task's fire is in flight: its first time
+    waits (held back), the later ones are skipped (not run), each counted as such. A
+    repeat once the fire ahead has ended decides none of them again: the skipped ones
+    would start (and run a window the first call answered as not run)."""
     from actors.store.flights import FlightEnd
 
     store = TaskStore(redis_client, namespace, default_partitions=1)
     now = await store.now_ms()
     grid = Schedule("interval", every_s=60, start_ms=now - now % MINUTE - 2 * HOUR,
-                    overlap="skip")  # fmt: skip
+                    overlap="buffer_one")  # fmt: skip
     await make(store, "skips", grid)
     await store.pause("skips")
     sid, _ = await store.trigger("skips", "skip")  # a fire in flight ahead
     window = (now - 2 * HOUR, now - 2 * HOUR + 3 * MINUTE)  # three grid times
     first = await store.backfill("skips", *window)
-    assert (first.enqueued, first.held_back, first.skipped, first.already) == (0, 0, 3, 0)
-    assert len(await stream_of(store)) == 1
+    assert (first.enqueued, first.held_back, first.skipped, first.already) == (0, 1, 2, 0)
     scripts = await store.scripts()
     await scripts.end_flights([FlightEnd("skips", 0, int(sid.split(":")[1]))])
-    again = await store.backfill("skips", *window, overlap="allow_all")
-    assert (again.enqueued, again.already) == (3, 0)
-    assert sorted(m.due_ms for m in await stream_of(store))[:3] == list(again.fires)
+    again = await store.backfill("skips", *window)
+    assert (again.enqueued, again.held_back, again.skipped, again.already) == (0, 0, 0, 3)
+    # the trigger's, then the one held back (started by the call: nothing was in flight)
+    started = [m.due_ms for m in await stream_of(store)]
+    assert started == [int(sid.split(":")[1]), first.fires[0]]

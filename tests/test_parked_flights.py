@@ -377,3 +377,26 @@ async def test_a_stop_drops_the_waiting_fires_each_noted_not_run(
     assert await _score(store, redis_client) is None
     assert await _tick(store, Poller(store, PollerSettings())) == 0
     assert await _queued(store) == [first]
+
+
+@pytest.mark.parametrize("grid", [True, False])
+async def test_a_decision_after_a_stop_holds_nothing_behind_the_fire_in_flight(
+    redis_client: RedisClient, namespace: str, grid: bool
+) -> None:
+    """A claim taken before the task's stop (or an operator's call that read it active)
+    decides after it, while the task's fire is in flight: the time that would wait behind
+    it is skipped instead, as nothing will ever start it for a stopped task."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    start = await store.now_ms() + 3_600_000
+    every = Schedule("interval", every_s=3600, start_ms=start, overlap="buffer_one")
+    await store.create(TaskSpec("t", every, task_id="x"))
+    _, queued = await store.trigger("x", "buffer_one")
+    assert queued
+    assert await store.stop("x") == "stopped"
+    due = await store.now_ms() + 1
+    scripts = await store.scripts()
+    token = "a-claim" if grid else f"{MANUAL_TOKEN}call"
+    decided = await scripts.decide_overlaps(token, {0: [Planned("x", "1", [due])]}, grid=grid)
+    assert (decided["x"].run, decided["x"].skipped) == ([], [due])
+    flight = await redis_client.execute("HGET", (await store.keys()).flights(0), "x")
+    assert flight.split(b"|")[3] == b""  # nothing waits

@@ -71,7 +71,9 @@ NOTE_SCHEMAS: dict[str, Any] = {
             "count": _INT,
             "reason": {
                 "type": "string",
-                "description": "overlap, expired, misfire_skip, coalesced or misfire_cap",
+                "description": (
+                    "overlap, expired, stopped, updated, misfire_skip, coalesced or misfire_cap"
+                ),
             },
             "due_ms": _INT,
             "blocking_due_ms": _nullable(_INT),

@@ -212,7 +212,7 @@ def _tally_events(
             missed = int(fields.get("missed", 0))  # grid times not fired one by one
             if missed > 0:
                 tally[(NOT_RUN, kind, _not_run_reason(_MISFIRE_REASON.get(policy)))] += missed
-        elif event == "not_run":  # one fire not run (overlap, expired)
+        elif event == "not_run":  # one fire not run (overlap, expired, stopped, updated)
             tally[(NOT_RUN, kind, _not_run_reason(fields.get("reason")))] += 1
         elif event == "duplicate_dropped":
             tally[(DUPLICATES, kind)] += 1

@@ -329,10 +329,11 @@ async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) 
 
 
 async def _mark_held(store: TaskStore, task: Task, action_id: str) -> None:
-    """Mark ``task``'s fire of the action, which its overlap policy held back, held in
-    the action's marker (``HELD_MARK``): the fire is the task's flight record's from now
-    on, its poller appends it, and a repeat of the batch leaves the task be. A fire this
-    action appended before keeps its mark (HSETNX)."""
+    """Mark ``task``'s fire of the action, which its overlap policy held back or skipped,
+    in the action's marker (``HELD_MARK``): a held fire is the task's flight record's from
+    now on, its poller appends it; a skipped one was decided not to run; either way a
+    repeat of the batch leaves the task be. A fire this action appended before keeps its
+    mark (HSETNX)."""
     keys = await store.keys()
     marker = keys.action_fired(task.type, action_id)
     await store.client.pipeline(

@@ -92,8 +92,9 @@ class TaskBackfill:
     """Grid times the overlap policy held back: waiting behind the task's fire in flight,
     they start once it has ended (a repeat leaves them be)."""
     skipped: int = 0
-    """Grid times the overlap policy skipped (a ``not_run`` line each): not run, and not
-    taken either (a later backfill of the window appends them)."""
+    """Grid times the overlap policy skipped (a ``not_run`` line each): not run, and
+    taken as the rest (a repeat of the backfill, a client's retry or the action's resumer,
+    decides nothing twice)."""
 
     def to_dict(self, start_ms: int, end_ms: int, dry_run: bool) -> dict[str, Any]:
         return {
@@ -266,9 +267,9 @@ async def append_fires(
     fates = await fire_under(
         scripts, task.task_id, task.type, fresh, overlap, append, _ACTOR, store.takeover_ms
     )
-    held = [d for d in fresh if fates[d] == HELD]  # a skipped time is not taken: not marked
-    if held:
-        await _mark(store, task, held)
+    decided = [d for d in fresh if fates[d] in (HELD, SKIPPED)]
+    if decided:
+        await _mark(store, task, decided)
     return [DUPLICATE if d in taken else fates[d] for d in due_times]
 
 
@@ -311,8 +312,10 @@ async def _backfilled(store: TaskStore, task: Task, due_times: Sequence[int]) ->
 
 
 async def _mark(store: TaskStore, task: Task, due_times: Sequence[int]) -> None:
-    """Mark grid times the overlap policy held back as taken by this backfill: they start
-    when the fire in flight ends, and a repeat must not append them.
+    """Mark grid times the overlap policy held back or skipped as taken by this backfill:
+    they start when the fire in flight ends, or were decided not to run, and a repeat
+    must not decide them again (it could start a time skipped, or under cancel_other
+    cancel the one that waited and has started since).
     A time marked appended already (a racing backfill's) keeps its mark (HSETNX)."""
     keys = await store.keys()
     marker = keys.backfilled(task.type, task.task_id)

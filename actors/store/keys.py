@@ -173,7 +173,8 @@ class Keys:
 
     def not_run(self, partition: int) -> str:
         """Fires not run, per task: hash task_id -> 'count reason due_ms blocking_due_ms'
-        (the last one, and how many in all; ``overlap.lua``)."""
+        (the last one, and how many in all; ``overlap.lua``, ``end_flights.lua``, and a
+        stop's or update's dropped waiting fires: ``drop_waiting`` in ``flight.lua``)."""
         return f"{self.tag(partition)}:notrun"
 
     def notes(self, partition: int) -> str:

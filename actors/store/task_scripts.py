@@ -49,9 +49,10 @@ def or_empty(value: int | None) -> int | str:
 
 
 def due_times(raw: bytes | str) -> list[int]:
-    """A script's comma-separated due times ('' = none) as numbers."""
+    """A script's comma-separated due times ('' = none) as numbers; one that is not (a
+    record edited by hand) is left out: the script has written its change."""
     text = raw.decode() if isinstance(raw, bytes) else raw
-    return [int(d) for d in text.split(",") if d]
+    return [int(d) for d in text.split(",") if d.isdigit()]
 
 
 class TaskScripts:
@@ -89,13 +90,13 @@ class TaskScripts:
     async def update_task(
         self, task_id: str, payload_json: str, sched: bytes | str, next_ms: int | None,
         score: int | None, labels_json: str = "", tracked: bool = False,
-    ) -> tuple[int, str, bool, list[int]]:  # fmt: skip
+    ) -> tuple[int, str, bool, list[int], str]:  # fmt: skip
         """``update_task.lua``: replace payload, schedule and/or labels ('' keeps one;
         labels '{}' removes them all); ``tracked``: the new schedule has an overlap
         policy (without one, the fires its former one held back go, with its flight
         record); (``Code``, status afterwards, whether a schedule other than the task's
         took effect: one sent as it is changes nothing, the due times of the waiting
-        fires that went)."""
+        fires that went, the task's type)."""
         k, p = self.keys, self.keys.partition_of(task_id)
         (reply,) = await self._run(
             [
@@ -116,21 +117,22 @@ class TaskScripts:
                 )
             ]
         )
-        if len(reply) < 4:  # not found
-            return int(reply[0]), reply[1].decode(), False, []
-        return int(reply[0]), reply[1].decode(), bool(int(reply[2])), due_times(reply[3])
+        if len(reply) < 5:  # not found
+            return int(reply[0]), reply[1].decode(), False, [], ""
+        code, status, placed, dropped, task_type = reply
+        return int(code), status.decode(), bool(int(placed)), due_times(dropped), task_type.decode()
 
     async def set_status(
         self, task_id: str, action: str, next_ms: int | None = None, score: int | None = None,
         note: str = "", tracked: bool = False,
-    ) -> tuple[int, str, list[int]]:  # fmt: skip
+    ) -> tuple[int, str, list[int], str]:  # fmt: skip
         """``set_status.lua``: pause, resume (at ``next_ms``) or stop, keeping ``note``
         (``actors.store.notes``; '' = none) with the change; ``tracked``: the task's
         schedule has an overlap policy (a resume keeps it scheduled for the fires its
         flight holds); (``Code``, status, the due times of the waiting fires a stop
-        dropped: ``drop_waiting`` in ``flight.lua``)."""
+        dropped: ``drop_waiting`` in ``flight.lua``, and the task's type when it did)."""
         k, p = self.keys, self.keys.partition_of(task_id)
-        ((code, status, dropped),) = await self._run(
+        ((code, status, dropped, task_type),) = await self._run(
             [
                 (
                     lua.SET_STATUS,
@@ -148,7 +150,7 @@ class TaskScripts:
                 )
             ]
         )
-        return int(code), status.decode(), due_times(dropped)
+        return int(code), status.decode(), due_times(dropped), task_type.decode()
 
     async def delete_tasks(self, task_ids: Iterable[str], of_type: str = "") -> int:
         """``delete_tasks.lua`` per partition; how many existed. ``of_type``: the type

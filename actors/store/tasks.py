@@ -365,7 +365,7 @@ class TaskStore:
         # Nothing waits behind a fire of a task of no policy (no claim would start it):
         # fires held back under its former policy go with its flight record.
         tracked = schedule is not None and schedule.overlap != "allow_all"
-        code, status, placed, dropped = await (await self.scripts()).update_task(
+        code, status, placed, dropped, task_type = await (await self.scripts()).update_task(
             task_id, payload_json, sched, next_ms, score, labels_json, tracked
         )
         raise_for_code(code, task_id)
@@ -377,9 +377,7 @@ class TaskStore:
             if new
         ]
         lines = [("updated", {"task_id": task_id, "fields": changed})]
-        if dropped:  # fires its former overlap policy held back
-            task = await self.get(task_id)
-            lines += dropped_lines(task_id, task.type if task else "", dropped, "updated")
+        lines += dropped_lines(task_id, task_type, dropped, "updated")
         emit_events(STORE_ACTOR, lines)
         return status
 
@@ -405,7 +403,7 @@ class TaskStore:
             if task is not None:
                 next_ms, score = resume_point(task, await self.now_ms())
                 tracked = task.schedule.overlap != "allow_all"
-        code, status, dropped = await (await self.scripts()).set_status(
+        code, status, dropped, task_type = await (await self.scripts()).set_status(
             task_id, action, next_ms, score, stored, tracked
         )
         raise_for_code(code, task_id, f"cannot {action} a {status} task")
@@ -413,10 +411,7 @@ class TaskStore:
             event = {"pause": "paused", "resume": "resumed", "stop": "stopped"}[action]
             noted = {"note": note} if note is not None else {}
             lines = [(event, {"task_id": task_id, "status": status, **noted})]
-            if dropped:  # fires that waited behind the task's fire in flight
-                task = await self.get(task_id)
-                lines += dropped_lines(task_id, task.type if task else "", dropped, "stopped")
-            emit_events(STORE_ACTOR, lines)
+            emit_events(STORE_ACTOR, lines + dropped_lines(task_id, task_type, dropped, "stopped"))
         return status
 
     async def delete(self, task_id: str) -> bool:

@@ -106,19 +106,26 @@ while i <= #ARGV do
     if f.replaced ~= '' then cancel[#cancel + 1] = f.replaced end  -- until it has ended
     local waiting = {}
     for _, w in ipairs(f.waiting) do waiting[(string.gsub(w, '^m', ''))] = true end
-    -- An operator's fire never waits behind a finished task's fire in flight: no claim
-    -- would start it (the API refuses such a call; this is one that read the task before
-    -- its last grid fire was committed), so it is not run, as a skip task's would be.
-    local finished
-    if not grid then  -- also when the call's own first fire goes in flight (a backfill)
-      local s = try_state(tag, bucket_of(id, buckets), id)
-      finished = s == nil or (s and s[STATE_STATUS] == FINISHED)  -- or deleted
+    -- No fire waits behind the fire in flight of a task that no claim will start it for:
+    -- one stopped or deleted since its claim or the operator's read (a stop drops the
+    -- fires waiting then: flight.lua's drop_waiting), or, for an operator's fire, one
+    -- finished (the API refuses such a call; this one read the task before its last grid
+    -- fire was committed). It is not run, as a skip task's would be. Read once, when a
+    -- time would wait (also behind the call's own first fire: a backfill).
+    local ended
+    local function cannot_wait()
+      if ended == nil then
+        local s = try_state(tag, bucket_of(id, buckets), id)
+        local status = s and s[STATE_STATUS]
+        ended = s == nil or status == STOPPED or (not grid and status == FINISHED)
+      end
+      return ended
     end
     for j = first, first + n - 1 do
       local d = ARGV[j]
       if d == f.inflight or waiting[d] or (grid and f.hw and tonumber(d) <= f.hw) then
         -- decided before: in flight, waiting, or (a grid time) skipped, run or ended
-      elseif f.inflight ~= '' and finished then
+      elseif f.inflight ~= '' and cannot_wait() then
         skipped[#skipped + 1], blocking = d, f.inflight
       elseif f.inflight == '' then
         start(held .. d)

@@ -8,9 +8,15 @@
 --          flight: flight.lua's holds_task)
 -- A change replaces the task's note in <tag>:notes: the given one, or none (the earlier
 -- note described a status the task has left). Nothing is written when nothing changes.
--- Returns {code, status, dropped}: code 1 changed, 0 already so, -2 not found, -3 not
--- allowed from status; dropped: the due times of the waiting fires a stop dropped (comma
--- separated, '' = none: flight.lua's drop_waiting).
+-- Returns {code, status, dropped, type}: code 1 changed, 0 already so, -2 not found, -3
+-- not allowed from status; dropped: the due times of the waiting fires a stop dropped
+-- (comma separated, '' = none: flight.lua's drop_waiting); type: the task's, for their
+-- not_run lines ('' when none was dropped, or its definition cannot be read).
 local code, status, dropped = change_status(ARGV[1], ARGV[3], ARGV[2], ARGV[4], ARGV[5],
   ARGV[6], ARGV[7] or '', KEYS[1], ARGV[8] == FLAG_ON)
-return {code, status, dropped}
+local typ = ''
+if dropped ~= '' then
+  local raw = redis.call('HGET', ARGV[1] .. ':def:' .. ARGV[3], ARGV[2])
+  typ = raw and read_def(raw) or ''
+end
+return {code, status, dropped, typ}

@@ -1,6 +1,7 @@
 -- status.lua: prepended (after records.lua) to the scripts that pause, resume or stop
 -- tasks: set_status.lua (one task) and action_batch.lua (a batch of an operator's action),
--- so both change a task the same way (after flight.lua: a resume reads the flight record).
+-- so both change a task the same way (after flight.lua: a resume reads the flight record,
+-- a stop drops the fires waiting in it).
 
 -- Pause, resume or stop one task. schedule: the partition's schedule zset; next_ms and
 -- score: a resume's next grid time and its index score ('' next_ms = never: finished);

@@ -8,9 +8,9 @@
 --          nothing waits behind a fire of the task (no claim would start it), so the fires
 --          its former policy held back go with its flight record, each noted not run
 --          ('updated': flight.lua's drop_waiting)
--- Returns {code, status, placed, dropped}: CODE_OK updated, CODE_NOT_FOUND not found;
--- placed 1 when a schedule other than the task's took effect; dropped: the due times of
--- the waiting fires that went (comma separated, '' = none).
+-- Returns {code, status, placed, dropped, type}: CODE_OK updated, CODE_NOT_FOUND not
+-- found; placed 1 when a schedule other than the task's took effect; dropped: the due
+-- times of the waiting fires that went (comma separated, '' = none); type: the task's.
 -- A new schedule takes effect at once: the claim (if any) is dropped so a poller holding it
 -- cannot commit the old grid; a finished task with a new schedule becomes active again.
 -- The latest grid time the old schedule's claims decided is forgotten (flight.lua): the
@@ -69,4 +69,4 @@ redis.call('HSET', tag .. ':def:' .. b, id, cmsgpack.pack(typ, payload, sched, c
 s[STATE_UPDATED_MS] = new_version(tag, s[STATE_UPDATED_MS])
 put_state(tag, b, id, s)
 count_write(tag)
-return {CODE_OK, STATUS_NAMES[s[STATE_STATUS]], placed, dropped}
+return {CODE_OK, STATUS_NAMES[s[STATE_STATUS]], placed, dropped, typ}
