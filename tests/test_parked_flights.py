@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -400,3 +401,42 @@ async def test_a_decision_after_a_stop_holds_nothing_behind_the_fire_in_flight(
     assert (decided["x"].run, decided["x"].skipped) == ([], [due])
     flight = await redis_client.execute("HGET", (await store.keys()).flights(0), "x")
     assert flight.split(b"|")[3] == b""  # nothing waits
+
+
+async def test_an_earlier_tasks_dead_fire_counts_in_no_streak_of_one_created_again_under_its_id(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A task with a failure limit of one fire is deleted while its fire runs and created
+    again under its id; the old fire then ends dead, as its consumer reports it (from the
+    policy code in its message, which names the task's creation): the new task is not
+    paused, and keeps no streak. The dead end of its own fire pauses it."""
+    from actors.store.flights import ENDED_DEAD, parse_policy
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    soon = Schedule("interval", every_s=3600, start_ms=await store.now_ms() + 50,
+                    pause_after_failures=1)  # fmt: skip
+    await store.create(TaskSpec("t", soon, task_id="x"))
+    await trio.sleep(0.1)
+    poller = Poller(store, PollerSettings())
+    assert await _tick(store, poller) == 1
+    (fire,) = await stream_fires(store, "t")
+
+    def dead_end(fire: dict[str, str]) -> FlightEnd:  # as completion._flight_ends makes it
+        policy = parse_policy(fire["o"])
+        assert policy.born is not None
+        return FlightEnd("x", ENDED_DEAD, int(fire["due_ms"]), policy.pause_after, "boom",
+                         policy.born)  # fmt: skip
+
+    assert await store.delete("x")
+    again = attrs.evolve(soon, start_ms=await store.now_ms() + 50)
+    await store.create(TaskSpec("t", again, task_id="x"))
+    scripts, keys = await store.scripts(), await store.keys()
+    assert await scripts.end_flights([dead_end(fire)]) == []
+    assert await _status(store) == "active"
+    assert await redis_client.execute("HGET", keys.flights(0), "x") is None
+    await trio.sleep(0.1)
+    assert await _tick(store, poller) == 1
+    own = (await stream_fires(store, "t"))[-1]
+    assert parse_policy(own["o"]).born != parse_policy(fire["o"]).born
+    assert await scripts.end_flights([dead_end(own)]) == [("x", 1)]
+    assert await _status(store) == "paused"

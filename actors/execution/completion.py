@@ -284,7 +284,7 @@ def _flight_ends(batch: Sequence[Outcome], retry: Sequence[Outcome]) -> list[Fli
         ended = ENDED_DEAD if o.error is not None and o.not_run is None else _ENDED[o.not_run]
         ends.append(
             FlightEnd(o.message.task_id, ended, o.message.due_ms, policy.pause_after,
-                      first_line(o.error))
+                      first_line(o.error), policy.born)
         )  # fmt: skip
     return ends
 

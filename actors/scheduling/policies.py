@@ -92,10 +92,10 @@ async def apply_policies(
         if s.overlap == "allow_all" and s.catchup_window_s is None:
             # No overlap policy, no window (most tasks): no schedule hashed per fire.
             plain = s.pause_after_failures is None and not s.spread_s and not s.jitter_s
-            code = "" if plain else task_policy_code(s, task.task_id)
+            code = "" if plain else task_policy_code(s, task.task_id, task.created_ms)
             out.fires += _plain(task, plan.fires, code)
             continue
-        code = task_policy_code(s, task.task_id)
+        code = task_policy_code(s, task.task_id, task.created_ms)
         policy = parse_policy(code)
         dues: list[int] = []
         expired: list[int] = []

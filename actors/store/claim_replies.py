@@ -119,14 +119,16 @@ def claimed_task(
         owed = owed_ms
     return Claimed(
         task_id, bucket, definition.type, definition.payload, definition.schedule, due_ms,
-        fires, version, owed, prior_claim, values,
+        fires, version, owed, prior_claim, values, definition.created_ms,
     )  # fmt: skip
 
 
 def decode_definition(raw: bytes) -> Definition:
     """A definition record as a poller uses it (raises as ``unpackb`` does)."""
-    task_type, payload, sched, _ = unpackb(_DEFINITION + raw, raw=True)
-    return Definition(task_type.decode(), payload, _schedule(sched))
+    task_type, payload, sched, created = unpackb(_DEFINITION + raw, raw=True)
+    return Definition(
+        task_type.decode(), payload, _schedule(sched), created if type(created) is int else 0
+    )
 
 
 def decode_state(raw: bytes) -> list[Any]:

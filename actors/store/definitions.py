@@ -41,6 +41,10 @@ class Definition:
     type: str
     payload: bytes
     schedule: Schedule
+    created_ms: int = 0
+    """The task's creation version (0: a record without one): a task deleted and created
+    again under its id has another, which its failure limit's fires carry
+    (``actors.store.flights.task_policy_code``)."""
 
 
 class DefinitionCache:

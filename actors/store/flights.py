@@ -5,9 +5,10 @@ A task whose schedule sets ``overlap`` (other than ``allow_all``), ``catchup_win
 (field ``o``; ``policy_code``), so the consumer that ends one knows to tell the task's
 partition (``end_flights.lua``) without reading the task. The code also carries what the
 task's history needs and its message does not say: a manual fire's origin (``;m``:
-trigger, backfill, replay) and how late a fire of a task with a spread or a jitter may
-start and still be on time (``;l``). Every other fire carries nothing and costs nothing
-more.
+trigger, backfill, replay), how late a fire of a task with a spread or a jitter may
+start and still be on time (``;l``), and which creation of a task with a failure limit
+the fire is of (``;b``: a task deleted and created again under its id counts no dead
+end of the earlier one's). Every other fire carries nothing and costs nothing more.
 
 In the partition's slot, a flight record per task (``lua/flight.lua``) holds the due
 time of its fire in flight (from enqueue until acknowledged, dead-lettered or out of
@@ -125,6 +126,9 @@ class Policy:
     pause_after: int | None = None
     offset_ms: int = 0
     """The task's spread offset: a fire's lateness counts from its grid time plus it."""
+    born: int | None = None
+    """The creation version of the task the fire is of (``task_policy_code``; None when
+    not carried)."""
 
     def expired(self, due_ms: int, now_ms: int) -> bool:
         """Whether a fire of grid time ``due_ms`` is later than the catch-up window."""
@@ -141,7 +145,7 @@ def parse_policy(code: str) -> Policy:
     """A policy code as ``policy_code`` writes it; an unknown part is ignored (a newer
     version's), an unreadable one leaves the fire plain."""
     letter, *parts = code.split(";")
-    window = failures = None
+    window = failures = born = None
     offset = 0
     for part in parts:
         if part[:1] == "w" and part[1:].isdigit():
@@ -150,15 +154,22 @@ def parse_policy(code: str) -> Policy:
             failures = int(part[1:])
         elif part[:1] == "s" and part[1:].isdigit():
             offset = int(part[1:])
-    return Policy(letter if letter in LETTERS.values() else "A", window, failures, offset)
+        elif part[:1] == "b" and part[1:].isdigit():
+            born = int(part[1:])
+    return Policy(letter if letter in LETTERS.values() else "A", window, failures, offset, born)
 
 
-def task_policy_code(schedule: Schedule, task_id: str) -> str:
+def task_policy_code(schedule: Schedule, task_id: str, created_ms: int = 0) -> str:
     """``policy_code`` for one task's fires: with a catch-up window and a spread, also the
     task's offset (``;s<ms>``), so a consumer judges expiry from when the fire was due
     to be enqueued; with a spread or a jitter, the lateness its start is allowed
-    (``;l<ms>``: ``allowance_ms``), so the attention list does not call it late."""
+    (``;l<ms>``: ``allowance_ms``), so the attention list does not call it late; with a
+    failure limit, the task's creation version (``;b<ms>``, when known), so the end of a
+    fire of a task deleted since counts in no dead streak of one created again under its
+    id (``end_flights.lua``)."""
     code = policy_code(schedule)
+    if created_ms and schedule.pause_after_failures is not None:
+        code += f";b{created_ms}"
     if schedule.spread_s and schedule.catchup_window_s is not None:
         code += f";s{schedule.offset_ms(task_id)}"
     allowed = allowance_ms(schedule, task_id)
@@ -246,6 +257,8 @@ class FlightEnd:
     due_ms: int
     pause_after: int | None = None
     error: str = ""
+    born: int | None = None
+    """The creation version of the fire's task (``Policy.born``; None: not known)."""
 
 
 class FlightScripts(TaskScripts):
@@ -330,7 +343,8 @@ class FlightScripts(TaskScripts):
         args: list[Any] = [k.tag(partition)]
         for e in ends:
             args += [e.task_id, k.bucket_of(e.task_id), e.ended, e.due_ms,
-                     "" if e.pause_after is None else e.pause_after, e.error]  # fmt: skip
+                     "" if e.pause_after is None else e.pause_after, e.error,
+                     "" if e.born is None else e.born]  # fmt: skip
         keys = [k.schedule(partition), k.flights(partition), k.notes(partition),
                 k.not_run(partition)]  # fmt: skip
         return (lua.END_FLIGHTS, keys, args)
@@ -358,7 +372,10 @@ def ended_flights(flat: Sequence[Any], ended: int, width: int = 3) -> list[Fligh
         task_id, due, code = flat[i : i + 3]
         policy = parse_policy(code.decode())
         if policy.tracked or policy.pause_after is not None:
-            out.append(FlightEnd(task_id.decode(), ended, int(due), policy.pause_after))
+            out.append(
+                FlightEnd(task_id.decode(), ended, int(due), policy.pause_after,
+                          born=policy.born)
+            )  # fmt: skip
     return out
 
 

@@ -60,6 +60,8 @@ class Claimed:
     state: list[Any] = attrs.field(factory=list)
     """The state record's values as claimed (``records.STATE_VALUES`` of them): the commit
     writes them back with the grid moved on."""
+    created_ms: int = 0
+    """The task's creation version (``Definition.created_ms``)."""
 
 
 @attrs.frozen

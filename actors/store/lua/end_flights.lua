@@ -4,25 +4,33 @@
 -- KEYS[1]  the partition's schedule zset   KEYS[2]  its flight hash   KEYS[3]  its notes hash
 -- KEYS[4]  its not-run hash (an expired fire is noted there)
 -- ARGV[1]  partition tag
--- ARGV[2..] groups of 6: task_id, bucket, end (0 ok, 2 dead, 3 cancelled, 4 expired,
+-- ARGV[2..] groups of 7: task_id, bucket, end (0 ok, 2 dead, 3 cancelled, 4 expired,
 --           5 dropped: an enqueue found the fire appended already), due_ms, pause after
---           this many dead fires in a row ('' = never), the error's last line
+--           this many dead fires in a row ('' = never), the error's last line, the
+--           creation version of the fire's task ('' = not known: flights.py
+--           task_policy_code's ;b)
 -- Returns {task_id, dead streak, ...} of the tasks it paused.
 --
 -- A mark is removed only by the fire it names (a fire cancel_other replaced, or one run
--- twice, ends nothing). The end of a fire of a task deleted meanwhile writes nothing (a
--- task created again under the id starts with no streak, no mark). A woken task gets score now if it is scheduled (ZADD XX LT: a
+-- twice, ends nothing). The end of a fire of a task deleted meanwhile writes nothing, nor
+-- does one of a task deleted and created again under the id since (its creation version
+-- is not the fire's): the new task starts with no streak, no mark, and an old fire's dead
+-- end must not pause it. A woken task gets score now if it is scheduled (ZADD XX LT: a
 -- paused or deleted task is not put back), so its poller claims it and enqueues the
 -- waiting fire (overlap.lua). A pause is an API-like write: new version, counted write.
 local tag = ARGV[1]
 local paused = {}
 local now
-for i = 2, #ARGV, 6 do
+for i = 2, #ARGV, 7 do
   local id, b, ended, due, limit = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3],
     tonumber(ARGV[i + 4])
+  local born = tonumber(ARGV[i + 6])
   local f = get_flight(KEYS[2], id)
+  local created = born and created_ms(tag, b, id)
   if not redis.call('HGET', tag .. ':state:' .. b, id) then
     redis.call('HDEL', KEYS[2], id)  -- a deleted task: nothing of it is kept
+  elseif created and created ~= 0 and created ~= born then
+    -- a fire of an earlier task of the id (deleted since): nothing of the new one changes
   elseif ended ~= 5 or f.inflight == due then
     if f.inflight == due then
       f.inflight, f.replaced = '', ''
