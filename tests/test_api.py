@@ -346,6 +346,13 @@ def test_pause_and_resume_keep_a_note_that_get_and_explain_show(
     assert client.request("POST", f"/v1/tasks/{task_id}/pause", body={})["status"] == "paused"
     assert client.resume(task_id, note="back")["status"] == "active"
     assert client.get_task(task_id)["note"]["action"] == "resume"
+
+    # A stop keeps no note: one given is refused, not dropped; {} is no body.
+    with pytest.raises(ApiError) as refused:
+        client.request("POST", f"/v1/tasks/{task_id}/stop", body={"note": "retired"})
+    assert refused.value.status == 422 and refused.value.errors[0]["field"] == "body"
+    assert client.get_task(task_id)["status"] == "active"
+    assert client.request("POST", f"/v1/tasks/{task_id}/stop", body={})["status"] == "stopped"
     client.delete_task(task_id)
     assert db.hget(keys.notes(keys.partition_of(task_id)), task_id) is None
 

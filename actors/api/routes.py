@@ -211,6 +211,8 @@ def transition(action: str) -> Handler:
     async def endpoint(call: Call) -> Response:
         task_id = bodies.task_id_param(call.path("task_id"))
         if action == "stop":
+            if call.body.strip() and bodies.json_object(call.body):
+                raise invalid("body: a stop takes none (only a pause or a resume keeps a note)")
             status = await call.store.stop(task_id)
         else:  # pause and resume keep a note, if the body gives one
             status = await getattr(call.store, action)(task_id, note_param(call.body), call.key_id)
