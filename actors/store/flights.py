@@ -125,7 +125,9 @@ class Policy:
     window_ms: int | None = None
     pause_after: int | None = None
     offset_ms: int = 0
-    """The task's spread offset: a fire's lateness counts from its grid time plus it."""
+    """How late the task's fires may be enqueued by design (its spread offset and jitter
+    bound; a message of an earlier version: the spread offset): a fire's lateness counts
+    from its grid time plus it."""
     born: int | None = None
     """The creation version of the task the fire is of (``task_policy_code``; None when
     not carried)."""
@@ -160,19 +162,20 @@ def parse_policy(code: str) -> Policy:
 
 
 def task_policy_code(schedule: Schedule, task_id: str, created_ms: int = 0) -> str:
-    """``policy_code`` for one task's fires: with a catch-up window and a spread, also the
-    task's offset (``;s<ms>``), so a consumer judges expiry from when the fire was due
-    to be enqueued; with a spread or a jitter, the lateness its start is allowed
-    (``;l<ms>``: ``allowance_ms``), so the attention list does not call it late; with a
-    failure limit, the task's creation version (``;b<ms>``, when known), so the end of a
-    fire of a task deleted since counts in no dead streak of one created again under its
-    id (``end_flights.lua``)."""
+    """``policy_code`` for one task's fires: with a spread or a jitter, the lateness its
+    start is allowed (``;l<ms>``: ``allowance_ms``), so the attention list does not call
+    it late, and with a catch-up window too, the same as how late the fire may be
+    enqueued by design (``;s<ms>``), so a claim and a consumer judge expiry from the
+    latest it was due to be enqueued (a jitter longer than the window would otherwise
+    expire fires that were on time); with a failure limit, the task's creation version
+    (``;b<ms>``, when known), so the end of a fire of a task deleted since counts in no
+    dead streak of one created again under its id (``end_flights.lua``)."""
     code = policy_code(schedule)
     if created_ms and schedule.pause_after_failures is not None:
         code += f";b{created_ms}"
-    if schedule.spread_s and schedule.catchup_window_s is not None:
-        code += f";s{schedule.offset_ms(task_id)}"
     allowed = allowance_ms(schedule, task_id)
+    if allowed and schedule.catchup_window_s is not None:
+        code += f";s{allowed}"
     if allowed:
         code = f"{code or 'A'};l{allowed}"
     return code
