@@ -439,3 +439,16 @@ def test_fire_all_past_the_cron_scan_counts_no_negative_misses() -> None:
     assert due is not None
     plan = plan_fires(schedule, due, due + 2000 * 60_000, 0)
     assert (len(plan.fires), plan.missed) == (2001, 0)
+
+
+@pytest.mark.parametrize("cap", [10, 1000, 1500])
+def test_fire_all_past_the_cron_scan_counts_the_times_left_as_missed(cap: int) -> None:
+    """A minutely cron with fire_all, down for a week: the fires are capped, and the grid
+    times past them count as missed (at least the scan's worth: a floor), never none."""
+    schedule = Schedule("cron", cron="* * * * *", misfire="fire_all", misfire_cap=cap)
+    due = schedule.first_due(T0)
+    assert due is not None
+    plan = plan_fires(schedule, due, due + 7 * 24 * 60 * 60_000, 0)
+    assert len(plan.fires) == cap
+    assert plan.missed >= max(1, 1000 + 1 - cap)
+    assert plan.next_ms == due + (7 * 24 * 60 + 1) * 60_000

@@ -19,7 +19,9 @@ import cronsim
 
 from actors.domain.schedules import Schedule
 
-#: Occurrences examined when counting missed cron fires; beyond it, the count is a floor.
+#: Occurrences examined when counting missed cron fires; beyond it (or a larger
+#: ``misfire_cap``), the count is a floor: the walk takes one time more than it keeps, so a
+#: grid time left beyond the fires always counts as missed.
 _MAX_CRON_SCAN = 1000
 
 
@@ -89,7 +91,7 @@ def plan_fires(
         if schedule.misfire == "coalesce":
             # the last of the grid walked forward when the walk reached now (a cron's too:
             # walked back from now, a repeated hour can read as the day before's)
-            walked = schedule.kind == "interval" or len(overdue) < max(
+            walked = schedule.kind == "interval" or len(overdue) <= max(
                 schedule.misfire_cap, _MAX_CRON_SCAN
             )
             latest = overdue[-1] if walked else _latest_cron(schedule, last_ms)
@@ -121,14 +123,15 @@ def _latest_cron(schedule: Schedule, now_ms: int) -> int:
 
 def _overdue(schedule: Schedule, due_ms: int, now_ms: int, cap: int) -> list[int]:
     """Grid times from ``due_ms`` up to ``now_ms``: for an interval the first ``cap`` of
-    them and the last; for a cron every one, up to ``_MAX_CRON_SCAN`` (or ``cap``)."""
+    them and the last; for a cron every one, up to one past ``_MAX_CRON_SCAN`` (or
+    ``cap``): a walk cut off says so by its length."""
     if schedule.kind == "interval":
         every = schedule.interval_ms()
         count = (now_ms - due_ms) // every + 1
         head = [due_ms + k * every for k in range(min(cap, count))]
         return [*head, due_ms + (count - 1) * every] if count > cap else head
     out, cur = [due_ms], schedule.next_after(due_ms)
-    while cur is not None and cur <= now_ms and len(out) < max(cap, _MAX_CRON_SCAN):
+    while cur is not None and cur <= now_ms and len(out) <= max(cap, _MAX_CRON_SCAN):
         out.append(cur)
         cur = schedule.next_after(cur)
     return out
