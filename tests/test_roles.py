@@ -32,7 +32,8 @@ from runtime.channels import Mailbox
 from runtime.errors import RedisUnavailable
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
-from tests.execution_harness import wait_records
+from tests.execution_harness import records, wait_records
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -109,8 +110,60 @@ async def test_the_claimer_takes_over_a_dead_consumers_message_for_its_own(
     assert (handed.task_id, handed.schedule_id) == ("x", "x:7")
     summary = await store.client.execute("XPENDING", queue, GROUP)
     assert [c["name"] for c in summary["consumers"]] == [b"alive"]  # the live consumer's now
+    # No free slot and nothing in the mailbox: one more is taken over all the same (a
+    # consumer kept busy by a backlog must still take a dead one's messages), not two.
+    for dead in ("y", "z"):
+        fields = message(dead).fields()
+        await store.client.execute("XADD", queue, "*", *[v for kv in fields.items() for v in kv])
+    await store.client.execute("XREADGROUP", "GROUP", GROUP, "dead", "STREAMS", queue, ">")
+    await trio.sleep(0.1)
+    state.held.clear()  # the consumer started "x"
     state.free.value = 0
-    assert await claimer.tick(scripts) == 0  # no free slot: claims nothing
+    assert await claimer.tick(scripts) == 1
+    assert await claimer.tick(scripts) == 0  # one waits in the mailbox: nothing more
+
+
+async def test_a_dead_consumers_message_runs_before_a_backlog_drains(
+    redis_client: RedisClient, namespace: str, tmp_path: Path, record: Path
+) -> None:
+    """A consumer with one slot, kept busy by a backlog of twelve fires (0.1 s each), and
+    a fire pending under a dead consumer: its claimer takes it over though no slot is ever
+    free when it looks, and it starts at the next free slot, before the reader's next read;
+    it does not wait for the backlog to drain."""
+    store = TaskStore(redis_client, namespace, default_partitions=2)
+    keys = await store.keys()
+    queue = keys.queue("t")
+    await (await store.streams()).ensure_group("t")
+
+    async def add(task_id: str) -> None:
+        fields = {**message(task_id).fields(), "payload": '{"sleep_s": 0.1}'}
+        await store.client.execute("XADD", queue, "*", *[v for kv in fields.items() for v in kv])
+
+    await add("orphan")
+    await store.client.execute("XREADGROUP", "GROUP", GROUP, "dead", "STREAMS", queue, ">")
+    for i in range(12):
+        await add(f"b{i:02d}")
+    state, inbox = ConsumerState(), Mailbox[Message].open(1)
+    settings = ConsumerSettings(concurrency=1, lease_s=0.5)
+    consumer = Consumer(
+        store, "t", settings, resolve("t", "tests.handlers.jobs:sleepy"),
+        ResultsLog(tmp_path / "results.jsonl"), "n1", inbox, state,
+    )  # fmt: skip
+    claimer = Claimer(store, "t", state, inbox, "n1", ClaimerSettings(interval_s=0.05, lease_s=0.5))
+    ctx = ActorContext("node/consumers/t/consumer", 5.0, get_logger(actor="consumer"))
+    claimer_ctx = ActorContext("node/consumers/t/claimer", 5.0, get_logger(actor="claimer"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(consumer.run, ctx)
+        await nursery.start(claimer.run, claimer_ctx)
+        found = await wait_records(
+            record, lambda rs: [r for r in rs if r["event"] == "ran" and r["task_id"] == "orphan"],
+            timeout_s=60,
+        )  # fmt: skip
+        ctx.stop_requested.value = True
+        nursery.cancel_scope.cancel()
+    assert found
+    started = [r["task_id"] for r in records(record) if r["event"] == "started"]
+    assert "orphan" in started[:10], started
 
 
 class LosesOneReadReply(Streams):
@@ -234,3 +287,44 @@ async def test_a_flush_cut_off_while_it_waits_leaves_its_batch_to_the_last_flush
     assert flight.messages == {} and flight.unsettled is None
     lines = (tmp_path / "results.jsonl").read_text().splitlines()
     assert sorted(json.loads(line)["task_id"] for line in lines) == ["m0", "m1", "m2"]
+
+
+async def test_the_reader_leaves_a_free_slot_to_a_message_waiting_in_the_mailbox(
+    store: TaskStore,
+) -> None:
+    """A message the claimer took over waits in the mailbox (``held``): a slot that frees
+    is the mailbox's, and the reader reads only for the slots beyond it."""
+    scripts, streams = await store.scripts(), await store.streams()
+    await streams.ensure_group("t")
+    keys = await store.keys()
+    for i in range(3):
+        fields = message(f"m{i}").fields()
+        await store.client.execute(
+            "XADD", keys.queue("t"), "*", *[v for kv in fields.items() for v in kv]
+        )
+    started: list[Message] = []
+    free = trio_util.AsyncValue(1)
+
+    def start(ms: list[Message]) -> None:  # as the handler pool takes them: a slot each
+        started.extend(ms)
+        free.value -= len(ms)
+
+    state = ConsumerState(free=free, held={"9-0": message("taken-over")})
+    reader = Reader(
+        scripts, streams, "t", "n1", Flight(), state, start,
+        block_ms=50, dedupe_window_ms=0, actor="test",
+    )  # fmt: skip
+    stopping = trio_util.AsyncBool(False)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader.read_stream, "n1", stopping)
+        await trio.sleep(0.3)
+        assert started == []  # the one slot is the mailbox's
+        free.value = 3  # two more free up
+
+        async def two_started() -> bool:
+            return len(started) >= 2
+
+        await eventually(two_started, 30, poll_s=0.01)
+        await trio.sleep(0.3)  # and no more
+        stopping.value = True
+    assert [m.task_id for m in started] == ["m0", "m1"]  # a read for those two alone

@@ -140,12 +140,20 @@ class Claimer:
         return redis_ms + int((time.monotonic() - at) * 1000)
 
     async def tick(self, scripts: Scripts) -> int:
-        """Reclaim up to the consumer's free slots; return how many were handed over."""
+        """Reclaim up to the consumer's free slots, and one while it has none and nothing
+        waits in its mailbox; return how many were handed over. A consumer kept busy by a
+        backlog has no free slot at most ticks (its reader fills each at once): taking
+        nothing then, no claimer would take a dead consumer's messages over, nor
+        dead-letter poison (the same call), until the backlog drained, and the stream
+        could not be trimmed past them. The one taken starts at the next free slot (the
+        reader leaves a slot to the mailbox first)."""
         await self._end_poisoned(scripts, self.state.name)  # not behind a full mailbox
         await self._send_unsent()
         async with self.state.pending_lock:
             name = self.state.name
             free = self.state.free.value - len(self.state.held)
+            if free <= 0 and not self.state.held:
+                free = 1
             if name is None or free <= 0 or self.state.stopping or self._in_grace(scripts.client):
                 return 0
             s = self.settings

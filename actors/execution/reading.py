@@ -99,9 +99,11 @@ class Reader:
                 next_sweep = trio.current_time() + self.lease_ms / 1000
                 swept = await self._recover_unseen(consumer, self.lease_ms // 2)
                 await self._take(*swept, stopping)
-            if self.free.value <= 0:  # (a slot is usually free: no waiting task to start)
+            if self.free.value <= len(self.held):  # (usually a slot is free, none held)
+                # The mailbox's messages first (the claimer's, taken over from a dead
+                # consumer: older than any read now), then a read for what slots are left.
                 async with trio_util.move_on_when(stopping.wait_value, True):
-                    await self.free.wait_value(lambda free: free > 0)
+                    await self.free.wait_value(lambda free: free > len(self.held))
                 # Looked at again before the read: woken with the others that wait for a
                 # slot (the mailbox's, the recovered messages'), one of them may have taken
                 # it meanwhile, and a read of no count would take the whole backlog.
@@ -112,7 +114,7 @@ class Reader:
                 continue
             try:
                 messages, malformed = await self.streams.read_group(
-                    self.type, consumer, self.free.value, self.block_ms
+                    self.type, consumer, self.free.value - len(self.held), self.block_ms
                 )
             except (RedisRefused, ResponseError) as exc:
                 # Refused (NOREPLICAS, a permission) or rejected (the stream's key holds
