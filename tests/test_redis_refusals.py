@@ -382,6 +382,39 @@ async def test_a_running_fire_keeps_its_lease_while_redis_refuses_writes(
     assert not _events(log_lines, "actor_crashed")
 
 
+async def test_a_running_fire_keeps_its_lease_while_its_consumers_name_key_is_rejected(
+    redis_url: str, redis_client: RedisClient, namespace: str, tmp_path: Path,
+    record: Path, log_lines: LogLines,
+) -> None:  # fmt: skip
+    """The key that holds the consumer's name comes to hold another kind of value (a hand
+    edit: WRONGTYPE to the name's hold): the fire running keeps its lease all the same,
+    so no claimer takes it from a live consumer to run it again."""
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    section = ConsumerSection(handler="tests.handlers.jobs:sleepy", lease_s=1.2)
+    config = node_config(redis_url, namespace, tmp_path, {"slow": section})
+    await store.create(TaskSpec("slow", Schedule("once", at_ms=0), {"sleep_s": 6}, task_id="s"))
+    keys = await store.keys()
+
+    async def idle_ms() -> int:
+        read = "return redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 10)"  # as sent
+        (entry,) = await redis_client.execute("EVAL", read, 1, keys.queue("slow"), GROUP)
+        return int(entry[2])
+
+    async with running_node(config):
+        await wait_until(lambda: _true(any(r["event"] == "started" for r in records(record))))
+        (owner,) = await redis_client.execute("KEYS", keys.owner("slow", "*"))
+        await redis_client.execute("DEL", owner)
+        await redis_client.execute("HSET", owner, "not", "a name")
+        idles = []
+        for _ in range(30):  # three leases and more
+            await trio.sleep(0.15)
+            idles.append(await idle_ms())
+        await redis_client.execute("DEL", owner)
+        await wait_until(lambda: _true(any(r["event"] == "ran" for r in records(record))))
+    assert max(idles) < 1200, idles  # renewed throughout
+    assert [r["event"] for r in records(record)] == ["started", "ran"]
+
+
 async def test_a_type_whose_stream_is_rejected_at_start_holds_back_that_type_alone(
     redis_url: str, redis_client: RedisClient, namespace: str, tmp_path: Path,
     record: Path, log_lines: LogLines,

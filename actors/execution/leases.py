@@ -19,6 +19,7 @@ from actors.store.messages import Message
 from actors.store.scripts import Scripts
 from runtime.errors import RedisRefused
 from runtime.logging import emit_events
+from runtime.redis_io import ResponseError
 
 #: Idle time given to messages a stop released: past any lease, so any claimer takes them
 #: now, and past a year, so none counts it as a delivery (``reclaim.lua``, ``recover.lua``:
@@ -78,11 +79,12 @@ async def _renew(
     writes no new data): the leases are renewed all the same before the refusal is waited
     out, so a refusal longer than the lease robs no live consumer (a claimer elsewhere
     would take its running fires and run them again). Nobody can take the name meanwhile:
-    that is a refused write too."""
+    that is a refused write too. So with the name's key rejected (another kind of value
+    there): the leases are renewed while the rejection is waited out."""
     try:
         ours, holder = await scripts.own_name(task_type, identity.name, identity.owner, ttl_ms)
-    except RedisRefused:
-        with contextlib.suppress(RedisRefused):
+    except (RedisRefused, ResponseError):
+        with contextlib.suppress(RedisRefused, ResponseError):
             await scripts.renew_leases(task_type, identity.name, held())
         raise
     if not ours:
