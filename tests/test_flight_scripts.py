@@ -260,3 +260,37 @@ async def test_a_claim_planning_no_time_of_its_own_leaves_an_unconfirmed_fire_to
     assert held["t"].wait_ms is not None and held["t"].run == []
     late = await scripts.decide_overlaps("claim-3", {0: [planned]}, takeover_ms=0)
     assert late["t"].wait_ms is None and late["t"].run == [(1000, False)]
+
+
+async def test_a_dead_end_written_again_counts_once_in_the_streak(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """The end of a fire written twice (its reply lost, the write sent again; a poison
+    end done again) counts once in the task's dead streak: a task that pauses after two
+    dead fires in a row is not paused by one, nor counted again after its pause."""
+    from actors.api.task_notes import flight_facts
+    from actors.domain.model import TaskSpec
+    from actors.domain.schedules import Schedule
+    from actors.store.tasks import TaskStore
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    hourly = Schedule("interval", every_s=3600, pause_after_failures=2)
+    await store.create(TaskSpec("t", hourly, task_id="x"))
+    scripts, keys = await store.scripts(), await store.keys()
+
+    def dead(due: int) -> FlightEnd:
+        return FlightEnd("x", ENDED_DEAD, due, pause_after=2, error="boom")
+
+    assert await scripts.end_flights([dead(1000)]) == []
+    assert await scripts.end_flights([dead(1000)]) == []  # the same end again
+    facts = flight_facts(await redis_client.execute("HGET", keys.flights(0), "x"))
+    assert facts is not None and facts["dead_streak"] == 1
+    assert (await store.get("x")).status == "active"  # type: ignore[union-attr]
+    assert await scripts.end_flights([dead(2000)]) == [("x", 2)]
+    assert (await store.get("x")).status == "paused"  # type: ignore[union-attr]
+    assert await scripts.end_flights([dead(2000)]) == []
+    assert flight_facts(await redis_client.execute("HGET", keys.flights(0), "x")) is None
+    await store.resume("x")
+    assert await scripts.end_flights([dead(3000)]) == []  # a streak of one, afresh
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, 4000, pause_after=2)])
+    assert await redis_client.execute("HGET", keys.flights(0), "x") is None

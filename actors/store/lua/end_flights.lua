@@ -39,7 +39,11 @@ for i = 2, #ARGV, 7 do
         redis.call('ZADD', KEYS[1], 'XX', 'LT', ms(now), id)
       end
     end
-    if ended == 2 then f.streak = f.streak + 1 elseif ended == 0 then f.streak = 0 end
+    if ended == 2 and f.dead ~= due then  -- not the same end again (a reply lost)
+      f.streak, f.dead = f.streak + 1, due
+    elseif ended == 0 then
+      f.streak, f.dead = 0, nil
+    end
     if ended == 4 then note_not_run(KEYS[4], id, 1, 'expired', due, '') end
     if limit and f.streak >= limit then
       local s = get_state(tag, b, id)

@@ -3,7 +3,9 @@
 -- action_batch.lua and update_task.lua, which place a task anew). A record, in the
 -- partition's flight hash under the task id, is six fields separated by '|': the due time
 -- in flight ('' = none); the same again once a cancel_other fire asked for it to be
--- cancelled ('' = not asked); the dead streak ('' = 0); the waiting due times (comma
+-- cancelled ('' = not asked); the dead streak ('' = 0; 'n:due' once a dead end was
+-- counted: the due time of the last one, so the same end written again, its reply lost,
+-- is not counted twice); the waiting due times (comma
 -- separated, in order; 'm' marks one an operator's trigger or backfill held back); the
 -- token of the claim or call that put the fire in flight, until its append is confirmed,
 -- with when it did ('token@ms'; '' once confirmed: a commit, or the operator's call once
@@ -17,12 +19,14 @@ local function get_flight(key, id)
   local raw = redis.call('HGET', key, id) or '|||||'
   local inflight, replaced, streak, waiting, by, final =
     string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  local count, dead = string.match(streak or '', '^(%d+):(%d+)$')
   local token, at = string.match(by or '', '^(.*)@(%d+)$')
   token = token or by or ''
   local manual = string.sub(token, 1, 2) == 'm!'
   if manual then token = string.sub(token, 3) end
   local f = {inflight = inflight or '', replaced = replaced or '',
-             streak = tonumber(streak) or 0, waiting = {}, by = token, manual = manual,
+             streak = tonumber(count or streak) or 0, dead = dead, waiting = {}, by = token,
+             manual = manual,
              at = tonumber(at), hw = tonumber(final)}
   for w in string.gmatch(waiting or '', '[^,]+') do f.waiting[#f.waiting + 1] = w end
   return f
@@ -39,11 +43,12 @@ local function by_field(f)
 end
 
 local function put_flight(key, id, f)
-  if f.inflight == '' and #f.waiting == 0 and f.streak == 0 and not f.hw then
+  if f.inflight == '' and #f.waiting == 0 and f.streak == 0 and not f.dead and not f.hw then
     redis.call('HDEL', key, id)
   else
     redis.call('HSET', key, id, f.inflight .. '|' .. f.replaced .. '|' ..
-      (f.streak > 0 and tostring(f.streak) or '') .. '|' .. table.concat(f.waiting, ',') ..
+      (f.dead and (tostring(f.streak) .. ':' .. f.dead) or (f.streak > 0 and tostring(f.streak))
+        or '') .. '|' .. table.concat(f.waiting, ',') ..
       '|' .. by_field(f) .. '|' ..
       (f.hw and string.format('%d', f.hw) or ''))
   end
