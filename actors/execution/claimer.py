@@ -192,7 +192,7 @@ class Claimer:
         its tasks' histories: what ``reclaim.lua`` left to do in Redis (``Keys.poison_ends``),
         read, done, then dropped: a reclaim's reply lost, or this claimer gone, leaves
         them to the next step. One cut off between doing them and dropping them does them
-        again (a dead streak may then count that fire twice)."""
+        again (its history may then hold that fire twice; its dead streak counts it once)."""
         if name is None:
             return
         rejected: list[str] = []

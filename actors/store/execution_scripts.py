@@ -398,8 +398,7 @@ class ExecutionScripts(FlightScripts):
     ) -> None:
         """Keep these poison ends (``poison_ends``: ids and their outcomes, in order) as
         having had their flights ended: their policy code cut to their origin, so that a
-        round that writes them again records them without ending their flights twice (a
-        dead streak counted twice pauses a task too soon)."""
+        round that writes them again records them without ending their flights twice."""
         values: list[Any] = []
         for msg_id, o in zip(done, dead, strict=True):
             letter = LETTER_OF_ORIGIN.get(o.origin)
