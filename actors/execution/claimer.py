@@ -146,21 +146,23 @@ class Claimer:
         nothing then, no claimer would take a dead consumer's messages over, nor
         dead-letter poison (the same call), until the backlog drained, and the stream
         could not be trimmed past them. The one taken starts at the next free slot (the
-        reader leaves a slot to the mailbox first)."""
+        reader leaves a slot to the mailbox first); only a message idle two leases is
+        taken so, one a consumer with free slots has left (it takes them after one)."""
         await self._end_poisoned(scripts, self.state.name)  # not behind a full mailbox
         await self._send_unsent()
         async with self.state.pending_lock:
             name = self.state.name
             free = self.state.free.value - len(self.state.held)
-            if free <= 0 and not self.state.held:
+            busy = free <= 0 and not self.state.held
+            if busy:
                 free = 1
             if name is None or free <= 0 or self.state.stopping or self._in_grace(scripts.client):
                 return 0
             s = self.settings
             lease_ms = int(s.lease_s * 1000)
             reclaim = await scripts.reclaim(
-                self.type, name, lease_ms, free, s.max_deliveries, self.node,
-                sent_ms=self._sent_ms(), max_delay_ms=lease_ms // 3,
+                self.type, name, lease_ms * 2 if busy else lease_ms, free, s.max_deliveries,
+                self.node, sent_ms=self._sent_ms(), max_delay_ms=lease_ms // 3,
             )  # fmt: skip
             self._clock = (time.monotonic(), reclaim.now_ms)
             if reclaim.held and not self._poison_held_said:  # said once while it lasts

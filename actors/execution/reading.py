@@ -2,8 +2,9 @@
 claimer took over for it (its mailbox); each is checked against the dedupe window, then
 started.
 
-Per read it asks XREADGROUP for only as many messages as it has free handler slots
-(backpressure: it never hoards messages other nodes could run). A read in progress is not
+Per read it asks XREADGROUP for only as many messages as it has free handler slots beyond
+those the mailbox's messages will take (backpressure: it never hoards messages other
+nodes could run). A read in progress is not
 abandoned on a stop request (what it returns would sit in our PEL unseen): its messages
 are kept in flight unstarted, and released at the end.
 
@@ -102,8 +103,11 @@ class Reader:
             if self.free.value <= len(self.held):  # (usually a slot is free, none held)
                 # The mailbox's messages first (the claimer's, taken over from a dead
                 # consumer: older than any read now), then a read for what slots are left.
+                # Looked at again at least every block_ms: the mailbox may drop one
+                # without starting it (expired, a duplicate), which frees no slot.
                 async with trio_util.move_on_when(stopping.wait_value, True):
-                    await self.free.wait_value(lambda free: free > len(self.held))
+                    with trio.move_on_after(self.block_ms / 1000):
+                        await self.free.wait_value(lambda free: free > len(self.held))
                 # Looked at again before the read: woken with the others that wait for a
                 # slot (the mailbox's, the recovered messages'), one of them may have taken
                 # it meanwhile, and a read of no count would take the whole backlog.

@@ -70,7 +70,7 @@ def dropped_lines(
 def policy_code(schedule: Schedule) -> str:
     """The code a fire of ``schedule`` carries in its message: '' for a plain schedule,
     else the overlap letter, then ``;w<ms>`` (catch-up window) and ``;p<n>`` (failures);
-    ``task_policy_code`` adds a task's spread offset."""
+    ``task_policy_code`` adds what is the task's own (its creation, its allowance)."""
     window, failures = schedule.catchup_window_s, schedule.pause_after_failures
     if schedule.overlap == "allow_all" and window is None and failures is None:
         return ""
@@ -142,7 +142,7 @@ class Policy:
         return self.letter != "A"
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=16384)  # a code per task with a failure limit (;b) or a spread
 def parse_policy(code: str) -> Policy:
     """A policy code as ``policy_code`` writes it; an unknown part is ignored (a newer
     version's), an unreadable one leaves the fire plain."""

@@ -26,7 +26,9 @@ for i = 2, #ARGV, 7 do
     tonumber(ARGV[i + 4])
   local born = tonumber(ARGV[i + 6])
   local f = get_flight(KEYS[2], id)
-  local created = born and created_ms(tag, b, id)
+  -- read for a dead end alone (the one that counts in a streak): an earlier task's fire
+  -- ending otherwise changes no more than its own mark would
+  local created = born and ended == 2 and created_ms(tag, b, id)
   if not redis.call('HGET', tag .. ':state:' .. b, id) then
     redis.call('HDEL', KEYS[2], id)  -- a deleted task: nothing of it is kept
   elseif created and created ~= 0 and created ~= born then

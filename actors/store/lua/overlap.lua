@@ -59,6 +59,7 @@ while i <= #ARGV do
   local first = i + 6
   i = first + n + m
   local run, skipped, cancel, blocking, park, wait = {}, {}, {}, '', '', ''
+  local gone = false  -- the task was deleted (cannot_wait, below, reads it)
   local f = policy ~= 'A' and get_flight(KEYS[1], id)
   local decided = grid and f and f.hw  -- the latest grid time decided before this call
   local before = {}  -- the times in flight or waiting before this call
@@ -111,13 +112,16 @@ while i <= #ARGV do
     -- fires waiting then: flight.lua's drop_waiting), or, for an operator's fire, one
     -- finished (the API refuses such a call; this one read the task before its last grid
     -- fire was committed). It is not run, as a skip task's would be. Read once, when a
-    -- time would wait (also behind the call's own first fire: a backfill).
+    -- time would wait (also behind the call's own first fire: a backfill); a deleted
+    -- task's is noted nowhere (its records are gone, and one created again under the id
+    -- must not inherit the note).
     local ended
     local function cannot_wait()
       if ended == nil then
         local s = try_state(tag, bucket_of(id, buckets), id)
         local status = s and s[STATE_STATUS]
-        ended = s == nil or status == STOPPED or (not grid and status == FINISHED)
+        gone = s == nil
+        ended = gone or status == STOPPED or (not grid and status == FINISHED)
       end
       return ended
     end
@@ -125,7 +129,7 @@ while i <= #ARGV do
       local d = ARGV[j]
       if d == f.inflight or waiting[d] or (grid and f.hw and tonumber(d) <= f.hw) then
         -- decided before: in flight, waiting, or (a grid time) skipped, run or ended
-      elseif f.inflight ~= '' and cannot_wait() then
+      elseif f.inflight ~= '' and policy ~= 'S' and cannot_wait() then
         skipped[#skipped + 1], blocking = d, f.inflight
       elseif f.inflight == '' then
         start(held .. d)
@@ -198,7 +202,9 @@ while i <= #ARGV do
       while fresh > 0 and tonumber(expired[#expired - fresh + 1]) <= last do fresh = fresh - 1 end
     end
   end
-  if #skipped > 0 then note_not_run(KEYS[2], id, #skipped, 'overlap', skipped[#skipped], blocking) end
+  if #skipped > 0 and not gone then
+    note_not_run(KEYS[2], id, #skipped, 'overlap', skipped[#skipped], blocking)
+  end
   if fresh > 0 then note_not_run(KEYS[2], id, fresh, 'expired', expired[#expired], '') end
   if grid and #skipped + #expired > 0
       and redis.call('HGET', tag .. ':state:' .. bucket_of(id, buckets), id) then
