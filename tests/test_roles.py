@@ -51,6 +51,15 @@ async def stream(store: TaskStore) -> list[dict[str, str]]:
     return [Message.decode(i, fields, "t").fields() for i, fields in entries]  # either form
 
 
+async def append(store: TaskStore, fields: dict[str, str]) -> bytes:
+    """One message of type ``t`` in its stream, as a poller writes it; its entry id."""
+    queue = (await store.keys()).queue("t")
+    added: bytes = await store.client.execute(
+        "XADD", queue, "*", *[v for kv in fields.items() for v in kv]
+    )
+    return added
+
+
 async def with_tasks(store: TaskStore, *task_ids: str) -> None:
     """The tasks the retries are of (a retry of a task that does not exist is dropped)."""
     for task_id in task_ids:
@@ -97,8 +106,7 @@ async def test_the_claimer_takes_over_a_dead_consumers_message_for_its_own(
     scripts = await store.scripts()
     queue = keys.queue("t")
     await (await store.streams()).ensure_group("t")
-    fields = message("x").fields()
-    await store.client.execute("XADD", queue, "*", *[v for kv in fields.items() for v in kv])
+    await append(store, message("x").fields())
     await store.client.execute("XREADGROUP", "GROUP", GROUP, "dead", "STREAMS", queue, ">")
     state = ConsumerState(name="alive")
     state.free.value = 5
@@ -113,8 +121,7 @@ async def test_the_claimer_takes_over_a_dead_consumers_message_for_its_own(
     # No free slot and nothing in the mailbox: one more is taken over all the same (a
     # consumer kept busy by a backlog must still take a dead one's messages), not two.
     for dead in ("y", "z"):
-        fields = message(dead).fields()
-        await store.client.execute("XADD", queue, "*", *[v for kv in fields.items() for v in kv])
+        await append(store, message(dead).fields())
     await store.client.execute("XREADGROUP", "GROUP", GROUP, "dead", "STREAMS", queue, ">")
     await trio.sleep(0.2)  # two leases: a busy consumer takes only what free ones left
     state.held.clear()  # the consumer started "x"
@@ -136,8 +143,7 @@ async def test_a_dead_consumers_message_runs_before_a_backlog_drains(
     await (await store.streams()).ensure_group("t")
 
     async def add(task_id: str) -> None:
-        fields = {**message(task_id).fields(), "payload": '{"sleep_s": 0.1}'}
-        await store.client.execute("XADD", queue, "*", *[v for kv in fields.items() for v in kv])
+        await append(store, {**message(task_id).fields(), "payload": '{"sleep_s": 0.1}'})
 
     await add("orphan")
     await store.client.execute("XREADGROUP", "GROUP", GROUP, "dead", "STREAMS", queue, ">")
@@ -194,13 +200,9 @@ async def test_messages_of_a_read_whose_reply_was_lost_run_at_once(
     redis_client: RedisClient, namespace: str, tmp_path: Path, record: Path
 ) -> None:
     store = LossyStore(redis_client, namespace, default_partitions=2)
-    keys = await store.keys()
     await (await store.streams()).ensure_group("t")
     for i in range(3):
-        fields = message(f"m{i}").fields()
-        await store.client.execute(
-            "XADD", keys.queue("t"), "*", *[v for kv in fields.items() for v in kv]
-        )
+        await append(store, message(f"m{i}").fields())
     settings = ConsumerSettings(concurrency=5, lease_s=60)  # a lease-based reclaim: far off
     consumer = Consumer(
         store, "t", settings, resolve("t", "tests.handlers.jobs:noop"),
@@ -223,14 +225,9 @@ async def test_a_duplicate_dropped_at_begin_is_no_longer_in_flight(store: TaskSt
     for ever."""
     scripts, streams = await store.scripts(), await store.streams()
     await streams.ensure_group("t")
-    keys = await store.keys()
     ids = []
     for _ in range(2):  # two messages of one fire (a producer died between XADD and commit)
-        fields = message("dup").fields()
-        added = await store.client.execute(
-            "XADD", keys.queue("t"), "*", *[v for kv in fields.items() for v in kv]
-        )
-        ids.append(added.decode())
+        ids.append((await append(store, message("dup").fields())).decode())
     first, second = (attrs.evolve(message("dup"), msg_id=i) for i in ids)
     started: list[Message] = []
 
@@ -260,10 +257,7 @@ async def test_a_flush_cut_off_while_it_waits_leaves_its_batch_to_the_last_flush
     await streams.ensure_group("t")
     keys = await store.keys()
     for i in range(3):
-        fields = message(f"m{i}").fields()
-        await store.client.execute(
-            "XADD", keys.queue("t"), "*", *[v for kv in fields.items() for v in kv]
-        )
+        await append(store, message(f"m{i}").fields())
     read, _ = await streams.read_group("t", "n1", 10, 100)
     results = ResultsLog(tmp_path / "results.jsonl")
     consumer = Consumer(
@@ -296,12 +290,8 @@ async def test_the_reader_leaves_a_free_slot_to_a_message_waiting_in_the_mailbox
     is the mailbox's, and the reader reads only for the slots beyond it."""
     scripts, streams = await store.scripts(), await store.streams()
     await streams.ensure_group("t")
-    keys = await store.keys()
     for i in range(3):
-        fields = message(f"m{i}").fields()
-        await store.client.execute(
-            "XADD", keys.queue("t"), "*", *[v for kv in fields.items() for v in kv]
-        )
+        await append(store, message(f"m{i}").fields())
     started: list[Message] = []
     free = trio_util.AsyncValue(1)
 
