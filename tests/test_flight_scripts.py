@@ -296,15 +296,16 @@ async def test_a_dead_end_written_again_counts_once_in_the_streak(
     assert await redis_client.execute("HGET", keys.flights(0), "x") is None
 
 
+@pytest.mark.parametrize("letter", ["1", "S"])
 async def test_an_operators_call_on_a_deleted_task_notes_nothing_not_run(
-    scripts: Scripts,
+    scripts: Scripts, letter: str
 ) -> None:
     """A backfill that read its task before it was deleted: its first time goes in flight
     (its end clears the record), the others are not run, and no not-run note is left
     for a task created again under the id to inherit."""
     token = f"{MANUAL_TOKEN}call"
     decided = await scripts.decide_overlaps(
-        token, {0: [Planned("gone", "1", [1000, 2000, 3000])]}, grid=False
+        token, {0: [Planned("gone", letter, [1000, 2000, 3000])]}, grid=False
     )
     assert [d for d, _ in decided["gone"].run] == [1000]
     assert decided["gone"].skipped == [2000, 3000]

@@ -410,7 +410,7 @@ async def test_an_earlier_tasks_dead_fire_counts_in_no_streak_of_one_created_aga
     again under its id; the old fire then ends dead, as its consumer reports it (from the
     policy code in its message, which names the task's creation): the new task is not
     paused, and keeps no streak. The dead end of its own fire pauses it."""
-    from actors.store.flights import ENDED_DEAD, parse_policy
+    from actors.store.flights import ENDED_DEAD, ENDED_EXPIRED, parse_policy
 
     store = TaskStore(redis_client, namespace, default_partitions=1)
     soon = Schedule("interval", every_s=3600, start_ms=await store.now_ms() + 50,
@@ -434,6 +434,9 @@ async def test_an_earlier_tasks_dead_fire_counts_in_no_streak_of_one_created_aga
     assert await scripts.end_flights([dead_end(fire)]) == []
     assert await _status(store) == "active"
     assert await redis_client.execute("HGET", keys.flights(0), "x") is None
+    expired = attrs.evolve(dead_end(fire), ended=ENDED_EXPIRED)  # nor noted on the new one
+    assert await scripts.end_flights([expired]) == []
+    assert await redis_client.execute("HGET", keys.not_run(0), "x") is None
     await trio.sleep(0.1)
     assert await _tick(store, poller) == 1
     own = (await stream_fires(store, "t"))[-1]

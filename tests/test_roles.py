@@ -130,6 +130,28 @@ async def test_the_claimer_takes_over_a_dead_consumers_message_for_its_own(
     assert await claimer.tick(scripts) == 0  # one waits in the mailbox: nothing more
 
 
+async def test_a_busy_claimer_leaves_a_message_idle_less_than_two_leases_to_free_ones(
+    store: TaskStore,
+) -> None:
+    """A consumer with no free slot takes a dead consumer's message only once it has been
+    idle two leases: between one and two, a consumer with free slots takes it first."""
+    scripts = await store.scripts()
+    queue = (await store.keys()).queue("t")
+    await (await store.streams()).ensure_group("t")
+    await append(store, message("x").fields())
+    await store.client.execute("XREADGROUP", "GROUP", GROUP, "dead", "STREAMS", queue, ">")
+    busy, free = ConsumerState(name="busy"), ConsumerState(name="free")
+    free.free.value = 1
+    settings = ClaimerSettings(lease_s=2)
+    claimers = [
+        Claimer(store, "t", state, Mailbox[Message].open(5), "n1", settings)
+        for state in (busy, free)
+    ]
+    await trio.sleep(2.5)  # idle one lease and a half
+    assert await claimers[0].tick(scripts) == 0
+    assert await claimers[1].tick(scripts) == 1
+
+
 async def test_a_dead_consumers_message_runs_before_a_backlog_drains(
     redis_client: RedisClient, namespace: str, tmp_path: Path, record: Path
 ) -> None:

@@ -1,11 +1,13 @@
 """The claimer of one task type: takes over messages whose consumer died.
 
 Every ``claimer_interval_s`` it runs ``reclaim.lua`` for as many messages as its node's
-consumer of the type has free slots (less what already waits in its mailbox): messages
-pending longer than the lease (their consumer stopped renewing them: it died, or released
-them at shutdown) are claimed for this node's consumer and handed to it through its
-mailbox; a message already delivered ``max_deliveries`` times is poison and goes to the
-dead-letter queue instead.
+consumer of the type has free slots (less what already waits in its mailbox), and for
+one while it has none and nothing waits there (a consumer kept busy by a backlog still
+takes a dead one's messages over, once idle two leases, and dead-letters poison):
+messages pending longer than the lease (their consumer stopped renewing them: it died,
+or released them at shutdown) are claimed for this node's consumer and handed to it
+through its mailbox; a message already delivered ``max_deliveries`` times is poison and
+goes to the dead-letter queue instead.
 
 Live holders win after an outage. While Redis is away, stalled or refusing writes, no
 consumer can renew, yet its messages' idle time keeps counting on Redis's clock. So a
@@ -147,7 +149,8 @@ class Claimer:
         dead-letter poison (the same call), until the backlog drained, and the stream
         could not be trimmed past them. The one taken starts at the next free slot (the
         reader leaves a slot to the mailbox first); only a message idle two leases is
-        taken so, one a consumer with free slots has left (it takes them after one)."""
+        taken so, one a consumer with free slots has left (it takes them after one), or
+        one a stopping or failed consumer released (idle at once, for either)."""
         await self._end_poisoned(scripts, self.state.name)  # not behind a full mailbox
         await self._send_unsent()
         async with self.state.pending_lock:

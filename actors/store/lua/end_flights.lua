@@ -26,9 +26,11 @@ for i = 2, #ARGV, 7 do
     tonumber(ARGV[i + 4])
   local born = tonumber(ARGV[i + 6])
   local f = get_flight(KEYS[2], id)
-  -- read for a dead end alone (the one that counts in a streak): an earlier task's fire
-  -- ending otherwise changes no more than its own mark would
-  local created = born and ended == 2 and created_ms(tag, b, id)
+  -- read only for an end that would change the task beyond its fire's own mark: a dead
+  -- end (the streak), an expired one (a not-run note), an ok one that would reset a
+  -- streak (most ok ends find none to reset, and read nothing)
+  local created = born and (ended == 2 or ended == 4 or (ended == 0 and (f.streak > 0 or f.dead)))
+    and created_ms(tag, b, id)
   if not redis.call('HGET', tag .. ':state:' .. b, id) then
     redis.call('HDEL', KEYS[2], id)  -- a deleted task: nothing of it is kept
   elseif created and created ~= 0 and created ~= born then

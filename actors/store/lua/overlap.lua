@@ -59,7 +59,15 @@ while i <= #ARGV do
   local first = i + 6
   i = first + n + m
   local run, skipped, cancel, blocking, park, wait = {}, {}, {}, '', '', ''
-  local gone = false  -- the task was deleted (cannot_wait, below, reads it)
+  -- The task's state, read once when needed (try_state: nil when deleted, false when it
+  -- cannot be read): a deleted task's fires not run are noted nowhere (its records are
+  -- gone, and a task created again under the id must not inherit the notes).
+  local state, read = nil, false
+  local function task_state()
+    if not read then state, read = try_state(tag, bucket_of(id, buckets), id), true end
+    return state
+  end
+  local function exists() return task_state() ~= nil end
   local f = policy ~= 'A' and get_flight(KEYS[1], id)
   local decided = grid and f and f.hw  -- the latest grid time decided before this call
   local before = {}  -- the times in flight or waiting before this call
@@ -111,19 +119,12 @@ while i <= #ARGV do
     -- one stopped or deleted since its claim or the operator's read (a stop drops the
     -- fires waiting then: flight.lua's drop_waiting), or, for an operator's fire, one
     -- finished (the API refuses such a call; this one read the task before its last grid
-    -- fire was committed). It is not run, as a skip task's would be. Read once, when a
-    -- time would wait (also behind the call's own first fire: a backfill); a deleted
-    -- task's is noted nowhere (its records are gone, and one created again under the id
-    -- must not inherit the note).
-    local ended
+    -- fire was committed). It is not run, as a skip task's would be. Read when a time
+    -- would wait (also behind the call's own first fire: a backfill).
     local function cannot_wait()
-      if ended == nil then
-        local s = try_state(tag, bucket_of(id, buckets), id)
-        local status = s and s[STATE_STATUS]
-        gone = s == nil
-        ended = gone or status == STOPPED or (not grid and status == FINISHED)
-      end
-      return ended
+      local s = task_state()
+      local status = s and s[STATE_STATUS]
+      return not exists() or status == STOPPED or (not grid and status == FINISHED)
     end
     for j = first, first + n - 1 do
       local d = ARGV[j]
@@ -202,12 +203,12 @@ while i <= #ARGV do
       while fresh > 0 and tonumber(expired[#expired - fresh + 1]) <= last do fresh = fresh - 1 end
     end
   end
-  if #skipped > 0 and not gone then
+  local noted = (#skipped > 0 or fresh > 0) and exists()
+  if #skipped > 0 and noted then
     note_not_run(KEYS[2], id, #skipped, 'overlap', skipped[#skipped], blocking)
   end
-  if fresh > 0 then note_not_run(KEYS[2], id, fresh, 'expired', expired[#expired], '') end
-  if grid and #skipped + #expired > 0
-      and redis.call('HGET', tag .. ':state:' .. bucket_of(id, buckets), id) then
+  if fresh > 0 and noted then note_not_run(KEYS[2], id, fresh, 'expired', expired[#expired], '') end
+  if grid and #skipped + #expired > 0 and exists() then
     local fates = {}
     for _, d in ipairs(skipped) do fates[#fates + 1] = {tonumber(d), FATE_SKIPPED} end
     for _, d in ipairs(expired) do fates[#fates + 1] = {tonumber(d), FATE_EXPIRED} end
