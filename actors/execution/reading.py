@@ -4,9 +4,9 @@ started.
 
 Per read it asks XREADGROUP for only as many messages as it has free handler slots beyond
 those the mailbox's messages will take (backpressure: it never hoards messages other
-nodes could run). A read in progress is not
-abandoned on a stop request (what it returns would sit in our PEL unseen): its messages
-are kept in flight unstarted, and released at the end.
+nodes could run). A read in progress is not abandoned on a stop request (what it returns
+would sit in our PEL unseen): its messages are kept in flight unstarted, and released at
+the end.
 
 A read whose reply was lost may have delivered messages no one here has seen: pending
 under our name, never renewed. They are taken back after a read that failed, and, since
