@@ -443,3 +443,27 @@ async def test_an_earlier_tasks_dead_fire_counts_in_no_streak_of_one_created_aga
     assert parse_policy(own["o"]).born != parse_policy(fire["o"]).born
     assert await scripts.end_flights([dead_end(own)]) == [("x", 1)]
     assert await _status(store) == "paused"
+
+
+async def test_an_earlier_tasks_fire_ending_clears_the_mark_it_left_on_a_new_one(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A decision about a task made after its delete left a mark in flight for that fire,
+    and the task is created again under its id: the fire's end (expired, past its window)
+    clears the mark, though it changes nothing else of the new task, or every later fire
+    of the new one would wait behind it for good."""
+    from actors.store.flights import ENDED_EXPIRED
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    hourly = Schedule("interval", every_s=3600, overlap="buffer_one", pause_after_failures=1)
+    await store.create(TaskSpec("t", hourly, task_id="x"))
+    earlier = await store.get("x")
+    assert earlier is not None
+    assert await store.delete("x")
+    await store.create(TaskSpec("t", hourly, task_id="x"))
+    keys, scripts = await store.keys(), await store.scripts()
+    await redis_client.execute("HSET", keys.flights(0), "x", "1000|||||")  # the leftover
+    end = FlightEnd("x", ENDED_EXPIRED, 1000, 1, "", earlier.created_ms)
+    assert await scripts.end_flights([end]) == []
+    assert await redis_client.execute("HGET", keys.flights(0), "x") is None
+    assert await redis_client.execute("HGET", keys.not_run(0), "x") is None

@@ -14,13 +14,25 @@
 -- A mark is removed only by the fire it names (a fire cancel_other replaced, or one run
 -- twice, ends nothing). The end of a fire of a task deleted meanwhile writes nothing, nor
 -- does one of a task deleted and created again under the id since (its creation version
--- is not the fire's): the new task starts with no streak, no mark, and an old fire's dead
--- end must not pause it. A woken task gets score now if it is scheduled (ZADD XX LT: a
--- paused or deleted task is not put back), so its poller claims it and enqueues the
--- waiting fire (overlap.lua). A pause is an API-like write: new version, counted write.
+-- is not the fire's), but for a mark naming that fire: the new task starts with no
+-- streak, and an old fire's dead end must not pause it. A woken task gets score now if
+-- it is scheduled (ZADD XX LT: a paused or deleted task is not put back), so its poller
+-- claims it and enqueues the waiting fire (overlap.lua). A pause is an API-like write: new version, counted write.
 local tag = ARGV[1]
 local paused = {}
 local now
+-- The fire's own mark goes (a waiting fire's task woken), whoever's fire it was.
+local function end_mark(f, id, due)
+  if f.inflight == due then
+    f.inflight, f.replaced = '', ''
+    if #f.waiting > 0 then
+      now = now or now_ms()
+      redis.call('ZADD', KEYS[1], 'XX', 'LT', ms(now), id)
+    end
+    return true
+  end
+  return false
+end
 for i = 2, #ARGV, 7 do
   local id, b, ended, due, limit = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3],
     tonumber(ARGV[i + 4])
@@ -34,15 +46,12 @@ for i = 2, #ARGV, 7 do
   if not redis.call('HGET', tag .. ':state:' .. b, id) then
     redis.call('HDEL', KEYS[2], id)  -- a deleted task: nothing of it is kept
   elseif created and created ~= 0 and created ~= born then
-    -- a fire of an earlier task of the id (deleted since): nothing of the new one changes
+    -- a fire of an earlier task of the id (deleted since): no streak, pause or note of
+    -- the new one; only a mark naming this fire goes (a decision about the earlier task
+    -- made after its delete left it; no other end would ever clear it)
+    if end_mark(f, id, due) then put_flight(KEYS[2], id, f) end
   elseif ended ~= 5 or f.inflight == due then
-    if f.inflight == due then
-      f.inflight, f.replaced = '', ''
-      if #f.waiting > 0 then
-        now = now or now_ms()
-        redis.call('ZADD', KEYS[1], 'XX', 'LT', ms(now), id)
-      end
-    end
+    end_mark(f, id, due)
     if ended == 2 and f.dead ~= due then  -- not the same end again (a reply lost)
       f.streak, f.dead = f.streak + 1, due
     elseif ended == 0 then
