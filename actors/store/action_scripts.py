@@ -12,7 +12,7 @@ import attrs
 
 from actors.store import lua
 from actors.store.codes import flag
-from actors.store.task_scripts import TaskScripts, due_times, or_empty
+from actors.store.task_scripts import TaskScripts, or_empty, parse_times
 
 #: ``action_batch.lua``'s answer when the partition's mark is not the one the caller read.
 MARK_MOVED = -9
@@ -66,7 +66,7 @@ class ActionScripts(TaskScripts):
         flat = reply[1:]
         return BatchReply(
             [
-                (int(flat[i]), _text(flat[i + 1]), due_times(flat[i + 2]))
+                (int(flat[i]), _text(flat[i + 1]), parse_times(flat[i + 2]))
                 for i in range(0, len(flat), 3)
             ]
         )

@@ -34,7 +34,14 @@ from actors.store.codes import flag
 from actors.store.history import DEFAULT_HISTORY
 from actors.store.keys import schedule_id
 from actors.store.replies import Fire
-from actors.store.task_scripts import Call, TaskScripts, raise_first_error, set_apart
+from actors.store.task_scripts import (
+    Call,
+    TaskScripts,
+    parse_time,
+    parse_times,
+    raise_first_error,
+    set_apart,
+)
 from runtime.redis_replies import PartRejected
 
 #: Policy letters as messages and ``overlap.lua`` carry them.
@@ -222,32 +229,20 @@ class Decision:
     that the task's history holds with a fate other than expired."""
 
 
-def _times(text: bytes) -> list[int]:
-    """Due times, comma separated; what is not one (a flight record edited by hand, whose
-    fire in flight a decision names) is left out rather than failing the poller's tick."""
-    return [t for t in map(_time, text.split(b",")) if t is not None]
-
-
-def _time(text: bytes) -> int | None:
-    try:
-        return int(text) if text else None
-    except ValueError:
-        return None
-
-
 def _decision(reply: list[Any]) -> Decision:
     _, run, cancel, skipped, blocking, park, wait, *rest = reply
     started: list[tuple[int, bool]] = []
     manual = set()
     for entry in run.split(b","):
-        due = _time(entry.lstrip(b"rm"))
+        due = parse_time(entry.lstrip(b"rm"))
         if due is not None:  # what is not a time (a record edited by hand) is left out
             started.append((due, not entry.startswith(b"r")))
             if entry.lstrip(b"r").startswith(b"m"):
                 manual.add(due)
     return Decision(
-        started, _times(cancel), _times(skipped), _time(blocking), _time(park),
-        frozenset(manual), _time(wait), frozenset(_times(rest[0])) if rest else frozenset(),
+        started, parse_times(cancel), parse_times(skipped), parse_time(blocking),
+        parse_time(park), frozenset(manual), parse_time(wait),
+        frozenset(parse_times(rest[0])) if rest else frozenset(),
     )  # fmt: skip
 
 

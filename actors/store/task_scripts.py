@@ -48,11 +48,19 @@ def or_empty(value: int | None) -> int | str:
     return "" if value is None else value
 
 
-def due_times(raw: bytes | str) -> list[int]:
-    """A script's comma-separated due times ('' = none) as numbers; one that is not (a
-    record edited by hand) is left out: the script has written its change."""
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    return [int(d) for d in text.split(",") if d.isdigit()]
+def parse_times(text: bytes) -> list[int]:
+    """A script's comma-separated due times ('' = none); what is not one (a flight record
+    edited by hand, whose time a script hands back) is left out rather than failing the
+    caller after the script wrote its change."""
+    return [t for t in map(parse_time, text.split(b",")) if t is not None]
+
+
+def parse_time(text: bytes) -> int | None:
+    """A script's due time ('' or not a number: None)."""
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None
 
 
 class TaskScripts:
@@ -120,7 +128,13 @@ class TaskScripts:
         if len(reply) < 5:  # not found
             return int(reply[0]), reply[1].decode(), False, [], ""
         code, status, placed, dropped, task_type = reply
-        return int(code), status.decode(), bool(int(placed)), due_times(dropped), task_type.decode()
+        return (
+            int(code),
+            status.decode(),
+            bool(int(placed)),
+            parse_times(dropped),
+            task_type.decode(),
+        )
 
     async def set_status(
         self, task_id: str, action: str, next_ms: int | None = None, score: int | None = None,
@@ -150,7 +164,7 @@ class TaskScripts:
                 )
             ]
         )
-        return int(code), status.decode(), due_times(dropped), task_type.decode()
+        return int(code), status.decode(), parse_times(dropped), task_type.decode()
 
     async def delete_tasks(self, task_ids: Iterable[str], of_type: str = "") -> int:
         """``delete_tasks.lua`` per partition; how many existed. ``of_type``: the type

@@ -38,8 +38,8 @@ for i = 9, #ARGV, 5 do
     code = delete_task(tag, b, id, KEYS[1]) and 1 or 0  -- gone already: unchanged
     if code == 1 then deleted = deleted + 1 end
   else
-    code, status, dropped = change_status(tag, b, id, action, ARGV[i + 2], ARGV[i + 3], ARGV[6], KEYS[1],
-      given == FLAG_ON)
+    code, status, dropped = change_status(tag, b, id, action, ARGV[i + 2], ARGV[i + 3],
+      ARGV[6], KEYS[1], given == FLAG_ON)
     if code == -2 then status = 'not found'
     elseif code == -3 then status = 'cannot ' .. action .. ' a ' .. status .. ' task' end
   end

@@ -17,7 +17,8 @@
 -- is not the fire's), but for a mark naming that fire: the new task starts with no
 -- streak, and an old fire's dead end must not pause it. A woken task gets score now if
 -- it is scheduled (ZADD XX LT: a paused or deleted task is not put back), so its poller
--- claims it and enqueues the waiting fire (overlap.lua). A pause is an API-like write: new version, counted write.
+-- claims it and enqueues the waiting fire (overlap.lua). A pause is an API-like write:
+-- new version, counted write.
 local tag = ARGV[1]
 local paused = {}
 local now
