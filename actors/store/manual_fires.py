@@ -81,11 +81,11 @@ async def fire_under(
     append: Append, actor: str, takeover_ms: int,
 ) -> dict[int, str]:  # fmt: skip
     """Per due time of ``dues``, its fate (``APPENDED``, ``DUPLICATE``, ``HELD``,
-    ``SKIPPED``). ``append`` writes the messages (the trigger's or backfill's way). The caller has
-    checked ``overlap`` against the task's own (``check_overlap``). ``takeover_ms``: how
-    old a poller's (or another call's) unconfirmed fire must be before this call appends
-    it again, taking its decider as dead: the pollers' claim lease (``TaskStore``'s; a
-    poller alive is on its way to its append until then)."""
+    ``SKIPPED``). ``append`` writes the messages (the trigger's or backfill's way). The
+    caller has checked ``overlap`` against the task's own (``check_overlap``).
+    ``takeover_ms``: how old a poller's (or another call's) unconfirmed fire must be
+    before this call appends it again, taking its decider as dead: the pollers' claim
+    lease (``TaskStore``'s; a poller alive is on its way to its append until then)."""
     letter = LETTERS[overlap]
     if letter == "A":
         flags = await append(dues, "")
