@@ -410,5 +410,28 @@ async def test_a_cancel_request_redis_rejects_holds_up_no_other_fire(
     assert not [e for e in log_lines() if e["event"] == "actor_crashed"]
 
 
+async def test_a_cancel_request_for_a_fire_that_ended_goes_with_its_ack(
+    setup: Setup, redis_client: RedisClient, record: Path
+) -> None:
+    """A request for a ``cancel_other`` fire that ends before its consumer looks (asked here
+    before it runs, its handler done at once) is removed with the fire's ACK: left, it
+    would stay in a busy type's cancel hash for good, the hash's expiry pushed on by every
+    later request. A plain fire's request is left alone."""
+    replacing, due = await setup.task(60, 0.0, overlap="cancel_other")
+    plain, plain_due = await setup.task(60, 0.0)
+    keys = await setup.store.keys()
+    cancels = keys.cancels("work")
+    sids = [f"{replacing}:{due}", f"{plain}:{plain_due}", "other:1"]
+    await redis_client.execute("HSET", cancels, *[x for sid in sids for x in (sid, "1")])
+    async with setup.node():
+        await wait_records(record, lambda rs: sum(r["event"] == "ran" for r in rs) >= 2, 60)
+
+        async def gone() -> bool:
+            return bool(await redis_client.execute("HEXISTS", cancels, sids[0]) == 0)
+
+        await wait_until(gone, 30)
+    assert {k.decode() for k in await redis_client.execute("HKEYS", cancels)} == set(sids[1:])
+
+
 async def _said(log_lines: Any, event: str) -> bool:
     return any(e["event"] == event for e in log_lines())

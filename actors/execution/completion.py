@@ -88,6 +88,10 @@ class Completion:
     """The other lifecycle lines: ``retried``, ``dead``, ``cancelled``, ``not_run`` (a few)."""
     flights: list[FlightEnd] = attrs.field(factory=list)
     """Fires of tasks with a policy that ended (``actors.store.flights``)."""
+    cancels_done: list[str] = attrs.field(factory=list)
+    """The schedule ids of the ended fires of ``cancel_other`` tasks: a cancel request
+    for one that it ended before (``cancel_fires.lua``) goes with the ACKs, else the
+    request would stay in a busy type's cancel hash for good."""
 
     @property
     def durations_ms(self) -> list[int]:
@@ -228,6 +232,11 @@ def decide(
         bodies=LIFECYCLE.encode_many(finished),
         events=events,
         flights=_flight_ends(batch, retry) if any(o.message.policy for o in batch) else [],
+        cancels_done=[
+            o.message.schedule_id for o in ok + dead + not_run if o.message.policy[:1] == "C"
+        ]
+        if any(o.message.policy for o in batch)
+        else [],
     )
 
 

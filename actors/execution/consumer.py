@@ -260,11 +260,11 @@ class Consumer:
             await trio.sleep(CANCEL_CHECK_S)
             running = pool.replaceable()
             if running:
-                sids = list(running)
+                appended = {sid: m.enq_ms for sid, m in running.items()}
                 named = await scripts.client.ride_out(
-                    functools.partial(scripts.cancel_requests, self.type, sids)
+                    functools.partial(scripts.cancel_requests, self.type, appended)
                 )
-                pool.cancel([running[sid] for sid in named])
+                pool.cancel([running[sid].msg_id for sid in named])
 
     @staticmethod
     async def _watch_stop(
@@ -342,7 +342,7 @@ class Consumer:
                     write = CompletionWrite(
                         self.type, retries=plan.retries, outcomes=plan.outcomes,
                         dead=plan.dead, acks=plan.acks, flights=plan.flights,
-                        ledger=self.ledger,
+                        cancels_done=plan.cancels_done, ledger=self.ledger,
                     )  # fmt: skip
                     flight.unsettled = (batch, plan, write)
                     flight.unlogged = [

@@ -85,10 +85,12 @@ def _part(
         bodies=[plan.bodies[i] for i in ok],
         events=[e for e in plan.events if keep(e[1]["task_id"])],
         flights=[f for f in plan.flights if keep(f.task_id)],
+        cancels_done=[sid for sid in plan.cancels_done if keep(sid.rpartition(":")[0])],
     )
     part_write = CompletionWrite(
         write.task_type, retries=part.retries, outcomes=part.outcomes, dead=part.dead,
-        acks=part.acks, flights=part.flights, ledger=write.ledger, written=set(write.written),
+        acks=part.acks, flights=part.flights, cancels_done=part.cancels_done,
+        ledger=write.ledger, written=set(write.written),
         alone=write.alone, paused=[p for p in write.paused if keep(p[0])],
     )  # fmt: skip
     return [o for o in outcomes if keep(o.message.task_id)], part, part_write

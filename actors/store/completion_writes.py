@@ -47,6 +47,9 @@ class CompletionWrite:
     """Message ids acknowledged plainly (dead letters are acknowledged by their script)."""
     flights: Sequence[FlightEnd] = ()
     """Fires of tasks with a policy that ended (``end_flights.lua``)."""
+    cancels_done: Sequence[str] = ()
+    """Schedule ids of ended ``cancel_other`` fires: their cancel requests are removed
+    with the ACKs (``ack.lua``)."""
     ledger: Ledger = attrs.field(factory=Ledger)
     """The history's length, this node's number and the type's lateness bound."""
     written: set[Part] = attrs.field(factory=set)

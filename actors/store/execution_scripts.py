@@ -72,7 +72,10 @@ class ExecutionScripts(FlightScripts):
         (flags,) = await self._run([(lua.BEGIN_RUNS, [self.keys.queue(task_type)], args)])
         return [bool(int(flag)) for flag in flags]
 
-    def _ack_call(self, task_type: str, ids: Sequence[str]) -> Call:
+    def _ack_call(self, task_type: str, ids: Sequence[str], cancels: Sequence[str] = ()) -> Call:
+        if cancels:
+            keys = [self.keys.queue(task_type), self.keys.cancels(task_type)]
+            return (lua.ACK, keys, [GROUP, len(ids), *ids, *cancels])
         return (lua.ACK, [self.keys.queue(task_type)], [GROUP, *ids])
 
     def _dead_letter_call(self, task_type: str, entries: Sequence[DeadLetterWrite]) -> Call:
@@ -144,9 +147,12 @@ class ExecutionScripts(FlightScripts):
         return self.end_flight_call(partition, items)
 
     def _stream_calls(self, write: CompletionWrite) -> list[Call]:
-        """A batch's stream writes: its dead letters, then its ACKs."""
+        """A batch's stream writes: its dead letters, then its ACKs (and the cancel
+        requests its ended ``cancel_other`` fires leave)."""
         return ([self._dead_letter_call(write.task_type, write.dead)] if write.dead else []) + (
-            [self._ack_call(write.task_type, write.acks)] if write.acks else []
+            [self._ack_call(write.task_type, write.acks, write.cancels_done)]
+            if write.acks or write.cancels_done
+            else []
         )
 
     async def schedule_retries(self, retries: Sequence[RetryWrite]) -> None:

@@ -317,15 +317,33 @@ class FlightScripts(TaskScripts):
             ]
         )
 
-    async def cancel_requests(self, task_type: str, sids: Sequence[str]) -> list[str]:
-        """Which of ``sids`` a cancel request names; those requests are taken (removed)."""
-        if not sids:
+    async def cancel_requests(self, task_type: str, appended: Mapping[str, int]) -> list[str]:
+        """Which of the running fires ``appended`` names (schedule_id -> when its message
+        was appended, ms) a cancel request names; those requests are taken (removed).
+
+        A request made before the message was appended is not for it: it named an earlier
+        run of the fire (one that ended before its consumer looked, and a request sent just
+        after the fire's end), and a replay of the fire from the dead letters must not be
+        cancelled by it. Such a request is removed as well. Both times are Redis's clock
+        (``cancel_fires.lua``, the stream's entry id); a request the clock places before
+        the append of the fire it was meant for (an operator's call appending its fire
+        after a poller's decision asked to cancel it, a new master's clock behind the old
+        one's) leaves the fire running to its end, as under ``buffer_one``, until the
+        task's next decision asks again."""
+        if not appended:
             return []
         key = self.keys.cancels(task_type)
+        sids = list(appended)
         found = await self.client.execute("HMGET", key, *sids)
-        named = [sid for sid, at in zip(sids, found, strict=True) if at is not None]
-        if named:
-            await self.client.execute("HDEL", key, *named)
+        named, taken = [], []
+        for sid, at in zip(sids, found, strict=True):
+            if at is None:
+                continue
+            taken.append(sid)
+            if not at.isdigit() or int(at) >= appended[sid]:  # unreadable: a request
+                named.append(sid)
+        if taken:
+            await self.client.execute("HDEL", key, *taken)
         return named
 
     def end_flight_calls(self, ends: Sequence[FlightEnd]) -> list[Call]:
