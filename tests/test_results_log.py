@@ -3,11 +3,17 @@ appending to it (a node with ``[processes] consumers = N``)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
 from pathlib import Path
+from typing import Any
 
-from actors.execution.results_log import ResultsLog
+import pytest
+import trio
+
+from actors.execution.results_log import ResultsLog, append_waiting
+from runtime.logging import get_logger
 
 LINES_PER_WRITER, BATCH = 2000, 10
 
@@ -65,15 +71,64 @@ def test_a_rotation_that_fails_leaves_the_lines_written_once(tmp_path: Path) -> 
     assert [json.loads(line) for line in path.read_text().splitlines()] == [{"n": 1}, {"n": 2}]
 
 
-def test_a_write_tried_again_keeps_its_lines_whole(tmp_path: Path) -> None:
-    """A write tried again after a failure that left part of a line begins on a new line
-    (the part line stays one of its own); after a failure that left nothing, or a whole
-    line, it adds no blank line."""
-    path = tmp_path / "results.jsonl"
-    log = ResultsLog(path)
-    log.append_lines(['{"n":1}'], mend=True)  # no file yet
-    log.append_lines(['{"n":2}'], mend=True)  # ends in a newline: none added
+class _CutPath(type(Path())):  # type: ignore[misc]
+    """A path whose next ``cuts`` appends write part of a line, then fail (a full disk)."""
+
+    cuts, part = 0, b'{"n":9,"cu'
+
+    def open(self, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        out = super().open(mode, *args, **kwargs)
+        if mode == "ab" and _CutPath.cuts:
+            _CutPath.cuts -= 1
+            out.write(_CutPath.part)
+            out.close()
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return out
+
+
+def test_a_write_after_one_that_failed_keeps_its_lines_whole(tmp_path: Path) -> None:
+    """A write after one that failed leaving part of a line begins on a new line (the part
+    line stays one of its own), whoever makes it: the failed write's caller, or another
+    consumer of the process sharing the log; after a failure that left a whole line, or
+    none, no blank line is added."""
+    path = _CutPath(tmp_path / "results.jsonl")
+    log, other = ResultsLog(path), ResultsLog(path)
+    log.append_lines(['{"n":1}'])
+    _CutPath.cuts, _CutPath.part = 1, b'{"n":9,"cu'
+    with pytest.raises(OSError, match="No space left"):
+        log.append_lines(['{"n":2}'])
+    other.append_lines(['{"m":1}'])
     with path.open("a") as out:
-        out.write('{"n":3,"cut')  # what a failed write left
-    log.append_lines(['{"n":3}'], mend=True)
-    assert path.read_text().splitlines() == ['{"n":1}', '{"n":2}', '{"n":3,"cut', '{"n":3}']
+        out.write('{"n":3}\n')  # a whole line, then a failure that left nothing
+    _CutPath.cuts, _CutPath.part = 1, b""
+    with pytest.raises(OSError, match="No space left"):
+        log.append_lines(['{"n":4}'])
+    log.append_lines(['{"n":4}'])
+    written = path.read_text().splitlines()
+    assert written == ['{"n":1}', '{"n":9,"cu', '{"m":1}', '{"n":3}', '{"n":4}']
+
+
+async def test_the_last_flush_after_a_cut_off_try_mends_the_part_line(tmp_path: Path) -> None:
+    """A batch's write failed halfway and its tries were cut off while waiting (the node
+    stopping); the consumer's last flush writes the batch afresh, on a line of its own:
+    joined to the part line, the batch's first line would be lost, its fire acknowledged."""
+    path = _CutPath(tmp_path / "results.jsonl")
+    log = ResultsLog(path)
+    lines = ['{"n":1}', '{"n":2}']
+    _CutPath.cuts, _CutPath.part = 1, b'{"n":9,"cu'
+    with trio.move_on_after(0.05):  # within the first pause between tries
+        await append_waiting(log, lines, get_logger(actor="test"))
+    await append_waiting(log, lines, get_logger(actor="test"))
+    assert path.read_text().splitlines() == ['{"n":9,"cu', *lines]
+
+
+def test_a_processs_first_write_mends_a_part_line_an_earlier_one_left(tmp_path: Path) -> None:
+    """A process killed halfway through a write left part of a line: the next process's
+    first write (its consumer prepared the log) begins on a new line."""
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"n":1}\n{"n":2,"cu')
+    log = ResultsLog(path)
+    log.prepare()
+    log.append_lines(['{"n":3}'])
+    log.append_lines(['{"n":4}'])
+    assert path.read_text().splitlines() == ['{"n":1}', '{"n":2,"cu', '{"n":3}', '{"n":4}']

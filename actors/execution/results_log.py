@@ -34,6 +34,12 @@ RETRY_S = (0.1, 2.0)
 #: past the size tries the rotation again.
 NOT_ROTATED_EVERY_S = 60.0
 _not_rotated_at: dict[str, float] = {}
+#: The logs (by path) whose next write checks first that the file ends a line: a write
+#: there failed, perhaps cut short, or this process has not written there yet (one before
+#: it may have been killed halfway through a write). Kept by path for the process, not by
+#: the write: the write tried next may be another consumer's, or the last flush of one
+#: whose tries were cut off.
+_unchecked: set[str] = set()
 
 
 def _warn_not_rotated(path: Path, exc: OSError) -> None:
@@ -92,30 +98,38 @@ class ResultsLog:
 
     def prepare(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        _unchecked.add(str(self.path))
 
     def append(self, records: list[dict[str, Any]]) -> None:
         """Append records, one JSON line each, in one write; flushed before returning."""
         self.append_lines([encode_object(r) for r in records])
 
-    def append_lines(self, lines: list[str], *, mend: bool = False) -> None:
+    def append_lines(self, lines: list[str]) -> None:
         """Append lines already encoded (``result_line``), in one write; flushed.
-        ``mend`` (a write tried again after one failed): a file that does not end in a
-        newline (the failed write cut short) gets one first, so the part line stays a
-        line of its own, which readers skip, and these lines are whole (not checked on
-        every write: another process's write in progress would read as a part line). A
-        rotation that fails is logged and left to the next write: these lines are written
-        (a caller trying the write again would write them twice)."""
+        The first write after one that failed (whoever makes it: ``_unchecked``) and a
+        process's first write: a file that does not end in a newline (a write cut short)
+        gets one first, so the part line stays a line of its own, which readers skip, and
+        these lines are whole (not checked on every write: another process's write in
+        progress would read as a part line). A rotation that fails is logged and left to
+        the next write: these lines are written (a caller trying the write again would
+        write them twice)."""
         if not lines:
             return
         # backslashreplace: a lone surrogate (from a handler's result) is written as its
         # JSON escape rather than failing the write, and with it the batch's acknowledgement.
         data = ("\n".join(lines) + "\n").encode("utf-8", "backslashreplace")
-        if mend and not self._ends_a_line():
+        key = str(self.path)
+        if key in _unchecked and not self._ends_a_line():
             data = b"\n" + data
-        with self.path.open("ab") as out:
-            out.write(data)
-            out.flush()
-            size = out.tell()
+        try:
+            with self.path.open("ab") as out:
+                out.write(data)
+                out.flush()
+                size = out.tell()
+        except OSError:
+            _unchecked.add(key)
+            raise
+        _unchecked.discard(key)
         if self.max_bytes and size >= self.max_bytes:
             try:
                 self.rotate()
@@ -163,7 +177,7 @@ async def append_waiting(
     failures, since = 0, 0.0
     while True:
         try:
-            results.append_lines(lines, mend=failures > 0)
+            results.append_lines(lines)
         except OSError as exc:
             if not failures:
                 since = trio.current_time()
