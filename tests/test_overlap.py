@@ -309,24 +309,54 @@ async def test_a_node_killed_mid_run_strands_no_skip_task(
 
 
 async def test_a_trigger_under_buffer_all_waits_for_the_fire_in_flight(
-    setup: Setup, record: Path
+    setup: Setup, record: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two triggers of a skip task, each under buffer_all: the second waits for the first
-    to end, then starts (the poller wakes the task to start it)."""
+    """Two triggers of a skip task in one millisecond, each under buffer_all: the second
+    is a fire of its own (a time 1 ms on), which waits for the first to end, then starts
+    (the poller wakes the task to start it)."""
     store = setup.store
     schedule = Schedule(
         "interval", every_s=3600, start_ms=await store.now_ms() + 3_600_000, overlap="skip"
     )
     (task,) = await store.create_many([TaskSpec("work", schedule, {"sleep_s": 1.5})])
+    at = await store.now_ms()
+
+    async def one_millisecond() -> int:
+        return at
+
+    monkeypatch.setattr(store, "now_ms", one_millisecond)
     async with setup.node():
         first, queued_first = await store.trigger(task.task_id, "buffer_all")
-        await trio.sleep(0.01)  # a later millisecond: another fire
         second, queued_second = await store.trigger(task.task_id, "buffer_all")
+        assert (first, second) == (f"{task.task_id}:{at}", f"{task.task_id}:{at + 1}")
         assert (queued_first, queued_second) == (True, False)
         await wait_records(record, lambda _: len(_runs(record, task.task_id)) >= 2, 60)
     runs = _runs(record, task.task_id)
     _assert_one_at_a_time(runs)
     assert [f"{task.task_id}:{due}" for due, _, _ in runs] == [first, second]
+
+
+async def test_triggers_in_one_millisecond_or_on_a_grid_time_are_fires_of_their_own(
+    setup: Setup, redis_client: RedisClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Triggers of a task without a policy in one millisecond (a double click, two API
+    nodes) each get a time of their own, and so does one made at one of the task's grid
+    times: sharing a schedule_id, all but one were dropped as duplicates by the consumers'
+    dedupe window though each was answered queued."""
+    store = setup.store
+    task_id, first_due = await setup.task(60, 0.0)
+    at = first_due
+
+    async def grid_time() -> int:
+        return at
+
+    monkeypatch.setattr(store, "now_ms", grid_time)
+    sids = [(await store.trigger(task_id, "allow_all"))[0] for _ in range(3)]
+    assert sids == [f"{task_id}:{at + n}" for n in (1, 2, 3)]
+    keys = await store.keys()
+    entries = await redis_client.execute("XRANGE", keys.queue("work"), "-", "+")
+    dues = [int(fields[b"due_ms"]) for _, fields in entries]
+    assert dues == [at + 1, at + 2, at + 3]
 
 
 async def test_a_policy_that_holds_fires_back_needs_one_on_the_task(setup: Setup) -> None:

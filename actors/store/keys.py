@@ -240,6 +240,11 @@ class Keys:
         """Fires to cancel wherever they run (``cancel_other``): hash schedule_id -> ms."""
         return f"{{{self.namespace}:q:{task_type}}}:cancel"
 
+    def trigger_time(self, task_id: str) -> str:
+        """A task's last manual trigger time (``trigger_time.lua``), in its partition's
+        slot: string ms, kept a minute."""
+        return f"{self.tag(self.partition_of(task_id))}:trig:{task_id}"
+
     def backfilled(self, task_type: str, task_id: str) -> str:
         """The grid times of a task that backfills appended (``backfill.lua``): hash due_ms
         -> '', in the queue's slot so that marking and appending are one atomic step."""

@@ -31,6 +31,7 @@ from actors.store.scripts import Scripts
 from runtime.logging import emit_events
 
 if TYPE_CHECKING:
+    from actors.domain.model import Task
     from actors.store.tasks import TaskStore
 
 #: A manual fire's fate: appended now, found appended by an earlier call, held back by the
@@ -148,6 +149,11 @@ async def trigger(store: TaskStore, task_id: str, overlap: Overlap, actor: str) 
     now = await store.now_ms()
     payload = encode_payload(task.payload)
     scripts = await store.scripts()
+    # A time of its own: not another trigger's (the same millisecond), nor a grid time's,
+    # whose schedule_id it would share.
+    due = await scripts.trigger_time(task_id, now)
+    while _on_grid(task, due):
+        due = await scripts.trigger_time(task_id, due + 1)
 
     async def append(dues: Sequence[int], policy: str) -> list[bool]:
         code = with_origin(policy, "t")
@@ -156,8 +162,20 @@ async def trigger(store: TaskStore, task_id: str, overlap: Overlap, actor: str) 
         return [True] * len(fires)
 
     queued = await fire_under(
-        scripts, task_id, task.type, [now], overlap, append, actor, store.takeover_ms
+        scripts, task_id, task.type, [due], overlap, append, actor, store.takeover_ms
     )
-    fate = queued[now] == APPENDED
-    emit_events(actor, [("triggered", {"task_id": task_id, "queued": fate})])
-    return schedule_id(task_id, now), fate
+    fate = queued[due] == APPENDED
+    sid = schedule_id(task_id, due)
+    emit_events(actor, [("triggered", {"task_id": task_id, "schedule_id": sid, "queued": fate})])
+    return sid, fate
+
+
+def _on_grid(task: Task, due_ms: int) -> bool:
+    """Whether ``due_ms`` is one of the task's grid times (as the task is now)."""
+    s = task.schedule
+    if s.kind == "interval":
+        anchor = task.next_run_ms if task.next_run_ms is not None else s.start_ms
+        return anchor is not None and (due_ms - anchor) % s.interval_ms() == 0
+    if s.kind == "cron":
+        return s.next_after(due_ms - 1) == due_ms
+    return due_ms == s.at_ms

@@ -1,5 +1,5 @@
 """The operators' scripts: purging a queue, replaying dead letters, backfilling a past
-window. A part of ``actors.store.scripts.Scripts``; nothing else uses it alone."""
+window, a trigger's time. A part of ``actors.store.scripts.Scripts``; nothing else uses it alone."""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ from actors.store.flights import (
     ended_flights,
 )
 from actors.store.keys import GROUP
+
+#: How long a task's last trigger time is kept: far longer than two API nodes' clocks
+#: differ, or than a burst of triggers in one millisecond moves it ahead of the clock.
+TRIGGER_KEEP_MS = 60_000
 
 
 class OperatorScripts(FlightScripts):
@@ -30,6 +34,13 @@ class OperatorScripts(FlightScripts):
             [(lua.PURGE_QUEUE, [self.keys.queue(task_type)], [GROUP, upto, count])]
         )
         return int(deleted), ended_flights(ended, ENDED_DROPPED)
+
+    async def trigger_time(self, task_id: str, now_ms: int) -> int:
+        """``trigger_time.lua``: a manual trigger's due time, ``now_ms`` or 1 ms past the
+        task's last trigger time when that is not earlier (``TRIGGER_KEEP_MS``)."""
+        key = self.keys.trigger_time(task_id)
+        (t,) = await self._run([(lua.TRIGGER_TIME, [key], [now_ms, TRIGGER_KEEP_MS])])
+        return int(t)
 
     async def replay_dead(
         self, task_type: str, entry_ids: Sequence[str]
