@@ -194,6 +194,7 @@ def decide(
         for o in group
     ]
     finished = [lifecycle_values(o) for o in ok]
+    policies = any(o.message.policy for o in batch)
     events: list[tuple[str, dict[str, Any]]] = [
         (
             "retried",
@@ -231,11 +232,11 @@ def decide(
         finished=finished,
         bodies=LIFECYCLE.encode_many(finished),
         events=events,
-        flights=_flight_ends(batch, retry) if any(o.message.policy for o in batch) else [],
+        flights=_flight_ends(batch, retry) if policies else [],
         cancels_done=[
             o.message.schedule_id for o in ok + dead + not_run if o.message.policy[:1] == "C"
         ]
-        if any(o.message.policy for o in batch)
+        if policies
         else [],
     )
 
