@@ -8,10 +8,13 @@ from __future__ import annotations
 import datetime as dt
 import zoneinfo
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
+from actors.config import ConsumerSection
 from actors.domain.errors import InvalidTask, InvalidTransition, TaskNotFound
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Misfire, Schedule
@@ -20,6 +23,7 @@ from actors.store.keys import LAYOUT_VERSION, Keys
 from actors.store.messages import Message, flat_fields
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
+from tests.execution_harness import node_config, running_node, wait_until
 
 PARIS = zoneinfo.ZoneInfo("Europe/Paris")
 MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000
@@ -135,6 +139,31 @@ async def test_an_interval_backfill_stays_on_the_tasks_grid_and_within_its_bound
     await store.pause("once")
     assert (await store.backfill("once", now - HOUR, now)).fires == (begins,)
     assert (await store.backfill("once", begins + 1, now)).fires == ()
+
+
+async def test_a_finished_interval_task_is_backfilled_on_the_grid_it_fired_on(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """A finished task keeps no next grid time: its grid is found through its history (its
+    latest grid occurrence), not its creation time, which an update that placed the grid
+    anew (or the create's own round trip) leaves off it. Backfilled on the creation time,
+    every fire got a time the task never fired at, its schedule_id none of the originals'."""
+    await store.create(TaskSpec("work", Schedule("interval", every_s=60), {"sleep_s": 0}, "p"))
+    await trio.sleep(0.05)
+    await store.update("p", schedule=Schedule("interval", every_s=60, max_runs=1))
+    placed = (await store.get("p")).next_run_ms  # type: ignore[union-attr]
+    assert placed is not None
+    consumers = {"work": ConsumerSection("tests.handlers.jobs:sleepy", concurrency=5)}
+    async with running_node(node_config(redis_url, namespace, tmp_path, consumers)):
+
+        async def finished_and_run() -> bool:
+            task = await store.get("p")
+            return task is not None and task.status == "finished" and task.last_fate == "ok"
+
+        await wait_until(finished_and_run)
+    done = await store.backfill("p", placed - 10 * MINUTE, await store.now_ms())
+    assert done.fires == tuple(placed - k * MINUTE for k in range(10, -1, -1))
+    assert {m.due_ms for m in await stream(store, "work") if m.attempt == 0} >= {placed}
 
 
 async def test_refusals_write_nothing(store: TaskStore) -> None:

@@ -356,8 +356,9 @@ async def _backfill(
     for task in tasks:
         # Not this node's [api] bound: the action's fires were checked against the bound
         # of the node that took it, and a node without the API applies it too.
+        grid_ms = await backfilling.grid_of(store, task)
         fires = backfilling.window_fires(
-            task, spec.start_ms, spec.end_ms, backfilling.MOST_FIRES, now_ms
+            task, spec.start_ms, spec.end_ms, backfilling.MOST_FIRES, now_ms, grid_ms
         )[: backfilling.MOST_FIRES]
         policy = typing.cast(Overlap, spec.overlap or task.schedule.overlap)
         fates = await backfilling.append_fires(store, task, fires, policy, pacer)
@@ -385,8 +386,9 @@ async def plan_backfill(store: TaskStore, spec: ActionSpec, max_fires: int) -> i
         for task in await select_partition(store, spec.selector, partition):
             if task.status == "stopped":
                 continue
+            grid_ms = await backfilling.grid_of(store, task)
             total += len(backfilling.window_fires(task, spec.start_ms, spec.end_ms,
-                                                  max_fires - total, now_ms))  # fmt: skip
+                                                  max_fires - total, now_ms, grid_ms))  # fmt: skip
             if total > max_fires:
                 raise InvalidTask(
                     f"end_ms: the window holds more than {max_fires} fires of the selected "

@@ -6,7 +6,8 @@ stream, as the poller would have appended it: attempt 0, ``due_ms`` the grid tim
 it is recognisable downstream. The grid comes from the schedule's own functions
 (``Schedule.first_due`` / ``next_after``, the ones the poller walks), within the
 schedule's ``start_ms`` / ``end_ms`` bounds; an interval grid is the one through the
-task's current grid time (its next fire), extended back as far as the window asks.
+task's current grid time (its next fire; a finished task's last one, from its history:
+``grid_of``), extended back as far as the window asks.
 
 Idempotent: ``backfill.lua`` marks each appended grid time in a hash per task
 (``Keys.backfilled``, in the stream's slot, kept ``RETENTION_MS`` after the task's last
@@ -40,6 +41,7 @@ from actors.domain.misfires import plan_fires
 from actors.domain.model import Task, encode_payload
 from actors.domain.schedules import MAX_MS, Overlap
 from actors.store.flights import parse_policy, task_policy_code, with_origin
+from actors.store.history import decode_ring
 from actors.store.keys import schedule_id
 from actors.store.manual_fires import (
     APPENDED,
@@ -141,16 +143,36 @@ def check_window(start_ms: int, end_ms: int, now_ms: int) -> None:
         )
 
 
-def _interval_anchor(task: Task) -> int:
+def _interval_anchor(task: Task, grid_ms: int | None) -> int:
     """A time on the task's interval grid: its next grid time (the grid the poller walks,
     moved only by a schedule update or a resume with nothing left to fire), else the
-    schedule's start, else the creation time (where a new task's grid starts)."""
+    schedule's start, else ``grid_ms`` (a finished task's last grid time: ``grid_of``),
+    else the creation time (where a new task's grid starts)."""
     if task.next_run_ms is not None:
         return task.next_run_ms
-    return task.schedule.start_ms if task.schedule.start_ms is not None else task.created_ms
+    if task.schedule.start_ms is not None:
+        return task.schedule.start_ms
+    return grid_ms if grid_ms is not None else task.created_ms
 
 
-def _first(task: Task, start_ms: int) -> int | None:
+async def grid_of(store: TaskStore, task: Task) -> int | None:
+    """Where a finished interval task's grid was, when nothing else says (no next grid
+    time: a finished task keeps none; no ``start_ms``): the due time of the latest grid
+    occurrence in its history. Its creation time is not on the grid (the grid starts at
+    a time read before the create, a few ms earlier), nor after an update placed the grid
+    anew: the backfilled fires' schedule_ids would not be the original fires'. None where
+    the task's own record says, or its history holds no grid occurrence."""
+    s = task.schedule
+    if task.next_run_ms is not None or s.kind != "interval" or s.start_ms is not None:
+        return None
+    keys = await store.keys()
+    raw = await store.client.execute("HGET", keys.history(keys.partition_of(task.task_id)),
+                                     task.task_id)  # fmt: skip
+    ring = decode_ring(raw) if isinstance(raw, bytes) else []
+    return next((o.due_ms for o in ring if o.origin == "schedule"), None)
+
+
+def _first(task: Task, start_ms: int, grid_ms: int | None) -> int | None:
     """The task's first grid time at or after ``start_ms`` (and its schedule's start)."""
     schedule = task.schedule
     if schedule.kind == "once":
@@ -160,23 +182,25 @@ def _first(task: Task, start_ms: int) -> int | None:
     if schedule.kind == "cron":
         return schedule.first_due(low)
     every = schedule.interval_ms()
-    anchor = _interval_anchor(task)
+    anchor = _interval_anchor(task, grid_ms)
     first = anchor - (anchor - low) // every * every  # the first at or after low (exact)
     if first > MAX_MS or (schedule.end_ms is not None and first > schedule.end_ms):
         return None
     return first
 
 
-def window_fires(task: Task, start_ms: int, end_ms: int, limit: int, now_ms: int) -> list[int]:
+def window_fires(
+    task: Task, start_ms: int, end_ms: int, limit: int, now_ms: int, grid_ms: int | None = None
+) -> list[int]:
     """The task's grid times in ``[start_ms, end_ms)``, in order: at most ``limit + 1`` of
     them (one more than ``limit`` says the window holds more). Those an active task's live
     schedule will enqueue itself are left out (``_live``), so no grid time is enqueued by
-    both; ``now_ms``: Redis's clock."""
+    both; ``now_ms``: Redis's clock; ``grid_ms``: ``grid_of``."""
     live, live_from = _live(task, now_ms)
     if live_from is not None:
         end_ms = min(end_ms, live_from)
     out: list[int] = []
-    due = _first(task, start_ms)
+    due = _first(task, start_ms, grid_ms)
     while due is not None and due < end_ms and len(out) <= limit:
         if due not in live:
             out.append(due)
@@ -205,11 +229,11 @@ def _live(task: Task, now_ms: int) -> tuple[set[int], int | None]:
     return live, plan.next_ms
 
 
-def _count_text(task: Task, start_ms: int, end_ms: int, limit: int) -> str:
+def _count_text(task: Task, start_ms: int, end_ms: int, limit: int, grid_ms: int | None) -> str:
     """How many fires the window holds, for a refusal: exact for an interval, a floor for
     a cron schedule (counting a minutely cron over years would take long)."""
     schedule = task.schedule
-    first = _first(task, start_ms)
+    first = _first(task, start_ms, grid_ms)
     if schedule.kind != "interval" or first is None:
         return f"more than {limit}"
     last = end_ms - 1 if schedule.end_ms is None else min(end_ms - 1, schedule.end_ms)
@@ -374,10 +398,12 @@ async def backfill_task(
         raise TaskNotFound(task_id)
     if task.status == "stopped":
         raise InvalidTransition(f"task {task_id!r} is stopped (for good): it cannot be backfilled")
-    fires = window_fires(task, start_ms, end_ms, max_fires, now_ms)
+    grid_ms = await grid_of(store, task)
+    fires = window_fires(task, start_ms, end_ms, max_fires, now_ms, grid_ms)
     if len(fires) > max_fires:
+        count = _count_text(task, start_ms, end_ms, max_fires, grid_ms)
         raise InvalidTask(
-            f"end_ms: the window holds {_count_text(task, start_ms, end_ms, max_fires)} fires "
+            f"end_ms: the window holds {count} fires "
             f"of task {task_id!r}, more than the {max_fires} one backfill may enqueue ([api] "
             "backfill_max_fires): backfill shorter windows"
         )
