@@ -14,6 +14,7 @@ from actors.store.keys import GROUP, Keys
 from actors.store.messages import Message
 from actors.store.records import OUTCOME_NAMES
 from actors.store.replies import DeadLetterWrite, OutcomeWrite, RetryWrite
+from actors.store.scheduling_scripts import RETRY_SENT_KEEP_MS
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
@@ -239,11 +240,40 @@ async def test_retry_contexts_claim_and_commit(
     committed = await scripts.commit_retries("tok", {0: [f"{a}:1"]})
     assert committed[0].lost == []
     assert committed[0].earliest_ms is not None and committed[0].earliest_ms > 10**15  # b
-    assert await redis_client.execute("EXISTS", keys.retry_context_prefix(0) + f"{a}:1") == 0
+    context = keys.retry_context_prefix(0) + f"{a}:1"
+    assert await redis_client.execute("HGETALL", context) == {b"sent": b"1"}  # a mark alone
+    assert 0 < await redis_client.execute("PTTL", context) <= RETRY_SENT_KEEP_MS
     # Sent again after its reply was lost: committed already, nothing lost (no
     # retry_claim_lost line for a retry that is back in its stream).
     again = await scripts.commit_retries("tok", {0: [f"{a}:1"]})
     assert again[0].lost == [] and again[0].earliest_ms == committed[0].earliest_ms
+
+
+async def test_a_retry_sent_already_is_not_scheduled_again(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """A consumer's retry write sent again after the dispatcher sent the retry (its reply
+    lost, the consumer cut off longer than the delay), or the failed attempt run again
+    and failing again, schedules nothing: the retry would run twice. A later attempt's
+    retry is scheduled, for good (the mark's expiry goes with it)."""
+    store = TaskStore(redis_client, keys.namespace, default_partitions=keys.partitions)
+    (a,) = [t for t in (f"t{i}" for i in range(100)) if keys.partition_of(t) == 0][:1]
+    await store.create(TaskSpec("t", Schedule("interval", every_s=3600), task_id=a))
+    first = RetryWrite(message(a, 0, "null"), 0, "boom")
+    await scripts.schedule_retries([first])
+    (claim,) = await scripts.claim_retries([0], "tok", 10, 60_000)
+    assert [sid for sid, _ in claim.retries] == [f"{a}:1"]
+    await scripts.commit_retries("tok", {0: [f"{a}:1"]})
+    await scripts.schedule_retries([first])  # the same write again
+    assert await redis_client.execute("ZCARD", keys.retry(0)) == 0
+    (again,) = await scripts.claim_retries([0], "tok2", 10, 60_000)
+    assert again.retries == []
+    await scripts.schedule_retries([RetryWrite(message(a, 1, "null"), 10**9, "bang")])
+    assert await redis_client.execute("ZCARD", keys.retry(0)) == 1
+    context = keys.retry_context_prefix(0) + f"{a}:1"
+    assert await redis_client.execute("PTTL", context) == -1
+    assert await redis_client.execute("HGET", context, "attempt") == b"2"
+    assert await redis_client.execute("HEXISTS", context, "sent") == 0
 
 
 async def test_record_outcomes_counts_runs_and_failures(

@@ -1,17 +1,24 @@
 -- commit_retries: forget retries whose message is back in its stream.
 -- KEYS[1]  retry zset of the partition
--- ARGV[1]  retry-context key prefix   ARGV[2]  claim token   ARGV[3..]  schedule ids
+-- ARGV[1]  retry-context key prefix   ARGV[2]  claim token   ARGV[3]  how long a sent
+-- retry's mark is kept (ms)   ARGV[4..]  schedule ids
 -- Returns {earliest score after the commit or NONE, lost ids...}; a lost id's context is
 -- claimed under another token (its lease expired and another dispatcher took it): it is
 -- left alone. A context gone, or unclaimed, is not lost: committed already (this call
 -- sent again after its reply was lost), or written anew by a later failure of the fire
 -- (schedule_retries.lua clears the claim): left alone too.
+-- A committed context leaves a mark, 'sent' = its attempt, kept ARGV[3] ms: the same
+-- retry written again (a consumer's write sent again after its reply was lost, or the
+-- failed attempt run again and failing again) is not scheduled a second time.
 local out = {NONE}
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   local key = ARGV[1] .. ARGV[i]
-  local claim = redis.call('HGET', key, 'claim')
+  local f = redis.call('HMGET', key, 'claim', 'attempt')
+  local claim = f[1]
   if claim == ARGV[2] then
     redis.call('DEL', key)
+    redis.call('HSET', key, 'sent', f[2] or '')
+    redis.call('PEXPIRE', key, ARGV[3])
     redis.call('ZREM', KEYS[1], ARGV[i])
   elseif claim and claim ~= '' then
     out[#out + 1] = ARGV[i]

@@ -11,30 +11,36 @@
 -- claim_retries.lua drops the retry if the task is deleted and created again under its id
 -- before the retry comes due.
 -- Returns the number saved. Idempotent per schedule_id: a message that failed twice
--- (reclaimed and failed again) overwrites one context, never adds a second retry.
+-- (reclaimed and failed again) overwrites one context, never adds a second retry; nor is
+-- a retry its dispatcher sent already (commit_retries.lua's mark: 'sent' = its attempt)
+-- saved again. The mark goes when a later attempt's retry is saved.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tag, buckets = ARGV[2], tonumber(ARGV[3])
 local n = 0
 for i = 4, #ARGV, 9 do
   local sid = ARGV[i]
-  local retry_at = string.format('%d', now + tonumber(ARGV[i + 1]))
-  redis.call('HSET', ARGV[1] .. sid, 'task_id', ARGV[i + 2], 'type', ARGV[i + 3],
-    'payload', ARGV[i + 4], 'attempt', ARGV[i + 5], 'due_ms', ARGV[i + 6],
-    'last_error', ARGV[i + 7], 'retry_at_ms', retry_at)
-  local born = created_ms(tag, bucket_of(ARGV[i + 2], buckets), ARGV[i + 2])
-  if born then  -- nil or false: none to keep
-    redis.call('HSET', ARGV[1] .. sid, 'born', ms(born))
-  else
-    redis.call('HDEL', ARGV[1] .. sid, 'born')
+  local sent = redis.call('HGET', ARGV[1] .. sid, 'sent')
+  if sent ~= ARGV[i + 5] then
+    if sent then redis.call('DEL', ARGV[1] .. sid) end  -- an earlier attempt's mark
+    local retry_at = string.format('%d', now + tonumber(ARGV[i + 1]))
+    redis.call('HSET', ARGV[1] .. sid, 'task_id', ARGV[i + 2], 'type', ARGV[i + 3],
+      'payload', ARGV[i + 4], 'attempt', ARGV[i + 5], 'due_ms', ARGV[i + 6],
+      'last_error', ARGV[i + 7], 'retry_at_ms', retry_at)
+    local born = created_ms(tag, bucket_of(ARGV[i + 2], buckets), ARGV[i + 2])
+    if born then  -- nil or false: none to keep
+      redis.call('HSET', ARGV[1] .. sid, 'born', ms(born))
+    else
+      redis.call('HDEL', ARGV[1] .. sid, 'born')
+    end
+    if ARGV[i + 8] ~= '' then
+      redis.call('HSET', ARGV[1] .. sid, 'o', ARGV[i + 8])
+      redis.call('HDEL', ARGV[1] .. sid, 'claim')
+    else
+      redis.call('HDEL', ARGV[1] .. sid, 'claim', 'o')
+    end
+    redis.call('ZADD', KEYS[1], retry_at, sid)
+    n = n + 1
   end
-  if ARGV[i + 8] ~= '' then
-    redis.call('HSET', ARGV[1] .. sid, 'o', ARGV[i + 8])
-    redis.call('HDEL', ARGV[1] .. sid, 'claim')
-  else
-    redis.call('HDEL', ARGV[1] .. sid, 'claim', 'o')
-  end
-  redis.call('ZADD', KEYS[1], retry_at, sid)
-  n = n + 1
 end
 return n
