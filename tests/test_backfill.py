@@ -19,6 +19,7 @@ from actors.domain.errors import InvalidTask, InvalidTransition, TaskNotFound
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Misfire, Schedule
 from actors.store.backfill import RETENTION_MS
+from actors.store.history import DEFAULT_HISTORY, decode_ring
 from actors.store.keys import LAYOUT_VERSION, Keys
 from actors.store.messages import Message, flat_fields
 from actors.store.tasks import TaskStore
@@ -153,7 +154,14 @@ async def test_a_finished_interval_task_is_backfilled_on_the_grid_it_fired_on(
     await store.update("p", schedule=Schedule("interval", every_s=60, max_runs=1))
     placed = (await store.get("p")).next_run_ms  # type: ignore[union-attr]
     assert placed is not None
-    consumers = {"work": ConsumerSection("tests.handlers.jobs:sleepy", concurrency=5)}
+    consumers = {"work": ConsumerSection("tests.handlers.jobs:sleepy", concurrency=50)}
+    keys = await store.keys()
+    ring_key = keys.history(keys.partition_of("p"))
+
+    async def backfilled_in_history() -> int:
+        raw = await store.client.execute("HGET", ring_key, "p")
+        return sum(o.origin == "backfill" for o in decode_ring(raw or b""))
+
     async with running_node(node_config(redis_url, namespace, tmp_path, consumers)):
 
         async def finished_and_run() -> bool:
@@ -161,9 +169,17 @@ async def test_a_finished_interval_task_is_backfilled_on_the_grid_it_fired_on(
             return task is not None and task.status == "finished" and task.last_fate == "ok"
 
         await wait_until(finished_and_run)
-    done = await store.backfill("p", placed - 10 * MINUTE, await store.now_ms())
-    assert done.fires == tuple(placed - k * MINUTE for k in range(10, -1, -1))
-    assert {m.due_ms for m in await stream(store, "work") if m.attempt == 0} >= {placed}
+        window = (placed - 24 * MINUTE, await store.now_ms())
+        done = await store.backfill("p", *window)
+        assert done.fires == tuple(placed - k * MINUTE for k in range(24, -1, -1))
+        # The backfilled runs fill the history's 20 entries: none of the grid's is left.
+        await wait_until(lambda: _at_least(backfilled_in_history, DEFAULT_HISTORY))
+    again = await store.backfill("p", *window)
+    assert (again.fires, again.enqueued, again.already) == (done.fires, 0, 25)
+
+
+async def _at_least(count: Callable[[], Any], least: int) -> bool:
+    return bool(await count() >= least)
 
 
 async def test_refusals_write_nothing(store: TaskStore) -> None:

@@ -357,6 +357,13 @@ async def test_triggers_in_one_millisecond_or_on_a_grid_time_are_fires_of_their_
     entries = await redis_client.execute("XRANGE", keys.queue("work"), "-", "+")
     dues = [int(fields[b"due_ms"]) for _, fields in entries]
     assert dues == [at + 1, at + 2, at + 3]
+    # A grid of 1 ms has every millisecond on it: the trigger takes the next one all the same.
+    (every_ms,) = await store.create_many(
+        [TaskSpec("work", Schedule("interval", every_s=0.001, start_ms=at))]
+    )
+    with trio.fail_after(10):
+        sid, _ = await store.trigger(every_ms.task_id, "allow_all")
+    assert sid == f"{every_ms.task_id}:{at + 1}"
 
 
 async def test_a_policy_that_holds_fires_back_needs_one_on_the_task(setup: Setup) -> None:
@@ -461,6 +468,30 @@ async def test_a_cancel_request_for_a_fire_that_ended_goes_with_its_ack(
 
         await wait_until(gone, 30)
     assert {k.decode() for k in await redis_client.execute("HKEYS", cancels)} == set(sids[1:])
+
+
+async def test_a_cancel_request_made_while_a_fire_waits_for_its_retry_cancels_the_retry(
+    setup: Setup, record: Path
+) -> None:
+    """A trigger under ``cancel_other`` asks to cancel the task's fire while it waits for
+    its retry: the retry's message, appended after the request, is cancelled once it runs
+    (a request older than its message's append is an earlier run's only for a first
+    attempt), and the trigger's fire runs after it."""
+    task_id, due = await setup.task(3600, 0.0, overlap="cancel_other")
+    async with setup.node("fails_then_blocks"):
+        await wait_records(record, lambda rs: any(r["event"] == "failed" for r in rs), 30)
+        sid, queued = await setup.store.trigger(task_id, "cancel_other")  # within the 2 s
+        assert not queued
+        await wait_records(
+            record,
+            lambda rs: (
+                any(r["event"] == "cancelled" and r["attempt"] == 1 for r in rs)
+                and any(r["schedule_id"] == sid for r in rs)
+            ),
+            30,
+        )
+    cancelled = [r["schedule_id"] for r in records(record) if r["event"] == "cancelled"]
+    assert cancelled[0] == f"{task_id}:{due}"
 
 
 async def _said(log_lines: Any, event: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -241,8 +242,9 @@ async def test_retry_contexts_claim_and_commit(
     assert committed[0].lost == []
     assert committed[0].earliest_ms is not None and committed[0].earliest_ms > 10**15  # b
     context = keys.retry_context_prefix(0) + f"{a}:1"
-    assert await redis_client.execute("HGETALL", context) == {b"sent": b"1"}  # a mark alone
-    assert 0 < await redis_client.execute("PTTL", context) <= RETRY_SENT_KEEP_MS
+    assert await redis_client.execute("EXISTS", context) == 0
+    assert await redis_client.execute("GET", context + ":sent") == b"1-0"  # the failed message
+    assert 0 < await redis_client.execute("PTTL", context + ":sent") <= RETRY_SENT_KEEP_MS
     # Sent again after its reply was lost: committed already, nothing lost (no
     # retry_claim_lost line for a retry that is back in its stream).
     again = await scripts.commit_retries("tok", {0: [f"{a}:1"]})
@@ -253,9 +255,10 @@ async def test_a_retry_sent_already_is_not_scheduled_again(
     redis_client: RedisClient, keys: Keys, scripts: Scripts
 ) -> None:
     """A consumer's retry write sent again after the dispatcher sent the retry (its reply
-    lost, the consumer cut off longer than the delay), or the failed attempt run again
-    and failing again, schedules nothing: the retry would run twice. A later attempt's
-    retry is scheduled, for good (the mark's expiry goes with it)."""
+    lost, the consumer cut off longer than the delay), or the failed message run again and
+    failing again, schedules nothing: the retry would run twice. Another message of the
+    fire's time failing (a backfill running it again), and the retry's own failure, each
+    schedule theirs."""
     store = TaskStore(redis_client, keys.namespace, default_partitions=keys.partitions)
     (a,) = [t for t in (f"t{i}" for i in range(100)) if keys.partition_of(t) == 0][:1]
     await store.create(TaskSpec("t", Schedule("interval", every_s=3600), task_id=a))
@@ -268,12 +271,14 @@ async def test_a_retry_sent_already_is_not_scheduled_again(
     assert await redis_client.execute("ZCARD", keys.retry(0)) == 0
     (again,) = await scripts.claim_retries([0], "tok2", 10, 60_000)
     assert again.retries == []
+    backfilled = attrs.evolve(message(a, 0, "null"), msg_id="7-0")
+    await scripts.schedule_retries([RetryWrite(backfilled, 10**9, "boom")])
+    context = keys.retry_context_prefix(0) + f"{a}:1"
+    assert await redis_client.execute("HMGET", context, "attempt", "from") == [b"1", b"7-0"]
     await scripts.schedule_retries([RetryWrite(message(a, 1, "null"), 10**9, "bang")])
     assert await redis_client.execute("ZCARD", keys.retry(0)) == 1
-    context = keys.retry_context_prefix(0) + f"{a}:1"
+    assert await redis_client.execute("HMGET", context, "attempt", "from") == [b"2", b"1-1"]
     assert await redis_client.execute("PTTL", context) == -1
-    assert await redis_client.execute("HGET", context, "attempt") == b"2"
-    assert await redis_client.execute("HEXISTS", context, "sent") == 0
 
 
 async def test_record_outcomes_counts_runs_and_failures(

@@ -260,7 +260,8 @@ class Consumer:
             await trio.sleep(CANCEL_CHECK_S)
             running = pool.replaceable()
             if running:
-                appended = {sid: m.enq_ms for sid, m in running.items()}
+                # A retry's message is appended after the request that names its fire.
+                appended = {sid: 0 if m.attempt else m.enq_ms for sid, m in running.items()}
                 named = await scripts.client.ride_out(
                     functools.partial(scripts.cancel_requests, self.type, appended)
                 )

@@ -43,6 +43,7 @@ from actors.store.actions import (
 )
 from actors.store.enqueue import enqueue_fires
 from actors.store.flights import dropped_lines, with_origin
+from actors.store.keys import schedule_id
 from actors.store.manual_fires import (
     APPENDED,
     HELD,
@@ -321,7 +322,15 @@ async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) 
     emit_events(
         _ACTOR,
         [
-            ("triggered", {"task_id": task_id, "queued": q, "action_id": state.action_id})
+            (
+                "triggered",
+                {
+                    "task_id": task_id,
+                    "schedule_id": schedule_id(task_id, due),
+                    "queued": q,
+                    "action_id": state.action_id,
+                },
+            )
             for task_id, q in queued.items()
         ],
     )

@@ -155,13 +155,20 @@ def _interval_anchor(task: Task, grid_ms: int | None) -> int:
     return grid_ms if grid_ms is not None else task.created_ms
 
 
+#: The origins of a history's occurrences on the task's grid (a trigger's are not, nor
+#: a replayed one's, whatever it replays).
+_ON_GRID = ("schedule", "backfill")
+
+
 async def grid_of(store: TaskStore, task: Task) -> int | None:
     """Where a finished interval task's grid was, when nothing else says (no next grid
     time: a finished task keeps none; no ``start_ms``): the due time of the latest grid
     occurrence in its history. Its creation time is not on the grid (the grid starts at
     a time read before the create, a few ms earlier), nor after an update placed the grid
-    anew: the backfilled fires' schedule_ids would not be the original fires'. None where
-    the task's own record says, or its history holds no grid occurrence."""
+    anew: the backfilled fires' schedule_ids would not be the original fires'. The latest
+    of its scheduled and backfilled occurrences (a backfill's are on the same grid, and
+    may have pushed the scheduled ones out of the ring); None where the task's own record
+    says, or its history holds no grid occurrence."""
     s = task.schedule
     if task.next_run_ms is not None or s.kind != "interval" or s.start_ms is not None:
         return None
@@ -169,7 +176,7 @@ async def grid_of(store: TaskStore, task: Task) -> int | None:
     raw = await store.client.execute("HGET", keys.history(keys.partition_of(task.task_id)),
                                      task.task_id)  # fmt: skip
     ring = decode_ring(raw) if isinstance(raw, bytes) else []
-    return next((o.due_ms for o in ring if o.origin == "schedule"), None)
+    return max((o.due_ms for o in ring if o.origin in _ON_GRID), default=None)
 
 
 def _first(task: Task, start_ms: int, grid_ms: int | None) -> int | None:

@@ -150,9 +150,9 @@ async def trigger(store: TaskStore, task_id: str, overlap: Overlap, actor: str) 
     payload = encode_payload(task.payload)
     scripts = await store.scripts()
     # A time of its own: not another trigger's (the same millisecond), nor a grid time's,
-    # whose schedule_id it would share.
+    # whose schedule_id it would share (the next millisecond is none: a grid of 1 ms aside).
     due = await scripts.trigger_time(task_id, now)
-    while _on_grid(task, due):
+    if _on_grid(task, due):
         due = await scripts.trigger_time(task_id, due + 1)
 
     async def append(dues: Sequence[int], policy: str) -> list[bool]:

@@ -39,8 +39,9 @@ from runtime.redis_replies import PartRejected
 
 #: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
 ENQUEUE_CHUNK = 500
-#: How long a sent retry's mark is kept (``commit_retries.lua``): a write of the same
-#: retry sent again within it (its reply lost, the consumer cut off) schedules nothing.
+#: How long a sent retry's mark is kept (``commit_retries.lua``): the same failure written
+#: again within it (its reply lost, the consumer cut off; the message run again) schedules
+#: no second retry.
 RETRY_SENT_KEEP_MS = 3_600_000
 
 
@@ -392,7 +393,8 @@ class SchedulingScripts(FlightScripts):
 
     async def commit_retries(self, token: str, claimed: dict[int, list[str]]) -> dict[int, Commit]:
         """``commit_retries.lua`` per partition: delete the retry contexts whose claim by
-        ``token`` still holds, each leaving a mark that it was sent (``RETRY_SENT_KEEP_MS``);
+        ``token`` still holds, each leaving a mark that its failure's retry was sent
+        (``RETRY_SENT_KEEP_MS``);
         ``Commit.lost`` names the schedule ids it did not hold."""
         k = self.keys
         replies = await self._run(

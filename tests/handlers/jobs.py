@@ -120,6 +120,14 @@ async def blocked(ctx: HandlerContext) -> None:
         raise
 
 
+async def fails_then_blocks(ctx: HandlerContext) -> None:
+    """Its first attempt asks for a retry in 2 s; a retry is ``blocked``."""
+    if ctx.attempt == 0:
+        _record(ctx, "failed")
+        raise RetryLater(2.0, "again in 2 s")
+    await blocked(ctx)
+
+
 async def crash(ctx: HandlerContext) -> None:
     """Kills its own process (a crash in native code, the OOM killer), once recorded."""
     _record(ctx, "started")

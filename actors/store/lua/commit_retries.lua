@@ -7,19 +7,20 @@
 -- left alone. A context gone, or unclaimed, is not lost: committed already (this call
 -- sent again after its reply was lost), or written anew by a later failure of the fire
 -- (schedule_retries.lua clears the claim): left alone too.
--- A committed context leaves a mark, 'sent' = its attempt, kept ARGV[3] ms: the same
--- retry written again (a consumer's write sent again after its reply was lost, or the
--- failed attempt run again and failing again) is not scheduled a second time.
+-- A committed context whose failed message is known ('from') leaves a mark of its own,
+-- <prefix><schedule_id>:sent = that message's id, kept ARGV[3] ms: the same failure
+-- written again (a consumer's write sent again after its reply was lost, or the message
+-- run again and failing again) schedules no second retry. A key of its own: a context
+-- written over it by an older version's script must not take its expiry.
 local out = {NONE}
 for i = 4, #ARGV do
   local key = ARGV[1] .. ARGV[i]
-  local f = redis.call('HMGET', key, 'claim', 'attempt')
+  local f = redis.call('HMGET', key, 'claim', 'from')
   local claim = f[1]
   if claim == ARGV[2] then
     redis.call('DEL', key)
-    redis.call('HSET', key, 'sent', f[2] or '')
-    redis.call('PEXPIRE', key, ARGV[3])
     redis.call('ZREM', KEYS[1], ARGV[i])
+    if f[2] then redis.call('SET', key .. ':sent', f[2], 'PX', ARGV[3]) end
   elseif claim and claim ~= '' then
     out[#out + 1] = ARGV[i]
   end

@@ -2,8 +2,9 @@
 -- KEYS[1]  retry zset of the partition
 -- ARGV[1]  retry-context key prefix ({ns:P}:retry:)   ARGV[2]  partition tag
 -- ARGV[3]  buckets per partition
--- ARGV[4..] groups of 9: schedule_id, delay_ms, task_id, type, payload, attempt
---           (of the retry), due_ms, last_error, policy code ('' = none)
+-- ARGV[4..] groups of 10: schedule_id, delay_ms, task_id, type, payload, attempt
+--           (of the retry), due_ms, last_error, policy code ('' = none), the failed
+--           message's id (kept as 'from')
 -- The retry is due at Redis's TIME + delay_ms: one clock for every node (a node whose own
 -- clock is skewed neither retries early nor late). Each context keeps in 'born' its task's
 -- created_ms now (0: no such task; none kept for a definition without one or one that
@@ -12,21 +13,21 @@
 -- before the retry comes due.
 -- Returns the number saved. Idempotent per schedule_id: a message that failed twice
 -- (reclaimed and failed again) overwrites one context, never adds a second retry; nor is
--- a retry its dispatcher sent already (commit_retries.lua's mark: 'sent' = its attempt)
--- saved again. The mark goes when a later attempt's retry is saved.
+-- the retry of a failure its dispatcher sent already saved again (commit_retries.lua's
+-- mark, <prefix><schedule_id>:sent, names the failed message: the same write sent again,
+-- or the same message run again and failing again). A later run of the fire's time (a
+-- backfill, a replay) is another message: its retry is saved.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tag, buckets = ARGV[2], tonumber(ARGV[3])
 local n = 0
-for i = 4, #ARGV, 9 do
+for i = 4, #ARGV, 10 do
   local sid = ARGV[i]
-  local sent = redis.call('HGET', ARGV[1] .. sid, 'sent')
-  if sent ~= ARGV[i + 5] then
-    if sent then redis.call('DEL', ARGV[1] .. sid) end  -- an earlier attempt's mark
+  if redis.call('GET', ARGV[1] .. sid .. ':sent') ~= ARGV[i + 9] then
     local retry_at = string.format('%d', now + tonumber(ARGV[i + 1]))
     redis.call('HSET', ARGV[1] .. sid, 'task_id', ARGV[i + 2], 'type', ARGV[i + 3],
       'payload', ARGV[i + 4], 'attempt', ARGV[i + 5], 'due_ms', ARGV[i + 6],
-      'last_error', ARGV[i + 7], 'retry_at_ms', retry_at)
+      'last_error', ARGV[i + 7], 'retry_at_ms', retry_at, 'from', ARGV[i + 9])
     local born = created_ms(tag, bucket_of(ARGV[i + 2], buckets), ARGV[i + 2])
     if born then  -- nil or false: none to keep
       redis.call('HSET', ARGV[1] .. sid, 'born', ms(born))
