@@ -83,10 +83,12 @@ async def running_node(config: Config) -> AsyncIterator[ActorContext]:
 
 
 def records(path: Path) -> list[dict[str, Any]]:
-    """What the test handlers recorded (``tests.handlers.jobs``)."""
+    """What the test handlers recorded (``tests.handlers.jobs``): whole lines only (a node
+    process may be halfway through writing the last one)."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    whole = path.read_text().rpartition("\n")[0]
+    return [json.loads(line) for line in whole.splitlines() if line.strip()]
 
 
 async def wait_until(predicate: Any, timeout_s: float = 60.0, poll_s: float = 0.02) -> None:
