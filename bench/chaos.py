@@ -23,8 +23,10 @@ Scenarios: ``redis-restart`` (SIGKILL Redis, start it again from its AOF ``--fau
 later), ``redis-stall`` (``CLIENT PAUSE`` for ``--fault-s``), ``sentinel-failover`` (a
 primary, a replica and three sentinels, the nodes knowing only the sentinels; SIGKILL the
 primary: the fault ends when the replica is promoted), ``cluster-failover`` (three
-primaries with a replica each, the nodes in cluster mode; ``CLUSTER FAILOVER`` on every
-replica in turn), ``cluster-kill`` (the same cluster; SIGKILL a primary, and
+primaries with a replica each, the nodes in cluster mode; every primary in turn hands
+over to its replica with no write lost: its writes paused, the replica caught up and
+promoted with ``CLUSTER FAILOVER TAKEOVER``, as a manual ``CLUSTER FAILOVER`` does without
+the primaries' vote), ``cluster-kill`` (the same cluster; SIGKILL a primary, and
 ``--fault-s`` later promote its replica with ``CLUSTER FAILOVER TAKEOVER``: a primary lost
 with whatever it had not yet sent its replica), ``kill-nodes`` (SIGKILL a
 random node every ``--every-s``, restart it 3 s later), ``kill-children`` (SIGKILL a random
