@@ -158,3 +158,28 @@ async def _a_trigger_held_then_its_fire_ahead_ended(
     scripts = await store.scripts()
     await scripts.end_flights([FlightEnd("x", 0, int(sid.split(":")[1]))])
     return state, task
+
+
+async def test_a_trigger_action_at_a_tasks_grid_time_is_a_fire_of_its_own(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """An action's time that is one of a task's grid times (one in 60,000 tasks of a minute
+    grid, for any action) fires that task at the next millisecond: sharing the grid
+    fire's schedule_id, one of the two was dropped as a duplicate by the consumers'
+    dedupe window (under an overlap policy, the action's was taken as decided)."""
+    from actors.store.actions import take_lease
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    spec = ActionSpec.from_dict({"action": "trigger", "selector": {"type": "work"}})
+    await create_action(store, "a1", spec, None, "me", 60_000)
+    keys = await store.keys()
+    at = int(await redis_client.execute("HGET", keys.action_record("a1"), "created_ms"))
+    grid = Schedule("interval", every_s=60, start_ms=at)
+    await store.create(TaskSpec("work", grid, task_id="on-grid"))
+    off = Schedule("interval", every_s=3600, start_ms=at + 7)
+    await store.create(TaskSpec("work", off, task_id="off-grid"))
+    await take_lease(store, "a1", "me", 60_000)
+    await apply_action(store, "a1", "me", ActionSettings())
+    entries = await redis_client.execute("XRANGE", keys.queue("work"), "-", "+")
+    dues = {f[b"task_id"].decode(): int(f[b"due_ms"]) for _, f in entries}
+    assert dues == {"on-grid": at + 1, "off-grid": at}

@@ -51,6 +51,7 @@ from actors.store.manual_fires import (
     SKIPPED,
     check_overlap,
     fire_under,
+    on_grid,
 )
 from actors.store.notes import encode_note
 from actors.store.placement import resume_point
@@ -260,19 +261,21 @@ async def _fire(
 
 
 async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) -> dict[str, str]:
-    """One fire per task at the action's time (schedule_id ``task_id:created_ms``), at most
+    """One fire per task at the action's time (schedule_id ``task_id:created_ms``; the next
+    millisecond for a task with a grid time then, whose fire's id it would share), at most
     once per action: ``allow_all`` ones appended per type in one call, the others through
     their overlap decision (``manual_fires.fire_under``) one task at a time."""
     scripts = await store.scripts()
-    now, due = await store.now_ms(), state.created_ms
+    now = await store.now_ms()
+    dues = {t.task_id: _trigger_time(t, state.created_ms) for t in tasks}
     overlap = typing.cast(Overlap, state.spec.overlap or "allow_all")
     outcomes: dict[str, str] = {}
     queued: dict[str, bool] = {}
     if overlap == "allow_all":
-        by_type: dict[str, list[Task]] = defaultdict(list)
+        by_type: dict[tuple[str, int], list[Task]] = defaultdict(list)
         for task in tasks:
-            by_type[task.type].append(task)
-        for task_type, group in by_type.items():
+            by_type[task.type, dues[task.task_id]].append(task)
+        for (task_type, due), group in by_type.items():
             code = with_origin("", "t")  # a manual fire: its tasks' histories say so
             fires = [(t.task_id, encode_payload(t.payload), code) for t in group]
             flags = await scripts.action_fires(
@@ -292,13 +295,17 @@ async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) 
                 outcomes[task.task_id], queued[task.task_id] = "0", False
                 continue
 
-            async def append(dues: Sequence[int], letter: str, task: Task = task) -> list[bool]:
+            due = dues[task.task_id]
+
+            async def append(
+                decided: Sequence[int], letter: str, task: Task = task, due: int = due
+            ) -> list[bool]:
                 # The overlap decision may start another fire than the action's own (one
                 # waiting behind the fire that ended, or one in flight never confirmed):
                 # each is appended under its own due time, the action's at most once.
                 code, payload = with_origin(letter, "t"), encode_payload(task.payload)
                 flags = []
-                for d in dues:
+                for d in decided:
                     if d == due:
                         flags += await scripts.action_fires(
                             task.type, state.action_id, due, [(task.task_id, payload, code)],
@@ -326,7 +333,7 @@ async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) 
                 "triggered",
                 {
                     "task_id": task_id,
-                    "schedule_id": schedule_id(task_id, due),
+                    "schedule_id": schedule_id(task_id, dues[task_id]),
                     "queued": q,
                     "action_id": state.action_id,
                 },
@@ -348,6 +355,12 @@ async def _mark_held(store: TaskStore, task: Task, action_id: str) -> None:
     await store.client.pipeline(
         [("HSETNX", marker, task.task_id, HELD_MARK), ("PEXPIRE", marker, RETENTION_MS)]
     )
+
+
+def _trigger_time(task: Task, action_ms: int) -> int:
+    """A task's fire's time under a trigger action: the action's, or the next millisecond
+    where that is a grid time of the task (the same on every repeat of the action)."""
+    return action_ms + 1 if on_grid(task, action_ms) else action_ms
 
 
 async def _backfill(

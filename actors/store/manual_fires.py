@@ -152,7 +152,7 @@ async def trigger(store: TaskStore, task_id: str, overlap: Overlap, actor: str) 
     # A time of its own: not another trigger's (the same millisecond), nor a grid time's,
     # whose schedule_id it would share (the next millisecond is none: a grid of 1 ms aside).
     due = await scripts.trigger_time(task_id, now)
-    if _on_grid(task, due):
+    if on_grid(task, due):
         due = await scripts.trigger_time(task_id, due + 1)
 
     async def append(dues: Sequence[int], policy: str) -> list[bool]:
@@ -170,8 +170,9 @@ async def trigger(store: TaskStore, task_id: str, overlap: Overlap, actor: str) 
     return sid, fate
 
 
-def _on_grid(task: Task, due_ms: int) -> bool:
-    """Whether ``due_ms`` is one of the task's grid times (as the task is now)."""
+def on_grid(task: Task, due_ms: int) -> bool:
+    """Whether ``due_ms`` is one of the task's grid times (as the task is now): a manual
+    fire then would share its schedule_id."""
     s = task.schedule
     if s.kind == "interval":
         anchor = task.next_run_ms if task.next_run_ms is not None else s.start_ms

@@ -3,7 +3,8 @@
 -- KEYS[1]  the type's stream ({ns:q:<type>}:queue)
 -- KEYS[2]  the action's marker hash in the stream's slot ({ns:q:<type>}:action:<action_id>)
 -- ARGV[1]  enq_ms (Redis time of the call)   ARGV[2]  the type
--- ARGV[3]  due_ms: the action's time, the same for every fire of the action (its
+-- ARGV[3]  due_ms: the action's time (1 ms later for the tasks with a grid time then,
+--          sent in a call of their own), the same on every repeat of the action (its
 --          schedule_id is task_id:due_ms, so a fire of an action has one id for good)
 -- ARGV[4]  FLAG_ON: compact messages (task_id, payload, attempt, due_ms), '' = the full form
 -- ARGV[5]  marker retention ms
