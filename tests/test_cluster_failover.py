@@ -41,8 +41,9 @@ def cluster_config(tmp_path: Path, url: str, namespace: str) -> Path:
 async def test_a_node_follows_a_cluster_master_failover_and_loses_no_fire(
     cluster: LocalCluster, tmp_path: Path, record: Path
 ) -> None:
-    """``CLUSTER FAILOVER`` on a replica: it becomes the primary of a third of the slots,
-    the node is answered MOVED (or loses its connection) and follows; every fire runs."""
+    """Each primary hands over to its replica with no write lost (``LocalCluster.fail_over``):
+    the replica becomes the primary of a third of the slots, the node is answered MOVED
+    (or loses its connection) and follows; every fire runs."""
     url, namespace = cluster.url, "clusterfailover"
     client = RedisClient.from_settings(url, RedisSection(url=url, cluster=True))
     store = TaskStore(client, namespace, default_partitions=8)

@@ -110,21 +110,6 @@ async def test_a_cancel_is_asked_again_until_the_replaced_fire_ends(scripts: Scr
     assert started["t"].run == [(3000, True)] and started["t"].cancel == []
 
 
-async def test_a_cancel_request_made_before_a_fires_message_was_appended_is_not_for_it(
-    scripts: Scripts,
-) -> None:
-    """A request left by an earlier run of the fire's time (it ended before its consumer
-    looked) must not cancel a backfill running that time again: it is removed unheeded.
-    One made after the message was appended cancels it, and any request a retry (its
-    message appended after the requests naming its fire: 0)."""
-    await scripts.cancel_fires({"work": ["t:1000", "u:1000", "r:1000"]})
-    key = scripts.keys.cancels("work")
-    asked = {k.decode(): int(v) for k, v in (await scripts.client.execute("HGETALL", key)).items()}
-    appended = {"t:1000": asked["t:1000"] + 1, "u:1000": asked["u:1000"], "r:1000": 0}
-    assert await scripts.cancel_requests("work", appended) == ["u:1000", "r:1000"]
-    assert await scripts.client.execute("EXISTS", key) == 0
-
-
 async def test_the_end_of_a_deleted_tasks_fire_keeps_nothing(scripts: Scripts) -> None:
     """No streak, no mark: a task created again under the id starts clean."""
     await scripts.decide_overlaps("c1", {0: [Planned("gone", "S", [1000])]})

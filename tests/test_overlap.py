@@ -475,8 +475,7 @@ async def test_a_cancel_request_made_while_a_fire_waits_for_its_retry_cancels_th
 ) -> None:
     """A trigger under ``cancel_other`` asks to cancel the task's fire while it waits for
     its retry: the retry's message, appended after the request, is cancelled once it runs
-    (a request older than its message's append is an earlier run's only for a first
-    attempt), and the trigger's fire runs after it."""
+    (the request stays while the fire is retried), and the trigger's fire runs after it."""
     task_id, due = await setup.task(3600, 0.0, overlap="cancel_other")
     async with setup.node("fails_then_blocks"):
         await wait_records(record, lambda rs: any(r["event"] == "failed" for r in rs), 30)

@@ -260,10 +260,9 @@ class Consumer:
             await trio.sleep(CANCEL_CHECK_S)
             running = pool.replaceable()
             if running:
-                # A retry's message is appended after the request that names its fire.
-                appended = {sid: 0 if m.attempt else m.enq_ms for sid, m in running.items()}
+                sids = list(running)
                 named = await scripts.client.ride_out(
-                    functools.partial(scripts.cancel_requests, self.type, appended)
+                    functools.partial(scripts.cancel_requests, self.type, sids)
                 )
                 pool.cancel([running[sid].msg_id for sid in named])
 

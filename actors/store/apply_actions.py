@@ -375,13 +375,14 @@ async def _backfill(
     outcomes: dict[str, str] = {}
     lines: list[tuple[str, dict[str, Any]]] = []
     now_ms = await store.client.time_ms()
+    grids = await backfilling.grids_of(store, tasks)
     for task in tasks:
         # Not this node's [api] bound: the action's fires were checked against the bound
         # of the node that took it, and a node without the API applies it too.
-        grid_ms = await backfilling.grid_of(store, task)
         fires = backfilling.window_fires(
-            task, spec.start_ms, spec.end_ms, backfilling.MOST_FIRES, now_ms, grid_ms
-        )[: backfilling.MOST_FIRES]
+            task, spec.start_ms, spec.end_ms, backfilling.MOST_FIRES, now_ms,
+            grids.get(task.task_id),
+        )[: backfilling.MOST_FIRES]  # fmt: skip
         policy = typing.cast(Overlap, spec.overlap or task.schedule.overlap)
         fates = await backfilling.append_fires(store, task, fires, policy, pacer)
         enqueued = fates.count(APPENDED)
@@ -405,12 +406,14 @@ async def plan_backfill(store: TaskStore, spec: ActionSpec, max_fires: int) -> i
     keys = await store.keys()
     total = 0
     for partition in range(keys.partitions):
-        for task in await select_partition(store, spec.selector, partition):
+        selected = await select_partition(store, spec.selector, partition)
+        grids = await backfilling.grids_of(store, selected)
+        for task in selected:
             if task.status == "stopped":
                 continue
-            grid_ms = await backfilling.grid_of(store, task)
             total += len(backfilling.window_fires(task, spec.start_ms, spec.end_ms,
-                                                  max_fires - total, now_ms, grid_ms))  # fmt: skip
+                                                  max_fires - total, now_ms,
+                                                  grids.get(task.task_id)))  # fmt: skip
             if total > max_fires:
                 raise InvalidTask(
                     f"end_ms: the window holds more than {max_fires} fires of the selected "

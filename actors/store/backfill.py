@@ -169,14 +169,28 @@ async def grid_of(store: TaskStore, task: Task) -> int | None:
     of its scheduled and backfilled occurrences (a backfill's are on the same grid, and
     may have pushed the scheduled ones out of the ring); None where the task's own record
     says, or its history holds no grid occurrence."""
-    s = task.schedule
-    if task.next_run_ms is not None or s.kind != "interval" or s.start_ms is not None:
-        return None
+    return (await grids_of(store, [task])).get(task.task_id)
+
+
+async def grids_of(store: TaskStore, tasks: Sequence[Task]) -> dict[str, int]:
+    """``grid_of`` of each of ``tasks`` that has one, in one round trip."""
+    wanted = [
+        t for t in tasks
+        if t.next_run_ms is None and t.schedule.kind == "interval" and t.schedule.start_ms is None
+    ]  # fmt: skip
+    if not wanted:
+        return {}
     keys = await store.keys()
-    raw = await store.client.execute("HGET", keys.history(keys.partition_of(task.task_id)),
-                                     task.task_id)  # fmt: skip
-    ring = decode_ring(raw) if isinstance(raw, bytes) else []
-    return max((o.due_ms for o in ring if o.origin in _ON_GRID), default=None)
+    rings = await store.client.pipeline(
+        [("HGET", keys.history(keys.partition_of(t.task_id)), t.task_id) for t in wanted]
+    )
+    out: dict[str, int] = {}
+    for task, raw in zip(wanted, rings, strict=True):
+        ring = decode_ring(raw) if isinstance(raw, bytes) else []  # none, or unreadable
+        grid = max((o.due_ms for o in ring if o.origin in _ON_GRID), default=None)
+        if grid is not None:
+            out[task.task_id] = grid
+    return out
 
 
 def _first(task: Task, start_ms: int, grid_ms: int | None) -> int | None:

@@ -317,35 +317,16 @@ class FlightScripts(TaskScripts):
             ]
         )
 
-    async def cancel_requests(self, task_type: str, appended: Mapping[str, int]) -> list[str]:
-        """Which of the running fires ``appended`` names (schedule_id -> when its message
-        was appended, ms; 0 for a retry) a cancel request names; those requests are taken
-        (removed).
-
-        A request made before a first attempt's message was appended is not for it: it
-        named an earlier run of the fire's time (one that ended before its consumer looked,
-        the request reaching Redis after its end), and a backfill running that time again
-        must not be cancelled by it. Such a request is removed as well. A retry's message
-        is appended after the requests that name its fire: any request counts. Both times
-        are Redis's clock (``cancel_fires.lua``; the message's ``enq_ms``); a request the
-        clock places before the append of the fire it was meant for (an operator's call
-        appending its fire after a poller's decision asked to cancel it, a new master's
-        clock behind the old one's) leaves the fire running to its end, as under
-        ``buffer_one``, until the task's next decision asks again."""
-        if not appended:
+    async def cancel_requests(self, task_type: str, sids: Sequence[str]) -> list[str]:
+        """Which of ``sids`` a cancel request names; those requests are taken (removed).
+        A request its fire ended before taking goes with the fire's ACK (``ack.lua``)."""
+        if not sids:
             return []
         key = self.keys.cancels(task_type)
-        sids = list(appended)
         found = await self.client.execute("HMGET", key, *sids)
-        named, taken = [], []
-        for sid, at in zip(sids, found, strict=True):
-            if at is None:
-                continue
-            taken.append(sid)
-            if not at.isdigit() or int(at) >= appended[sid]:  # unreadable: a request
-                named.append(sid)
-        if taken:
-            await self.client.execute("HDEL", key, *taken)
+        named = [sid for sid, at in zip(sids, found, strict=True) if at is not None]
+        if named:
+            await self.client.execute("HDEL", key, *named)
         return named
 
     def end_flight_calls(self, ends: Sequence[FlightEnd]) -> list[Call]:

@@ -226,13 +226,13 @@ class LocalCluster:
         FAILOVER`` does; returns once the replica serves as a primary.
 
         Done by hand, without the primaries' votes: writes to the primary are paused, the
-        replica catches up with it and takes over (``CLUSTER FAILOVER TAKEOVER``), and the
-        paused writes go on, redirected to it. ``CLUSTER FAILOVER`` itself cannot be relied
-        on on a loaded machine: a vote round later than Redis's 5 s is abandoned without a
-        word, and a replica asks for votes again, and the primaries grant them, only after
-        a multiple of the cluster node timeout (a minute and half a minute by default on
-        Redis 7.0). A step that meets a slow or busy server is tried again until
-        ``timeout_s`` runs out."""
+        replica catches up with it and takes over (``CLUSTER FAILOVER TAKEOVER``), and once
+        the primary knows itself a replica the paused writes go on, redirected. ``CLUSTER
+        FAILOVER`` itself cannot be relied on on a loaded machine: a vote round later than
+        Redis's 5 s is abandoned without a word, and a replica asks for votes again, and
+        the primaries grant them, only after a multiple of the cluster node timeout (a
+        minute and half a minute by default on Redis 7.0). A step that meets a slow or
+        busy server is tried again until ``timeout_s`` runs out."""
         primary: Any = redis.Redis(port=self.nodes[index].port, socket_timeout=10)
         replica: Any = redis.Redis(port=self.replicas[index].port, socket_timeout=10)
         deadline = time.monotonic() + timeout_s
@@ -248,7 +248,12 @@ class LocalCluster:
                             raise RuntimeError("the replica did not catch up with its primary")
                         time.sleep(0.02)
                     replica.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
-                    while replica.info("replication").get("role") != "master":
+                    # Unpaused only once it knows it is a replica: a paused write let
+                    # through before would be acknowledged, then lost in its resync.
+                    while (
+                        replica.info("replication").get("role") != "master"
+                        or primary.info("replication").get("role") != "slave"
+                    ):
                         if time.monotonic() > deadline:
                             raise RuntimeError("the replica did not take over")
                         time.sleep(0.05)

@@ -11,19 +11,22 @@
 -- cannot be read), so that
 -- claim_retries.lua drops the retry if the task is deleted and created again under its id
 -- before the retry comes due.
--- Returns the number saved. Idempotent per schedule_id: a message that failed twice
--- (reclaimed and failed again) overwrites one context, never adds a second retry; nor is
--- the retry of a failure its dispatcher sent already saved again (commit_retries.lua's
--- mark, <prefix><schedule_id>:sent, names the failed message: the same write sent again,
--- or the same message run again and failing again). A later run of the fire's time (a
--- backfill, a replay) is another message: its retry is saved.
+-- Returns the number saved. Idempotent per failed message: the same failure written
+-- again (a consumer's write sent again after its reply was lost, or the message run again
+-- elsewhere and failing again) leaves the context its first write saved as it is (even
+-- claimed by a dispatcher), and saves nothing once its retry was sent (commit_retries.lua's
+-- marks, <prefix><schedule_id>:sent, name the failed messages). A later run of the fire's
+-- time (a backfill, a replay) is another message: its retry is saved. A mark key of
+-- another kind is read as none.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tag, buckets = ARGV[2], tonumber(ARGV[3])
 local n = 0
 for i = 4, #ARGV, 10 do
-  local sid = ARGV[i]
-  if redis.call('GET', ARGV[1] .. sid .. ':sent') ~= ARGV[i + 9] then
+  local sid, from = ARGV[i], ARGV[i + 9]
+  local sent = redis.pcall('HGET', ARGV[1] .. sid .. ':sent', from)
+  if type(sent) == 'table' then sent = false end  -- an error reply: no mark
+  if not sent and redis.call('HGET', ARGV[1] .. sid, 'from') ~= from then
     local retry_at = string.format('%d', now + tonumber(ARGV[i + 1]))
     redis.call('HSET', ARGV[1] .. sid, 'task_id', ARGV[i + 2], 'type', ARGV[i + 3],
       'payload', ARGV[i + 4], 'attempt', ARGV[i + 5], 'due_ms', ARGV[i + 6],

@@ -5,7 +5,8 @@
 -- earlier: two triggers in one millisecond (a double click, two API nodes) would share a
 -- schedule_id, and the second would never run (decided already under a policy, a
 -- duplicate under the consumers' dedupe window) though it was answered queued.
-local last = tonumber(redis.call('GET', KEYS[1]) or '')
+local got = redis.pcall('GET', KEYS[1])  -- a key of another kind (an error): none
+local last = type(got) == 'string' and tonumber(got) or nil
 local t = tonumber(ARGV[1])
 if last and last >= t then t = last + 1 end
 local text = string.format('%d', t)
