@@ -13,8 +13,8 @@
 -- before the retry comes due.
 -- Returns the number saved. Idempotent per failed message: the same failure written
 -- again (a consumer's write sent again after its reply was lost, or the message run again
--- elsewhere and failing again) leaves the context its first write saved as it is (even
--- claimed by a dispatcher), and saves nothing once its retry was sent (commit_retries.lua's
+-- elsewhere and failing again) leaves the context its first write saved (context and zset
+-- entry) as it is, even claimed by a dispatcher, and saves nothing once its retry was sent (commit_retries.lua's
 -- marks, <prefix><schedule_id>:sent, name the failed messages). A later run of the fire's
 -- time (a backfill, a replay) is another message: its retry is saved. A mark key of
 -- another kind is read as none.
@@ -26,7 +26,11 @@ for i = 4, #ARGV, 10 do
   local sid, from = ARGV[i], ARGV[i + 9]
   local sent = redis.pcall('HGET', ARGV[1] .. sid .. ':sent', from)
   if type(sent) == 'table' then sent = false end  -- an error reply: no mark
-  if not sent and redis.call('HGET', ARGV[1] .. sid, 'from') ~= from then
+  -- Saved already: its context from this failure, and in the zset (a write that failed
+  -- halfway, the zset refused, left the context alone: it is written again).
+  local saved = not sent and redis.call('HGET', ARGV[1] .. sid, 'from') == from
+    and redis.call('ZSCORE', KEYS[1], sid)
+  if not sent and not saved then
     local retry_at = string.format('%d', now + tonumber(ARGV[i + 1]))
     redis.call('HSET', ARGV[1] .. sid, 'task_id', ARGV[i + 2], 'type', ARGV[i + 3],
       'payload', ARGV[i + 4], 'attempt', ARGV[i + 5], 'due_ms', ARGV[i + 6],
