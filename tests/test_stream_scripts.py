@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import attrs
 import pytest
 import trio
 
@@ -15,7 +14,6 @@ from actors.store.keys import GROUP, Keys
 from actors.store.messages import Message
 from actors.store.records import OUTCOME_NAMES
 from actors.store.replies import DeadLetterWrite, OutcomeWrite, RetryWrite
-from actors.store.scheduling_scripts import RETRY_SENT_KEEP_MS
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
@@ -241,72 +239,21 @@ async def test_retry_contexts_claim_and_commit(
     committed = await scripts.commit_retries("tok", {0: [f"{a}:1"]})
     assert committed[0].lost == []
     assert committed[0].earliest_ms is not None and committed[0].earliest_ms > 10**15  # b
-    context = keys.retry_context_prefix(0) + f"{a}:1"
-    assert await redis_client.execute("EXISTS", context) == 0
-    assert await redis_client.execute("HKEYS", context + ":sent") == [b"1-0"]  # its failure
-    assert 0 < await redis_client.execute("PTTL", context + ":sent") <= RETRY_SENT_KEEP_MS
+    assert await redis_client.execute("EXISTS", keys.retry_context_prefix(0) + f"{a}:1") == 0
     # Sent again after its reply was lost: committed already, nothing lost (no
     # retry_claim_lost line for a retry that is back in its stream).
     again = await scripts.commit_retries("tok", {0: [f"{a}:1"]})
     assert again[0].lost == [] and again[0].earliest_ms == committed[0].earliest_ms
 
 
-async def test_a_retry_sent_already_is_not_scheduled_again(
+async def test_a_trigger_key_of_another_kind_is_read_as_none(
     redis_client: RedisClient, keys: Keys, scripts: Scripts
 ) -> None:
-    """The same failure written again (a consumer's write sent again after its reply was
-    lost, the failed message run again elsewhere and failing again) schedules nothing,
-    whether the dispatcher is sending its retry or has sent it, nor does an earlier
-    attempt's late write: the retry would run twice. Another message of the fire's time
-    failing (a backfill running it again), and the retry's own failure, each schedule
-    theirs."""
-    store = TaskStore(redis_client, keys.namespace, default_partitions=keys.partitions)
-    (a,) = [t for t in (f"t{i}" for i in range(100)) if keys.partition_of(t) == 0][:1]
-    await store.create(TaskSpec("t", Schedule("interval", every_s=3600), task_id=a))
-    context = keys.retry_context_prefix(0) + f"{a}:1"
-    first = RetryWrite(message(a, 0, "null"), 0, "boom")
-    await scripts.schedule_retries([first])
-    (claim,) = await scripts.claim_retries([0], "tok", 10, 60_000)
-    assert [sid for sid, _ in claim.retries] == [f"{a}:1"]
-    await scripts.schedule_retries([first])  # again while the dispatcher sends it
-    assert await redis_client.execute("HGET", context, "claim") == b"tok"
-    assert (await scripts.commit_retries("tok", {0: [f"{a}:1"]}))[0].lost == []
-    await scripts.schedule_retries([first])  # and once it has sent it
-    assert await redis_client.execute("ZCARD", keys.retry(0)) == 0
-    (again,) = await scripts.claim_retries([0], "tok2", 10, 60_000)
-    assert again.retries == []
-    backfilled = attrs.evolve(message(a, 0, "null"), msg_id="7-0")
-    await scripts.schedule_retries([RetryWrite(backfilled, 10**9, "boom")])
-    assert await redis_client.execute("HMGET", context, "attempt", "from") == [b"1", b"7-0"]
-    await scripts.schedule_retries([RetryWrite(message(a, 1, "null"), 0, "bang")])
-    assert await redis_client.execute("ZCARD", keys.retry(0)) == 1
-    assert await redis_client.execute("HMGET", context, "attempt", "from") == [b"2", b"1-1"]
-    assert await redis_client.execute("PTTL", context) == -1
-    (second,) = await scripts.claim_retries([0], "tok3", 10, 60_000)
-    assert [f.attempt for _, f in second.retries] == [2]
-    await scripts.commit_retries("tok3", {0: [f"{a}:1"]})
-    await scripts.schedule_retries([first])  # the first failure's write, late
-    assert await redis_client.execute("ZCARD", keys.retry(0)) == 0
-
-
-async def test_a_retry_or_trigger_key_of_another_kind_is_read_as_none(
-    redis_client: RedisClient, keys: Keys, scripts: Scripts
-) -> None:
-    """A sent-retry mark or a last-trigger key holding another kind of value (a hand edit)
-    fails no retry write and no trigger: it is read as none."""
-    store = TaskStore(redis_client, keys.namespace, default_partitions=keys.partitions)
-    (a,) = [t for t in (f"t{i}" for i in range(100)) if keys.partition_of(t) == 0][:1]
-    await store.create(TaskSpec("t", Schedule("interval", every_s=3600), task_id=a))
-    sent = keys.retry_context_prefix(0) + f"{a}:1:sent"
-    await redis_client.execute("SET", sent, "not a hash")
-    await scripts.schedule_retries([RetryWrite(message(a, 0, "null"), 0, "boom")])
-    (claim,) = await scripts.claim_retries([0], "tok", 10, 60_000)
-    committed = await scripts.commit_retries("tok", {0: [sid for sid, _ in claim.retries]})
-    assert committed[0].lost == []
-    assert await redis_client.execute("GET", sent) == b"not a hash"
-    await redis_client.execute("RPUSH", keys.trigger_time(a), "x")
-    assert await scripts.trigger_time(a, 5000) == 5000
-    assert await scripts.trigger_time(a, 5000) == 5001
+    """A task's last-trigger key holding another kind of value (a hand edit) fails no
+    trigger: it is read as none, and written anew."""
+    await redis_client.execute("RPUSH", keys.trigger_time("a"), "x")
+    assert await scripts.trigger_time("a", 5000) == 5000
+    assert await scripts.trigger_time("a", 5000) == 5001
 
 
 async def test_record_outcomes_counts_runs_and_failures(

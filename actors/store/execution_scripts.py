@@ -108,7 +108,7 @@ class ExecutionScripts(FlightScripts):
             m = r.message
             args += [
                 m.schedule_id, r.delay_ms, m.task_id, m.type, m.payload_json,
-                m.attempt + 1, m.due_ms, r.error, m.policy, m.msg_id,
+                m.attempt + 1, m.due_ms, r.error, m.policy,
             ]  # fmt: skip
         return (lua.SCHEDULE_RETRIES, [k.retry(partition)], args)
 

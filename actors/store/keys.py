@@ -22,7 +22,6 @@ Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
 - ``{ns:P}:label:<k>=<v>:<B>``    hash: task_id -> '' of one label pair   (index for list)
 - ``{ns:P}:retry``                zset: schedule_id -> retry due ms       [retry:zset]
 - ``{ns:P}:retry:<schedule_id>``  hash: retry context                     [retry:task:{id}]
-- ``{ns:P}:retry:<sid>:sent``     hash with expiry: failed message id -> '1', its retry sent
 - ``{ns:P}:trig:<task_id>``       string with expiry: the task's last manual trigger ms
 - ``{ns:q:<type>}:queue``         stream + consumer group of one type     [queue:{type}]
 - ``{ns:q:<type>}:dlq``           stream: dead letters of one type        [dlq:{type}]

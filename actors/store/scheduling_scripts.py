@@ -39,10 +39,6 @@ from runtime.redis_replies import PartRejected
 
 #: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
 ENQUEUE_CHUNK = 500
-#: How long a sent retry's mark is kept (``commit_retries.lua``): the same failure written
-#: again within it (its reply lost, the consumer cut off; the message run again) schedules
-#: no second retry.
-RETRY_SENT_KEEP_MS = 3_600_000
 
 
 #: How long a due task whose records cannot be read waits to be looked at again: short, so
@@ -393,17 +389,11 @@ class SchedulingScripts(FlightScripts):
 
     async def commit_retries(self, token: str, claimed: dict[int, list[str]]) -> dict[int, Commit]:
         """``commit_retries.lua`` per partition: delete the retry contexts whose claim by
-        ``token`` still holds, each leaving a mark that its failure's retry was sent
-        (``RETRY_SENT_KEEP_MS``);
-        ``Commit.lost`` names the schedule ids it did not hold."""
+        ``token`` still holds; ``Commit.lost`` names the schedule ids it did not hold."""
         k = self.keys
         replies = await self._run(
             [
-                (
-                    lua.COMMIT_RETRIES,
-                    [k.retry(p)],
-                    [k.retry_context_prefix(p), token, RETRY_SENT_KEEP_MS, *sids],
-                )
+                (lua.COMMIT_RETRIES, [k.retry(p)], [k.retry_context_prefix(p), token, *sids])
                 for p, sids in claimed.items()
             ]
         )
