@@ -216,6 +216,17 @@ def test_bulk_add_from_a_json_lines_file(api: ApiNode, tmp_path: Path) -> None:
     created = ok_json(api, "tasks", "add", "--file", str(path), "--batch", "50")
     assert (created["created"], created["conflicts"]) == (120, 0)
     assert run(api, "tasks", "add", "--file", str(path)).stdout.startswith("0 created, 120")
+    # A bad item in a later request is named by its place in the file, with what the
+    # requests before it did; a batch size below 1 is refused before anything is sent.
+    bad = json.loads(lines[70]) | {"task_id": f"{tag}-bad", "schedule": {"kind": "weekly"}}
+    path.write_text("\n".join([*lines[:70], json.dumps(bad), *lines[71:]]))
+    refused = run(api, "tasks", "add", "--file", str(path), "--batch", "50")
+    assert refused.returncode != 0
+    assert "tasks[70]" in refused.stderr and "tasks[20]" not in refused.stderr
+    assert "tasks 0..49 of the file were sent before: 0 created, 50 already" in refused.stderr
+    for batch in ("0", "-1"):
+        nothing = run(api, "tasks", "add", "--file", str(path), "--batch", batch)
+        assert nothing.returncode == 2 and "--batch: must be at least 1" in nothing.stderr
 
 
 def test_dead_letters_ls_show_replay_purge(api: ApiNode) -> None:
@@ -479,6 +490,8 @@ def test_history_attention_and_acknowledge(api: ApiNode) -> None:
     listed = ok_json(api, "attention", "--type", "doomed", "--reason", "dead")["items"]
     assert task_id in {e["task_id"] for e in listed}
     assert task_id in run(api, "attention").stdout
+    # --limit is the listing's length, read a page (at most 1,000) at a time.
+    assert task_id in {e["task_id"] for e in ok_json(api, "attention", "--limit", "2500")["items"]}
     assert ok_json(api, "tasks", "ls", "--type", "doomed", "--last-fate", "dead")["tasks"]
     acked = ok_json(api, "tasks", "acknowledge", task_id, "--note", "expected in the test")
     assert acked["acknowledged"] is True and acked["entry"]["reason"] == "dead"

@@ -292,3 +292,28 @@ def test_bad_labels_and_filters_are_422_and_write_nothing(
     assert refused.value.status == 422 and field in refused.value.detail
     assert client.get_task("api-2")["labels"] == {"t": "a"}
     assert [t["task_id"] for t in client.iter_tasks(labels={"t": "a"})] == ["api-2"]
+
+
+async def test_a_type_created_or_deleted_mid_listing_repeats_and_skips_nothing(
+    store: TaskStore,
+) -> None:
+    """A listing of every type reads the types again for each page: a type created (or
+    deleted) between two pages moved the others' places, and the cursor, which held a
+    place, sent the next page into another type (tasks listed twice, or skipped)."""
+    for kind in ("email", "sms"):
+        await store.create_many(
+            [TaskSpec(kind, EVERY_MINUTE, task_id=f"{kind}-{i}") for i in range(30)]
+        )
+    seen: list[str] = []
+    page, cursor = await store.list_tasks(limit=40)
+    seen += [t.task_id for t in page]
+    assert cursor is not None and cursor.endswith("-sms")  # within the second type
+    await store.create(TaskSpec("alerts", EVERY_MINUTE, task_id="alerts-0"))  # sorts first
+    while cursor is not None:
+        page, cursor = await store.list_tasks(cursor=cursor, limit=7)
+        seen += [t.task_id for t in page]
+    assert sorted(seen) == sorted(f"{k}-{i}" for k in ("email", "sms") for i in range(30))
+    with pytest.raises(InvalidTask, match="out of range"):
+        await store.list_tasks(cursor="0-99-0-sms", limit=7)
+    page, cursor = await store.list_tasks(cursor="0-0-0-zzz", limit=7)  # a type gone, the last
+    assert (page, cursor) == ([], None)

@@ -116,6 +116,7 @@ def test_refusals_write_nothing(client: Client, api: ApiNode, db: redis.Redis) -
         ({"selector": {"type": kind}, "action": "explode"}, "action"),
         ({"selector": {"type": kind, "colour": "red"}, "action": "pause"}, "selector.colour"),
         ({"selector": {"status": "sleepy"}, "action": "pause"}, "selector.status"),
+        ({"selector": {"type": kind, "labels": []}, "action": "pause"}, "selector.labels"),
         ({"selector": {"type": kind}, "action": "stop", "note": "why"}, "note"),
         ({"selector": {"type": kind}, "action": "backfill"}, "start_ms"),
         # A dry run is refused as the call would be: a window in the future.
@@ -253,6 +254,11 @@ def test_the_cli_counts_with_dry_run_and_applies_only_with_yes(
     assert "4 changed" in applied.stdout and statuses(client, ids) == {"paused"}
     one = cli("tasks", "resume", ids[0])  # the single-id form still works
     assert one.returncode == 0 and statuses(client, ids[:1]) == {"active"}
+    # A key given twice with two values matches nothing: refused, not the last one alone.
+    other = make(client, kind, 1, tenant="globex")
+    both = cli("tasks", "rm", "--selector", f"type={kind},tenant=acme,tenant=globex", "--yes")
+    assert both.returncode == 2 and "'tenant' is given twice" in both.stderr
+    assert statuses(client, other) == {"active"}
 
 
 def test_a_last_fate_selector_is_kept_from_the_dry_run_to_the_apply(

@@ -32,12 +32,17 @@ def parse_selector(text: str) -> dict[str, Any]:
     """``type=email,tenant=acme`` -> ``{"type": "email", "labels": {"tenant": "acme"}}``."""
     selector: dict[str, Any] = {}
     labels: dict[str, str] = {}
+    given: dict[str, str] = {}
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         key, sep, value = part.partition("=")
         if not sep or not key:
             raise UsageError(f"--selector: {part!r} must be key=value")
+        # Every pair must match: a key given twice with two values would keep the last
+        # alone, and act on tasks the first excluded.
+        if given.setdefault(key, value) != value:
+            raise UsageError(f"--selector: {key!r} is given twice with different values")
         if key == "next_before":
             if not (value.isascii() and value.isdecimal()):
                 raise UsageError(f"--selector: next_before must be Unix ms, got {value!r}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from actors.admin.calls import PAGE
 from actors.admin.client import Client
 from actors.admin.inputs import checked_name
 from actors.admin.tables import table, when
@@ -50,7 +51,7 @@ def cmd_attention(api: Client, args: argparse.Namespace) -> tuple[Any, str]:
     items: list[dict[str, Any]] = []
     cursor = None
     while True:
-        page = api.attention(task_type, args.reason, cursor, args.limit)
+        page = api.attention(task_type, args.reason, cursor, min(args.limit - len(items), PAGE))
         items += page["items"]
         cursor = page["cursor"]
         if cursor is None or len(items) >= args.limit:

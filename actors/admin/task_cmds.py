@@ -5,11 +5,13 @@ trigger also take ``--selector`` instead of a task id (``actors.admin.action_cmd
 from __future__ import annotations
 
 import argparse
+import re
 import typing
 from collections.abc import Callable
 from typing import Any
 
 from actors.admin.action_cmds import ACTIONS, add_selector_flags, run_action, selected
+from actors.admin.calls import ApiError
 from actors.admin.client import Client
 from actors.admin.exits import Result
 from actors.admin.inputs import (
@@ -34,10 +36,15 @@ from actors.domain.schedules import Overlap
 
 def cmd_tasks_add(api: Client, args: argparse.Namespace) -> Result:
     if args.file is not None:
+        if args.batch < 1:
+            raise UsageError(f"--batch: must be at least 1, got {args.batch}")
         tasks = tasks_from(read_text(args.file, "--file"), args.file)
         created: dict[str, Any] = {"created": 0, "existing": 0, "conflicts": 0, "results": []}
         for i in range(0, len(tasks), args.batch):
-            part = api.create_tasks(tasks[i : i + args.batch])
+            try:
+                part = api.create_tasks(tasks[i : i + args.batch])
+            except ApiError as exc:
+                raise _in_file(exc, i, created) from None
             for key in ("created", "existing", "conflicts"):
                 created[key] += part[key]
             created["results"] += part["results"]
@@ -55,6 +62,25 @@ def cmd_tasks_add(api: Client, args: argparse.Namespace) -> Result:
     result = api.create_task(args.type, schedule, payload_from(args.payload), task_id, labels)
     verb = "created" if result["created"] else "already exists (same definition)"
     return result, f"{result['task_id']} {verb}"
+
+
+def _in_file(error: ApiError, first: int, done: dict[str, Any]) -> ApiError:
+    """A bulk request's refusal as the file's: its items numbered from the file's start,
+    and what the requests before it did (they went through: a fix and a rerun of the
+    whole file finds the tasks with an id there, and creates again those without)."""
+    errors = [
+        {**e, "field": re.sub(r"^tasks\[(\d+)\]", lambda m: f"tasks[{first + int(m[1])}]",
+                              str(e.get("field", "")))}
+        if isinstance(e, dict) else e
+        for e in error.errors
+    ]  # fmt: skip
+    detail = re.sub(r"tasks\[(\d+)\]", lambda m: f"tasks[{first + int(m[1])}]", error.detail)
+    if first:
+        detail += (
+            f" (tasks 0..{first - 1} of the file were sent before: {done['created']} created, "
+            f"{done['existing']} already existed, {done['conflicts']} conflicts)"
+        )
+    return ApiError(error.status, error.code, detail, errors)
 
 
 def cmd_tasks_get(api: Client, args: argparse.Namespace) -> Result:

@@ -72,7 +72,8 @@ def body_selector(data: Any, every: Any = False) -> Selector:
     if unknown:
         known = ", ".join(SELECTOR_KEYS)
         raise invalid("; ".join(f"selector.{k}: unknown key (known: {known})" for k in unknown))
-    labels = data.get("labels") or {}
+    labels = data.get("labels")
+    labels = {} if labels is None else labels  # [] or "" is a mistake, said below
     if not isinstance(labels, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
     ):

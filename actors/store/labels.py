@@ -164,7 +164,8 @@ async def list_page(
     else:
         types = await store.types()
     indexes = walked_indexes(keys, wanted, types)
-    position = ListCursor.parse(cursor, len(indexes), keys.partitions, keys.buckets)
+    names = types if not (wanted.task_type or wanted.labels) else None
+    position = ListCursor.parse(cursor, len(indexes), keys.partitions, keys.buckets, names)
     tasks: list[Task] = []
     calls, read = 0, 0
     density = _Density()  # of the index being read: each index's buckets fill alike
@@ -193,4 +194,4 @@ async def list_page(
             density = _Density()  # another type's (or label's) index: start small again
         else:
             density.read(end - first, len(members), limit - len(tasks), MAX_LIST_READ - read)
-    return tasks, (position.format() if position is not None else None)
+    return tasks, (position.format(names) if position is not None else None)

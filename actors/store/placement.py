@@ -3,6 +3,9 @@ resumed task's goes, and where a listing stands between two pages."""
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Sequence
+
 import attrs
 
 from actors.domain.errors import InvalidTask
@@ -49,7 +52,9 @@ def resume_point(task: Task, now_ms: int) -> tuple[int | None, int | None]:
 @attrs.frozen
 class ListCursor:
     """Where a listing stands: which index (of the types listed, or the label index),
-    partition, next bucket. Opaque to clients."""
+    partition, next bucket. Opaque to clients. A listing of every type names the type too
+    (``t-p-b-<type>``): the types are read again for each page, and a type created
+    meanwhile moves the others' places."""
 
     type_index: int
     partition: int
@@ -57,18 +62,29 @@ class ListCursor:
 
     @classmethod
     def parse(
-        cls, text: str | None, types: int, partitions: int, buckets: int
-    ) -> ListCursor | None:
+        cls, text: str | None, types: int, partitions: int, buckets: int,
+        names: Sequence[str] | None = None,
+    ) -> ListCursor | None:  # fmt: skip
+        """``names``: the types a listing of every type walks, in order (sorted)."""
         if not types:
             return None
         if text is None:
             return cls(0, 0, 0)
+        parts = text.split("-", 3)
         try:
-            t, p, b = (int(x) for x in text.split("-"))
+            t, p, b = (int(x) for x in parts[:3])
         except ValueError:
             raise InvalidTask(f"cursor: {text!r} is not a cursor this listing returned") from None
-        if not (0 <= t < types and 0 <= p < partitions and 0 <= b < buckets):
+        named = names is not None and len(parts) == 4
+        if not (0 <= p < partitions and 0 <= b < buckets and (named or 0 <= t < types)):
             raise InvalidTask(f"cursor: {text!r} is out of range")
+        if named:
+            assert names is not None
+            t = bisect.bisect_left(names, parts[3])  # where its type is, or would be
+            if t == len(names):
+                return None  # its type and every one after it are gone: the listing is done
+            if names[t] != parts[3]:  # its type is gone: on with the next one, from its start
+                p, b = 0, 0
         return cls(t, p, b)
 
     def advance(self, bucket: int, types: int, partitions: int, buckets: int) -> ListCursor | None:
@@ -81,5 +97,6 @@ class ListCursor:
             return ListCursor(self.type_index + 1, 0, 0)
         return None
 
-    def format(self) -> str:
-        return f"{self.type_index}-{self.partition}-{self.bucket}"
+    def format(self, names: Sequence[str] | None = None) -> str:
+        place = f"{self.type_index}-{self.partition}-{self.bucket}"
+        return place if names is None else f"{place}-{names[self.type_index]}"
