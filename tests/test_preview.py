@@ -192,3 +192,19 @@ def test_the_score_is_the_spread_fire_time_plus_jitter() -> None:
     assert schedule.fire_ms(1_000, "abc") == 1_000 + offset
     scores = {schedule.score_ms(1_000, "abc") - 1_000 - offset for _ in range(50)}
     assert all(0 <= s <= 5_000 for s in scores) and len(scores) > 1
+
+
+def test_a_tasks_first_upcoming_fire_notes_the_dst_gap_since_now() -> None:
+    """A daily 02:30 job the evening before clocks go forward: its next fire is at 03:00,
+    and the task's upcoming list says why."""
+    from actors.api.upcoming import task_upcoming
+    from actors.domain.model import Task
+
+    schedule = Schedule("cron", cron="30 2 * * *", tz=BERLIN)
+    now = ms(BERLIN, 2026, 3, 28, 20)
+    first = schedule.first_due(now)
+    assert first == ms(BERLIN, 2026, 3, 29, 3)
+    task = Task("t", "work", None, schedule, "active", now, now, first, 0, 0, 0, None, None, None)
+    (fire, *_) = task_upcoming(task, 2, now)["fires"]
+    assert fire["due_ms"] == first
+    assert "02:30 does not exist on 2026-03-29" in (fire["note"] or ""), fire
