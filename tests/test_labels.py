@@ -317,3 +317,5 @@ async def test_a_type_created_or_deleted_mid_listing_repeats_and_skips_nothing(
         await store.list_tasks(cursor="0-99-0-sms", limit=7)
     page, cursor = await store.list_tasks(cursor="0-0-0-zzz", limit=7)  # a type gone, the last
     assert (page, cursor) == ([], None)
+    with pytest.raises(InvalidTask, match="not a cursor this listing returned"):
+        await store.list_tasks(task_type="sms", cursor="0-1-0-sms", limit=7)

@@ -68,13 +68,18 @@ def _in_file(error: ApiError, first: int, done: dict[str, Any]) -> ApiError:
     """A bulk request's refusal as the file's: its items numbered from the file's start,
     and what the requests before it did (they went through: a fix and a rerun of the
     whole file finds the tasks with an id there, and creates again those without)."""
+
+    def renumbered(text: Any) -> Any:
+        if not isinstance(text, str):
+            return text
+        return re.sub(r"tasks\[(\d+)\]", lambda m: f"tasks[{first + int(m[1])}]", text)
+
     errors = [
-        {**e, "field": re.sub(r"^tasks\[(\d+)\]", lambda m: f"tasks[{first + int(m[1])}]",
-                              str(e.get("field", "")))}
+        {k: renumbered(v) if k in ("field", "message") else v for k, v in e.items()}
         if isinstance(e, dict) else e
-        for e in error.errors
+        for e in (error.errors if isinstance(error.errors, list) else [])
     ]  # fmt: skip
-    detail = re.sub(r"tasks\[(\d+)\]", lambda m: f"tasks[{first + int(m[1])}]", error.detail)
+    detail = renumbered(error.detail)
     if first:
         detail += (
             f" (tasks 0..{first - 1} of the file were sent before: {done['created']} created, "

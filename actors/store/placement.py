@@ -75,6 +75,8 @@ class ListCursor:
             t, p, b = (int(x) for x in parts[:3])
         except ValueError:
             raise InvalidTask(f"cursor: {text!r} is not a cursor this listing returned") from None
+        if len(parts) == 4 and names is None:  # an unfiltered listing's, given to another
+            raise InvalidTask(f"cursor: {text!r} is not a cursor this listing returned")
         named = names is not None and len(parts) == 4
         if not (0 <= p < partitions and 0 <= b < buckets and (named or 0 <= t < types)):
             raise InvalidTask(f"cursor: {text!r} is out of range")
