@@ -264,7 +264,7 @@ class Consumer:
                 named = await scripts.client.ride_out(
                     functools.partial(scripts.cancel_requests, self.type, sids)
                 )
-                pool.cancel([running[sid].msg_id for sid in named])
+                pool.cancel([running[sid] for sid in named])
 
     @staticmethod
     async def _watch_stop(

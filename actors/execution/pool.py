@@ -142,9 +142,9 @@ class HandlerPool:
         finally:
             self._workers -= 1
 
-    def replaceable(self) -> dict[str, Message]:
-        """Running fires a newer fire of their task may cancel, by schedule_id."""
-        return {m.schedule_id: m for m, _ in self._replaceable.values()}
+    def replaceable(self) -> dict[str, str]:
+        """Running fires a newer fire of their task may cancel: schedule_id -> message id."""
+        return {m.schedule_id: msg_id for msg_id, (m, _) in self._replaceable.items()}
 
     def cancel(self, msg_ids: list[str]) -> None:
         """Cancel these runs (a ``cancel_other`` fire replaced them): each one's outcome is
