@@ -75,13 +75,12 @@ class ListCursor:
             t, p, b = (int(x) for x in parts[:3])
         except ValueError:
             raise InvalidTask(f"cursor: {text!r} is not a cursor this listing returned") from None
-        if len(parts) == 4 and names is None:  # an unfiltered listing's, given to another
+        named = len(parts) == 4
+        if named and names is None:  # an unfiltered listing's, given to another
             raise InvalidTask(f"cursor: {text!r} is not a cursor this listing returned")
-        named = names is not None and len(parts) == 4
         if not (0 <= p < partitions and 0 <= b < buckets and (named or 0 <= t < types)):
             raise InvalidTask(f"cursor: {text!r} is out of range")
-        if named:
-            assert names is not None
+        if named and names is not None:
             t = bisect.bisect_left(names, parts[3])  # where its type is, or would be
             if t == len(names):
                 return None  # its type and every one after it are gone: the listing is done
