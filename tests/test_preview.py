@@ -174,6 +174,11 @@ def test_a_preview_of_h_needs_a_task_id() -> None:
         (Schedule("cron", cron="*/5 * * * *", spread_s=301), True),
         (Schedule("cron", cron="0 9,10 * * *", spread_s=3601), True),  # the 1-hour gap
         (Schedule("cron", cron="H 9 * * *", spread_s=7200), False),
+        # H in a list or a stepped range: whatever the id, a time H may take counts (9:01)
+        (Schedule("cron", cron="0,H 9 * * *", spread_s=60), False),
+        (Schedule("cron", cron="0,H 9 * * *", spread_s=61), True),
+        (Schedule("cron", cron="30 0,H * * *", spread_s=3601), True),  # 0:30, then 1:30
+        (Schedule("cron", cron="H(0-29)/20 * * * *", spread_s=1201), True),  # 5 and 25
         (Schedule("interval", every_s=60, jitter_s=600), False),  # no spread: no new rule
     ],
 )

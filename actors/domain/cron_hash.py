@@ -18,7 +18,9 @@ schedule object they were sent with until each is given its own.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
+from collections.abc import Callable
 
 #: The fields that may be hashed: position in the expression → (name, lowest, highest).
 _HASHABLE = {0: ("minute", 0, 59), 1: ("hour", 0, 23)}
@@ -35,6 +37,21 @@ def resolve_hashed(cron: str, task_id: str) -> str:
     """The expression with each ``H`` item replaced by the values ``task_id`` picks:
     deterministic, and independent per field (the minute does not follow the hour).
     ValueError naming the field for an ``H`` the grammar does not allow."""
+    return _resolve_picks(cron, lambda position: _hash(task_id, position))
+
+
+def resolutions(cron: str) -> set[str]:
+    """Every expression ``resolve_hashed`` gives ``cron``, whatever the task id: a
+    field's pick counts only by its remainder, so the field's width of picks is each."""
+    hashed = [p for p, field in enumerate(cron.split()[:2]) if "H" in field]
+    widths = [_HASHABLE[p][2] - _HASHABLE[p][1] + 1 for p in hashed]
+    return {
+        _resolve_picks(cron, dict(zip(hashed, picks, strict=True)).__getitem__)
+        for picks in itertools.product(*(range(w) for w in widths))
+    }
+
+
+def _resolve_picks(cron: str, pick_of: Callable[[int], int]) -> str:
     fields = cron.split()
     out = []
     for position, field in enumerate(fields):
@@ -46,7 +63,7 @@ def resolve_hashed(cron: str, task_id: str) -> str:
             name = _NAMES[position] if position < len(_NAMES) else f"field {position + 1}"
             raise ValueError(f"H is allowed in the minute and hour fields only, not in {name}")
         name, low, high = _HASHABLE[position]
-        pick = _hash(task_id, position)
+        pick = pick_of(position)
         out.append(",".join(_resolve(item, name, low, high, pick) for item in items))
     return " ".join(out)
 

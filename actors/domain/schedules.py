@@ -39,7 +39,7 @@ from typing import Any, Literal
 import attrs
 import cronsim
 
-from actors.domain.cron_hash import is_hashed, resolve_hashed
+from actors.domain.cron_hash import is_hashed, resolutions, resolve_hashed
 
 Kind = Literal["interval", "cron", "once"]
 Misfire = Literal["coalesce", "skip", "fire_all"]
@@ -146,9 +146,9 @@ def _check(schedule: Schedule) -> None:
 def check_submitted(schedule: Schedule, min_interval_s: float) -> None:
     """Rules for a schedule a client submits now, on top of what any stored schedule
     satisfies (a stored one written by an older version stays readable): an interval of at
-    least ``min_interval_s`` (``[api] min_interval_s``), and a cron of exactly five fields
-    (cronsim would read a sixth as seconds, which the docs do not promise). ValueError
-    naming the field otherwise."""
+    least ``min_interval_s`` (``[api] min_interval_s``), a cron of exactly five fields
+    (cronsim would read a sixth as seconds, which the docs do not promise), and a spread
+    that fits between two fires. ValueError naming the field otherwise."""
     if schedule.every_s is not None and schedule.every_s < min_interval_s:
         raise ValueError(
             f"schedule.every_s: must be at least {min_interval_s:g} s on this node "
@@ -166,9 +166,11 @@ def check_submitted(schedule: Schedule, min_interval_s: float) -> None:
 def _check_spread(schedule: Schedule) -> None:
     """A spread (with the jitter on top) must end before the next grid time, so that fires
     keep their grid's order and rhythm. Cron gaps are measured over a sample of the
-    expression's times. A jitter alone is not held to it (schedules written before this
-    rule stay valid); the misfire policy allows it at most a grid step
-    (``Schedule.slack_ms``)."""
+    expression's times, and for an ``H`` cron over the times of every value ``H`` may
+    take: in a list (``0,H``) or a stepped range (``H(0-29)/20``) the gap depends on the
+    task id, and a schedule is accepted or refused whatever the id. A jitter alone is not
+    held to it (schedules written before this rule stay valid); the misfire policy allows
+    it at most a grid step (``Schedule.slack_ms``)."""
     gap_ms = _shortest_gap_ms(schedule)
     if gap_ms is not None and (schedule.spread_s + schedule.jitter_s) * 1000 > gap_ms:
         raise ValueError(
@@ -194,7 +196,37 @@ def _shortest_cron_gap_ms(cron: str, tz: str) -> int | None:
     # a sparse cron (Mondays the fifth of February's weeks) runs past year 9999
     with contextlib.suppress(OverflowError):
         times += (int(t.timestamp() * 1000) for t in sample)
-    return min((b - a for a, b in itertools.pairwise(times)), default=None)
+    gap = min((b - a for a, b in itertools.pairwise(times)), default=None)
+    if not is_hashed(cron):
+        return gap
+    own = min(_daily_gap_ms(resolved) for resolved in resolutions(cron))
+    return own if gap is None else min(gap, own)
+
+
+def _daily_gap_ms(cron: str) -> int:
+    """The shortest time between two fires of a resolved cron, from its minutes and hours
+    (what an ``H`` picks) and the fewest days between two days it fires on: cheap enough
+    for each of an ``H`` cron's 1,440 resolutions. A time-zone change is left to the
+    sampled check."""
+    parsed = cronsim.CronSim(cron, dt.datetime(2000, 1, 1))
+    times = sorted(h * 60 + m for h in parsed.hours for m in parsed.minutes)
+    days = _fewest_days_between(" ".join(cron.split()[2:5]))
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    gaps.append(days * 1440 - times[-1] + times[0])  # the last of a day to the next's first
+    return min(gaps) * 60_000
+
+
+@functools.lru_cache(maxsize=256)
+def _fewest_days_between(day_fields: str) -> int:
+    """The fewest days between two days a cron's day-of-month, month and day-of-week
+    fields fire on (a sample of its days: a sparse one ends past year 9999)."""
+    sample = itertools.islice(
+        cronsim.CronSim(f"0 0 {day_fields}", dt.datetime(2000, 1, 1)), _GAP_SAMPLE
+    )
+    days: list[dt.datetime] = []
+    with contextlib.suppress(OverflowError):
+        days += sample
+    return min(((b - a).days for a, b in itertools.pairwise(days)), default=1)
 
 
 @attrs.frozen
