@@ -281,6 +281,14 @@ class Schedule:
             due = self.at_ms
         return self._bounded(due)
 
+    def same_grid(self, other: Schedule) -> bool:
+        """Whether both place fires on the same grid times: the same kind, interval or
+        cron, time zone, one-shot time and start (bounds, policies, jitter and spread
+        may differ). ``H`` fields compare as written: resolve both for a task first."""
+        return (self.kind, self.every_s, self.cron, self.tz, self.at_ms, self.start_ms) == (
+            other.kind, other.every_s, other.cron, other.tz, other.at_ms, other.start_ms
+        )  # fmt: skip
+
     def next_after(self, due_ms: int) -> int | None:
         """The grid time after ``due_ms`` (drift-free), or None past the end."""
         if self.kind == "interval":

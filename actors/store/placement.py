@@ -38,6 +38,45 @@ class Placement:
         return sched, due, schedule.score_ms(due, task_id)
 
 
+@attrs.frozen
+class KeptGrid:
+    """An update whose schedule keeps the task's grid (``Schedule.same_grid``: a bound, a
+    policy, the jitter or the spread changed): the task keeps its next grid time, its fire
+    count and the latest grid time its claims decided, so a finished one-shot does not
+    fire again, an interval keeps its phase and ``max_runs`` counts on. ``update_task.lua``
+    keeps them only while ``stored`` is still the task's schedule (else it places the new
+    one anew, as for another grid)."""
+
+    stored: bytes
+    delay_ms: int
+    """The spread offset and a jitter draw: the kept grid time's score is it plus them."""
+    end_ms: int | None
+    max_runs: int | None
+    revive_ms: int | None
+    """Where a task without a next grid time (finished) goes: the next grid time after
+    now within the new bounds, as a resume places it; None (a one-shot, runs spent):
+    it stays finished."""
+    revive_score: int | None
+
+
+def kept_grid(task: Task, schedule: Schedule, now_ms: int) -> KeptGrid | None:
+    """For an update of ``task`` to ``schedule`` (resolved for it) on the same grid, what
+    the script keeps; None when the grid changes."""
+    if not task.schedule.same_grid(schedule):
+        return None
+    spent = schedule.max_runs is not None and task.fires >= schedule.max_runs
+    revive: tuple[int | None, int | None] = (None, None)
+    if schedule.kind != "once" and not spent:
+        revive = resume_point(attrs.evolve(task, schedule=schedule, next_run_ms=None), now_ms)
+    return KeptGrid(
+        encode_schedule(task.schedule),
+        schedule.offset_ms(task.task_id) + schedule.jitter_ms(),
+        schedule.end_ms,
+        schedule.max_runs,
+        *revive,
+    )
+
+
 def resume_point(task: Task, now_ms: int) -> tuple[int | None, int | None]:
     """Where a resumed task goes: (next grid time, its score), None when it never fires
     again. On the grid: the next grid time after now, as if it had never paused (the pause

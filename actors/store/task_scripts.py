@@ -10,6 +10,7 @@ from typing import Any
 from actors.store import lua
 from actors.store.codes import flag
 from actors.store.keys import Keys
+from actors.store.placement import KeptGrid
 from actors.store.replies import TaskRow
 from runtime.redis_io import RedisClient, Reply, Script
 from runtime.redis_replies import PartRejected, rejected_alone
@@ -41,6 +42,16 @@ def set_apart(
             kept.append(p)
             out.append(r)
     return kept, out
+
+
+def _kept_args(kept: KeptGrid | None) -> tuple[bytes | int | str, ...]:
+    """``update_task.lua``'s ARGV[10..15]: the grid kept, or all '' for another grid."""
+    if kept is None:
+        return ("",) * 6
+    return (
+        kept.stored, kept.delay_ms, or_empty(kept.end_ms), or_empty(kept.max_runs),
+        or_empty(kept.revive_ms), or_empty(kept.revive_score),
+    )  # fmt: skip
 
 
 def or_empty(value: int | None) -> int | str:
@@ -98,13 +109,16 @@ class TaskScripts:
     async def update_task(
         self, task_id: str, payload_json: str, sched: bytes | str, next_ms: int | None,
         score: int | None, labels_json: str = "", tracked: bool = False,
+        kept: KeptGrid | None = None,
     ) -> tuple[int, str, bool, list[int], str]:  # fmt: skip
         """``update_task.lua``: replace payload, schedule and/or labels ('' keeps one;
         labels '{}' removes them all); ``tracked``: the new schedule has an overlap
         policy (without one, the fires its former one held back go, with its flight
-        record); (``Code``, status afterwards, whether a schedule other than the task's
-        took effect: one sent as it is changes nothing, the due times of the waiting
-        fires that went, the task's type)."""
+        record); ``kept``: the new schedule is on the task's grid (``next_ms`` and
+        ``score`` place it if the task's schedule is no longer the one read); (``Code``, status
+        afterwards, whether a schedule other than the task's took effect: one sent as it
+        is changes nothing, the due times of the waiting fires that went, the task's
+        type)."""
         k, p = self.keys, self.keys.partition_of(task_id)
         (reply,) = await self._run(
             [
@@ -121,6 +135,7 @@ class TaskScripts:
                         or_empty(score),
                         labels_json,
                         flag(tracked),
+                        *_kept_args(kept),
                     ],
                 )
             ]

@@ -39,7 +39,7 @@ from actors.store.keys import (
 )
 from actors.store.labels import TaskFilter, list_page
 from actors.store.notes import encode_note
-from actors.store.placement import Placement, resume_point
+from actors.store.placement import KeptGrid, Placement, kept_grid, resume_point
 from actors.store.records import decode_task
 from actors.store.replies import TaskRow
 from actors.store.scripts import Scripts
@@ -360,13 +360,17 @@ class TaskStore:
         sched: bytes | str = ""
         next_ms: int | None = None
         score: int | None = None
+        kept: KeptGrid | None = None
         if schedule is not None:
-            sched, next_ms, score = Placement(await self.now_ms()).of(schedule, task_id)
+            now = await self.now_ms()
+            sched, next_ms, score = Placement(now).of(schedule, task_id)
+            task = await self.get(task_id)
+            kept = None if task is None else kept_grid(task, schedule.for_task(task_id), now)
         # Nothing waits behind a fire of a task of no policy (no claim would start it):
         # fires held back under its former policy go with its flight record.
         tracked = schedule is not None and schedule.overlap != "allow_all"
         code, status, placed, dropped, task_type = await (await self.scripts()).update_task(
-            task_id, payload_json, sched, next_ms, score, labels_json, tracked
+            task_id, payload_json, sched, next_ms, score, labels_json, tracked, kept
         )
         raise_for_code(code, task_id)
         if not placed:  # sent as it is: nothing of the grid changed

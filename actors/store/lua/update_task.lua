@@ -8,13 +8,23 @@
 --          nothing waits behind a fire of the task (no claim would start it), so the fires
 --          its former policy held back go with its flight record, each noted not run
 --          ('updated': flight.lua's drop_waiting)
+-- ARGV[10] the task's schedule as the caller read it, when the new one is on the same grid
+--          (Schedule.same_grid: a bound, a policy, the jitter or the spread changed; ''
+--          = another grid): while it is still the stored one, the task keeps its next grid
+--          time, its fire count and the latest grid time decided
+-- ARGV[11] with ARGV[10]: the kept grid time's delay (spread offset and jitter, ms)
+-- ARGV[12] with ARGV[10]: the new end_ms ('' = none)   ARGV[13] the new max_runs ('' = none)
+-- ARGV[14], ARGV[15] with ARGV[10]: next_ms and score of a task without a next grid time
+--          (finished: the next grid time after now, as a resume places it; '' = none)
 -- Returns {code, status, placed, dropped, type}: CODE_OK updated, CODE_NOT_FOUND not
 -- found; placed 1 when a schedule other than the task's took effect; dropped: the due
 -- times of the waiting fires that went (comma separated, '' = none); type: the task's.
 -- A new schedule takes effect at once: the claim (if any) is dropped so a poller holding it
 -- cannot commit the old grid; a finished task with a new schedule becomes active again.
--- The latest grid time the old schedule's claims decided is forgotten (flight.lua): the
--- new grid's times were never decided, even those before it. A schedule sent again as it
+-- On another grid, the latest grid time the old schedule's claims decided is forgotten
+-- (flight.lua): the new grid's times were never decided, even those before it; on the same
+-- grid it stays, with the fire count and the next grid time (past a new end_ms or
+-- max_runs: none, the task finishes or parks as below). A schedule sent again as it
 -- is (a client that sends the whole task to change its payload) changes nothing of the
 -- grid: the next time, the fire count against max_runs and the status stay (placed anew,
 -- a finished task would fire its last grid time again).
@@ -31,17 +41,33 @@ if ARGV[4] ~= '' then payload = ARGV[4] end
 local placed, dropped = 0, ''
 if ARGV[5] ~= '' and ARGV[5] ~= sched then
   placed = 1
+  local same = ARGV[10] ~= '' and ARGV[10] == sched
+  local next_ms, score = ARGV[6], ARGV[7]
+  local kept = same and s[STATE_NEXT_MS]
+  if kept then
+    local past_end = ARGV[12] ~= '' and kept > tonumber(ARGV[12])
+    local spent = ARGV[13] ~= '' and s[STATE_FIRES] >= tonumber(ARGV[13])
+    if past_end or spent then
+      next_ms = ''
+    else
+      next_ms, score = ms(kept), ms(kept + tonumber(ARGV[11]))
+    end
+  elseif same then
+    next_ms, score = ARGV[14], ARGV[15]
+  end
   if ARGV[9] ~= FLAG_ON then
     dropped = drop_waiting(tag, id, 'updated')
     redis.call('HDEL', tag .. ':flight', id)
   end
   local f = get_flight(tag .. ':flight', id)
-  local decided = f.hw
-  f.hw = nil
+  local decided = not same and f.hw
+  if not same then
+    f.hw = nil
+    s[STATE_FIRES] = 0  -- fires count against max_runs of the schedule they were made by
+  end
   sched = ARGV[5]
-  s[STATE_FIRES] = 0  -- fires count against max_runs of the schedule they were made by
   if s[STATE_STATUS] == FINISHED then s[STATE_STATUS] = ACTIVE end
-  if ARGV[6] == '' and s[STATE_STATUS] == ACTIVE and holds_task(f, ARGV[9] == FLAG_ON) then
+  if next_ms == '' and s[STATE_STATUS] == ACTIVE and holds_task(f, ARGV[9] == FLAG_ON) then
     -- a schedule that never fires, with fires still waiting behind the one in flight (an
     -- operator's trigger or backfill its overlap policy held back), or that one
     -- unconfirmed: parked as a poller parks such a task (overlap.lua), on now (no grid
@@ -49,16 +75,16 @@ if ARGV[5] ~= '' and ARGV[5] ~= sched then
     park_task(tag, id, f, s, KEYS[1])
   else
     if decided then put_flight(tag .. ':flight', id, f) end
-    if ARGV[6] == '' then
+    if next_ms == '' then
       if s[STATE_STATUS] == ACTIVE then s[STATE_STATUS] = FINISHED end
       s[STATE_NEXT_MS] = nil
       redis.call('ZREM', KEYS[1], id)
     else
-      s[STATE_NEXT_MS] = tonumber(ARGV[6])
+      s[STATE_NEXT_MS] = tonumber(next_ms)
       if s[STATE_STATUS] == ACTIVE then
         -- due now if the end of its fire in flight woke it for fires waiting behind it,
         -- or that one is unconfirmed: not held back until the new grid's first time
-        redis.call('ZADD', KEYS[1], placed_score(f, ARGV[7]), id)
+        redis.call('ZADD', KEYS[1], placed_score(f, score), id)
       end
     end
   end

@@ -1,0 +1,100 @@
+"""An update whose schedule keeps the task's grid (a bound, a policy, the jitter or the
+spread changed) keeps the task's next grid time, fire count and status, against a real
+Redis and a real poller tick: a finished one-shot does not fire again, an interval keeps
+its phase, ``max_runs`` counts on."""
+
+from __future__ import annotations
+
+import attrs
+
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.scheduling.poller import Poller, PollerSettings
+from actors.store.tasks import TaskStore
+from runtime.logging import get_logger
+from runtime.redis_io import RedisClient
+from tests.test_poller import stream_fires
+
+HOUR = 3_600_000
+
+
+class _Ticks:
+    """One poller's ticks over the one partition (a second poller would find it held)."""
+
+    def __init__(self, store: TaskStore) -> None:
+        self.store = store
+        self.poller = Poller(store, PollerSettings())
+
+    async def __call__(self) -> int:
+        """The fires one tick enqueued."""
+        scripts = await self.store.scripts()
+        return (await self.poller.tick(scripts, [0], get_logger())).enqueued
+
+
+async def _task(store: TaskStore, task_id: str) -> tuple[str, int | None, int]:
+    task = await store.get(task_id)
+    assert task is not None
+    return task.status, task.next_run_ms, task.fires
+
+
+async def test_a_finished_one_shot_updated_on_its_grid_does_not_fire_again(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    _tick = _Ticks(store)
+    at = await store.now_ms() - 1000
+    once = Schedule("once", at_ms=at)
+    await store.create(TaskSpec("t", once, task_id="o"))
+    assert await _tick() == 1
+    assert await _task(store, "o") == ("finished", None, 1)
+    for changed in (
+        attrs.evolve(once, jitter_s=2),
+        attrs.evolve(once, misfire="skip", overlap="skip"),
+        attrs.evolve(once, end_ms=at + HOUR, max_runs=5),
+    ):
+        assert await store.update("o", schedule=changed) == "finished"
+        assert await _tick() == 0
+    assert len(await stream_fires(store, "t")) == 1
+    assert await _task(store, "o") == ("finished", None, 1)
+    # Another grid (a new time) is a new schedule: it fires, counted from 0.
+    again = Schedule("once", at_ms=await store.now_ms() - 500)
+    assert await store.update("o", schedule=again) == "active"
+    assert await _tick() == 1
+    assert await _task(store, "o") == ("finished", None, 1)
+
+
+async def test_an_interval_keeps_its_phase_and_counts_on_against_max_runs(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    _tick = _Ticks(store)
+    start = await store.now_ms() - 10
+    hourly = Schedule("interval", every_s=3600, start_ms=start, max_runs=3)
+    assert hourly.start_ms is not None
+    await store.create(TaskSpec("t", hourly, task_id="i"))
+    assert await _tick() == 1
+    assert await _task(store, "i") == ("active", start + HOUR, 1)
+    # The jitter and the spread move when it is enqueued, not the grid time or the count.
+    await store.update("i", schedule=attrs.evolve(hourly, jitter_s=1, spread_s=60))
+    assert await _task(store, "i") == ("active", start + HOUR, 1)
+    assert await _tick() == 0  # its grid time was not placed at once again
+    # A pause keeps its grid time through an update too.
+    await store.pause("i")
+    assert await store.update("i", schedule=attrs.evolve(hourly, jitter_s=2)) == "paused"
+    assert await _task(store, "i") == ("paused", start + HOUR, 1)
+    await store.resume("i")
+    # Runs spent under the new max_runs, or a new end before the next grid time: finished.
+    assert await store.update("i", schedule=attrs.evolve(hourly, max_runs=1)) == "finished"
+    assert await _task(store, "i") == ("finished", None, 1)
+    # Given more, it goes on at its grid's next time, its fire still counted.
+    assert await store.update("i", schedule=attrs.evolve(hourly, max_runs=2)) == "active"
+    assert await _task(store, "i") == ("active", start + HOUR, 1)
+    assert await store.update("i", schedule=attrs.evolve(hourly, end_ms=start + 60)) == ("finished")
+    assert await store.update("i", schedule=attrs.evolve(hourly, end_ms=start + 2 * HOUR)) == (
+        "active"
+    )
+    assert await _task(store, "i") == ("active", start + HOUR, 1)
+    assert len(await stream_fires(store, "t")) == 1
+    # Another interval is another grid: placed anew, counted from 0.
+    await store.update("i", schedule=Schedule("interval", every_s=60, start_ms=start + HOUR))
+    assert await _task(store, "i") == ("active", start + HOUR, 0)
