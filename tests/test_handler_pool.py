@@ -18,8 +18,8 @@ import trio
 import trio.testing
 import trio_util
 
-from actors.execution.completion import Outcome
-from actors.execution.handlers import Handler, HandlerContext
+from actors.execution.completion import Outcome, first_line
+from actors.execution.handlers import Handler, HandlerContext, RetryLater, Unrecoverable
 from actors.execution.pool import HandlerPool
 from actors.execution.running import Runner
 from actors.store.messages import Message
@@ -415,6 +415,44 @@ async def test_a_handler_error_outside_exception_fails_its_run_and_the_worker_go
     runs = threaded.by_task()
     assert runs["t0"].error is not None and shown[2] in runs["t0"].error
     assert runs["t1"].result == "ok"
+
+
+async def test_retry_later_and_unrecoverable_raised_in_a_handlers_nursery_are_heeded() -> None:
+    """trio wraps the errors of a handler's nursery in a group: ``RetryLater`` raised in
+    one still retries after the delay it asks (the longest of several), ``Unrecoverable``
+    still dead-letters at once, and the error told is the raised one's, not the group's
+    border line. Another error beside a ``RetryLater`` fails the run as any error."""
+
+    async def raise_in(*errors: BaseException) -> None:
+        async def child(exc: BaseException) -> None:
+            raise exc
+
+        async with trio.open_nursery() as nursery:
+            for exc in errors:
+                nursery.start_soon(child, exc)
+
+    async def handler(ctx: HandlerContext) -> str:
+        if ctx.task_id == "t0":
+            await raise_in(RetryLater(600, "rate limited"))
+        if ctx.task_id == "t1":
+            await raise_in(RetryLater(60), RetryLater(900, "the slowest"))
+        if ctx.task_id == "t2":
+            await raise_in(Unrecoverable("no such account"), RetryLater(60))
+        if ctx.task_id == "t3":
+            await raise_in(RetryLater(60), ValueError("bad row"))
+        return "ok"
+
+    h = Harness(handler, size=1, timeout_s=60)
+    async with h.running() as pool:
+        await h.run_all(pool, [message(i) for i in range(4)])
+    runs = h.by_task()
+    assert (runs["t0"].retry_after_s, runs["t0"].unrecoverable) == (600, False)
+    assert first_line(runs["t0"].error) == "actors.execution.handlers.RetryLater: rate limited"
+    assert runs["t1"].retry_after_s == 900 and "the slowest" in first_line(runs["t1"].error)
+    assert runs["t2"].unrecoverable and runs["t2"].retry_after_s is None
+    assert first_line(runs["t2"].error).endswith("Unrecoverable: no such account")
+    assert (runs["t3"].retry_after_s, runs["t3"].unrecoverable) == (None, False)
+    assert first_line(runs["t3"].error) == "ValueError: bad row"
 
 
 async def test_a_handler_exiting_as_its_timeout_cuts_it_times_out() -> None:

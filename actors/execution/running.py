@@ -6,6 +6,7 @@ whose restart would run the same message again (and again), never counting it po
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -44,6 +45,40 @@ class _ThreadCall:
     abandoned: bool = False
 
 
+def _group_outcome(message: Message, started_ms: int, group: BaseExceptionGroup[Any]) -> Outcome:
+    """A run that raised a group (a handler's nursery: trio wraps its errors) as its
+    errors ask: any ``Unrecoverable`` dead-letters it, ``RetryLater`` alone retries it
+    after the longest delay asked, anything else fails it. The error told is one of the
+    group's (the one that decided), not the group's frame, whose last line is a border."""
+    leaves = list(_leaves(group))
+    dead = next((e for e in leaves if isinstance(e, Unrecoverable)), None)
+    if dead is not None:
+        return Outcome(
+            message, started_ms, now_ms(), error=describe_error(dead), unrecoverable=True
+        )
+    other = next((e for e in leaves if not isinstance(e, RetryLater)), None)
+    if other is not None:
+        return Outcome(message, started_ms, now_ms(), error=describe_error(other))
+    delays: list[tuple[float, BaseException]] = []
+    for exc in leaves:
+        try:  # checked again, as for one RetryLater (Runner.run)
+            delays.append((retry_delay_s(getattr(exc, "delay_s", None)), exc))
+        except Exception as bad:
+            return Outcome(message, started_ms, now_ms(), error=f"{describe_error(exc)}{bad}")
+    delay_s, slowest = max(delays, key=lambda pair: pair[0])
+    return Outcome(
+        message, started_ms, now_ms(), error=describe_error(slowest), retry_after_s=delay_s
+    )
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> Iterator[BaseException]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
+
+
 class Runner:
     """Runs handlers of one type: async ones on the trio thread, plain ones on threads
     (at most ``concurrency`` running at once).
@@ -79,13 +114,13 @@ class Runner:
             return Outcome(
                 message, started_ms, now_ms(), error=describe_error(exc), unrecoverable=True
             )
-        except Exception as exc:
-            return Outcome(message, started_ms, now_ms(), error=describe_error(exc))
-        except BaseExceptionGroup as group:  # a handler's nursery: SystemExit in a group
+        except BaseExceptionGroup as group:  # a handler's nursery: errors in a group
             cancelled = group.subgroup(_GOES_ON)
             if cancelled is not None:  # the run cancelled (timed out, the node stopping),
                 raise cancelled from None  # or Ctrl-C: that alone goes on, never SystemExit
-            return Outcome(message, started_ms, now_ms(), error=describe_error(group))
+            return _group_outcome(message, started_ms, group)
+        except Exception as exc:
+            return Outcome(message, started_ms, now_ms(), error=describe_error(exc))
         except BaseException as exc:
             # sys.exit() in a handler (a CLI's main called as a function), or another error
             # outside Exception (asyncio.CancelledError from an event loop the handler ran):
