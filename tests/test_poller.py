@@ -18,6 +18,7 @@ import structlog.testing
 import trio
 
 from actors.domain.errors import LayoutMismatch
+from actors.domain.misfires import plan_fires
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Overlap, Schedule
 from actors.scheduling.claim_loop import (
@@ -36,6 +37,7 @@ from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS
 from actors.store.enqueue import enqueue_fires
 from actors.store.flights import ENDED_OK, FlightEnd
 from actors.store.keys import Keys
+from actors.store.ledger import task_history
 from actors.store.messages import Message
 from actors.store.migrate import migrate
 from actors.store.records import claim_of, pack_values
@@ -917,6 +919,32 @@ async def test_misfired_tasks_follow_their_policy_after_downtime(
     for policy in ("coalesce", "skip", "fire_all"):
         task = await store.get(policy)
         assert task is not None and task.next_run_ms == start + 11_000
+
+
+async def test_the_last_grid_times_an_outage_skipped_are_said_and_kept(
+    store: TaskStore, log_lines: Callable[[], list[dict[str, Any]]]
+) -> None:
+    """A ``skip`` task whose grid ends while nothing runs: its last grid times are missed
+    like any others (a ``misfired`` line, a history entry), though no fire and no next
+    grid time follow; a task that spent ``max_runs`` misses none."""
+    now = await store.now_ms()
+    ended = Schedule("interval", every_s=1, start_ms=now - 5_500, end_ms=now - 1_000,
+                     misfire="skip")  # fmt: skip
+    await store.create(TaskSpec("t", ended, task_id="ended"))
+    keys = await store.keys()
+    poller = Poller(store, PollerSettings())
+    await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
+    task = await store.get("ended")
+    assert task is not None and task.status == "finished"
+    assert await stream_fires(store, "t") == []
+    (misfired,) = [e for e in log_lines() if e["event"] == "misfired"]
+    assert (misfired["task_id"], misfired["missed"]) == ("ended", 5)
+    (entry,) = await task_history(store, "ended")
+    assert entry.fate == "skipped"
+    # max_runs spent while it stayed scheduled (a poller's claim of such a task plans
+    # none): nothing missed, nothing said.
+    spent = Schedule("interval", every_s=1, start_ms=now - 5_500, max_runs=2, misfire="skip")
+    assert plan_fires(spent, now - 5_500, now, 2).missed == 0
 
 
 async def test_sleep_follows_the_earliest_due_time(store: TaskStore) -> None:

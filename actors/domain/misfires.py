@@ -105,6 +105,8 @@ def plan_fires(
         left = max(0, schedule.max_runs - fires_so_far)
         if len(fires) >= left:
             fires, upcoming = fires[:left], None
+            if not left:  # past the end of its grid (a task kept scheduled for fires
+                missed = 0  # waiting behind its last one): no time of it was missed
     return FirePlan(fires, upcoming, missed)
 
 

@@ -87,9 +87,7 @@ def plan_claims(claims: list[PartitionClaim], debug: bool) -> TickPlan:
             plan = plan_fire(task, claim.now_ms)
             out.plans[claim.partition].append((task, plan))
             out.planned.append((claim.partition, task, plan))
-            # Grid times past the end of a grid (max_runs) are not missed fires: a task
-            # kept scheduled for fires waiting behind its last one plans none.
-            if plan.missed and (plan.fires or plan.next_ms is not None):
+            if plan.missed:  # every missed time is said, the grid's last ones too
                 out.misfired.append(_misfired(task, plan))
     return out
 
@@ -114,7 +112,7 @@ def plan_commits(
                 score = task.schedule.score_ms(next_ms, task.task_id)
             commit = fire_commit(task, next_ms, score, fired)
             commit.confirm = task.task_id in tracked
-            if plan.missed and (plan.fires or plan.next_ms is not None):
+            if plan.missed:
                 fate = COALESCED if task.schedule.misfire == "coalesce" else MISFIRE_SKIPPED
                 commit.misfire = (fate, task.type, history)
             commits.append(commit)
