@@ -185,6 +185,16 @@ def test_fires_not_run_are_counted_by_reason_from_not_run_and_misfired_lines() -
     assert type_sample(kind, "metronome_misfires_total", policy="fire_all") == 2
 
 
+def test_a_run_a_newer_fire_cancelled_counts_as_finished_cancelled() -> None:
+    """A ``cancel_other`` fire ends the run in flight: counted started, it counts finished
+    too (else started - finished drifts up for every such task)."""
+    kind = f"unit{time.monotonic_ns()}"
+    fire = {"task_id": "t1", "schedule_id": "t1:2000", "type": kind, "due_ms": 2000}
+    with counting():
+        emit_events("node/x", [("cancelled", {**fire, "duration_ms": 1500, "reason": "overlap"})])
+    assert type_sample(kind, "metronome_fires_finished_total", outcome="cancelled") == 1
+
+
 def test_a_batchs_summary_counts_as_its_per_fire_events_would() -> None:
     """Where the per-fire debug lines ``queued`` and ``running`` are not written, the
     poller and the reader hand observers one summary a batch, and the consumer one for its

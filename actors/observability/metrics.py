@@ -204,6 +204,10 @@ def _tally_events(
                 tally[(RETRIES, kind)] += 1
             elif event == "dead":
                 tally[(DEAD, kind, fields.get("reason", "failed"))] += 1
+        elif event == "cancelled":  # a cancel_other fire replaced the run it ended
+            tally[(FINISHED, kind, "cancelled")] += 1
+            took = max(0, fields.get("duration_ms", 0)) / 1000
+            observed.setdefault((DURATION, kind), []).append(took)
         elif event == "dead":  # poison or malformed: no handler ran this time
             tally[(DEAD, kind, fields.get("reason", "poison"))] += 1
         elif event == "misfired":
