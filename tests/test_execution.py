@@ -236,13 +236,24 @@ async def test_malformed_message_goes_to_the_dlq(
 ) -> None:
     keys = await store.keys()
     await store.client.execute("XADD", keys.queue("m"), "*", "hello", "world")
+    # Numbers past what a completion packs (another producer's): malformed, each alone; a
+    # well-formed fire read with them runs (they failed every write of their batch).
+    for attempt, due in (("0", str(2**66)), ("-1", "1000"), ("0", "-5")):
+        fields = ("task_id", "odd", "payload", "null", "attempt", attempt, "due_ms", due)
+        await store.client.execute("XADD", keys.queue("m"), "*", *fields)
+    fields = ("task_id", "ok", "payload", "null", "attempt", "0", "due_ms", "1000")
+    await store.client.execute("XADD", keys.queue("m"), "*", *fields, "enq_ms", str(2**64))
+    await store.client.execute("XADD", keys.queue("m"), "*", *fields)
     config = node_config(redis_url, namespace, tmp_path, {"m": consumer("noop")}, pollers=0)
     async with running_node(config):
-        await wait_until(lambda: _stream_len(store, keys.dlq("m"), 1))
-    (entry,) = await stream_entries(store, keys.dlq("m"))
-    assert entry["reason"] == "malformed"
-    assert entry["hello"] == "world"
-    assert "not a Metronome message" in entry["error"]
+        await wait_until(lambda: _stream_len(store, keys.dlq("m"), 5))
+        await wait_until(lambda: _async(len(records(record)) == 1))
+    entries = await stream_entries(store, keys.dlq("m"))
+    assert [e["reason"] for e in entries] == ["malformed"] * 5
+    assert entries[0]["hello"] == "world"
+    assert "not a Metronome message" in entries[0]["error"]
+    assert all("out of range" in e["error"] for e in entries[1:]), entries
+    assert [r["task_id"] for r in records(record)] == ["ok"]
 
 
 async def test_long_handler_keeps_its_lease(

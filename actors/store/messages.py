@@ -38,6 +38,19 @@ class MalformedMessage(ValueError):
 #: number, not UTF-8 or not bytes, or a payload nested deeper than the JSON decoder reads.
 _NOT_A_MESSAGE = (KeyError, ValueError, UnicodeDecodeError, AttributeError, RecursionError)
 
+#: Bounds of a message's numbers: what its completion packs and Lua reads exactly (a fire
+#: of another producer beyond them would fail every write of its batch, not itself).
+_MAX_MS = 2**53 - 1
+_MAX_ATTEMPT = 2**31 - 1
+
+
+def _numbers(due_ms: int, attempt: int, enq_ms: int) -> None:
+    if not (0 <= due_ms <= _MAX_MS and 0 <= attempt <= _MAX_ATTEMPT and 0 <= enq_ms <= _MAX_MS):
+        raise ValueError(
+            f"due_ms {due_ms}, attempt {attempt} or enq_ms {enq_ms} out of range "
+            f"(0..{_MAX_MS}, 0..{_MAX_ATTEMPT})"
+        )
+
 
 @attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build
 class Message:
@@ -71,15 +84,18 @@ class Message:
             get = fields.get  # the full form's fields (see the module)
             sid, of_type, enq = get(b"schedule_id"), get(b"type"), get(b"enq_ms")
             policy = get(b"o")
+            attempt = int(fields[b"attempt"])
+            enq_ms = entry_ms(mid) if enq is None else int(enq)
+            _numbers(due_ms, attempt, enq_ms)
             return cls(
                 msg_id=mid,
                 task_id=task_id,
                 schedule_id=schedule_id(task_id, due_ms) if sid is None else sid.decode(),
                 type=task_type if of_type is None else of_type.decode(),
                 payload_json=payload,
-                attempt=int(fields[b"attempt"]),
+                attempt=attempt,
                 due_ms=due_ms,
-                enq_ms=entry_ms(mid) if enq is None else int(enq),
+                enq_ms=enq_ms,
                 payload=parse_payload(payload),
                 policy="" if policy is None else policy.decode(),
             )
@@ -103,9 +119,11 @@ class Message:
             mid = msg_id.decode()
             try:
                 task_id, payload = raw[1].decode(), raw[3].decode()
-                due_ms = int(raw[7])
+                due_ms, attempt = int(raw[7]), int(raw[5])
+                if not (0 <= due_ms <= _MAX_MS and 0 <= attempt <= _MAX_ATTEMPT):
+                    _numbers(due_ms, attempt, 0)
                 return cls(
-                    mid, task_id, schedule_id(task_id, due_ms), task_type, payload, int(raw[5]),
+                    mid, task_id, schedule_id(task_id, due_ms), task_type, payload, attempt,
                     due_ms, entry_ms(mid), parse_payload(payload),
                 )  # fmt: skip
             except _NOT_A_MESSAGE as exc:
