@@ -19,7 +19,13 @@ import trio.testing
 import trio_util
 
 from actors.execution.completion import Outcome, first_line
-from actors.execution.handlers import Handler, HandlerContext, RetryLater, Unrecoverable
+from actors.execution.handlers import (
+    Handler,
+    HandlerContext,
+    RetryLater,
+    Unrecoverable,
+    resolve,
+)
 from actors.execution.pool import HandlerPool
 from actors.execution.running import Runner
 from actors.store.messages import Message
@@ -453,6 +459,22 @@ async def test_retry_later_and_unrecoverable_raised_in_a_handlers_nursery_are_he
     assert first_line(runs["t2"].error).endswith("Unrecoverable: no such account")
     assert (runs["t3"].retry_after_s, runs["t3"].unrecoverable) == (None, False)
     assert first_line(runs["t3"].error) == "ValueError: bad row"
+
+
+async def test_an_async_callable_object_and_a_coroutine_from_a_plain_handler_run() -> None:
+    """A handler object with an async ``__call__`` is run as async; a plain function that
+    returns a coroutine (a sync wrapper of an async handler) has it awaited: each ran on
+    a worker thread, and trio refused the coroutine, failing every fire with an error
+    that named no handler."""
+    for name, is_async in (("async_callable", True), ("returns_a_coroutine", False)):
+        handler = resolve("t", f"tests.handlers.jobs:{name}")
+        assert handler.is_async is is_async
+        h = Harness(handler.fn, size=1, timeout_s=60)
+        h.runner.handler = handler
+        async with h.running() as pool:
+            await h.run_all(pool, [message(0)])
+        (outcome,) = h.outcomes
+        assert (outcome.error, outcome.result) == (None, "object t0"), name
 
 
 async def test_a_handler_exiting_as_its_timeout_cuts_it_times_out() -> None:

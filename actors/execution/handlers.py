@@ -1,13 +1,15 @@
 """Task handlers: the user code a fire runs, named in node.toml as ``module:function``.
 
 A handler takes one argument, a ``HandlerContext``, and may return any JSON-able result
-(written to the results log). ``async def`` handlers run on trio; plain functions run in a
-worker thread (at most the type's concurrency at once). To steer retries a handler raises
-``RetryLater(delay_s)`` (retry after that delay instead of the backoff) or
-``Unrecoverable`` (straight to the dead-letter queue, no more attempts); any other
-exception, or the timeout, is a failed attempt. A timeout cancels an ``async`` handler;
-a plain function cannot be interrupted, so its attempt is failed and abandoned, but it
-keeps its worker thread (one of the type's ``concurrency``) until it returns.
+(written to the results log). ``async def`` handlers (and objects with an async
+``__call__``) run on trio; plain functions run in a worker thread (at most the type's
+concurrency at once), and a coroutine one returns is awaited on trio. To steer retries a
+handler raises ``RetryLater(delay_s)`` (retry after that delay instead of the backoff) or
+``Unrecoverable`` (straight to the dead-letter queue, no more attempts), also from a task
+of its nursery; any other exception, or the timeout, is a failed attempt. A timeout
+cancels an ``async`` handler; a plain function cannot be interrupted, so its attempt is
+failed and abandoned: its thread runs on until it returns, and the type is lent a thread
+in its place meanwhile (``actors.execution.running.Runner``).
 
 Handlers are resolved when the node starts: a missing module or function, or a function
 that cannot take one argument, is a configuration error naming the type.
@@ -116,4 +118,7 @@ def resolve(task_type: str, target: str) -> Handler:
         ) from exc
     except ValueError:
         pass  # no signature available (a builtin): trust it
-    return Handler(target, fn, inspect.iscoroutinefunction(fn))
+    # An instance whose __call__ is async is run as the async function it is (a sync
+    # wrapper that returns a coroutine is awaited after its thread: Runner._call).
+    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
+    return Handler(target, fn, is_async)

@@ -5,6 +5,7 @@ whose restart would run the same message again (and again), never counting it po
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -37,6 +38,14 @@ MAX_HUNG_THREADS = 1000
 #: and a coroutine being closed. Any other error ends the run as failed, never the node: a
 #: node that died of a message would take it back at its restart and die again.
 _GOES_ON = (trio.Cancelled, KeyboardInterrupt, GeneratorExit)
+
+
+@attrs.frozen
+class _Awaited:
+    """What a plain handler returned that must be awaited (a coroutine): carried out of
+    its thread, which trio would refuse to return it from."""
+
+    awaitable: Any
 
 
 @attrs.define
@@ -148,12 +157,15 @@ class Runner:
 
         def in_thread() -> Any:
             try:
-                return self.handler.fn(context)
+                result = self.handler.fn(context)
+                # A plain function that returns a coroutine (a sync wrapper of an async
+                # handler): awaited on the trio thread once the thread is back.
+                return _Awaited(result) if inspect.isawaitable(result) else result
             finally:
                 token.run_sync_soon(self._thread_returned, call)
 
         try:
-            return await trio.to_thread.run_sync(
+            result = await trio.to_thread.run_sync(
                 in_thread, abandon_on_cancel=True, limiter=self._thread_limiter
             )
         except trio.Cancelled:
@@ -166,6 +178,7 @@ class Runner:
                     schedule_id=message.schedule_id, hung_threads=self.hung,
                 )  # fmt: skip
             raise
+        return await result.awaitable if type(result) is _Awaited else result
 
     def _thread_returned(self, call: _ThreadCall) -> None:
         """In the trio thread, once a handler's thread returned (abandoned or not)."""

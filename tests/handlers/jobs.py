@@ -180,3 +180,20 @@ async def fails_with_surrogate(ctx: HandlerContext) -> None:
     ``surrogateescape``, say), which UTF-8 cannot encode."""
     _record(ctx, "failed")
     raise RuntimeError("bad byte \udcff in the reply")
+
+
+class _AsyncCallable:
+    """A handler object whose ``__call__`` is async (a class with its own settings)."""
+
+    async def __call__(self, ctx: HandlerContext) -> str:
+        await trio.lowlevel.checkpoint()  # needs the trio thread, not a worker thread
+        return f"object {ctx.task_id}"
+
+
+async_callable = _AsyncCallable()
+
+
+def returns_a_coroutine(ctx: HandlerContext) -> Any:
+    """A plain function that returns a coroutine (a decorator's sync wrapper of an async
+    handler)."""
+    return async_callable(ctx)
