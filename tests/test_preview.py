@@ -190,6 +190,17 @@ def test_a_spread_must_end_before_the_next_grid_time(schedule: Schedule, refused
         check_submitted(schedule, 1.0)
 
 
+def test_a_fire_past_what_a_date_can_say_is_shown_as_its_number() -> None:
+    """A one-shot at the last millisecond of year 9999 (valid), moved by its spread into
+    year 10000, in a zone ahead of UTC: its row says the numbers, it does not fail (the
+    API's upcoming and explain answered 500)."""
+    last = 253402300799999
+    schedule = Schedule("once", at_ms=last, spread_s=3600, tz="Pacific/Kiritimati")
+    (row,) = rows(schedule, preview(schedule, 0, 3, "x"))
+    assert row["due"].startswith("9999-12-31T23:59:59")
+    assert (row["local"], row["fire"]) == (str(last), str(row["fire_ms"]))
+
+
 def test_the_score_is_the_spread_fire_time_plus_jitter() -> None:
     schedule = Schedule("interval", every_s=60, spread_s=30, jitter_s=5)
     offset = schedule.offset_ms("abc")

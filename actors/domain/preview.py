@@ -93,7 +93,7 @@ def rows(
         {
             "due_ms": f.due_ms,
             "due": iso_utc(f.due_ms),
-            "local": _local(f.due_ms, zone).isoformat(timespec="seconds"),
+            "local": _local_text(f.due_ms, zone),
             "fire_ms": f.fire_ms,
             "fire": iso_utc(f.fire_ms),
             "note": note,
@@ -103,7 +103,19 @@ def rows(
 
 
 def iso_utc(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+    """``ms`` as ISO 8601 UTC; the number itself past what a date can say (a fire of
+    the last day of year 9999 moved by its spread into year 10000)."""
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+    except (ValueError, OverflowError, OSError):
+        return str(ms)
+
+
+def _local_text(ms: int, zone: zoneinfo.ZoneInfo) -> str:
+    try:
+        return _local(ms, zone).isoformat(timespec="seconds")
+    except (ValueError, OverflowError, OSError):  # as iso_utc
+        return str(ms)
 
 
 def _local(ms: int, zone: zoneinfo.ZoneInfo) -> dt.datetime:

@@ -7,8 +7,9 @@ skewed clock never fires early or late.
 - **interval**: drift-free; the grid is ``start + k * every``, and the fire after ``due`` is
   ``due + every``, never ``now + every``.
 - **cron**: five fields, evaluated in ``tz`` by cronsim. Across a DST gap a time that does not
-  exist fires once at the first valid minute after it; across a fold a daily job fires once
-  (the first occurrence) while ``*/30``-style jobs fire on both sides.
+  exist fires once at the first valid minute after it, unless the minute or hour field
+  starts with ``*`` (then the gap's times do not fire); across a fold a job fires once
+  (the first occurrence), one whose minute or hour field starts with ``*`` on both sides.
 - **once**: fires at ``at_ms``, then the task is finished.
 
 A cron minute or hour may be ``H`` (``H 9 * * *``): chosen from the task id when the task is
