@@ -14,9 +14,15 @@ from typing import Any
 import httpx
 import pytest
 import redis
+import trio
 
 from actors.admin.client import ApiError, Client
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
 from actors.store.keys import Keys
+from actors.store.tasks import TaskStore
+from runtime.config import RedisSection
+from runtime.redis_io import RedisClient
 from runtime.version import __version__
 from tests import stored
 from tests.api_node import (
@@ -186,6 +192,30 @@ def test_input_that_broke_readers_is_refused_naming_the_problem_and_writes_nothi
         assert 400 <= refused.value.status < 500, path
     unsigned = httpx.get(api.url + "/v1/tasks", headers={b"X-Metronome-Timestamp": b"\xb2"})
     assert 400 <= unsigned.status_code < 500
+
+
+def test_a_schedule_stored_before_a_rule_refuses_it_may_be_sent_again(
+    api: ApiNode, client: Client, redis_url: str
+) -> None:
+    """A task stored with a schedule this node's rules refuse now (written by a store
+    client, or before the rule): a PATCH sending it again as it is (to change the payload)
+    is accepted; a schedule changed is held to the rules."""
+    task_id = unique("older")
+    slow = Schedule("interval", every_s=0.5, start_ms=LATER)  # below [api] min_interval_s
+
+    async def create() -> None:
+        redis = RedisClient.from_settings(redis_url, RedisSection(url=redis_url))
+        try:
+            await TaskStore(redis, api.namespace).create(TaskSpec("idle", slow, task_id=task_id))
+        finally:
+            await redis.aclose()
+
+    trio.run(create)
+    client.update_task(task_id, payload={"v": 2}, schedule=slow.to_dict())
+    assert client.get_task(task_id)["payload"] == {"v": 2}
+    with pytest.raises(ApiError) as refused:
+        client.update_task(task_id, schedule={**slow.to_dict(), "every_s": 0.6})
+    assert refused.value.errors[0]["field"] == "schedule.every_s", refused.value.errors
 
 
 def _problem(client: Client, body: Any) -> ApiError:

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from actors.domain.model import TaskSpec
-from actors.domain.schedules import Schedule
+from actors.domain.schedules import Overlap, Schedule
 from actors.scheduling.poller import Poller, PollerSettings
 from actors.store.flights import ENDED_OK, FlightEnd, Planned
 from actors.store.manual_fires import MANUAL_TOKEN
@@ -224,6 +224,42 @@ async def test_a_trigger_decided_between_a_claim_and_its_commit_keeps_the_finish
     await _the_waiting_fire_starts_then_the_task_finishes(
         store, redis_client, poller, grid_due, triggered[0]
     )
+
+
+@pytest.mark.parametrize("overlap", ["allow_all", "buffer_one"])
+async def test_a_parked_task_updated_on_its_grid_does_not_run_its_grid_time_again(
+    redis_client: RedisClient, namespace: str, overlap: Overlap
+) -> None:
+    """A one-shot parked on its grid time (a trigger waits behind its fire) is given a
+    jitter, or no overlap policy (the waiting trigger goes, noted ``updated``): the grid
+    time its claim decided is not planned again, and it ran once."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    once = Schedule("once", at_ms=await store.now_ms(), overlap="buffer_one")
+    await store.create(TaskSpec("t", once, task_id="x"))
+    poller = Poller(store, PollerSettings())
+    commit = poller._enqueue_and_commit
+
+    async def trigger_then_commit(*args: Any) -> Any:
+        await trio.sleep(0.01)
+        assert not (await store.trigger("x", "buffer_one"))[1]
+        return await commit(*args)
+
+    poller._enqueue_and_commit = trigger_then_commit  # type: ignore[method-assign,assignment]
+    assert await _tick(store, poller) == 1
+    poller._enqueue_and_commit = commit  # type: ignore[method-assign]
+    assert await _status(store) == "active"  # parked on its grid time
+    (grid_due,) = await _queued(store)
+    changed = attrs.evolve(once, overlap=overlap, jitter_s=0.001)
+    await store.update("x", schedule=changed)
+    await (await store.scripts()).end_flights([FlightEnd("x", ENDED_OK, grid_due)])
+    for _ in range(3):
+        await _tick(store, poller)
+    queued = await _queued(store)
+    assert queued.count(grid_due) == 1, queued
+    assert len(queued) == (1 if overlap == "allow_all" else 2)  # with the trigger's
+    await (await store.scripts()).end_flights([FlightEnd("x", ENDED_OK, queued[-1])])
+    await _tick(store, poller)
+    assert await _status(store) == "finished"
 
 
 async def test_an_operators_fire_decided_after_the_task_finished_is_not_held(

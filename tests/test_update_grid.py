@@ -5,14 +5,19 @@ its phase, ``max_runs`` counts on."""
 
 from __future__ import annotations
 
-import attrs
+from pathlib import Path
 
+import attrs
+import trio
+
+from actors.config import ConsumerSection
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.scheduling.poller import Poller, PollerSettings
 from actors.store.tasks import TaskStore
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
+from tests.execution_harness import node_config, running_node, wait_until
 from tests.test_poller import stream_fires
 
 HOUR = 3_600_000
@@ -98,3 +103,45 @@ async def test_an_interval_keeps_its_phase_and_counts_on_against_max_runs(
     # Another interval is another grid: placed anew, counted from 0.
     await store.update("i", schedule=Schedule("interval", every_s=60, start_ms=start + HOUR))
     assert await _task(store, "i") == ("active", start + HOUR, 0)
+
+
+async def test_a_one_shot_that_never_fired_fires_once_its_bounds_let_it(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """An end before its time finishes a one-shot unfired; the end taken back, it fires
+    (once: a one-shot that fired stays finished)."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    _tick = _Ticks(store)
+    at = await store.now_ms() - 1000
+    once = Schedule("once", at_ms=at)
+    await store.create(TaskSpec("t", once, task_id="o"))
+    assert await store.update("o", schedule=attrs.evolve(once, end_ms=at - 1)) == "finished"
+    assert await _tick() == 0
+    assert await store.update("o", schedule=once) == "active"
+    assert await _tick() == 1
+    assert await _task(store, "o") == ("finished", None, 1)
+    assert await store.update("o", schedule=attrs.evolve(once, max_runs=3)) == "finished"
+    assert await _tick() == 0
+
+
+async def test_a_finished_interval_given_room_goes_on_on_the_grid_it_fired_on(
+    redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """An interval without ``start_ms`` keeps no grid time once finished: given more
+    runs, it goes on on the grid its history shows (its fire ran), not one from the
+    update's time."""
+    store = TaskStore(redis_client, namespace)
+    every = Schedule("interval", every_s=3600, max_runs=1)
+    await store.create(TaskSpec("work", every, {"sleep_s": 0}, "i"))
+    consumers = {"work": ConsumerSection("tests.handlers.jobs:sleepy")}
+
+    async def finished_and_run() -> bool:
+        task = await store.get("i")
+        return task is not None and task.status == "finished" and task.last_fate == "ok"
+
+    async with running_node(node_config(redis_url, namespace, tmp_path, consumers)):
+        await wait_until(finished_and_run)
+    (fired,) = [int(f["due_ms"]) for f in await stream_fires(store, "work")]
+    await trio.sleep(0.01)  # the update's time is not the grid's
+    await store.update("i", schedule=attrs.evolve(every, max_runs=2))
+    assert await _task(store, "i") == ("active", fired + HOUR, 1)

@@ -199,6 +199,12 @@ async def update_task(call: Call) -> Response:
     labels = check_labels(data["labels"]) if "labels" in data else None
     schedule = parse_schedule(data["schedule"]) if "schedule" in data else None
     problems = _submitted(call, schedule) if schedule is not None else []
+    if problems and schedule is not None:
+        # The task's own schedule sent again (a client that sends the whole task to change
+        # its payload) stays accepted under a rule made since it was stored.
+        task = await call.store.get(task_id)
+        if task is not None and task.schedule == schedule.for_task(task_id):
+            problems = []
     if problems:
         raise invalid("; ".join(problems))
     status = await call.store.update(

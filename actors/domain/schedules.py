@@ -204,6 +204,7 @@ def _shortest_cron_gap_ms(cron: str, tz: str) -> int | None:
     return own if gap is None else min(gap, own)
 
 
+@functools.lru_cache(maxsize=4096)  # resolutions shared by the H crons checked
 def _daily_gap_ms(cron: str) -> int:
     """The shortest time between two fires of a resolved cron, from its minutes and hours
     (what an ``H`` picks) and the fewest days between two days it fires on: cheap enough

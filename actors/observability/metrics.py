@@ -37,7 +37,8 @@ ENQUEUED = Counter(
 STARTED = Counter("metronome_fires_started_total", "Handler runs started.", ["type"])
 FINISHED = Counter(
     "metronome_fires_finished_total",
-    "Handler runs ended, by outcome: ok, retried (a retry is scheduled) or dead (to the DLQ).",
+    "Handler runs ended, by outcome: ok, retried (a retry is scheduled), dead (to the DLQ) "
+    "or cancelled (by a newer fire of its cancel_other task).",
     ["type", "outcome"],
 )
 TIMEOUTS = Counter(

@@ -44,12 +44,12 @@ _MAX_MS = 2**53 - 1
 _MAX_ATTEMPT = 2**31 - 1
 
 
-def _numbers(due_ms: int, attempt: int, enq_ms: int) -> None:
-    if not (0 <= due_ms <= _MAX_MS and 0 <= attempt <= _MAX_ATTEMPT and 0 <= enq_ms <= _MAX_MS):
-        raise ValueError(
-            f"due_ms {due_ms}, attempt {attempt} or enq_ms {enq_ms} out of range "
-            f"(0..{_MAX_MS}, 0..{_MAX_ATTEMPT})"
-        )
+def _out_of_range(due_ms: int, attempt: int, enq_ms: int) -> ValueError:
+    """The error for a message's numbers past their bounds (the caller found some)."""
+    return ValueError(
+        f"due_ms {due_ms}, attempt {attempt} or enq_ms {enq_ms} out of range "
+        f"(0..{_MAX_MS}, 0..{_MAX_ATTEMPT})"
+    )
 
 
 @attrs.define  # not frozen: built per fire, and a frozen class costs ~4x to build
@@ -86,7 +86,10 @@ class Message:
             policy = get(b"o")
             attempt = int(fields[b"attempt"])
             enq_ms = entry_ms(mid) if enq is None else int(enq)
-            _numbers(due_ms, attempt, enq_ms)
+            if not (
+                0 <= due_ms <= _MAX_MS and 0 <= attempt <= _MAX_ATTEMPT and 0 <= enq_ms <= _MAX_MS
+            ):
+                raise _out_of_range(due_ms, attempt, enq_ms)
             return cls(
                 msg_id=mid,
                 task_id=task_id,
@@ -121,7 +124,7 @@ class Message:
                 task_id, payload = raw[1].decode(), raw[3].decode()
                 due_ms, attempt = int(raw[7]), int(raw[5])
                 if not (0 <= due_ms <= _MAX_MS and 0 <= attempt <= _MAX_ATTEMPT):
-                    _numbers(due_ms, attempt, 0)
+                    raise _out_of_range(due_ms, attempt, 0)
                 return cls(
                     mid, task_id, schedule_id(task_id, due_ms), task_type, payload, attempt,
                     due_ms, entry_ms(mid), parse_payload(payload),

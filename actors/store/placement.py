@@ -53,28 +53,49 @@ class KeptGrid:
     end_ms: int | None
     max_runs: int | None
     revive_ms: int | None
-    """Where a task without a next grid time (finished) goes: the next grid time after
-    now within the new bounds, as a resume places it; None (a one-shot, runs spent):
-    it stays finished."""
+    """Where a task with no grid time left to plan goes (finished, or parked on a time
+    its claims decided): the grid's next time after now within the new bounds, as a
+    resume places it; a one-shot that never fired, its time. None (runs spent, a
+    one-shot that fired): none, it finishes."""
     revive_score: int | None
+    fires: int
+    """The fire count the revival was placed from: the script revives only while the
+    task's count is still it (a poller's commit in between moved the task on)."""
 
 
-def kept_grid(task: Task, schedule: Schedule, now_ms: int) -> KeptGrid | None:
+def kept_grid(
+    task: Task, schedule: Schedule, now_ms: int, grid_ms: int | None = None
+) -> KeptGrid | None:
     """For an update of ``task`` to ``schedule`` (resolved for it) on the same grid, what
-    the script keeps; None when the grid changes."""
+    the script keeps; None when the grid changes. ``grid_ms``: a time on the grid of an
+    interval without ``start_ms`` whose state holds none (``backfill.grid_of``)."""
     if not task.schedule.same_grid(schedule):
         return None
-    spent = schedule.max_runs is not None and task.fires >= schedule.max_runs
-    revive: tuple[int | None, int | None] = (None, None)
-    if schedule.kind != "once" and not spent:
-        revive = resume_point(attrs.evolve(task, schedule=schedule, next_run_ms=None), now_ms)
     return KeptGrid(
         encode_schedule(task.schedule),
         schedule.offset_ms(task.task_id) + schedule.jitter_ms(),
         schedule.end_ms,
         schedule.max_runs,
-        *revive,
+        *_revival(task, schedule, now_ms, grid_ms),
+        task.fires,
     )
+
+
+def _revival(
+    task: Task, schedule: Schedule, now_ms: int, grid_ms: int | None
+) -> tuple[int | None, int | None]:
+    if schedule.max_runs is not None and task.fires >= schedule.max_runs:
+        return None, None
+    if schedule.kind == "once":
+        if task.fires:  # it fired: a one-shot's grid has no time left
+            return None, None
+        due = schedule.first_due(now_ms)
+        return (None, None) if due is None else (due, schedule.score_ms(due, task.task_id))
+    # On the grid: through its start, else a time it fired on, else its next (a parked
+    # task's is a grid time its claims decided), else from now.
+    anchor = schedule.start_ms if schedule.kind == "interval" else None
+    anchor = anchor or grid_ms or task.next_run_ms
+    return resume_point(attrs.evolve(task, schedule=schedule, next_run_ms=anchor), now_ms)
 
 
 def resume_point(task: Task, now_ms: int) -> tuple[int | None, int | None]:

@@ -45,12 +45,12 @@ def set_apart(
 
 
 def _kept_args(kept: KeptGrid | None) -> tuple[bytes | int | str, ...]:
-    """``update_task.lua``'s ARGV[10..15]: the grid kept, or all '' for another grid."""
+    """``update_task.lua``'s ARGV[10..16]: the grid kept, or all '' for another grid."""
     if kept is None:
-        return ("",) * 6
+        return ("",) * 7
     return (
         kept.stored, kept.delay_ms, or_empty(kept.end_ms), or_empty(kept.max_runs),
-        or_empty(kept.revive_ms), or_empty(kept.revive_score),
+        or_empty(kept.revive_ms), or_empty(kept.revive_score), kept.fires,
     )  # fmt: skip
 
 

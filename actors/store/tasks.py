@@ -365,7 +365,9 @@ class TaskStore:
             now = await self.now_ms()
             sched, next_ms, score = Placement(now).of(schedule, task_id)
             task = await self.get(task_id)
-            kept = None if task is None else kept_grid(task, schedule.for_task(task_id), now)
+            if task is not None:
+                grid = await backfilling.grid_of(self, task)
+                kept = kept_grid(task, schedule.for_task(task_id), now, grid)
         # Nothing waits behind a fire of a task of no policy (no claim would start it):
         # fires held back under its former policy go with its flight record.
         tracked = schedule is not None and schedule.overlap != "allow_all"

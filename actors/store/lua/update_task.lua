@@ -14,8 +14,11 @@
 --          time, its fire count and the latest grid time decided
 -- ARGV[11] with ARGV[10]: the kept grid time's delay (spread offset and jitter, ms)
 -- ARGV[12] with ARGV[10]: the new end_ms ('' = none)   ARGV[13] the new max_runs ('' = none)
--- ARGV[14], ARGV[15] with ARGV[10]: next_ms and score of a task without a next grid time
---          (finished: the next grid time after now, as a resume places it; '' = none)
+-- ARGV[14], ARGV[15] with ARGV[10]: next_ms and score of a task with no grid time left to
+--          plan (finished, or parked on a time its claims decided: the grid's next time
+--          after now, as a resume places it; '' = none)
+-- ARGV[16] with ARGV[10]: the fire count those were placed from: while the task's count
+--          is still it (else a claim's commit moved it meanwhile: no revival)
 -- Returns {code, status, placed, dropped, type}: CODE_OK updated, CODE_NOT_FOUND not
 -- found; placed 1 when a schedule other than the task's took effect; dropped: the due
 -- times of the waiting fires that went (comma separated, '' = none); type: the task's.
@@ -43,17 +46,31 @@ if ARGV[5] ~= '' and ARGV[5] ~= sched then
   placed = 1
   local same = ARGV[10] ~= '' and ARGV[10] == sched
   local next_ms, score = ARGV[6], ARGV[7]
-  local kept = same and s[STATE_NEXT_MS]
-  if kept then
-    local past_end = ARGV[12] ~= '' and kept > tonumber(ARGV[12])
-    local spent = ARGV[13] ~= '' and s[STATE_FIRES] >= tonumber(ARGV[13])
-    if past_end or spent then
-      next_ms = ''
+  if same then
+    local n = s[STATE_NEXT_MS]
+    local kept = n
+    local hw = get_flight(tag .. ':flight', id).hw
+    -- a time its claims decided (a task parked on it, or one claimed now) is no grid time
+    -- to plan again: without the policy's record (allow_all now) it would run twice
+    if kept and hw and kept <= hw then kept = nil end
+    if kept then
+      local past_end = ARGV[12] ~= '' and kept > tonumber(ARGV[12])
+      local spent = ARGV[13] ~= '' and s[STATE_FIRES] >= tonumber(ARGV[13])
+      if past_end or spent then
+        next_ms = ''
+      else
+        next_ms, score = ms(kept), ms(kept + tonumber(ARGV[11]))
+      end
+    elseif ARGV[16] == ms(s[STATE_FIRES] or 0) then
+      next_ms, score = ARGV[14], ARGV[15]
+    elseif n then
+      -- a claim's commit moved it since the caller read it (the revival was placed from
+      -- an older state), and another claim holds its next time: left there, that claim's
+      -- fires found again by the next one (commit_fires keeps a claim whose time stayed)
+      next_ms, score = ms(n), ms(n + tonumber(ARGV[11]))
     else
-      next_ms, score = ms(kept), ms(kept + tonumber(ARGV[11]))
+      next_ms = ''  -- finished since the caller read it: it stays so
     end
-  elseif same then
-    next_ms, score = ARGV[14], ARGV[15]
   end
   if ARGV[9] ~= FLAG_ON then
     dropped = drop_waiting(tag, id, 'updated')
