@@ -6,6 +6,7 @@ its phase, ``max_runs`` counts on."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import attrs
 import trio
@@ -145,3 +146,57 @@ async def test_a_finished_interval_given_room_goes_on_on_the_grid_it_fired_on(
     await trio.sleep(0.01)  # the update's time is not the grid's
     await store.update("i", schedule=attrs.evolve(every, max_runs=2))
     assert await _task(store, "i") == ("active", fired + HOUR, 1)
+
+
+async def test_an_update_placed_from_a_schedule_replaced_meanwhile_is_placed_again(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """Two updates of a finished one-shot at once, each on its grid: the one placed from
+    the schedule the other replaced is read and placed again, not placed as a new grid
+    (which fired the one-shot a second time)."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    _tick = _Ticks(store)
+    once = Schedule("once", at_ms=await store.now_ms() - 1000)
+    await store.create(TaskSpec("t", once, task_id="o"))
+    assert await _tick() == 1
+    get = store.get
+    raced: list[str] = []
+
+    async def read_then_another_update(task_id: str) -> Any:
+        task = await get(task_id)
+        if not raced:  # the other update lands between this one's read and its script
+            raced.append("reading")
+            raced.append(await store.update(task_id, schedule=attrs.evolve(once, jitter_s=1)))
+        return task
+
+    store.get = read_then_another_update  # type: ignore[method-assign]
+    assert await store.update("o", schedule=attrs.evolve(once, misfire="skip")) == "finished"
+    assert raced == ["reading", "finished"]
+    assert await _tick() == 0
+    assert await _task(store, "o") == ("finished", None, 1)
+
+
+async def test_a_claim_in_flight_keeps_its_time_and_counts_it_through_an_update(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """An update on the grid lands between a claim's decision (skip) and its commit: the
+    grid time the claim put in flight stays the task's next, is counted once, and the
+    grid goes on after it (not revived past it, its fire uncounted)."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    start = await store.now_ms() - 10
+    hourly = Schedule("interval", every_s=3600, start_ms=start, overlap="skip", max_runs=5)
+    await store.create(TaskSpec("t", hourly, task_id="c"))
+    poller = Poller(store, PollerSettings())
+    commit = poller._enqueue_and_commit
+
+    async def update_then_commit(*args: Any) -> Any:
+        await store.update("c", schedule=attrs.evolve(hourly, jitter_s=1))
+        return await commit(*args)
+
+    poller._enqueue_and_commit = update_then_commit  # type: ignore[method-assign,assignment]
+    scripts = await store.scripts()
+    assert (await poller.tick(scripts, [0], get_logger())).enqueued == 1
+    poller._enqueue_and_commit = commit  # type: ignore[method-assign]
+    await poller.tick(scripts, [0], get_logger())  # the claim's time again: found appended
+    assert await _task(store, "c") == ("active", start + HOUR, 1)
+    assert [int(f["due_ms"]) for f in await stream_fires(store, "t")] == [start]

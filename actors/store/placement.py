@@ -91,8 +91,8 @@ def _revival(
             return None, None
         due = schedule.first_due(now_ms)
         return (None, None) if due is None else (due, schedule.score_ms(due, task.task_id))
-    # On the grid: through its start, else a time it fired on, else its next (a parked
-    # task's is a grid time its claims decided), else from now.
+    # On the grid: through its start, else a time it fired on (its history's), else its
+    # next (parked on a time its claims decided), else from now.
     anchor = schedule.start_ms if schedule.kind == "interval" else None
     anchor = anchor or grid_ms or task.next_run_ms
     return resume_point(attrs.evolve(task, schedule=schedule, next_run_ms=anchor), now_ms)

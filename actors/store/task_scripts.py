@@ -109,13 +109,14 @@ class TaskScripts:
     async def update_task(
         self, task_id: str, payload_json: str, sched: bytes | str, next_ms: int | None,
         score: int | None, labels_json: str = "", tracked: bool = False,
-        kept: KeptGrid | None = None,
+        kept: KeptGrid | None = None, read: bytes = b"",
     ) -> tuple[int, str, bool, list[int], str]:  # fmt: skip
         """``update_task.lua``: replace payload, schedule and/or labels ('' keeps one;
         labels '{}' removes them all); ``tracked``: the new schedule has an overlap
         policy (without one, the fires its former one held back go, with its flight
         record); ``kept``: the new schedule is on the task's grid (``next_ms`` and
-        ``score`` place it if the task's schedule is no longer the one read); (``Code``, status
+        ``score`` place it otherwise); ``read``: the task's schedule the placement was made from
+        (``Code.CONFLICT`` when another update has replaced it: nothing done); (``Code``, status
         afterwards, whether a schedule other than the task's took effect: one sent as it
         is changes nothing, the due times of the waiting fires that went, the task's
         type)."""
@@ -136,6 +137,7 @@ class TaskScripts:
                         labels_json,
                         flag(tracked),
                         *_kept_args(kept),
+                        read,
                     ],
                 )
             ]

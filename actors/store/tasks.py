@@ -39,8 +39,8 @@ from actors.store.keys import (
 )
 from actors.store.labels import TaskFilter, list_page
 from actors.store.notes import encode_note
-from actors.store.placement import KeptGrid, Placement, kept_grid, resume_point
-from actors.store.records import decode_task
+from actors.store.placement import Placement, kept_grid, resume_point
+from actors.store.records import decode_task, encode_schedule
 from actors.store.replies import TaskRow
 from actors.store.scripts import Scripts
 from actors.store.streams import Streams
@@ -66,6 +66,11 @@ class _Keep:
 
 
 KEEP = _Keep()
+
+
+#: An update placed from a schedule another update replaced meanwhile is read and placed
+#: again, at most this many times in all.
+_UPDATE_TRIES = 10
 
 
 class TaskStore:
@@ -357,23 +362,29 @@ class TaskStore:
             check_payload_depth(payload)
             payload_json = encode_payload(payload)
         labels_json = "" if labels is None else encode_labels(check_labels(labels)) or "{}"
-        sched: bytes | str = ""
-        next_ms: int | None = None
-        score: int | None = None
-        kept: KeptGrid | None = None
-        if schedule is not None:
-            now = await self.now_ms()
-            sched, next_ms, score = Placement(now).of(schedule, task_id)
-            task = await self.get(task_id)
-            if task is not None:
-                grid = await backfilling.grid_of(self, task)
-                kept = kept_grid(task, schedule.for_task(task_id), now, grid)
         # Nothing waits behind a fire of a task of no policy (no claim would start it):
         # fires held back under its former policy go with its flight record.
         tracked = schedule is not None and schedule.overlap != "allow_all"
-        code, status, placed, dropped, task_type = await (await self.scripts()).update_task(
-            task_id, payload_json, sched, next_ms, score, labels_json, tracked, kept
-        )
+        for _ in range(_UPDATE_TRIES):  # placed again while other updates change it
+            sched: bytes | str = ""
+            next_ms: int | None = None
+            score: int | None = None
+            read, kept = b"", None
+            if schedule is not None:
+                now = await self.now_ms()
+                sched, next_ms, score = Placement(now).of(schedule, task_id)
+                task = await self.get(task_id)
+                if task is not None:
+                    read = encode_schedule(task.schedule)
+                    grid = await backfilling.history_grid(self, task)
+                    kept = kept_grid(task, schedule.for_task(task_id), now, grid)
+            code, status, placed, dropped, task_type = await (await self.scripts()).update_task(
+                task_id, payload_json, sched, next_ms, score, labels_json, tracked, kept, read
+            )
+            if code != Code.CONFLICT:
+                break
+        else:
+            raise TaskConflict(f"task {task_id!r}: its schedule kept changing; update it again")
         raise_for_code(code, task_id)
         if not placed:  # sent as it is: nothing of the grid changed
             sched = ""

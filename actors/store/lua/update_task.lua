@@ -10,8 +10,8 @@
 --          ('updated': flight.lua's drop_waiting)
 -- ARGV[10] the task's schedule as the caller read it, when the new one is on the same grid
 --          (Schedule.same_grid: a bound, a policy, the jitter or the spread changed; ''
---          = another grid): while it is still the stored one, the task keeps its next grid
---          time, its fire count and the latest grid time decided
+--          = another grid): the task keeps its next grid time, its fire count and the
+--          latest grid time decided
 -- ARGV[11] with ARGV[10]: the kept grid time's delay (spread offset and jitter, ms)
 -- ARGV[12] with ARGV[10]: the new end_ms ('' = none)   ARGV[13] the new max_runs ('' = none)
 -- ARGV[14], ARGV[15] with ARGV[10]: next_ms and score of a task with no grid time left to
@@ -19,8 +19,9 @@
 --          after now, as a resume places it; '' = none)
 -- ARGV[16] with ARGV[10]: the fire count those were placed from: while the task's count
 --          is still it (else a claim's commit moved it meanwhile: no revival)
+-- ARGV[17] the task's schedule the caller placed the update from ('' = none read)
 -- Returns {code, status, placed, dropped, type}: CODE_OK updated, CODE_NOT_FOUND not
--- found; placed 1 when a schedule other than the task's took effect; dropped: the due
+-- found, CODE_CONFLICT the schedule ARGV[17] names is no longer the task's (nothing done); placed 1 when a schedule other than the task's took effect; dropped: the due
 -- times of the waiting fires that went (comma separated, '' = none); type: the task's.
 -- A new schedule takes effect at once: the claim (if any) is dropped so a poller holding it
 -- cannot commit the old grid; a finished task with a new schedule becomes active again.
@@ -44,15 +45,21 @@ if ARGV[4] ~= '' then payload = ARGV[4] end
 local placed, dropped = 0, ''
 if ARGV[5] ~= '' and ARGV[5] ~= sched then
   placed = 1
+  -- the caller placed the update from a schedule another update has replaced since: read
+  -- again and placed again (placed as a new grid, a finished one-shot would fire again)
+  if (ARGV[17] or '') ~= '' and ARGV[17] ~= sched then return {CODE_CONFLICT, ''} end
   local same = ARGV[10] ~= '' and ARGV[10] == sched
   local next_ms, score = ARGV[6], ARGV[7]
   if same then
     local n = s[STATE_NEXT_MS]
     local kept = n
-    local hw = get_flight(tag .. ':flight', id).hw
-    -- a time its claims decided (a task parked on it, or one claimed now) is no grid time
-    -- to plan again: without the policy's record (allow_all now) it would run twice
-    if kept and hw and kept <= hw then kept = nil end
+    local f0 = get_flight(tag .. ':flight', id)
+    -- a time its claims decided is no grid time to plan again (without the policy's record,
+    -- allow_all now, a parked task would run it twice), unless it is that claim's own fire
+    -- not yet confirmed (its commit to come, or held back): it stays, and the claim's
+    -- fires are found again (its markers; the fire in flight appended once)
+    local pending = f0.inflight ~= '' and f0.by ~= '' and tonumber(f0.inflight) == n
+    if kept and f0.hw and kept <= f0.hw and not pending then kept = nil end
     if kept then
       local past_end = ARGV[12] ~= '' and kept > tonumber(ARGV[12])
       local spent = ARGV[13] ~= '' and s[STATE_FIRES] >= tonumber(ARGV[13])
