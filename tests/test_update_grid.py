@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 
 from actors.config import ConsumerSection
@@ -37,6 +38,18 @@ class _Ticks:
         return (await self.poller.tick(scripts, [0], get_logger())).enqueued
 
 
+@pytest.fixture
+def store(redis_client: RedisClient, namespace: str) -> TaskStore:
+    return TaskStore(redis_client, namespace, default_partitions=1)
+
+
+async def _one_shot(store: TaskStore) -> Schedule:
+    """Task ``o`` (type ``t``), a one-shot due a second ago."""
+    once = Schedule("once", at_ms=await store.now_ms() - 1000)
+    await store.create(TaskSpec("t", once, task_id="o"))
+    return once
+
+
 async def _task(store: TaskStore, task_id: str) -> tuple[str, int | None, int]:
     task = await store.get(task_id)
     assert task is not None
@@ -44,13 +57,12 @@ async def _task(store: TaskStore, task_id: str) -> tuple[str, int | None, int]:
 
 
 async def test_a_finished_one_shot_updated_on_its_grid_does_not_fire_again(
-    redis_client: RedisClient, namespace: str
+    store: TaskStore,
 ) -> None:
-    store = TaskStore(redis_client, namespace, default_partitions=1)
     _tick = _Ticks(store)
-    at = await store.now_ms() - 1000
-    once = Schedule("once", at_ms=at)
-    await store.create(TaskSpec("t", once, task_id="o"))
+    once = await _one_shot(store)
+    assert once.at_ms is not None
+    at = once.at_ms
     assert await _tick() == 1
     assert await _task(store, "o") == ("finished", None, 1)
     for changed in (
@@ -70,9 +82,8 @@ async def test_a_finished_one_shot_updated_on_its_grid_does_not_fire_again(
 
 
 async def test_an_interval_keeps_its_phase_and_counts_on_against_max_runs(
-    redis_client: RedisClient, namespace: str
+    store: TaskStore,
 ) -> None:
-    store = TaskStore(redis_client, namespace, default_partitions=1)
     _tick = _Ticks(store)
     start = await store.now_ms() - 10
     hourly = Schedule("interval", every_s=3600, start_ms=start, max_runs=3)
@@ -113,9 +124,9 @@ async def test_a_one_shot_that_never_fired_fires_once_its_bounds_let_it(
     (once: a one-shot that fired stays finished)."""
     store = TaskStore(redis_client, namespace, default_partitions=1)
     _tick = _Ticks(store)
-    at = await store.now_ms() - 1000
-    once = Schedule("once", at_ms=at)
-    await store.create(TaskSpec("t", once, task_id="o"))
+    once = await _one_shot(store)
+    assert once.at_ms is not None
+    at = once.at_ms
     assert await store.update("o", schedule=attrs.evolve(once, end_ms=at - 1)) == "finished"
     assert await _tick() == 0
     assert await store.update("o", schedule=once) == "active"
@@ -156,8 +167,7 @@ async def test_an_update_placed_from_a_schedule_replaced_meanwhile_is_placed_aga
     (which fired the one-shot a second time)."""
     store = TaskStore(redis_client, namespace, default_partitions=1)
     _tick = _Ticks(store)
-    once = Schedule("once", at_ms=await store.now_ms() - 1000)
-    await store.create(TaskSpec("t", once, task_id="o"))
+    once = await _one_shot(store)
     assert await _tick() == 1
     get = store.get
     raced: list[str] = []
