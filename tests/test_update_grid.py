@@ -118,11 +118,10 @@ async def test_an_interval_keeps_its_phase_and_counts_on_against_max_runs(
 
 
 async def test_a_one_shot_that_never_fired_fires_once_its_bounds_let_it(
-    redis_client: RedisClient, namespace: str
+    store: TaskStore,
 ) -> None:
     """An end before its time finishes a one-shot unfired; the end taken back, it fires
     (once: a one-shot that fired stays finished)."""
-    store = TaskStore(redis_client, namespace, default_partitions=1)
     _tick = _Ticks(store)
     once = await _one_shot(store)
     assert once.at_ms is not None
@@ -160,12 +159,11 @@ async def test_a_finished_interval_given_room_goes_on_on_the_grid_it_fired_on(
 
 
 async def test_an_update_placed_from_a_schedule_replaced_meanwhile_is_placed_again(
-    redis_client: RedisClient, namespace: str
+    store: TaskStore,
 ) -> None:
     """Two updates of a finished one-shot at once, each on its grid: the one placed from
     the schedule the other replaced is read and placed again, not placed as a new grid
     (which fired the one-shot a second time)."""
-    store = TaskStore(redis_client, namespace, default_partitions=1)
     _tick = _Ticks(store)
     once = await _one_shot(store)
     assert await _tick() == 1
@@ -187,12 +185,11 @@ async def test_an_update_placed_from_a_schedule_replaced_meanwhile_is_placed_aga
 
 
 async def test_a_claim_in_flight_keeps_its_time_and_counts_it_through_an_update(
-    redis_client: RedisClient, namespace: str
+    store: TaskStore,
 ) -> None:
     """An update on the grid lands between a claim's decision (skip) and its commit: the
     grid time the claim put in flight stays the task's next, is counted once, and the
     grid goes on after it (not revived past it, its fire uncounted)."""
-    store = TaskStore(redis_client, namespace, default_partitions=1)
     start = await store.now_ms() - 10
     hourly = Schedule("interval", every_s=3600, start_ms=start, overlap="skip", max_runs=5)
     await store.create(TaskSpec("t", hourly, task_id="c"))
