@@ -187,9 +187,10 @@ async def test_an_update_placed_from_a_schedule_replaced_meanwhile_is_placed_aga
 async def test_a_claim_in_flight_keeps_its_time_and_counts_it_through_an_update(
     store: TaskStore,
 ) -> None:
-    """An update on the grid lands between a claim's decision (skip) and its commit: the
-    grid time the claim put in flight stays the task's next, is counted once, and the
-    grid goes on after it (not revived past it, its fire uncounted)."""
+    """An update on the grid lands between a claim's decision (skip) and its commit, and
+    another before the next claim: the grid time the claim put in flight stays the task's
+    next, is counted once, and the grid goes on after it (not revived past it, its fire
+    uncounted)."""
     start = await store.now_ms() - 10
     hourly = Schedule("interval", every_s=3600, start_ms=start, overlap="skip", max_runs=5)
     await store.create(TaskSpec("t", hourly, task_id="c"))
@@ -197,13 +198,15 @@ async def test_a_claim_in_flight_keeps_its_time_and_counts_it_through_an_update(
     commit = poller._enqueue_and_commit
 
     async def update_then_commit(*args: Any) -> Any:
-        await store.update("c", schedule=attrs.evolve(hourly, jitter_s=1))
+        await store.update("c", schedule=attrs.evolve(hourly, misfire="fire_all"))
         return await commit(*args)
 
     poller._enqueue_and_commit = update_then_commit  # type: ignore[method-assign,assignment]
     scripts = await store.scripts()
     assert (await poller.tick(scripts, [0], get_logger())).enqueued == 1
     poller._enqueue_and_commit = commit  # type: ignore[method-assign]
+    # Another update before the next claim (the refused commit confirmed the fire).
+    await store.update("c", schedule=attrs.evolve(hourly, misfire_cap=50))
     await poller.tick(scripts, [0], get_logger())  # the claim's time again: found appended
     assert await _task(store, "c") == ("active", start + HOUR, 1)
     assert [int(f["due_ms"]) for f in await stream_fires(store, "t")] == [start]

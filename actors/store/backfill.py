@@ -172,22 +172,11 @@ async def grid_of(store: TaskStore, task: Task) -> int | None:
     return (await grids_of(store, [task])).get(task.task_id)
 
 
-async def history_grid(store: TaskStore, task: Task) -> int | None:
-    """The due time of the latest grid occurrence in the history of an interval task
-    without ``start_ms``, whatever its state: an update reviving it goes on on that grid
-    (its next time may be a park time, off the grid)."""
-    return (await grids_of(store, [task], finished=False)).get(task.task_id)
-
-
-async def grids_of(
-    store: TaskStore, tasks: Sequence[Task], finished: bool = True
-) -> dict[str, int]:
-    """``grid_of`` of each of ``tasks`` that has one, in one round trip (``finished``
-    False: of a task with a next grid time too)."""
+async def grids_of(store: TaskStore, tasks: Sequence[Task]) -> dict[str, int]:
+    """``grid_of`` of each of ``tasks`` that has one, in one round trip."""
     wanted = [
         t for t in tasks
-        if (t.next_run_ms is None or not finished)
-        and t.schedule.kind == "interval" and t.schedule.start_ms is None
+        if t.next_run_ms is None and t.schedule.kind == "interval" and t.schedule.start_ms is None
     ]  # fmt: skip
     if not wanted:
         return {}

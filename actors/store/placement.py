@@ -61,6 +61,10 @@ class KeptGrid:
     fires: int
     """The fire count the revival was placed from: the script revives only while the
     task's count is still it (a poller's commit in between moved the task on)."""
+    ended: bool
+    """The task's grid had ended at its next time as read (a task parked on a time its
+    claims decided, for fires waiting behind it): that time is not planned again. Another
+    decided time (a claim whose commit an API write refused) stays, to be counted."""
 
 
 def kept_grid(
@@ -78,7 +82,18 @@ def kept_grid(
         schedule.max_runs,
         *_revival(task, schedule, now_ms, grid_ms),
         task.fires,
+        _ended_at_next(task),
     )
+
+
+def _ended_at_next(task: Task) -> bool:
+    """Whether the task's grid has no time after its next one (its runs spent, past its
+    end, a one-shot's): a task kept scheduled on it is parked."""
+    old, next_ms = task.schedule, task.next_run_ms
+    if next_ms is None:
+        return False
+    spent = old.max_runs is not None and task.fires >= old.max_runs
+    return spent or old.next_after(next_ms) is None
 
 
 def _revival(
@@ -91,8 +106,8 @@ def _revival(
             return None, None
         due = schedule.first_due(now_ms)
         return (None, None) if due is None else (due, schedule.score_ms(due, task.task_id))
-    # On the grid: through its start, else a time it fired on (its history's), else its
-    # next (parked on a time its claims decided), else from now.
+    # On the grid: through its start, else a time it fired on (a finished task's
+    # history), else its next (parked on a time its claims decided), else from now.
     anchor = schedule.start_ms if schedule.kind == "interval" else None
     anchor = anchor or grid_ms or task.next_run_ms
     return resume_point(attrs.evolve(task, schedule=schedule, next_run_ms=anchor), now_ms)

@@ -54,6 +54,11 @@ def _kept_args(kept: KeptGrid | None) -> tuple[bytes | int | str, ...]:
     )  # fmt: skip
 
 
+def _ended_arg(kept: KeptGrid | None) -> str:
+    """``update_task.lua``'s ARGV[18]."""
+    return flag(kept is not None and kept.ended)
+
+
 def or_empty(value: int | None) -> int | str:
     """Scripts read '' as "none" for an optional time."""
     return "" if value is None else value
@@ -138,6 +143,7 @@ class TaskScripts:
                         flag(tracked),
                         *_kept_args(kept),
                         read,
+                        _ended_arg(kept),
                     ],
                 )
             ]

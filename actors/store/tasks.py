@@ -376,7 +376,7 @@ class TaskStore:
                 task = await self.get(task_id)
                 if task is not None:
                     read = encode_schedule(task.schedule)
-                    grid = await backfilling.history_grid(self, task)
+                    grid = await backfilling.grid_of(self, task)
                     kept = kept_grid(task, schedule.for_task(task_id), now, grid)
             code, status, placed, dropped, task_type = await (await self.scripts()).update_task(
                 task_id, payload_json, sched, next_ms, score, labels_json, tracked, kept, read

@@ -20,6 +20,8 @@
 -- ARGV[16] with ARGV[10]: the fire count those were placed from: while the task's count
 --          is still it (else a claim's commit moved it meanwhile: no revival)
 -- ARGV[17] the task's schedule the caller placed the update from ('' = none read)
+-- ARGV[18] with ARGV[10]: FLAG_ON when the task's grid had ended at its next time as read
+--          (parked on a time its claims decided: not planned again)
 -- Returns {code, status, placed, dropped, type}: CODE_OK updated, CODE_NOT_FOUND not
 -- found, CODE_CONFLICT the schedule ARGV[17] names is no longer the task's (nothing done); placed 1 when a schedule other than the task's took effect; dropped: the due
 -- times of the waiting fires that went (comma separated, '' = none); type: the task's.
@@ -54,12 +56,14 @@ if ARGV[5] ~= '' and ARGV[5] ~= sched then
     local n = s[STATE_NEXT_MS]
     local kept = n
     local f0 = get_flight(tag .. ':flight', id)
-    -- a time its claims decided is no grid time to plan again (without the policy's record,
-    -- allow_all now, a parked task would run it twice), unless it is that claim's own fire
-    -- not yet confirmed (its commit to come, or held back): it stays, and the claim's
-    -- fires are found again (its markers; the fire in flight appended once)
+    -- a task parked on a time its claims decided (its grid ended there, fires wait behind
+    -- it) does not plan that time again: without the policy's record (allow_all now) it
+    -- would run twice. Another decided time (a claim's commit to come, held back, or
+    -- refused by an API write) stays, its claim's fires found again (markers, the fire in
+    -- flight appended once) and counted by the commit that moves it on.
     local pending = f0.inflight ~= '' and f0.by ~= '' and tonumber(f0.inflight) == n
-    if kept and f0.hw and kept <= f0.hw and not pending then kept = nil end
+    local parked = ARGV[18] == FLAG_ON and f0.hw and kept and kept <= f0.hw
+    if parked and not pending then kept = nil end
     if kept then
       local past_end = ARGV[12] ~= '' and kept > tonumber(ARGV[12])
       local spent = ARGV[13] ~= '' and s[STATE_FIRES] >= tonumber(ARGV[13])
