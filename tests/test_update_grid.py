@@ -167,7 +167,7 @@ async def test_an_update_placed_from_a_schedule_replaced_meanwhile_is_placed_aga
     _tick = _Ticks(store)
     once = await _one_shot(store)
     assert await _tick() == 1
-    get = store.get
+    get = store._definition_and_state
     raced: list[str] = []
 
     async def read_then_another_update(task_id: str) -> Any:
@@ -177,7 +177,7 @@ async def test_an_update_placed_from_a_schedule_replaced_meanwhile_is_placed_aga
             raced.append(await store.update(task_id, schedule=attrs.evolve(once, jitter_s=1)))
         return task
 
-    store.get = read_then_another_update  # type: ignore[method-assign]
+    store._definition_and_state = read_then_another_update  # type: ignore[method-assign]
     assert await store.update("o", schedule=attrs.evolve(once, misfire="skip")) == "finished"
     assert raced == ["reading", "finished"]
     assert await _tick() == 0
@@ -210,3 +210,15 @@ async def test_a_claim_in_flight_keeps_its_time_and_counts_it_through_an_update(
     await poller.tick(scripts, [0], get_logger())  # the claim's time again: found appended
     assert await _task(store, "c") == ("active", start + HOUR, 1)
     assert [int(f["due_ms"]) for f in await stream_fires(store, "t")] == [start]
+
+
+async def test_an_update_reads_only_what_it_places_from(store: TaskStore) -> None:
+    """A task whose run record cannot be read (a hand edit, a partial restore) is still
+    updated on its grid: the update reads its definition and state alone."""
+    _tick = _Ticks(store)
+    once = await _one_shot(store)
+    assert await _tick() == 1
+    keys = await store.keys()
+    runs = keys.runs(keys.partition_of("o"), keys.bucket_of("o"))
+    await store.client.execute("HSET", runs, "o", b"\xc1 not a run record")
+    assert await store.update("o", schedule=attrs.evolve(once, jitter_s=1)) == "finished"

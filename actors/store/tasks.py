@@ -262,6 +262,22 @@ class TaskStore:
         (task,) = await self.get_many([task_id])
         return task
 
+    async def _definition_and_state(self, task_id: str) -> Task | None:
+        """The task as its definition and state records say (what an update places from):
+        its run record and history are not read, so a broken one fails no update."""
+        keys = await self.keys()
+        partition, bucket = keys.partition_of(task_id), keys.bucket_of(task_id)
+        definition, state = read = await self.client.pipeline(
+            [
+                ("HGET", keys.definitions(partition, bucket), task_id),
+                ("HGET", keys.states(partition, bucket), task_id),
+            ]
+        )
+        rejected = next((r for r in read if isinstance(r, Exception)), None)
+        if rejected is not None:  # a key of another kind: said, not a TypeError
+            raise rejected
+        return decode_task(task_id, definition, state, None) if definition and state else None
+
     async def get_many(self, task_ids: Sequence[str]) -> list[Task | None]:
         """Tasks by id, None for those that do not exist; one round trip."""
         keys = await self.keys()
@@ -373,7 +389,7 @@ class TaskStore:
             if schedule is not None:
                 now = await self.now_ms()
                 sched, next_ms, score = Placement(now).of(schedule, task_id)
-                task = await self.get(task_id)
+                task = await self._definition_and_state(task_id)
                 if task is not None:
                     read = encode_schedule(task.schedule)
                     grid = await backfilling.grid_of(self, task)
