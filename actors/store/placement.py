@@ -43,9 +43,9 @@ class KeptGrid:
     """An update whose schedule keeps the task's grid (``Schedule.same_grid``: a bound, a
     policy, the jitter or the spread changed): the task keeps its next grid time, its fire
     count and the latest grid time its claims decided, so a finished one-shot does not
-    fire again, an interval keeps its phase and ``max_runs`` counts on. ``update_task.lua``
-    keeps them only while ``stored`` is still the task's schedule (else it places the new
-    one anew, as for another grid)."""
+    fire again, an interval keeps its phase and ``max_runs`` counts on. ``stored`` is the
+    schedule this was placed from: ``update_task.lua`` answers CONFLICT when another update
+    has replaced it since, and ``TaskStore.update`` reads and places again."""
 
     stored: bytes
     delay_ms: int

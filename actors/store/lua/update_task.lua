@@ -23,8 +23,9 @@
 -- ARGV[18] with ARGV[10]: FLAG_ON when the task's grid had ended at its next time as read
 --          (parked on a time its claims decided: not planned again)
 -- Returns {code, status, placed, dropped, type}: CODE_OK updated, CODE_NOT_FOUND not
--- found, CODE_CONFLICT the schedule ARGV[17] names is no longer the task's (nothing done); placed 1 when a schedule other than the task's took effect; dropped: the due
--- times of the waiting fires that went (comma separated, '' = none); type: the task's.
+-- found, CODE_CONFLICT the schedule ARGV[17] names is no longer the task's (nothing done);
+-- placed 1 when a schedule other than the task's took effect; dropped: the due times of
+-- the waiting fires that went (comma separated, '' = none); type: the task's.
 -- A new schedule takes effect at once: the claim (if any) is dropped so a poller holding it
 -- cannot commit the old grid; a finished task with a new schedule becomes active again.
 -- On another grid, the latest grid time the old schedule's claims decided is forgotten
