@@ -43,11 +43,10 @@ class KeptGrid:
     """An update whose schedule keeps the task's grid (``Schedule.same_grid``: a bound, a
     policy, the jitter or the spread changed): the task keeps its next grid time, its fire
     count and the latest grid time its claims decided, so a finished one-shot does not
-    fire again, an interval keeps its phase and ``max_runs`` counts on. ``stored`` is the
-    schedule this was placed from: ``update_task.lua`` answers CONFLICT when another update
-    has replaced it since, and ``TaskStore.update`` reads and places again."""
+    fire again, an interval keeps its phase and ``max_runs`` counts on. It is placed from
+    the task's schedule as read: ``update_task.lua`` answers CONFLICT when another update
+    has replaced that since, and ``TaskStore.update`` reads and places again."""
 
-    stored: bytes
     delay_ms: int
     """The spread offset and a jitter draw: the kept grid time's score is it plus them."""
     end_ms: int | None
@@ -76,7 +75,6 @@ def kept_grid(
     if not task.schedule.same_grid(schedule):
         return None
     return KeptGrid(
-        encode_schedule(task.schedule),
         schedule.offset_ms(task.task_id) + schedule.jitter_ms(),
         schedule.end_ms,
         schedule.max_runs,

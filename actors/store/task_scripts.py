@@ -44,19 +44,16 @@ def set_apart(
     return kept, out
 
 
-def _kept_args(kept: KeptGrid | None) -> tuple[bytes | int | str, ...]:
-    """``update_task.lua``'s ARGV[10..16]: the grid kept, or all '' for another grid."""
+def _kept_args(kept: KeptGrid | None, read: bytes) -> tuple[bytes | int | str, ...]:
+    """``update_task.lua``'s ARGV[10..18]: the grid kept (or '' for another grid) and the
+    schedule the update was placed from."""
     if kept is None:
-        return ("",) * 7
+        return ("",) * 7 + (read, "")
     return (
-        kept.stored, kept.delay_ms, or_empty(kept.end_ms), or_empty(kept.max_runs),
-        or_empty(kept.revive_ms), or_empty(kept.revive_score), kept.fires,
+        flag(True), kept.delay_ms, or_empty(kept.end_ms), or_empty(kept.max_runs),
+        or_empty(kept.revive_ms), or_empty(kept.revive_score), kept.fires, read,
+        flag(kept.ended),
     )  # fmt: skip
-
-
-def _ended_arg(kept: KeptGrid | None) -> str:
-    """``update_task.lua``'s ARGV[18]."""
-    return flag(kept is not None and kept.ended)
 
 
 def or_empty(value: int | None) -> int | str:
@@ -141,9 +138,7 @@ class TaskScripts:
                         or_empty(score),
                         labels_json,
                         flag(tracked),
-                        *_kept_args(kept),
-                        read,
-                        _ended_arg(kept),
+                        *_kept_args(kept, read),
                     ],
                 )
             ]

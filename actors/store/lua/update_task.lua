@@ -8,7 +8,7 @@
 --          nothing waits behind a fire of the task (no claim would start it), so the fires
 --          its former policy held back go with its flight record, each noted not run
 --          ('updated': flight.lua's drop_waiting)
--- ARGV[10] the task's schedule as the caller read it, when the new one is on the same grid
+-- ARGV[10] FLAG_ON when the new schedule is on the grid of the one ARGV[17] names
 --          (Schedule.same_grid: a bound, a policy, the jitter or the spread changed; ''
 --          = another grid): the task keeps its next grid time, its fire count and the
 --          latest grid time decided
@@ -51,7 +51,7 @@ if ARGV[5] ~= '' and ARGV[5] ~= sched then
   -- the caller placed the update from a schedule another update has replaced since: read
   -- again and placed again (placed as a new grid, a finished one-shot would fire again)
   if (ARGV[17] or '') ~= '' and ARGV[17] ~= sched then return {CODE_CONFLICT, ''} end
-  local same = ARGV[10] ~= '' and ARGV[10] == sched
+  local same = ARGV[10] == FLAG_ON and ARGV[17] == sched  -- (placed from it)
   local next_ms, score = ARGV[6], ARGV[7]
   if same then
     local n = s[STATE_NEXT_MS]
