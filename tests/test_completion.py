@@ -9,6 +9,7 @@ from actors.execution.results_log import result_line
 from actors.store.messages import Message
 from actors.store.records import OUTCOME_NAMES
 from runtime.logging import encode_fields
+from tests.error_texts import EXAMPLES
 
 
 def message(task_id: str, attempt: int = 0) -> Message:
@@ -50,6 +51,21 @@ def test_a_failure_below_max_attempts_is_retried_after_the_backoff_then_acked() 
     assert (name, event["next_attempt"], event["delay_s"], event["error"]) == (
         "retried", 2, 25.0, "ValueError: x",
     )  # fmt: skip
+
+
+def test_a_failures_line_is_its_exceptions_whatever_follows_in_its_text() -> None:
+    """The ``retried`` and ``dead`` lines and the history entry name a failure by its
+    exception's line, not by a note or a message's last line after it."""
+    (text, line), (other, other_line) = EXAMPLES[1], EXAMPLES[0]
+    retried = Outcome(message("a"), 1000, 2000, error=text)
+    dead = Outcome(message("b"), 1000, 2000, error=other, unrecoverable=True)
+    plan = decide([retried, dead], POLICY, "n1")
+    assert [(name, event["error"]) for name, event in plan.events] == [
+        ("retried", line), ("dead", other_line),
+    ]  # fmt: skip
+    assert sorted((o.line, o.error) for o in plan.outcomes) == sorted(
+        [(line, text), (other_line, other)]
+    )
 
 
 def test_retry_later_sets_its_own_delay() -> None:

@@ -27,6 +27,7 @@ from tests.api_node import (
     write_api_config,
 )
 from tests.dashboard_browser import needs_chromium, sign_in
+from tests.error_texts import EXAMPLES
 from tests.node_process import REPO
 from tests.waiting import until
 
@@ -92,6 +93,14 @@ def test_a_dead_letter_replayed_from_the_page_runs_again(page: Any, api: ApiNode
 
     dead = wait_until(lambda: len(dead_lines()) >= 2 and dead_lines(), 30)
     assert len(dead) == 2
+
+
+def test_the_page_shows_the_error_line_the_api_does(page: Any, api: ApiNode) -> None:
+    """The page names a stored error by its exception's line, as the API does, even where
+    a message of several lines, a note or a cause puts another line last."""
+    sign_in(page, api, READER)
+    texts = [text for text, _ in EXAMPLES]
+    assert page.evaluate("(texts) => texts.map(errorLine)", texts) == [line for _, line in EXAMPLES]
 
 
 def _dead_letter_of(client: Client, task_id: str, not_entry: str | None = None) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 from actors.store.keys import CONSUMER_GONE_MS, GROUP
 from actors.store.queue_rows import error_line, queue_row
+from tests.error_texts import EXAMPLES
 
 NOW = 1_800_000_000_000
 
@@ -45,8 +46,19 @@ def test_consumers_gone_quiet_with_nothing_pending_are_left_out() -> None:
     assert [c["name"] for c in shown] == ["live", "dead-holding"]
 
 
-def test_error_line_is_the_last_line_of_a_traceback() -> None:
+def test_error_line_is_the_exception_line_of_a_traceback() -> None:
     traceback = 'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: boom\n\n'
     assert error_line(traceback) == "RuntimeError: boom"
-    assert error_line("plain") == "plain"
+    assert (
+        error_line("timeout: handler ran longer than 3s") == "timeout: handler ran longer than 3s"
+    )
+    assert error_line("first\nlast\n") == "last"
     assert error_line(None) is None
+
+
+def test_error_line_is_the_exception_line_whatever_follows_it() -> None:
+    """A message of several lines, a note or a cause puts other lines after the
+    exception's, or before it: the line shown (log lines, history, DLQ lists, explain) is
+    still the exception's."""
+    assert "connection reset" in EXAMPLES[2][0]
+    assert [error_line(text) for text, _ in EXAMPLES] == [line for _, line in EXAMPLES]

@@ -35,7 +35,7 @@ class DeadLetter:
     fields: dict[str, str]
 
     def to_dict(self) -> dict[str, Any]:
-        """The entry's fields, plus ``error_line`` (the traceback's last line) for lists."""
+        """The entry's fields, plus ``error_line`` (the exception's line) for lists."""
         out = {"entry_id": self.entry_id, "dead_ms": self.dead_ms, **self.fields}
         if "error" in self.fields:
             out["error_line"] = error_line(self.fields["error"])

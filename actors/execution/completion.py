@@ -26,6 +26,7 @@ from actors.store.flights import (
     parse_policy,
 )
 from actors.store.messages import Message
+from actors.store.queue_rows import error_line
 from actors.store.replies import DeadLetterWrite, OutcomeWrite, RetryWrite
 from runtime.logging import FixedFields
 
@@ -158,11 +159,8 @@ def lifecycle(o: Outcome) -> dict[str, Any]:
 
 
 def first_line(error: str | None) -> str:
-    """The last non-empty line of an error text (the exception line), bounded."""
-    if not error:
-        return ""
-    lines = [line for line in error.strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
+    """The line of an error text that says what happened (``error_line``), bounded."""
+    return (error_line(error) or "")[:300]
 
 
 def decide(

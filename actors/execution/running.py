@@ -54,6 +54,15 @@ class _ThreadCall:
     abandoned: bool = False
 
 
+def _refused_delay(
+    message: Message, started_ms: int, exc: BaseException, bad: Exception
+) -> Outcome:
+    """A run whose ``RetryLater`` asked for a delay ``retry_delay_s`` refused (``bad``):
+    failed, its error the refusal caused by the ``RetryLater`` (both tracebacks)."""
+    bad.__cause__ = exc
+    return Outcome(message, started_ms, now_ms(), error=describe_error(bad))
+
+
 def _group_outcome(message: Message, started_ms: int, group: BaseExceptionGroup[Any]) -> Outcome:
     """A run that raised a group (a handler's nursery: trio wraps its errors) as its
     errors ask: any ``Unrecoverable`` dead-letters it, ``RetryLater`` alone retries it
@@ -73,7 +82,7 @@ def _group_outcome(message: Message, started_ms: int, group: BaseExceptionGroup[
         try:  # checked again, as for one RetryLater (Runner.run)
             delays.append((retry_delay_s(getattr(exc, "delay_s", None)), exc))
         except Exception as bad:
-            return Outcome(message, started_ms, now_ms(), error=f"{describe_error(exc)}{bad}")
+            return _refused_delay(message, started_ms, exc, bad)
     delay_s, slowest = max(delays, key=lambda pair: pair[0])
     return Outcome(
         message, started_ms, now_ms(), error=describe_error(slowest), retry_after_s=delay_s
@@ -115,7 +124,7 @@ class Runner:
             try:  # checked again: a subclass or a handler may have set it since
                 delay_s = retry_delay_s(getattr(exc, "delay_s", None))
             except Exception as bad:  # a failed attempt, with the reason (a delay's own)
-                return Outcome(message, started_ms, now_ms(), error=f"{describe_error(exc)}{bad}")
+                return _refused_delay(message, started_ms, exc, bad)
             return Outcome(
                 message, started_ms, now_ms(), error=describe_error(exc), retry_after_s=delay_s
             )

@@ -34,11 +34,17 @@ def as_text(value: Any) -> Any:
 
 
 def error_line(error: str | None) -> str | None:
-    """The line of an error that says what happened: a traceback's last non-empty line
-    (``RuntimeError: boom on attempt 2``), or the error itself."""
+    """The line of an error that says what happened: in a traceback, the exception's line
+    after its last frame (``RuntimeError: boom on attempt 2``), not the traceback's last
+    line, which a message of several lines or a note (``add_note``) makes another; in
+    other text (a timeout's), its last non-empty line; else the error itself."""
     if not error:
         return error
     lines = [line for line in error.splitlines() if line.strip()]
+    frames = [at for at, line in enumerate(lines) if line.startswith("  File ")]
+    if frames:  # after a frame come its source and caret lines, indented, then the line
+        after = (line for line in lines[frames[-1] + 1 :] if not line.startswith(" "))
+        return next(after, lines[-1]).strip()
     return lines[-1].strip() if lines else error
 
 

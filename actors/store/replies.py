@@ -182,7 +182,7 @@ class OutcomeWrite:
     origin: int = 0
     """``actors.store.history.ORIGINS`` index."""
     line: str = ""
-    """The error's last line (history)."""
+    """The error's line that says what happened (history: ``queue_rows.error_line``)."""
     allowed_ms: int | None = None
     """The lateness the fire was allowed (its task's spread and jitter), or None when its
     start is not judged late or on time (a retry, a manual fire)."""

@@ -15,7 +15,7 @@ function attentionRow(item) {
   return el("tr", { "data-task": item.task_id, "data-reason": item.reason },
     el("td", {}, el("a", { href: "#", class: "task-link", onclick: (e) => { e.preventDefault(); openTask(item.task_id); } }, item.task_id)),
     el("td", {}, item.type), el("td", { class: `fate-${item.reason}` }, item.reason),
-    el("td", {}, when(item.since_ms)), el("td", {}, when(item.due_ms)), el("td", {}, lastLine(item.error)),
+    el("td", {}, when(item.since_ms)), el("td", {}, when(item.due_ms)), el("td", {}, errorLine(item.error)),
     el("td", { class: "write" }, note, acknowledge));
 }
 

@@ -152,7 +152,15 @@ function relative(ms) {
 /** A moment as UTC ISO 8601 and relative to now: "2026-12-03T12:00:00Z (3 min ago)". */
 const when = (ms) => (ms ? `${new Date(ms).toISOString().slice(0, 19)}Z (${relative(ms)})` : "-");
 const seconds = (ms) => (ms === null || ms === undefined ? "-" : `${(ms / 1000).toFixed(1)}s`);
-const lastLine = (text) => (text || "").split("\n").filter(Boolean).pop() || "";
+/** The line of an error that says what happened, as the API's ``error_line``: in a traceback,
+ * the exception's line after its last frame (a message of several lines or a note puts
+ * other lines last); in other text, its last non-empty line. */
+const errorLine = (text) => {
+  const lines = (text || "").split("\n").filter((line) => line.trim());
+  const frame = lines.findLastIndex((line) => line.startsWith("  File "));
+  const after = frame < 0 ? undefined : lines.slice(frame + 1).find((line) => !line.startsWith(" "));
+  return (after ?? lines.pop() ?? "").trim();
+};
 const labelText = (labels) => Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(" ");
 
 /** A time input's value, UTC ISO 8601 ("2026-12-03T12:00:00Z"; without a zone it is read as

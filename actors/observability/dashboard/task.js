@@ -30,7 +30,7 @@ function renderFacts(task, facts) {
     ["Schedule", `${facts ? `${facts.schedule_text} ` : ""}(${scheduleText(task.schedule)})`],
     ["Labels", labelText(task.labels) || "none"],
     ["Next fire", when(task.next_run_ms)],
-    ["Last fate", lastFate ? `${lastFate} at ${when(task.last_run_ms)}${task.last_error ? `: ${lastLine(task.last_error)}` : ""}` : "never ran"],
+    ["Last fate", lastFate ? `${lastFate} at ${when(task.last_run_ms)}${task.last_error ? `: ${errorLine(task.last_error)}` : ""}` : "never ran"],
     ["Counts", `${task.fires} fires, ${task.runs} runs, ${task.retries} retries`],
   ];
   document.getElementById("task-facts").replaceChildren(...rows.flatMap(([k, v]) => [
@@ -51,11 +51,11 @@ function renderExplain(facts) {
     ...facts.stream.map((m) => [m.schedule_id, m.attempt, m.delivered ? `running on ${m.consumer}` : "queued",
       when(m.enqueued_ms), m.delivered ? `idle ${seconds(m.idle_ms)}, delivered ${m.deliveries}x` : ""]),
     ...facts.retries.map((r) => [r.schedule_id, r.attempt, "waiting to retry", when(r.retry_at_ms),
-      lastLine(r.last_error)]),
+      errorLine(r.last_error)]),
   ];
   const dead = facts.dead_letters.newest;
   if (dead) runs.push([dead.schedule_id, dead.attempt, `dead letter (${facts.dead_letters.count})`,
-    when(Number(String(dead.entry_id).split("-")[0])), `${dead.reason}: ${lastLine(dead.error)}`]);
+    when(Number(String(dead.entry_id).split("-")[0])), `${dead.reason}: ${errorLine(dead.error)}`]);
   if (facts.last_run_ms) runs.push(["last run", "", facts.last_status, when(facts.last_run_ms), facts.last_error || ""]);
   document.getElementById("task-explain").replaceChildren(
     el("ul", { id: "explain" }, ...facts.summary.map((line) => el("li", {}, line))),
@@ -80,7 +80,7 @@ function renderHistory(answer) {
     el("tbody", {}, ...answer.history.map((h) => el("tr", { "data-fate": h.fate, "data-origin": h.origin },
       el("td", {}, when(h.due_ms)), el("td", { class: `fate-${h.fate}` }, h.reason ? `${h.fate} (${h.reason})` : h.fate),
       el("td", {}, h.origin), el("td", {}, when(h.started_ms)), el("td", {}, when(h.finished_ms)),
-      el("td", {}, h.node ?? "-"), el("td", { class: "num" }, h.attempt), el("td", {}, lastLine(h.error)))))));
+      el("td", {}, h.node ?? "-"), el("td", { class: "num" }, h.attempt), el("td", {}, errorLine(h.error)))))));
 }
 
 /** Show the task page of ``taskId`` (a 404 is shown as the error, the page stays as it was). */
