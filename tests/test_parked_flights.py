@@ -12,6 +12,8 @@ import attrs
 import pytest
 import trio
 
+from actors.api.task_notes import flight_decided
+from actors.api.upcoming import task_upcoming
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Overlap, Schedule
 from actors.scheduling.poller import Poller, PollerSettings
@@ -503,3 +505,38 @@ async def test_an_earlier_tasks_fire_ending_clears_the_mark_it_left_on_a_new_one
     assert await scripts.end_flights([end]) == []
     assert await redis_client.execute("HGET", keys.flights(0), "x") is None
     assert await redis_client.execute("HGET", keys.not_run(0), "x") is None
+
+
+async def test_a_parked_tasks_wake_does_not_count_its_park_time_again(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A one-shot's time comes while a trigger is in flight (buffer_one): it waits, its
+    grid ends, and the task is parked on it. Each wake plans that time again; the claim
+    that parked it counted it, and the task's fires count it once, through its start
+    and its end; ``upcoming`` does not list it as a fire to come."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    at = await store.now_ms() + 200
+    once = Schedule("once", at_ms=at, overlap="buffer_one")
+    await store.create(TaskSpec("t", once, task_id="x"))
+    trigger, queued = await store.trigger("x", "buffer_one")
+    assert queued
+    await trio.sleep(max(0, at + 50 - await store.now_ms()) / 1000)
+    poller, scripts = Poller(store, PollerSettings()), await store.scripts()
+
+    async def fires() -> int:
+        task = await store.get("x")
+        assert task is not None
+        return task.fires
+
+    assert await _tick(store, poller) == 0  # its time waits behind the trigger
+    assert (await _status(store), await fires()) == ("active", 1)
+    task = await store.get("x")
+    assert task is not None and task.next_run_ms == at  # parked on it: no fire to come
+    decided = await flight_decided(store, "x")
+    assert task_upcoming(task, 3, await store.now_ms(), decided)["fires"] == []
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, int(trigger.split(":")[1]))])
+    assert await _tick(store, poller) == 1
+    assert (await _queued(store))[-1] == at and await fires() == 1
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, at)])
+    await _tick(store, poller)
+    assert (await _status(store), await fires()) == ("finished", 1)

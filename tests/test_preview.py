@@ -224,3 +224,23 @@ def test_a_tasks_first_upcoming_fire_notes_the_dst_gap_since_now() -> None:
     (fire, *_) = task_upcoming(task, 2, now)["fires"]
     assert fire["due_ms"] == first
     assert "02:30 does not exist on 2026-03-29" in (fire["note"] or ""), fire
+
+
+@pytest.mark.parametrize(
+    ("late_s", "listed"),
+    [(5, [0, 60_000]), (630, [660_000, 720_000])],
+)
+def test_upcoming_leaves_out_a_fire_its_catch_up_window_expires(
+    late_s: int, listed: list[int]
+) -> None:
+    """A task overdue by ``late_s`` (its poller was down): the coalesced fire its next claim
+    makes (the latest grid time missed) is listed while within its catch-up window (10 s),
+    and left out past it, as the claim does not run it (noted expired); the grid goes on
+    from there either way."""
+    from actors.api.upcoming import task_upcoming
+    from actors.domain.model import Task
+
+    schedule = Schedule("interval", every_s=60, start_ms=0, catchup_window_s=10)
+    now = late_s * 1000
+    task = Task("t", "work", None, schedule, "active", 0, 0, 0, 0, 0, 0, None, None, None)
+    assert [f["due_ms"] for f in task_upcoming(task, 2, now)["fires"]] == listed

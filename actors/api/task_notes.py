@@ -73,6 +73,15 @@ async def note_facts(store: TaskStore, task_id: str) -> dict[str, Any]:
     }
 
 
+async def flight_decided(store: TaskStore, task_id: str) -> int | None:
+    """The latest grid time the task's flight says a claim decided (its record's last
+    field: ``lua/flight.lua``), None when none or not readable."""
+    keys = await store.keys()
+    raw = await store.client.execute("HGET", keys.flights(keys.partition_of(task_id)), task_id)
+    last = raw.rpartition(b"|")[2] if isinstance(raw, bytes) and b"|" in raw else b""
+    return int(last) if last.isdigit() and len(last) < 16 else None
+
+
 def flight_facts(raw: bytes | None) -> dict[str, Any] | None:
     """A task's fire in flight and the fires waiting behind it (``lua/flight.lua``):
     ``{in_flight_due_ms, cancel_requested, waiting, dead_streak}``; None when none of them."""

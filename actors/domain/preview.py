@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import zoneinfo
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -50,10 +51,15 @@ def upcoming(
     *,
     fires_so_far: int = 0,
     now_ms: int | None = None,
+    decided_ms: int | None = None,
+    expires: Callable[[int, int], bool] | None = None,
 ) -> list[PlannedFire]:
     """The next ``n`` fires of a task whose next grid time is ``next_ms`` (None: no more),
     with ``fires_so_far`` fires made. ``task_id`` None: the spread is unknown (fire =
-    grid time). Stops early where the grid ends."""
+    grid time). Stops early where the grid ends. Not listed: a time at or before
+    ``decided_ms``, which a claim does not decide again (the task's flight decided it:
+    counted already, or a parked task's park time, no grid time), and one that
+    ``expires(due_ms, claim_ms)`` (later than the catch-up window: counted, not run)."""
     out: list[PlannedFire] = []
     due, fired = next_ms, fires_so_far
     for _ in range(2 * n + 10):  # a step fires at most once late (coalesce) or not at all
@@ -63,8 +69,9 @@ def upcoming(
         if now_ms is not None:
             claim_ms = max(claim_ms, now_ms)
         plan = plan_fires(schedule, due, claim_ms, fired, slack_ms=schedule.slack_ms(task_id))
-        out += [PlannedFire(f, claim_ms) for f in plan.fires]
-        due, fired = plan.next_ms, fired + len(plan.fires)
+        new = [f for f in plan.fires if decided_ms is None or f > decided_ms]
+        out += [PlannedFire(f, claim_ms) for f in new if not (expires and expires(f, claim_ms))]
+        due, fired = plan.next_ms, fired + len(new)
     return out[:n]
 
 

@@ -138,8 +138,11 @@ async def apply_policies(
                 continue
             if item.letter != "A":
                 out.tracked.add(task.task_id)
+            fired = len(plan.fires) - decision.counted
             if decision.park is not None:
-                out.commits[task.task_id] = (decision.park, now_ms + PARK_MS, len(plan.fires))
+                out.commits[task.task_id] = (decision.park, now_ms + PARK_MS, fired)
+            elif decision.counted:
+                out.commits[task.task_id] = (plan.next_ms, None, fired)
             out.fires += [
                 Fire(task.task_id, task.type, task.payload, d, prior=task.prior_claim,
                      policy=item.letter if d in decision.manual else code, fresh=fresh)

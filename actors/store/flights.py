@@ -227,6 +227,9 @@ class Decision:
     """Expired times not noted as not run because they were decided before: the park
     time, a time in flight or waiting before the call, or one up to the latest decided
     that the task's history holds with a fate other than expired."""
+    counted: int = 0
+    """How many of the claim's times were counted in the task's fires before: a parked
+    task's wake plans its park time again (the claim that parked it counted it)."""
 
 
 def _decision(reply: list[Any]) -> Decision:
@@ -243,6 +246,7 @@ def _decision(reply: list[Any]) -> Decision:
         started, parse_times(cancel), parse_times(skipped), parse_time(blocking),
         parse_time(park), frozenset(manual), parse_time(wait),
         frozenset(parse_times(rest[0])) if rest else frozenset(),
+        rest[1] if len(rest) > 1 and isinstance(rest[1], int) else 0,
     )  # fmt: skip
 
 

@@ -27,7 +27,8 @@
 -- time if the grid ended with fires still waiting ('' = none: the poller keeps the task
 -- scheduled until they start; now when no grid time was decided), ms to wait before
 -- deciding again ('' = decided: below),
--- the expired times not noted because decided before (comma separated)}.
+-- the expired times not noted because decided before (comma separated), how many of the
+-- planned and expired times were counted before (a parked task's wake: below)}.
 --
 -- Waiting: a grid decision whose times include the task's fire in flight, put there by
 -- another decider that has not confirmed its append and may still be on its way to it
@@ -71,6 +72,9 @@ while i <= #ARGV do
   local f = policy ~= 'A' and get_flight(KEYS[1], id)
   local decided = grid and f and f.hw  -- the latest grid time decided before this call
   local before = {}  -- the times in flight or waiting before this call
+  -- the time in flight before this call if unconfirmed: its decider's commit may never
+  -- have come (it died), so the time is not yet counted in the task's fires
+  local pending = f and f.by ~= '' and f.inflight ~= '' and f.inflight
   if decided then
     if f.inflight ~= '' then before[f.inflight] = true end
     if f.replaced ~= '' then before[f.replaced] = true end
@@ -222,7 +226,21 @@ while i <= #ARGV do
       set_attention(tag, id, attention_of[last[2]], ms(last[1]), task_type, ms(now))
     end
   end
+  -- A parked task's wake (its state's next time the time its flight last decided, its
+  -- grid ended) plans that time again: decided and counted by the commit that parked it
+  -- (or, parked by an operator's write on now, no grid time), it is not counted again.
+  -- The time in flight unconfirmed is: a claim whose poller died before its commit left
+  -- it so, uncounted. (One whose dead claim only set it waiting is taken as counted.)
+  local counted = 0
+  if decided and ends and wait == '' then
+    local s = task_state()
+    if s and s[STATE_NEXT_MS] == decided then
+      for j = first, first + n + m - 1 do
+        if tonumber(ARGV[j]) <= decided and ARGV[j] ~= pending then counted = counted + 1 end
+      end
+    end
+  end
   out[#out + 1] = {id, table.concat(run, ','), table.concat(cancel, ','),
-    table.concat(skipped, ','), blocking, park, wait, table.concat(known, ',')}
+    table.concat(skipped, ','), blocking, park, wait, table.concat(known, ','), counted}
 end
 return out
