@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.store.keys import CONSUMER_GONE_MS, GROUP
+from actors.store.ledger import _error_line
 from actors.store.queue_rows import error_line, queue_row
 from tests.error_texts import EXAMPLES
 
@@ -61,4 +62,6 @@ def test_error_line_is_the_exception_line_whatever_follows_it() -> None:
     exception's, or before it: the line shown (log lines, history, DLQ lists, explain) is
     still the exception's."""
     assert "connection reset" in EXAMPLES[2][0]
-    assert [error_line(text) for text, _ in EXAMPLES] == [line for _, line in EXAMPLES]
+    lines = [line for _, line in EXAMPLES]
+    assert [error_line(text) for text, _ in EXAMPLES] == lines
+    assert [_error_line(text.encode()) for text, _ in EXAMPLES] == lines  # attention's

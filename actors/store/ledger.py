@@ -25,6 +25,7 @@ from actors.domain.errors import TaskNotFound
 from actors.store import lua
 from actors.store.codes import Code
 from actors.store.history import Occurrence, decode_ring
+from actors.store.queue_rows import error_line
 from actors.store.tasks import TaskStore
 
 #: Attention reasons, as the list and the gauge name them.
@@ -138,7 +139,7 @@ def _parse_cursor(cursor: str | None, partitions: int) -> tuple[int, int]:
 
 
 async def _with_errors(store: TaskStore, entries: list[AttentionEntry]) -> list[AttentionEntry]:
-    """Dead tasks' entries with their last error's last line."""
+    """Dead tasks' entries with their last error's line (``error_line``)."""
     dead = [e for e in entries if e.reason == "dead"]
     if not dead:
         return entries
@@ -146,17 +147,17 @@ async def _with_errors(store: TaskStore, entries: list[AttentionEntry]) -> list[
     raws = await store.client.pipeline(
         [("HGET", keys.errors(keys.partition_of(e.task_id)), e.task_id) for e in dead]
     )
-    lines = {e.task_id: _last_line(r) for e, r in zip(dead, raws, strict=True)}
+    lines = {e.task_id: _error_line(r) for e, r in zip(dead, raws, strict=True)}
     return [
         attrs.evolve(e, error=lines.get(e.task_id)) if e.reason == "dead" else e for e in entries
     ]
 
 
-def _last_line(raw: Any) -> str | None:
+def _error_line(raw: Any) -> str | None:
+    """The line of a dead fire's stored error that says what happened (``error_line``)."""
     if not isinstance(raw, bytes):
         return None
-    lines = [line for line in raw.decode(errors="replace").splitlines() if line.strip()]
-    return lines[-1][:300] if lines else None
+    return (error_line(raw.decode(errors="replace")) or "")[:300] or None
 
 
 async def attention_counts(store: TaskStore) -> dict[tuple[str, str], int]:

@@ -157,7 +157,7 @@ const seconds = (ms) => (ms === null || ms === undefined ? "-" : `${(ms / 1000).
  * other lines last); in other text, its last non-empty line. */
 const errorLine = (text) => {
   const lines = (text || "").split("\n").filter((line) => line.trim());
-  const frame = lines.findLastIndex((line) => line.startsWith("  File "));
+  const frame = lines.map((line) => line.startsWith("  File ")).lastIndexOf(true);
   const after = frame < 0 ? undefined : lines.slice(frame + 1).find((line) => !line.startsWith(" "));
   return (after ?? lines.pop() ?? "").trim();
 };

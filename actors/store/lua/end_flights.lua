@@ -6,7 +6,7 @@
 -- ARGV[1]  partition tag
 -- ARGV[2..] groups of 7: task_id, bucket, end (0 ok, 2 dead, 3 cancelled, 4 expired,
 --           5 dropped: an enqueue found the fire appended already), due_ms, pause after
---           this many dead fires in a row ('' = never), the error's last line, the
+--           this many dead fires in a row ('' = never), the error's line, the
 --           creation version of the fire's task ('' = not known: flights.py
 --           task_policy_code's ;b)
 -- Returns {task_id, dead streak, ...} of the tasks it paused.

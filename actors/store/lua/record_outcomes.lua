@@ -10,7 +10,7 @@
 --           bucket, outcome code (0 ok, 1 retry, 2 dead,
 --           3 cancelled, 4 expired: not run), finished_ms, error ('' = none), due_ms,
 --           started_ms ('' = did not start), attempt, origin (0 schedule, 1 trigger,
---           2 backfill, 3 replay), the error's last line, and the lateness the fire was
+--           2 backfill, 3 replay), the error's line (queue_rows.py error_line), and the lateness the fire was
 --           allowed (its spread and jitter, ms; '' = not judged: a retry or a manual fire)
 -- Returns, per group, the number of its tasks updated (a deleted task is skipped), or the
 -- error its write met (a string): a group whose write fails (a key of the wrong type) ends
