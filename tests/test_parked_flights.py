@@ -12,7 +12,7 @@ import attrs
 import pytest
 import trio
 
-from actors.api.task_notes import flight_decided
+from actors.api.task_notes import parked_on
 from actors.api.upcoming import task_upcoming
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Overlap, Schedule
@@ -507,13 +507,16 @@ async def test_an_earlier_tasks_fire_ending_clears_the_mark_it_left_on_a_new_one
     assert await redis_client.execute("HGET", keys.not_run(0), "x") is None
 
 
+@pytest.mark.parametrize("dead_claim", [False, True])
 async def test_a_parked_tasks_wake_does_not_count_its_park_time_again(
-    redis_client: RedisClient, namespace: str
+    redis_client: RedisClient, namespace: str, dead_claim: bool
 ) -> None:
     """A one-shot's time comes while a trigger is in flight (buffer_one): it waits, its
     grid ends, and the task is parked on it. Each wake plans that time again; the claim
     that parked it counted it, and the task's fires count it once, through its start
-    and its end; ``upcoming`` does not list it as a fire to come."""
+    and its end; ``upcoming`` does not list it as a fire to come. ``dead_claim``: a
+    poller decided that time first (set it waiting) and died before its commit: counted
+    by the claim of the poller that takes over, not taken as counted before."""
     store = TaskStore(redis_client, namespace, default_partitions=1)
     at = await store.now_ms() + 200
     once = Schedule("once", at_ms=at, overlap="buffer_one")
@@ -522,6 +525,13 @@ async def test_a_parked_tasks_wake_does_not_count_its_park_time_again(
     assert queued
     await trio.sleep(max(0, at + 50 - await store.now_ms()) / 1000)
     poller, scripts = Poller(store, PollerSettings()), await store.scripts()
+    if dead_claim:
+        (claim,) = await scripts.claim_due([0], "dead", "tok-1", 100, 100)
+        assert [t.task_id for t in claim.tasks] == ["x"]
+        planned = Planned("x", "1", [at], ends=True, task_type="t")
+        decided = await scripts.decide_overlaps("tok-1", {0: [planned]})
+        assert decided["x"].run == [] and decided["x"].park == at  # waits behind the trigger
+        await trio.sleep(0.2)  # the dead poller's lease has ended
 
     async def fires() -> int:
         task = await store.get("x")
@@ -532,8 +542,8 @@ async def test_a_parked_tasks_wake_does_not_count_its_park_time_again(
     assert (await _status(store), await fires()) == ("active", 1)
     task = await store.get("x")
     assert task is not None and task.next_run_ms == at  # parked on it: no fire to come
-    decided = await flight_decided(store, "x")
-    assert task_upcoming(task, 3, await store.now_ms(), decided)["fires"] == []
+    parked = await parked_on(store, "x")
+    assert task_upcoming(task, 3, await store.now_ms(), parked)["fires"] == []
     await scripts.end_flights([FlightEnd("x", ENDED_OK, int(trigger.split(":")[1]))])
     assert await _tick(store, poller) == 1
     assert (await _queued(store))[-1] == at and await fires() == 1

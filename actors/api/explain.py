@@ -16,7 +16,7 @@ import datetime as dt
 from typing import Any
 
 from actors.api.ledger_facts import ledger_facts, ledger_sentences
-from actors.api.task_notes import flight_decided, note_facts, note_sentences
+from actors.api.task_notes import note_facts, note_sentences, parked_on
 from actors.api.upcoming import task_upcoming
 from actors.domain.errors import TaskNotFound
 from actors.domain.model import Task
@@ -123,8 +123,8 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
         "last_error": task.last_error,
     }
     facts.update(await note_facts(store, task_id))
-    decided = await flight_decided(store, task_id)
-    facts["upcoming"] = task_upcoming(task, UPCOMING_SHOWN, now, decided)["fires"]
+    parked = await parked_on(store, task_id)
+    facts["upcoming"] = task_upcoming(task, UPCOMING_SHOWN, now, parked)["fires"]
     facts.update(await ledger_facts(store, task_id, HISTORY_SHOWN))
     summary = _summary(task, facts, now)
     facts["summary"] = summary[:1] + note_sentences(facts) + ledger_sentences(facts) + summary[1:]

@@ -73,13 +73,20 @@ async def note_facts(store: TaskStore, task_id: str) -> dict[str, Any]:
     }
 
 
-async def flight_decided(store: TaskStore, task_id: str) -> int | None:
-    """The latest grid time the task's flight says a claim decided (its record's last
-    field: ``lua/flight.lua``), None when none or not readable."""
+async def parked_on(store: TaskStore, task_id: str) -> int | None:
+    """The time the task is parked on (kept due for the fires waiting behind its fire in
+    flight, its grid ended: ``mark_parked`` in ``lua/flight.lua``), counted already and no
+    fire to come; None when it is not parked (its mark not its flight's latest decided
+    time, the record's last field) or a record cannot be read."""
     keys = await store.keys()
-    raw = await store.client.execute("HGET", keys.flights(keys.partition_of(task_id)), task_id)
-    last = raw.rpartition(b"|")[2] if isinstance(raw, bytes) and b"|" in raw else b""
-    return int(last) if last.isdigit() and len(last) < 16 else None
+    partition = keys.partition_of(task_id)
+    flight, mark = await store.client.pipeline(
+        [("HGET", keys.flights(partition), task_id), ("HGET", keys.parked(partition), task_id)]
+    )
+    if not isinstance(flight, bytes) or not isinstance(mark, bytes) or b"|" not in flight:
+        return None
+    decided = flight.rpartition(b"|")[2]
+    return int(mark) if mark == decided and mark.isdigit() and len(mark) < 16 else None
 
 
 def flight_facts(raw: bytes | None) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 
 from actors.api import bodies
 from actors.api.problems import Problem, invalid
-from actors.api.task_notes import flight_decided
+from actors.api.task_notes import parked_on
 from actors.domain.model import Task
 from actors.domain.preview import MAX_PREVIEW, rows, upcoming
 from actors.store.flights import parse_policy, task_policy_code
@@ -34,10 +34,10 @@ _NOT_ACTIVE = {
 }
 
 
-def task_upcoming(task: Task, n: int, now_ms: int, decided_ms: int | None = None) -> dict[str, Any]:
+def task_upcoming(task: Task, n: int, now_ms: int, parked_ms: int | None = None) -> dict[str, Any]:
     """The answer for one task: its next ``n`` fires (none unless it is active) and notes
-    on what the list leaves out. ``decided_ms``: the latest grid time its flight decided
-    (``flight_decided``): a time up to it is no fire to come."""
+    on what the list leaves out. ``parked_ms``: the time the task is parked on
+    (``parked_on``), which is no fire to come."""
     schedule = task.schedule
     notes: list[str] = []
     fires: list[dict[str, Any]] = []
@@ -47,7 +47,7 @@ def task_upcoming(task: Task, n: int, now_ms: int, decided_ms: int | None = None
         policy = parse_policy(task_policy_code(schedule, task.task_id))
         planned = upcoming(
             schedule, task.next_run_ms, n, task.task_id, fires_so_far=task.fires,
-            now_ms=now_ms, decided_ms=decided_ms if policy.tracked else None,
+            now_ms=now_ms, decided_ms=parked_ms if parked_ms == task.next_run_ms else None,
             expires=policy.expired if policy.window_ms is not None else None,
         )  # fmt: skip
         fires = rows(schedule, planned)
@@ -88,5 +88,5 @@ async def upcoming_fires(call: Call) -> Response:
     task = await call.store.get(task_id)
     if task is None:
         raise Problem(404, "not_found", f"task {task_id!r} not found")
-    decided = await flight_decided(call.store, task_id)
-    return JSONResponse(task_upcoming(task, n, await call.store.now_ms(), decided))
+    parked = await parked_on(call.store, task_id)
+    return JSONResponse(task_upcoming(task, n, await call.store.now_ms(), parked))

@@ -57,9 +57,9 @@ def upcoming(
     """The next ``n`` fires of a task whose next grid time is ``next_ms`` (None: no more),
     with ``fires_so_far`` fires made. ``task_id`` None: the spread is unknown (fire =
     grid time). Stops early where the grid ends. Not listed: a time at or before
-    ``decided_ms``, which a claim does not decide again (the task's flight decided it:
-    counted already, or a parked task's park time, no grid time), and one that
-    ``expires(due_ms, claim_ms)`` (later than the catch-up window: counted, not run)."""
+    ``decided_ms``, which a claim does not decide again (the time a task is parked on:
+    counted already, or no grid time), and one that ``expires(due_ms, claim_ms)``
+    (later than the catch-up window: counted, not run)."""
     out: list[PlannedFire] = []
     due, fired = next_ms, fires_so_far
     for _ in range(2 * n + 10):  # a step fires at most once late (coalesce) or not at all

@@ -172,6 +172,11 @@ class Keys:
         their dead streaks (``overlap.lua``, ``record_outcomes.lua``): hash task_id -> record."""
         return f"{self.tag(partition)}:flight"
 
+    def parked(self, partition: int) -> str:
+        """Tasks parked for their flight, each on a time counted already: hash task_id ->
+        ms (``mark_parked`` in ``flight.lua``)."""
+        return f"{self.tag(partition)}:parked"
+
     def not_run(self, partition: int) -> str:
         """Fires not run, per task: hash task_id -> 'count reason due_ms blocking_due_ms'
         (the last one, and how many in all; ``overlap.lua``, ``end_flights.lua``, and a

@@ -142,11 +142,20 @@ for i = 1, #a, 5 do
     -- schedule, where no end could wake it. Counted as a write: the state is not the
     -- one the poller built, which it would otherwise take as known at its next claim.
     redis.call('HSET', tag .. ':state:' .. b, id, parked_record(i, parked))
+    mark_parked(tag, id, parked)
     count_write(tag)
     moved[#moved + 1] = ms(now_ms())
     moved[#moved + 1] = id
   elseif ok then
     redis.call('HSET', tag .. ':state:' .. b, id, a[i + 4])
+    if tracked[id] and score ~= '' and not held then
+      -- parked by its claim (its grid ended with fires waiting: overlap.lua), its next
+      -- time the latest decided, counted by this commit: marked so (flight.lua)
+      local hw = get_flight(tag .. ':flight', id).hw
+      if hw and select(STATE_NEXT_MS, cmsgpack.unpack(a[i + 4])) == hw then
+        mark_parked(tag, id, hw)
+      end
+    end
     if score == '' then
       finished[#finished + 1] = id
     else

@@ -65,6 +65,16 @@ local function holds_task(f, tracked)
   return tracked and (#f.waiting > 0 or (f.inflight ~= '' and f.by ~= ''))
 end
 
+-- Mark a task parked on ``at`` (the partition's parked hash: task id -> the time): that
+-- time is counted in its fires already (the commit that parked it counted it; parked by
+-- an operator's write on now, it is no grid time), so a wake, which plans it again, does
+-- not count it again (overlap.lua), and ``upcoming`` does not list it. A mark is only
+-- heeded while it is the flight's latest decided time: a task placed on another grid
+-- forgets that time, and the mark with it.
+local function mark_parked(tag, id, at)
+  redis.call('HSET', tag .. ':parked', id, string.format('%d', at))
+end
+
 -- Park a task whose grid has ended while its flight holds it (holds_task): active, its
 -- next time the latest grid time decided or now, whichever is later (a claim takes that
 -- time as decided: overlap.lua), due now in the schedule, so its claim starts the waiting
@@ -75,6 +85,7 @@ local function park_task(tag, id, f, s, schedule)
   local now = now_ms()
   f.hw = math.max(f.hw or 0, now)
   put_flight(tag .. ':flight', id, f)
+  mark_parked(tag, id, f.hw)
   s[STATE_NEXT_MS] = f.hw
   redis.call('ZADD', schedule, ms(now), id)
 end

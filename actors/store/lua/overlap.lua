@@ -72,9 +72,6 @@ while i <= #ARGV do
   local f = policy ~= 'A' and get_flight(KEYS[1], id)
   local decided = grid and f and f.hw  -- the latest grid time decided before this call
   local before = {}  -- the times in flight or waiting before this call
-  -- the time in flight before this call if unconfirmed: its decider's commit may never
-  -- have come (it died), so the time is not yet counted in the task's fires
-  local pending = f and f.by ~= '' and f.inflight ~= '' and f.inflight
   if decided then
     if f.inflight ~= '' then before[f.inflight] = true end
     if f.replaced ~= '' then before[f.replaced] = true end
@@ -226,17 +223,16 @@ while i <= #ARGV do
       set_attention(tag, id, attention_of[last[2]], ms(last[1]), task_type, ms(now))
     end
   end
-  -- A parked task's wake (its state's next time the time its flight last decided, its
-  -- grid ended) plans that time again: decided and counted by the commit that parked it
-  -- (or, parked by an operator's write on now, no grid time), it is not counted again.
-  -- The time in flight unconfirmed is: a claim whose poller died before its commit left
-  -- it so, uncounted. (One whose dead claim only set it waiting is taken as counted.)
+  -- A parked task's wake plans the time it is parked on again: counted already (its
+  -- mark, flight.lua's mark_parked, is the flight's latest decided time), it is not
+  -- counted again. A time decided by a claim whose commit never came (its poller died,
+  -- an API write refused it) has no mark, and is counted when claimed again.
   local counted = 0
   if decided and ends and wait == '' then
-    local s = task_state()
-    if s and s[STATE_NEXT_MS] == decided then
+    local parked = tonumber(redis.call('HGET', tag .. ':parked', id))
+    if parked == decided then
       for j = first, first + n + m - 1 do
-        if tonumber(ARGV[j]) <= decided and ARGV[j] ~= pending then counted = counted + 1 end
+        if tonumber(ARGV[j]) == parked then counted = counted + 1 end
       end
     end
   end
