@@ -12,6 +12,7 @@ import attrs
 import pytest
 import trio
 
+from actors.api.explain import explain
 from actors.api.task_notes import parked_on
 from actors.api.upcoming import task_upcoming
 from actors.domain.model import TaskSpec
@@ -544,6 +545,9 @@ async def test_a_parked_tasks_wake_does_not_count_its_park_time_again(
     assert task is not None and task.next_run_ms == at  # parked on it: no fire to come
     parked = await parked_on(store, "x")
     assert task_upcoming(task, 3, await store.now_ms(), parked)["fires"] == []
+    facts = await explain(store, "x")
+    assert (facts["parked_ms"], facts["upcoming"]) == (at, [])
+    assert facts["summary"][0].startswith("active, its schedule has no further fires")
     await scripts.end_flights([FlightEnd("x", ENDED_OK, int(trigger.split(":")[1]))])
     assert await _tick(store, poller) == 1
     assert (await _queued(store))[-1] == at and await fires() == 1

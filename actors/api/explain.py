@@ -123,7 +123,7 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
         "last_error": task.last_error,
     }
     facts.update(await note_facts(store, task_id))
-    parked = await parked_on(store, task_id)
+    facts["parked_ms"] = parked = await parked_on(store, task_id)
     facts["upcoming"] = task_upcoming(task, UPCOMING_SHOWN, now, parked)["fires"]
     facts.update(await ledger_facts(store, task_id, HISTORY_SHOWN))
     summary = _summary(task, facts, now)
@@ -275,6 +275,11 @@ def _summary(task: Task, facts: dict[str, Any], now: int) -> list[str]:
             "pollers on your nodes)"
         )
         lines.append(f"overdue by {(now - facts['index_score_ms']) / 1000:.1f}s: {served}")
+    elif facts["parked_ms"] is not None and facts["parked_ms"] == task.next_run_ms:
+        lines.append(
+            "active, its schedule has no further fires: kept due only to start the fires "
+            "waiting behind its fire in flight, then it finishes"
+        )
     else:
         due = facts["index_score_ms"]
         jitter = f" (enqueued at {iso(due)})" if due != task.next_run_ms else ""
