@@ -37,5 +37,7 @@ EXAMPLES = [
     (raised(ValueError("bad row 7\n  expected 3 columns\ngot 2")), "ValueError: bad row 7"),
     (raised(noted()), "KeyError: 'account'"),
     (chained(), "RuntimeError: sync failed"),
+    (raised(ValueError("\nbad row 9")), "ValueError: bad row 9"),
+    (raised(RuntimeError("failed at 10%\r100%")), "RuntimeError: failed at 10%\r100%"),
     ("timeout: handler ran longer than 3s", "timeout: handler ran longer than 3s"),
 ]

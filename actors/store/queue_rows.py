@@ -36,16 +36,23 @@ def as_text(value: Any) -> Any:
 def error_line(error: str | None) -> str | None:
     """The line of an error that says what happened: in a traceback, the exception's line
     after its last frame (``RuntimeError: boom on attempt 2``), not the traceback's last
-    line, which a message of several lines or a note (``add_note``) makes another; in
-    other text (a timeout's), its last non-empty line; else the error itself."""
+    line, which a message of several lines or a note (``add_note``) makes another, with
+    the message's first line when it starts on the next; in other text (a timeout's), its
+    last non-empty line; else the error itself. Lines end at newlines only, as the
+    dashboard's ``errorLine`` splits them."""
     if not error:
         return error
-    lines = [line for line in error.splitlines() if line.strip()]
+    lines = [line for line in error.split("\n") if line.strip()]
     frames = [at for at, line in enumerate(lines) if line.startswith("  File ")]
-    if frames:  # after a frame come its source and caret lines, indented, then the line
-        after = (line for line in lines[frames[-1] + 1 :] if not line.startswith(" "))
-        return next(after, lines[-1]).strip()
-    return lines[-1].strip() if lines else error
+    if not frames:
+        return lines[-1].strip() if lines else error
+    # after a frame come its source and caret lines, indented, then the exception's line
+    after = range(frames[-1] + 1, len(lines))
+    at = next((k for k in after if not lines[k].startswith(" ")), len(lines) - 1)
+    line = lines[at].strip()
+    if line.endswith(":") and at + 1 < len(lines):  # a message that starts on a new line
+        return f"{line} {lines[at + 1].strip()}"
+    return line
 
 
 def queue_row(

@@ -158,8 +158,11 @@ const seconds = (ms) => (ms === null || ms === undefined ? "-" : `${(ms / 1000).
 const errorLine = (text) => {
   const lines = (text || "").split("\n").filter((line) => line.trim());
   const frame = lines.map((line) => line.startsWith("  File ")).lastIndexOf(true);
-  const after = frame < 0 ? undefined : lines.slice(frame + 1).find((line) => !line.startsWith(" "));
-  return (after ?? lines.pop() ?? "").trim();
+  if (frame < 0) return (lines.pop() ?? "").trim();
+  const found = lines.findIndex((line, k) => k > frame && !line.startsWith(" "));
+  const at = found < 0 ? lines.length - 1 : found;
+  const line = lines[at].trim();
+  return line.endsWith(":") && at + 1 < lines.length ? `${line} ${lines[at + 1].trim()}` : line;
 };
 const labelText = (labels) => Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(" ");
 
