@@ -44,6 +44,9 @@ class PolicyFires:
     """``not_run`` lines."""
     commits: dict[str, tuple[int | None, int | None, int]] = attrs.field(factory=dict)
     """Per task whose commit differs from its plan's: (next grid time, score, fires)."""
+    parked: set[str] = attrs.field(factory=set)
+    """Tasks this claim parked (their grid ended with fires waiting): their commit marks
+    the park time counted (``FireCommit.parked``)."""
     tracked: set[str] = attrs.field(factory=set)
     """Tasks this claim decided for (``overlap.lua``): their commit confirms the appends."""
     waits: dict[str, int] = attrs.field(factory=dict)
@@ -141,6 +144,7 @@ async def apply_policies(
             fired = len(plan.fires) - decision.counted
             if decision.park is not None:
                 out.commits[task.task_id] = (decision.park, now_ms + PARK_MS, fired)
+                out.parked.add(task.task_id)
             elif decision.counted:
                 out.commits[task.task_id] = (plan.next_ms, None, fired)
             out.fires += [

@@ -284,7 +284,9 @@ class Poller:
         # lifecycle time); the claim's own line is a debug line.
         if plan.scheduled:
             emit_events(self.actor, plan.scheduled, level="debug")
-        commits = plan_commits(plan.plans, decided.commits, decided.tracked, self.settings.history)
+        commits = plan_commits(
+            plan.plans, decided.commits, decided.tracked, self.settings.history, decided.parked
+        )
         if decided.waits:  # another decider's fire in flight: decided when claimed again
             commits = hold_back(commits, plan.plans, decided.waits)
         writes = {c.partition: c.writes for c in claims}

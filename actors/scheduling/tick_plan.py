@@ -97,6 +97,7 @@ def plan_commits(
     changed: dict[str, tuple[int | None, int | None, int]],
     tracked: set[str],
     history: int = DEFAULT_HISTORY,
+    parked: frozenset[str] | set[str] = frozenset(),
 ) -> dict[int, list[FireCommit]]:
     """Each claimed task's commit: its grid moved on to the plan's next time (with the
     task's spread and that time's jitter in the score) and its fires counted, or as the
@@ -112,6 +113,7 @@ def plan_commits(
                 score = task.schedule.score_ms(next_ms, task.task_id)
             commit = fire_commit(task, next_ms, score, fired)
             commit.confirm = task.task_id in tracked
+            commit.parked = task.task_id in parked
             if plan.missed:
                 fate = COALESCED if task.schedule.misfire == "coalesce" else MISFIRE_SKIPPED
                 commit.misfire = (fate, task.type, history)

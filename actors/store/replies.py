@@ -106,6 +106,9 @@ class FireCommit:
     the commit confirms what that put in flight was appended, and keeps the task
     scheduled, parked, should the grid end while its flight holds fires
     (``commit_fires.lua``)."""
+    parked: bool = False
+    """Its claim parked it (its grid ended with fires waiting behind its fire in flight):
+    the commit marks its next time counted (``mark_parked`` in ``lua/flight.lua``)."""
     misfire: tuple[int, str, int] | None = None
     """The claim found grid times missed: (the history fate standing for them, coalesced
     or skipped; the task's type; the history's length), recorded by the commit."""

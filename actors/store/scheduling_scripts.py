@@ -188,6 +188,8 @@ class SchedulingScripts(FlightScripts):
                 score = "" if c.score is None else str(c.score)
                 if c.hold_ms:
                     score = f"{'*' if c.keep else '+'}{c.hold_ms}"
+                elif c.parked:
+                    score = f"^{score}"
                 rows += [c.task_id, str(c.bucket), score, c.due_ms, c.state]
             args.append(pack_array(rows))
             keys = [k.schedule(partition), k.partition_owner(partition), *marker_keys]

@@ -20,6 +20,8 @@
 --           task_id, bucket (a string: it goes into key names), score (a string, for ZADD;
 --           '' = finished: out of the schedule, unless its flight holds it (a tracked
 --           task with a fire waiting or unconfirmed: parked, flight.lua's holds_task);
+--           '^score' = parked by its claim: its next time, the latest grid time its
+--           flight decided, is counted by this commit (flight.lua's mark_parked);
 --           '+ms' = held back: this long after now, the
 --           task's fires not appended, its state the claimed one, a fire this claim put
 --           in flight for it left to its next decision; '*ms' the same, the claim kept in
@@ -148,13 +150,9 @@ for i = 1, #a, 5 do
     moved[#moved + 1] = id
   elseif ok then
     redis.call('HSET', tag .. ':state:' .. b, id, a[i + 4])
-    if tracked[id] and score ~= '' and not held then
-      -- parked by its claim (its grid ended with fires waiting: overlap.lua), its next
-      -- time the latest decided, counted by this commit: marked so (flight.lua)
-      local hw = get_flight(tag .. ':flight', id).hw
-      if hw and select(STATE_NEXT_MS, cmsgpack.unpack(a[i + 4])) == hw then
-        mark_parked(tag, id, hw)
-      end
+    if mark == 94 then  -- '^': parked by its claim, on a time this commit counts
+      score = string.sub(score, 2)
+      mark_parked(tag, id, select(STATE_NEXT_MS, cmsgpack.unpack(a[i + 4])))
     end
     if score == '' then
       finished[#finished + 1] = id
