@@ -114,8 +114,15 @@ def origin_and_allowance(code: str) -> tuple[int, int]:
     if at < 0:
         return origin_of(code), 0
     end = code.find(";", at + 2)
-    digits = code[at + 2 : end if end >= 0 else len(code)]
-    return origin_of(code), int(digits) if digits.isdigit() else 0
+    return origin_of(code), _number(code[at + 2 : end if end >= 0 else len(code)]) or 0
+
+
+def _number(digits: str) -> int | None:
+    """A policy code's number (a time in ms, a count), or None for text that is not one a
+    policy code holds: ASCII digits only (``"²".isdigit()`` is true, and ``int`` refuses
+    it), at most 15 of them (within MessagePack's and Lua's exact integers). A message of
+    another producer with such a part runs as if the part were absent."""
+    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 15 else None
 
 
 def allowance_ms(schedule: Schedule, task_id: str) -> int:
@@ -157,14 +164,17 @@ def parse_policy(code: str) -> Policy:
     window = failures = born = None
     offset = 0
     for part in parts:
-        if part[:1] == "w" and part[1:].isdigit():
-            window = int(part[1:])
-        elif part[:1] == "p" and part[1:].isdigit():
-            failures = int(part[1:])
-        elif part[:1] == "s" and part[1:].isdigit():
-            offset = int(part[1:])
-        elif part[:1] == "b" and part[1:].isdigit():
-            born = int(part[1:])
+        kind, number = part[:1], _number(part[1:])
+        if number is None:
+            continue
+        if kind == "w":
+            window = number
+        elif kind == "p":
+            failures = number
+        elif kind == "s":
+            offset = number
+        elif kind == "b":
+            born = number
     return Policy(letter if letter in LETTERS.values() else "A", window, failures, offset, born)
 
 
