@@ -12,9 +12,9 @@ from runtime.logging import encode_fields
 from tests.error_texts import EXAMPLES
 
 
-def message(task_id: str, attempt: int = 0) -> Message:
+def message(task_id: str, attempt: int = 0, msg_id: str | None = None) -> Message:
     return Message(
-        f"1-{task_id}", task_id, f"{task_id}:100", "t", '{"a":1}', attempt, 100, 100,
+        msg_id or f"1-{task_id}", task_id, f"{task_id}:100", "t", '{"a":1}', attempt, 100, 100,
         payload={"a": 1},
     )  # fmt: skip
 
@@ -66,6 +66,18 @@ def test_a_failures_line_is_its_exceptions_whatever_follows_in_its_text() -> Non
     assert sorted((o.line, o.error) for o in plan.outcomes) == sorted(
         [(line, text), (other_line, other)]
     )
+
+
+def test_a_tasks_outcomes_in_one_batch_are_written_in_the_order_they_finished() -> None:
+    """An older fire that failed and a newer one that ran, in one batch: the run record
+    and history are written failure first, so the task's last status is the success."""
+    failed = Outcome(message("a", msg_id="1-a"), 1000, 1500, error="ValueError: x")
+    ran = Outcome(message("a", msg_id="2-a"), 1600, 2000)
+    dead = Outcome(message("a", msg_id="3-a", attempt=2), 900, 1200, error="boom")
+    plan = decide([ran, failed, dead], POLICY, "n1")
+    assert [(OUTCOME_NAMES[o.outcome], o.finished_ms) for o in plan.outcomes] == [
+        ("dead", 1200), ("retry", 1500), ("ok", 2000),
+    ]  # fmt: skip
 
 
 def test_retry_later_sets_its_own_delay() -> None:

@@ -186,11 +186,12 @@ def decide(
         )
         for o in retry
     }
-    outcomes = [
-        _outcome(o, code)
-        for code, group in ((0, ok), (1, retry), (2, dead), (3, not_run))
-        for o in group
-    ]
+    coded = [(o, code) for code, group in ((0, ok), (1, retry), (2, dead), (3, not_run))
+             for o in group]  # fmt: skip
+    # in the order the runs finished: of a task's several outcomes in one batch, the last
+    # written is its last status and its newest history entry
+    coded.sort(key=lambda pair: pair[0].finished_ms)
+    outcomes = [_outcome(o, code) for o, code in coded]
     finished = [lifecycle_values(o) for o in ok]
     policies = any(o.message.policy for o in batch)
     events: list[tuple[str, dict[str, Any]]] = [
