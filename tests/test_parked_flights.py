@@ -18,7 +18,7 @@ from actors.api.upcoming import task_upcoming
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Overlap, Schedule
 from actors.scheduling.poller import Poller, PollerSettings
-from actors.store.flights import ENDED_OK, FlightEnd, Planned
+from actors.store.flights import ENDED_OK, ORIGIN_LETTERS, FlightEnd, Planned, origin_of
 from actors.store.manual_fires import MANUAL_TOKEN
 from actors.store.tasks import TaskStore
 from runtime.logging import get_logger
@@ -554,3 +554,31 @@ async def test_a_parked_tasks_wake_does_not_count_its_park_time_again(
     await scripts.end_flights([FlightEnd("x", ENDED_OK, at)])
     await _tick(store, poller)
     assert (await _status(store), await fires()) == ("finished", 1)
+
+
+async def test_held_operator_fires_keep_their_origin_when_a_poller_starts_them(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A trigger, then a backfilled grid time, wait behind the task's fire in flight
+    (buffer_all): started by the poller once the fire ahead ends, each keeps its origin
+    (told as a trigger and a backfill, not a scheduled fire judged late by its wait)."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    now = await store.now_ms()
+    start = now - 3_600_000 - 1_800_000  # a grid time half an hour into the last hour
+    every = Schedule("interval", every_s=3600, start_ms=start, overlap="buffer_all")
+    await store.create(TaskSpec("t", every, task_id="x"))
+    poller, scripts = Poller(store, PollerSettings()), await store.scripts()
+    assert await _tick(store, poller) == 1  # the grid time just passed: in flight
+    (ahead,) = await _queued(store)
+    trigger, queued = await store.trigger("x", "buffer_all")
+    assert not queued
+    backfill = await store.backfill("x", start, start + 1)
+    assert backfill.held_back == 1, backfill
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, ahead)])
+    assert await _tick(store, poller) == 1  # the trigger first, the backfill behind it
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, int(trigger.split(":")[1]))])
+    assert await _tick(store, poller) == 1
+    fires = {int(f["due_ms"]): f for f in await stream_fires(store, "t")}
+    assert origin_of(fires[int(trigger.split(":")[1])]["o"]) == ORIGIN_LETTERS["t"]
+    assert origin_of(fires[start]["o"]) == ORIGIN_LETTERS["b"]
+    assert origin_of(fires[ahead].get("o", "")) == 0

@@ -25,9 +25,10 @@ from typing import Any
 import attrs
 
 from actors.domain.misfires import FirePlan
-from actors.store.flights import Planned, parse_policy, task_policy_code
+from actors.store.flights import Planned, parse_policy, task_policy_code, with_origin
 from actors.store.history import DEFAULT_HISTORY
 from actors.store.keys import schedule_id
+from actors.store.manual_fires import is_grid_time
 from actors.store.replies import Claimed, Fire
 from actors.store.scripts import Scripts
 from runtime.redis_replies import PartRejected
@@ -70,6 +71,16 @@ def _not_run(task: Claimed, due: int, reason: str, blocking: int | None) -> tupl
     if blocking is not None:
         fields["blocking"] = schedule_id(task.task_id, blocking)
     return ("not_run", fields)
+
+
+def _held(task: Claimed, letter: str, due_ms: int) -> str:
+    """The policy code of an operator's fire held back behind the task's fire in flight,
+    started now: the policy's letter alone (no catch-up window, no failure count) and its
+    origin, which its waiting mark does not keep: a backfill's time is a grid time, a
+    trigger's never is (``is_grid_time``). Without it, it would be told as a scheduled
+    fire, and judged late by however long it waited."""
+    origin = "b" if is_grid_time(task.schedule, task.due_ms, due_ms) else "t"
+    return with_origin(letter, origin)
 
 
 def _plain(task: Claimed, dues: Sequence[int], code: str = "") -> list[Fire]:
@@ -149,7 +160,8 @@ async def apply_policies(
                 out.commits[task.task_id] = (plan.next_ms, None, fired)
             out.fires += [
                 Fire(task.task_id, task.type, task.payload, d, prior=task.prior_claim,
-                     policy=item.letter if d in decision.manual else code, fresh=fresh)
+                     policy=_held(task, item.letter, d) if d in decision.manual else code,
+                     fresh=fresh)
                 for d, fresh in decision.run
             ]  # fmt: skip
             out.cancels[task.type] += [schedule_id(task.task_id, d) for d in decision.cancel]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors.domain.errors import InvalidTask, InvalidTransition, TaskNotFound
 from actors.domain.model import encode_payload
-from actors.domain.schedules import Overlap
+from actors.domain.schedules import Overlap, Schedule
 from actors.store.enqueue import enqueue_fires
 from actors.store.flights import (
     ENDED_DROPPED,
@@ -173,10 +173,16 @@ async def trigger(store: TaskStore, task_id: str, overlap: Overlap, actor: str) 
 def on_grid(task: Task, due_ms: int) -> bool:
     """Whether ``due_ms`` is one of the task's grid times (as the task is now): a manual
     fire then would share its schedule_id."""
-    s = task.schedule
+    anchor = task.next_run_ms if task.next_run_ms is not None else task.schedule.start_ms
+    return is_grid_time(task.schedule, anchor, due_ms)
+
+
+def is_grid_time(s: Schedule, anchor_ms: int | None, due_ms: int) -> bool:
+    """Whether ``due_ms`` is a grid time of ``s``, an interval's grid through ``anchor_ms``
+    (one of its times; None: unknown, and no time is). A trigger's time never is (it
+    moves off the grid: ``trigger``), a backfill's always is."""
     if s.kind == "interval":
-        anchor = task.next_run_ms if task.next_run_ms is not None else s.start_ms
-        return anchor is not None and (due_ms - anchor) % s.interval_ms() == 0
+        return anchor_ms is not None and (due_ms - anchor_ms) % s.interval_ms() == 0
     if s.kind == "cron":
         return s.next_after(due_ms - 1) == due_ms
     return due_ms == s.at_ms
