@@ -16,6 +16,8 @@ from actors.config import ConsumerSection
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.scheduling.poller import Poller, PollerSettings
+from actors.store.codes import Code
+from actors.store.placement import resume_point
 from actors.store.tasks import TaskStore
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
@@ -222,3 +224,28 @@ async def test_an_update_reads_only_what_it_places_from(store: TaskStore) -> Non
     runs = keys.runs(keys.partition_of("o"), keys.bucket_of("o"))
     await store.client.execute("HSET", runs, "o", b"\xc1 not a run record")
     assert await store.update("o", schedule=attrs.evolve(once, jitter_s=1)) == "finished"
+
+
+async def test_a_resume_placed_from_a_schedule_an_update_replaced_is_placed_again(
+    store: TaskStore,
+) -> None:
+    """A resume reads a paused task and places its next time on its grid; an update gives
+    it another schedule before the resume's write: the write is refused (nothing done)
+    and the resume reads and places it again, on the new grid."""
+    now = await store.now_ms()
+    await store.create(
+        TaskSpec("t", Schedule("interval", every_s=60, start_ms=now - 1), task_id="r")
+    )
+    assert await store.pause("r") == "paused"
+    paused = await store.get("r")
+    assert paused is not None
+    stale, score = resume_point(paused, await store.now_ms())
+    daily = Schedule("interval", every_s=86_400, start_ms=now + 7 * HOUR)
+    assert await store.update("r", schedule=daily) == "paused"
+    scripts = await store.scripts()
+    code, status, _, _ = await scripts.set_status(
+        "r", "resume", stale, score, version=paused.updated_ms
+    )
+    assert (code, status) == (Code.CONFLICT, "paused")
+    assert await store.resume("r") == "active"
+    assert await _task(store, "r") == ("active", now + 7 * HOUR, 0)

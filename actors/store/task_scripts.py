@@ -156,13 +156,15 @@ class TaskScripts:
 
     async def set_status(
         self, task_id: str, action: str, next_ms: int | None = None, score: int | None = None,
-        note: str = "", tracked: bool = False,
+        note: str = "", tracked: bool = False, version: int | None = None,
     ) -> tuple[int, str, list[int], str]:  # fmt: skip
         """``set_status.lua``: pause, resume (at ``next_ms``) or stop, keeping ``note``
         (``actors.store.notes``; '' = none) with the change; ``tracked``: the task's
         schedule has an overlap policy (a resume keeps it scheduled for the fires its
-        flight holds); (``Code``, status, the due times of the waiting fires a stop
-        dropped: ``drop_waiting`` in ``flight.lua``, and the task's type when it did)."""
+        flight holds); ``version``: the task's version a resume's ``next_ms`` was placed
+        from (``Code.CONFLICT`` when another write moved it); (``Code``, status, the due
+        times of the waiting fires a stop dropped: ``drop_waiting`` in ``flight.lua``, and
+        the task's type when it did)."""
         k, p = self.keys, self.keys.partition_of(task_id)
         ((code, status, dropped, task_type),) = await self._run(
             [
@@ -178,6 +180,7 @@ class TaskScripts:
                         or_empty(score),
                         note,
                         flag(tracked),
+                        or_empty(version),
                     ],
                 )
             ]

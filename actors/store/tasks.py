@@ -428,17 +428,24 @@ class TaskStore:
         self, task_id: str, action: str, note: str | None = None, by: str | None = None
     ) -> str:
         stored = "" if note is None else encode_note(note, action, await self.now_ms(), by)
-        next_ms: int | None = None
-        score: int | None = None
-        tracked = False
-        if action == "resume":
-            task = await self.get(task_id)
-            if task is not None:
-                next_ms, score = resume_point(task, await self.now_ms())
-                tracked = task.schedule.overlap != "allow_all"
-        code, status, dropped, task_type = await (await self.scripts()).set_status(
-            task_id, action, next_ms, score, stored, tracked
-        )
+        for _ in range(10):  # a resume placed from a version another write replaced: again
+            next_ms: int | None = None
+            score: int | None = None
+            version: int | None = None
+            tracked = False
+            if action == "resume":
+                task = await self._definition_and_state(task_id)
+                if task is not None:
+                    next_ms, score = resume_point(task, await self.now_ms())
+                    tracked = task.schedule.overlap != "allow_all"
+                    version = task.updated_ms
+            code, status, dropped, task_type = await (await self.scripts()).set_status(
+                task_id, action, next_ms, score, stored, tracked, version
+            )
+            if code != Code.CONFLICT:
+                break
+        else:
+            raise TaskConflict(f"task {task_id!r}: it kept changing; resume it again")
         raise_for_code(code, task_id, f"cannot {action} a {status} task")
         if code == Code.OK:
             event = {"pause": "paused", "resume": "resumed", "stop": "stopped"}[action]
