@@ -427,3 +427,26 @@ async def test_a_backfill_tells_the_times_skipped_from_those_held_back_and_decid
     # the trigger's, then the one held back (started by the call: nothing was in flight)
     started = [m.due_ms for m in await stream_of(store)]
     assert started == [int(sid.split(":")[1]), first.fires[0]]
+
+
+async def test_a_paced_backfill_appends_a_fire_it_decided_before_another_call_takes_it(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A type's backfill at a fire every 2 s, of two tasks with an overlap policy: the
+    second task's fire is paced before its decision, not between its decision and its
+    append. Waiting there, unconfirmed past the takeover time, it was appended again by
+    another call that decided meanwhile (a trigger), then by the backfill: run twice."""
+    store = TaskStore(redis_client, namespace, default_partitions=1, takeover_ms=1)
+    start = await store.now_ms() - DAY
+    daily = Schedule("interval", every_s=86_400, start_ms=start, overlap="skip")
+    await make(store, "a", daily)
+    await make(store, "b", daily)
+    (_, second), _ = await store.list_tasks("report", None, None, 10)  # backfilled second
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: store.backfill_type("report", start, start + 1, rate=0.5))
+        await trio.sleep(0.25)  # the backfill waits for its second fire's turn
+        await store.trigger(second.task_id, "skip")
+    copies = [m for m in await stream(store, "report") if m.task_id == second.task_id]
+    # the trigger's fire in flight first: the backfilled time is skipped (skip), not
+    # appended by both calls
+    assert [m.due_ms for m in copies if m.due_ms == start] == []

@@ -296,7 +296,8 @@ async def append_fires(
         flags: list[bool] = []
         for i in range(0, len(dues), CHUNK):
             chunk = dues[i : i + CHUNK]
-            await pacer.before(len(chunk))
+            if not policy:  # a policy's decision was paced before it was made (below)
+                await pacer.before(len(chunk))
             flags += await scripts.backfill(
                 task.type, task.task_id, payload, chunk, await store.now_ms(), RETENTION_MS,
                 with_origin(policy, "b"), task.created_ms,
@@ -309,6 +310,12 @@ async def append_fires(
     # it otherwise.
     taken = await _backfilled(store, task, due_times)
     fresh = [d for d in due_times if d not in taken]
+    if fresh and overlap != "allow_all":
+        # Paced before the decision, not between it and its append: a fire it puts in
+        # flight is unconfirmed until appended, and one left so past the pollers' claim
+        # lease is taken as its decider's that died and appended by the task's next claim
+        # too. A decision starts at most one fire; the rest wait or are skipped.
+        await pacer.before(1)
     fates = await fire_under(
         scripts, task.task_id, task.type, fresh, overlap, append, _ACTOR, store.takeover_ms
     )
