@@ -16,6 +16,7 @@ from actors.config import ConsumerSection
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.scheduling.poller import Poller, PollerSettings
+from actors.store.action_scripts import BatchItem
 from actors.store.codes import Code
 from actors.store.placement import resume_point
 from actors.store.tasks import TaskStore
@@ -249,3 +250,30 @@ async def test_a_resume_placed_from_a_schedule_an_update_replaced_is_placed_agai
     assert (code, status) == (Code.CONFLICT, "paused")
     assert await store.resume("r") == "active"
     assert await _task(store, "r") == ("active", now + 7 * HOUR, 0)
+
+
+async def test_a_bulk_resume_of_a_task_an_update_changed_since_its_read_fails_it(
+    store: TaskStore,
+) -> None:
+    """A bulk resume's batch placed from a read an update has replaced since: the task is
+    not resumed on the old grid; it is counted failed, and why, to be resumed again."""
+    now = await store.now_ms()
+    await store.create(
+        TaskSpec("t", Schedule("interval", every_s=60, start_ms=now - 1), task_id="r")
+    )
+    assert await store.pause("r") == "paused"
+    paused = await store.get("r")
+    assert paused is not None
+    stale, score = resume_point(paused, await store.now_ms())
+    daily = Schedule("interval", every_s=86_400, start_ms=now + 7 * HOUR)
+    assert await store.update("r", schedule=daily) == "paused"
+    scripts = await store.scripts()
+    item = BatchItem("r", stale, score, version=paused.updated_ms)
+    reply = await scripts.action_batch(
+        0, "act-1", "resume", "", [item], final=True, note="", retention_ms=60_000,
+        max_failures=10,
+    )  # fmt: skip
+    assert [(code, reason) for code, reason, _ in reply.results] == [
+        (-1, "changed since it was read: resume it again")
+    ]
+    assert await _task(store, "r") == ("paused", now + 7 * HOUR, 0)  # as the update left it

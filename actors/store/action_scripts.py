@@ -30,6 +30,9 @@ class BatchItem:
     score: int | None = None
     outcome: str = ""
     tracked: bool = False
+    version: int | None = None
+    """A resume's: the task's version its next time was placed from (another write since
+    fails the task's resume, ``action_batch.lua``)."""
 
 
 @attrs.frozen
@@ -57,6 +60,8 @@ class ActionScripts(TaskScripts):
         ]  # fmt: skip
         for item in items:  # a group's last field: a mark's outcome, or a resume's tracked
             last_field = item.outcome or flag(item.tracked)
+            if item.version is not None:
+                last_field = f"{last_field}:{item.version}"
             args += [item.task_id, k.bucket_of(item.task_id), or_empty(item.next_ms),
                      or_empty(item.score), last_field]  # fmt: skip
         keys = [k.schedule(partition), k.action_progress(partition, action_id)]

@@ -200,7 +200,8 @@ async def _batch(
         if spec.note is not None:
             note = encode_note(spec.note, spec.action, now, state.key_id)
         items = [
-            BatchItem(t.task_id, *resume_point(t, now), tracked=t.schedule.overlap != "allow_all")
+            BatchItem(t.task_id, *resume_point(t, now), tracked=t.schedule.overlap != "allow_all",
+                      version=t.updated_ms)
             if spec.action == "resume" else BatchItem(t.task_id)
             for t in chunk
         ]  # fmt: skip

@@ -6,25 +6,16 @@
 -- ARGV[7]  the note (compact JSON, actors/store/notes.py) kept with the change, or '' (none)
 -- ARGV[8]  FLAG_ON: the task's schedule has an overlap policy (a resume parks it for its
 --          flight: flight.lua's holds_task)
--- ARGV[9]  for resume: the task's version (STATE_UPDATED_MS) its next_ms was placed from
---          ('' = not checked): another write since (an update's new schedule) answers
---          CODE_CONFLICT, nothing done, and the caller reads and places it again
+-- ARGV[9]  for resume: the task's version its next_ms was placed from ('' = not checked;
+--          status.lua): CODE_CONFLICT, nothing done, and the caller places it again
 -- A change replaces the task's note in <tag>:notes: the given one, or none (the earlier
 -- note described a status the task has left). Nothing is written when nothing changes.
 -- Returns {code, status, dropped, type}: code 1 changed, 0 already so, -1 conflict (above),
 -- -2 not found, -3 not allowed from status; dropped: the due times of the waiting fires a stop dropped
 -- (comma separated, '' = none: flight.lua's drop_waiting); type: the task's, for their
 -- not_run lines ('' when none was dropped, or its definition cannot be read).
-if ARGV[4] == 'resume' and (ARGV[9] or '') ~= '' then
-  -- (a record no write has versioned since its creation has none: read so, as created)
-  local s = get_state(ARGV[1], ARGV[3], ARGV[2])
-  local version = s and s[STATE_UPDATED_MS]
-  if version and s[STATE_STATUS] == PAUSED and string.format('%d', version) ~= ARGV[9] then
-    return {CODE_CONFLICT, STATUS_NAMES[s[STATE_STATUS]], '', ''}
-  end
-end
 local code, status, dropped = change_status(ARGV[1], ARGV[3], ARGV[2], ARGV[4], ARGV[5],
-  ARGV[6], ARGV[7] or '', KEYS[1], ARGV[8] == FLAG_ON)
+  ARGV[6], ARGV[7] or '', KEYS[1], ARGV[8] == FLAG_ON, ARGV[9])
 local typ = ''
 if dropped ~= '' then
   local raw = redis.call('HGET', ARGV[1] .. ':def:' .. ARGV[3], ARGV[2])

@@ -5,15 +5,24 @@
 
 -- Pause, resume or stop one task. schedule: the partition's schedule zset; next_ms and
 -- score: a resume's next grid time and its index score ('' next_ms = never: finished);
--- note: the compact JSON note kept with the change ('' = none). A change replaces the
--- task's note in <tag>:notes (the earlier note described a status the task has left);
+-- note: the compact JSON note kept with the change ('' = none); version: a resume's, the
+-- task's version (STATE_UPDATED_MS) next_ms was placed from ('' = not checked: a write
+-- since, an update's new schedule, answers CODE_CONFLICT, nothing done; a record no write
+-- has versioned since its creation has none, and is taken as read). A change replaces
+-- the task's note in <tag>:notes (the earlier note described a status the task has left);
 -- nothing is written when nothing changes. Returns code, status, and the due times of
 -- the fires a stop dropped (comma separated, '' = none: drop_waiting): code 1 changed,
--- 0 already so, -2 not found, -3 not allowed from status.
-local function change_status(tag, b, id, action, next_ms, score, note, schedule, tracked)
+-- 0 already so, -1 conflict, -2 not found, -3 not allowed from status.
+local function change_status(tag, b, id, action, next_ms, score, note, schedule, tracked,
+                             version)
   local s = get_state(tag, b, id)
   if not s then return CODE_NOT_FOUND, '', '' end
   local status = s[STATE_STATUS]
+  local stored = s[STATE_UPDATED_MS]
+  if action == 'resume' and status == PAUSED and (version or '') ~= '' and stored
+      and string.format('%d', stored) ~= version then
+    return CODE_CONFLICT, STATUS_NAMES[status], ''
+  end
   local target = ({pause = PAUSED, resume = ACTIVE, stop = STOPPED})[action]
   if status == target then return 0, STATUS_NAMES[status], '' end
   local allowed = (action == 'pause' and status == ACTIVE)
