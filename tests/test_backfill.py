@@ -450,3 +450,28 @@ async def test_a_paced_backfill_appends_a_fire_it_decided_before_another_call_ta
     # the trigger's fire in flight first: the backfilled time is skipped (skip), not
     # appended by both calls
     assert [m.due_ms for m in copies if m.due_ms == start] == []
+
+
+async def test_a_backfilled_time_whose_own_fire_is_in_flight_is_skipped_not_held(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A backfill of the grid time whose fire is in flight (queued, running or waiting for
+    a retry): its copy cannot run beside it nor wait behind itself; the backfill says it
+    skipped it (a ``not_run`` record), where it said held back, and nothing ever ran."""
+    from actors.scheduling.poller import Poller, PollerSettings
+    from runtime.logging import get_logger
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    now = await store.now_ms()
+    due = now - now % MINUTE - MINUTE
+    every = Schedule("interval", every_s=60, start_ms=due, overlap="buffer_one")
+    await make(store, "busy", every)
+    poller = Poller(store, PollerSettings())
+    assert (await poller.tick(await store.scripts(), [0], get_logger())).enqueued == 1
+    (fire,) = [m.due_ms for m in await stream(store, "report")]  # in flight
+    done = await store.backfill("busy", fire, fire + 1)
+    assert (done.enqueued, done.held_back, done.skipped) == (0, 0, 1)
+    keys = await store.keys()
+    not_run = await redis_client.execute("HGET", keys.not_run(0), "busy")
+    assert not_run == f"1 overlap {fire} {fire}".encode()
+    assert [m.due_ms for m in await stream(store, "report")] == [fire]

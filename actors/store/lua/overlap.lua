@@ -129,7 +129,11 @@ while i <= #ARGV do
     end
     for j = first, first + n - 1 do
       local d = ARGV[j]
-      if d == f.inflight or waiting[d] or (grid and f.hw and tonumber(d) <= f.hw) then
+      if d == f.inflight and not grid and string.gsub(run[1] or '', '^rm?', '') ~= d then
+        -- an operator's fire (a backfill) of the time whose own fire is in flight: not
+        -- run beside it, nor held (it would wait behind itself), and said so
+        skipped[#skipped + 1], blocking = d, d
+      elseif d == f.inflight or waiting[d] or (grid and f.hw and tonumber(d) <= f.hw) then
         -- decided before: in flight, waiting, or (a grid time) skipped, run or ended
       elseif f.inflight ~= '' and policy ~= 'S' and cannot_wait() then
         skipped[#skipped + 1], blocking = d, f.inflight
