@@ -475,7 +475,8 @@ def test_explain_says_why_a_task_is_or_is_not_running(client: Client, record_fil
     (retry,) = facts["retries"]
     assert retry["attempt"] == 1 and "boom on attempt 0" in retry["last_error"]
     # attempt 1, as its ctx.attempt and the retried line's next_attempt say
-    assert any("waits for retry attempt 1 at" in line for line in facts["summary"])
+    (said,) = [line for line in facts["summary"] if "waits for retry attempt 1 at" in line]
+    assert said.endswith("after: RuntimeError: boom on attempt 0"), said  # its line alone
     assert "boom on attempt 0" in facts["last_error"]
     assert client.queues("flaky")["retrying"] >= 1  # counted per type from retry contexts
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import attrs
+
 from actors.execution.completion import MAX_ERROR_CHARS, Outcome, RetryPolicy, decide
 from actors.execution.results_log import result_line
 from actors.store.messages import Message
@@ -77,6 +79,12 @@ def test_a_tasks_outcomes_in_one_batch_are_written_in_the_order_they_finished() 
     plan = decide([ran, failed, dead], POLICY, "n1")
     assert [(OUTCOME_NAMES[o.outcome], o.finished_ms) for o in plan.outcomes] == [
         ("dead", 1200), ("retry", 1500), ("ok", 2000),
+    ]  # fmt: skip
+    # the same millisecond: the later due time last
+    newer = attrs.evolve(message("a", msg_id="4-a"), due_ms=200)
+    at_once = [Outcome(newer, 1600, 2000), attrs.evolve(failed, finished_ms=2000)]
+    assert [OUTCOME_NAMES[o.outcome] for o in decide(at_once, POLICY, "n1").outcomes] == [
+        "retry", "ok",
     ]  # fmt: skip
 
 

@@ -18,7 +18,7 @@ import trio
 import trio.testing
 import trio_util
 
-from actors.execution.completion import Outcome, first_line
+from actors.execution.completion import Outcome
 from actors.execution.handlers import (
     Handler,
     HandlerContext,
@@ -29,6 +29,7 @@ from actors.execution.handlers import (
 from actors.execution.pool import HandlerPool
 from actors.execution.running import Runner
 from actors.store.messages import Message
+from actors.store.queue_rows import short_error_line
 
 
 def message(n: int, sleep_s: float = 0) -> Message:
@@ -453,12 +454,14 @@ async def test_retry_later_and_unrecoverable_raised_in_a_handlers_nursery_are_he
         await h.run_all(pool, [message(i) for i in range(4)])
     runs = h.by_task()
     assert (runs["t0"].retry_after_s, runs["t0"].unrecoverable) == (600, False)
-    assert first_line(runs["t0"].error) == "actors.execution.handlers.RetryLater: rate limited"
-    assert runs["t1"].retry_after_s == 900 and "the slowest" in first_line(runs["t1"].error)
+    assert (
+        short_error_line(runs["t0"].error) == "actors.execution.handlers.RetryLater: rate limited"
+    )
+    assert runs["t1"].retry_after_s == 900 and "the slowest" in short_error_line(runs["t1"].error)
     assert runs["t2"].unrecoverable and runs["t2"].retry_after_s is None
-    assert first_line(runs["t2"].error).endswith("Unrecoverable: no such account")
+    assert short_error_line(runs["t2"].error).endswith("Unrecoverable: no such account")
     assert (runs["t3"].retry_after_s, runs["t3"].unrecoverable) == (None, False)
-    assert first_line(runs["t3"].error) == "ValueError: bad row"
+    assert short_error_line(runs["t3"].error) == "ValueError: bad row"
 
 
 async def test_an_async_callable_object_and_a_coroutine_from_a_plain_handler_run() -> None:

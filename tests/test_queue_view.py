@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.store.history import _error_lines
 from actors.store.keys import CONSUMER_GONE_MS, GROUP
 from actors.store.ledger import _error_line
 from actors.store.queue_rows import error_line, queue_row
@@ -54,6 +55,7 @@ def test_error_line_is_the_exception_line_of_a_traceback() -> None:
         error_line("timeout: handler ran longer than 3s") == "timeout: handler ran longer than 3s"
     )
     assert error_line("first\nlast\n") == "last"
+    assert error_line(" \n  \n") == ""
     assert error_line(None) is None
 
 
@@ -65,3 +67,5 @@ def test_error_line_is_the_exception_line_whatever_follows_it() -> None:
     lines = [line for _, line in EXAMPLES]
     assert [error_line(text) for text, _ in EXAMPLES] == lines
     assert [_error_line(text.encode()) for text, _ in EXAMPLES] == lines  # attention's
+    stored = "".join(f"{due} 0 {line}\n" for due, line in enumerate(lines))  # history's
+    assert _error_lines(stored.encode()) == {(due, 0): line for due, line in enumerate(lines)}

@@ -292,7 +292,7 @@ def _summary(task: Task, facts: dict[str, Any], now: int) -> list[str]:
     for retry in facts["retries"]:  # its attempt counts from 0, as ctx.attempt does
         lines.append(
             f"fire {retry['schedule_id']} waits for retry attempt {retry['attempt']} at "
-            f"{iso(retry['retry_at_ms'])} after: {retry['last_error']}"
+            f"{iso(retry['retry_at_ms'])} after: {error_line(retry['last_error'])}"
         )
     for msg in facts["stream"]:
         # Attempts count from 0, as in the log lines and the handler's ctx.attempt.

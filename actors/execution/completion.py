@@ -26,7 +26,7 @@ from actors.store.flights import (
     parse_policy,
 )
 from actors.store.messages import Message
-from actors.store.queue_rows import error_line
+from actors.store.queue_rows import short_error_line
 from actors.store.replies import DeadLetterWrite, OutcomeWrite, RetryWrite
 from runtime.logging import FixedFields
 
@@ -158,11 +158,6 @@ def lifecycle(o: Outcome) -> dict[str, Any]:
     return LIFECYCLE.fields(lifecycle_values(o))
 
 
-def first_line(error: str | None) -> str:
-    """The line of an error text that says what happened (``error_line``), bounded."""
-    return (error_line(error) or "")[:300]
-
-
 def decide(
     batch: Sequence[Outcome],
     policy: RetryPolicy,
@@ -188,9 +183,10 @@ def decide(
     }
     coded = [(o, code) for code, group in ((0, ok), (1, retry), (2, dead), (3, not_run))
              for o in group]  # fmt: skip
-    # in the order the runs finished: of a task's several outcomes in one batch, the last
-    # written is its last status and its newest history entry
-    coded.sort(key=lambda pair: pair[0].finished_ms)
+    # in the order the runs finished (the same millisecond: the later due time last): of
+    # a task's several outcomes in one batch, the last written is its last status and its
+    # newest history entry
+    coded.sort(key=lambda pair: (pair[0].finished_ms, pair[0].message.due_ms))
     outcomes = [_outcome(o, code) for o, code in coded]
     finished = [lifecycle_values(o) for o in ok]
     policies = any(o.message.policy for o in batch)
@@ -201,7 +197,7 @@ def decide(
                 **lifecycle(o),
                 "next_attempt": o.message.attempt + 1,
                 "delay_s": round(delays[o.message.msg_id], 3),
-                "error": first_line(o.error),
+                "error": short_error_line(o.error),
             },
         )
         for o in retry
@@ -213,7 +209,7 @@ def decide(
                 **lifecycle(o),
                 "attempts": o.message.attempt + 1,
                 "reason": _reason(o),
-                "error": first_line(o.error),
+                "error": short_error_line(o.error),
             },
         )
         for o in dead
@@ -261,7 +257,7 @@ def _outcome(o: Outcome, code: int) -> OutcomeWrite:
         None if code == 4 else o.started_ms,
         m.attempt,
         origin,
-        first_line(error)[:_HISTORY_LINE] if error else "",
+        short_error_line(error)[:_HISTORY_LINE] if error else "",
         allowed if origin == 0 and m.attempt == 0 else None,
     )
 
@@ -293,7 +289,7 @@ def _flight_ends(batch: Sequence[Outcome], retry: Sequence[Outcome]) -> list[Fli
         ended = ENDED_DEAD if o.error is not None and o.not_run is None else _ENDED[o.not_run]
         ends.append(
             FlightEnd(o.message.task_id, ended, o.message.due_ms, policy.pause_after,
-                      first_line(o.error), policy.born)
+                      short_error_line(o.error), policy.born)
         )  # fmt: skip
     return ends
 

@@ -6,7 +6,7 @@ Lines carry ``task_id``, ``schedule_id``, ``type``, ``attempt``, ``msg_id``, ``d
 written and flushed to the OS before its message is acknowledged, so a fire whose line
 is missing after its process died was not acknowledged and will run again (a host that
 loses power may lose the last lines the OS had not yet put on disk: they are not synced
-a batch, which would cost a disk flush per batch); downstream de-duplicates on
+to disk per batch, which would cost a disk flush each); downstream de-duplicates on
 ``schedule_id`` (task id + due time), since at-least-once can write a line twice. A write
 that fails (the disk full, a permission taken away) is tried again until it goes through
 (``append_waiting``): the batch waits, acknowledged after its lines, never run again for

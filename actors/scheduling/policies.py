@@ -79,7 +79,9 @@ def _held(task: Claimed, letter: str, due_ms: int) -> str:
     origin, which its waiting mark does not keep: a backfill's time is a grid time, a
     trigger's never is (``is_grid_time``). Without it, it would be told as a scheduled
     fire, and judged late by however long it waited."""
-    origin = "b" if is_grid_time(task.schedule, task.due_ms, due_ms) else "t"
+    s = task.schedule
+    anchor = s.start_ms if s.start_ms is not None else task.due_ms  # parked on now: off it
+    origin = "b" if is_grid_time(s, anchor, due_ms) else "t"
     return with_origin(letter, origin)
 
 

@@ -128,7 +128,7 @@ def decode_ring(
 
 def _error_lines(raw: bytes | None) -> dict[tuple[int, int], str]:
     out: dict[tuple[int, int], str] = {}
-    for line in (raw or b"").decode(errors="replace").splitlines():
+    for line in (raw or b"").decode(errors="replace").split("\n"):  # as error_line splits
         due, _, rest = line.partition(" ")
         attempt, _, text = rest.partition(" ")
         if due.isdigit() and attempt.isdigit():

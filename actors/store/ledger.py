@@ -25,7 +25,7 @@ from actors.domain.errors import TaskNotFound
 from actors.store import lua
 from actors.store.codes import Code
 from actors.store.history import Occurrence, decode_ring
-from actors.store.queue_rows import error_line
+from actors.store.queue_rows import short_error_line
 from actors.store.tasks import TaskStore
 
 #: Attention reasons, as the list and the gauge name them.
@@ -157,7 +157,7 @@ def _error_line(raw: Any) -> str | None:
     """The line of a dead fire's stored error that says what happened (``error_line``)."""
     if not isinstance(raw, bytes):
         return None
-    return (error_line(raw.decode(errors="replace")) or "")[:300] or None
+    return short_error_line(raw.decode(errors="replace")) or None
 
 
 async def attention_counts(store: TaskStore) -> dict[tuple[str, str], int]:

@@ -45,7 +45,7 @@ def error_line(error: str | None) -> str | None:
     lines = [line for line in error.split("\n") if line.strip()]
     frames = [at for at, line in enumerate(lines) if line.startswith("  File ")]
     if not frames:
-        return lines[-1].strip() if lines else error
+        return lines[-1].strip() if lines else ""
     # after a frame come its source and caret lines, indented, then the exception's line
     after = range(frames[-1] + 1, len(lines))
     at = next((k for k in after if not lines[k].startswith(" ")), len(lines) - 1)
@@ -53,6 +53,16 @@ def error_line(error: str | None) -> str | None:
     if line.endswith(":") and at + 1 < len(lines):  # a message that starts on a new line
         return f"{line} {lines[at + 1].strip()}"
     return line
+
+
+def short_error_line(error: str | None) -> str:
+    """``error_line``, at most ``ERROR_LINE_CHARS`` long ('' for none): the line a log
+    line, a history entry or the attention list keeps."""
+    return (error_line(error) or "")[:ERROR_LINE_CHARS]
+
+
+#: The longest error line kept (``short_error_line``).
+ERROR_LINE_CHARS = 300
 
 
 def queue_row(

@@ -20,8 +20,9 @@
 --           task_id, bucket (a string: it goes into key names), score (a string, for ZADD;
 --           '' = finished: out of the schedule, unless its flight holds it (a tracked
 --           task with a fire waiting or unconfirmed: parked, flight.lua's holds_task);
---           '^score' = parked by its claim: its next time, the latest grid time its
---           flight decided, is counted by this commit (flight.lua's mark_parked);
+--           '^score' = parked by its claim: its next time (the latest grid time its
+--           flight decided, or now when none was) is counted by this commit, or is no
+--           grid time (flight.lua's mark_parked);
 --           '+ms' = held back: this long after now, the
 --           task's fires not appended, its state the claimed one, a fire this claim put
 --           in flight for it left to its next decision; '*ms' the same, the claim kept in

@@ -91,6 +91,7 @@ while i <= #ARGV do
   end
   if f and wait == '' then
     local held = grid and '' or 'm'  -- how an operator's waiting fire is marked
+    local again = ''  -- the fire in flight this call appends again (unconfirmed), if any
     local function start(w)
       local manual = string.sub(w, 1, 1) == 'm'
       f.inflight, f.replaced, f.by, f.at = manual and string.sub(w, 2) or w, '', token, now
@@ -108,6 +109,7 @@ while i <= #ARGV do
         -- appends it again
         f.manual = f.manual or string.sub(f.by, 1, 7) == 'manual-'
         run[#run + 1] = 'r' .. (f.manual and 'm' or '') .. f.inflight
+        again = f.inflight
         f.by, f.at = token, now
       end
     elseif f.inflight == '' and #f.waiting > 0 then  -- a waiting fire starts first
@@ -129,7 +131,7 @@ while i <= #ARGV do
     end
     for j = first, first + n - 1 do
       local d = ARGV[j]
-      if d == f.inflight and not grid and string.gsub(run[1] or '', '^rm?', '') ~= d then
+      if d == f.inflight and not grid and d ~= again then
         -- an operator's fire (a backfill) of the time whose own fire is in flight: not
         -- run beside it, nor held (it would wait behind itself), and said so
         skipped[#skipped + 1], blocking = d, d
