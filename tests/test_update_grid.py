@@ -227,26 +227,31 @@ async def test_an_update_reads_only_what_it_places_from(store: TaskStore) -> Non
     assert await store.update("o", schedule=attrs.evolve(once, jitter_s=1)) == "finished"
 
 
+async def _resume_read_then_updated(store: TaskStore) -> tuple[int, tuple[int, int, int]]:
+    """Task ``r``, every minute, paused; a resume's placement read from it (next time,
+    score, version); then an update gives it a daily grid from 7 h on. Now, and that."""
+    now = await store.now_ms()
+    minutely = Schedule("interval", every_s=60, start_ms=now - 1)
+    await store.create(TaskSpec("t", minutely, task_id="r"))
+    assert await store.pause("r") == "paused"
+    paused = await store.get("r")
+    assert paused is not None
+    stale, score = resume_point(paused, await store.now_ms())
+    assert stale is not None and score is not None
+    daily = Schedule("interval", every_s=86_400, start_ms=now + 7 * HOUR)
+    assert await store.update("r", schedule=daily) == "paused"
+    return now, (stale, score, paused.updated_ms)
+
+
 async def test_a_resume_placed_from_a_schedule_an_update_replaced_is_placed_again(
     store: TaskStore,
 ) -> None:
     """A resume reads a paused task and places its next time on its grid; an update gives
     it another schedule before the resume's write: the write is refused (nothing done)
     and the resume reads and places it again, on the new grid."""
-    now = await store.now_ms()
-    await store.create(
-        TaskSpec("t", Schedule("interval", every_s=60, start_ms=now - 1), task_id="r")
-    )
-    assert await store.pause("r") == "paused"
-    paused = await store.get("r")
-    assert paused is not None
-    stale, score = resume_point(paused, await store.now_ms())
-    daily = Schedule("interval", every_s=86_400, start_ms=now + 7 * HOUR)
-    assert await store.update("r", schedule=daily) == "paused"
+    now, (stale, score, version) = await _resume_read_then_updated(store)
     scripts = await store.scripts()
-    code, status, _, _ = await scripts.set_status(
-        "r", "resume", stale, score, version=paused.updated_ms
-    )
+    code, status, _, _ = await scripts.set_status("r", "resume", stale, score, version=version)
     assert (code, status) == (Code.CONFLICT, "paused")
     assert await store.resume("r") == "active"
     assert await _task(store, "r") == ("active", now + 7 * HOUR, 0)
@@ -257,18 +262,9 @@ async def test_a_bulk_resume_of_a_task_an_update_changed_since_its_read_fails_it
 ) -> None:
     """A bulk resume's batch placed from a read an update has replaced since: the task is
     not resumed on the old grid; it is counted failed, and why, to be resumed again."""
-    now = await store.now_ms()
-    await store.create(
-        TaskSpec("t", Schedule("interval", every_s=60, start_ms=now - 1), task_id="r")
-    )
-    assert await store.pause("r") == "paused"
-    paused = await store.get("r")
-    assert paused is not None
-    stale, score = resume_point(paused, await store.now_ms())
-    daily = Schedule("interval", every_s=86_400, start_ms=now + 7 * HOUR)
-    assert await store.update("r", schedule=daily) == "paused"
+    now, (stale, score, version) = await _resume_read_then_updated(store)
     scripts = await store.scripts()
-    item = BatchItem("r", stale, score, version=paused.updated_ms)
+    item = BatchItem("r", stale, score, version=version)
     reply = await scripts.action_batch(
         0, "act-1", "resume", "", [item], final=True, note="", retention_ms=60_000,
         max_failures=10,
