@@ -24,6 +24,7 @@ from actors.store.tasks import TaskStore
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
 from tests.test_poller import stream_fires
+from tests.waiting import eventually
 
 
 async def _waiting_behind_a_trigger(
@@ -547,7 +548,7 @@ async def test_a_parked_tasks_wake_does_not_count_its_park_time_again(
     assert task_upcoming(task, 3, await store.now_ms(), parked)["fires"] == []
     facts = await explain(store, "x")
     assert (facts["parked_ms"], facts["upcoming"]) == (at, [])
-    assert facts["summary"][0].startswith("active, its schedule has no further fires")
+    assert "to start the fires waiting behind its fire in flight" in facts["summary"][0]
     await scripts.end_flights([FlightEnd("x", ENDED_OK, int(trigger.split(":")[1]))])
     assert await _tick(store, poller) == 1
     assert (await _queued(store))[-1] == at and await fires() == 1
@@ -582,3 +583,37 @@ async def test_held_operator_fires_keep_their_origin_when_a_poller_starts_them(
     assert origin_of(fires[int(trigger.split(":")[1])]["o"]) == ORIGIN_LETTERS["t"]
     assert origin_of(fires[start]["o"]) == ORIGIN_LETTERS["b"]
     assert origin_of(fires[ahead].get("o", "")) == 0
+
+
+async def test_a_park_time_an_update_revives_its_grid_on_is_counted_once(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """An interval whose grid ends at its first time parks on it behind a trigger (counted
+    then). Its wake starts that time, and the waking poller dies before its commit; an
+    update on the same grid gives it room: the task goes on from that time, which the next
+    claim appends again and does not count again."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    at = await store.now_ms() + 200
+    ending = Schedule("interval", every_s=60, start_ms=at, end_ms=at, overlap="buffer_one")
+    await store.create(TaskSpec("t", ending, task_id="x"))
+    trigger, queued = await store.trigger("x", "buffer_one")
+    assert queued
+    await trio.sleep(max(0, at + 50 - await store.now_ms()) / 1000)
+    scripts = await store.scripts()
+    poller = Poller(store, PollerSettings(claim_lease_ms=100))
+    assert await _tick(store, poller) == 0  # parked on its time, counted
+    await scripts.end_flights([FlightEnd("x", ENDED_OK, int(trigger.split(":")[1]))])
+    planned = Planned("x", "1", [at], ends=True, task_type="t")
+    started = await scripts.decide_overlaps("tok-dead", {0: [planned]})
+    assert started["x"].run == [(at, True)]  # then its poller died: not appended
+    longer = attrs.evolve(ending, end_ms=at + 3_600_000)
+    assert await store.update("x", schedule=longer) == "active"
+    await trio.sleep(0.2)  # the dead decider's lease is over
+
+    async def appended() -> bool:
+        await _tick(store, poller)
+        return at in await _queued(store)
+
+    await eventually(appended, poll_s=0.05)
+    task = await store.get("x")
+    assert task is not None and (task.fires, task.next_run_ms) == (1, at + 60_000)

@@ -277,8 +277,8 @@ def _summary(task: Task, facts: dict[str, Any], now: int) -> list[str]:
         lines.append(f"overdue by {(now - facts['index_score_ms']) / 1000:.1f}s: {served}")
     elif facts["parked_ms"] is not None and facts["parked_ms"] == task.next_run_ms:
         lines.append(
-            "active, its schedule has no further fires: kept due only to start the fires "
-            "waiting behind its fire in flight, then it finishes"
+            f"active: kept due at {facts['next_run']} only to start the fires waiting behind "
+            "its fire in flight (no new fire at that time)"
         )
     else:
         due = facts["index_score_ms"]

@@ -229,12 +229,19 @@ while i <= #ARGV do
       set_attention(tag, id, attention_of[last[2]], ms(last[1]), task_type, ms(now))
     end
   end
-  -- A parked task's wake plans the time it is parked on again: counted already (its
-  -- mark, flight.lua's mark_parked, is the flight's latest decided time), it is not
-  -- counted again. A time decided by a claim whose commit never came (its poller died,
-  -- an API write refused it) has no mark, and is counted when claimed again.
-  local counted = 0
-  if decided and ends and wait == '' then
+  -- A parked task's wake plans the time it is parked on again (so does its first claim
+  -- after an update on its grid revived it there): counted already (its mark,
+  -- flight.lua's mark_parked, is the flight's latest decided time), it is not counted
+  -- again. A time decided by a claim whose commit never came (its poller died, an API
+  -- write refused it) has no mark, and is counted when claimed again. The mark is read
+  -- only for a claim that plans a time decided before.
+  local counted, again_planned = 0, false
+  if decided and wait == '' then
+    for j = first, first + n + m - 1 do
+      if tonumber(ARGV[j]) <= decided then again_planned = true end
+    end
+  end
+  if again_planned then
     local parked = tonumber(redis.call('HGET', tag .. ':parked', id))
     if parked == decided then
       for j = first, first + n + m - 1 do
