@@ -43,18 +43,26 @@ def check_name(kind: str, value: object, max_len: int = MAX_NAME) -> str:
     return value
 
 
+#: The largest number a setting may be (2^53: exact as a float, in Lua and in JSON): TOML's
+#: ``inf``, or a number no deployment means, is refused where it is read, not met later
+#: as an overflow in a conversion or a number Redis refuses.
+MAX_SETTING = 2**53
+
+
 def positive(_inst: object, attr: attrs.Attribute[Any], value: float) -> None:
-    """attrs validator: ``value > 0``; the message names the field."""
-    if not value > 0:
-        raise ValueError(f"{attr.name}: must be > 0, got {value!r}")
+    """attrs validator: ``0 < value <= MAX_SETTING``; the message names the field."""
+    if not 0 < value <= MAX_SETTING:
+        raise ValueError(f"{attr.name}: must be > 0 and at most 2^53, got {value!r}")
 
 
-def within(low: float, high: float = float("inf")) -> Any:
-    """attrs validator: ``low <= value <= high``; the message names the field."""
+def within(low: float, high: float = MAX_SETTING) -> Any:
+    """attrs validator: ``low <= value <= high`` (``high`` at most ``MAX_SETTING``: no
+    ``inf``); the message names the field."""
+    high = min(high, MAX_SETTING)
 
     def validate(_inst: object, attr: attrs.Attribute[Any], value: float) -> None:
         if not low <= value <= high:
-            bound = f">= {low}" if high == float("inf") else f"within {low}..{high}"
+            bound = f">= {low} and at most 2^53" if high == MAX_SETTING else f"within {low}..{high}"
             raise ValueError(f"{attr.name}: must be {bound}, got {value!r}")
 
     return validate

@@ -59,7 +59,10 @@ def test_a_new_namespace_on_a_cluster_gets_partitions_enough_to_spread(tmp_path:
         ),
         ("[redis]\nurl = 5\n", "redis.url: expected str, got int 5"),
         ('[scheduler]\npollers = "2"\n', "scheduler.pollers: expected int, got str '2'"),
-        ("[node]\nshutdown_grace_s = -1\n", "node.shutdown_grace_s: must be > 0, got -1.0"),
+        (
+            "[node]\nshutdown_grace_s = -1\n",
+            "node.shutdown_grace_s: must be > 0 and at most 2^53, got -1.0",
+        ),
         ('namespace = "a{b}"\n', "namespace: namespace 'a{b}' must be 1-64 characters"),
         ('[log]\nformat = "xml"\n', "log.format:"),
         ("wat = 1\n", "unknown key 'wat'"),
@@ -77,6 +80,14 @@ def test_a_new_namespace_on_a_cluster_gets_partitions_enough_to_spread(tmp_path:
             "redis.max_connections: 9 is too few for 2 consumer types",
         ),
         ("[node]\nrestart_attempts = 0\n", "node.restart_attempts: must be within 1..10000"),
+        # no infinity, no number past 2^53: refused here, not an overflow later
+        ("[scheduler]\ndedupe_window_s = inf\n", "scheduler.dedupe_window_s: must be >= 0 and"),
+        ("[node]\nshutdown_grace_s = inf\n", "node.shutdown_grace_s: must be > 0 and at most"),
+        (
+            "[scheduler]\nclaim_lease_ms = 100000000000000000000\n",
+            "scheduler.claim_lease_ms: must be >= 100 and at most 2^53",
+        ),
+        ('[consumers.t]\nhandler = "actors.examples:echo"\nlease_s = inf\n', "lease_s: must be"),
     ],
 )
 def test_config_errors_name_the_key(tmp_path: Path, toml: str, message: str) -> None:
