@@ -155,7 +155,8 @@ def test_input_that_broke_readers_is_refused_naming_the_problem_and_writes_nothi
     api: ApiNode, client: Client, db: redis.Redis, keys: Keys
 ) -> None:
     """A lone surrogate escape (text UTF-8 cannot carry), a payload nested past every
-    reader's stack, a directory of the zone database as a time zone, a reserved task id,
+    reader's stack, a directory of the zone database as a time zone, a cron of a million
+    list items (seconds of CPU at each parse), a reserved task id,
     digits that are not ASCII and a cursor Redis would refuse: 4xx, never a 500, and
     nothing half-written (a surrogate note on an action once left a record no node could
     apply, crashing its resumers)."""
@@ -181,6 +182,11 @@ def test_input_that_broke_readers_is_refused_naming_the_problem_and_writes_nothi
         client.create_task("idle", {**EVERY_HOUR, "tz": "America"}, None, unique("tz"))
     (error,) = refused.value.errors
     assert error["field"] == "schedule.tz" and "/" not in error["message"]
+    huge_cron = {"kind": "cron", "cron": "0" + ",0" * 500_000 + " * * * *"}  # a list, 1 MB
+    with pytest.raises(ApiError) as refused:
+        client.create_task("idle", huge_cron, None, unique("cron"))
+    (error,) = refused.value.errors
+    assert error["field"] == "schedule.cron" and "at most 512 characters" in error["message"]
     for reserved in ("actions", "bulk"):
         with pytest.raises(ApiError) as refused:
             client.create_task("idle", EVERY_HOUR, None, reserved)

@@ -148,6 +148,8 @@ def parse_spec(data: Any) -> TaskSpec:
         raise InvalidTask(f"a task must be a JSON object, got {type(data).__name__}")
     if "labels" in data:  # checked first, so its errors name each label
         check_labels(data["labels"])
+    if isinstance(data.get("schedule"), dict):
+        _check_cron_length(data["schedule"])
     try:
         return converter.structure(data, TaskSpec)
     except InvalidTask:
@@ -204,9 +206,24 @@ def _fast_spec(item: Any, schedules: dict[tuple[Any, ...], Schedule]) -> TaskSpe
     return TaskSpec(task_type, built, item.get("payload"), task_id, labels)
 
 
+#: Longest cron expression a client may submit: a list of every minute of an hour fits
+#: three times over; a longer one (a list of a million items) would cost seconds of CPU
+#: at every parse, and a cron is parsed at every fire.
+MAX_CRON_CHARS = 512
+
+
+def _check_cron_length(schedule: dict[str, Any]) -> None:
+    """A submitted cron's length (``MAX_CRON_CHARS``), checked before it is parsed."""
+    cron = schedule.get("cron")
+    if isinstance(cron, str) and len(cron) > MAX_CRON_CHARS:
+        raise InvalidTask(f"schedule.cron: at most {MAX_CRON_CHARS} characters, got {len(cron)}")
+
+
 def parse_schedule(data: Any) -> Schedule:
+    """A schedule a client submits (JSON), checked before anything parses it."""
     if not isinstance(data, dict):
         raise InvalidTask(f"schedule: must be a JSON object, got {type(data).__name__}")
+    _check_cron_length(data)
     try:
         return converter.structure(data, Schedule)
     except (cattrs.BaseValidationError, ValueError, TypeError) as exc:
