@@ -198,6 +198,19 @@ def test_input_that_broke_readers_is_refused_naming_the_problem_and_writes_nothi
         assert 400 <= refused.value.status < 500, path
     unsigned = httpx.get(api.url + "/v1/tasks", headers={b"X-Metronome-Timestamp": b"\xb2"})
     assert 400 <= unsigned.status_code < 500
+    # Bytes that are not UTF-8 in another producer's entry, dead-lettered as they came:
+    # the type's dead letters and its tasks' explanations still answer.
+    foreign = unique("foreign").encode()
+    dead = db.xadd(keys.dlq("idle"), {b"task_id": foreign, b"payload": b"\xff", b"error": b"\xff"})
+    queued = db.xadd(keys.queue("idle"), {b"task_id": b"\xff", b"due_ms": b"1"})
+    try:
+        entries = client.dead_letters("idle", limit=1000)["dead_letters"]
+        (entry,) = [e for e in entries if e["task_id"] == foreign.decode()]
+        assert entry["payload"] == "\ufffd"
+        assert client.explain(task_id)["status"] == "active"  # an idle task: its stream read
+    finally:  # the module's other tests count these streams
+        db.xdel(keys.dlq("idle"), dead)
+        db.xdel(keys.queue("idle"), queued)
 
 
 def test_a_schedule_stored_before_a_rule_refuses_it_may_be_sent_again(

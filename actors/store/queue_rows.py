@@ -30,7 +30,10 @@ def our_group(groups: Any) -> dict[str, Any] | None:
 
 
 def as_text(value: Any) -> Any:
-    return value.decode() if isinstance(value, bytes) else value
+    """Redis bytes as text; bytes that are not UTF-8 (another producer's entry, kept as it
+    came in a dead-letter queue) are shown with replacement characters, never an error
+    that fails the whole listing."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
 def error_line(error: str | None) -> str | None:
