@@ -234,3 +234,34 @@ async def test_a_commit_that_parked_a_finishing_task_sent_again_loses_nothing(
     assert first[0].lost == [] and again[0].lost == []
     stored = await store.get("x")
     assert stored is not None and stored.status == "active" and stored.next_run_ms == past
+
+
+async def test_fires_a_claim_made_before_a_pause_are_counted_against_max_runs(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A claim enqueues a task's last fire under ``max_runs``; the task is paused before
+    the commit, which loses it to the pause. That fire is in the stream and runs: it is
+    counted and the grid moves past it all the same, so the task resumed fires no more
+    (it ran one more than ``max_runs`` allows, uncounted)."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    due = await store.now_ms() - 10
+    once_more = Schedule("interval", every_s=60, start_ms=due, max_runs=1)
+    await store.create(TaskSpec("t", once_more, task_id="m"))
+    scripts = await store.scripts()
+    (claim,) = await scripts.claim_due([0], "p1", "tok-1", 100, 10_000)
+    (task,) = claim.tasks
+    assert await store.pause("m") == "paused"
+    done = await scripts.commit_fires(
+        "p1", "tok-1", {0: [fire_commit(task, None, None, 1)]}, {0: claim.writes}
+    )
+    assert done[0].lost == ["m"]
+    paused = await store.get("m")
+    assert paused is not None and (paused.status, paused.fires, paused.next_run_ms) == (
+        "paused", 1, None,
+    )  # fmt: skip
+    await store.resume("m")
+    poller = Poller(store, PollerSettings())
+    await poller.tick(scripts, [0], get_logger())
+    assert await stream_fires(store, "t") == []  # nothing more enqueued (none was here)
+    resumed = await store.get("m")
+    assert resumed is not None and (resumed.status, resumed.fires) == ("finished", 1)

@@ -114,7 +114,11 @@ def _revival(
 def resume_point(task: Task, now_ms: int) -> tuple[int | None, int | None]:
     """Where a resumed task goes: (next grid time, its score), None when it never fires
     again. On the grid: the next grid time after now, as if it had never paused (the pause
-    skipped the fires in between, which is what pausing means)."""
+    skipped the fires in between, which is what pausing means). A task that has made its
+    ``max_runs`` fires has none (a claim made before the pause may have made the last)."""
+    max_runs = task.schedule.max_runs
+    if max_runs is not None and task.fires >= max_runs:
+        return None, None
     grid = task.next_run_ms or task.schedule.first_due(now_ms)
     next_ms = grid if grid is None or grid > now_ms else task.schedule.first_after(grid, now_ms)
     if next_ms is None:

@@ -40,7 +40,9 @@
 -- writes: the same commit ran before and its reply was lost. A task is also lost when an API write changed it since the
 -- claim (its updated_ms or grid time moved: updated, paused, stopped, deleted and created
 -- again) or deleted it; it is left as that write put it (not one whose state is the one
--- this commit writes: the commit, kept in flight, sent again after its reply was lost).
+-- this commit writes: the commit, kept in flight, sent again after its reply was lost),
+-- but for a pause or a stop on the grid time claimed: the claim's fires are in the stream
+-- and run, so they are counted and its grid moves past them (no claim comes to do it).
 --
 -- Every API write to a partition's tasks counts itself in the owner hash ('writes'), and
 -- nothing else writes a state record but its partition's one poller (outcomes go to the
@@ -172,6 +174,17 @@ for i = 1, #a, 5 do
     end
   elseif not written(i) then
     if held then undecided(id) end
+    if not held and s and (s[STATE_STATUS] == PAUSED or s[STATE_STATUS] == STOPPED)
+        and s[STATE_NEXT_MS] == due then
+      -- paused or stopped since the claim, on the grid time it claimed: this claim's
+      -- fires are in the stream and run, so they are counted and the grid moves past
+      -- them, the status and all else as the API write left them (a resume places the
+      -- task after them, and max_runs counts them; lost, they ran uncounted)
+      local st = {cmsgpack.unpack(a[i + 4])}
+      s[STATE_NEXT_MS], s[STATE_FIRES] = st[STATE_NEXT_MS], st[STATE_FIRES]
+      put_state(tag, b, id, s)
+      count_write(tag)
+    end
     out[#out + 1] = id
     -- changed but not moved (e.g. a new payload): its grid time is claimed again, and
     -- must find this claim's fires (kept in flight until the dedupe window forgets it)
