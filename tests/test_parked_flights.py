@@ -617,3 +617,24 @@ async def test_a_park_time_an_update_revives_its_grid_on_is_counted_once(
     await eventually(appended, poll_s=0.05)
     task = await store.get("x")
     assert task is not None and (task.fires, task.next_run_ms) == (1, at + 60_000)
+
+
+async def test_a_schedule_on_another_grid_forgets_the_park_time(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A task parked on its one-shot's time (waiting behind a trigger) is given a schedule
+    on another grid: the park mark goes with the grid it leaves (a time of the new grid
+    is no park time, and is counted)."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    at = await store.now_ms() + 200
+    once = Schedule("once", at_ms=at, overlap="buffer_one")
+    await store.create(TaskSpec("t", once, task_id="x"))
+    _, queued = await store.trigger("x", "buffer_one")
+    assert queued
+    await trio.sleep(max(0, at + 50 - await store.now_ms()) / 1000)
+    assert await _tick(store, Poller(store, PollerSettings())) == 0  # parked on its time
+    keys = await store.keys()
+    assert await redis_client.execute("HGET", keys.parked(0), "x") == str(at).encode()
+    hourly = Schedule("interval", every_s=3600, overlap="buffer_one")
+    await store.update("x", schedule=hourly)
+    assert await redis_client.execute("HGET", keys.parked(0), "x") is None

@@ -32,6 +32,7 @@ from actors.api.openapi_parts import (
     _obj,
     _ref,
 )
+from actors.domain.model import MAX_CRON_CHARS
 from actors.domain.preview import MAX_PREVIEW
 from actors.domain.schedules import Kind, Misfire, Overlap
 from actors.store.history import FATE_NAMES
@@ -64,6 +65,7 @@ SCHEMAS: dict[str, Any] = {
             "every_s": {"type": "number", "description": "interval: seconds between fires"},
             "cron": {
                 "type": "string",
+                "maxLength": MAX_CRON_CHARS,
                 "description": "cron: five-field expression; H in minute/hour: from the task id",
             },
             "tz": {"type": "string", "description": "cron: IANA time zone (default UTC)"},

@@ -41,8 +41,8 @@
 -- claim (its updated_ms or grid time moved: updated, paused, stopped, deleted and created
 -- again) or deleted it; it is left as that write put it (not one whose state is the one
 -- this commit writes: the commit, kept in flight, sent again after its reply was lost),
--- but for a pause or a stop on the grid time claimed: the claim's fires are in the stream
--- and run, so they are counted and its grid moves past them (no claim comes to do it).
+-- but for a pause or a stop on the grid time claimed: the claim's fires are in the stream,
+-- so they are counted (no claim comes to count them).
 --
 -- Every API write to a partition's tasks counts itself in the owner hash ('writes'), and
 -- nothing else writes a state record but its partition's one poller (outcomes go to the
@@ -177,11 +177,11 @@ for i = 1, #a, 5 do
     if not held and s and (s[STATE_STATUS] == PAUSED or s[STATE_STATUS] == STOPPED)
         and s[STATE_NEXT_MS] == due then
       -- paused or stopped since the claim, on the grid time it claimed: this claim's
-      -- fires are in the stream and run, so they are counted and the grid moves past
-      -- them, the status and all else as the API write left them (a resume places the
-      -- task after them, and max_runs counts them; lost, they ran uncounted)
-      local st = {cmsgpack.unpack(a[i + 4])}
-      s[STATE_NEXT_MS], s[STATE_FIRES] = st[STATE_NEXT_MS], st[STATE_FIRES]
+      -- fires are in the stream, so they are counted (max_runs, and a resume, which
+      -- places the task after that time, count them; lost, they went uncounted). All
+      -- else stays as the API write left it: its next time is not this claim's, which
+      -- an update since the pause could have made wrong.
+      s[STATE_FIRES] = select(STATE_FIRES, cmsgpack.unpack(a[i + 4]))
       put_state(tag, b, id, s)
       count_write(tag)
     end

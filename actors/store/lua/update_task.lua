@@ -93,6 +93,7 @@ if ARGV[5] ~= '' and ARGV[5] ~= sched then
   if not same then
     f.hw = nil
     s[STATE_FIRES] = 0  -- fires count against max_runs of the schedule they were made by
+    redis.call('HDEL', tag .. ':parked', id)  -- a park time of the grid it leaves
   end
   sched = ARGV[5]
   if s[STATE_STATUS] == FINISHED then s[STATE_STATUS] = ACTIVE end
