@@ -509,6 +509,18 @@ async def test_an_earlier_tasks_fire_ending_clears_the_mark_it_left_on_a_new_one
     assert await redis_client.execute("HGET", keys.not_run(0), "x") is None
 
 
+async def _one_shot_due_behind_a_trigger(store: TaskStore) -> tuple[int, str]:
+    """Task ``x``, a one-shot (buffer_one) whose time has just come while a trigger's fire
+    is in flight: that time, and the trigger's schedule_id."""
+    at = await store.now_ms() + 200
+    once = Schedule("once", at_ms=at, overlap="buffer_one")
+    await store.create(TaskSpec("t", once, task_id="x"))
+    trigger, queued = await store.trigger("x", "buffer_one")
+    assert queued
+    await trio.sleep(max(0, at + 50 - await store.now_ms()) / 1000)
+    return at, trigger
+
+
 @pytest.mark.parametrize("dead_claim", [False, True])
 async def test_a_parked_tasks_wake_does_not_count_its_park_time_again(
     redis_client: RedisClient, namespace: str, dead_claim: bool
@@ -520,12 +532,7 @@ async def test_a_parked_tasks_wake_does_not_count_its_park_time_again(
     poller decided that time first (set it waiting) and died before its commit: counted
     by the claim of the poller that takes over, not taken as counted before."""
     store = TaskStore(redis_client, namespace, default_partitions=1)
-    at = await store.now_ms() + 200
-    once = Schedule("once", at_ms=at, overlap="buffer_one")
-    await store.create(TaskSpec("t", once, task_id="x"))
-    trigger, queued = await store.trigger("x", "buffer_one")
-    assert queued
-    await trio.sleep(max(0, at + 50 - await store.now_ms()) / 1000)
+    at, trigger = await _one_shot_due_behind_a_trigger(store)
     poller, scripts = Poller(store, PollerSettings()), await store.scripts()
     if dead_claim:
         (claim,) = await scripts.claim_due([0], "dead", "tok-1", 100, 100)
@@ -626,12 +633,7 @@ async def test_a_schedule_on_another_grid_forgets_the_park_time(
     on another grid: the park mark goes with the grid it leaves (a time of the new grid
     is no park time, and is counted)."""
     store = TaskStore(redis_client, namespace, default_partitions=1)
-    at = await store.now_ms() + 200
-    once = Schedule("once", at_ms=at, overlap="buffer_one")
-    await store.create(TaskSpec("t", once, task_id="x"))
-    _, queued = await store.trigger("x", "buffer_one")
-    assert queued
-    await trio.sleep(max(0, at + 50 - await store.now_ms()) / 1000)
+    at, _ = await _one_shot_due_behind_a_trigger(store)
     assert await _tick(store, Poller(store, PollerSettings())) == 0  # parked on its time
     keys = await store.keys()
     assert await redis_client.execute("HGET", keys.parked(0), "x") == str(at).encode()
