@@ -211,6 +211,15 @@ def test_input_that_broke_readers_is_refused_naming_the_problem_and_writes_nothi
     finally:  # the module's other tests count these streams
         db.xdel(keys.dlq("idle"), dead)
         db.xdel(keys.queue("idle"), queued)
+    # Digits int() refuses ('²' is a digit to isdigit) in its not-run and flight records:
+    # explain says they cannot be read.
+    p = keys.partition_of(task_id)
+    db.hset(keys.not_run(p), task_id, "²1 overlap ²1 -".encode())
+    db.hset(keys.flights(p), task_id, "²||||".encode())
+    facts = client.explain(task_id)
+    assert "unreadable" in facts["not_run"] and "unreadable" in facts["flight"], facts
+    db.hdel(keys.not_run(p), task_id)
+    db.hdel(keys.flights(p), task_id)
 
 
 def test_a_schedule_stored_before_a_rule_refuses_it_may_be_sent_again(

@@ -150,8 +150,8 @@ async def _retries(store: TaskStore, partition: int, task_id: str) -> list[dict[
         out.append(
             {
                 "schedule_id": sid,
-                "attempt": int(f.get("attempt", 0)),
-                "retry_at_ms": int(f["retry_at_ms"]) if "retry_at_ms" in f else None,
+                "attempt": _number(f.get("attempt")) or 0,
+                "retry_at_ms": _number(f.get("retry_at_ms")),
                 "last_error": f.get("last_error"),
             }
         )
@@ -187,6 +187,12 @@ async def _stream_messages(
     return await _with_pending(store, task.type, found, stream_facts), complete
 
 
+def _number(text: str | None) -> int | None:
+    """A stored field's whole number, None when it is absent or not one (another
+    producer's message, a hand edit): explain reports what it finds, never fails on it."""
+    return int(text) if text is not None and text.isdecimal() and len(text) < 20 else None
+
+
 def _schedule_id_of(fields: dict[str, str]) -> str | None:
     """A stream message's schedule_id: a compact message leaves it out (it is always
     task_id:due_ms: ``actors.store.messages``); None for an entry that has neither (one
@@ -194,7 +200,7 @@ def _schedule_id_of(fields: dict[str, str]) -> str | None:
     if "schedule_id" in fields:
         return fields["schedule_id"]
     due = fields.get("due_ms", "")
-    return schedule_id(fields["task_id"], int(due)) if due.isdigit() else None
+    return schedule_id(fields["task_id"], int(due)) if due.isdecimal() else None
 
 
 async def _with_pending(
@@ -218,7 +224,7 @@ async def _with_pending(
             {
                 "msg_id": entry_id,
                 "schedule_id": _schedule_id_of(f),
-                "attempt": int(f.get("attempt", 0)),
+                "attempt": _number(f.get("attempt")) or 0,
                 "enqueued_ms": stream_id_ms(entry_id),
                 "delivered": info is not None,
                 "consumer": as_text(info["consumer"]) if info else None,

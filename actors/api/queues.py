@@ -45,7 +45,7 @@ class DeadLetter:
 def _dead_letter(entry_id: bytes, raw: Any) -> DeadLetter:
     fields = {as_text(k): as_text(v) for k, v in flat_fields(raw).items()}
     dead_ms = fields.pop("dead_ms", None)
-    when = int(dead_ms) if dead_ms and dead_ms.isdigit() else stream_id_ms(entry_id)
+    when = int(dead_ms) if dead_ms and dead_ms.isdecimal() else stream_id_ms(entry_id)
     return DeadLetter(as_text(entry_id), when, fields)
 
 

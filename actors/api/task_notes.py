@@ -97,9 +97,9 @@ def flight_facts(raw: bytes | None) -> dict[str, Any] | None:
     fields = raw.decode(errors="replace").split("|")
     # the streak: 'n', or 'n:due' (the last dead end counted)
     counted = fields[2].split(":")[0] if len(fields) > 2 else ""
-    if len(fields) < 4 or not all(f.isdigit() or not f for f in (*fields[:2], counted)):
+    if len(fields) < 4 or not all(f.isdecimal() or not f for f in (*fields[:2], counted)):
         return {"unreadable": shown(raw)}
-    waiting = [int(w.lstrip("m")) for w in fields[3].split(",") if w.lstrip("m").isdigit()]
+    waiting = [int(w.lstrip("m")) for w in fields[3].split(",") if w.lstrip("m").isdecimal()]
     streak = int(counted) if counted else 0
     if not fields[0] and not waiting and not streak:
         return None

@@ -131,7 +131,7 @@ def _error_lines(raw: bytes | None) -> dict[tuple[int, int], str]:
     for line in (raw or b"").decode(errors="replace").split("\n"):  # as error_line splits
         due, _, rest = line.partition(" ")
         attempt, _, text = rest.partition(" ")
-        if due.isdigit() and attempt.isdigit():
+        if due.isdecimal() and attempt.isdecimal():
             out.setdefault((int(due), min(int(attempt), 7)), text)
     return out
 
@@ -141,7 +141,7 @@ def node_names(raw: Mapping[bytes, bytes]) -> dict[int, str]:
     out = {}
     for field, value in raw.items():
         name = field.decode(errors="replace")
-        if name.startswith("number:") and name[7:].isdigit():
+        if name.startswith("number:") and name[7:].isdecimal():
             out[int(name[7:])] = value.decode(errors="replace")
     return out
 

@@ -97,7 +97,7 @@ def decode_not_run(raw: bytes | str) -> NotRun | None:
     if len(parts) != 4:
         return None
     count, reason, due, blocking = parts
-    if not (count.isdigit() and due.isdigit() and (blocking == "-" or blocking.isdigit())):
+    if not (count.isdecimal() and due.isdecimal() and (blocking == "-" or blocking.isdecimal())):
         return None
     if not reason.replace("_", "").isalnum():
         return None
