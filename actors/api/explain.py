@@ -16,7 +16,7 @@ import datetime as dt
 from typing import Any
 
 from actors.api.ledger_facts import ledger_facts, ledger_sentences
-from actors.api.task_notes import note_facts, note_sentences, parked_on
+from actors.api.task_notes import note_facts, note_sentences
 from actors.api.upcoming import task_upcoming
 from actors.domain.errors import TaskNotFound
 from actors.domain.model import Task
@@ -24,7 +24,14 @@ from actors.domain.schedules import Schedule
 from actors.observability.partitions import partition_owner
 from actors.store.keys import CONSUMER_GONE_MS, schedule_id
 from actors.store.messages import flat_fields
-from actors.store.queue_rows import as_text, error_line, our_group, stream_id_key, stream_id_ms
+from actors.store.queue_rows import (
+    as_text,
+    error_line,
+    our_group,
+    stored_number,
+    stream_id_key,
+    stream_id_ms,
+)
 from actors.store.records import claim_of
 from actors.store.tasks import TaskStore
 
@@ -123,8 +130,7 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
         "last_error": task.last_error,
     }
     facts.update(await note_facts(store, task_id))
-    facts["parked_ms"] = parked = await parked_on(store, task_id)
-    facts["upcoming"] = task_upcoming(task, UPCOMING_SHOWN, now, parked)["fires"]
+    facts["upcoming"] = task_upcoming(task, UPCOMING_SHOWN, now, facts["parked_ms"])["fires"]
     facts.update(await ledger_facts(store, task_id, HISTORY_SHOWN))
     summary = _summary(task, facts, now)
     facts["summary"] = summary[:1] + note_sentences(facts) + ledger_sentences(facts) + summary[1:]
@@ -150,8 +156,8 @@ async def _retries(store: TaskStore, partition: int, task_id: str) -> list[dict[
         out.append(
             {
                 "schedule_id": sid,
-                "attempt": _number(f.get("attempt")) or 0,
-                "retry_at_ms": _number(f.get("retry_at_ms")),
+                "attempt": stored_number(f.get("attempt")) or 0,
+                "retry_at_ms": stored_number(f.get("retry_at_ms")),
                 "last_error": f.get("last_error"),
             }
         )
@@ -187,12 +193,6 @@ async def _stream_messages(
     return await _with_pending(store, task.type, found, stream_facts), complete
 
 
-def _number(text: str | None) -> int | None:
-    """A stored field's whole number, None when it is absent or not one (another
-    producer's message, a hand edit): explain reports what it finds, never fails on it."""
-    return int(text) if text is not None and text.isdecimal() and len(text) < 20 else None
-
-
 def _schedule_id_of(fields: dict[str, str]) -> str | None:
     """A stream message's schedule_id: a compact message leaves it out (it is always
     task_id:due_ms: ``actors.store.messages``); None for an entry that has neither (one
@@ -224,7 +224,7 @@ async def _with_pending(
             {
                 "msg_id": entry_id,
                 "schedule_id": _schedule_id_of(f),
-                "attempt": _number(f.get("attempt")) or 0,
+                "attempt": stored_number(f.get("attempt")) or 0,
                 "enqueued_ms": stream_id_ms(entry_id),
                 "delivered": info is not None,
                 "consumer": as_text(info["consumer"]) if info else None,

@@ -48,20 +48,23 @@ async def note_of(store: TaskStore, task_id: str) -> dict[str, Any] | None:
 
 
 async def note_facts(store: TaskStore, task_id: str) -> dict[str, Any]:
-    """Explain's ``note`` and ``not_run`` facts (each None when the task has none):
-    ``not_run`` is ``{count, reason, due_ms, blocking_due_ms}``, or ``{unreadable}``."""
+    """Explain's ``note``, ``not_run``, ``flight`` and ``parked_ms`` facts (each None when
+    the task has none): ``not_run`` is ``{count, reason, due_ms, blocking_due_ms}``, or
+    ``{unreadable}``; ``parked_ms`` as ``parked_on`` says."""
     keys = await store.keys()
     partition = keys.partition_of(task_id)
-    note, not_run, flight = await store.client.pipeline(
+    note, not_run, flight, mark = await store.client.pipeline(
         [
             ("HGET", keys.notes(partition), task_id),
             ("HGET", keys.not_run(partition), task_id),
             ("HGET", keys.flights(partition), task_id),
+            ("HGET", keys.parked(partition), task_id),
         ]
     )
     record = decode_not_run(not_run) if not_run is not None else None
     return {
         "flight": flight_facts(flight),
+        "parked_ms": _parked_time(flight, mark),
         "note": decode_note(note),
         "not_run": (
             None
@@ -83,6 +86,11 @@ async def parked_on(store: TaskStore, task_id: str) -> int | None:
     flight, mark = await store.client.pipeline(
         [("HGET", keys.flights(partition), task_id), ("HGET", keys.parked(partition), task_id)]
     )
+    return _parked_time(flight, mark)
+
+
+def _parked_time(flight: Any, mark: Any) -> int | None:
+    """The park time a task's flight record and park mark say (``parked_on``)."""
     if not isinstance(flight, bytes) or not isinstance(mark, bytes) or b"|" not in flight:
         return None
     decided = flight.rpartition(b"|")[2]

@@ -33,6 +33,7 @@ from actors.store import lua
 from actors.store.codes import flag
 from actors.store.history import DEFAULT_HISTORY
 from actors.store.keys import schedule_id
+from actors.store.queue_rows import stored_number
 from actors.store.replies import Fire
 from actors.store.task_scripts import (
     Call,
@@ -114,15 +115,7 @@ def origin_and_allowance(code: str) -> tuple[int, int]:
     if at < 0:
         return origin_of(code), 0
     end = code.find(";", at + 2)
-    return origin_of(code), _number(code[at + 2 : end if end >= 0 else len(code)]) or 0
-
-
-def _number(digits: str) -> int | None:
-    """A policy code's number (a time in ms, a count), or None for text that is not one a
-    policy code holds: ASCII digits only (``"²".isdigit()`` is true, and ``int`` refuses
-    it), at most 15 of them (within MessagePack's and Lua's exact integers). A message of
-    another producer with such a part runs as if the part were absent."""
-    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 15 else None
+    return origin_of(code), stored_number(code[at + 2 : end if end >= 0 else len(code)]) or 0
 
 
 def allowance_ms(schedule: Schedule, task_id: str) -> int:
@@ -164,7 +157,7 @@ def parse_policy(code: str) -> Policy:
     window = failures = born = None
     offset = 0
     for part in parts:
-        kind, number = part[:1], _number(part[1:])
+        kind, number = part[:1], stored_number(part[1:])  # not a number: as if absent
         if number is None:
             continue
         if kind == "w":

@@ -36,6 +36,16 @@ def as_text(value: Any) -> Any:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
+def stored_number(text: str | None) -> int | None:
+    """A stored field's whole number, or None for text that is not one Metronome writes:
+    ASCII digits only (``"²".isdigit()`` is true, and ``int`` refuses it), at most 15 of
+    them (within MessagePack's and Lua's exact integers). Another producer's field, or a
+    hand edit, reads as absent rather than failing its reader."""
+    if text is None or not (text.isascii() and text.isdigit() and len(text) <= 15):
+        return None
+    return int(text)
+
+
 def error_line(error: str | None) -> str | None:
     """The line of an error that says what happened: in a traceback, the exception's line
     after its last frame (``RuntimeError: boom on attempt 2``), not the traceback's last
