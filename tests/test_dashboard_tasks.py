@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from actors.admin.client import Client
+from actors.store.keys import Keys
 from tests.api_node import (
     ADMIN,
     READER,
@@ -242,6 +243,22 @@ def test_a_rare_status_shows_though_the_first_pages_of_it_are_empty(
     page.fill("#list-type", kind)
     page.select_option("#list-status", "paused")
     relist(page, {last})
+
+
+def test_a_task_whose_records_cannot_be_read_is_named_under_the_list(
+    page: Any, api: ApiNode, client: Client, db: Any, keys: Keys
+) -> None:
+    kind = f"brk{time.monotonic_ns() % 10**9}"  # no consumer: its tasks only list
+    good, broken = f"{kind}-good", f"{kind}-broken"
+    client.create_tasks([{"type": kind, "schedule": YEARLY, "task_id": t} for t in (good, broken)])
+    definitions = keys.definitions(keys.partition_of(broken), keys.bucket_of(broken))
+    db.hset(definitions, broken, b"\xc1 not MessagePack")
+    sign_in(page, api, ADMIN)
+    page.click('#tabs button[data-view="tasks"]')
+    page.fill("#list-type", kind)
+    relist(page, {good})
+    wait_text(page, "#list-status-line", f"Stored records that cannot be read: {broken}.")
+    client.delete_task(broken)
 
 
 def test_a_read_only_key_sees_no_actions_and_a_forced_write_is_refused(

@@ -181,9 +181,11 @@ class CountingReads(TaskStore):
 
     reads = 0
 
-    async def get_many(self, task_ids: Sequence[str]) -> list[Task | None]:
+    async def get_many(
+        self, task_ids: Sequence[str], unreadable: list[tuple[str, str]] | None = None
+    ) -> list[Task | None]:
         self.reads += len(task_ids)
-        return await super().get_many(task_ids)
+        return await super().get_many(task_ids, unreadable)
 
 
 async def test_a_rare_status_is_listed_in_calls_that_each_read_a_bounded_number(

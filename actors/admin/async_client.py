@@ -72,13 +72,20 @@ class AsyncClient(Endpoints[Awaitable[dict[str, Any]]]):
         return cast(dict[str, Any], answer)
 
     async def iter_tasks(
-        self, task_type: str | None = None, status: str | None = None, **filters: Any
+        self,
+        task_type: str | None = None,
+        status: str | None = None,
+        unreadable: list[dict[str, str]] | None = None,
+        **filters: Any,
     ) -> AsyncIterator[dict[str, Any]]:
         """Every task matching, following the cursor page by page (``filters``: those of
-        ``list_tasks``)."""
+        ``list_tasks``); the tasks whose records the node cannot read are appended to
+        ``unreadable`` when it is given (``{"task_id", "error"}`` each)."""
         cursor = None
         while True:
             page = await self.list_tasks(task_type, status, cursor, PAGE, **filters)
+            if unreadable is not None:
+                unreadable += page.get("unreadable", [])
             for task in page["tasks"]:
                 yield task
             cursor = page["next_cursor"]

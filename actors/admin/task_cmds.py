@@ -96,10 +96,16 @@ def cmd_tasks_get(api: Client, args: argparse.Namespace) -> Result:
 def cmd_tasks_ls(api: Client, args: argparse.Namespace) -> Result:
     filters = list_filters(args)
     if args.all:
-        tasks = list(api.iter_tasks(args.type, args.status, **filters))
-        return {"tasks": tasks, "next_cursor": None}, task_rows(tasks)
-    page = api.list_tasks(args.type, args.status, args.cursor, args.limit, **filters)
+        unreadable: list[dict[str, str]] = []
+        tasks = list(api.iter_tasks(args.type, args.status, unreadable, **filters))
+        page: dict[str, Any] = {"tasks": tasks, "next_cursor": None}
+        if unreadable:
+            page["unreadable"] = unreadable
+    else:
+        page = api.list_tasks(args.type, args.status, args.cursor, args.limit, **filters)
     human = task_rows(page["tasks"])
+    for item in page.get("unreadable", []):  # left out of the rows: named, with why
+        human += f"\nunreadable: {item['task_id']}: {item['error']}"
     if page["next_cursor"]:
         human += f"\n(more: --cursor {page['next_cursor']}, or --all)"
     return page, human

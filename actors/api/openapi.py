@@ -163,7 +163,16 @@ SCHEMAS: dict[str, Any] = {
     ),
     "TaskPage": _obj(
         ["tasks", "next_cursor"],
-        {"tasks": {"type": "array", "items": _ref("Task")}, "next_cursor": _nullable(_STR)},
+        {
+            "tasks": {"type": "array", "items": _ref("Task")},
+            "next_cursor": _nullable(_STR),
+            "unreadable": {
+                "type": "array",
+                "description": "tasks of the page whose stored records cannot be read "
+                "(left out of tasks; present only when there are some)",
+                "items": _obj(["task_id", "error"], {"task_id": _STR, "error": _STR}),
+            },
+        },
     ),
     "TaskUpdate": _obj([], {"payload": {}, "schedule": _ref("Schedule"), "labels": LABELS}),
     "TaskStatus": _obj(["task_id", "status"], {"task_id": _STR, "status": _STR}),

@@ -23,6 +23,7 @@ from actors.domain.errors import (
     TaskConflict,
     TaskNotFound,
 )
+from actors.store.records import RecordError
 from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.redis_replies import rejected_alone, reply_text
 
@@ -114,6 +115,13 @@ def from_exception(exc: Exception) -> Problem | None:
         return Problem(503, "redis_unavailable", "Redis is unreachable; retry later")
     if isinstance(exc, LayoutMismatch):
         return Problem(503, "layout_mismatch", str(exc))
+    if isinstance(exc, RecordError):  # the data, not the request
+        return Problem(
+            500,
+            "unreadable_record",
+            f"a stored record cannot be read ({exc}): written by another program or a "
+            "version this one does not read; mend or delete it",
+        )
     if rejected_alone(exc):  # the data, not the request: a key of another kind, say
         return Problem(
             500,

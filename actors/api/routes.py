@@ -25,9 +25,10 @@ from typing import Any
 import attrs
 import structlog
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from actors.api import bodies
+from actors.api.answers import JsonAnswer
 from actors.api.endpoint import Endpoint
 from actors.api.explain import explain
 from actors.api.problems import Problem, from_exception, invalid
@@ -92,7 +93,7 @@ class Call:
 
 
 def ok(data: Any, status: int = 200) -> Response:
-    return JSONResponse(data, status)
+    return JsonAnswer(data, status)
 
 
 # -- tasks ------------------------------------------------------------------------------
@@ -170,12 +171,16 @@ async def bulk_create(call: Call) -> Response:
 async def list_tasks(call: Call) -> Response:
     query = call.request.query_params
     wanted = query_filter(query)  # the same filters an action's selector takes
+    unreadable: list[tuple[str, str]] = []
     tasks, cursor = await call.store.list_tasks(
         wanted.task_type, wanted.status, query.get("cursor"), bodies.limit_param(query, 100),
         labels=wanted.labels, next_before=wanted.next_before, last_status=wanted.last_status,
-        last_fate=wanted.last_fate,
+        last_fate=wanted.last_fate, unreadable=unreadable,
     )  # fmt: skip
-    return ok({"tasks": [t.to_dict() for t in tasks], "next_cursor": cursor})
+    page: dict[str, Any] = {"tasks": [t.to_dict() for t in tasks], "next_cursor": cursor}
+    if unreadable:  # listed past, named: one broken record does not hide the others
+        page["unreadable"] = [{"task_id": t, "error": why} for t, why in unreadable]
+    return ok(page)
 
 
 async def get_task(call: Call) -> Response:

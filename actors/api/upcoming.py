@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from actors.api import bodies
+from actors.api.answers import JsonAnswer
 from actors.api.problems import Problem, invalid
 from actors.api.task_notes import parked_on
 from actors.domain.model import Task
@@ -89,4 +90,4 @@ async def upcoming_fires(call: Call) -> Response:
     if task is None:
         raise Problem(404, "not_found", f"task {task_id!r} not found")
     parked = await parked_on(call.store, task_id)
-    return JSONResponse(task_upcoming(task, n, await call.store.now_ms(), parked))
+    return JsonAnswer(task_upcoming(task, n, await call.store.now_ms(), parked))

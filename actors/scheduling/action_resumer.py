@@ -7,7 +7,9 @@ or whose holder is a process of this host that has exited, is taken (``action_le
 one taker wins) and applied from its partitions' marks (``apply_action``), renewing the
 lease as it goes. The marks make this safe whoever applied what before: no task is
 changed twice, none skipped. One action at a time; an outage is waited out (the apply is
-repeated from the marks).
+repeated from the marks). An action whose record cannot be read (another program's, or
+a version's this one does not read) is said once in an ``action_unreadable`` error line
+and passed over: it would fail every try, and a crash at each would stop the resumer.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import trio
 
 from actors.store.actions import open_actions, take_lease
 from actors.store.apply_actions import ActionSettings, LeaseLost, apply_action
+from actors.store.records import RecordError
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 from runtime.liveness import holder_is_gone, owner_value
@@ -32,6 +35,9 @@ class ActionResumer:
     def __init__(self, store: TaskStore, settings: ResumerSettings) -> None:
         self.store = store
         self.settings = settings
+        self._unreadable: set[str] = set()
+        """Actions whose record this resumer found it cannot read: said once, then passed
+        over (left as they are, open, for an operator to mend or delete)."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         task_status.started()
@@ -44,6 +50,8 @@ class ActionResumer:
         now = await self.store.client.time_ms()
         lease_ms = self.settings.actions.lease_ms
         for action_id, holder, until in await open_actions(self.store):
+            if action_id in self._unreadable:
+                continue
             gone = holder if holder and holder_is_gone(holder, this_process_is_gone=False) else ""
             if until > now and not gone:
                 continue
@@ -55,5 +63,9 @@ class ActionResumer:
                 await apply_action(self.store, action_id, mine, self.settings.actions)
             except LeaseLost:
                 ctx.log.info("action_taken_over", action_id=action_id)
+            except RecordError as exc:  # its record: one broken action stops no other
+                self._unreadable.add(action_id)
+                ctx.log.error("action_unreadable", action_id=action_id, error=str(exc))
+                continue
             return action_id
         return None

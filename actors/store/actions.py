@@ -24,6 +24,7 @@ import attrs
 from actors.domain.errors import InvalidTask
 from actors.domain.schedules import MAX_MS, Overlap
 from actors.store.notes import check_note
+from actors.store.records import RecordError
 from actors.store.selection import Selector
 
 if TYPE_CHECKING:
@@ -166,15 +167,27 @@ class ActionState:
 
 async def read_action(store: TaskStore, action_id: str) -> ActionState | None:
     """The action's record and marks, or None when there is no such action (or it is
-    older than ``RETENTION_MS``). Two round trips."""
+    older than ``RETENTION_MS``); ``RecordError`` when they cannot be read. Two round
+    trips."""
     keys = await store.keys()
     raw = await store.client.execute("HGETALL", keys.action_record(action_id))
     if not raw:
         return None
-    fields = {k.decode(): v.decode() for k, v in raw.items()}
     marks = await store.client.pipeline(
         [("HGETALL", keys.action_progress(p, action_id)) for p in range(keys.partitions)]
     )
+    try:
+        return _decode_action(action_id, raw, marks)
+    except Exception as exc:  # a record an older version or another program wrote
+        raise RecordError(
+            f"action {action_id!r}: its stored record is not one this version reads: {exc!r}"
+        ) from exc
+
+
+def _decode_action(
+    action_id: str, raw: Mapping[bytes, bytes], marks: list[Mapping[bytes, bytes]]
+) -> ActionState:
+    fields = {k.decode(): v.decode() for k, v in raw.items()}
     until, done = fields.get("until"), fields.get("done_ms")
     return ActionState(
         action_id, ActionSpec.from_dict(json.loads(fields["spec"])), fields.get("key_id") or None,

@@ -56,7 +56,7 @@ from actors.store.manual_fires import (
 from actors.store.notes import encode_note
 from actors.store.placement import resume_point
 from actors.store.replies import Fire
-from actors.store.selection import Selector, select_partition, sorted_after
+from actors.store.selection import Selector, readable_tasks, select_partition, sorted_after
 from runtime.logging import emit_events
 
 if TYPE_CHECKING:
@@ -180,7 +180,7 @@ async def _still_matching(
     store: TaskStore, selector: Selector, chunk: Sequence[Task]
 ) -> list[Task]:
     """``chunk``'s tasks as they are now, those the selector still matches (in order)."""
-    found = await store.get_many([t.task_id for t in chunk])
+    found = await readable_tasks(store, [t.task_id for t in chunk])
     return [t for t in found if t is not None and selector.filter.matches(t)]
 
 

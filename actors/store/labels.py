@@ -155,8 +155,9 @@ class _Density:
 
 
 async def list_page(
-    store: TaskStore, wanted: TaskFilter, cursor: str | None, limit: int, max_calls: int
-) -> tuple[list[Task], str | None]:
+    store: TaskStore, wanted: TaskFilter, cursor: str | None, limit: int, max_calls: int,
+    unreadable: list[tuple[str, str]] | None = None,
+) -> tuple[list[Task], str | None]:  # fmt: skip
     """A page of the tasks ``wanted`` keeps, from ``cursor`` on (``TaskStore.list_tasks``)."""
     keys = await store.keys()
     if wanted.task_type or wanted.labels:
@@ -179,7 +180,7 @@ async def list_page(
         end = min(first + density.span, keys.buckets)
         key_of = functools.partial(indexes[index], position.partition)
         members = await index_members(store.client, key_of, range(first, end))
-        found = await store.get_many([task_id for task_id, _ in members])
+        found = await store.get_many([task_id for task_id, _ in members], unreadable)
         # a type's index may name an id of another type now (its task deleted when its
         # definition could not be read, then created again as another type): listed
         # under its own type's index alone

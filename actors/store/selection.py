@@ -19,10 +19,12 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import structlog
 
 from actors.domain.errors import InvalidTask
 from actors.domain.model import MAX_TASK_ID, Task
 from actors.store.labels import TaskFilter, index_members, walked_indexes
+from actors.store.tasks import STORE_ACTOR
 from runtime.config import check_name
 
 if TYPE_CHECKING:
@@ -113,9 +115,21 @@ async def select_partition(store: TaskStore, selector: Selector, partition: int)
     ordered = sorted(ids)
     tasks: list[Task] = []
     for i in range(0, len(ordered), _READ):
-        found = await store.get_many(ordered[i : i + _READ])
+        found = await readable_tasks(store, ordered[i : i + _READ])
         tasks += [t for t in found if t is not None and wanted.matches(t)]
     return tasks
+
+
+async def readable_tasks(store: TaskStore, task_ids: Sequence[str]) -> list[Task | None]:
+    """``get_many`` for an action: a task whose records cannot be read is None (matched
+    by no selector, left as it is) and said in a ``task_unreadable`` error line, so one
+    broken record does not stop an action over the others."""
+    unreadable: list[tuple[str, str]] = []
+    found = await store.get_many(task_ids, unreadable)
+    log = structlog.get_logger().bind(actor=STORE_ACTOR)
+    for task_id, why in unreadable:
+        log.error("task_unreadable", task_id=task_id, error=why)
+    return found
 
 
 async def count_matches(store: TaskStore, selector: Selector) -> tuple[int, list[str]]:

@@ -40,7 +40,7 @@ from actors.store.keys import (
 from actors.store.labels import TaskFilter, list_page
 from actors.store.notes import encode_note
 from actors.store.placement import Placement, kept_grid, resume_point
-from actors.store.records import decode_task, encode_schedule
+from actors.store.records import RecordError, decode_task, encode_schedule
 from actors.store.replies import TaskRow
 from actors.store.scripts import Scripts
 from actors.store.streams import Streams
@@ -278,8 +278,13 @@ class TaskStore:
             raise rejected
         return decode_task(task_id, definition, state, None) if definition and state else None
 
-    async def get_many(self, task_ids: Sequence[str]) -> list[Task | None]:
-        """Tasks by id, None for those that do not exist; one round trip."""
+    async def get_many(
+        self, task_ids: Sequence[str], unreadable: list[tuple[str, str]] | None = None
+    ) -> list[Task | None]:
+        """Tasks by id, None for those that do not exist; one round trip. A task whose
+        records cannot be decoded raises ``RecordError``; given ``unreadable``, it is
+        None instead and ``(task_id, why)`` is appended there (a listing goes on past
+        it, and says so)."""
         keys = await self.keys()
         commands: list[tuple[Any, ...]] = []
         for task_id in task_ids:
@@ -300,9 +305,18 @@ class TaskStore:
             if rejected is not None:  # a key of another kind: said, not a TypeError
                 raise rejected
             # Both records or neither: the scripts write and delete them together.
-            task = (
-                decode_task(task_id, definition, state, error, run, labels) if definition else None
-            )
+            try:
+                task = (
+                    decode_task(task_id, definition, state, error, run, labels)
+                    if definition
+                    else None
+                )
+            except RecordError as exc:
+                if unreadable is None:
+                    raise
+                unreadable.append((task_id, str(exc)))
+                tasks.append(None)
+                continue
             if task is not None and ring is not None:
                 task = attrs.evolve(task, last_fate=latest_fate(ring))
             tasks.append(task)
@@ -320,6 +334,7 @@ class TaskStore:
         next_before: int | None = None,
         last_status: str | None = None,
         last_fate: str | None = None,
+        unreadable: list[tuple[str, str]] | None = None,
     ) -> tuple[list[Task], str | None]:
         """A page of tasks, filtered by type, status, labels (every pair must match), next
         fire (at or before ``next_before``) and last outcome; pass the returned cursor back
@@ -327,11 +342,13 @@ class TaskStore:
         when filtering: one call reads at most ``max_calls`` index pages and about
         ``labels.MAX_LIST_READ`` tasks, so a rare status over ten million tasks costs many
         short calls, never one long one. With labels, the
-        index of the first pair is read (``actors.store.labels``)."""
+        index of the first pair is read (``actors.store.labels``). A task whose records
+        cannot be decoded fails the call, or, given ``unreadable``, is left out of the page
+        and named there with why (``get_many``)."""
         wanted = TaskFilter(
             task_type, status, dict(labels or {}), next_before, last_status, last_fate
         )
-        return await list_page(self, wanted, cursor, limit, max_calls)
+        return await list_page(self, wanted, cursor, limit, max_calls, unreadable)
 
     async def count_by_status(self, buckets_per_call: int = 256) -> dict[str, int]:
         """Tasks per status, every state record read: ``type_scans.count_by_status``."""

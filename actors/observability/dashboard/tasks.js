@@ -65,6 +65,7 @@ async function loadPage(cursor) {
     }
   }
   const rows = [];
+  const unreadable = [];  // tasks whose stored records the node cannot read: named, not rows
   let next = cursor;
   // A filter that keeps few tasks answers short, even empty pages (each request reads a
   // bounded number of tasks): read on until one has rows, up to PAGES_PER_VIEW requests.
@@ -73,6 +74,7 @@ async function loadPage(cursor) {
       label: filters.labels, last_status: filters.last_status, last_fate: filters.last_fate,
       cursor: next, limit: PAGE_SIZE });
     rows.push(...page.tasks.filter((t) => !only || only.has(t.task_id)));
+    unreadable.push(...(page.unreadable || []).map((u) => u.task_id));
     next = page.next_cursor;
     if (!next || rows.length) break;
   }
@@ -81,7 +83,8 @@ async function loadPage(cursor) {
   listing.next = next;
   document.querySelector("#tasks tbody").replaceChildren(...rows.map(taskRow));
   line.textContent = `${rows.length} task${rows.length === 1 ? "" : "s"} on this page` +
-    (next ? "; more on the next." : ".");
+    (next ? "; more on the next." : ".") +
+    (unreadable.length ? ` Stored records that cannot be read: ${unreadable.join(", ")}.` : "");
   document.getElementById("list-next").hidden = !next;
   document.getElementById("list-prev").hidden = listing.before.length === 0;
 }

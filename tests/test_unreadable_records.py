@@ -1,0 +1,123 @@
+"""Records in Redis this version cannot read (another program's, an older version's, bytes
+mangled): every read that meets one answers with an error naming it, or goes on past it
+and names it; none answers a bare 500, and no actor crash-loops on one. A real node, a
+real Redis; the records are written as such a writer would."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from actors.admin.client import ApiError, Client
+from actors.store.keys import Keys
+from tests.api_node import ApiNode, cli_environment, recording_api_node, unique, wait_until
+from tests.cli_runner import run_in_process
+
+EVERY_HOUR = {"kind": "interval", "every_s": 3600, "start_ms": 4102444800000}
+ACTIONS = "[actions]\nresume_interval_s = 0.2\n"
+
+
+@pytest.fixture(scope="module")
+def api(
+    redis_url: str, tmp_path_factory: pytest.TempPathFactory, record_file: Path
+) -> Iterator[ApiNode]:
+    with recording_api_node(
+        redis_url, tmp_path_factory.mktemp("api"), "unread", record_file, consumers=ACTIONS
+    ) as node:
+        yield node
+
+
+def _create(client: Client, kind: str, count: int) -> list[str]:
+    ids = [unique("t") for _ in range(count)]
+    for task_id in ids:
+        client.create_task(kind, EVERY_HOUR, {"n": 1}, task_id)
+    return ids
+
+
+def test_a_task_whose_records_cannot_be_read_is_named_and_listings_and_actions_go_past_it(
+    api: ApiNode, client: Client, db: redis.Redis, keys: Keys
+) -> None:
+    kind = unique("kind")
+    ids = _create(client, kind, 3)
+    bad = ids[1]
+    definitions = keys.definitions(keys.partition_of(bad), keys.bucket_of(bad))
+    db.hset(definitions, bad, b"\xc1 not MessagePack")
+
+    for read in (client.get_task, client.explain):
+        with pytest.raises(ApiError) as failed:
+            read(bad)
+        assert failed.value.status == 500 and failed.value.code == "unreadable_record"
+        assert bad in failed.value.detail and "not MessagePack" in failed.value.detail
+
+    page = client.list_tasks(kind)
+    assert sorted(t["task_id"] for t in page["tasks"]) == sorted([ids[0], ids[2]])
+    (named,) = page["unreadable"]
+    assert named["task_id"] == bad and "not MessagePack" in named["error"]
+    listed = run_in_process(["tasks", "ls", "--type", kind, "--all"], cli_environment(api))
+    assert listed.returncode == 0, listed.stderr
+    assert f"unreadable: {bad}: " in listed.stdout and ids[0] in listed.stdout
+
+    # An action over the type changes the others and leaves the broken one as it is.
+    done = client.tasks_action("pause", {"type": kind})
+    assert (done["changed"], done["failed_count"]) == (2, 0), done
+    assert {client.get_task(t)["status"] for t in (ids[0], ids[2])} == {"paused"}
+    assert db.hget(definitions, bad) == b"\xc1 not MessagePack"
+    said = [e for e in api.node.events("task_unreadable") if e["task_id"] == bad]
+    assert said and said[0]["level"] == "error"
+
+    # Deleting it still works: the way out for an operator who cannot mend it.
+    assert client.delete_task(bad)["deleted"] is True
+    assert db.hget(definitions, bad) is None
+
+
+def test_values_json_has_no_form_for_are_shown_by_name(
+    client: Client, db: redis.Redis, keys: Keys
+) -> None:
+    (task_id,) = _create(client, unique("kind"), 1)
+    p, bucket = keys.partition_of(task_id), keys.bucket_of(task_id)
+    definition = db.hget(keys.definitions(p, bucket), task_id)
+    # The payload as a MessagePack str: its header holds its length (7, then 9).
+    assert isinstance(definition, bytes) and b'\xa7{"n":1}' in definition
+    nan = definition.replace(b'\xa7{"n":1}', b'\xa9{"n":NaN}')
+    db.hset(keys.definitions(p, bucket), task_id, nan)
+    db.hset(keys.notes(p), task_id, json.dumps({"note": "x", "at_ms": float("inf")}))
+    process = unique("ghost")
+    db.hset(keys.nodes, process, json.dumps({"process": process, "seen_ms": 1e400}))
+
+    assert client.get_task(task_id)["payload"] == {"n": "NaN"}
+    facts = client.explain(task_id)
+    assert facts["note"] == {"note": "x", "at_ms": "Infinity"}
+    listed = client.list_tasks(client.get_task(task_id)["type"])["tasks"]
+    assert [t["payload"] for t in listed] == [{"n": "NaN"}]
+    assert process not in [n.get("process") for n in client.nodes()["processes"]]  # dropped
+    assert db.hget(keys.nodes, process) is None
+
+
+def test_an_action_whose_record_cannot_be_read_is_named_and_the_resumer_goes_on(
+    api: ApiNode, client: Client, db: redis.Redis, keys: Keys
+) -> None:
+    old, mangled = unique("old"), unique("mangled")
+    # An action stored by a version whose selectors this one does not know, and one whose
+    # record is not JSON; both left open, their leases long run out.
+    spec = {"action": "pause", "selector": {"kind": "old-style"}}
+    db.hset(keys.action_record(old), mapping={"spec": json.dumps(spec), "state": "applying"})
+    db.hset(keys.action_record(mangled), mapping={"spec": "{", "state": "applying"})
+    db.zadd(keys.actions_open, {old: 1, mangled: 2})
+
+    for action_id in (old, mangled):
+        with pytest.raises(ApiError) as failed:
+            client.action_status(action_id)
+        assert failed.value.status == 500 and failed.value.code == "unreadable_record"
+        assert action_id in failed.value.detail
+
+    def said() -> set[str]:
+        return {e["action_id"] for e in api.node.events("action_unreadable")}
+
+    wait_until(lambda: {old, mangled} <= said(), 30)
+    crashed = [e for e in api.node.events("actor_crashed") if "action" in e.get("actor", "")]
+    assert not crashed, crashed
+    assert db.hget(keys.action_record(old), "spec") == json.dumps(spec).encode()  # kept
