@@ -253,12 +253,14 @@ def test_a_task_whose_records_cannot_be_read_is_named_under_the_list(
     client.create_tasks([{"type": kind, "schedule": YEARLY, "task_id": t} for t in (good, broken)])
     definitions = keys.definitions(keys.partition_of(broken), keys.bucket_of(broken))
     db.hset(definitions, broken, b"\xc1 not MessagePack")
-    sign_in(page, api, ADMIN)
-    page.click('#tabs button[data-view="tasks"]')
-    page.fill("#list-type", kind)
-    relist(page, {good})
-    wait_text(page, "#list-status-line", f"Stored records that cannot be read: {broken}.")
-    client.delete_task(broken)
+    try:
+        sign_in(page, api, ADMIN)
+        page.click('#tabs button[data-view="tasks"]')
+        page.fill("#list-type", kind)
+        relist(page, {good})
+        wait_text(page, "#list-status-line", f"Stored records that cannot be read: {broken}.")
+    finally:
+        client.delete_task(broken)
 
 
 def test_a_read_only_key_sees_no_actions_and_a_forced_write_is_refused(

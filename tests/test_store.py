@@ -499,7 +499,7 @@ async def test_a_foreign_record_is_reported_not_crashed_on(store: TaskStore) -> 
     p, b = keys.partition_of("legacy"), keys.bucket_of("legacy")
     await store.client.execute("HSET", keys.definitions(p, b), "legacy", "interval_sec=60")
     await store.client.execute("HSET", keys.states(p, b), "legacy", "active")
-    with pytest.raises(ValueError, match="'legacy': stored records are not a Metronome task"):
+    with pytest.raises(ValueError, match="'legacy': its definition record is not one Metronome"):
         await store.get("legacy")
 
 

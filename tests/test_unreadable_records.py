@@ -42,35 +42,50 @@ def test_a_task_whose_records_cannot_be_read_is_named_and_listings_and_actions_g
     api: ApiNode, client: Client, db: redis.Redis, keys: Keys
 ) -> None:
     kind = unique("kind")
-    ids = _create(client, kind, 3)
-    bad = ids[1]
+    ids = _create(client, kind, 4)
+    bad, odd = ids[1], ids[3]
     definitions = keys.definitions(keys.partition_of(bad), keys.bucket_of(bad))
-    db.hset(definitions, bad, b"\xc1 not MessagePack")
+    db.hset(definitions, bad, b"\xc1\xc1\xc1")
+    # A state record that decodes but holds text where a time goes (next_ms).
+    states = keys.states(keys.partition_of(odd), keys.bucket_of(odd))
+    state = db.hget(states, odd)
+    assert isinstance(state, bytes)
+    db.hset(states, odd, state[:1] + b"\xa4soon" + state[10:])  # next_ms: a uint64 before
 
-    for read in (client.get_task, client.explain):
-        with pytest.raises(ApiError) as failed:
-            read(bad)
-        assert failed.value.status == 500 and failed.value.code == "unreadable_record"
-        assert bad in failed.value.detail and "not MessagePack" in failed.value.detail
+    for task_id, record in ((bad, "definition"), (odd, "state")):
+        for read in (client.get_task, client.explain):
+            with pytest.raises(ApiError) as failed:
+                read(task_id)
+            assert failed.value.status == 500 and failed.value.code == "unreadable_record"
+            assert f"task {task_id!r}: its {record} record" in failed.value.detail
+    with pytest.raises(ApiError) as failed:
+        client.get_task(bad)
+    assert "not MessagePack" in failed.value.detail and "\\xc1" not in failed.value.detail
 
     page = client.list_tasks(kind)
     assert sorted(t["task_id"] for t in page["tasks"]) == sorted([ids[0], ids[2]])
-    (named,) = page["unreadable"]
-    assert named["task_id"] == bad and "not MessagePack" in named["error"]
+    named = {u["task_id"]: u["error"] for u in page["unreadable"]}
+    assert sorted(named) == sorted([bad, odd]) and "not a whole number" in named[odd]
     listed = run_in_process(["tasks", "ls", "--type", kind, "--all"], cli_environment(api))
     assert listed.returncode == 0, listed.stderr
     assert f"unreadable: {bad}: " in listed.stdout and ids[0] in listed.stdout
 
-    # An action over the type changes the others and leaves the broken one as it is.
+    # An action over the type changes the others and leaves the broken ones as they are.
     done = client.tasks_action("pause", {"type": kind})
     assert (done["changed"], done["failed_count"]) == (2, 0), done
     assert {client.get_task(t)["status"] for t in (ids[0], ids[2])} == {"paused"}
-    assert db.hget(definitions, bad) == b"\xc1 not MessagePack"
-    said = [e for e in api.node.events("task_unreadable") if e["task_id"] == bad]
-    assert said and said[0]["level"] == "error"
+    assert db.hget(definitions, bad) == b"\xc1\xc1\xc1"
 
-    # Deleting it still works: the way out for an operator who cannot mend it.
-    assert client.delete_task(bad)["deleted"] is True
+    def said() -> set[str]:
+        return {e["task_id"] for e in api.node.events("task_unreadable") if e["level"] == "error"}
+
+    wait_until(lambda: {bad, odd} <= said(), 30)
+
+    # Deleting them still works, a labels record no script reads too: the way out for an
+    # operator who cannot mend them.
+    db.hset(keys.labels(keys.partition_of(bad)), bad, "not JSON")
+    for task_id in (bad, odd):
+        assert client.delete_task(task_id)["deleted"] is True
     assert db.hget(definitions, bad) is None
 
 
@@ -84,11 +99,13 @@ def test_values_json_has_no_form_for_are_shown_by_name(
     assert isinstance(definition, bytes) and b'\xa7{"n":1}' in definition
     nan = definition.replace(b'\xa7{"n":1}', b'\xa9{"n":NaN}')
     db.hset(keys.definitions(p, bucket), task_id, nan)
+    db.hset(keys.labels(p), task_id, '{"team":"\\ud800"}')  # a lone surrogate, escaped
     db.hset(keys.notes(p), task_id, json.dumps({"note": "x", "at_ms": float("inf")}))
     process = unique("ghost")
     db.hset(keys.nodes, process, json.dumps({"process": process, "seen_ms": 1e400}))
 
-    assert client.get_task(task_id)["payload"] == {"n": "NaN"}
+    shown = client.get_task(task_id)
+    assert shown["payload"] == {"n": "NaN"} and shown["labels"] == {"team": "\ud800"}
     facts = client.explain(task_id)
     assert facts["note"] == {"note": "x", "at_ms": "Infinity"}
     listed = client.list_tasks(client.get_task(task_id)["type"])["tasks"]
@@ -100,24 +117,40 @@ def test_values_json_has_no_form_for_are_shown_by_name(
 def test_an_action_whose_record_cannot_be_read_is_named_and_the_resumer_goes_on(
     api: ApiNode, client: Client, db: redis.Redis, keys: Keys
 ) -> None:
-    old, mangled = unique("old"), unique("mangled")
-    # An action stored by a version whose selectors this one does not know, and one whose
-    # record is not JSON; both left open, their leases long run out.
+    old, mangled, odd = unique("old"), unique("mangled"), unique("odd")
+    # An action stored by a version whose selectors this one does not know, one whose
+    # record is not JSON, and one whose lease end and holder no version wrote (text, and
+    # bytes that are not UTF-8); all left open, their leases long run out.
     spec = {"action": "pause", "selector": {"kind": "old-style"}}
     db.hset(keys.action_record(old), mapping={"spec": json.dumps(spec), "state": "applying"})
     db.hset(keys.action_record(mangled), mapping={"spec": "{", "state": "applying"})
-    db.zadd(keys.actions_open, {old: 1, mangled: 2})
+    fine = {"action": "pause", "selector": {"ids": [unique("none")]}}
+    db.hset(keys.action_record(odd), mapping={
+        "spec": json.dumps(fine), "state": "applying", "until": "soon", "holder": b"\xff",
+    })  # fmt: skip
+    db.zadd(keys.actions_open, {old: 1, mangled: 2, odd: 3})
 
-    for action_id in (old, mangled):
+    for action_id in (old, mangled, odd):  # odd: its lease end is not a number
         with pytest.raises(ApiError) as failed:
             client.action_status(action_id)
         assert failed.value.status == 500 and failed.value.code == "unreadable_record"
         assert action_id in failed.value.detail
+    with pytest.raises(ApiError) as failed:  # the same id asked again: named, not a conflict
+        client.tasks_action("pause", {"ids": ["x"]}, action_id=mangled)
+    assert failed.value.code == "unreadable_record"
 
-    def said() -> set[str]:
-        return {e["action_id"] for e in api.node.events("action_unreadable")}
+    def said() -> list[str]:
+        return [e["action_id"] for e in api.node.events("action_unreadable")]
 
-    wait_until(lambda: {old, mangled} <= said(), 30)
+    wait_until(lambda: {old, mangled} <= set(said()), 30)
+    # A lease end that is not a number counts as run out: taken (the take writes a lease
+    # end and holder of its own), applied and finished.
+    wait_until(lambda: client.action_status(odd)["done"], 30)
     crashed = [e for e in api.node.events("actor_crashed") if "action" in e.get("actor", "")]
     assert not crashed, crashed
     assert db.hget(keys.action_record(old), "spec") == json.dumps(spec).encode()  # kept
+
+    # Mended, it is resumed at a later pass and finished; each was said once.
+    db.hset(keys.action_record(mangled), "spec", json.dumps(fine))
+    wait_until(lambda: client.action_status(mangled)["done"], 30)
+    assert sorted(said()) == sorted([old, mangled])

@@ -30,6 +30,7 @@ from actors.store.actions import (
 )
 from actors.store.apply_actions import LeaseLost, apply_action, plan_backfill
 from actors.store.history import FATE_NAMES
+from actors.store.records import RecordError
 from actors.store.selection import count_matches
 from runtime.liveness import holder_is_gone, owner_value
 
@@ -79,7 +80,7 @@ async def tasks_action(call: Call) -> Response:
     holder = owner_value()
     existing = await create_action(store, action_id, spec, call.key_id, holder, settings.lease_ms)
     if existing is not None:
-        if json.loads(existing) != spec.to_dict():
+        if _stored_spec(action_id, existing) != spec.to_dict():
             detail = f"action {action_id!r} exists with another action or selector"
             raise Problem(409, "conflict", detail)
         state = await read_action(store, action_id)
@@ -187,3 +188,14 @@ SCHEMAS: dict[str, Any] = {
         },
     ),
 }  # fmt: skip
+
+
+def _stored_spec(action_id: str, text: str) -> Any:
+    """The spec an action of this id was recorded with, as JSON; RecordError when it is
+    not JSON (another program's record): said as such, not as a conflict."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise RecordError(
+            f"action {action_id!r}: its stored record is not one this version reads: {exc!r}"
+        ) from exc

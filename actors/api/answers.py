@@ -1,14 +1,17 @@
 """JSON answers that cannot fail on what Redis holds.
 
-Everything Metronome writes is strict JSON (``encode_json`` refuses NaN and Infinity), but
-another writer's record, or a number too large for a float (``1e400`` reads as
-infinity), may carry a value JSON has no form for. Rendered strictly, one such value
-would turn every read that shows it into a 500; here it is shown as its name, a string
-(``"NaN"``, ``"Infinity"``, ``"-Infinity"``), and everything else as stored.
+Everything Metronome writes is strict JSON (``encode_json`` refuses NaN and Infinity and
+text UTF-8 cannot carry), but another writer's record may hold what JSON text has no form
+for: NaN or infinity (also a number too large for a float: ``1e400`` reads as infinity),
+or a lone surrogate (``"\\ud800"`` reads as one, and UTF-8 cannot encode it). Rendered
+strictly, one such value would turn every read that shows it into a 500; here a
+non-finite number is shown as its name, a string (``"NaN"``, ``"Infinity"``,
+``"-Infinity"``), a lone surrogate as its ``\\u`` escape, and everything else as stored.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -16,13 +19,16 @@ from starlette.responses import JSONResponse
 
 
 class JsonAnswer(JSONResponse):
-    """Starlette's strict JSON response, with non-finite numbers shown as strings."""
+    """Starlette's strict JSON response, with what JSON text cannot carry shown as above."""
 
     def render(self, content: Any) -> bytes:
         try:
             return super().render(content)
-        except ValueError:  # "Out of range float values are not JSON compliant"
-            return super().render(finite(content))
+        except ValueError:  # a non-finite number, or a lone surrogate (UnicodeEncodeError)
+            text = json.dumps(
+                finite(content), ensure_ascii=True, allow_nan=False, separators=(",", ":")
+            )
+            return text.encode("ascii")
 
 
 def finite(value: Any) -> Any:

@@ -13,6 +13,7 @@ are deleted, so the cap is rarely reached.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Any
 
 from actors.api.ledger_facts import ledger_facts, ledger_sentences
@@ -114,7 +115,7 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
         "next_run": iso(task.next_run_ms),
         "partition": partition,
         "in_schedule_index": score is not None,
-        "index_score_ms": int(float(score)) if score is not None else None,
+        "index_score_ms": _score_ms(score),
         "partition_owner": owner,
         "claimed_by_poller": claimed,
         "retries": retries,
@@ -345,3 +346,12 @@ def _fire_text(fire: dict[str, Any]) -> str:
     if fire["note"]:
         text += f" [{fire['note']}]"
     return text
+
+
+def _score_ms(score: bytes | str | None) -> int | float | None:
+    """The task's score in its partition's schedule index, in ms; a score no script
+    writes (infinite: ``ZADD`` takes ``inf``) as it is, shown by name in the answer."""
+    if score is None:
+        return None
+    value = float(score)
+    return int(value) if math.isfinite(value) else value

@@ -9,7 +9,8 @@ lease as it goes. The marks make this safe whoever applied what before: no task 
 changed twice, none skipped. One action at a time; an outage is waited out (the apply is
 repeated from the marks). An action whose record cannot be read (another program's, or
 a version's this one does not read) is said once in an ``action_unreadable`` error line
-and passed over: it would fail every try, and a crash at each would stop the resumer.
+and passed over (read again at each pass, resumed once it reads): it would fail every
+try, and a crash at each would stop the resumer.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import attrs
 import trio
 
-from actors.store.actions import open_actions, take_lease
+from actors.store.actions import open_actions, read_action, take_lease
 from actors.store.apply_actions import ActionSettings, LeaseLost, apply_action
 from actors.store.records import RecordError
 from actors.store.tasks import TaskStore
@@ -37,7 +38,8 @@ class ActionResumer:
         self.settings = settings
         self._unreadable: set[str] = set()
         """Actions whose record this resumer found it cannot read: said once, then passed
-        over (left as they are, open, for an operator to mend or delete)."""
+        over (left as they are, open, for an operator to mend or delete) until a pass
+        reads them whole."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         task_status.started()
@@ -50,7 +52,7 @@ class ActionResumer:
         now = await self.store.client.time_ms()
         lease_ms = self.settings.actions.lease_ms
         for action_id, holder, until in await open_actions(self.store):
-            if action_id in self._unreadable:
+            if action_id in self._unreadable and not await self._mended(action_id):
                 continue
             gone = holder if holder and holder_is_gone(holder, this_process_is_gone=False) else ""
             if until > now and not gone:
@@ -69,3 +71,14 @@ class ActionResumer:
                 continue
             return action_id
         return None
+
+    async def _mended(self, action_id: str) -> bool:
+        """Whether an action found unreadable reads now (mended, or deleted: taking it
+        then drops it from the open set): read again at each pass, before its lease is
+        taken, so a broken one costs reads, never a write."""
+        try:
+            await read_action(self.store, action_id)
+        except RecordError:
+            return False
+        self._unreadable.discard(action_id)
+        return True

@@ -104,4 +104,5 @@ class ActionScripts(TaskScripts):
 
 
 def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    """A reply's text; bytes that are not UTF-8 (another program's record) replaced."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

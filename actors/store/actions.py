@@ -176,6 +176,9 @@ async def read_action(store: TaskStore, action_id: str) -> ActionState | None:
     marks = await store.client.pipeline(
         [("HGETALL", keys.action_progress(p, action_id)) for p in range(keys.partitions)]
     )
+    rejected = next((m for m in marks if isinstance(m, Exception)), None)
+    if rejected is not None:  # Redis's answer (a key of another kind, a permission): said
+        raise rejected
     try:
         return _decode_action(action_id, raw, marks)
     except Exception as exc:  # a record an older version or another program wrote
@@ -245,6 +248,6 @@ async def open_actions(store: TaskStore, limit: int = 100) -> list[tuple[str, st
         [("HGET", keys.action_record(action_id), "holder") for action_id, _ in found]
     )
     return [
-        (action_id, (h or b"").decode(), until)
+        (action_id, h.decode(errors="replace") if isinstance(h, bytes) else "", until)
         for (action_id, until), h in zip(found, holders, strict=True)
     ]

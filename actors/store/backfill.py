@@ -43,6 +43,7 @@ from actors.domain.schedules import MAX_MS, Overlap
 from actors.store.flights import parse_policy, task_policy_code, with_origin
 from actors.store.history import decode_ring
 from actors.store.keys import schedule_id
+from actors.store.labels import say_unreadable
 from actors.store.manual_fires import (
     APPENDED,
     DUPLICATE,
@@ -463,7 +464,9 @@ async def backfill_type(
     planned: list[tuple[Task, list[int]]] = []
     total, cursor = 0, None
     while True:
-        page, cursor = await store.list_tasks(task_type, None, cursor, _PAGE)
+        unreadable: list[tuple[str, str]] = []
+        page, cursor = await store.list_tasks(task_type, None, cursor, _PAGE, unreadable=unreadable)
+        say_unreadable(unreadable)  # gone past: one broken record holds up no other task
         for task in page:
             if task.status not in TYPE_STATUSES:
                 continue

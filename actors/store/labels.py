@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
+import structlog
 
 from actors.domain.errors import InvalidTask
 from actors.domain.labels import parse_label_filter
@@ -29,6 +30,9 @@ from runtime.redis_io import RedisClient
 
 if TYPE_CHECKING:
     from actors.store.tasks import TaskStore
+
+#: The ``actor`` field of the store's lines (it runs inside API, CLI or resumer calls).
+STORE_ACTOR = "store"
 
 #: Most index buckets one listing round trip reads: a partition's worth by default. It
 #: starts at one for each index read and grows fourfold while the buckets it reads hold
@@ -196,3 +200,11 @@ async def list_page(
         else:
             density.read(end - first, len(members), limit - len(tasks), MAX_LIST_READ - read)
     return tasks, (position.format(names) if position is not None else None)
+
+
+def say_unreadable(unreadable: Sequence[tuple[str, str]]) -> None:
+    """A ``task_unreadable`` error line for each task a walk over many (an action, a
+    backfill of a type) went past because its records cannot be read."""
+    log = structlog.get_logger().bind(actor=STORE_ACTOR)
+    for task_id, why in unreadable:
+        log.error("task_unreadable", task_id=task_id, error=why)

@@ -240,19 +240,38 @@ def decode_task(
     labels: bytes | None = None,
 ) -> Task:
     """A task from its records (the run record, last error and labels if it has them).
-    Raises RecordError."""
+    Raises RecordError naming the record and what is wrong with it (never quoting it: a
+    definition holds the payload, which may be secret, and the error is logged)."""
+    where = "definition"
     try:
-        task_type, payload, sched, created = unpack(definition, DEFINITION_VALUES)
-        status, next_ms, fires, updated, runs, retries, last_run, last_status, _ = unpack(
+        task_type, payload, sched, created = _record(definition, DEFINITION_VALUES)
+        if not (isinstance(task_type, bytes) and isinstance(payload, bytes)):
+            raise ValueError("its type or payload is not text")
+        _whole(created, optional=False)
+        parsed, schedule = json.loads(payload), decode_schedule(sched)
+        where = "state"
+        status, next_ms, fires, updated, runs, retries, last_run, last_status, _ = _record(
             state, STATE_VALUES
         )
+        if not (_is_int(status) and 0 <= status < len(STATUS_NAMES)):
+            raise ValueError(f"status code {status!r} is not one of 0..{len(STATUS_NAMES) - 1}")
+        _whole(fires, optional=False)
+        _whole(next_ms, updated)
         if run is not None:
-            runs, retries, last_run, last_status = unpack(run, RUN_VALUES)
+            where = "run"
+            runs, retries, last_run, last_status = _record(run, RUN_VALUES)
+        _whole(runs, retries, last_run)
+        if last_status is not None and not (
+            _is_int(last_status) and 0 <= last_status < len(OUTCOME_NAMES)
+        ):
+            raise ValueError(f"last outcome code {last_status!r} is not one of 0..2")
+        where = "labels"
+        task_labels = decode_labels(labels)
         return Task(
             task_id=task_id,
             type=task_type.decode(),
-            payload=json.loads(payload),
-            schedule=decode_schedule(sched),
+            payload=parsed,
+            schedule=schedule,
             status=STATUS_NAMES[status],
             created_ms=created,
             updated_ms=created if updated is None else updated,
@@ -263,9 +282,35 @@ def decode_task(
             last_run_ms=last_run,
             last_status=None if last_status is None else OUTCOME_NAMES[last_status],
             last_error=None if error is None else error.decode(errors="replace"),
-            labels=decode_labels(labels),
+            labels=task_labels,
         )
     except (RecordError, ValueError, TypeError, IndexError, AttributeError) as exc:
         raise RecordError(
-            f"task {task_id!r}: stored records are not a Metronome task: {exc}"
+            f"task {task_id!r}: its {where} record is not one Metronome wrote: {exc}"
         ) from exc
+
+
+def _record(raw: bytes, count: int) -> list[Any]:
+    """``unpack``, its error saying what is wrong without quoting the record."""
+    try:
+        return unpack(raw, count)
+    except RecordError:
+        unpacker = msgpack.Unpacker(raw=True)
+        unpacker.feed(raw)
+        try:
+            found = len(list(unpacker))
+        except Exception:
+            raise RecordError("it is not MessagePack") from None
+        raise RecordError(f"it has {found} values, not {count}") from None
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _whole(*values: Any, optional: bool = True) -> None:
+    """ValueError unless each value is a whole number (or None, when ``optional``): what
+    the scripts write."""
+    for value in values:
+        if not (_is_int(value) or (optional and value is None)):
+            raise ValueError(f"{value!r} is not a whole number")

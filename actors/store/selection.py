@@ -19,12 +19,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import structlog
 
 from actors.domain.errors import InvalidTask
 from actors.domain.model import MAX_TASK_ID, Task
-from actors.store.labels import TaskFilter, index_members, walked_indexes
-from actors.store.tasks import STORE_ACTOR
+from actors.store.labels import TaskFilter, index_members, say_unreadable, walked_indexes
 from runtime.config import check_name
 
 if TYPE_CHECKING:
@@ -126,9 +124,7 @@ async def readable_tasks(store: TaskStore, task_ids: Sequence[str]) -> list[Task
     broken record does not stop an action over the others."""
     unreadable: list[tuple[str, str]] = []
     found = await store.get_many(task_ids, unreadable)
-    log = structlog.get_logger().bind(actor=STORE_ACTOR)
-    for task_id, why in unreadable:
-        log.error("task_unreadable", task_id=task_id, error=why)
+    say_unreadable(unreadable)
     return found
 
 

@@ -37,7 +37,7 @@ from actors.store.keys import (
     MIGRATES_FROM,
     Keys,
 )
-from actors.store.labels import TaskFilter, list_page
+from actors.store.labels import STORE_ACTOR, TaskFilter, list_page
 from actors.store.notes import encode_note
 from actors.store.placement import Placement, kept_grid, resume_point
 from actors.store.records import RecordError, decode_task, encode_schedule
@@ -47,9 +47,6 @@ from actors.store.streams import Streams
 from runtime.config import check_name
 from runtime.logging import emit_events
 from runtime.redis_io import RedisClient
-
-#: The ``actor`` field of the store's lifecycle lines (it runs inside API or CLI calls).
-STORE_ACTOR = "store"
 
 
 @attrs.frozen

@@ -32,7 +32,8 @@ if not state then
   return {-2}
 end
 local current = redis.call('HGET', record, 'holder') or ''
-local ends = tonumber(redis.call('HGET', record, 'until') or 0)
+-- a lease end that is not a number (another program's record) counts as run out
+local ends = tonumber(redis.call('HGET', record, 'until') or 0) or 0
 if op == 'take' then
   if state ~= 'applying' then return {0, current, string.format('%d', ends), state} end
   if ends > now and current ~= '' and current ~= ARGV[5] and current ~= holder then
