@@ -56,7 +56,12 @@ missed), ``outcomes-rejected`` (likewise one partition's history, which in this 
 no misfires and no overlap policies, only the consumers write: that partition's outcome
 writes rejected; its fires run and are held back,
 pending, while every other partition's complete, ``ran_during_faults``, and are completed
-once it is back, none run twice), ``results-log-failing`` (every node's results log moved
+once it is back, none run twice), ``dlq-rejected`` (likewise the type's dead-letter stream,
+while every fire of two tasks fails, ``max_attempts`` 1: their dead letters rejected; the
+partitions of those two tasks are held back, pending, and every other partition's fires
+complete, ``pending_at_fault_end`` (the held ones and those in flight, not every fire of
+the fault), then each dead letter is written once it is back, ``dead_letters`` =
+``dead_letters_expected``), ``results-log-failing`` (every node's results log moved
 aside and a directory put at its path for ``--fault-s``, then removed: each write fails,
 as on a full disk; the batches wait for their lines, their messages renewed, and run none
 twice).
@@ -78,8 +83,10 @@ import redis
 import redis.cluster
 import trio
 
+from actors.store.keys import GROUP
 from bench.common import child_pids
 from bench.fire import NAMESPACE, _analyse, _register, start_nodes, stop_nodes
+from bench.handlers import DOOMED
 from runtime.embedded_redis import find_server_binary
 from runtime.testing.local_redis import LocalCluster, LocalSentinel, RedisProcess
 
@@ -87,7 +94,7 @@ SCENARIOS = (
     "redis-restart", "redis-stall", "sentinel-failover", "cluster-failover", "cluster-kill",
     "kill-nodes", "kill-children", "stall-nodes", "flaky", "redis-busy", "redis-oom",
     "long-handler", "poison-kill", "stream-rejected", "partition-rejected",
-    "outcomes-rejected", "results-log-failing",
+    "outcomes-rejected", "dlq-rejected", "results-log-failing",
 )  # fmt: skip
 #: Scenarios whose handler fails one fire in ten on its first attempt (retries counted).
 FLAKY = ("flaky", "redis-oom")
@@ -140,6 +147,9 @@ def run(
             concurrency = max(concurrency, int(n / interval_s * (hold_s + 5) / nodes) + 50)
         if scenario == "kill-children":
             options["processes"] = 1
+        if scenario == "dlq-rejected":  # two tasks' fires all dead letters
+            options |= {"handler": "bench.handlers:record_doomed",
+                        "settings": ("consumers.bench.max_attempts=1",)}  # fmt: skip
         if types > 1:
             options["types"] = types
         killer_s = t0_ms / 1000 + interval_s + 2  # poison-kill: when its fire is due
@@ -183,6 +193,13 @@ def run(
             stop_nodes(procs)
         figures = _analyse(workdir, n, interval_s, duration_s, t0_ms, scenario in FLAKY)
         extra = _fault_figures(workdir, faults)
+        if scenario == "dlq-rejected":  # every doomed fire's dead letter, each once
+            with redis.Redis.from_url(url) as client:
+                dead = client.xrange(f"{{{NAMESPACE}:q:bench}}:dlq")
+            extra["dead_letters"] = len(dead)
+            extra["dead_letters_expected"] = _doomed_fires(workdir)
+            noted = workdir / "pending_at_fault_end"
+            extra["pending_at_fault_end"] = int(noted.read_text()) if noted.exists() else None
         if scenario == "poison-kill":  # the killer's dead letter, and any other's
             with redis.Redis.from_url(url) as client:
                 dead = client.xrange(f"{{{NAMESPACE}:q:bench}}:dlq")
@@ -233,6 +250,9 @@ def _inject(
         return [_reject_key(server, f"{{{NAMESPACE}:3}}:schedule", fault_s)], 0
     if scenario == "outcomes-rejected":  # ... where its history (the consumers' here) should be
         return [_reject_key(server, f"{{{NAMESPACE}:3}}:history", fault_s)], 0
+    if scenario == "dlq-rejected":  # ... where the type's dead letters should be
+        dlq = f"{{{NAMESPACE}:q:bench}}:dlq"
+        return [_reject_key(server, dlq, fault_s, _pending_at_end(server, workdir))], 0
     if scenario == "results-log-failing":
         return [_fail_results_logs(workdir, len(procs), fault_s)], 0
     if scenario == "redis-oom":
@@ -276,10 +296,12 @@ def _inject(
     return faults, exits
 
 
-def _reject_key(server: RedisProcess, key: str, fault_s: float) -> tuple[float, float]:
+def _reject_key(
+    server: RedisProcess, key: str, fault_s: float, before_end: Any = None
+) -> tuple[float, float]:
     """``key`` (a stream, a schedule, a history) moved aside, if there, and a string put in
     its place for ``fault_s`` (every call on it rejected: WRONGTYPE), then put back as it
-    was."""
+    was; ``before_end`` (a callable) is called just before."""
     client = redis.Redis.from_url(server.url)
     aside = f"{key}:aside"
     start = time.time()
@@ -289,6 +311,8 @@ def _reject_key(server: RedisProcess, key: str, fault_s: float) -> tuple[float, 
         2, key, aside,
     )  # fmt: skip
     time.sleep(fault_s)
+    if before_end is not None:
+        before_end()
     client.eval(
         "redis.call('DEL', KEYS[1]) "
         "if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('RENAME', KEYS[2], KEYS[1]) end",
@@ -412,3 +436,27 @@ def _wait_for_dead_letter(url: str) -> None:
     with redis.Redis.from_url(url) as client:
         while time.time() < deadline and not client.xlen(f"{{{NAMESPACE}:q:bench}}:dlq"):
             time.sleep(0.2)
+
+
+def _pending_at_end(server: RedisProcess, workdir: Path) -> Any:
+    """What ``dlq-rejected`` notes in the workdir as its fault ends: how many messages of
+    the type are pending (run or running, not acknowledged): with the dead fires'
+    partitions held back, theirs and those in flight, not every fire of the fault."""
+
+    def note() -> None:
+        with redis.Redis.from_url(server.url) as client:
+            summary: Any = client.xpending(f"{{{NAMESPACE}:q:bench}}:queue", GROUP)
+        (workdir / "pending_at_fault_end").write_text(str(summary["pending"]))
+
+    return note
+
+
+def _doomed_fires(workdir: Path) -> int:
+    """The fires of the doomed tasks that started (each one dead letter)."""
+    fires = set()
+    for path in workdir.glob("fires-*.txt"):
+        for line in path.read_text().splitlines():
+            task_id, due, *_ = line.split()
+            if task_id in DOOMED:
+                fires.add((task_id, due))
+    return len(fires)

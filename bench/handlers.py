@@ -94,3 +94,15 @@ async def hold(ctx: HandlerContext) -> None:
     out.write(f"{ctx.task_id} {ctx.due_ms} {time.time() * 1000:.1f}\n")
     out.flush()
     await trio.sleep(float(ctx.payload.get("sleep_s", 60)))
+
+
+#: Tasks whose every fire fails (``record_doomed``: ``bench chaos dlq-rejected``).
+DOOMED = ("b0", "b1")
+
+
+async def record_doomed(ctx: HandlerContext) -> None:
+    """``record_flushed``; the fires of the ``DOOMED`` tasks then fail (with
+    ``max_attempts`` 1, each is a dead letter)."""
+    await record_flushed(ctx)
+    if ctx.task_id in DOOMED:
+        raise RuntimeError("doomed on purpose: its dead letter must be written")

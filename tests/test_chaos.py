@@ -46,6 +46,7 @@ def chaos(scenario: str, *args: str) -> dict[str, Any]:
         ("stream-rejected", ["--fault-s", "5"]),
         ("partition-rejected", ["--fault-s", "5"]),
         ("outcomes-rejected", ["--fault-s", "5"]),
+        ("dlq-rejected", ["--fault-s", "5"]),
         ("results-log-failing", ["--fault-s", "5"]),
     ],
 )
@@ -73,8 +74,13 @@ def test_nothing_is_lost_under(scenario: str, args: list[str]) -> None:
         assert figures["duplicates"] <= figures["reclaimed"], figures
     if scenario in ("partition-rejected", "outcomes-rejected"):  # the others fired meanwhile
         assert figures["ran_during_faults"] > 500, figures
+    if scenario == "dlq-rejected":  # each dead letter written once the key was back ...
+        assert figures["dead_letters"] == figures["dead_letters_expected"] > 0, figures
+        # ... and while it was not, the two doomed tasks' partitions alone were held back
+        # (of 16): the other fires of the fault were acknowledged, not left pending.
+        assert figures["pending_at_fault_end"] < figures["ran_during_faults"] / 2, figures
     if scenario in (
-        "redis-busy", "redis-oom", "partition-rejected", "outcomes-rejected",
+        "redis-busy", "redis-oom", "partition-rejected", "outcomes-rejected", "dlq-rejected",
         "results-log-failing",
     ):  # fmt: skip
         assert figures["duplicates"] == 0, figures  # no kill: a duplicate is a bug

@@ -307,3 +307,92 @@ async def test_a_try_sends_a_rejected_head_once_and_a_batch_that_cannot_be_built
     with pytest.raises(TypeError, match="cannot encode"):
         await held.try_all(scripts, flight, lambda plan, _: said.append(list(plan.acks)))
     assert said[-1] == [f"3-{fine}"] and list(held.queues) == [keys.partition_of(broken)]
+
+
+async def test_a_dead_letter_stream_redis_rejects_holds_back_the_dead_fires_partitions_only(
+    redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path, record: Path,
+    log_lines: LogLines,
+) -> None:  # fmt: skip
+    """The type's dead-letter stream holds a string: a batch with a dead fire cannot write
+    its dead letter (WRONGTYPE). The dead fire's partition is held back, its fire pending
+    (never run again), and every other partition's fires are written and acknowledged
+    meanwhile, where the whole type used to wait behind that one batch. Once the key is
+    removed the dead letter is written and everything settles, each fire run once."""
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    section = ConsumerSection(handler="tests.handlers.jobs:fails_on_due", max_attempts=1)
+    config = node_config(redis_url, namespace, tmp_path, {"work": section})
+    keys = await store.keys()
+    start_ms = await store.now_ms() + 1000
+    schedule = Schedule("interval", every_s=0.5, start_ms=start_ms, misfire="fire_all")
+    ids = [f"t{i}" for i in range(16)]
+    doomed = ids[0]  # its first fire fails, and is dead at once
+    await store.create_many(
+        [TaskSpec("work", schedule, {"due_ms": start_ms if t == doomed else 0}, t) for t in ids]
+    )
+    held_partition = keys.partition_of(doomed)
+    others = [t for t in ids if keys.partition_of(t) != held_partition]
+    assert others
+    await redis_client.execute("SET", keys.dlq("work"), "not a stream")
+
+    async def runs(task_id: str) -> int:
+        task = await store.get(task_id)
+        assert task is not None
+        return task.runs
+
+    async def others_completing() -> bool:
+        return min([await runs(t) for t in others]) >= 6
+
+    async with running_node(config):
+        await wait_until(others_completing)
+        held = [e for e in log_lines() if e["event"] == "completions_held_back"]
+        assert [e["partition"] for e in held] == [held_partition]
+        assert "WRONGTYPE" in held[0]["error"]
+        assert await redis_client.execute("TYPE", keys.dlq("work")) == b"string"
+        await redis_client.execute("DEL", keys.dlq("work"))
+
+        async def settled() -> bool:
+            dead = await redis_client.execute("XLEN", keys.dlq("work"))
+            return dead == 1 and not await _pending_ids(store, "work")
+
+        await wait_until(settled)
+    (entry,) = await redis_client.execute("XRANGE", keys.dlq("work"), "-", "+")
+    assert entry[1][b"task_id"] == doomed.encode() and entry[1][b"due_ms"] == str(start_ms).encode()
+    resumed = [e["partition"] for e in log_lines() if e["event"] == "completions_resumed"]
+    assert resumed == [held_partition]
+    await _each_ran_once_and_in_order(redis_client, keys, record, log_lines, ids)
+
+
+async def test_a_malformed_entry_whose_dead_letter_redis_rejects_stops_no_read(
+    redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path, record: Path,
+    log_lines: LogLines,
+) -> None:  # fmt: skip
+    """An entry that is not a Metronome message, read while the type's dead-letter stream
+    holds a string: it is left pending (``malformed_held``) and the fires read with it and
+    after it run, where the reads used to wait on that key. Once the key is removed it is
+    dead-lettered, taken over after its lease."""
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    keys = await store.keys()
+    stream = keys.queue("m")
+    await redis_client.execute("SET", keys.dlq("m"), "not a stream")
+    await redis_client.execute("XADD", stream, "*", "hello", "world")
+    for task_id in ("first", "second"):
+        fields = ("task_id", task_id, "payload", "null", "attempt", "0", "due_ms", "1000")
+        await redis_client.execute("XADD", stream, "*", *fields)
+    section = ConsumerSection(handler="tests.handlers.jobs:noop", lease_s=1, max_deliveries=3)
+    config = node_config(redis_url, namespace, tmp_path, {"m": section}, pollers=0)
+    async with running_node(config):
+        await wait_until(
+            lambda: _true({r["task_id"] for r in records(record)} == {"first", "second"})
+        )
+        held = [e for e in log_lines() if e["event"] == "malformed_held"]
+        assert held and "WRONGTYPE" in held[0]["error"]
+        await redis_client.execute("DEL", keys.dlq("m"))
+
+        async def dead_lettered() -> bool:
+            return bool(await redis_client.execute("XLEN", keys.dlq("m")) == 1)
+
+        await wait_until(dead_lettered)
+    (entry,) = await redis_client.execute("XRANGE", keys.dlq("m"), "-", "+")
+    assert entry[1][b"hello"] == b"world"
+    assert not await _pending_ids(store, "m")
+    assert not [e for e in log_lines() if e["event"] == "actor_crashed"]

@@ -35,9 +35,9 @@ from actors.store.scripts import Scripts
 from actors.store.streams import Streams
 from runtime.channels import Mailbox
 from runtime.errors import RedisRefused, RedisUnavailable
-from runtime.logging import debug_enabled, emit_events, notify_observers
+from runtime.logging import debug_enabled, emit_events, get_logger, notify_observers
 from runtime.redis_io import ResponseError
-from runtime.redis_replies import refused, restarts
+from runtime.redis_replies import refused, rejected_alone, reply_text, restarts
 
 if TYPE_CHECKING:
     from actors.execution.consumer import ConsumerState
@@ -336,12 +336,31 @@ class Reader:
             )
             for msg_id, fields, error in malformed
         ]  # fmt: skip
-        await self.scripts.client.ride_out(lambda: self.scripts.dead_letter(self.type, entries))
+        if not await self.scripts.client.ride_out(lambda: self._dead_letter_or_leave(entries)):
+            return
         events: list[tuple[str, dict[str, Any]]] = [
             ("dead", {"msg_id": m, "type": self.type, "reason": "malformed", "error": e})
             for m, _, e in malformed
         ]
         emit_events(self.actor, events)
+
+    async def _dead_letter_or_leave(self, entries: list[DeadLetterWrite]) -> bool:
+        """Dead-letter ``entries``; False when Redis rejects the dead-letter stream (a
+        key of another kind): they are left pending, said in a ``malformed_held`` line,
+        and reading goes on (waited on, that key would stop the type's reads). Taken over
+        after the lease, a message delivered ``max_deliveries`` times is dead-lettered as
+        poison by the claimer, which holds it while the key stays broken."""
+        try:
+            await self.scripts.dead_letter(self.type, entries)
+        except ResponseError as exc:
+            if not rejected_alone(exc):
+                raise
+            get_logger(actor=self.actor).warning(
+                "malformed_held", type=self.type, error=reply_text(exc),
+                msg_ids=[e.msg_id for e in entries],
+            )  # fmt: skip
+            return False
+        return True
 
 
 def _decoded(

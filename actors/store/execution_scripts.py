@@ -230,8 +230,22 @@ class ExecutionScripts(FlightScripts):
             error = next((r for r in second[at : at + count] if isinstance(r, Exception)), None)
             if error is not None:
                 errors.setdefault(id(w), error)
+                if w.dead and second[at] is error and rejected_alone(error):
+                    self._dead_letters_rejected(w, error)
             at += count
         return [errors.get(id(w)) for w in writes]
+
+    def _dead_letters_rejected(self, write: CompletionWrite, error: Exception) -> None:
+        """The type's dead-letter stream rejected ``write``'s dead letters (a key of
+        another kind): noted as a rejection of their tasks' partitions, so the consumer
+        holds back those fires (``actors.execution.held_back``) and completes the rest,
+        rather than waiting with every later batch of the type behind this one. Its other
+        fires were acknowledged with it (a pipeline runs every command; a dead letter is
+        acknowledged only by its own script)."""
+        for entry in write.dead:
+            task_id = entry.fields.get("task_id")
+            if isinstance(task_id, str):
+                write.rejected.setdefault(self.keys.partition_of(task_id), error)
 
     def _settle(self, shared: Shared, reply: Reply, errors: dict[int, Exception]) -> None:
         """What one partition write's reply means for each batch with a part in it (a
