@@ -259,6 +259,16 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
 
         return await self.run_sync(run)
 
+    async def reads(self, commands: Sequence[Sequence[Any]]) -> list[Reply]:
+        """``pipeline`` for reads that need every reply: the first command Redis rejected
+        (a key of another kind, a missing permission) is raised, never handed on as a value
+        for a decoder to trip on."""
+        replies = await self.pipeline(commands)
+        rejected = next((r for r in replies if isinstance(r, Exception)), None)
+        if rejected is not None:
+            raise rejected
+        return replies
+
     async def script(self, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Reply:
         """Run a Lua script by SHA, sending its source once if the server lacks it."""
 

@@ -6,7 +6,7 @@ real Redis; the records are written as such a writer would."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -154,3 +154,36 @@ def test_an_action_whose_record_cannot_be_read_is_named_and_the_resumer_goes_on(
     db.hset(keys.action_record(mangled), "spec", json.dumps(fine))
     wait_until(lambda: client.action_status(mangled)["done"], 30)
     assert sorted(said()) == sorted([old, mangled])
+
+
+def test_a_task_read_meeting_a_key_of_another_kind_names_it(
+    client: Client, db: redis.Redis, keys: Keys
+) -> None:
+    """A key of a task's partition holding a string (another program's): each read of the
+    task answers, or is refused as ``redis_rejected`` quoting Redis (``WRONGTYPE``)."""
+    (task_id,) = _create(client, unique("kind"), 1)
+    p = keys.partition_of(task_id)
+    for key in (keys.not_run(p), keys.flights(p), keys.parked(p), keys.notes(p),
+                keys.history(p), keys.retry(p)):  # fmt: skip
+        kind = db.type(key)
+        saved = db.dump(key) if kind != b"none" else None
+        db.delete(key)
+        db.set(key, "not a hash")
+        try:
+            for read in (client.explain, client.get_task, client.upcoming, client.history):
+                refused = _refusal(read, task_id)  # answered, or refused naming Redis's reply
+                assert refused is None or (
+                    refused.code == "redis_rejected" and "WRONGTYPE" in refused.detail
+                ), (key, read, refused)
+        finally:
+            db.delete(key)
+            if saved is not None:
+                db.restore(key, 0, saved)
+
+
+def _refusal(read: Callable[[str], object], task_id: str) -> ApiError | None:
+    try:
+        read(task_id)
+    except ApiError as refused:
+        return refused
+    return None

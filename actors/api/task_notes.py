@@ -53,7 +53,7 @@ async def note_facts(store: TaskStore, task_id: str) -> dict[str, Any]:
     ``{unreadable}``; ``parked_ms`` as ``parked_on`` says."""
     keys = await store.keys()
     partition = keys.partition_of(task_id)
-    note, not_run, flight, mark = await store.client.pipeline(
+    note, not_run, flight, mark = await store.client.reads(
         [
             ("HGET", keys.notes(partition), task_id),
             ("HGET", keys.not_run(partition), task_id),

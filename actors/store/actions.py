@@ -173,12 +173,9 @@ async def read_action(store: TaskStore, action_id: str) -> ActionState | None:
     raw = await store.client.execute("HGETALL", keys.action_record(action_id))
     if not raw:
         return None
-    marks = await store.client.pipeline(
+    marks = await store.client.reads(
         [("HGETALL", keys.action_progress(p, action_id)) for p in range(keys.partitions)]
     )
-    rejected = next((m for m in marks if isinstance(m, Exception)), None)
-    if rejected is not None:  # Redis's answer (a key of another kind, a permission): said
-        raise rejected
     try:
         return _decode_action(action_id, raw, marks)
     except Exception as exc:  # a record an older version or another program wrote

@@ -64,7 +64,7 @@ async def task_history(
     task exists. Node numbers are named from the namespace's node-number hash."""
     keys = await store.keys()
     p = keys.partition_of(task_id)
-    state, ring, errors = await store.client.pipeline(
+    state, ring, errors = await store.client.reads(
         [
             ("HGET", keys.states(p, keys.bucket_of(task_id)), task_id),
             ("HGET", keys.history(p), task_id),

@@ -264,15 +264,12 @@ class TaskStore:
         its run record and history are not read, so a broken one fails no update."""
         keys = await self.keys()
         partition, bucket = keys.partition_of(task_id), keys.bucket_of(task_id)
-        definition, state = read = await self.client.pipeline(
+        definition, state = await self.client.reads(  # a key of another kind: raised
             [
                 ("HGET", keys.definitions(partition, bucket), task_id),
                 ("HGET", keys.states(partition, bucket), task_id),
             ]
         )
-        rejected = next((r for r in read if isinstance(r, Exception)), None)
-        if rejected is not None:  # a key of another kind: said, not a TypeError
-            raise rejected
         return decode_task(task_id, definition, state, None) if definition and state else None
 
     async def get_many(
@@ -294,13 +291,11 @@ class TaskStore:
                 ("HGET", keys.labels(partition), task_id),
                 ("HGET", keys.history(partition), task_id),
             ]
-        replies = await self.client.pipeline(commands) if commands else []
+        # a key of another kind: raised, not a TypeError
+        replies = await self.client.reads(commands) if commands else []
         tasks: list[Task | None] = []
         for i, task_id in enumerate(task_ids):
-            definition, state, run, error, labels, ring = read = replies[6 * i : 6 * i + 6]
-            rejected = next((r for r in read if isinstance(r, Exception)), None)
-            if rejected is not None:  # a key of another kind: said, not a TypeError
-                raise rejected
+            definition, state, run, error, labels, ring = replies[6 * i : 6 * i + 6]
             # Both records or neither: the scripts write and delete them together.
             try:
                 task = (
