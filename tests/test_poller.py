@@ -321,6 +321,30 @@ async def test_a_task_written_after_a_takeover_is_not_owed_its_past(
     assert task is not None and task.next_run_ms is not None and task.next_run_ms > now
 
 
+async def test_a_task_written_while_its_partition_had_no_poller_is_owed_a_lease_at_most(
+    one_partition: TaskStore,
+) -> None:
+    """A task created after its partition's poller died, before another took over, starting
+    a minute in the past under ``skip``: the takeover owes the grid times of one claim
+    lease before it at most (the dead poller was claiming until then); the minute before
+    that is under its policy (skipped), not fired up to ``misfire_cap`` times."""
+    store = one_partition
+    now = await store.now_ms()
+    await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=now), task_id="x"))
+    await claim(store, "dead", lease_ms=1000)
+    await trio.sleep(1.1)  # the lease expires: no live poller now
+    past = Schedule("interval", every_s=0.5, start_ms=now - 60_000, misfire="skip")
+    await store.create(TaskSpec("late", past, task_id="late"))
+    keys = await store.keys()
+    lease_ms = 2000
+    poller = Poller(store, PollerSettings(claim_lease_ms=lease_ms))
+    takeover = await store.now_ms()
+    await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
+    dues = [int(f["due_ms"]) for f in await stream_fires(store, "late")]
+    assert dues and min(dues) >= takeover - lease_ms - 500, (takeover, dues)
+    assert len(dues) <= lease_ms // 500 + 2, dues
+
+
 class EndsAFireBeforeCommitting(Poller):
     """A poller during whose tick, after its overlap decisions and before its commit, a
     consumer ends the fire in flight (``end_flights.lua``)."""

@@ -6,6 +6,7 @@ import datetime as dt
 import itertools
 import zoneinfo
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -452,3 +453,21 @@ def test_fire_all_past_the_cron_scan_counts_the_times_left_as_missed(cap: int) -
     assert len(plan.fires) == cap
     assert plan.missed >= max(1, 1000 + 1 - cap)
     assert plan.next_ms == due + (7 * 24 * 60 + 1) * 60_000
+
+
+def test_owed_times_start_where_the_dead_poller_stopped_claiming() -> None:
+    """``owed_from_ms``: the grid times before it are under the policy, as if claimed then
+    (``coalesce``: one fire for them; ``skip``: none), those from it to ``owed_until_ms``
+    are all fired, and a due time alone before it fires as any first time does."""
+    every = Schedule("interval", every_s=1, start_ms=0, misfire="coalesce")
+    plan = plan_fires(every, 0, 20_500, 0, owed_until_ms=20_000, owed_from_ms=15_500)
+    assert plan.fires == (15_000, 16_000, 17_000, 18_000, 19_000, 20_000)
+    assert (plan.next_ms, plan.missed) == (21_000, 15)
+    skip = attrs.evolve(every, misfire="skip")
+    plan = plan_fires(skip, 0, 20_500, 0, owed_until_ms=20_000, owed_from_ms=15_500)
+    assert plan.fires == (16_000, 17_000, 18_000, 19_000, 20_000) and plan.missed == 16
+    plan = plan_fires(skip, 15_000, 20_500, 0, owed_until_ms=20_000, owed_from_ms=15_500)
+    assert plan.fires == (15_000, 16_000, 17_000, 18_000, 19_000, 20_000)
+    capped = attrs.evolve(skip, max_runs=3)
+    plan = plan_fires(capped, 0, 20_500, 0, owed_until_ms=20_000, owed_from_ms=15_500)
+    assert (plan.fires, plan.next_ms) == ((16_000, 17_000, 18_000), None)

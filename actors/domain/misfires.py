@@ -44,6 +44,7 @@ def plan_fires(
     fires_so_far: int,
     *,
     owed_until_ms: int | None = None,
+    owed_from_ms: int | None = None,
     slack_ms: int = 0,
 ) -> FirePlan:
     """Apply the misfire policy to a task whose grid time ``due_ms`` has come (``<= now_ms``).
@@ -54,7 +55,11 @@ def plan_fires(
     ``owed_until_ms``: a poller claimed ``due_ms`` and died before committing; its claim
     blocked the task until then. The grid times that came due while it did are late only
     because of the crash, not missed while nothing ran, so they are all fired (at most
-    ``misfire_cap``); the policy applies to the grid times after it.
+    ``misfire_cap``); the policy applies to the grid times after it. ``owed_from_ms``: no
+    claim of the dead poller blocked a grid time before it (it was alive and claiming
+    then): a task written with grid times further back (created while its partition had
+    no live poller, starting in the past) has those under its policy, as if claimed at
+    ``owed_from_ms``, and only the times from there on owed.
 
     ``slack_ms``: how long after its grid time a fire is enqueued by design (the task's
     spread and jitter, ``Schedule.slack_ms``). A grid time has come only once that much
@@ -69,6 +74,15 @@ def plan_fires(
         fires: tuple[int, ...] = (due_ms,)
         missed = 0
         upcoming = nxt
+    elif owed_until_ms is not None and owed_from_ms is not None and owed_from_ms > due_ms:
+        before = plan_fires(schedule, due_ms, min(owed_from_ms, now_ms), fires_so_far)
+        if before.next_ms is None or before.next_ms > now_ms:
+            return before
+        rest = plan_fires(
+            schedule, before.next_ms, now_ms, fires_so_far + len(before.fires),
+            owed_until_ms=owed_until_ms,
+        )  # fmt: skip
+        return FirePlan(before.fires + rest.fires, rest.next_ms, before.missed + rest.missed)
     elif owed_until_ms is not None:
         until = max(due_ms, min(owed_until_ms, last_ms))
         blocked = _overdue(schedule, due_ms, until, schedule.misfire_cap)  # head and last

@@ -36,16 +36,20 @@ class TickPlan:
     """``misfired`` lines, one per task that missed grid times."""
 
 
-def plan_fire(task: Claimed, now_ms: int) -> FirePlan:
+def plan_fire(task: Claimed, now_ms: int, lease_ms: int = 0) -> FirePlan:
     """The misfire policy's plan for a claimed task; none for a task claimed before its
-    grid time (woken to start a fire waiting behind one that ended: ``overlap.lua``)."""
+    grid time (woken to start a fire waiting behind one that ended: ``overlap.lua``).
+    Times owed after a takeover (``owed_until_ms``) start at most one claim lease
+    (``lease_ms``) before it ends: the dead poller claimed and committed until then."""
     if task.due_ms > now_ms:
         return FirePlan((), task.due_ms)
     s = task.schedule
     slack = s.slack_ms(task.task_id) if s.spread_s or s.jitter_s else 0
+    owed = task.owed_until_ms
     return plan_fires(
-        s, task.due_ms, now_ms, task.fires, owed_until_ms=task.owed_until_ms, slack_ms=slack
-    )
+        s, task.due_ms, now_ms, task.fires, owed_until_ms=owed, slack_ms=slack,
+        owed_from_ms=None if owed is None or not lease_ms else owed - lease_ms,
+    )  # fmt: skip
 
 
 def _scheduled(task: Claimed) -> Line:
@@ -75,16 +79,17 @@ def _misfired(task: Claimed, plan: FirePlan) -> Line:
     )
 
 
-def plan_claims(claims: list[PartitionClaim], debug: bool) -> TickPlan:
-    """Plan every claimed task's fires on Redis's clock at its claim. The ``scheduled``
-    lines are built only with ``debug`` on: one per claimed task is too many otherwise."""
+def plan_claims(claims: list[PartitionClaim], debug: bool, lease_ms: int = 0) -> TickPlan:
+    """Plan every claimed task's fires on Redis's clock at its claim (``lease_ms``: the
+    claim lease, ``plan_fire``). The ``scheduled`` lines are built only with ``debug`` on:
+    one per claimed task is too many otherwise."""
     now = max(c.now_ms for c in claims) if claims else 0
     out = TickPlan(now, defaultdict(list), [], [], [])
     for claim in claims:
         for task in claim.tasks:
             if debug:
                 out.scheduled.append(_scheduled(task))
-            plan = plan_fire(task, claim.now_ms)
+            plan = plan_fire(task, claim.now_ms, lease_ms)
             out.plans[claim.partition].append((task, plan))
             out.planned.append((claim.partition, task, plan))
             if plan.missed:  # every missed time is said, the grid's last ones too
