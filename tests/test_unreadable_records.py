@@ -128,7 +128,6 @@ def test_an_action_whose_record_cannot_be_read_is_named_and_the_resumer_goes_on(
     db.hset(keys.action_record(odd), mapping={
         "spec": json.dumps(fine), "state": "applying", "until": "soon", "holder": b"\xff",
     })  # fmt: skip
-    db.zadd(keys.actions_open, {old: 1, mangled: 2, odd: 3})
 
     for action_id in (old, mangled, odd):  # odd: its lease end is not a number
         with pytest.raises(ApiError) as failed:
@@ -138,6 +137,7 @@ def test_an_action_whose_record_cannot_be_read_is_named_and_the_resumer_goes_on(
     with pytest.raises(ApiError) as failed:  # the same id asked again: named, not a conflict
         client.tasks_action("pause", {"ids": ["x"]}, action_id=mangled)
     assert failed.value.code == "unreadable_record"
+    db.zadd(keys.actions_open, {old: 1, mangled: 2, odd: 3})  # now for the resumer to find
 
     def said() -> list[str]:
         return [e["action_id"] for e in api.node.events("action_unreadable")]

@@ -74,6 +74,8 @@ class Reader:
         self.pending_lock = state.pending_lock
         self._start = start
         self.block_ms, self.dedupe_window_ms = block_ms, dedupe_window_ms
+        self._malformed_held_said = False
+        """Whether ``malformed_held`` was said for the rejection going on."""
         self.lease_ms = lease_ms
         self._refusals = 0
         """Reads refused in a row (a refusal run the client counts as one waiting step)."""
@@ -347,19 +349,24 @@ class Reader:
     async def _dead_letter_or_leave(self, entries: list[DeadLetterWrite]) -> bool:
         """Dead-letter ``entries``; False when Redis rejects the dead-letter stream (a
         key of another kind): they are left pending, said in a ``malformed_held`` line,
-        and reading goes on (waited on, that key would stop the type's reads). Taken over
-        after the lease, a message delivered ``max_deliveries`` times is dead-lettered as
-        poison by the claimer, which holds it while the key stays broken."""
+        and reading goes on (waited on, that key would stop the type's reads). Taken back
+        by this consumer's sweep each lease, it is dead-lettered once the key is mended (or,
+        taken over by another node's claimer and delivered ``max_deliveries`` times, as
+        poison: the claimer holds it while the key stays broken). Said once while the
+        rejection lasts."""
         try:
             await self.scripts.dead_letter(self.type, entries)
         except ResponseError as exc:
             if not rejected_alone(exc):
                 raise
-            get_logger(actor=self.actor).warning(
-                "malformed_held", type=self.type, error=reply_text(exc),
-                msg_ids=[e.msg_id for e in entries],
-            )  # fmt: skip
+            if not self._malformed_held_said:  # taken back and tried each lease: said once
+                get_logger(actor=self.actor).warning(
+                    "malformed_held", type=self.type, error=reply_text(exc),
+                    msg_ids=[e.msg_id for e in entries],
+                )  # fmt: skip
+            self._malformed_held_said = True
             return False
+        self._malformed_held_said = False
         return True
 
 

@@ -227,6 +227,7 @@ def _tally_events(
             tally[(REDIS_REFUSALS, str(fields.get("kind", "")))] += 1
         elif event in (
             "fires_held_back", "retries_held_back", "completions_held_back", "cancels_not_sent",
+            "malformed_held",
         ):  # fmt: skip
             tally[(REDIS_REFUSALS, "rejected")] += 1
         elif event == "actor_restarting":

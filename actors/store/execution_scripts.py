@@ -230,7 +230,9 @@ class ExecutionScripts(FlightScripts):
             error = next((r for r in second[at : at + count] if isinstance(r, Exception)), None)
             if error is not None:
                 errors.setdefault(id(w), error)
-                if w.dead and second[at] is error and rejected_alone(error):
+                # the dead-letter call alone: with the ACKs refused too, it is the stream
+                stream_ok = count < 2 or not isinstance(second[at + 1], Exception)
+                if w.dead and second[at] is error and stream_ok and rejected_alone(error):
                     self._dead_letters_rejected(w, error)
             at += count
         return [errors.get(id(w)) for w in writes]
