@@ -316,6 +316,20 @@ def test_bad_input_is_one_line_and_a_documented_exit_status(api: ApiNode, tmp_pa
     assert not [t for t in created if t["task_id"].startswith(tag)]
 
 
+def test_a_number_flag_given_nan_or_infinity_is_a_usage_error(api: ApiNode) -> None:
+    """NaN and infinity are no number of seconds: refused by the flag, not sent on as
+    JSON the API refuses, nor a traceback."""
+    for args in (
+        ["tasks", "add", "--type", "work", "--every", "nan"],
+        ["tasks", "add", "--type", "work", "--every", "60", "--jitter", "inf"],
+        ["tasks", "add", "--type", "work", "--every", "1e400"],
+        ["--timeout", "nan", "tasks", "ls"],
+    ):
+        done = run(api, *args)
+        assert done.returncode == 2, (args, done.returncode, done.stderr)
+        assert "must be a finite number" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_output_cut_short_by_a_closed_pipe_ends_quietly(api: ApiNode, tmp_path: Path) -> None:
     lines = [json.dumps({"type": "work", "schedule": {"kind": "cron", "cron": "0 0 1 1 *"}})
              for _ in range(3000)]  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import sys
 import typing
 from pathlib import Path
@@ -105,9 +106,18 @@ def tasks_from(text: str, source: str) -> list[Any]:
     return out
 
 
+def finite(text: str) -> float:
+    """A flag's number (``argparse`` type): ``nan`` and ``inf`` are no number of seconds,
+    said as the flag's error (sent on, they read as JSON the API refuses, or fail here)."""
+    value = float(text)  # a ValueError: argparse says "invalid finite value"
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
 def add_schedule_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("schedule (one of --every, --cron, --at)")
-    group.add_argument("--every", type=float, metavar="SECONDS", help="fire every N seconds")
+    group.add_argument("--every", type=finite, metavar="SECONDS", help="fire every N seconds")
     group.add_argument(
         "--cron",
         metavar="EXPR",
@@ -115,7 +125,7 @@ def add_schedule_flags(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--tz", help="time zone of --cron (default UTC)")
     group.add_argument("--at", metavar="TIME", help="once, at an ISO 8601 time or Unix ms")
-    group.add_argument("--jitter", type=float, metavar="SECONDS", help="random delay up to N s")
+    group.add_argument("--jitter", type=finite, metavar="SECONDS", help="random delay up to N s")
     group.add_argument("--start", metavar="TIME", help="no fires before (ISO 8601 or Unix ms)")
     group.add_argument("--end", metavar="TIME", help="no fires after (ISO 8601 or Unix ms)")
     group.add_argument("--max-runs", type=int, metavar="N", help="finish after N fires")
@@ -128,14 +138,14 @@ def add_schedule_flags(parser: argparse.ArgumentParser) -> None:
                        "(cancel_other)")  # fmt: skip
     group.add_argument(
         "--catchup-window",
-        type=float,
+        type=finite,
         metavar="SECONDS",
         dest="catchup_window",
         help="a fire more than N s late is not run (expired)",
     )
     group.add_argument(
         "--spread",
-        type=float,
+        type=finite,
         metavar="SECONDS",
         help="move every fire by a fixed offset below N s, chosen from the id",
     )
