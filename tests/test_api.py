@@ -201,12 +201,16 @@ def test_input_that_broke_readers_is_refused_naming_the_problem_and_writes_nothi
     # Bytes that are not UTF-8 in another producer's entry, dead-lettered as they came:
     # the type's dead letters and its tasks' explanations still answer.
     foreign = unique("foreign").encode()
-    dead = db.xadd(keys.dlq("idle"), {b"task_id": foreign, b"payload": b"\xff", b"error": b"\xff"})
+    dead = db.xadd(
+        keys.dlq("idle"),
+        {b"task_id": foreign, b"payload": b"\xff", b"error": b"\xff", b"entry_id": b"0-1"},
+    )
     queued = db.xadd(keys.queue("idle"), {b"task_id": b"\xff", b"due_ms": b"1"})
     try:
         entries = client.dead_letters("idle", limit=1000)["dead_letters"]
         (entry,) = [e for e in entries if e["task_id"] == foreign.decode()]
         assert entry["payload"] == "\ufffd"
+        assert entry["entry_id"] == dead.decode()  # its own, not a field of that name
         assert client.explain(task_id)["status"] == "active"  # an idle task: its stream read
     finally:  # the module's other tests count these streams
         db.xdel(keys.dlq("idle"), dead)

@@ -246,7 +246,10 @@ def _live_consumer_names(stream_facts: list[Any]) -> list[str]:
 async def _dead_letters(store: TaskStore, task: Task) -> tuple[dict[str, Any], bool]:
     keys = await store.keys()
     found, complete = await _entries_of(store, keys.dlq(task.type), task.task_id, newest_first=True)
-    newest = {"entry_id": found[0][0], **found[0][1]} if found else None
+    newest = None
+    if found:  # its own id wins over a field of that name (another producer's)
+        entry_id, fields = found[0]
+        newest = {"entry_id": entry_id, **{k: v for k, v in fields.items() if k != "entry_id"}}
     return {"count": len(found), "newest": newest}, complete
 
 

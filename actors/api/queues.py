@@ -36,7 +36,9 @@ class DeadLetter:
 
     def to_dict(self) -> dict[str, Any]:
         """The entry's fields, plus ``error_line`` (the exception's line) for lists."""
-        out = {"entry_id": self.entry_id, "dead_ms": self.dead_ms, **self.fields}
+        # its own id wins over a field of that name (another producer's)
+        fields = {k: v for k, v in self.fields.items() if k != "entry_id"}
+        out = {"entry_id": self.entry_id, "dead_ms": self.dead_ms, **fields}
         if "error" in self.fields:
             out["error_line"] = error_line(self.fields["error"])
         return out
