@@ -24,7 +24,7 @@ from actors.store.keys import LAYOUT_VERSION, Keys
 from actors.store.messages import Message, flat_fields
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
-from tests.execution_harness import node_config, running_node, wait_until
+from tests.execution_harness import node_config, records, running_node, wait_until
 
 PARIS = zoneinfo.ZoneInfo("Europe/Paris")
 MINUTE, HOUR, DAY = 60_000, 3_600_000, 86_400_000
@@ -176,6 +176,34 @@ async def test_a_finished_interval_task_is_backfilled_on_the_grid_it_fired_on(
         await wait_until(lambda: _at_least(backfilled_in_history, DEFAULT_HISTORY))
     again = await store.backfill("p", *window)
     assert (again.fires, again.enqueued, again.already) == (done.fires, 0, 25)
+
+
+async def test_a_backfilled_time_runs_again_with_the_consumers_dedupe_window_on(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path
+) -> None:
+    """With ``[consumers.<type>] dedupe_window_s`` on, the backfilled copy of a time that
+    ran within the window has the same fire key as its first run: it runs again (the
+    first run's marker removed with the append), and once."""
+    section = ConsumerSection("tests.handlers.jobs:noop", dedupe_window_s=600)
+    start = await store.now_ms() + 500
+    await make(store, "again", Schedule("interval", every_s=0.5, start_ms=start), "work")
+
+    def ran() -> list[int]:
+        return [r["due_ms"] for r in records(record) if r["task_id"] == "again"]
+
+    async with running_node(node_config(redis_url, namespace, tmp_path, {"work": section})):
+        await wait_until(lambda: _true(len(ran()) >= 2))
+        await store.pause("again")
+        dues = sorted(set(ran()))
+        done = await store.backfill("again", dues[0], dues[-1] + 1)
+        assert done.fires == tuple(dues) and done.enqueued == len(dues)
+        await wait_until(lambda: _true(sorted(ran()) == sorted(dues * 2)))
+        await trio.sleep(0.5)  # nothing more: each backfilled time once
+    assert sorted(ran()) == sorted(dues * 2)
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 async def _at_least(count: Callable[[], Any], least: int) -> bool:

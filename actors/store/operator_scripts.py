@@ -72,7 +72,8 @@ class OperatorScripts(FlightScripts):
         kept in its marker (``backfill.BORN``)."""
         k = self.keys
         args = [now_ms, task_type, task_id, payload, retention_ms,
-                flag(k.compact_messages), policy, created_ms, *due_times]  # fmt: skip
+                flag(k.compact_messages), policy, created_ms, k.seen_prefix(task_type),
+                *due_times]  # fmt: skip
         (flags,) = await self._run(
             [(lua.BACKFILL, [k.queue(task_type), k.backfilled(task_type, task_id)], args)]
         )
