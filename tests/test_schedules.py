@@ -471,3 +471,39 @@ def test_owed_times_start_where_the_dead_poller_stopped_claiming() -> None:
     capped = attrs.evolve(skip, max_runs=3)
     plan = plan_fires(capped, 0, 20_500, 0, owed_until_ms=20_000, owed_from_ms=15_500)
     assert (plan.fires, plan.next_ms) == ((16_000, 17_000, 18_000), None)
+
+
+def test_a_dead_claim_owes_every_time_from_its_due_one_to_a_task_created_before() -> None:
+    """A poller renews its lease (10 s) at 0, claims a task due 0 and dies; another takes
+    the partition over at 30 s: owed until 20 s (its lease end plus a lease). A task that
+    existed before owes every time from 0, under ``skip`` too; one created during the
+    gap owes from two leases before the owed end (here 0 as well: nothing is lost)."""
+    every = Schedule("interval", every_s=1, start_ms=0, misfire="skip")
+    old = Claimed("x", 0, "work", b"{}", every, 0, 0, owed_until_ms=20_000, created_ms=-5_000)
+    plan = plan_fire(old, 30_000, lease_ms=10_000)
+    assert plan.fires == tuple(range(0, 20_001, 1000)) and plan.next_ms == 31_000
+    new = attrs.evolve(old, created_ms=15_000)
+    assert plan_fire(new, 30_000, lease_ms=10_000).fires == plan.fires
+    # Created later, with a longer past: the times up to the old poller's last renewal
+    # are under the policy (skipped), those after it to the owed end fired.
+    late = attrs.evolve(new, owed_until_ms=50_000, created_ms=45_000)
+    plan = plan_fire(late, 60_000, lease_ms=10_000)
+    assert plan.fires == tuple(range(31_000, 50_001, 1000)) and plan.missed == 31 + 10
+
+
+def test_a_time_past_the_owed_end_is_not_owed() -> None:
+    """The times under the policy before ``owed_from_ms`` end past the owed end: nothing
+    after is owed (each under the policy: ``skip``), rather than the first one fired."""
+    every = Schedule("interval", every_s=30, start_ms=0, misfire="skip")
+    plan = plan_fires(every, 60_000, 200_000, 0, owed_until_ms=110_000, owed_from_ms=100_000)
+    assert (plan.fires, plan.next_ms, plan.missed) == ((), 210_000, 5)
+
+
+def test_owed_times_start_later_by_the_slack_of_a_spread_task() -> None:
+    """A spread task's grid time is due its slack after it: one whose slack runs past
+    ``owed_from_ms`` was not yet due when the dead poller last claimed, so it is owed."""
+    every = Schedule("interval", every_s=60, start_ms=0, misfire="skip")
+    plan = plan_fires(
+        every, 0, 300_000, 0, owed_until_ms=200_000, owed_from_ms=100_000, slack_ms=50_000
+    )
+    assert plan.fires == (0, 60_000, 120_000, 180_000, 240_000) and plan.next_ms == 300_000

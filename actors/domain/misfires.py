@@ -57,9 +57,10 @@ def plan_fires(
     because of the crash, not missed while nothing ran, so they are all fired (at most
     ``misfire_cap``); the policy applies to the grid times after it. ``owed_from_ms``: no
     claim of the dead poller blocked a grid time before it (it was alive and claiming
-    then): a task written with grid times further back (created while its partition had
-    no live poller, starting in the past) has those under its policy, as if claimed at
-    ``owed_from_ms``, and only the times from there on owed.
+    then, and its claims apply the policy to the times they find missed): a task written
+    with grid times further back (created while its partition had no live poller,
+    starting in the past) has those under its policy, as if claimed at ``owed_from_ms``,
+    and only the times from there on owed.
 
     ``slack_ms``: how long after its grid time a fire is enqueued by design (the task's
     spread and jitter, ``Schedule.slack_ms``). A grid time has come only once that much
@@ -67,7 +68,10 @@ def plan_fires(
     """
     nxt = schedule.next_after(due_ms)
     if slack_ms:  # at most one grid step: a claim later than that has missed times anyway
-        now_ms -= slack_ms if nxt is None else min(slack_ms, nxt - due_ms)
+        shift = slack_ms if nxt is None else min(slack_ms, nxt - due_ms)
+        now_ms -= shift
+        if owed_from_ms is not None:  # a time is due there once its slack is past too
+            owed_from_ms -= shift
     # The grid ends at end_ms: no time past it was due, however late the claim.
     last_ms = now_ms if schedule.end_ms is None else min(now_ms, schedule.end_ms)
     if nxt is None or nxt > now_ms:
@@ -76,11 +80,12 @@ def plan_fires(
         upcoming = nxt
     elif owed_until_ms is not None and owed_from_ms is not None and owed_from_ms > due_ms:
         before = plan_fires(schedule, due_ms, min(owed_from_ms, now_ms), fires_so_far)
-        if before.next_ms is None or before.next_ms > now_ms:
+        resume = before.next_ms
+        if resume is None or resume > now_ms:
             return before
         rest = plan_fires(
-            schedule, before.next_ms, now_ms, fires_so_far + len(before.fires),
-            owed_until_ms=owed_until_ms,
+            schedule, resume, now_ms, fires_so_far + len(before.fires),
+            owed_until_ms=owed_until_ms if resume <= owed_until_ms else None,
         )  # fmt: skip
         return FirePlan(before.fires + rest.fires, rest.next_ms, before.missed + rest.missed)
     elif owed_until_ms is not None:

@@ -39,16 +39,22 @@ class TickPlan:
 def plan_fire(task: Claimed, now_ms: int, lease_ms: int = 0) -> FirePlan:
     """The misfire policy's plan for a claimed task; none for a task claimed before its
     grid time (woken to start a fire waiting behind one that ended: ``overlap.lua``).
-    Times owed after a takeover (``owed_until_ms``) start at most one claim lease
-    (``lease_ms``) before it ends: the dead poller claimed and committed until then."""
+
+    Times owed after a takeover (``owed_until_ms``: the old lease's end plus a lease, at
+    most) start, for a task created after it, two claim leases (``lease_ms``) before that
+    end: the old poller renewed its lease then at the latest, claiming, and a claim
+    applies the policy to the times it finds missed. A task created earlier is owed
+    every time from its due one (the dead claim may be one made long before)."""
     if task.due_ms > now_ms:
         return FirePlan((), task.due_ms)
     s = task.schedule
     slack = s.slack_ms(task.task_id) if s.spread_s or s.jitter_s else 0
-    owed = task.owed_until_ms
+    owed, owed_from = task.owed_until_ms, None
+    if owed is not None and lease_ms and task.created_ms > owed - 2 * lease_ms:
+        owed_from = owed - 2 * lease_ms
     return plan_fires(
         s, task.due_ms, now_ms, task.fires, owed_until_ms=owed, slack_ms=slack,
-        owed_from_ms=None if owed is None or not lease_ms else owed - lease_ms,
+        owed_from_ms=owed_from,
     )  # fmt: skip
 
 
