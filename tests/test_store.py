@@ -467,6 +467,24 @@ async def test_namespace_of_another_layout_is_refused_with_the_way_out(
         await TaskStore(redis_client, namespace).keys()
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("layout", "three"), ("partitions", "16 "), ("partitions", "0"), ("buckets", "1e3"),
+     ("buckets", "99999999")],
+)  # fmt: skip
+async def test_a_meta_field_mended_wrong_by_hand_is_refused_naming_it(
+    redis_client: RedisClient, namespace: str, field: str, value: str
+) -> None:
+    """The meta key's numbers, typed by hand (the layout refusal says how): one that is
+    no whole number in range is a LayoutMismatch naming it, not a ValueError at every
+    call of every node."""
+    meta = f"{namespace}:meta"
+    await redis_client.execute("HSET", meta, "layout", 3, "partitions", 8, "buckets", 64)
+    await redis_client.execute("HSET", meta, field, value)
+    with pytest.raises(LayoutMismatch, match=f"has {field} = '{value}', not a whole number"):
+        await TaskStore(redis_client, namespace).keys()
+
+
 async def test_a_namespace_whose_meta_key_is_lost_is_refused_not_laid_out_again(
     redis_client: RedisClient, namespace: str
 ) -> None:

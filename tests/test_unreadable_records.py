@@ -6,15 +6,19 @@ real Redis; the records are written as such a writer would."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
 from actors.admin.client import ApiError, Client
+from actors.api.signing import sign
+from actors.domain.api_keys import ApiKey
 from actors.store.keys import Keys
-from tests.api_node import ApiNode, cli_environment, recording_api_node, unique, wait_until
+from tests.api_node import ADMIN, ApiNode, cli_environment, recording_api_node, unique, wait_until
 from tests.cli_runner import run_in_process
 
 EVERY_HOUR = {"kind": "interval", "every_s": 3600, "start_ms": 4102444800000}
@@ -187,3 +191,51 @@ def _refusal(read: Callable[[str], object], task_id: str) -> ApiError | None:
     except ApiError as refused:
         return refused
     return None
+
+
+def test_values_another_program_left_in_shared_keys_leave_every_view_answering(
+    api: ApiNode, client: Client, db: redis.Redis, keys: Keys
+) -> None:
+    """A lease end that is no number, a score of minus infinity, an attention count that
+    is no number, a type and an open action named in bytes that are not UTF-8 (the action
+    with an infinite lease end), a retry key of another kind: the partitions view, the queues view
+    and ``/metrics`` answer, and the action resumer does not crash."""
+    owner, schedule, counts = keys.partition_owner(0), keys.schedule(0), keys.attention_counts(0)
+    saved_until = db.hget(owner, "until")
+    ghost = unique("ghost")
+    retry_kind = db.type(keys.retry(1))
+    saved_retry = db.dump(keys.retry(1)) if retry_kind != b"none" else None
+    try:
+        db.hset(owner, "until", "soon")
+        db.zadd(schedule, {ghost: float("-inf")})
+        db.hset(counts, "idle failing", "many")
+        db.sadd(keys.types, b"\xffodd")
+        db.zadd(keys.actions_open, {b"\xffodd": float("-inf")})  # first in line
+        db.delete(keys.retry(1))
+        db.set(keys.retry(1), "not a zset")
+
+        rows = client.partitions()["partitions"]
+        assert rows[0]["lease_until_ms"] is None and rows[0]["next_due_ms"] == "-Infinity"
+        assert any(q["type"] == "\ufffdodd" for q in client.queues()["queues"])
+        signed = sign(ApiKey(ADMIN[0], ADMIN[1].encode()), "GET", "/metrics", b"",
+                      int(time.time() * 1000))  # fmt: skip
+        scraped = httpx.get(api.url + "/metrics", headers=signed, timeout=30)
+        assert scraped.status_code == 200 and "metronome_redis_up 1.0" in scraped.text
+        # An action after it in line is resumed: the resumer went past the odd one.
+        after = unique("after")
+        fine = {"action": "pause", "selector": {"ids": [unique("none")]}}
+        db.hset(keys.action_record(after), mapping={"spec": json.dumps(fine), "state": "applying"})
+        db.zadd(keys.actions_open, {after: 1})
+        wait_until(lambda: client.action_status(after)["done"], 30)
+        crashed = [e for e in api.node.events("actor_crashed") if "action" in e.get("actor", "")]
+        assert not crashed, crashed
+    finally:
+        if saved_until is not None:
+            db.hset(owner, "until", saved_until)
+        db.zrem(schedule, ghost)
+        db.hdel(counts, "idle failing")
+        db.srem(keys.types, b"\xffodd")
+        db.zrem(keys.actions_open, b"\xffodd")
+        db.delete(keys.retry(1))
+        if saved_retry is not None:
+            db.restore(keys.retry(1), 0, saved_retry)

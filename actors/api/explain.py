@@ -13,7 +13,6 @@ are deleted, so the cap is rarely reached.
 from __future__ import annotations
 
 import datetime as dt
-import math
 from typing import Any
 
 from actors.api.ledger_facts import ledger_facts, ledger_sentences
@@ -29,6 +28,7 @@ from actors.store.queue_rows import (
     as_text,
     error_line,
     our_group,
+    score_ms,
     stored_number,
     stream_id_key,
     stream_id_ms,
@@ -85,7 +85,7 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
         raise TaskNotFound(task_id)
     now = await store.now_ms()
     partition = keys.partition_of(task_id)
-    score, state, owner_raw = await store.client.pipeline(
+    score, state, owner_raw = await store.client.reads(
         [
             ("ZSCORE", keys.schedule(partition), task_id),
             ("HGET", keys.states(partition, keys.bucket_of(task_id)), task_id),
@@ -115,7 +115,7 @@ async def explain(store: TaskStore, task_id: str) -> dict[str, Any]:
         "next_run": iso(task.next_run_ms),
         "partition": partition,
         "in_schedule_index": score is not None,
-        "index_score_ms": _score_ms(score),
+        "index_score_ms": score_ms(score) if score is not None else None,
         "partition_owner": owner,
         "claimed_by_poller": claimed,
         "retries": retries,
@@ -150,7 +150,7 @@ async def _retries(store: TaskStore, partition: int, task_id: str) -> list[dict[
         if int(cursor) == 0:
             break
     prefix = keys.retry_context_prefix(partition)
-    contexts = await store.client.pipeline([("HGETALL", prefix + sid) for sid in sids])
+    contexts = await store.client.reads([("HGETALL", prefix + sid) for sid in sids])
     out = []
     for sid, raw in zip(sids, contexts, strict=True):
         f = {as_text(k): as_text(v) for k, v in (raw or {}).items()}
@@ -349,12 +349,3 @@ def _fire_text(fire: dict[str, Any]) -> str:
     if fire["note"]:
         text += f" [{fire['note']}]"
     return text
-
-
-def _score_ms(score: bytes | str | None) -> int | float | None:
-    """The task's score in its partition's schedule index, in ms; a score no script
-    writes (infinite: ``ZADD`` takes ``inf``) as it is, shown by name in the answer."""
-    if score is None:
-        return None
-    value = float(score)
-    return int(value) if math.isfinite(value) else value

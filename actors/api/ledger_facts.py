@@ -12,7 +12,10 @@ from actors.store.tasks import TaskStore
 
 
 def _iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+    except (ValueError, OverflowError, OSError):  # beyond what a date can say (a due_ms
+        return str(ms)  # another producer's message carried, up to 2^53)
 
 
 async def ledger_facts(store: TaskStore, task_id: str, shown: int) -> dict[str, Any]:

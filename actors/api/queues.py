@@ -89,7 +89,8 @@ class Queues:
         total = sum(int(c) for c in cards if isinstance(c, int))
         if total > RETRY_COUNT_CAP:
             return None, total
-        busy = [p for p in range(keys.partitions) if cards[p]]
+        # a retry key of another kind (its ZCARD an error in place) counts none
+        busy = [p for p in range(keys.partitions) if isinstance(cards[p], int) and cards[p]]
         members = await self.client.pipeline([("ZRANGE", keys.retry(p), 0, -1) for p in busy])
         kinds = await self.client.pipeline(
             [
@@ -101,7 +102,8 @@ class Queues:
         by_type: dict[str, int] = {}
         for kind in kinds:
             if isinstance(kind, bytes):
-                by_type[kind.decode()] = by_type.get(kind.decode(), 0) + 1
+                name = as_text(kind)
+                by_type[name] = by_type.get(name, 0) + 1
         return by_type, total
 
     # -- dead letters ---------------------------------------------------------------------

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.store.queue_rows import as_text, score_ms, stored_number
 from actors.store.tasks import TaskStore
 
 
 def partition_owner(poller: bytes | None, until: bytes | None, now_ms: int) -> dict[str, Any]:
-    """A partition's owner from its owner hash's ``poller`` and ``until`` fields."""
-    lease_until = int(until) if poller and until else None
+    """A partition's owner from its owner hash's ``poller`` and ``until`` fields (a lease
+    end that is not a whole number, another program's, read as none)."""
+    lease_until = stored_number(as_text(until)) if poller and until else None
     return {
-        "poller": poller.decode() if poller else None,
+        "poller": poller.decode(errors="replace") if poller else None,
         "lease_until_ms": lease_until,
         "live": lease_until is not None and lease_until > now_ms,
     }
@@ -37,8 +39,8 @@ async def read_partitions(store: TaskStore) -> dict[str, Any]:
             ("ZCOUNT", keys.schedule(p), "-inf", now),
             ("ZRANGE", keys.schedule(p), 0, 0, "WITHSCORES"),
         ]
-    replies = await store.client.pipeline(calls)
-    pollers = sorted(m.decode() for m in replies[0])
+    replies = await store.client.reads(calls)  # a key of another kind: redis_rejected
+    pollers = sorted(m.decode(errors="replace") for m in replies[0])
     rows = []
     for p in range(keys.partitions):
         (poller, until, inflight), due, first = replies[1 + 3 * p : 4 + 3 * p]
@@ -48,7 +50,7 @@ async def read_partitions(store: TaskStore) -> dict[str, Any]:
                 **partition_owner(poller, until, now),
                 "claims_in_flight": len((inflight or b"").split()),
                 "due_now": int(due),
-                "next_due_ms": int(float(first[0][1])) if first else None,
+                "next_due_ms": score_ms(first[0][1]) if first else None,
             }
         )
     return {"now_ms": now, "pollers": pollers, "partitions": rows}

@@ -25,6 +25,9 @@ from actors.store.ledger import attention_counts
 from actors.store.queue_rows import queue_row
 from actors.store.tasks import TaskStore
 from runtime.errors import RedisUnavailable
+from runtime.logging import get_logger
+from runtime.redis_io import ResponseError
+from runtime.redis_replies import reply_text
 
 
 @attrs.frozen
@@ -72,6 +75,13 @@ class RedisGauges:
                 self.reading = await self._read()
             except RedisUnavailable:
                 self.reading = Reading(time.monotonic(), up=False)
+            except ResponseError as exc:  # a key of another kind: the scrape still answers
+                get_logger(actor="node/metrics").warning(
+                    "gauges_unreadable", error=reply_text(exc),
+                    fix="a key in the namespace holds another kind of value; remove or mend it",
+                )  # fmt: skip
+                if self.reading is None:
+                    self.reading = Reading(time.monotonic(), up=False)
             return self.reading
 
     async def _read(self) -> Reading:

@@ -15,6 +15,7 @@ are kept ``RETENTION_MS``.
 from __future__ import annotations
 
 import json
+import math
 import typing
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -238,7 +239,11 @@ async def open_actions(store: TaskStore, limit: int = 100) -> list[tuple[str, st
     """Actions not done: (action_id, holder, lease end ms), earliest lease end first."""
     keys = await store.keys()
     members = await store.client.execute("ZRANGE", keys.actions_open, 0, limit - 1, "WITHSCORES")
-    found = [(m.decode(), int(float(s))) for m, s in members]
+    # a lease end no script writes (another program's inf) counts as run out
+    found = [
+        (m.decode(errors="replace"), int(float(s)) if math.isfinite(float(s)) else 0)
+        for m, s in members
+    ]
     if not found:
         return []
     holders = await store.client.pipeline(

@@ -53,6 +53,7 @@ from actors.store.manual_fires import (
     check_overlap,
     fire_under,
 )
+from actors.store.queue_rows import stored_number
 from actors.store.scripts import ENQUEUE_CHUNK
 from runtime.config import check_name
 from runtime.logging import emit_events
@@ -336,13 +337,18 @@ async def count_backfilled(store: TaskStore, task: Task, due_times: Sequence[int
 BORN = "born"
 
 
+def _born(raw: bytes) -> int | None:
+    """A marker's ``born`` field; None (an earlier task's, then) for one no script wrote."""
+    return stored_number(raw.decode(errors="replace"))
+
+
 async def _forget_an_earlier_task(store: TaskStore, task: Task) -> None:
     """Delete the task's marker if it was written for an earlier task of the same id
     (deleted since; the marker lives in the stream's slot, which the delete cannot reach)."""
     keys = await store.keys()
     marker = keys.backfilled(task.type, task.task_id)
     born = await store.client.execute("HGET", marker, BORN)
-    if born is not None and int(born) != task.created_ms:
+    if born is not None and _born(born) != task.created_ms:
         await store.client.execute("DEL", marker)
 
 
@@ -353,12 +359,12 @@ async def _backfilled(store: TaskStore, task: Task, due_times: Sequence[int]) ->
         return set()
     keys = await store.keys()
     marker = keys.backfilled(task.type, task.task_id)
-    replies = await store.client.pipeline(
+    replies = await store.client.reads(
         [("HGET", marker, BORN)]
         + [("HMGET", marker, *due_times[i : i + CHUNK]) for i in range(0, len(due_times), CHUNK)]
     )
     born, replies = replies[0], replies[1:]
-    if born is not None and int(born) != task.created_ms:
+    if born is not None and _born(born) != task.created_ms:
         return set()
     marked = [value is not None for reply in replies for value in reply]
     return {d for d, m in zip(due_times, marked, strict=True) if m}

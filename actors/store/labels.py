@@ -109,14 +109,14 @@ async def index_members(
     members: list[tuple[str, int]] = []
     scans = [(bucket, 0) for bucket in buckets]
     while scans:
-        replies = await client.pipeline(
+        replies = await client.reads(  # a key of another kind: raised (redis_rejected)
             [("HSCAN", key_of(bucket), scan, "COUNT", 1000) for bucket, scan in scans]
         )
         following = []
         for (bucket, _), (scan, fields) in zip(scans, replies, strict=True):
             # redis-py answers HSCAN with a dict (field -> value)
             names = fields if isinstance(fields, dict) else fields[::2]
-            members += [(task_id.decode(), bucket) for task_id in names]
+            members += [(task_id.decode(errors="replace"), bucket) for task_id in names]
             if int(scan):
                 following.append((bucket, int(scan)))
         scans = following

@@ -172,8 +172,11 @@ async def attention_counts(store: TaskStore) -> dict[tuple[str, str], int]:
             continue
         for field, count in reply.items():
             task_type, _, reason = field.decode(errors="replace").partition(" ")
-            if reason in REASONS:
-                out[(task_type, reason)] += int(count)
+            text = count.decode(errors="replace")
+            digits = text[1:] if text.startswith("-") else text
+            # a count that is no whole number (another program's) is left out
+            if reason in REASONS and digits.isascii() and digits.isdigit() and len(text) < 17:
+                out[(task_type, reason)] += int(text)
     return dict(out)
 
 

@@ -4,6 +4,7 @@ with numbers that hold even when Redis's own counters are stale."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from actors.store.keys import CONSUMER_GONE_MS, GROUP
@@ -125,3 +126,10 @@ def live_consumers(consumers: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if pending or idle < CONSUMER_GONE_MS:
             out.append({"name": as_text(c["name"]), "pending": pending, "idle_ms": idle})
     return out
+
+
+def score_ms(score: bytes | str | float) -> int | float:
+    """A sorted set's score as ms: a whole number, or, a score no script writes (``ZADD``
+    takes ``inf``), as it is (an answer shows it by name)."""
+    value = float(score)
+    return int(value) if math.isfinite(value) else value

@@ -228,7 +228,9 @@ def status_index(state: bytes) -> int | None:
 def claim_of(state: bytes) -> str | None:
     """The token of the poller holding the task's due fire, if any (explain shows it)."""
     claim = unpack(state, STATE_VALUES)[STATE_CLAIM]
-    return None if claim is None else claim.decode()
+    if claim is None:
+        return None
+    return claim.decode(errors="replace") if isinstance(claim, bytes) else str(claim)
 
 
 def decode_task(

@@ -34,6 +34,7 @@ from actors.store.keys import (
     COMPACT_MESSAGES,
     DEFAULT_BUCKETS,
     LAYOUT_VERSION,
+    MAX_BUCKETS,
     MIGRATES_FROM,
     Keys,
 )
@@ -103,6 +104,7 @@ class TaskStore:
             # (it has no buckets field until ``metronome migrate`` gives it one).
             created = await self.client.execute("HSETNX", meta, "layout", LAYOUT_VERSION)
             layout = await self.client.execute("HGET", meta, "layout")
+            _meta_number(self.namespace, meta, "layout", layout)
             if layout is None or int(layout) != LAYOUT_VERSION:
                 hint = (
                     "run `metronome migrate` (with every node stopped) to convert it"
@@ -133,6 +135,8 @@ class TaskStore:
                     f"message form number (this Metronome writes form {COMPACT_MESSAGES}; "
                     "`metronome migrate` sets it)"
                 )
+            _meta_number(self.namespace, meta, "partitions", partitions, 1, 1024)
+            _meta_number(self.namespace, meta, "buckets", buckets, 1, MAX_BUCKETS)
             self._keys = Keys(
                 self.namespace, int(partitions), int(buckets),
                 compact_messages=messages is not None and int(messages) >= COMPACT_MESSAGES,
@@ -348,7 +352,8 @@ class TaskStore:
 
     async def types(self) -> list[str]:
         keys = await self.keys()
-        return sorted(m.decode() for m in await self.client.execute("SMEMBERS", keys.types))
+        members = await self.client.execute("SMEMBERS", keys.types)
+        return sorted(m.decode(errors="replace") for m in members)
 
     # -- change ---------------------------------------------------------------------------
 
@@ -483,3 +488,19 @@ class TaskStore:
         deleted = await type_scans.delete_type(self, task_type)
         emit_events(STORE_ACTOR, [("cleared", {"type": task_type, "count": deleted})])
         return deleted
+
+
+def _meta_number(
+    namespace: str, meta: str, field: str, raw: bytes | None, least: int = 0,
+    most: int = 2**31,
+) -> None:  # fmt: skip
+    """LayoutMismatch naming the meta field when it holds no whole number in
+    ``least..most`` (a hand edit gone wrong): every node and API call would fail on it."""
+    if raw is None:
+        return
+    text = raw.decode(errors="replace")
+    if not (text.isascii() and text.isdigit() and len(text) < 11 and least <= int(text) <= most):
+        raise LayoutMismatch(
+            f"namespace {namespace!r}: {meta} has {field} = {text!r}, not a whole number "
+            f"within {least}..{most}: mend it (`HSET {meta} {field} <n>`) or restore it"
+        )
