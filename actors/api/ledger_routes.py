@@ -44,16 +44,13 @@ async def attention(call: Call) -> Response:
     reason = query.get("reason")
     if reason is not None and reason not in REASONS:
         raise invalid(f"reason: must be one of {', '.join(REASONS)}, got {reason!r}")
-    try:
-        entries, cursor = await attention_page(
-            call.store,
-            task_type=task_type,
-            reason=reason,
-            limit=bodies.limit_param(query, 100),
-            cursor=query.get("cursor"),
-        )
-    except ValueError as exc:
-        raise invalid(str(exc)) from None
+    entries, cursor = await attention_page(  # a cursor it did not give: InvalidTask, 422
+        call.store,
+        task_type=task_type,
+        reason=reason,
+        limit=bodies.limit_param(query, 100),
+        cursor=query.get("cursor"),
+    )
     return ok({"items": [e.to_dict() for e in entries], "cursor": cursor})
 
 

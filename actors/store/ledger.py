@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from actors.domain.errors import TaskNotFound
+from actors.domain.errors import InvalidTask, TaskNotFound
 from actors.store import lua
 from actors.store.codes import Code
 from actors.store.history import Occurrence, decode_ring
@@ -134,7 +134,7 @@ def _parse_cursor(cursor: str | None, partitions: int) -> tuple[int, int]:
         and int(head) < partitions
         and int(scan) < 2**64
     ):  # a SCAN cursor: Redis refuses a larger one
-        raise ValueError(f"cursor: not one this list gave ({cursor!r})")
+        raise InvalidTask(f"cursor: not one this list gave ({cursor!r})")
     return int(head), int(scan)
 
 
