@@ -49,6 +49,13 @@ async def _pending_ids(store: TaskStore, task_type: str) -> set[str]:
     return {e[0].decode() for e in entries}
 
 
+async def _fewest_runs(store: TaskStore, task_ids: list[str]) -> int:
+    """The fewest runs any of these tasks has recorded."""
+    tasks = await store.get_many(task_ids)
+    assert all(t is not None for t in tasks)
+    return min(t.runs for t in tasks if t is not None)
+
+
 async def _each_ran_once_and_in_order(
     client: RedisClient, keys: Keys, record: Path, log_lines: LogLines, task_ids: list[str]
 ) -> None:
@@ -88,13 +95,8 @@ async def test_a_partition_whose_outcomes_are_rejected_holds_back_its_own_fires_
     for p in (first, second):
         await redis_client.execute("SET", keys.history(p), "not a hash")
 
-    async def runs(task_id: str) -> int:
-        task = await store.get(task_id)
-        assert task is not None
-        return task.runs
-
     async def others_completing() -> bool:
-        return min([await runs(t) for t in others]) >= 6
+        return await _fewest_runs(store, others) >= 6
 
     async def pending_in(partition: int) -> int:
         pending = await _pending_ids(store, "work")
@@ -127,7 +129,7 @@ async def test_a_partition_whose_outcomes_are_rejected_holds_back_its_own_fires_
         async def settled() -> bool:
             return (
                 not await _pending_ids(store, "work")
-                and min([await runs(t) for t in by_partition[first]]) >= 3
+                and await _fewest_runs(store, by_partition[first]) >= 3
             )
 
         await wait_until(settled)
@@ -334,13 +336,8 @@ async def test_a_dead_letter_stream_redis_rejects_holds_back_the_dead_fires_part
     assert others
     await redis_client.execute("SET", keys.dlq("work"), "not a stream")
 
-    async def runs(task_id: str) -> int:
-        task = await store.get(task_id)
-        assert task is not None
-        return task.runs
-
     async def others_completing() -> bool:
-        return min([await runs(t) for t in others]) >= 6
+        return await _fewest_runs(store, others) >= 6
 
     async with running_node(config):
         await wait_until(others_completing)
