@@ -186,20 +186,51 @@ async def test_a_backfilled_time_runs_again_with_the_consumers_dedupe_window_on(
     first run's marker removed with the append), and once."""
     section = ConsumerSection("tests.handlers.jobs:noop", dedupe_window_s=600)
     start = await store.now_ms() + 500
-    await make(store, "again", Schedule("interval", every_s=0.5, start_ms=start), "work")
+    every = Schedule("interval", every_s=0.5, start_ms=start, misfire="fire_all")  # no gaps
+    await make(store, "again", every, "work")
 
     def ran() -> list[int]:
         return [r["due_ms"] for r in records(record) if r["task_id"] == "again"]
 
+    async def all_appended_ran() -> bool:
+        task = await store.get("again")
+        return task is not None and len(ran()) == task.fires
+
     async with running_node(node_config(redis_url, namespace, tmp_path, {"work": section})):
         await wait_until(lambda: _true(len(ran()) >= 2))
         await store.pause("again")
+        await wait_until(all_appended_ran)  # none appended before the pause still to run
         dues = sorted(set(ran()))
         done = await store.backfill("again", dues[0], dues[-1] + 1)
         assert done.fires == tuple(dues) and done.enqueued == len(dues)
         await wait_until(lambda: _true(sorted(ran()) == sorted(dues * 2)))
         await trio.sleep(0.5)  # nothing more: each backfilled time once
     assert sorted(ran()) == sorted(dues * 2)
+
+
+async def test_a_held_backfilled_time_runs_again_with_the_consumers_dedupe_window_on(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path
+) -> None:
+    """The same, for a time the task's overlap policy holds back behind its fire in
+    flight: appended by its poller later, it runs then (its first run's marker removed
+    when the backfill held it)."""
+    section = ConsumerSection("tests.handlers.jobs:sleepy", dedupe_window_s=600)
+    start = await store.now_ms() + 500
+    schedule = Schedule("interval", every_s=1, start_ms=start, overlap="buffer_one")
+    await make(store, "held", schedule, "work")
+    await store.update("held", payload={"sleep_s": 1.5})
+
+    def ran() -> list[int]:
+        return [
+            r["due_ms"] for r in records(record) if r["task_id"] == "held" and r["event"] == "ran"
+        ]
+
+    async with running_node(node_config(redis_url, namespace, tmp_path, {"work": section})):
+        await wait_until(lambda: _true(len(ran()) >= 1))
+        first = ran()[0]
+        done = await store.backfill("held", first, first + 1)
+        assert (done.fires, done.enqueued, done.held_back) == ((first,), 0, 1)
+        await wait_until(lambda: _true(ran().count(first) == 2))
 
 
 async def _true(value: bool) -> bool:

@@ -321,21 +321,28 @@ async def test_a_task_written_after_a_takeover_is_not_owed_its_past(
     assert task is not None and task.next_run_ms is not None and task.next_run_ms > now
 
 
+@pytest.mark.parametrize("write", ["created", "updated"])
 async def test_a_task_written_while_its_partition_had_no_poller_is_owed_a_lease_at_most(
-    one_partition: TaskStore,
+    one_partition: TaskStore, write: str
 ) -> None:
-    """A task created after its partition's poller died, before another took over, starting
-    a minute in the past under ``skip``: the takeover owes the grid times of two claim
-    leases before its owed end at most (the dead poller was claiming until then); the
-    minute before that is under its policy (skipped), not fired up to ``misfire_cap``
-    times."""
+    """A task created (or given a new schedule) after its partition's poller died, before
+    another took over, starting a minute in the past under ``skip``: the takeover owes
+    the grid times of two claim leases before its owed end at most (the dead poller was
+    claiming until then); the minute before that is under its policy (skipped), not
+    fired up to ``misfire_cap`` times."""
     store = one_partition
     now = await store.now_ms()
     await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=now), task_id="x"))
+    if write == "updated":  # far from due until its new schedule
+        later = Schedule("interval", every_s=3600, start_ms=now + 3_600_000)
+        await store.create(TaskSpec("late", later, task_id="late"))
     await claim(store, "dead", lease_ms=1000)
     await trio.sleep(1.1)  # the lease expires: no live poller now
     past = Schedule("interval", every_s=0.5, start_ms=now - 60_000, misfire="skip")
-    await store.create(TaskSpec("late", past, task_id="late"))
+    if write == "updated":
+        await store.update("late", schedule=past)
+    else:
+        await store.create(TaskSpec("late", past, task_id="late"))
     keys = await store.keys()
     lease_ms = 2000
     poller = Poller(store, PollerSettings(claim_lease_ms=lease_ms))

@@ -53,7 +53,7 @@ async def note_facts(store: TaskStore, task_id: str) -> dict[str, Any]:
     ``{unreadable}``; ``parked_ms`` as ``parked_on`` says."""
     keys = await store.keys()
     partition = keys.partition_of(task_id)
-    note, not_run, flight, mark = await store.client.reads(
+    note, not_run, flight, mark = await store.client.pipeline(
         [
             ("HGET", keys.notes(partition), task_id),
             ("HGET", keys.not_run(partition), task_id),
@@ -61,6 +61,9 @@ async def note_facts(store: TaskStore, task_id: str) -> dict[str, Any]:
             ("HGET", keys.parked(partition), task_id),
         ]
     )
+    rejected = next((r for r in (note, not_run, flight) if isinstance(r, Exception)), None)
+    if rejected is not None:  # a key of another kind: redis_rejected (the park mark's
+        raise rejected  # alone reads as no mark, as ``parked_on`` reads it)
     record = decode_not_run(not_run) if not_run is not None else None
     return {
         "flight": flight_facts(flight),

@@ -80,8 +80,10 @@ class RedisGauges:
                     "gauges_unreadable", error=reply_text(exc),
                     fix="a key in the namespace holds another kind of value; remove or mend it",
                 )  # fmt: skip
-                if self.reading is None:
-                    self.reading = Reading(time.monotonic(), up=False)
+                # Redis answered: up, with the last reading's figures (none at first), not
+                # read again until the cache runs out
+                kept = self.reading if self.reading is not None and self.reading.up else None
+                self.reading = attrs.evolve(kept or Reading(0.0, up=True), at=time.monotonic())
             return self.reading
 
     async def _read(self) -> Reading:

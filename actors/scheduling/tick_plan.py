@@ -41,16 +41,17 @@ def plan_fire(task: Claimed, now_ms: int, lease_ms: int = 0) -> FirePlan:
     grid time (woken to start a fire waiting behind one that ended: ``overlap.lua``).
 
     Times owed after a takeover (``owed_until_ms``: the old lease's end plus a lease, at
-    most) start, for a task created after it, two claim leases (``lease_ms``) before that
-    end: the old poller renewed its lease then at the latest, claiming, and a claim
-    applies the policy to the times it finds missed. A task created earlier is owed
-    every time from its due one (the dead claim may be one made long before)."""
+    most) start, for a task written (created, or its schedule changed) after it, two
+    claim leases (``lease_ms``) before that end: the old poller renewed its lease then at
+    the latest, claiming, and a claim applies the policy to the times it finds missed. A
+    task written earlier is owed every time from its due one (the dead claim may be one
+    made long before)."""
     if task.due_ms > now_ms:
         return FirePlan((), task.due_ms)
     s = task.schedule
     slack = s.slack_ms(task.task_id) if s.spread_s or s.jitter_s else 0
     owed, owed_from = task.owed_until_ms, None
-    if owed is not None and lease_ms and task.created_ms > owed - 2 * lease_ms:
+    if owed is not None and lease_ms and task.updated_ms > owed - 2 * lease_ms:
         owed_from = owed - 2 * lease_ms
     return plan_fires(
         s, task.due_ms, now_ms, task.fires, owed_until_ms=owed, slack_ms=slack,

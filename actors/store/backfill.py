@@ -42,7 +42,7 @@ from actors.domain.model import Task, encode_payload
 from actors.domain.schedules import MAX_MS, Overlap
 from actors.store.flights import parse_policy, task_policy_code, with_origin
 from actors.store.history import decode_ring
-from actors.store.keys import schedule_id
+from actors.store.keys import SEEN_ATTEMPTS, schedule_id
 from actors.store.labels import say_unreadable
 from actors.store.manual_fires import (
     APPENDED,
@@ -375,11 +375,19 @@ async def _mark(store: TaskStore, task: Task, due_times: Sequence[int]) -> None:
     they start when the fire in flight ends, or were decided not to run, and a repeat
     must not decide them again (it could start a time skipped, or under cancel_other
     cancel the one that waited and has started since).
-    A time marked appended already (a racing backfill's) keeps its mark (HSETNX)."""
+    A time marked appended already (a racing backfill's) keeps its mark (HSETNX).
+    The consumers' dedupe markers of their earlier runs go, as ``backfill.lua`` removes
+    those of the times it appends: a held time, appended by its poller later, is no
+    duplicate of its first run (the keys share the stream's slot)."""
     keys = await store.keys()
     marker = keys.backfilled(task.type, task.task_id)
+    seen = keys.seen_prefix(task.type)
     calls: list[tuple[Any, ...]] = [("HSET", marker, BORN, task.created_ms)]
     calls += [("HSETNX", marker, d, HELD_MARK) for d in due_times]
+    calls += [
+        ("UNLINK", *[f"{seen}{task.task_id}:{d}:{a}" for a in range(SEEN_ATTEMPTS)])
+        for d in due_times
+    ]
     await store.client.pipeline([*calls, ("PEXPIRE", marker, RETENTION_MS)])
 
 

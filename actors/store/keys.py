@@ -68,6 +68,12 @@ COMPACT_MESSAGES = 2
 #: Buckets per partition of a new namespace (``[scheduler] buckets``), and the most allowed.
 DEFAULT_BUCKETS = 1024
 MAX_BUCKETS = 65536
+#: Attempts of a backfilled time whose consumers' dedupe markers (``seen_prefix``,
+#: ``[consumers.<type>] dedupe_window_s``) a backfill removes: a run of the time within
+#: the window, retried up to this many times, does not make its backfilled copy a
+#: duplicate. Past it (a type with ``max_attempts`` above it, retried within the window),
+#: the copy's later attempts may be.
+SEEN_ATTEMPTS = 16
 
 #: The modulus of ``bucket_hash``: a prime below 2**32, so every step of the hash is exact
 #: in a Lua number (a double) as in Python.

@@ -13,7 +13,7 @@ from actors.store.flights import (
     FlightScripts,
     ended_flights,
 )
-from actors.store.keys import GROUP
+from actors.store.keys import GROUP, SEEN_ATTEMPTS
 
 #: How long a task's last trigger time is kept: far longer than two API nodes' clocks
 #: differ, or than a burst of triggers in one millisecond moves it ahead of the clock.
@@ -73,7 +73,7 @@ class OperatorScripts(FlightScripts):
         k = self.keys
         args = [now_ms, task_type, task_id, payload, retention_ms,
                 flag(k.compact_messages), policy, created_ms, k.seen_prefix(task_type),
-                *due_times]  # fmt: skip
+                SEEN_ATTEMPTS, *due_times]  # fmt: skip
         (flags,) = await self._run(
             [(lua.BACKFILL, [k.queue(task_type), k.backfilled(task_type, task_id)], args)]
         )

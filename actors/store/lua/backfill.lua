@@ -9,10 +9,11 @@
 -- ARGV[8]  the task's created_ms, kept in the marker's field 'born' (the caller deletes a
 --          marker an earlier task of the same id left)
 -- ARGV[9]  the consumers' seen-key prefix ({ns:q:<type>}:seen:, the stream's slot)
--- ARGV[10..] due times (grid ms)
+-- ARGV[10] how many attempts' dedupe markers to remove (keys.SEEN_ATTEMPTS)
+-- ARGV[11..] due times (grid ms)
 -- Returns one flag per due time: 1 appended, 0 already appended by an earlier backfill.
 -- A time appended has the consumers' dedupe markers of its earlier runs removed
--- (begin_runs.lua: schedule_id:attempt, its first 16 attempts), as a replay's
+-- (begin_runs.lua: schedule_id:attempt, its first ARGV[10] attempts), as a replay's
 -- are: with [consumers.<type>] dedupe_window_s on, the backfilled copy of a time that
 -- started within the window would otherwise be dropped as a duplicate, never run.
 --
@@ -23,9 +24,9 @@
 local stream, marker = KEYS[1], KEYS[2]
 local enq, typ, id, payload = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local compact, policy, seen = ARGV[6] == FLAG_ON, ARGV[7], ARGV[9]
-local attempts = 16  -- the earlier runs' markers removed (the header)
+local attempts = tonumber(ARGV[10])
 local out = {}
-for i = 10, #ARGV do
+for i = 11, #ARGV do
   local due = ARGV[i]
   out[#out + 1] = append_once(stream, marker, due, id, payload, due, compact, typ, enq, policy)
   if out[#out] == 1 then
@@ -34,7 +35,7 @@ for i = 10, #ARGV do
     redis.call('UNLINK', unpack(marks))
   end
 end
-if #ARGV >= 10 then
+if #ARGV >= 11 then
   redis.call('HSET', marker, 'born', ARGV[8])
   redis.call('PEXPIRE', marker, ARGV[5])
 end
