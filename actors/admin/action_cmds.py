@@ -68,6 +68,7 @@ def add_selector_flags(parser: argparse.ArgumentParser, *, dry_run: bool = True)
     if dry_run:
         flag("--dry-run", action="store_true", dest="dry_run",
              help="with --selector: count the matching tasks, change nothing")  # fmt: skip
+        parser.set_defaults(dry_run_is_a_selector_flag=True)
     flag("--yes", action="store_true", help="with --selector: apply it")
     flag("--action-id", dest="action_id",
          help="with --selector: your id for the action (a repeat continues it)")  # fmt: skip
@@ -78,6 +79,16 @@ def selected(args: argparse.Namespace) -> bool:
     if args.selector is None:
         if args.task_id is None:
             raise UsageError(f"tasks {args.action}: give a task id or --selector")
+        # Ignored, a --dry-run would let the change through: refused, so nothing is done.
+        given = [name for name, on in (
+            ("--dry-run", args.dry_run and getattr(args, "dry_run_is_a_selector_flag", False)),
+            ("--yes", args.yes), ("--all", args.all_tasks), ("--action-id", args.action_id),
+        ) if on]  # fmt: skip
+        if given:
+            raise UsageError(
+                f"tasks {args.action}: {', '.join(given)}: only with --selector, not with a "
+                "task id (nothing was changed)"
+            )
         return False
     if args.task_id is not None:
         raise UsageError(f"tasks {args.action}: give a task id or --selector, not both")
