@@ -264,6 +264,25 @@ def _raw_post(api: ApiNode, client: Client, path: str, raw: bytes) -> httpx.Resp
     return httpx.post(api.url + path, content=raw, headers=headers)
 
 
+def test_a_body_giving_a_key_twice_is_refused_and_changes_nothing(
+    api: ApiNode, client: Client
+) -> None:
+    """JSON parsers keep a repeated key's last value: an action whose selector gave its
+    labels twice, the second empty, would have paused every task of the type."""
+    tag = unique("twice")
+    ids = [f"{tag}-{n}" for n in range(2)]
+    for task_id, tenant in zip(ids, ("acme", tag), strict=True):
+        client.create_task("idle", EVERY_HOUR, None, task_id, labels={"tenant": tenant})
+    raw = (
+        b'{"action": "pause", "selector": {"type": "idle", "labels": {"tenant": "%s"},'
+        b' "labels": {}}}' % tag.encode()
+    )
+    refused = _raw_post(api, client, "/v1/tasks/actions", raw)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["code"] == "bad_json" and "'labels' is given twice" in refused.text
+    assert {client.get_task(t)["status"] for t in ids} == {"active"}
+
+
 def test_bulk_create_is_all_or_nothing_on_invalid_input_and_reports_each_task(
     client: Client, db: redis.Redis, keys: Keys
 ) -> None:

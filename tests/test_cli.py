@@ -300,6 +300,8 @@ def test_bad_input_is_one_line_and_a_documented_exit_status(api: ApiNode, tmp_pa
         (["tasks", "add", "--type", "work", "--every", "60", "--payload", "@/no/such"], 2,
          "--payload"),
         (["tasks", "add", "--file", str(jsonl)], 2, "line 2 column"),
+        (["tasks", "add", "--type", "work", "--every", "60", "--payload", '{"a": 1, "a": 2}'], 2,
+         "--payload", "'a' is given twice"),
         (["tasks", "add", "--file", str(duplicate)], 5, "tasks[1].task_id"),
         (["tasks", "add", "--file", str(internal)], 5, "'_payload_json'", "did you mean 'payload'"),
         (["tasks", "add", "--file", str(words)], 5, "tasks[0].schedule: must be an object"),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import math
 import sys
 import typing
@@ -13,6 +12,7 @@ from typing import Any
 
 from actors.domain.errors import InvalidTask
 from actors.domain.labels import parse_label_filters
+from actors.domain.model import decode_json
 from actors.domain.schedules import Misfire, Overlap
 from actors.store.history import FATE_NAMES
 from actors.store.records import OUTCOME_NAMES
@@ -86,7 +86,7 @@ def tasks_from(text: str, source: str) -> list[Any]:
     """Tasks from a JSON list, or JSON lines (errors name the line of the file)."""
     if text.lstrip().startswith("["):
         try:
-            tasks = json.loads(text)
+            tasks = decode_json(text)
         except ValueError as exc:
             raise UsageError(f"{source}: not a JSON list: {exc}") from None
         if not isinstance(tasks, list):
@@ -97,7 +97,7 @@ def tasks_from(text: str, source: str) -> list[Any]:
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
+            out.append(decode_json(line))
         except ValueError as exc:
             message = getattr(exc, "msg", str(exc))
             column = getattr(exc, "colno", None)
@@ -230,6 +230,6 @@ def payload_from(text: str | None) -> Any:
     if text.startswith("@"):
         text = read_text(text[1:], "--payload")
     try:
-        return json.loads(text)
+        return decode_json(text)
     except ValueError as exc:
         raise UsageError(f"--payload: not JSON: {exc}") from None

@@ -16,7 +16,7 @@ import attrs
 import cattrs
 
 from actors.api.problems import Problem, invalid
-from actors.domain.model import MAX_TASK_ID, converter
+from actors.domain.model import MAX_TASK_ID, RepeatedKey, converter, decode_json
 from actors.domain.schedules import Overlap
 from runtime.config import check_name, describe
 
@@ -77,7 +77,7 @@ def json_body(body: bytes, *, required: bool = True) -> Any:
             raise Problem(400, "bad_json", "the request needs a JSON body")
         return None
     try:
-        data = json.loads(body, parse_constant=_not_json)
+        data = decode_json(body, parse_constant=_not_json)
         # A \ud800 escape decodes to a lone surrogate, text UTF-8 cannot carry: refused
         # here, before anything is written (it would fail the write, or every reader).
         json.dumps(data, ensure_ascii=False).encode()
@@ -85,6 +85,8 @@ def json_body(body: bytes, *, required: bool = True) -> Any:
         raise Problem(
             400, "bad_json", "the body holds a lone surrogate escape (\\ud800-\\udfff alone)"
         ) from None
+    except RepeatedKey as exc:  # JSON parsers keep the last: which was meant is not known
+        raise Problem(400, "bad_json", f"the body is ambiguous: {exc}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise Problem(400, "bad_json", f"the body is not valid JSON: {exc}") from None
     except RecursionError:

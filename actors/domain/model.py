@@ -77,6 +77,27 @@ def encode_json(value: Any) -> str:
     )
 
 
+class RepeatedKey(ValueError):
+    """A JSON object that gives one key twice: JSON parsers keep the last, silently, so
+    ``{"labels": {"tenant": "acme"}, "labels": {}}`` would select every task."""
+
+
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):  # rare: found again, to name it
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise RepeatedKey(f"key {key!r} is given twice in one object")
+            seen.add(key)
+    return out
+
+
+def decode_json(text: str | bytes, **options: Any) -> Any:
+    """``json.loads`` that refuses an object giving a key twice (``RepeatedKey``)."""
+    return json.loads(text, object_pairs_hook=_no_repeated_keys, **options)
+
+
 def check_payload_depth(payload: Any) -> None:
     """InvalidTask for a payload a client sends nested deeper than ``MAX_PAYLOAD_DEPTH``
     (checked where payloads arrive, not where stored ones are sent: one an earlier version
