@@ -205,6 +205,11 @@ class RedisSection:
     tls_key_file: str | None = None
 
     def __attrs_post_init__(self) -> None:
+        tls = [k for k in ("tls_ca_file", "tls_cert_file", "tls_key_file") if getattr(self, k)]
+        if tls and not self.url.startswith(("rediss://", "rediss+sentinel://")):
+            raise ValueError(  # taken as TLS on, the connection would go in plain text
+                f"{tls[0]}: TLS files go with a rediss:// URL, and url is {self.url!r}"
+            )
         if self.password_env is None:
             return
         if self.password is not None:

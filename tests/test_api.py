@@ -636,8 +636,11 @@ def test_dead_letters_list_show_replay_and_purge(
     first = dead[ids[0]]
     assert "never going to work" in client.dead_letter("doomed", first["entry_id"])["error"]
 
-    replayed = client.replay("doomed", [first["entry_id"], "1-1"])
-    assert (replayed["replayed"], replayed["missing"]) == (1, 1)
+    # The same entry named twice (the second with a leading zero) is replayed once, and
+    # said replayed, not missing.
+    again = "0" + first["entry_id"]
+    replayed = client.replay("doomed", [first["entry_id"], "1-1", again])
+    assert (replayed["replayed"], replayed["missing"]) == (1, 1), replayed
     assert not db.xrange(keys.dlq("doomed"), first["entry_id"], first["entry_id"])
     # It ran again (and, hopeless as it is, died again: a new dead letter).
     wait_until(lambda: len(records(record_file, ids[0])) == 2)

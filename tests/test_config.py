@@ -61,6 +61,10 @@ def test_a_new_namespace_on_a_cluster_gets_partitions_enough_to_spread(tmp_path:
         ('[redis]\nurl = "redis://h:6379x"\n', "redis.url: 'redis://h:6379x' is not a Redis URL"),
         ('[redis]\nurl = "redis://h/metronome"\n', "is a database number (/0), got 'metronome'"),
         ('[redis]\nurl = "redis://h?timeout=5"\n', "takes db alone in its query, not timeout"),
+        (
+            '[redis]\nurl = "redis://h"\ntls_ca_file = "ca.crt"\n',
+            "redis.tls_ca_file: TLS files go with a rediss:// URL",
+        ),
         ('[scheduler]\npollers = "2"\n', "scheduler.pollers: expected int, got str '2'"),
         (
             "[node]\nshutdown_grace_s = -1\n",

@@ -64,7 +64,9 @@ class EntriesBody:
             if checked is None:
                 raise ValueError(f"entry_ids[{i}]: {given!r} is not a stream entry id")
             canonical.append(checked)
-        object.__setattr__(self, "entry_ids", canonical)
+        # one entry named twice (7-0 and 007-0 too) is one: its second outcome would say
+        # "missing" of an entry the first one replayed
+        object.__setattr__(self, "entry_ids", list(dict.fromkeys(canonical)))
 
 
 def _not_json(name: str) -> Any:

@@ -148,8 +148,9 @@ def check_submitted(schedule: Schedule, min_interval_s: float) -> None:
     """Rules for a schedule a client submits now, on top of what any stored schedule
     satisfies (a stored one written by an older version stays readable): an interval of at
     least ``min_interval_s`` (``[api] min_interval_s``), a cron of exactly five fields
-    (cronsim would read a sixth as seconds, which the docs do not promise), and a spread
-    that fits between two fires. ValueError naming the field otherwise."""
+    (cronsim would read a sixth as seconds, which the docs do not promise), a named time
+    zone (not the host's own), and a spread that fits between two fires. ValueError
+    naming the field otherwise."""
     if schedule.every_s is not None and schedule.every_s < min_interval_s:
         raise ValueError(
             f"schedule.every_s: must be at least {min_interval_s:g} s on this node "
@@ -160,8 +161,18 @@ def check_submitted(schedule: Schedule, min_interval_s: float) -> None:
             f"schedule.cron: must have exactly five fields (minute hour day-of-month month "
             f"day-of-week), got {len(schedule.cron.split())} in {schedule.cron!r}"
         )
+    if schedule.tz in _LOCAL_ZONES:
+        raise ValueError(
+            f"schedule.tz: {schedule.tz!r} is each node's own local zone, not one zone: "
+            "name it (Europe/Paris, UTC)"
+        )
     if schedule.spread_s:
         _check_spread(schedule)
+
+
+#: Names of the zone database that stand for the local machine's zone (or none): a
+#: schedule in them would fire at another time on each node's host.
+_LOCAL_ZONES = frozenset({"localtime", "posixrules", "Factory"})
 
 
 def _check_spread(schedule: Schedule) -> None:
