@@ -117,6 +117,14 @@ def test_refusals_write_nothing(client: Client, api: ApiNode, db: redis.Redis) -
         ({"selector": {"type": kind, "colour": "red"}, "action": "pause"}, "selector.colour"),
         ({"selector": {"status": "sleepy"}, "action": "pause"}, "selector.status"),
         ({"selector": {"type": kind, "labels": []}, "action": "pause"}, "selector.labels"),
+        (
+            {"selector": {"type": kind, "labels": {"bad key": "v"}}, "action": "pause"},
+            "selector.labels",
+        ),
+        (
+            {"selector": {"type": kind, "labels": {"a=b": "c"}}, "action": "pause"},
+            "selector.labels",
+        ),
         ({"selector": {"type": kind}, "action": "stop", "note": "why"}, "note"),
         ({"selector": {"type": kind}, "action": "backfill"}, "start_ms"),
         # A dry run is refused as the call would be: a window in the future.

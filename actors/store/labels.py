@@ -19,7 +19,7 @@ import attrs
 import structlog
 
 from actors.domain.errors import InvalidTask
-from actors.domain.labels import parse_label_filter
+from actors.domain.labels import label_key_problem, label_value_problem
 from actors.domain.model import STATUSES, Task
 from actors.store.history import FATE_NAMES
 from actors.store.keys import Keys
@@ -83,8 +83,10 @@ class TaskFilter:
             not isinstance(self.next_before, int) or self.next_before < 0
         ):
             raise InvalidTask(f"next_before: must be Unix ms (>= 0), got {self.next_before!r}")
-        for key, value in self.labels.items():
-            parse_label_filter(f"{key}={value}")
+        for key, value in self.labels.items():  # a selector's own: checked apart (a key
+            problem = label_key_problem(key) or label_value_problem(value)  # may hold =)
+            if problem is not None:
+                raise InvalidTask(f"labels: {problem}")
 
     def matches(self, task: Task) -> bool:
         return (
