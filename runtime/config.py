@@ -146,10 +146,9 @@ def _redis_url(_inst: object, _attr: attrs.Attribute[Any], value: str) -> None:
 
 def _plain_redis_url(value: str) -> None:
     """A ``redis://``, ``rediss://`` or ``unix://`` URL, checked as redis-py would read it
-    (a port that is no number made the node fail in a traceback as it started): a path is
-    a database number, and the query takes ``db`` alone (the other connection settings
-    are ``[redis]`` options; redis-py passed them on to fail at the first command, or
-    dropped a path that is no number silently)."""
+    (a port that is no number made the node fail in a traceback as it started): a path,
+    or a ``db`` in the query, is a database number (redis-py dropped a path that is no
+    number silently)."""
     parts = urllib.parse.urlsplit(value)
     try:
         parts.port  # noqa: B018 (a ValueError: no number, or past 65535)
@@ -159,12 +158,6 @@ def _plain_redis_url(value: str) -> None:
     if parts.scheme != "unix" and path and not (path.isascii() and path.isdecimal()):
         raise ValueError(f"url: the path of {value!r} is a database number (/0), got {path!r}")
     query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
-    unknown = sorted(set(query) - {"db"})
-    if unknown:
-        raise ValueError(
-            f"url: {value!r} takes db alone in its query, not {', '.join(unknown)} "
-            "(connection settings are [redis] options: socket_timeout_s, ...)"
-        )
     if any(not (db.isascii() and db.isdecimal()) for db in query.get("db", [])):
         raise ValueError(f"url: the db of {value!r} is a database number, got {query['db']}")
 
