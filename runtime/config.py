@@ -131,12 +131,23 @@ def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], str, int, str |
     return sentinels, service, int(db or 0), username, password
 
 
+def redact(url: str) -> str:
+    """The URL without its password, for logs and errors."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    creds, _, host = rest.rpartition("@")
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user + ':***@' if user else '***@'}{host}"
+
+
 def _redis_url(_inst: object, _attr: attrs.Attribute[Any], value: str) -> None:
     if value == "embedded":
         return
     if not value.startswith(REDIS_SCHEMES):
         raise ValueError(
-            f"must be embedded or a URL starting with {', '.join(REDIS_SCHEMES)}, got {value!r}"
+            f"must be embedded or a URL starting with {', '.join(REDIS_SCHEMES)}, "
+            f"got {redact(value)!r}"
         )
     if value.startswith(SENTINEL_SCHEMES):
         parse_sentinel_url(value)
@@ -148,18 +159,19 @@ def _plain_redis_url(value: str) -> None:
     """A ``redis://``, ``rediss://`` or ``unix://`` URL, checked as redis-py would read it
     (a port that is no number made the node fail in a traceback as it started): a path,
     or a ``db`` in the query, is a database number (redis-py dropped a path that is no
-    number silently)."""
-    parts = urllib.parse.urlsplit(value)
+    number silently). Errors show the URL without its password."""
+    shown = repr(redact(value))
     try:
+        parts = urllib.parse.urlsplit(value)
         parts.port  # noqa: B018 (a ValueError: no number, or past 65535)
     except ValueError as exc:
-        raise ValueError(f"url: {value!r} is not a Redis URL: {exc}") from None
+        raise ValueError(f"url: {shown} is not a Redis URL: {exc}") from None
     path = parts.path.strip("/")
     if parts.scheme != "unix" and path and not (path.isascii() and path.isdecimal()):
-        raise ValueError(f"url: the path of {value!r} is a database number (/0), got {path!r}")
-    query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
-    if any(not (db.isascii() and db.isdecimal()) for db in query.get("db", [])):
-        raise ValueError(f"url: the db of {value!r} is a database number, got {query['db']}")
+        raise ValueError(f"url: the path of {shown} is a database number (/0), got {path!r}")
+    for db in urllib.parse.parse_qs(parts.query).get("db", []):
+        if not (db.isascii() and db.isdecimal()):
+            raise ValueError(f"url: the db of {shown} is a database number, got {db!r}")
 
 
 @attrs.frozen
@@ -201,7 +213,8 @@ class RedisSection:
         tls = [k for k in ("tls_ca_file", "tls_cert_file", "tls_key_file") if getattr(self, k)]
         if tls and not self.url.startswith(("rediss://", "rediss+sentinel://")):
             raise ValueError(  # taken as TLS on, the connection would go in plain text
-                f"{tls[0]}: TLS files go with a rediss:// URL, and url is {self.url!r}"
+                f"{tls[0]}: TLS files go with a rediss:// (or rediss+sentinel://) URL, and "
+                f"url is {redact(self.url)!r}"
             )
         if self.password_env is None:
             return

@@ -43,13 +43,3 @@ def tls_options(settings: RedisSection) -> dict[str, Any]:
     if settings.tls_key_file:
         options["ssl_keyfile"] = settings.tls_key_file
     return options
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for logs and errors."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    creds, _, host = rest.rpartition("@")
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user + ':***@' if user else '***@'}{host}"

@@ -55,12 +55,12 @@ import redis.cluster
 import redis.exceptions
 import trio
 
-from runtime.config import SENTINEL_SCHEMES, RedisSection
+from runtime.config import SENTINEL_SCHEMES, RedisSection, redact
 from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.io_threads import IOThreads
 from runtime.logging import get_logger
 from runtime.redis_cluster_native import ClusterCalls, ClusterRoutes
-from runtime.redis_connect import redact, sentinel_master, tls_options
+from runtime.redis_connect import sentinel_master, tls_options
 from runtime.redis_native import NativePool
 from runtime.redis_outages import OutageRiding
 from runtime.redis_replies import classify
@@ -467,5 +467,5 @@ def if_all_succeeded(
     return pick
 
 
-#: The URL without its password (``runtime.redis_connect.redact``).
+#: The URL without its password (``runtime.config.redact``).
 _redact = redact

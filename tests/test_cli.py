@@ -319,13 +319,14 @@ def test_bad_input_is_one_line_and_a_documented_exit_status(api: ApiNode, tmp_pa
 
 
 def test_a_selector_flag_given_with_a_task_id_changes_nothing(api: ApiNode) -> None:
-    """``--dry-run`` (``--yes``, ``--all``, ``--action-id``) goes with ``--selector``: given
-    with a task id instead, it is refused, and the task is not deleted or stopped as if it
-    had not been given."""
+    """``--dry-run`` (``--all``, ``--action-id``) goes with ``--selector``: given with a
+    task id instead, it is refused, and the task is not deleted or stopped as if it had
+    not been given."""
     task_id = f"cli-{time.monotonic_ns()}"
     run(api, "tasks", "add", "--type", "work", "--cron", "0 0 1 1 *", "--id", task_id)
-    for args in (["rm", task_id, "--dry-run"], ["stop", task_id, "--dry-run"],
-                 ["pause", task_id, "--yes"], ["trigger", task_id, "--all"]):  # fmt: skip
+    refused = (["rm", task_id, "--dry-run"], ["stop", task_id, "--dry-run"],
+               ["pause", task_id, "--action-id", "a1"], ["trigger", task_id, "--all"])  # fmt: skip
+    for args in refused:
         one_line_refusal(run(api, "tasks", *args), 2, "only with --selector")
     assert ok_json(api, "tasks", "get", task_id)["status"] == "active"
     assert ok_json(api, "tasks", "backfill", task_id, "--from", "2026-01-01T00:00:00Z",

@@ -59,11 +59,14 @@ def test_a_new_namespace_on_a_cluster_gets_partitions_enough_to_spread(tmp_path:
         ),
         ("[redis]\nurl = 5\n", "redis.url: expected str, got int 5"),
         ('[redis]\nurl = "redis://h:6379x"\n', "redis.url: 'redis://h:6379x' is not a Redis URL"),
-        ('[redis]\nurl = "redis://h/metronome"\n', "is a database number (/0), got 'metronome'"),
+        (
+            '[redis]\nurl = "redis://:hunter2@h/metronome"\n',
+            "the path of 'redis://***@h/metronome' is a database number (/0), got 'metronome'",
+        ),
         ('[redis]\nurl = "unix:///r.sock?db=one"\n', "the db of 'unix:///r.sock?db=one' is a"),
         (
             '[redis]\nurl = "redis://h"\ntls_ca_file = "ca.crt"\n',
-            "redis.tls_ca_file: TLS files go with a rediss:// URL",
+            "redis.tls_ca_file: TLS files go with a rediss://",
         ),
         ('[scheduler]\npollers = "2"\n', "scheduler.pollers: expected int, got str '2'"),
         (

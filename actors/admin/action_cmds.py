@@ -79,10 +79,11 @@ def selected(args: argparse.Namespace) -> bool:
     if args.selector is None:
         if args.task_id is None:
             raise UsageError(f"tasks {args.action}: give a task id or --selector")
-        # Ignored, a --dry-run would let the change through: refused, so nothing is done.
+        # Ignored, a --dry-run would let the change through: refused, so nothing is done
+        # (--yes only confirms what a task id does anyway).
         given = [name for name, on in (
             ("--dry-run", args.dry_run and getattr(args, "dry_run_is_a_selector_flag", False)),
-            ("--yes", args.yes), ("--all", args.all_tasks), ("--action-id", args.action_id),
+            ("--all", args.all_tasks), ("--action-id", args.action_id),
         ) if on]  # fmt: skip
         if given:
             raise UsageError(

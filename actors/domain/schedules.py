@@ -163,15 +163,15 @@ def check_submitted(schedule: Schedule, min_interval_s: float) -> None:
         )
     if schedule.tz in _LOCAL_ZONES:
         raise ValueError(
-            f"schedule.tz: {schedule.tz!r} is each node's own local zone, not one zone: "
-            "name it (Europe/Paris, UTC)"
+            f"schedule.tz: {schedule.tz!r} is no zone of the world (the host's own, or a "
+            "placeholder) and may differ from node to node: name one (Europe/Paris, UTC)"
         )
     if schedule.spread_s:
         _check_spread(schedule)
 
 
-#: Names of the zone database that stand for the local machine's zone (or none): a
-#: schedule in them would fire at another time on each node's host.
+#: Names of the zone database that are no zone of the world: the host's own (a link each
+#: host sets) or a placeholder: a schedule in them could fire at another time on each node.
 _LOCAL_ZONES = frozenset({"localtime", "posixrules", "Factory"})
 
 
