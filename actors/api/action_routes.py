@@ -27,10 +27,10 @@ from actors.store.actions import (
     create_action,
     read_action,
     take_lease,
+    unreadable_action,
 )
 from actors.store.apply_actions import LeaseLost, apply_action, plan_backfill
 from actors.store.history import FATE_NAMES
-from actors.store.records import RecordError
 from actors.store.selection import count_matches
 from runtime.liveness import holder_is_gone, owner_value
 
@@ -196,6 +196,4 @@ def _stored_spec(action_id: str, text: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise RecordError(
-            f"action {action_id!r}: its stored record is not one this version reads: {exc!r}"
-        ) from exc
+        raise unreadable_action(action_id, exc) from exc

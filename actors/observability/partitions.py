@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.store.queue_rows import as_text, score_ms, stored_number
+from actors.store.queue_rows import score_ms, stored_number
 from actors.store.tasks import TaskStore
 
 
 def partition_owner(poller: bytes | None, until: bytes | None, now_ms: int) -> dict[str, Any]:
     """A partition's owner from its owner hash's ``poller`` and ``until`` fields (a lease
     end that is not a whole number, another program's, read as none)."""
-    lease_until = stored_number(as_text(until)) if poller and until else None
+    lease_until = stored_number(until) if poller and until else None
     return {
         "poller": poller.decode(errors="replace") if poller else None,
         "lease_until_ms": lease_until,

@@ -180,9 +180,14 @@ async def read_action(store: TaskStore, action_id: str) -> ActionState | None:
     try:
         return _decode_action(action_id, raw, marks)
     except Exception as exc:  # a record an older version or another program wrote
-        raise RecordError(
-            f"action {action_id!r}: its stored record is not one this version reads: {exc!r}"
-        ) from exc
+        raise unreadable_action(action_id, exc) from exc
+
+
+def unreadable_action(action_id: str, exc: Exception) -> RecordError:
+    """What an action whose stored record this version cannot read is said as."""
+    return RecordError(
+        f"action {action_id!r}: its stored record is not one this version reads: {exc!r}"
+    )
 
 
 def _decode_action(

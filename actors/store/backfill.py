@@ -333,13 +333,9 @@ async def count_backfilled(store: TaskStore, task: Task, due_times: Sequence[int
 
 
 #: The marker hash's field naming the task it was written for (its ``created_ms``): a task
-#: deleted and created again under its id starts with no grid time backfilled.
+#: deleted and created again under its id starts with no grid time backfilled (as does one
+#: whose marker's field no script wrote: read as an earlier task's).
 BORN = "born"
-
-
-def _born(raw: bytes) -> int | None:
-    """A marker's ``born`` field; None (an earlier task's, then) for one no script wrote."""
-    return stored_number(raw.decode(errors="replace"))
 
 
 async def _forget_an_earlier_task(store: TaskStore, task: Task) -> None:
@@ -348,7 +344,7 @@ async def _forget_an_earlier_task(store: TaskStore, task: Task) -> None:
     keys = await store.keys()
     marker = keys.backfilled(task.type, task.task_id)
     born = await store.client.execute("HGET", marker, BORN)
-    if born is not None and _born(born) != task.created_ms:
+    if born is not None and stored_number(born) != task.created_ms:
         await store.client.execute("DEL", marker)
 
 
@@ -364,7 +360,7 @@ async def _backfilled(store: TaskStore, task: Task, due_times: Sequence[int]) ->
         + [("HMGET", marker, *due_times[i : i + CHUNK]) for i in range(0, len(due_times), CHUNK)]
     )
     born, replies = replies[0], replies[1:]
-    if born is not None and _born(born) != task.created_ms:
+    if born is not None and stored_number(born) != task.created_ms:
         return set()
     marked = [value is not None for reply in replies for value in reply]
     return {d for d, m in zip(due_times, marked, strict=True) if m}

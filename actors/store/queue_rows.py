@@ -37,11 +37,14 @@ def as_text(value: Any) -> Any:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
-def stored_number(text: str | None) -> int | None:
-    """A stored field's whole number, or None for text that is not one Metronome writes:
-    ASCII digits only (``"²".isdigit()`` is true, and ``int`` refuses it), at most 15 of
-    them (within MessagePack's and Lua's exact integers). Another producer's field, or a
-    hand edit, reads as absent rather than failing its reader."""
+def stored_number(text: str | bytes | None) -> int | None:
+    """A stored field's whole number (as text, or as Redis's bytes), or None for one that
+    is not one Metronome writes: ASCII digits only (``"²".isdigit()`` is true, and ``int``
+    refuses it), at most 15 of them (within MessagePack's and Lua's exact integers).
+    Another producer's field, or a hand edit, reads as absent rather than failing its
+    reader."""
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
     if text is None or not (text.isascii() and text.isdigit() and len(text) <= 15):
         return None
     return int(text)

@@ -41,6 +41,7 @@ from actors.store.keys import (
 from actors.store.labels import STORE_ACTOR, TaskFilter, list_page
 from actors.store.notes import encode_note
 from actors.store.placement import Placement, kept_grid, resume_point
+from actors.store.queue_rows import as_text, stored_number
 from actors.store.records import RecordError, decode_task, encode_schedule
 from actors.store.replies import TaskRow
 from actors.store.scripts import Scripts
@@ -498,9 +499,9 @@ def _meta_number(
     ``least..most`` (a hand edit gone wrong): every node and API call would fail on it."""
     if raw is None:
         return
-    text = raw.decode(errors="replace")
-    if not (text.isascii() and text.isdigit() and len(text) < 11 and least <= int(text) <= most):
+    number = stored_number(raw)
+    if number is None or not least <= number <= most:
         raise LayoutMismatch(
-            f"namespace {namespace!r}: {meta} has {field} = {text!r}, not a whole number "
+            f"namespace {namespace!r}: {meta} has {field} = {as_text(raw)!r}, not a whole number "
             f"within {least}..{most}: mend it (`HSET {meta} {field} <n>`) or restore it"
         )
