@@ -107,7 +107,8 @@ def test_marked_reply_headers_have_as_many_items_as_python_reads() -> None:
             mark = re.fullmatch(r"\s*-- ([A-Z_]+) items", line)
             if mark:
                 name = mark.group(1)
-                literal = lines[i + 1][lines[i + 1].index("{") :]
+                rest = "\n".join(lines[i + 1 :])  # the constructor may go on over lines
+                literal = rest[rest.index("{") :]
                 marked.append((file, name, _top_level_items(literal), LUA_NAMES[name]))
     assert {(f, n) for f, n, _, _ in marked} >= {
         ("claim_due.lua", "CLAIM_HEADER"), ("claim_retries.lua", "RETRY_CLAIM_HEADER"),

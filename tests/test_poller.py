@@ -166,6 +166,7 @@ async def test_a_claim_takes_the_partition_and_writes_nothing_per_task(
     assert int(fields.pop("owed_version")) == max(newest, reply.now_ms - 1)
     assert fields == {
         "poller": "A", "until": str(reply.now_ms + 60_000), "owed": "-1",
+        "renewed": str(reply.now_ms), "owed_from": "-1",
         "inflight": f"{token}:{reply.now_ms}",
         "writes": "3",  # the two creates, and the takeover (another poller may have written)
     }  # fmt: skip
@@ -351,6 +352,37 @@ async def test_a_task_written_while_its_partition_had_no_poller_is_owed_a_lease_
     dues = [int(f["due_ms"]) for f in await stream_fires(store, "late")]
     assert dues and min(dues) >= takeover - 2 * lease_ms - 500, (takeover, dues)
     assert len(dues) <= 2 * lease_ms // 500 + 2, dues
+
+
+async def test_a_dead_claim_under_a_longer_lease_than_the_takers_is_owed_from_its_renewal(
+    one_partition: TaskStore,
+) -> None:
+    """The dead poller claimed under a 3 s lease, its taker claims under 0.5 s. A task
+    created after the dead poller's last renewal, starting in the past under ``skip``, and
+    claimed by it before it died: every grid time after that claim to the owed end is owed
+    (the claim blocked them), counted from the renewal kept in the owner hash, not from
+    two of the taker's leases before the owed end."""
+    store = one_partition
+    now = await store.now_ms()
+    await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=now), task_id="x"))
+    await claim(store, "dead", lease_ms=3000)  # takes the partition: renewed now
+    renewed = int((await owner(store, 0))["until"]) - 3000
+    past = Schedule("interval", every_s=0.25, start_ms=now - 60_000, misfire="skip")
+    await store.create(TaskSpec("late", past, task_id="late"))
+    _, blocked = await claim(store, "dead", lease_ms=3000)  # claims it, dies uncommitted
+    assert "late" in {t.task_id for t in blocked.tasks}
+    await trio.sleep(3.2)  # the lease expires
+    keys = await store.keys()
+    lease_ms = 500
+    poller = Poller(store, PollerSettings(claim_lease_ms=lease_ms))
+    takeover = await store.now_ms()  # the takeover's claim comes after: due by then
+    await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
+    dues = {int(f["due_ms"]) for f in await stream_fires(store, "late")}
+    owed_end = min(takeover, renewed + 3000 + lease_ms)
+    grid = range(now - 60_000, owed_end + 1, 250)
+    missing = [t for t in grid if t > blocked.now_ms and t not in dues]
+    assert not missing, (blocked.now_ms, owed_end, missing)
+    assert min(dues) >= renewed - 250, (renewed, sorted(dues)[:3])
 
 
 class EndsAFireBeforeCommitting(Poller):

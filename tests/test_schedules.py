@@ -475,20 +475,25 @@ def test_owed_times_start_where_the_dead_poller_stopped_claiming() -> None:
 
 def test_a_dead_claim_owes_every_time_from_its_due_one_to_a_task_created_before() -> None:
     """A poller renews its lease (10 s) at 0, claims a task due 0 and dies; another takes
-    the partition over at 30 s: owed until 20 s (its lease end plus a lease). A task that
-    existed before owes every time from 0, under ``skip`` too; one created during the
-    gap owes from two leases before the owed end (here 0 as well: nothing is lost)."""
+    the partition over at 30 s: owed until 20 s (its lease end plus a lease), from the
+    renewal at 0. A task that existed before owes every time from 0, under ``skip`` too;
+    one created during the gap owes from the renewal (here 0 as well: nothing is lost)."""
     every = Schedule("interval", every_s=1, start_ms=0, misfire="skip")
-    old = Claimed("x", 0, "work", b"{}", every, 0, 0, owed_until_ms=20_000, updated_ms=-5_000)
-    plan = plan_fire(old, 30_000, lease_ms=10_000)
+    old = Claimed(
+        "x", 0, "work", b"{}", every, 0, 0, owed_until_ms=20_000, updated_ms=-5_000,
+        owed_from_ms=0,
+    )  # fmt: skip
+    plan = plan_fire(old, 30_000)
     assert plan.fires == tuple(range(0, 20_001, 1000)) and plan.next_ms == 31_000
     new = attrs.evolve(old, updated_ms=15_000)
-    assert plan_fire(new, 30_000, lease_ms=10_000).fires == plan.fires
+    assert plan_fire(new, 30_000).fires == plan.fires
     # Created later, with a longer past: the times up to the old poller's last renewal
     # are under the policy (skipped), those after it to the owed end fired.
-    late = attrs.evolve(new, owed_until_ms=50_000, updated_ms=45_000)
-    plan = plan_fire(late, 60_000, lease_ms=10_000)
+    late = attrs.evolve(new, owed_until_ms=50_000, updated_ms=45_000, owed_from_ms=30_000)
+    plan = plan_fire(late, 60_000)
     assert plan.fires == tuple(range(31_000, 50_001, 1000)) and plan.missed == 31 + 10
+    # The renewal unknown (an owner hash of an earlier version): owed from the due time.
+    assert plan_fire(attrs.evolve(late, owed_from_ms=None), 60_000).fires[0] == 0
 
 
 def test_a_time_past_the_owed_end_is_not_owed() -> None:

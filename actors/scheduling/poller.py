@@ -273,13 +273,13 @@ class Poller:
                 scripts, self.poller_id, partitions, aside, log
             )
         claims = await self._claim(scripts, partitions, token, log, aside)
-        plan = plan_claims(claims, debug_enabled(), self.settings.claim_lease_ms)
+        plan = plan_claims(claims, debug_enabled())
         decided = await self._apply_policies(scripts, token, plan)
         if decided.rejected:  # left out: its tasks planned again when claimed again
             for rejected in decided.rejected:
                 self._aside.add(rejected, aside)
             claims = [c for c in claims if c.partition not in aside]
-            plan = plan_claims(claims, debug_enabled(), self.settings.claim_lease_ms)
+            plan = plan_claims(claims, debug_enabled())
         # One info line per fire is written when it ends (the consumer's, with every
         # lifecycle time); the claim's own line is a debug line.
         if plan.scheduled:

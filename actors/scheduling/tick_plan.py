@@ -36,23 +36,22 @@ class TickPlan:
     """``misfired`` lines, one per task that missed grid times."""
 
 
-def plan_fire(task: Claimed, now_ms: int, lease_ms: int = 0) -> FirePlan:
+def plan_fire(task: Claimed, now_ms: int) -> FirePlan:
     """The misfire policy's plan for a claimed task; none for a task claimed before its
     grid time (woken to start a fire waiting behind one that ended: ``overlap.lua``).
 
     Times owed after a takeover (``owed_until_ms``: the old lease's end plus a lease, at
-    most) start, for a task written (created, or its schedule changed) after it, two
-    claim leases (``lease_ms``) before that end: the old poller renewed its lease then at
-    the latest, claiming, and a claim applies the policy to the times it finds missed. A
-    task written earlier is owed every time from its due one (the dead claim may be one
-    made long before)."""
+    most) start, for a task written (created, or its schedule changed) after the old
+    owner last renewed its lease (``owed_from_ms``), at that renewal: the claim that
+    renewed it applied the policy to the times it found missed. A task written earlier
+    is owed every time from its due one (the dead claim may be one made long before)."""
     if task.due_ms > now_ms:
         return FirePlan((), task.due_ms)
     s = task.schedule
     slack = s.slack_ms(task.task_id) if s.spread_s or s.jitter_s else 0
-    owed, owed_from = task.owed_until_ms, None
-    if owed is not None and lease_ms and task.updated_ms > owed - 2 * lease_ms:
-        owed_from = owed - 2 * lease_ms
+    owed, owed_from = task.owed_until_ms, task.owed_from_ms
+    if owed is None or owed_from is None or task.updated_ms <= owed_from:
+        owed_from = None
     return plan_fires(
         s, task.due_ms, now_ms, task.fires, owed_until_ms=owed, slack_ms=slack,
         owed_from_ms=owed_from,
@@ -86,17 +85,17 @@ def _misfired(task: Claimed, plan: FirePlan) -> Line:
     )
 
 
-def plan_claims(claims: list[PartitionClaim], debug: bool, lease_ms: int = 0) -> TickPlan:
-    """Plan every claimed task's fires on Redis's clock at its claim (``lease_ms``: the
-    claim lease, ``plan_fire``). The ``scheduled`` lines are built only with ``debug`` on:
-    one per claimed task is too many otherwise."""
+def plan_claims(claims: list[PartitionClaim], debug: bool) -> TickPlan:
+    """Plan every claimed task's fires on Redis's clock at its claim (``plan_fire``). The
+    ``scheduled`` lines are built only with ``debug`` on: one per claimed task is too many
+    otherwise."""
     now = max(c.now_ms for c in claims) if claims else 0
     out = TickPlan(now, defaultdict(list), [], [], [])
     for claim in claims:
         for task in claim.tasks:
             if debug:
                 out.scheduled.append(_scheduled(task))
-            plan = plan_fire(task, claim.now_ms, lease_ms)
+            plan = plan_fire(task, claim.now_ms)
             out.plans[claim.partition].append((task, plan))
             out.planned.append((claim.partition, task, plan))
             if plan.missed:  # every missed time is said, the grid's last ones too

@@ -96,13 +96,14 @@ def _what_is_wrong(definition: bytes | None, state: bytes, exc: Exception) -> st
 
 def claimed_task(
     task_id: str, bucket: int, definition: Definition, values: list[Any], owed_ms: int,
-    prior_claim: str, owed_version: int | None = None,
+    prior_claim: str, owed_version: int | None = None, owed_from_ms: int | None = None,
 ) -> Claimed:  # fmt: skip
     """A claimed task from its definition and its state record's values. Its grid times
     up to ``owed_ms`` are owed (a dead poller's claim may have blocked them) only if it
     was written before the takeover (its version at most ``owed_version``, the last one
     given then; None: unknown, taken as so): a task created, updated or resumed since was
-    never held by that claim, and its misfire policy applies."""
+    never held by that claim, and its misfire policy applies. ``owed_from_ms``: when the
+    old owner last renewed its lease (``tick_plan.plan_fire`` reads it)."""
     due_ms, version, fires = (
         values[STATE_NEXT_MS],
         values[STATE_UPDATED_MS] or 0,
@@ -114,12 +115,15 @@ def claimed_task(
             f"state record: next_ms, updated_ms and fires must be whole numbers, "
             f"not {due_ms!r}, {version!r}, {fires!r}"
         )
-    owed = None
     if owed_ms >= due_ms and (owed_version is None or version <= owed_version):
-        owed = owed_ms
+        return Claimed(
+            task_id, bucket, definition.type, definition.payload, definition.schedule,
+            due_ms, fires, version, owed_ms, prior_claim, values, definition.created_ms,
+            owed_from_ms,
+        )  # fmt: skip
     return Claimed(
         task_id, bucket, definition.type, definition.payload, definition.schedule, due_ms,
-        fires, version, owed, prior_claim, values, definition.created_ms,
+        fires, version, None, prior_claim, values, definition.created_ms,
     )  # fmt: skip
 
 
@@ -152,6 +156,8 @@ class LeanClaim:
     None when nothing was due (a claim of nothing due tells nothing)."""
     owed_version: int | None = None
     """The partition's last task version at its takeover (``claimed_task``)."""
+    owed_from_ms: int | None = None
+    """When the partition's old owner last renewed its lease (``claimed_task``)."""
 
 
 def decode_lean_claim(
@@ -163,8 +169,10 @@ def decode_lean_claim(
     out, whose state ``states`` knows at the count of writes the claim read), and the
     others (read next with ``read_definitions.lua``, then ``add_read_definitions``).
     Reads the caches, writes neither."""
-    now, earliest, held, prior, owed, writes, with_states, owed_v = reply[:CLAIM_HEADER]
+    header = reply[:CLAIM_HEADER]
+    now, earliest, held, prior, owed, writes, with_states, owed_v, owed_from = header
     prior_claim, owed_ms, owed_version = prior.decode(), int(owed), _version(owed_v)
+    owed_from_ms = optional_ms(owed_from)
     if int(held):
         held_claim = PartitionClaim(partition, int(now), None, [], holder=prior_claim)
         return LeanClaim(held_claim, [], owed_ms, prior_claim)
@@ -198,11 +206,11 @@ def decode_lean_claim(
             misses.append((task_id, bucket, values))
             continue
         try:
-            tasks.append(
-                claimed_task(
-                    task_id, bucket, definition, values, owed_ms, prior_claim, owed_version
-                )
-            )
+            task = claimed_task(
+                task_id, bucket, definition, values, owed_ms, prior_claim, owed_version,
+                owed_from_ms,
+            )  # fmt: skip
+            tasks.append(task)
         except _UNDECODABLE as exc:
             unreadable.append((task_id, _what_is_wrong(None, state, exc)))
     due = (len(reply) - CLAIM_HEADER) // LEAN_CLAIM_ITEMS
@@ -211,7 +219,7 @@ def decode_lean_claim(
         unreadable=unreadable,
     )  # fmt: skip
     complete = known == due if due else None
-    return LeanClaim(claim, misses, owed_ms, prior_claim, complete, owed_version)
+    return LeanClaim(claim, misses, owed_ms, prior_claim, complete, owed_version, owed_from_ms)
 
 
 def add_read_definitions(lean: LeanClaim, reply: list[Any]) -> list[tuple[str, int, Definition]]:
@@ -256,7 +264,7 @@ def add_read_definitions(lean: LeanClaim, reply: list[Any]) -> list[tuple[str, i
                 values = claimed
             task = claimed_task(
                 task_id, bucket, definition, values, lean.owed_ms, lean.prior_claim,
-                lean.owed_version,
+                lean.owed_version, lean.owed_from_ms,
             )  # fmt: skip
         except _UNDECODABLE as exc:
             claim.unreadable.append((task_id, _what_is_wrong(raw_def, raw_state, exc)))
@@ -272,8 +280,9 @@ def decode_partition_claim(partition: int, reply: list[Any], buckets: int) -> Pa
     records back as stored and they are decoded here (Redis's CPU is the scarce one). A
     task whose records this version cannot read is left out (``PartitionClaim.unreadable``):
     it stays due, and the poller says so."""
-    now, earliest, held, prior, owed, writes, _, owed_v = reply[:CLAIM_HEADER]
+    now, earliest, held, prior, owed, writes, _, owed_v, owed_from = reply[:CLAIM_HEADER]
     prior_claim, owed_ms, owed_version = prior.decode(), int(owed), _version(owed_v)
+    owed_from_ms = optional_ms(owed_from)
     tasks = []
     unreadable: list[tuple[str, str]] = []
     for i in range(CLAIM_HEADER, len(reply), CLAIM_ITEMS):
@@ -284,7 +293,7 @@ def decode_partition_claim(partition: int, reply: list[Any], buckets: int) -> Pa
             values = unpackb(_STATE + state, raw=True)
             tasks.append(
                 claimed_task(task_id, bucket, decode_definition(definition), values, owed_ms,
-                             prior_claim, owed_version)
+                             prior_claim, owed_version, owed_from_ms)
             )  # fmt: skip
         except _UNDECODABLE as exc:
             unreadable.append((task_id, _what_is_wrong(definition, state, exc)))

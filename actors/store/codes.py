@@ -45,9 +45,9 @@ FLAG_OFF = ""
 #: ``commit_fires``'s answer when an enqueue marker it checks is missing: nothing changed.
 NOT_ENQUEUED = -2
 #: ``claim_due``'s reply: a header (now, earliest, held, prior, owed, writes, states, owed
-#: version), then per task its id, definition and state records; without definitions, id
-#: and state (or, with the states left out too, id and score).
-CLAIM_HEADER = 8
+#: version, owed from), then per task its id, definition and state records; without
+#: definitions, id and state (or, with the states left out too, id and score).
+CLAIM_HEADER = 9
 CLAIM_ITEMS = 3
 LEAN_CLAIM_ITEMS = 2
 #: ``claim_retries``'s reply: a header (now, earliest), then per retry its schedule id,

@@ -13,8 +13,9 @@ Layout for namespace ``ns`` (the seed's names in brackets; see ARCHITECTURE.md):
 - ``{ns:P}:run:<B>``              hash: task_id -> run record (once it ran) [task:{id}, part 3]
 - ``{ns:P}:errors``               hash: task_id -> last error (failing tasks only)
 - ``{ns:P}:schedule``             zset: task_id -> next fire ms           [schedule:zset]
-- ``{ns:P}:poller``               hash: the partition's owner: poller, until, owed,
-                                  owed_version, inflight (claims not committed yet),
+- ``{ns:P}:poller``               hash: the partition's owner: poller, until, renewed,
+                                  owed, owed_from, owed_version, inflight (claims not
+                                  committed yet),
                                   writes (API writes to its tasks, counted), version
                                                                           (new: ownership)
 - ``{ns:P}:type:<type>:<B>``      hash: task_id -> '' of one type         (index for list/clear)

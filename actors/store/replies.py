@@ -62,6 +62,9 @@ class Claimed:
     writes them back with the grid moved on."""
     created_ms: int = 0
     """The task's creation version (``Definition.created_ms``)."""
+    owed_from_ms: int | None = None
+    """With ``owed_until_ms``: when the old owner last renewed its lease, a claim that
+    judged every time due before it (``tick_plan.plan_fire``); None when unknown."""
 
 
 @attrs.frozen

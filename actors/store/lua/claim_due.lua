@@ -12,7 +12,8 @@
 --          that and the partition still the caller's, the states are left out too ('' =
 --          return them)
 -- Returns {now_ms, earliest score or NONE, held, prior, owed_until or NONE, writes, states,
---          owed version ('' = unknown), task_id, definition record, state record, ...} (a
+--          owed version ('' = unknown), owed_from or NONE, task_id, definition record,
+--          state record, ...} (a
 --          header of CLAIM_HEADER items, then CLAIM_ITEMS per task, the records as stored:
 --          actors/store/claim_replies.py decodes them; with ARGV[9] FLAG_ON,
 --          LEAN_CLAIM_ITEMS per task:
@@ -24,7 +25,8 @@
 -- partition is this poller's for at least half of lease_ms more (renewed once half of it
 -- is gone).
 --
--- Ownership (the owner hash: poller, until, owed, owed_version, inflight, writes, version):
+-- Ownership (the owner hash: poller, until, renewed, owed, owed_from, owed_version, inflight,
+-- writes, version):
 -- one poller serves a partition at a time, so a claim writes nothing per task: the zset
 -- keeps the grid times, and a task stays due until commit_fires moves it. A poller that
 -- dies before committing leaves its tasks due; the next owner takes the partition once the
@@ -42,6 +44,11 @@
 --     are owed: owed_version is the partition's last version given then (records.lua
 --     new_version), or the handover's time less 1 ms if later, and a task created,
 --     updated or resumed since has a later one.
+--   renewed: when the lease was last taken or renewed (or the partition released): that
+--     claim judged every time due before it under the misfire policy. At a takeover it
+--     becomes owed_from: a task written after it has its times before it under its
+--     policy, those after it owed (tick_plan.plan_fire). A hash without it (an earlier
+--     version's) gives two of the taker's leases before the owed end instead.
 -- writes: how many API writes the partition's tasks have had (records.lua count_write),
 -- and takeovers (another poller may have committed since this one last did): while it is
 -- the same, only this poller wrote the partition's states. commit_fires skips checking
@@ -53,15 +60,16 @@ local buckets = tonumber(ARGV[6])
 local lean = ARGV[9] == FLAG_ON
 local now = now_ms()
 local o = redis.call('HMGET', KEYS[2], 'poller', 'until', 'owed', 'inflight', 'writes',
-  'owed_version', 'version')
+  'owed_version', 'version', 'renewed', 'owed_from')
 local writes = o[5] or '0'
 local held_until = tonumber(o[2] or 0)  -- a hash without it (hand-edited): run out
 if o[1] and o[1] ~= me and o[1] ~= ARGV[8] and held_until > now then
   -- CLAIM_HEADER items
-  return {now, NONE, 1, o[1], NONE, writes, 1, ''}
+  return {now, NONE, 1, o[1], NONE, writes, 1, '', NONE}
 end
 local lease = tonumber(ARGV[5])
 local owed, owed_version = tonumber(o[3] or NONE), o[6] or ''
+local owed_from = tonumber(o[9] or '')
 local fields = {}  -- the owner hash's changes, written in one HSET
 -- the caller's states are the stored ones (no write since, and no other owner)
 local known = lean and ARGV[10] ~= '' and o[1] == me and writes == ARGV[10]
@@ -72,12 +80,15 @@ if o[1] ~= me then
   -- (no version yet, or one an earlier version's writes left behind the clock: any task
   -- written before now is owed, as a write after it gets at least now)
   owed_version = ms(math.max(tonumber(o[7] or 0), now - 1))
+  owed_from = tonumber(o[8] or '') or (owed ~= NONE and owed - 2 * lease or nil)
   writes = ms(tonumber(writes) + 1)
-  fields = {'poller', me, 'owed', ms(owed), 'until', ms(now + lease), 'writes', writes,
-            'owed_version', owed_version}
+  fields = {'poller', me, 'owed', ms(owed), 'until', ms(now + lease), 'renewed', ms(now),
+            'writes', writes, 'owed_version', owed_version, 'owed_from', ms(owed_from or NONE)}
 elseif held_until - now < lease / 2 then
-  fields = {'until', ms(now + lease)}  -- renewed once half of it is gone
+  fields = {'until', ms(now + lease), 'renewed', ms(now)}  -- once half of it is gone
 end
+-- (an owner hash of an earlier version: owed but no owed_from)
+if not owed_from and owed ~= NONE then owed_from = owed - 2 * lease end
 local priors, kept, forgotten = {}, {}, 0
 local oldest = now - tonumber(ARGV[7])
 for t, at in string.gmatch(o[4] or '', '(%S+):(%d+)') do
@@ -91,7 +102,7 @@ end
 local limit = tonumber(ARGV[4])
 -- CLAIM_HEADER items
 local out = {now, NONE, 0, table.concat(priors, ' '), owed, writes, known and 0 or 1,
-             owed_version}
+             owed_version, owed_from or NONE}
 local header = CLAIM_HEADER
 local range = {'ZRANGE', KEYS[1], '-inf', ms(now), 'BYSCORE', 'LIMIT', 0, limit}
 if known then range[#range + 1] = 'WITHSCORES' end

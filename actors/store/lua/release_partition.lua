@@ -8,5 +8,7 @@ local o = redis.call('HGET', KEYS[1], 'poller')
 if o ~= ARGV[1] then return 0 end
 local t = redis.call('TIME')
 redis.call('HDEL', KEYS[1], 'poller')
-redis.call('HSET', KEYS[1], 'until', string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000)))
+-- 'renewed' too: every claim it made was committed, so every time due before now was judged
+local at = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
+redis.call('HSET', KEYS[1], 'until', at, 'renewed', at)
 return 1
