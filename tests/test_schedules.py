@@ -514,10 +514,12 @@ def test_owed_times_start_later_by_the_slack_of_a_spread_task() -> None:
     assert plan.fires == (0, 60_000, 120_000, 180_000, 240_000) and plan.next_ms == 300_000
 
 
-@pytest.mark.parametrize("zone", ["localtime", "posixrules", "Factory"])
+@pytest.mark.parametrize(
+    "zone", ["localtime", "posixrules", "Factory", "posix/Factory", "right/Factory"]
+)
 def test_a_submitted_schedule_in_the_hosts_own_zone_is_refused(zone: str) -> None:
     """Names of the zone database that stand for the host's own zone would fire a cron
-    at another time on each node."""
+    at another time on each node; so would a placeholder, under any of its folders."""
     schedule = Schedule("cron", cron="0 9 * * *", tz=zone)
     with pytest.raises(ValueError, match=f"schedule.tz: '{zone}' is no zone of the world"):
         check_submitted(schedule, 1.0)

@@ -161,7 +161,7 @@ def check_submitted(schedule: Schedule, min_interval_s: float) -> None:
             f"schedule.cron: must have exactly five fields (minute hour day-of-month month "
             f"day-of-week), got {len(schedule.cron.split())} in {schedule.cron!r}"
         )
-    if schedule.tz in _LOCAL_ZONES:
+    if schedule.tz.rpartition("/")[2] in _LOCAL_ZONES:  # posix/Factory too
         raise ValueError(
             f"schedule.tz: {schedule.tz!r} is no zone of the world (the host's own, or a "
             "placeholder) and may differ from node to node: name one (Europe/Paris, UTC)"
@@ -172,6 +172,8 @@ def check_submitted(schedule: Schedule, min_interval_s: float) -> None:
 
 #: Names of the zone database that are no zone of the world: the host's own (a link each
 #: host sets) or a placeholder: a schedule in them could fire at another time on each node.
+#: Matched as a name's last part: the database's ``posix/`` and ``right/`` copies hold
+#: them too.
 _LOCAL_ZONES = frozenset({"localtime", "posixrules", "Factory"})
 
 
