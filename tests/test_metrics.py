@@ -11,8 +11,9 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -348,3 +349,25 @@ async def test_tasks_are_counted_by_status(store: TaskStore) -> None:
     await store.stop(ids[2])
     counts = await store.count_by_status(buckets_per_call=100)
     assert counts == {"active": 4, "paused": 2, "stopped": 1, "finished": 0, "unreadable": 0}
+
+
+async def test_a_state_bucket_of_another_kind_is_named_where_tasks_are_counted(
+    store: TaskStore, log_lines: Callable[[], list[dict[str, Any]]]
+) -> None:
+    """A bucket Redis will not read as a hash holds tasks no one can count: the count
+    goes on over the others and names it, rather than leaving it out without a word."""
+    later = Schedule("interval", every_s=3600, start_ms=await store.now_ms() + 3_600_000)
+    await store.create_many([TaskSpec("count", later, task_id=f"t{i}") for i in range(5)])
+    keys = await store.keys()
+    broken = keys.states(keys.partition_of("t0"), keys.bucket_of("t0"))
+    await store.client.execute("DEL", broken)
+    await store.client.execute("SET", broken, "not a hash")
+    counts = await store.count_by_status(buckets_per_call=100)
+    lost = [
+        i
+        for i in range(5)
+        if keys.states(keys.partition_of(f"t{i}"), keys.bucket_of(f"t{i}")) == broken
+    ]
+    assert counts["active"] == 5 - len(lost) and counts["unreadable"] == 0
+    (line,) = [x for x in log_lines() if x["event"] == "task_count_incomplete"]
+    assert (line["buckets"], line["keys"], line["level"]) == (1, [broken], "warning")
