@@ -6,7 +6,7 @@ call per partition, so 10,000 creates cost a handful of round trips. Nothing her
 more than a batch per Redis call: clearing a million tasks is many short calls.
 
 The namespace's partition and bucket counts are fixed when the namespace is first used and
-stored in its meta key; every node reads them from there.
+stored in its meta key; every node reads them from there (``actors.store.namespace``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import attrs
 
 from actors.domain.errors import (
     InvalidTask,
-    LayoutMismatch,
     TaskConflict,
 )
 from actors.domain.labels import check_labels, encode_labels
@@ -31,17 +30,13 @@ from actors.store.codes import Code, raise_for_code
 from actors.store.flights import DEFAULT_CLAIM_LEASE_MS, dropped_lines
 from actors.store.history import latest_fate
 from actors.store.keys import (
-    COMPACT_MESSAGES,
     DEFAULT_BUCKETS,
-    LAYOUT_VERSION,
-    MAX_BUCKETS,
-    MIGRATES_FROM,
     Keys,
 )
 from actors.store.labels import STORE_ACTOR, TaskFilter, list_page
+from actors.store.namespace import meta_fields, meta_key, read_keys
 from actors.store.notes import encode_note
 from actors.store.placement import Placement, kept_grid, resume_point
-from actors.store.queue_rows import as_text, stored_number
 from actors.store.records import RecordError, decode_task, encode_schedule
 from actors.store.replies import TaskRow
 from actors.store.scripts import Scripts
@@ -97,89 +92,25 @@ class TaskStore:
     # -- namespace ------------------------------------------------------------------------
 
     async def keys(self) -> Keys:
-        """The namespace's keys, creating its meta record on first use."""
+        """The namespace's keys, creating its meta record on first use
+        (``namespace.read_keys``)."""
         if self._keys is None:
-            meta = f"{self.namespace}:meta"
-            await self._refuse_data_without_meta(meta)
-            # The layout first: a namespace written by an older version keeps its number
-            # (it has no buckets field until ``metronome migrate`` gives it one).
-            created = await self.client.execute("HSETNX", meta, "layout", LAYOUT_VERSION)
-            layout = await self.client.execute("HGET", meta, "layout")
-            _meta_number(self.namespace, meta, "layout", layout)
-            if layout is None or int(layout) != LAYOUT_VERSION:
-                hint = (
-                    "run `metronome migrate` (with every node stopped) to convert it"
-                    if layout is not None and int(layout) in MIGRATES_FROM
-                    else "use a Metronome that reads it, or another namespace"
-                )
-                found = "no layout version" if layout is None else f"layout {layout.decode()}"
-                raise LayoutMismatch(
-                    f"namespace {self.namespace!r} has {found}; this Metronome reads layout "
-                    f"{LAYOUT_VERSION}: {hint}"
-                )
-            await self.client.pipeline(
-                [
-                    ("HSETNX", meta, "partitions", self._default_partitions),
-                    ("HSETNX", meta, "buckets", self._default_buckets),
-                    # A new namespace has no node of an older version reading it: compact
-                    # messages from the start (an older one: ``metronome migrate``).
-                    *([("HSETNX", meta, "messages", COMPACT_MESSAGES)] if created else []),
-                ]
+            self._keys = await read_keys(
+                self.client, self.namespace, self._default_partitions, self._default_buckets
             )
-            partitions, buckets, messages = await self.client.execute(
-                "HMGET", meta, "partitions", "buckets", "messages"
-            )
-            if messages is not None and not messages.isdigit():
-                found = messages.decode(errors="replace")
-                raise LayoutMismatch(
-                    f"namespace {self.namespace!r}: {meta} has messages = {found!r}, not a "
-                    f"message form number (this Metronome writes form {COMPACT_MESSAGES}; "
-                    "`metronome migrate` sets it)"
-                )
-            _meta_number(self.namespace, meta, "partitions", partitions, 1, 1024)
-            _meta_number(self.namespace, meta, "buckets", buckets, 1, MAX_BUCKETS)
-            self._keys = Keys(
-                self.namespace, int(partitions), int(buckets),
-                compact_messages=messages is not None and int(messages) >= COMPACT_MESSAGES,
-            )  # fmt: skip
         return self._keys
-
-    async def _refuse_data_without_meta(self, meta: str) -> None:
-        """A namespace whose meta key is gone (deleted by hand, evicted, a partial restore)
-        but whose tasks or pollers are still there is refused: a new meta key laid over
-        it would give it this node's partition and bucket counts (and this layout), and
-        every task whose place they move would stop firing, without a word. The marks:
-        ``ns:types`` (written by every create, in every layout) and ``ns:pollers`` (by
-        every poller while it runs)."""
-        if await self.client.execute("EXISTS", meta):
-            return
-        marks = [f"{self.namespace}:types", f"{self.namespace}:pollers"]
-        found = [mark for mark in marks if await self.client.execute("EXISTS", mark)]
-        # a node that made the namespace between the two reads, or a live node that laid
-        # the key down again (keep_meta), leaves it to be read as it is
-        if found and not await self.client.execute("EXISTS", meta):
-            raise LayoutMismatch(
-                f"namespace {self.namespace!r} holds data ({', '.join(found)}) but has no "
-                f"{meta} key, so its layout, partitions and buckets are unknown; restore "
-                f"it (HSET {meta} layout {LAYOUT_VERSION} partitions <P> buckets <B> "
-                f"messages {COMPACT_MESSAGES}, with the counts the namespace was made "
-                "with) or use another namespace"
-            )
 
     async def keep_meta(self) -> None:
         """Lay the meta key down again, with what this store read from it, if it is gone
         (Redis back empty, a hand delete, an eviction), so a node that starts then reads
-        the namespace as it is instead of being refused (``_refuse_data_without_meta``):
-        the running nodes know its counts. The key is written whole, in one script, and
-        only when it is gone (``keep_meta.lua``); nothing before this store has read it.
-        Every process calls it every few seconds (``actors.observability.presence``)."""
-        if self._keys is None:
-            return
-        keys = self._keys
-        fields = ["layout", LAYOUT_VERSION, "partitions", keys.partitions, "buckets", keys.buckets]
-        if keys.compact_messages:
-            fields += ["messages", COMPACT_MESSAGES]
-        await (await self.scripts()).keep_meta(f"{self.namespace}:meta", fields)
+        the namespace as it is instead of being refused (``namespace.read_keys``): the
+        running nodes know its counts. The key is written whole, in one script, and only
+        when it is gone (``keep_meta.lua``); nothing before this store has read it. Every
+        process calls it every few seconds (``actors.observability.presence``)."""
+        if self._keys is not None:
+            await (await self.scripts()).keep_meta(
+                meta_key(self.namespace), meta_fields(self._keys)
+            )
 
     async def scripts(self) -> Scripts:
         """The namespace's scripts (``actors.store.scripts``): the roles' door to Redis."""
@@ -489,19 +420,3 @@ class TaskStore:
         deleted = await type_scans.delete_type(self, task_type)
         emit_events(STORE_ACTOR, [("cleared", {"type": task_type, "count": deleted})])
         return deleted
-
-
-def _meta_number(
-    namespace: str, meta: str, field: str, raw: bytes | None, least: int = 0,
-    most: int = 2**31,
-) -> None:  # fmt: skip
-    """LayoutMismatch naming the meta field when it holds no whole number in
-    ``least..most`` (a hand edit gone wrong): every node and API call would fail on it."""
-    if raw is None:
-        return
-    number = stored_number(raw)
-    if number is None or not least <= number <= most:
-        raise LayoutMismatch(
-            f"namespace {namespace!r}: {meta} has {field} = {as_text(raw)!r}, not a whole number "
-            f"within {least}..{most}: mend it (`HSET {meta} {field} <n>`) or restore it"
-        )
