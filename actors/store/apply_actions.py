@@ -29,6 +29,7 @@ from actors.domain.errors import InvalidTask, TaskNotFound
 from actors.domain.model import Task, encode_payload
 from actors.domain.schedules import Overlap
 from actors.store import backfill as backfilling
+from actors.store import backfill_window
 from actors.store.action_scripts import BatchItem, BatchReply
 from actors.store.actions import (
     DONE,
@@ -376,11 +377,11 @@ async def _backfill(
     outcomes: dict[str, str] = {}
     lines: list[tuple[str, dict[str, Any]]] = []
     now_ms = await store.client.time_ms()
-    grids = await backfilling.grids_of(store, tasks)
+    grids = await backfill_window.grids_of(store, tasks)
     for task in tasks:
         # Not this node's [api] bound: the action's fires were checked against the bound
         # of the node that took it, and a node without the API applies it too.
-        fires = backfilling.window_fires(
+        fires = backfill_window.window_fires(
             task, spec.start_ms, spec.end_ms, backfilling.MOST_FIRES, now_ms,
             grids.get(task.task_id),
         )[: backfilling.MOST_FIRES]  # fmt: skip
@@ -403,16 +404,16 @@ async def plan_backfill(store: TaskStore, spec: ActionSpec, max_fires: int) -> i
     assert spec.start_ms is not None
     assert spec.end_ms is not None
     now_ms = await store.client.time_ms()
-    backfilling.check_window(spec.start_ms, spec.end_ms, now_ms)
+    backfill_window.check_window(spec.start_ms, spec.end_ms, now_ms)
     keys = await store.keys()
     total = 0
     for partition in range(keys.partitions):
         selected = await select_partition(store, spec.selector, partition)
-        grids = await backfilling.grids_of(store, selected)
+        grids = await backfill_window.grids_of(store, selected)
         for task in selected:
             if task.status == "stopped":
                 continue
-            total += len(backfilling.window_fires(task, spec.start_ms, spec.end_ms,
+            total += len(backfill_window.window_fires(task, spec.start_ms, spec.end_ms,
                                                   max_fires - total, now_ms,
                                                   grids.get(task.task_id)))  # fmt: skip
             if total > max_fires:

@@ -71,7 +71,7 @@ def kept_grid(
 ) -> KeptGrid | None:
     """For an update of ``task`` to ``schedule`` (resolved for it) on the same grid, what
     the script keeps; None when the grid changes. ``grid_ms``: a time on the grid of an
-    interval without ``start_ms`` whose state holds none (``backfill.grid_of``)."""
+    interval without ``start_ms`` whose state holds none (``backfill_window.grid_of``)."""
     if not task.schedule.same_grid(schedule):
         return None
     return KeptGrid(

@@ -25,7 +25,7 @@ from actors.domain.labels import check_labels, encode_labels
 from actors.domain.model import Task, TaskSpec, check_payload_depth, encode_payload, new_task_id
 from actors.domain.schedules import Overlap, Schedule
 from actors.store import backfill as backfilling
-from actors.store import manual_fires, type_scans
+from actors.store import backfill_window, manual_fires, type_scans
 from actors.store.codes import Code, raise_for_code
 from actors.store.flights import DEFAULT_CLAIM_LEASE_MS, dropped_lines
 from actors.store.history import latest_fate
@@ -338,7 +338,7 @@ class TaskStore:
                 task = await self._definition_and_state(task_id)
                 if task is not None:
                     read = encode_schedule(task.schedule)
-                    grid = await backfilling.grid_of(self, task)
+                    grid = await backfill_window.grid_of(self, task)
                     kept = kept_grid(task, schedule.for_task(task_id), now, grid)
             code, status, placed, dropped, task_type = await (await self.scripts()).update_task(
                 task_id, payload_json, sched, next_ms, score, labels_json, tracked, kept, read
