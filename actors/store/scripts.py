@@ -7,8 +7,9 @@ or typed errors (``actors.store.codes``). Calls that cover several partitions or
 pipelined in one round trip, one script call per partition or per chunk.
 
 ``Scripts`` is composed of one part per caller: the scheduling roles'
-(``actors.store.scheduling_scripts``), the execution roles' (``actors.store.execution_scripts``)
-the operators' (``actors.store.operator_scripts``) and their actions over selected tasks
+(``actors.store.scheduling_scripts``), the execution roles' for their fires
+(``actors.store.execution_scripts``) and their upkeep (``actors.store.upkeep_scripts``), the
+operators' (``actors.store.operator_scripts``) and their actions over selected tasks
 (``actors.store.action_scripts``), over the flights' and the task
 store's scripts (``actors.store.flights``, ``actors.store.task_scripts``).
 
@@ -20,9 +21,10 @@ from __future__ import annotations
 
 from actors.store.action_scripts import ActionScripts
 from actors.store.codes import NOT_ENQUEUED
-from actors.store.execution_scripts import TRIM_CALLS, TRIM_STEP, ExecutionScripts
+from actors.store.execution_scripts import ExecutionScripts
 from actors.store.operator_scripts import OperatorScripts, as_str
 from actors.store.scheduling_scripts import ENQUEUE_CHUNK, SchedulingScripts
+from actors.store.upkeep_scripts import TRIM_CALLS, TRIM_STEP
 
 __all__ = [
     "ENQUEUE_CHUNK",
