@@ -48,7 +48,7 @@ import functools
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import redis
 import redis.cluster
@@ -64,7 +64,7 @@ from runtime.redis_connect import sentinel_master, tls_options
 from runtime.redis_native import NativePool
 from runtime.redis_outages import OutageRiding
 from runtime.redis_replies import classify
-from runtime.redis_wire import DirectCalls, NoScriptError, is_outage
+from runtime.redis_wire import DirectCalls, NoScriptError, in_order, raise_outage
 from runtime.redis_wire import Reply as Reply
 from runtime.redis_wire import Script as Script
 
@@ -331,15 +331,15 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
         native, routes = self._native, self._routes
         if native is not None:
             calls = functools.partial(self._native_script_calls, native)
-            return await self._mapped(lambda: _in_order(calls, first, then))
+            return await self._mapped(lambda: in_order(calls, first, then))
         if routes is not None:
             calls = functools.partial(self._cluster_script_calls, routes)
-            return await self._mapped(lambda: _in_order(calls, first, then))
+            return await self._mapped(lambda: in_order(calls, first, then))
 
         def run() -> tuple[list[Reply], list[Reply]]:
             replies = self._script_calls(first, True) if first else []
             second = then(replies)
-            _raise_outage(replies)
+            raise_outage(replies)
             return replies, self._script_calls(second) if second else []
 
         return await self.run_sync(run)
@@ -421,51 +421,3 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
                     self._raw_client.close()
 
             await trio.to_thread.run_sync(drain_and_close)
-
-
-class _ScriptCalls(Protocol):
-    """A client path's pipelined script calls (``DirectCalls._native_script_calls``,
-    ``ClusterCalls._cluster_script_calls``, bound to their pool or routes)."""
-
-    def __call__(
-        self,
-        calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
-        outages_in_place: bool = False,
-    ) -> Awaitable[list[Reply]]: ...
-
-
-async def _in_order(
-    calls: _ScriptCalls,
-    first: Sequence[Any],
-    then: Callable[[list[Reply]], Sequence[Any]],
-) -> tuple[list[Reply], list[Reply]]:
-    """``scripts_in_order`` on the trio thread: ``calls(first)`` with outages in place,
-    then the calls ``then`` picks from its replies."""
-    replies = await calls(first, True) if first else []
-    second = then(replies)
-    _raise_outage(replies)
-    return replies, await calls(second) if second else []
-
-
-def _raise_outage(replies: list[Reply]) -> None:
-    """The first round's outage, raised once ``then`` has seen every reply (``_mapped``
-    marks the client down)."""
-    for reply in replies:
-        if is_outage(reply):
-            raise RedisUnavailable(str(reply)) from reply
-
-
-def if_all_succeeded(
-    calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
-) -> Callable[[list[Reply]], Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]]:
-    """For ``scripts_in_order``: ``calls`` once every reply of the first round is a
-    success, else nothing."""
-
-    def pick(replies: list[Reply]) -> Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]:
-        return [] if any(isinstance(r, Exception) for r in replies) else calls
-
-    return pick
-
-
-#: The URL without its password (``runtime.config.redact``).
-_redact = redact

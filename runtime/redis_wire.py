@@ -8,8 +8,8 @@ calls on a ``runtime.redis_native`` pool, when the client has one, run on the tr
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 import attrs
 import hiredis
@@ -277,3 +277,50 @@ async def load_missing(
         for i, reply in zip(missing, retried, strict=True):
             replies[i] = reply
     return replies
+
+
+# -- calls in two rounds (``RedisClient.scripts_in_order``) ------------------------------
+
+
+class _ScriptCalls(Protocol):
+    """A client path's pipelined script calls (``DirectCalls._native_script_calls``,
+    ``ClusterCalls._cluster_script_calls``, bound to their pool or routes)."""
+
+    def __call__(
+        self,
+        calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
+        outages_in_place: bool = False,
+    ) -> Awaitable[list[Reply]]: ...
+
+
+async def in_order(
+    calls: _ScriptCalls,
+    first: Sequence[Any],
+    then: Callable[[list[Reply]], Sequence[Any]],
+) -> tuple[list[Reply], list[Reply]]:
+    """``RedisClient.scripts_in_order`` on the trio thread: ``calls(first)`` with outages in place,
+    then the calls ``then`` picks from its replies."""
+    replies = await calls(first, True) if first else []
+    second = then(replies)
+    raise_outage(replies)
+    return replies, await calls(second) if second else []
+
+
+def raise_outage(replies: list[Reply]) -> None:
+    """The first round's outage, raised once ``then`` has seen every reply (``RedisClient._mapped``
+    marks the client down)."""
+    for reply in replies:
+        if is_outage(reply):
+            raise RedisUnavailable(str(reply)) from reply
+
+
+def if_all_succeeded(
+    calls: Sequence[tuple[Script, Sequence[Any], Sequence[Any]]],
+) -> Callable[[list[Reply]], Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]]:
+    """For ``RedisClient.scripts_in_order``: ``calls`` once every reply of the first round is a
+    success, else nothing."""
+
+    def pick(replies: list[Reply]) -> Sequence[tuple[Script, Sequence[Any], Sequence[Any]]]:
+        return [] if any(isinstance(r, Exception) for r in replies) else calls
+
+    return pick

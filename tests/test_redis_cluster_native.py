@@ -17,7 +17,8 @@ import trio
 from runtime.config import RedisSection
 from runtime.embedded_redis import find_server_binary
 from runtime.errors import RedisUnavailable
-from runtime.redis_io import RedisClient, Script, if_all_succeeded
+from runtime.redis_io import RedisClient, Script
+from runtime.redis_wire import if_all_succeeded
 from runtime.testing.local_redis import LocalCluster
 
 INCR = Script("incr", "return redis.call('INCR', KEYS[1])")

@@ -14,10 +14,11 @@ from redis.exceptions import NoScriptError
 
 from runtime.actor import ActorContext, TaskStatus
 from runtime.config import RedisSection
+from runtime.config import redact as _redact
 from runtime.embedded_redis import find_server_binary
 from runtime.errors import RedisUnavailable
 from runtime.logging import get_logger
-from runtime.redis_io import RedisClient, Script, _redact
+from runtime.redis_io import RedisClient, Script
 from runtime.supervisor import ChildSpec, SupervisorSpec, supervisor
 from runtime.testing.local_redis import RedisProcess, free_port
 from tests.waiting import eventually

@@ -14,7 +14,8 @@ import trio
 from runtime.config import RedisSection
 from runtime.embedded_redis import find_server_binary
 from runtime.errors import RedisRefused, RedisUnavailable
-from runtime.redis_io import RedisClient, Script, if_all_succeeded
+from runtime.redis_io import RedisClient, Script
+from runtime.redis_wire import if_all_succeeded
 from runtime.testing.local_redis import RedisProcess
 
 ECHO = Script("echo", "return {KEYS[1], ARGV[1]}")
