@@ -385,6 +385,34 @@ async def test_a_dead_claim_under_a_longer_lease_than_the_takers_is_owed_from_it
     assert min(dues) >= renewed - 250, (renewed, sorted(dues)[:3])
 
 
+@pytest.mark.parametrize("renewed", ["ahead", "missing"])
+async def test_a_takeover_owes_every_time_when_the_old_renewal_is_unknown_or_ahead(
+    one_partition: TaskStore, renewed: str
+) -> None:
+    """A renewal later than the taker's clock (a clock that stepped back) tells nothing:
+    every time is owed (``owed_from`` NONE). An owner hash of an earlier version, without
+    one, owes from two of the taker's leases before the owed end, as that version did."""
+    store = one_partition
+    now = await store.now_ms()
+    await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=now), task_id="x"))
+    await claim(store, "dead", lease_ms=1000)
+    keys = await store.keys()
+    if renewed == "ahead":
+        await store.client.execute("HSET", keys.partition_owner(0), "renewed", now + 600_000)
+    else:
+        await store.client.execute("HDEL", keys.partition_owner(0), "renewed")
+    await trio.sleep(1.1)  # the lease expires
+    _, taken = await claim(store, "taker", lease_ms=2000)
+    (task,) = taken.tasks
+    fields = await owner(store, 0)
+    if renewed == "ahead":
+        assert fields["owed_from"] == "-1" and task.owed_from_ms is None
+    else:
+        assert task.owed_until_ms is not None
+        assert task.owed_from_ms == int(fields["owed_from"]) == task.owed_until_ms - 4000
+    assert int(fields["renewed"]) == taken.now_ms
+
+
 class EndsAFireBeforeCommitting(Poller):
     """A poller during whose tick, after its overlap decisions and before its commit, a
     consumer ends the fire in flight (``end_flights.lua``)."""

@@ -492,7 +492,7 @@ def test_a_dead_claim_owes_every_time_from_its_due_one_to_a_task_created_before(
     late = attrs.evolve(new, owed_until_ms=50_000, updated_ms=45_000, owed_from_ms=30_000)
     plan = plan_fire(late, 60_000)
     assert plan.fires == tuple(range(31_000, 50_001, 1000)) and plan.missed == 31 + 10
-    # The renewal unknown (an owner hash of an earlier version): owed from the due time.
+    # The renewal unknown (NONE: a clock that stepped back): owed from the due time.
     assert plan_fire(attrs.evolve(late, owed_from_ms=None), 60_000).fires[0] == 0
 
 

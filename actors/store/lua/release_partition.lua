@@ -8,7 +8,7 @@ local o = redis.call('HGET', KEYS[1], 'poller')
 if o ~= ARGV[1] then return 0 end
 local t = redis.call('TIME')
 redis.call('HDEL', KEYS[1], 'poller')
--- 'renewed' too: every claim it made was committed, so every time due before now was judged
+-- 'renewed' too: every claim it made was committed; none of them read a task written later
 local at = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
 redis.call('HSET', KEYS[1], 'until', at, 'renewed', at)
 return 1
