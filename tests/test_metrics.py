@@ -371,3 +371,4 @@ async def test_a_state_bucket_of_another_kind_is_named_where_tasks_are_counted(
     assert counts["active"] == 5 - len(lost) and counts["unreadable"] == 0
     (line,) = [x for x in log_lines() if x["event"] == "task_count_incomplete"]
     assert (line["buckets"], line["keys"], line["level"]) == (1, [broken], "warning")
+    assert line["error"].startswith("WRONGTYPE")

@@ -14,6 +14,7 @@ from actors.store.labels import index_members
 from actors.store.records import status_index
 from runtime.config import check_name
 from runtime.logging import get_logger
+from runtime.redis_replies import reply_text
 
 if TYPE_CHECKING:
     from actors.store.tasks import TaskStore
@@ -37,12 +38,13 @@ async def count_by_status(store: TaskStore, buckets_per_call: int = 256) -> dict
     """Tasks per status, reading every state record (one ``HVALS`` a bucket, pipelined,
     yielding to other tasks between calls): seconds at a million tasks, so for a gauge
     refreshed every few minutes, never per request. Records this version cannot read
-    are counted as ``unreadable``; a state bucket Redis will not read as a hash (a key of
-    another kind) holds tasks no one can count, and is named in a warning
-    (``task_count_incomplete``) each count it is left out of."""
+    are counted as ``unreadable``; a state bucket Redis will not read (a key of another
+    kind, a permission missing) holds tasks no one can count, and is named in a warning
+    (``task_count_incomplete``, with Redis's reply) each count it is left out of."""
     keys = await store.keys()
     counts = dict.fromkeys([*STATUSES, "unreadable"], 0)
     left_out: list[str] = []
+    error = ""
     for partition in range(keys.partitions):
         for start in range(0, keys.buckets, buckets_per_call):
             stop = min(start + buckets_per_call, keys.buckets)
@@ -52,6 +54,7 @@ async def count_by_status(store: TaskStore, buckets_per_call: int = 256) -> dict
             for bucket, values in enumerate(replies, start):
                 if not isinstance(values, list):
                     left_out.append(keys.states(partition, bucket))
+                    error = error or reply_text(values)
                     continue
                 for raw in values:
                     index = status_index(raw)
@@ -59,8 +62,9 @@ async def count_by_status(store: TaskStore, buckets_per_call: int = 256) -> dict
             await trio.lowlevel.checkpoint()
     if left_out:
         get_logger(actor="store").warning(
-            "task_count_incomplete", buckets=len(left_out), keys=left_out[:10],
-            fix="a state bucket holds another kind of value; restore it from a backup",
+            "task_count_incomplete", buckets=len(left_out), keys=left_out[:10], error=error,
+            fix="Redis would not read these state buckets (the error says why): mend the "
+            "permission, or restore a key of another kind from a backup",
         )  # fmt: skip
     return counts
 
