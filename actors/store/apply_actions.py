@@ -414,8 +414,8 @@ async def plan_backfill(store: TaskStore, spec: ActionSpec, max_fires: int) -> i
             if task.status == "stopped":
                 continue
             total += len(backfill_window.window_fires(task, spec.start_ms, spec.end_ms,
-                                                  max_fires - total, now_ms,
-                                                  grids.get(task.task_id)))  # fmt: skip
+                                                      max_fires - total, now_ms,
+                                                      grids.get(task.task_id)))  # fmt: skip
             if total > max_fires:
                 raise InvalidTask(
                     f"end_ms: the window holds more than {max_fires} fires of the selected "
