@@ -328,9 +328,9 @@ async def test_a_task_written_while_its_partition_had_no_poller_is_owed_a_lease_
 ) -> None:
     """A task created (or given a new schedule) after its partition's poller died, before
     another took over, starting a minute in the past under ``skip``: the takeover owes
-    the grid times of two claim leases before its owed end at most (the dead poller was
-    claiming until then); the minute before that is under its policy (skipped), not
-    fired up to ``misfire_cap`` times."""
+    the grid times from the dead poller's last renewal at most (it was claiming until
+    then); the minute before that is under its policy (skipped), not fired up to
+    ``misfire_cap`` times."""
     store = one_partition
     now = await store.now_ms()
     await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=now), task_id="x"))
@@ -389,9 +389,9 @@ async def test_a_dead_claim_under_a_longer_lease_than_the_takers_is_owed_from_it
 async def test_a_takeover_owes_every_time_when_the_old_renewal_is_unknown_or_ahead(
     one_partition: TaskStore, renewed: str
 ) -> None:
-    """A renewal later than the taker's clock (a clock that stepped back) tells nothing:
-    every time is owed (``owed_from`` NONE). An owner hash of an earlier version, without
-    one, owes from two of the taker's leases before the owed end, as that version did."""
+    """A renewal later than the taker's clock (a clock that stepped back), or none (an
+    owner hash of an earlier version), tells nothing: every time from the due one is
+    owed (``owed_from`` NONE)."""
     store = one_partition
     now = await store.now_ms()
     await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=now), task_id="x"))
@@ -405,12 +405,8 @@ async def test_a_takeover_owes_every_time_when_the_old_renewal_is_unknown_or_ahe
     _, taken = await claim(store, "taker", lease_ms=2000)
     (task,) = taken.tasks
     fields = await owner(store, 0)
-    if renewed == "ahead":
-        assert fields["owed_from"] == "-1" and task.owed_from_ms is None
-    else:
-        assert task.owed_until_ms is not None
-        assert task.owed_from_ms == int(fields["owed_from"]) == task.owed_until_ms - 4000
-    assert int(fields["renewed"]) == taken.now_ms
+    assert task.owed_until_ms is not None and task.owed_from_ms is None
+    assert fields["owed_from"] == "-1" and int(fields["renewed"]) == taken.now_ms
 
 
 class EndsAFireBeforeCommitting(Poller):

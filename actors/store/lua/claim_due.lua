@@ -44,13 +44,13 @@
 --     are owed: owed_version is the partition's last version given then (records.lua
 --     new_version), or the handover's time less 1 ms if later, and a task created,
 --     updated or resumed since has a later one.
---   renewed: when the lease was last taken or renewed (or the partition released): no
---     claim before it read a task written after it, and any claim after it applied the
---     misfire policy to the times due before it. At a takeover it becomes owed_from: a
---     task written after it has its times before it under its policy, those after it
---     owed (tick_plan.plan_fire). A hash without it (an earlier version's) gives two of
---     the taker's leases before the owed end instead; one later than now (a clock that
---     stepped back) gives NONE: every time owed.
+--   renewed: when the lease was last taken or renewed (or the partition released): that
+--     claim, or a later one, applied the misfire policy to every time due before it (a
+--     claim that first read a task after it found those times missed as well). At a
+--     takeover it becomes owed_from: a task's times before it are planned under its
+--     policy, those after it owed (tick_plan.plan_fire). Unknown (an earlier version's
+--     hash has none) or later than now (a clock that stepped back): NONE, every time
+--     from the due one owed.
 -- writes: how many API writes the partition's tasks have had (records.lua count_write),
 -- and takeovers (another poller may have committed since this one last did): while it is
 -- the same, only this poller wrote the partition's states. commit_fires skips checking
@@ -83,21 +83,13 @@ if o[1] ~= me then
   -- written before now is owed, as a write after it gets at least now)
   owed_version = ms(math.max(tonumber(o[7] or 0), now - 1))
   local renewed = tonumber(o[8] or '')
-  if not renewed then
-    owed_from = owed ~= NONE and owed - 2 * lease or NONE
-  elseif renewed > now then
-    owed_from = NONE
-  else
-    owed_from = renewed
-  end
+  owed_from = renewed and renewed <= now and renewed or NONE
   writes = ms(tonumber(writes) + 1)
   fields = {'poller', me, 'owed', ms(owed), 'until', ms(now + lease), 'renewed', ms(now),
             'writes', writes, 'owed_version', owed_version, 'owed_from', ms(owed_from)}
 elseif held_until - now < lease / 2 then
   fields = {'until', ms(now + lease), 'renewed', ms(now)}  -- once half of it is gone
 end
--- (an owner hash of an earlier version: owed but no owed_from)
-if not owed_from and owed ~= NONE then owed_from = owed - 2 * lease end
 local priors, kept, forgotten = {}, {}, 0
 local oldest = now - tonumber(ARGV[7])
 for t, at in string.gmatch(o[4] or '', '(%S+):(%d+)') do
