@@ -349,6 +349,34 @@ async def test_a_retry_of_a_task_created_again_under_its_id_is_dropped(
     assert await redis_client.execute("EXISTS", prefix + f"{again}:1") == 0
 
 
+@pytest.mark.parametrize("field", ["payload", "attempt", "due_ms", "type"])
+async def test_a_retry_context_this_version_cannot_run_is_named_and_left_as_it_is(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts, field: str
+) -> None:
+    """A retry context missing a field, or with no number where one goes (a hand edit,
+    another program): named ``unreadable`` and left as it is, claimed a lease on, rather
+    than crashing the dispatcher at every claim (a field decoded from nothing) or failing
+    every retry of its type at the enqueue; the partition's other retries are claimed."""
+    store = TaskStore(redis_client, keys.namespace, default_partitions=keys.partitions)
+    bad, kept = [t for t in (f"m{i}" for i in range(200)) if keys.partition_of(t) == 0][:2]
+    for task_id in (bad, kept):
+        await store.create(TaskSpec("t", Schedule("interval", every_s=3600), task_id=task_id))
+    await scripts.schedule_retries(
+        [RetryWrite(message(t, 0, "null"), 0, "boom") for t in (bad, kept)]
+    )
+    context = keys.retry_context_prefix(0) + f"{bad}:1"
+    if field in ("attempt", "due_ms"):
+        await redis_client.execute("HSET", context, field, "soon")
+    else:
+        await redis_client.execute("HDEL", context, field)
+    (claim,) = await scripts.claim_retries([0], "tok", 10, 60_000)
+    assert claim.unreadable == [f"{bad}:1"] and claim.dropped == []
+    assert [f.task_id for _, f in claim.retries] == [kept]
+    assert await redis_client.execute("EXISTS", context) == 1
+    score = await redis_client.execute("ZSCORE", keys.retry(0), f"{bad}:1")
+    assert float(score) > await redis_client.time_ms()  # claimed a lease on
+
+
 @pytest.mark.parametrize("broken", ["def", "state"])
 async def test_a_record_that_cannot_be_read_holds_back_no_retry(
     redis_client: RedisClient, keys: Keys, scripts: Scripts, broken: str

@@ -45,7 +45,7 @@ from actors.store.replies import Fire
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
-from runtime.logging import emit_events
+from runtime.logging import emit_events, get_logger
 from runtime.redis_replies import PartRejected
 
 
@@ -100,6 +100,12 @@ class RetryDispatcher:
                 for sid in c.dropped
             ],
         )  # fmt: skip
+        for sid in (sid for c in claims for sid in c.unreadable):  # named each lease
+            get_logger(actor=self.actor).warning(
+                "retry_unreadable", schedule_id=sid,
+                fix="its retry context lacks a field or holds no number where one goes: "
+                "mend or delete it (left as it is, named again a claim lease later)",
+            )  # fmt: skip
         fires: list[Fire] = []
         sids: list[str] = []
         claimed: dict[int, list[str]] = defaultdict(list)

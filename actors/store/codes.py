@@ -50,9 +50,9 @@ NOT_ENQUEUED = -2
 CLAIM_HEADER = 9
 CLAIM_ITEMS = 3
 LEAN_CLAIM_ITEMS = 2
-#: ``claim_retries``'s reply: a header (now, earliest), then per retry its schedule id,
-#: task id, type, payload, attempt, due time, prior claim and policy code.
-RETRY_CLAIM_HEADER = 3
+#: ``claim_retries``'s reply: a header (now, earliest, dropped, unreadable), then per retry
+#: its schedule id, task id, type, payload, attempt, due time, prior claim and policy code.
+RETRY_CLAIM_HEADER = 4
 RETRY_CLAIM_ITEMS = 8
 
 #: The values of a task's records, in their stored order (``actors.store.records`` says why

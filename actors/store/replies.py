@@ -161,6 +161,8 @@ class RetryClaim:
     """(schedule_id, the fire to enqueue again)."""
     dropped: list[str] = attrs.field(factory=list)
     """Schedule ids whose retry was dropped: their task was deleted or stopped since."""
+    unreadable: list[str] = attrs.field(factory=list)
+    """Schedule ids whose retry context this version cannot run (left as they are)."""
 
 
 @attrs.frozen

@@ -384,9 +384,11 @@ class SchedulingScripts(FlightScripts):
                 )  # fmt: skip
                 retries.append((sid.decode(), fire))
             dropped = [sid.decode() for sid in reply[2] or ()]
-            claims.append(
-                RetryClaim(partition, int(reply[0]), optional_ms(reply[1]), retries, dropped)
+            unreadable = [sid.decode(errors="replace") for sid in reply[3] or ()]
+            claim = RetryClaim(
+                partition, int(reply[0]), optional_ms(reply[1]), retries, dropped, unreadable
             )
+            claims.append(claim)
         return claims
 
     async def commit_retries(self, token: str, claimed: dict[int, list[str]]) -> dict[int, Commit]:

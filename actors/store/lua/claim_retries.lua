@@ -3,7 +3,8 @@
 -- ARGV[1]  retry-context key prefix   ARGV[2]  claim token   ARGV[3]  limit   ARGV[4]  lease_ms
 -- ARGV[5]  partition tag   ARGV[6]  buckets per partition
 -- Returns {now_ms, earliest score after claim or NONE, {dropped schedule ids},
---          schedule_id, task_id, type, payload, attempt, due_ms, prior, policy, ...}
+--          {unreadable schedule ids}, schedule_id, task_id, type, payload, attempt, due_ms,
+--          prior, policy, ...}
 -- (a header of RETRY_CLAIM_HEADER items, then RETRY_CLAIM_ITEMS per retry); prior: the
 -- token of an earlier claim never committed ('' if none; see enqueue.lua); policy: the
 -- fire's policy code ('' if none). Dropped: retries of a task deleted or stopped since its
@@ -13,7 +14,10 @@
 -- kept by schedule_retries.lua; a context without one, of an earlier version, is not
 -- checked). A task whose state or definition record cannot be read (try_state, read_def)
 -- keeps its retry: the retry carries what it runs, and a broken record holds back no
--- other retry of the partition.
+-- other retry of the partition. A context this version cannot run (its type, payload,
+-- attempt or due time missing, or no number where one goes: written by hand or by another
+-- program) is named unreadable and left as it is, claimed a lease on (named again then),
+-- never dropped without a word nor sent as a fire that would fail the type's enqueue.
 -- Same claim-then-commit rule as claim_due: a dispatcher killed before commit_retries
 -- leaves the retry to be claimed again after the lease (maybe a duplicate, never a loss).
 local t = redis.call('TIME')
@@ -30,9 +34,9 @@ local function reborn(b, id, born)
   local created = created_ms(tag, b, id)
   return created ~= false and tonumber(born) ~= (created or 0)
 end
-local dropped = {}
+local dropped, unreadable = {}, {}
 -- RETRY_CLAIM_HEADER items
-local out = {now, NONE, dropped}
+local out = {now, NONE, dropped, unreadable}
 for _, sid in ipairs(due) do
   local key = ARGV[1] .. sid
   local f = redis.call('HMGET', key, 'task_id', 'type', 'payload', 'attempt', 'due_ms', 'claim',
@@ -45,6 +49,9 @@ for _, sid in ipairs(due) do
     redis.call('DEL', key)
     redis.call('ZREM', KEYS[1], sid)
     dropped[#dropped + 1] = sid
+  elseif not (f[2] and f[3] and tonumber(f[4]) and tonumber(f[5])) then
+    redis.call('ZADD', KEYS[1], lease_until, sid)
+    unreadable[#unreadable + 1] = sid
   else
     redis.call('HSET', key, 'claim', ARGV[2])
     redis.call('ZADD', KEYS[1], lease_until, sid)
