@@ -313,6 +313,52 @@ async def test_a_refused_trim_does_not_hold_up_the_reclaims(
     assert skipped["kind"] == "permission"
 
 
+async def test_a_poison_ends_key_of_another_kind_holds_poison_back_and_no_reclaim(
+    own_client: RedisClient, namespace: str, log_lines: LogLines
+) -> None:
+    """The claimer's poison ends (``Keys.poison_ends``) holding another kind of value: a
+    poison message is left pending, said once (``poison_held``), not dead-lettered with
+    its flight's end and history entry nowhere to wait; the claimer's round goes on and
+    takes a dead consumer's other messages over; once the key is removed, the poison goes
+    to the dead-letter stream."""
+    store = TaskStore(own_client, namespace, default_partitions=4)
+    keys = await store.keys()
+    stream = keys.queue("t")
+    await own_client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
+    poison = await own_client.execute(
+        "XADD", stream, "*", "task_id", "p", "payload", "{}", "attempt", "0", "due_ms", "7"
+    )  # fmt: skip
+    await own_client.execute("XREADGROUP", "GROUP", GROUP, "dead", "STREAMS", stream, ">")
+    for _ in range(2):  # delivered three times: poison at max_deliveries 3
+        await own_client.execute("XCLAIM", stream, GROUP, "dead", 0, poison)
+    await own_client.execute("SET", keys.poison_ends("t", "alive"), "not a hash")
+    state = ConsumerState(name="alive")
+    state.free.value = 5
+    inbox: Mailbox[Message] = Mailbox.open(5)
+    settings = ClaimerSettings(interval_s=0.05, lease_s=0.2, max_deliveries=3)
+    claimer = Claimer(store, "t", state, inbox, "n1", settings)
+    ctx = ActorContext("node/consumers/t/claimer", 1.0, get_logger(actor="claimer"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(claimer.run, ctx)
+        await own_client.execute(
+            "XADD", stream, "*", "task_id", "x", "payload", "{}", "attempt", "0", "due_ms", "5"
+        )  # fmt: skip
+        await own_client.execute("XREADGROUP", "GROUP", GROUP, "dead2", "STREAMS", stream, ">")
+        with trio.fail_after(30):
+            handed = await inbox.receive.receive()
+        assert handed.task_id == "x"
+        assert await own_client.execute("XLEN", keys.dlq("t")) == 0
+        await own_client.execute("DEL", keys.poison_ends("t", "alive"))
+        await wait_until(lambda: _xlen_is(own_client, keys.dlq("t"), 1))
+        nursery.cancel_scope.cancel()
+    (held,) = _events(log_lines, "poison_held")
+    assert "WRONGTYPE" in held["error"]
+
+
+async def _xlen_is(client: RedisClient, key: str, length: int) -> bool:
+    return bool(await client.execute("XLEN", key) == length)
+
+
 async def test_a_refused_read_waits_with_backoff_and_one_line(
     server: RedisProcess, own_client: RedisClient, namespace: str, tmp_path: Path,
     record: Path, log_lines: LogLines,

@@ -2,8 +2,9 @@
 -- KEYS[1]  the type's stream   KEYS[2]  its dead-letter stream (same slot)
 -- KEYS[3]  this consumer's poison ends to do (Keys.poison_ends, same slot): hash of each
 --          poisoned message's id -> {now, task_id, due_ms, policy code, attempt}, packed,
---          kept (a week) until the claimer has ended its flight and recorded it dead (a
---          write of it refused, the key of another kind: this reply alone has it)
+--          kept (a week) until the claimer has ended its flight and recorded it dead; while
+--          the key holds another kind of value, poison is held (below), not dead-lettered:
+--          its flight's end and its history entry would have nowhere to wait
 -- ARGV[1]  group   ARGV[2]  this node's consumer   ARGV[3]  min idle ms (the lease)
 -- ARGV[4]  most messages to take   ARGV[5]  max deliveries   ARGV[6]  node name
 -- ARGV[7]  the type (a dead letter's 'type' field)
@@ -39,6 +40,9 @@ local want = tonumber(ARGV[4])
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[3], '-', '+',
   want * 4 + 100)
 local claimed, poisoned, ended, held = {}, {}, {}, ''
+-- (a hash read, not TYPE: the shipped ACL allows no command the scripts do not need)
+local probe = redis.pcall('HGET', KEYS[3], '-')
+local ends_unkept = type(probe) == 'table' and probe.err
 local released = 365 * 24 * 3600 * 1000  -- ms: a stop's release gives ten years
 
 local function full_form(id, raw)
@@ -83,7 +87,12 @@ for _, p in ipairs(pending) do
         fields[#fields + 1] = id
         -- refused (OOM, before this call wrote anything): left pending, tried next round,
         -- and the others are claimed meanwhile
-        local added = redis.pcall('XADD', KEYS[2], '*', unpack(fields))
+        local added
+        if ends_unkept then
+          added = {err = ends_unkept .. ' (' .. KEYS[3] .. ', the poison ends to do)'}
+        else
+          added = redis.pcall('XADD', KEYS[2], '*', unpack(fields))
+        end
         if type(added) == 'table' and added.err then
           dead, held = false, added.err
         else
@@ -96,8 +105,7 @@ for _, p in ipairs(pending) do
           end
           if task and due then
             for _, v in ipairs({task, due, o, attempt}) do ended[#ended + 1] = v end
-            -- kept for a reply lost; refused (a key of another kind), this reply alone has
-            -- it, and the dead letter written above is not written again next round
+            -- kept for a reply lost (the key's kind checked above)
             redis.pcall('HSET', KEYS[3], id, cmsgpack.pack({now, task, due, o, attempt}))
             redis.pcall('PEXPIRE', KEYS[3], 604800000)
           end
