@@ -4,6 +4,7 @@ a message, and leaves Redis as it was. (The signature scheme itself: test_signin
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,6 +126,32 @@ def test_a_replayed_request_is_refused_even_inside_the_window(
         again = httpx.patch(api.url + path, content=change, headers=headers)
         refused(again, 401, "replay")
     assert stored.payload(db, keys, task_id) == {"v": 3}
+    # kept past the window the timestamp is acceptable in (a skew each side), with room
+    (nonce_key,) = db.keys(f"{api.namespace}:nonce:*{headers['X-Metronome-Nonce']}")
+    assert db.pttl(nonce_key) > 2 * 300_000
+
+
+def _answer_to_a_body_never_sent(api: ApiNode, headers: dict[str, str]) -> bytes:
+    """The status line answered to a POST that declares a 1 MB body and sends none."""
+    url = httpx.URL(api.url)
+    lines = ["POST /v1/tasks HTTP/1.1", f"Host: {url.host}", "Content-Length: 1000000"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    with socket.create_connection((url.host, url.port), timeout=20) as conn:
+        conn.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        try:
+            return conn.recv(200).split(b"\r\n", 1)[0]
+        except TimeoutError:
+            return b"(no answer: the server waits for the body)"
+
+
+@pytest.mark.parametrize("case", ["no headers", "an old timestamp"])
+def test_a_request_whose_headers_cannot_pass_is_refused_before_its_body_is_read(
+    api: ApiNode, case: str
+) -> None:
+    """A client without a well-formed, current request does not get the server to buffer
+    a body (up to ``max_body_bytes``) while it sends it slowly or never."""
+    headers = {} if case == "no headers" else sign(ADMIN_KEY, "POST", "/v1/tasks", b"x", 0)
+    assert _answer_to_a_body_never_sent(api, headers).startswith(b"HTTP/1.1 401")
 
 
 def test_reads_are_signed_too(api: ApiNode) -> None:

@@ -239,7 +239,7 @@ def _problems(*statuses: int) -> dict[str, Any]:
     return {str(s): {"description": "problem details (RFC 9457)", **problem} for s in statuses}
 
 
-_SIGNED = (400, 401, 403, 413, 422, 503)
+_SIGNED = (400, 401, 403, 408, 413, 422, 503)
 
 
 def _op(route: Endpoint) -> dict[str, Any]:

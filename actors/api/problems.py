@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 import redis
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from actors.api.signing import AuthError
@@ -36,6 +37,7 @@ _TITLES = {
     403: "Forbidden",
     404: "Not found",
     405: "Method not allowed",
+    408: "Request timeout",
     409: "Conflict",
     413: "Request body too large",
     415: "Unsupported media type",
@@ -94,6 +96,8 @@ def from_exception(exc: Exception) -> Problem | None:
         return exc
     if isinstance(exc, AuthError):
         return Problem(exc.status, *exc.answer)  # an unknown key reads as a bad signature
+    if isinstance(exc, ClientDisconnect):  # gone before its body was whole: no one to tell
+        return Problem(400, "client_disconnected", "the client left before its body was read")
     if isinstance(exc, InvalidTask):
         return invalid(str(exc))
     if isinstance(exc, TaskNotFound):

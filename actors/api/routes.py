@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 import structlog
+import trio
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -332,13 +333,30 @@ async def metrics(call: Call) -> Response:
 # -- the app ----------------------------------------------------------------------------
 
 
+#: How long a request's body may take to arrive whole: a client that sends it slowly, or
+#: never finishes, does not hold the buffer (up to ``[api] max_body_bytes``) for longer.
+BODY_READ_S = 30.0
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
+    """The whole body, at most ``limit`` bytes (413) and within ``BODY_READ_S`` (408)."""
+    with trio.move_on_after(BODY_READ_S):
+        return await _read_body_whole(request, limit)
+    raise Problem(408, "body_timeout", f"the body did not arrive whole within {BODY_READ_S:g} s")
+
+
+def _refuse_declared_too_large(request: Request, limit: int) -> None:
+    """413 for a declared length over ``limit``: refused before anything else is read."""
     declared = request.headers.get("content-length")
     if declared is not None and (
         not (declared.isascii() and declared.isdecimal() and len(declared) <= 18)
         or int(declared) > limit
     ):
         raise Problem(413, "too_large", f"the body may be at most {limit} bytes")
+
+
+async def _read_body_whole(request: Request, limit: int) -> bytes:
+    _refuse_declared_too_large(request, limit)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -362,6 +380,9 @@ def endpoint_for(services: ApiServices, route: Endpoint) -> Any:
         started = time.perf_counter()
         key_id, refusal = None, None
         try:
+            if not public:  # no body is read for a request whose headers cannot pass
+                _refuse_declared_too_large(request, services.settings.max_body_bytes)
+                await services.verifier.precheck(dict(request.headers))
             body = await _read_body(request, services.settings.max_body_bytes)
             if not public:
                 key = await services.verifier.verify(

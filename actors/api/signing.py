@@ -102,6 +102,10 @@ def sign(
     }
 
 
+#: How long a nonce is kept beyond the window its timestamp is acceptable in.
+NONCE_MARGIN_MS = 10_000
+
+
 @attrs.frozen
 class Verifier:
     """Checks signed requests against a key ring, Redis's clock and the nonce store."""
@@ -113,6 +117,14 @@ class Verifier:
     skew_ms: int = 300_000
     _decoy: bytes = attrs.field(init=False, repr=False, factory=lambda: secrets.token_bytes(32))
     """What an unknown key id's signature is checked against: no client knows it."""
+
+    async def precheck(self, headers: dict[str, str]) -> None:
+        """AuthError for headers no body could make pass (one missing or malformed, a
+        timestamp outside the skew window), before the body is read: a client without a
+        well-formed, current request does not get the server to buffer a body. Whether
+        the key exists is not told here (``verify`` answers alike for an unknown one)."""
+        _, timestamp, _, _ = self._parse(headers)
+        self._check_time(int(timestamp), await self.client.clock_ms())
 
     async def verify(
         self, method: str, path_with_query: str, headers: dict[str, str], body: bytes
@@ -133,11 +145,13 @@ class Verifier:
             raise AuthError(401, "unknown_key", f"no key {key_id!r}")
         if not matches:
             raise AuthError(401, "bad_signature", "the signature does not match the request")
-        # Only an authentic request may write a nonce; it outlives the skew window twice
-        # over, so the same request cannot come back while its timestamp is acceptable.
+        # Only an authentic request may write a nonce. Its timestamp is acceptable for at
+        # most two skews from now (one in the future, one past); the nonce outlives that
+        # by NONCE_MARGIN_MS, which covers the clock read and this write being apart.
         fresh = await self.client.execute(
-            "SET", f"{self.nonce_prefix}{key.key_id}:{nonce}", "1", "NX", "PX", 2 * self.skew_ms
-        )
+            "SET", f"{self.nonce_prefix}{key.key_id}:{nonce}", "1", "NX",
+            "PX", 2 * self.skew_ms + NONCE_MARGIN_MS,
+        )  # fmt: skip
         if not fresh:
             raise AuthError(401, "replay", "this nonce was already used: the request is a replay")
         if key.read_only and method.upper() not in READ_METHODS:
