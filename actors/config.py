@@ -373,8 +373,11 @@ class MetricsSection:
         return [ipaddress.ip_network(net) for net in self.allow]
 
     def token(self) -> str | None:
-        """The bearer token scrapes must send, or None when ``token_env`` is not set."""
-        return os.environ.get(self.token_env) if self.token_env is not None else None
+        """The bearer token scrapes must send, or None when ``token_env`` is not set;
+        without the white space around it (a file-based secret's trailing newline): a
+        scrape's token is read so too."""
+        token = os.environ.get(self.token_env) if self.token_env is not None else None
+        return token.strip() if token is not None else None
 
 
 #: I/O threads (connections) a node needs beyond one per consumer type's blocking read.

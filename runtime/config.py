@@ -132,13 +132,19 @@ def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], str, int, str |
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for logs and errors."""
+    """The URL without its password (before the host, or a ``password`` query option,
+    which redis-py reads too), for logs and errors."""
+    url = _QUERY_PASSWORD.sub(r"\1***", url)
     scheme, sep, rest = url.partition("://")
     if not sep or "@" not in rest:
         return url
     creds, _, host = rest.rpartition("@")
     user = creds.split(":", 1)[0]
     return f"{scheme}://{user + ':***@' if user else '***@'}{host}"
+
+
+#: A URL's ``password=`` query option, up to the next option.
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
 def _redis_url(_inst: object, _attr: attrs.Attribute[Any], value: str) -> None:

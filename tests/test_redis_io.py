@@ -170,6 +170,11 @@ def test_passwords_never_reach_logs() -> None:
     assert _redact("redis://user:s3cret@host:6379/0") == "redis://user:***@host:6379/0"
     assert _redact("redis://:s3cret@host:6379") == "redis://***@host:6379"
     assert _redact("redis://host:6379") == "redis://host:6379"
+    # redis-py reads a password from the query too
+    assert _redact("redis://host:6379/0?password=s3cret&protocol=3") == (
+        "redis://host:6379/0?password=***&protocol=3"
+    )
+    assert _redact("redis://u:a@host/0?Password=s3cret") == "redis://u:***@host/0?Password=***"
 
 
 async def test_password_and_acl_user(tmp_path: object) -> None:

@@ -183,7 +183,7 @@ def test_a_token_env_naming_an_unset_variable_is_a_config_error(
 def test_a_token_env_naming_a_set_variable_gives_the_gate_its_token(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("TEST_SOME_TOKEN", TOKEN)
+    monkeypatch.setenv("TEST_SOME_TOKEN", TOKEN + "\n")  # a file-based secret's newline
     section = load_metrics({"token_env": "TEST_SOME_TOKEN", "allow": ["192.0.2.0/24"]})
     assert section.token() == TOKEN
     assert TOKEN not in repr(section)
