@@ -357,7 +357,7 @@ async def test_a_task_written_while_its_partition_had_no_poller_is_owed_a_lease_
 async def test_a_dead_claim_under_a_longer_lease_than_the_takers_is_owed_from_its_renewal(
     one_partition: TaskStore,
 ) -> None:
-    """The dead poller claimed under a 3 s lease, its taker claims under 0.5 s. A task
+    """The dead poller claimed under a 6 s lease, its taker claims under 0.5 s. A task
     created after the dead poller's last renewal, starting in the past under ``skip``, and
     claimed by it before it died: every grid time after that claim to the owed end is owed
     (the claim blocked them), counted from the renewal kept in the owner hash, not from
@@ -365,24 +365,50 @@ async def test_a_dead_claim_under_a_longer_lease_than_the_takers_is_owed_from_it
     store = one_partition
     now = await store.now_ms()
     await store.create(TaskSpec("t", Schedule("interval", every_s=60, start_ms=now), task_id="x"))
-    await claim(store, "dead", lease_ms=3000)  # takes the partition: renewed now
-    renewed = int((await owner(store, 0))["until"]) - 3000
+    await claim(store, "dead", lease_ms=6000)  # takes the partition: renewed now
+    renewed = int((await owner(store, 0))["until"]) - 6000
     past = Schedule("interval", every_s=0.25, start_ms=now - 60_000, misfire="skip")
     await store.create(TaskSpec("late", past, task_id="late"))
-    _, blocked = await claim(store, "dead", lease_ms=3000)  # claims it, dies uncommitted
+    _, blocked = await claim(store, "dead", lease_ms=6000)  # claims it, dies uncommitted
     assert "late" in {t.task_id for t in blocked.tasks}
-    await trio.sleep(3.2)  # the lease expires
+    assert int((await owner(store, 0))["renewed"]) == renewed  # not renewed again
+    await trio.sleep(6.2)  # the lease expires
     keys = await store.keys()
     lease_ms = 500
     poller = Poller(store, PollerSettings(claim_lease_ms=lease_ms))
     takeover = await store.now_ms()  # the takeover's claim comes after: due by then
     await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
     dues = {int(f["due_ms"]) for f in await stream_fires(store, "late")}
-    owed_end = min(takeover, renewed + 3000 + lease_ms)
+    owed_end = min(takeover, renewed + 6000 + lease_ms)
     grid = range(now - 60_000, owed_end + 1, 250)
     missing = [t for t in grid if t > blocked.now_ms and t not in dues]
     assert not missing, (blocked.now_ms, owed_end, missing)
     assert min(dues) >= renewed - 250, (renewed, sorted(dues)[:3])
+
+
+async def test_a_task_two_dead_owners_held_in_a_row_is_owed_every_time_they_blocked(
+    one_partition: TaskStore,
+) -> None:
+    """A claims a task and dies; B takes the partition over, claims it (owed since A's
+    renewal) and dies before committing too; C takes over from B. The times A's death
+    blocked were B's to owe: C owes them as well, not only those after B's renewal
+    (under ``skip`` they would be lost)."""
+    store = one_partition
+    start = await store.now_ms() - 2000
+    skip = Schedule("interval", every_s=0.25, start_ms=start, misfire="skip")
+    await store.create(TaskSpec("chain", skip, task_id="x"))
+    await claim(store, "A", lease_ms=1000)
+    await trio.sleep(1.1)
+    _, by_b = await claim(store, "B", lease_ms=1000)
+    (task,) = by_b.tasks
+    assert task.owed_until_ms is not None  # B's to owe
+    await trio.sleep(1.1)
+    keys = await store.keys()
+    poller = Poller(store, PollerSettings(claim_lease_ms=1000))
+    await poller.tick(await store.scripts(), poller.partitions(keys), get_logger())
+    dues = {int(f["due_ms"]) for f in await stream_fires(store, "chain")}
+    blocked = range(start, task.owed_until_ms + 1, 250)
+    assert not [t for t in blocked if t not in dues], (sorted(dues), list(blocked))
 
 
 @pytest.mark.parametrize("renewed", ["ahead", "missing"])

@@ -57,10 +57,10 @@ def plan_fires(
     because of the crash, not missed while nothing ran, so they are all fired (at most
     ``misfire_cap``); the policy applies to the grid times after it. ``owed_from_ms``: no
     claim of the dead poller blocked a grid time before it (it was alive and claiming
-    then, and its claims apply the policy to the times they find missed): a task with
-    grid times further back (one starting in the past, created while its partition had
-    no live poller, or claimed by the poller that died) has those under its policy, as if
-    claimed at ``owed_from_ms``, and only the times from there on owed.
+    then, and its claims apply the policy to the times they find missed): a task written
+    with grid times further back (created while its partition had no live poller,
+    starting in the past) has those under its policy, as if claimed at ``owed_from_ms``,
+    and only the times from there on owed.
 
     ``slack_ms``: how long after its grid time a fire is enqueued by design (the task's
     spread and jitter, ``Schedule.slack_ms``). A grid time has come only once that much

@@ -41,18 +41,19 @@ def plan_fire(task: Claimed, now_ms: int) -> FirePlan:
     grid time (woken to start a fire waiting behind one that ended: ``overlap.lua``).
 
     Times owed after a takeover (``owed_until_ms``: the old lease's end plus a lease, at
-    most) start where the old owner last took or renewed its lease (``owed_from_ms``):
-    that claim, or a later one, applied the policy to every time due before it, and a
-    claim that read the task for the first time after it (a task written since) found
-    those times missed just the same; the times before it are planned as such a claim
-    planned them, those after it owed. Unknown (None), every time from the due one is
-    owed."""
+    most) start, for a task written (created, or its schedule changed) after the old
+    owner last took or renewed its lease (``owed_from_ms``), there: no claim before it
+    read the task, and any claim after it applied the policy to the times it found
+    missed. A task written earlier is owed every time from its due one: the old owner
+    may itself have owed it times it never committed (a takeover before it), which a
+    plan from the renewal would put under the policy. Unknown (None), every time from
+    the due one is owed."""
     if task.due_ms > now_ms:
         return FirePlan((), task.due_ms)
     s = task.schedule
     slack = s.slack_ms(task.task_id) if s.spread_s or s.jitter_s else 0
     owed, owed_from = task.owed_until_ms, task.owed_from_ms
-    if owed is None:
+    if owed is None or owed_from is None or task.updated_ms <= owed_from:
         owed_from = None
     return plan_fires(
         s, task.due_ms, now_ms, task.fires, owed_until_ms=owed, slack_ms=slack,

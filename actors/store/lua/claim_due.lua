@@ -44,13 +44,12 @@
 --     are owed: owed_version is the partition's last version given then (records.lua
 --     new_version), or the handover's time less 1 ms if later, and a task created,
 --     updated or resumed since has a later one.
---   renewed: when the lease was last taken or renewed (or the partition released): that
---     claim, or a later one, applied the misfire policy to every time due before it (a
---     claim that first read a task after it found those times missed as well). At a
---     takeover it becomes owed_from: a task's times before it are planned under its
---     policy, those after it owed (tick_plan.plan_fire). Unknown (an earlier version's
---     hash has none) or later than now (a clock that stepped back): NONE, every time
---     from the due one owed.
+--   renewed: when the lease was last taken or renewed (or the partition released): no
+--     claim before it read a task written after it, and any claim after it applied the
+--     misfire policy to the times it found missed. At a takeover it becomes owed_from: a
+--     task written after it has its times before it under its policy, those after it
+--     owed (tick_plan.plan_fire). Unknown (an earlier version's hash has none) or later
+--     than now (a clock that stepped back): NONE, every time from the due one owed.
 -- writes: how many API writes the partition's tasks have had (records.lua count_write),
 -- and takeovers (another poller may have committed since this one last did): while it is
 -- the same, only this poller wrote the partition's states. commit_fires skips checking
