@@ -424,6 +424,29 @@ async def test_a_handler_error_outside_exception_fails_its_run_and_the_worker_go
     assert runs["t1"].result == "ok"
 
 
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, GeneratorExit])
+async def test_ctrl_c_raised_by_a_plain_handler_on_its_thread_fails_its_run(
+    raised: type[BaseException],
+) -> None:
+    """No signal reaches a worker thread: a ``KeyboardInterrupt`` (or ``GeneratorExit``)
+    out of a plain handler's thread was raised by the handler, and fails its run like any
+    of its errors. Let through, it stopped the node, and every node that took the message
+    over after it."""
+
+    def raises_on_its_thread(ctx: HandlerContext) -> str:
+        if ctx.task_id == "t0":
+            raise raised()
+        return "ok"
+
+    threaded = Harness(raises_on_its_thread, size=1, timeout_s=60)
+    threaded.runner.handler = Handler(name="t", fn=raises_on_its_thread, is_async=False)
+    async with threaded.running() as pool:
+        await threaded.run_all(pool, [message(0), message(1)])
+    runs = threaded.by_task()
+    assert runs["t0"].error is not None and f"{raised.__name__} raised by" in runs["t0"].error
+    assert runs["t1"].result == "ok"
+
+
 async def test_retry_later_and_unrecoverable_raised_in_a_handlers_nursery_are_heeded() -> None:
     """trio wraps the errors of a handler's nursery in a group: ``RetryLater`` raised in
     one still retries after the delay it asks (the longest of several), ``Unrecoverable``

@@ -40,6 +40,11 @@ MAX_HUNG_THREADS = 1000
 _GOES_ON = (trio.Cancelled, KeyboardInterrupt, GeneratorExit)
 
 
+class HandlerInterrupt(Exception):
+    """A plain handler raised ``KeyboardInterrupt`` or ``GeneratorExit`` in its thread:
+    its run failed, like any error of the handler's."""
+
+
 @attrs.frozen
 class _Awaited:
     """What a plain handler returned that must be awaited (a coroutine): carried out of
@@ -170,6 +175,11 @@ class Runner:
                 # A plain function that returns a coroutine (a sync wrapper of an async
                 # handler): awaited on the trio thread once the thread is back.
                 return _Awaited(result) if inspect.isawaitable(result) else result
+            except (KeyboardInterrupt, GeneratorExit) as exc:
+                # No signal reaches a worker thread: the handler raised it itself. The run
+                # fails; carried out as is, it would stop the node (and each node that
+                # took the message over after it).
+                raise HandlerInterrupt(f"{type(exc).__name__} raised by the handler") from exc
             finally:
                 token.run_sync_soon(self._thread_returned, call)
 
