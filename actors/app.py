@@ -90,8 +90,8 @@ def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
     if parts:  # what a child process would fail on is a config error here, at once
         for task_type, section in config.consumers.items():
             resolve(task_type, section.handler)
-        for key in config.api.keys if config.api is not None else []:
-            key.resolve()
+        if config.api is not None:
+            config.api.resolved_keys()
         if config.api is not None and config.processes.api:
             importlib.import_module("actors.api.server")  # what the API processes load
     if "scheduler" not in parts:
@@ -214,7 +214,7 @@ class _Roles:
 
         config = self.config
         assert config.api is not None
-        keys = [key.resolve() for key in config.api.keys]
+        keys = config.api.resolved_keys()
         api = ApiServer(
             self.store,
             config.api,

@@ -245,6 +245,11 @@ def _bind(_inst: object, attr: attrs.Attribute[Any], value: str) -> None:
         raise ValueError(f"{attr.name}: {value!r} must be host:port, e.g. 127.0.0.1:8080")
 
 
+#: What the examples' secrets say (deploy/node.toml, deploy/k8s): refused on an API that
+#: listens beyond this host.
+PLACEHOLDER = "change-me"
+
+
 @attrs.frozen
 class ApiKeySection:
     """``[[api.keys]]``: one key that may sign requests."""
@@ -261,8 +266,10 @@ class ApiKeySection:
         if (self.secret is None) == (self.secret_env is None):
             raise ValueError(f"key {self.id!r}: set exactly one of secret or secret_env")
 
-    def resolve(self) -> ApiKey:
-        """The key with its secret; ConfigError when the secret is missing or too short."""
+    def resolve(self, exposed: bool = False) -> ApiKey:
+        """The key with its secret; ConfigError when the secret is missing or too short,
+        or, with ``exposed`` (the API listens beyond this host), a placeholder of the
+        examples (``change-me``): anyone who read them could sign requests."""
         secret = self.secret
         if self.secret_env is not None:
             secret = os.environ.get(self.secret_env)
@@ -274,6 +281,12 @@ class ApiKeySection:
         if len(secret) < MIN_SECRET_CHARS:
             raise ConfigError(
                 f"api.keys {self.id!r}: the secret must be at least {MIN_SECRET_CHARS} characters"
+            )
+        if exposed and PLACEHOLDER in secret.lower():
+            raise ConfigError(
+                f"api.keys {self.id!r}: the secret is an example's placeholder ('{PLACEHOLDER}' "
+                "in it) and the API listens beyond this host; set a random one (openssl rand "
+                "-hex 24)"
             )
         return ApiKey(self.id, secret.encode(), self.read_only)
 
@@ -304,6 +317,21 @@ class ApiSection:
     backfill_rate: float = attrs.field(default=5_000.0, validator=within(1, 1_000_000))
     """Fires a second a backfill request appends at most, so it does not starve the live
     fires; the request answers when its last fire is in (10,000 fires: 2 s)."""
+
+    @property
+    def exposed(self) -> bool:
+        """Whether the API listens beyond this host (``bind`` not a loopback address)."""
+        host = self.bind.rpartition(":")[0].strip("[]")
+        if host == "localhost":
+            return False
+        try:
+            return not ipaddress.ip_address(host).is_loopback
+        except ValueError:  # a host name: it may resolve anywhere
+            return True
+
+    def resolved_keys(self) -> list[ApiKey]:
+        """Every key with its secret (``ApiKeySection.resolve``)."""
+        return [key.resolve(self.exposed) for key in self.keys]
 
 
 @attrs.frozen

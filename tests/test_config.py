@@ -163,3 +163,22 @@ def test_cli_help_explains_usage() -> None:
     assert result.returncode == 0
     assert "NODE_TOML" in result.stdout
     assert "SIGTERM" in result.stdout
+
+
+@pytest.mark.parametrize(("bind", "refused"), [("0.0.0.0:0", True), ("127.0.0.1:0", False)])
+def test_a_placeholder_secret_is_refused_on_an_api_that_listens_beyond_this_host(
+    tmp_path: Path, bind: str, refused: bool
+) -> None:
+    """The examples' secrets say ``change-me``: an API reachable from elsewhere under one
+    of them serves anyone who read the examples. Kept on this host (the quick start), it
+    is allowed."""
+    toml = (
+        f'[api]\nbind = "{bind}"\n[[api.keys]]\nid = "admin"\n'
+        'secret = "change-me-to-48-random-hex-characters"\n'
+    )
+    result = run_cli("--check", str(write(tmp_path, toml)))
+    if refused:
+        assert result.returncode == 2, result.stderr
+        assert "api.keys 'admin': the secret is an example's placeholder" in result.stderr
+    else:
+        assert result.returncode == 0, result.stderr
