@@ -391,9 +391,10 @@ class MetricsSection:
     is the proxy."""
 
     def __attrs_post_init__(self) -> None:
-        if self.token_env is not None and not os.environ.get(self.token_env):
+        if self.token_env is not None and not os.environ.get(self.token_env, "").strip():
             raise ValueError(
-                f"token_env: environment variable {self.token_env} is not set (or empty)"
+                f"token_env: environment variable {self.token_env} is not set (or empty, "
+                "or white space only)"
             )
 
     def networks(self) -> list[IPNetwork]:

@@ -169,10 +169,15 @@ def test_a_bad_network_is_a_config_error_naming_the_key(network: str) -> None:
     assert f"metrics.allow: {network!r} is not a network in CIDR form" in str(info.value)
 
 
+@pytest.mark.parametrize("value", [None, "", " \n"])
 def test_a_token_env_naming_an_unset_variable_is_a_config_error(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, value: str | None
 ) -> None:
+    """Unset, empty or white space only (an empty secret file's newline): no token, so a
+    config error, never a gate that takes an empty bearer token."""
     monkeypatch.delenv("TEST_NO_SUCH_TOKEN", raising=False)
+    if value is not None:
+        monkeypatch.setenv("TEST_NO_SUCH_TOKEN", value)
     with pytest.raises(ConfigError) as info:
         load_metrics({"token_env": "TEST_NO_SUCH_TOKEN"})
     assert "metrics.token_env: environment variable TEST_NO_SUCH_TOKEN is not set" in str(

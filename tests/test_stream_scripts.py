@@ -349,11 +349,15 @@ async def test_a_retry_of_a_task_created_again_under_its_id_is_dropped(
     assert await redis_client.execute("EXISTS", prefix + f"{again}:1") == 0
 
 
-@pytest.mark.parametrize("field", ["payload", "attempt", "due_ms", "type"])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("payload", None), ("attempt", "soon"), ("due_ms", "soon"), ("due_ms", "1733580000000.5"),
+     ("attempt", "1e3"), ("type", None)],
+)  # fmt: skip
 async def test_a_retry_context_this_version_cannot_run_is_named_and_left_as_it_is(
-    redis_client: RedisClient, keys: Keys, scripts: Scripts, field: str
+    redis_client: RedisClient, keys: Keys, scripts: Scripts, field: str, value: str | None
 ) -> None:
-    """A retry context missing a field, or with no number where one goes (a hand edit,
+    """A retry context missing a field, or with no whole number where one goes (a hand edit,
     another program): named ``unreadable`` and left as it is, claimed a lease on, rather
     than crashing the dispatcher at every claim (a field decoded from nothing) or failing
     every retry of its type at the enqueue; the partition's other retries are claimed."""
@@ -365,8 +369,8 @@ async def test_a_retry_context_this_version_cannot_run_is_named_and_left_as_it_i
         [RetryWrite(message(t, 0, "null"), 0, "boom") for t in (bad, kept)]
     )
     context = keys.retry_context_prefix(0) + f"{bad}:1"
-    if field in ("attempt", "due_ms"):
-        await redis_client.execute("HSET", context, field, "soon")
+    if value is not None:
+        await redis_client.execute("HSET", context, field, value)
     else:
         await redis_client.execute("HDEL", context, field)
     (claim,) = await scripts.claim_retries([0], "tok", 10, 60_000)

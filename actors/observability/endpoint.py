@@ -48,10 +48,6 @@ SECURITY_HEADERS: dict[str, str] = {
 _ENCODED_HEADERS = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
 
 
-#: Seconds a connection may send nothing while the server waits to read from it.
-READ_TIMEOUT_S = 30
-
-
 class SecurityHeaders:
     """ASGI middleware: ``SECURITY_HEADERS`` on every HTTP response of ``app`` (errors and
     static files included), so no route can forget them."""
@@ -161,9 +157,6 @@ async def serve_http(
     # standard logging module, which prints warnings and worse to stderr.
     config.errorlog = logging.getLogger("hypercorn.error")
     config.graceful_timeout = ctx.cleanup_grace_s
-    # A connection that sends nothing for this long is closed (hypercorn waits forever
-    # by default): a client cannot hold a half-sent request open by going quiet.
-    config.read_timeout = READ_TIMEOUT_S
     serve = functools.partial(
         hypercorn.trio.serve, app, config, shutdown_trigger=ctx.wait_stop_requested
     )

@@ -34,6 +34,8 @@ local function reborn(b, id, born)
   local created = created_ms(tag, b, id)
   return created ~= false and tonumber(born) ~= (created or 0)
 end
+-- A whole number as the dispatcher reads one (tonumber takes '1.5', '1e3', '0x10', 'inf')
+local function whole(v) return v and string.match(v, '^%d+$') ~= nil end
 local dropped, unreadable = {}, {}
 -- RETRY_CLAIM_HEADER items
 local out = {now, NONE, dropped, unreadable}
@@ -49,7 +51,7 @@ for _, sid in ipairs(due) do
     redis.call('DEL', key)
     redis.call('ZREM', KEYS[1], sid)
     dropped[#dropped + 1] = sid
-  elseif not (f[2] and f[3] and tonumber(f[4]) and tonumber(f[5])) then
+  elseif not (f[2] and f[3] and whole(f[4]) and whole(f[5])) then
     redis.call('ZADD', KEYS[1], lease_until, sid)
     unreadable[#unreadable + 1] = sid
   else
