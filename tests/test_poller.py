@@ -909,15 +909,18 @@ async def test_due_tasks_reach_their_stream_once_per_due_time(
         assert dues == [start + 200 * k for k in range(len(dues))]  # drift-free, no gaps
         assert len(dues) >= 5
     queued = [e for e in logs if e["event"] == "queued"]
-    assert len(queued) == sum(len(d) for d in by_task.values())
     assert all(e["enqueue_lag_ms"] >= 0 for e in queued)
     assert {e["actor"] for e in queued} == {"node/poller-0"}
-    assert {(e["task_id"], e["schedule_id"]) for e in queued} == {
-        (task_id, f"{task_id}:{due}") for task_id, dues in by_task.items() for due in dues
-    }
+    logged = {(e["task_id"], e["schedule_id"]) for e in queued}
+    assert len(logged) == len(queued)  # a line a fire
+    in_stream = {(t, f"{t}:{due}") for t, dues in by_task.items() for due in dues}
+    # Every fire but those of a tick the pollers' stop cut off between its append and its
+    # lines (each task's last one at most) has its line.
+    assert logged <= in_stream
+    assert all(sid == f"{t}:{max(by_task[t])}" for t, sid in in_stream - logged)
     scheduled = [e for e in logs if e["event"] == "scheduled"]
     # one claim per fire, but for a claim late enough to find two grid times due
-    assert 0 < len(scheduled) <= len(queued)
+    assert 0 < len(scheduled) <= len(in_stream)
 
 
 async def test_a_task_created_while_its_partition_had_nothing_due_is_noticed(
