@@ -228,10 +228,6 @@ class Reclaim:
     up too."""
     now_ms: int = 0
     """Redis's time as the call ran, on the stream's own server."""
-    ended: list[Any] = attrs.field(factory=list)
-    """The flights of poisoned messages of tasks with a policy (``FlightEnd``s)."""
-    dead: list[OutcomeWrite] = attrs.field(factory=list)
-    """The poisoned messages as their tasks' history records them: dead."""
     held: str = ""
     """Why a poison message was left pending this round ('' = none was): Redis refused
     its dead letter (``OOM`` before the call wrote anything, the DLQ key of another kind)."""

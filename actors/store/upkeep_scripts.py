@@ -128,9 +128,7 @@ class UpkeepScripts(FlightScripts):
         args = [GROUP, consumer, lease_ms, count, max_deliveries, node, task_type]
         args += [or_empty(sent_ms), max_delay_ms]
         keys = [k.queue(task_type), k.dlq(task_type), k.poison_ends(task_type, consumer)]
-        ((claimed, poisoned, stalled, now_ms, ended, held),) = await self._run(
-            [(lua.RECLAIM, keys, args)]
-        )
+        ((claimed, poisoned, stalled, now_ms, held),) = await self._run([(lua.RECLAIM, keys, args)])
         return Reclaim(
             claimed=[
                 Reclaimed(
@@ -141,16 +139,6 @@ class UpkeepScripts(FlightScripts):
             poisoned=[m.decode() for m in poisoned],
             stalled=bool(int(stalled)),
             now_ms=int(now_ms),
-            ended=ended_flights(ended, ENDED_DEAD, 4),
-            dead=[
-                OutcomeWrite(
-                    ended[i].decode(), 2, int(now_ms), POISON_LINE, int(ended[i + 1]),
-                    attempt=int(ended[i + 3]), origin=origin_of(ended[i + 2].decode()),
-                    line=POISON_LINE,
-                )
-                for i in range(0, len(ended), 4)
-                if ended[i + 1].isdigit() and ended[i + 3].isdigit()  # a hand-written entry
-            ],
             held=held.decode() if isinstance(held, bytes) else str(held or ""),
         )  # fmt: skip
 

@@ -10,11 +10,10 @@
 -- ARGV[7]  the type (a dead letter's 'type' field)
 -- ARGV[8]  the caller's reading of Redis's clock when it sent this call ('' = unknown)
 -- ARGV[9]  most ms this call may have waited to run (Redis paused or stalled meanwhile)
--- Returns {claimed, poisoned, stalled, now, ended, held}: claimed is a list of {id, previous
+-- Returns {claimed, poisoned, stalled, now, held}: claimed is a list of {id, previous
 -- owner, idle ms, deliveries, {field, value, ...}}; poisoned is a list of message ids moved
--- to the DLQ; ended lists task_id, due_ms, policy code ('' = none), attempt of each
--- poisoned message (its task's history records it dead; with a policy, field o, its
--- task's flight ends with it, end_flights.lua);
+-- to the DLQ (each one's task records it dead, and with a policy, field o, its task's
+-- flight ends with it: the claimer does both from KEYS[3]);
 -- stalled is 1 when the call ran more than ARGV[9] ms after it was sent: then it takes
 -- nothing, since the live holders' renewals were held up by the same stall and their
 -- messages look idle without their consumer being gone; now is Redis's time (ms) as the
@@ -34,12 +33,12 @@
 local t = redis.call('TIME')
 local now = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
 if ARGV[8] ~= '' and tonumber(now) - tonumber(ARGV[8]) > tonumber(ARGV[9]) then
-  return {{}, {}, 1, now, {}, ''}
+  return {{}, {}, 1, now, ''}
 end
 local want = tonumber(ARGV[4])
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', ARGV[3], '-', '+',
   want * 4 + 100)
-local claimed, poisoned, ended, held = {}, {}, {}, ''
+local claimed, poisoned, held = {}, {}, ''
 -- (a hash read, not TYPE: the shipped ACL allows no command the scripts do not need)
 local probe = redis.pcall('HGET', KEYS[3], '-')
 local ends_unkept = type(probe) == 'table' and probe.err
@@ -104,8 +103,8 @@ for _, p in ipairs(pending) do
             if raw[j] == 'attempt' then attempt = raw[j + 1] end
           end
           if task and due then
-            for _, v in ipairs({task, due, o, attempt}) do ended[#ended + 1] = v end
-            -- kept for a reply lost (the key's kind checked above)
+            -- for the claimer to end its flight and record it dead (the key's kind
+            -- checked above)
             redis.pcall('HSET', KEYS[3], id, cmsgpack.pack({now, task, due, o, attempt}))
             redis.pcall('PEXPIRE', KEYS[3], 604800000)
           end
@@ -127,4 +126,4 @@ for _, p in ipairs(pending) do
     end
   end
 end
-return {claimed, poisoned, 0, now, ended, held}
+return {claimed, poisoned, 0, now, held}
