@@ -115,15 +115,12 @@ def claimed_task(
             f"state record: next_ms, updated_ms and fires must be whole numbers, "
             f"not {due_ms!r}, {version!r}, {fires!r}"
         )
-    if owed_ms >= due_ms and (owed_version is None or version <= owed_version):
-        return Claimed(
-            task_id, bucket, definition.type, definition.payload, definition.schedule,
-            due_ms, fires, version, owed_ms, prior_claim, values, definition.created_ms,
-            owed_from_ms,
-        )  # fmt: skip
+    owed: int | None = owed_ms
+    if owed_ms < due_ms or (owed_version is not None and version > owed_version):
+        owed = owed_from_ms = None
     return Claimed(
         task_id, bucket, definition.type, definition.payload, definition.schedule, due_ms,
-        fires, version, None, prior_claim, values, definition.created_ms,
+        fires, version, owed, prior_claim, values, definition.created_ms, owed_from_ms,
     )  # fmt: skip
 
 

@@ -63,8 +63,8 @@ class Claimed:
     created_ms: int = 0
     """The task's creation version (``Definition.created_ms``)."""
     owed_from_ms: int | None = None
-    """With ``owed_until_ms``: when the old owner last renewed its lease, a claim that
-    judged every time due before it (``tick_plan.plan_fire``); None when unknown."""
+    """With ``owed_until_ms``: when the old owner last took or renewed its lease (no claim
+    before it read a task written after it: ``tick_plan.plan_fire``); None when unknown."""
 
 
 @attrs.frozen
