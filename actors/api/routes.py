@@ -2,7 +2,9 @@
 answers JSON. ``endpoint_for`` (used by ``actors.api.app.build_app``) wraps every endpoint
 in the same steps, in this order:
 
-1. refuse a body over ``max_body_bytes`` (413) before reading it;
+1. refuse a body over ``max_body_bytes`` (413), and a signed endpoint's request whose
+   signature headers are missing or malformed or whose timestamp is out of the window
+   (401), before reading it; then read it whole within ``BODY_READ_S`` (408);
 2. verify the request's signature and nonce (``actors.api.signing``; 401/403) — every ``/v1``
    endpoint, reads included; only ``/healthz``, ``/readyz``, ``/metrics`` and
    ``/openapi.json`` are open (``/metrics`` to whom ``[metrics] allow`` and ``token_env``
@@ -356,7 +358,6 @@ def _refuse_declared_too_large(request: Request, limit: int) -> None:
 
 
 async def _read_body_whole(request: Request, limit: int) -> bytes:
-    _refuse_declared_too_large(request, limit)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -380,8 +381,8 @@ def endpoint_for(services: ApiServices, route: Endpoint) -> Any:
         started = time.perf_counter()
         key_id, refusal = None, None
         try:
+            _refuse_declared_too_large(request, services.settings.max_body_bytes)
             if not public:  # no body is read for a request whose headers cannot pass
-                _refuse_declared_too_large(request, services.settings.max_body_bytes)
                 await services.verifier.precheck(dict(request.headers))
             body = await _read_body(request, services.settings.max_body_bytes)
             if not public:
