@@ -352,7 +352,7 @@ async def test_a_retry_of_a_task_created_again_under_its_id_is_dropped(
 @pytest.mark.parametrize(
     ("field", "value"),
     [("payload", None), ("attempt", "soon"), ("due_ms", "soon"), ("due_ms", "1733580000000.5"),
-     ("attempt", "1e3"), ("type", None)],
+     ("attempt", "1e3"), ("type", None), ("task_id", None)],
 )  # fmt: skip
 async def test_a_retry_context_this_version_cannot_run_is_named_and_left_as_it_is(
     redis_client: RedisClient, keys: Keys, scripts: Scripts, field: str, value: str | None

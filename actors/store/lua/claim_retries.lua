@@ -14,10 +14,10 @@
 -- kept by schedule_retries.lua; a context without one, of an earlier version, is not
 -- checked). A task whose state or definition record cannot be read (try_state, read_def)
 -- keeps its retry: the retry carries what it runs, and a broken record holds back no
--- other retry of the partition. A context this version cannot run (its type, payload,
--- attempt or due time missing, or no number where one goes: written by hand or by another
--- program) is named unreadable and left as it is, claimed a lease on (named again then),
--- never dropped without a word nor sent as a fire that would fail the type's enqueue.
+-- other retry of the partition. A context this version cannot run (its task id, type,
+-- payload, attempt or due time missing, or no number where one goes: written by hand or
+-- by another program) is named unreadable and left as it is, claimed a lease on (named
+-- again then), never dropped without a word nor sent as a fire that would fail the type's enqueue.
 -- Same claim-then-commit rule as claim_due: a dispatcher killed before commit_retries
 -- leaves the retry to be claimed again after the lease (maybe a duplicate, never a loss).
 local t = redis.call('TIME')
@@ -45,8 +45,11 @@ for _, sid in ipairs(due) do
     'o', 'born')
   local b = f[1] and bucket_of(f[1], buckets)
   local s = f[1] and try_state(tag, b, f[1])
-  if not f[1] then
+  if not f[1] and redis.call('EXISTS', key) == 0 then
     redis.call('ZREM', KEYS[1], sid)  -- context gone: nothing to retry
+  elseif not f[1] then  -- a context without its task: not dropped without a word
+    redis.call('ZADD', KEYS[1], lease_until, sid)
+    unreadable[#unreadable + 1] = sid
   elseif s == nil or (s and s[STATE_STATUS] == STOPPED) or reborn(b, f[1], f[8]) then
     redis.call('DEL', key)
     redis.call('ZREM', KEYS[1], sid)
