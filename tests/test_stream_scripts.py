@@ -150,6 +150,21 @@ async def test_release_hands_back_and_keeps_a_consumer_with_pending(
     assert len(await owners(redis_client, keys, idle_ms=3_600_000)) == 2
 
 
+async def test_release_hands_back_more_than_a_call_releases(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """A consumer stopping with more messages pending than one script call hands back (a
+    batch): every one is handed back, not the first batch alone (the rest would wait a
+    lease, then count as one delivery more), and the consumer stays in the group."""
+    ids = await stream_with_group(redis_client, keys, 7)
+    await read_as(redis_client, keys, "leaving", 7)
+    released, removed = await scripts.release("t", "leaving", 10**9, batch=3)
+    assert released == ids and not removed
+    assert len(await owners(redis_client, keys, idle_ms=3_600_000)) == 7
+    await scripts.ack("t", ids)
+    assert await scripts.release("t", "leaving", 10**9, batch=3) == ([], True)
+
+
 async def test_release_leaves_the_group_when_nothing_is_pending(
     redis_client: RedisClient, keys: Keys, scripts: Scripts
 ) -> None:

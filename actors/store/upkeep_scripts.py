@@ -35,6 +35,9 @@ POISON_LINE = (
 )
 #: Most such calls one ``trim_acked`` makes (the rest waits for the claimer's next round).
 TRIM_CALLS = 20
+#: Most messages one ``release.lua`` call hands back (an XCLAIM each, a few ms in all);
+#: ``release`` calls it again while a call hands back that many.
+RELEASE_BATCH = 10_000
 
 
 class UpkeepScripts(FlightScripts):
@@ -49,13 +52,24 @@ class UpkeepScripts(FlightScripts):
         )
         return [i.decode() for i in renewed]
 
-    async def release(self, task_type: str, consumer: str, idle_ms: int) -> tuple[list[str], bool]:
-        """``release.lua``: hand back everything pending under ``consumer`` with ``idle_ms``;
-        (released ids, whether the consumer left the group: not while its claimer's poison
-        ends wait, which the pruner takes over only from a consumer still in the group)."""
+    async def release(
+        self, task_type: str, consumer: str, idle_ms: int, batch: int = RELEASE_BATCH
+    ) -> tuple[list[str], bool]:
+        """``release.lua``: hand back everything pending under ``consumer`` with ``idle_ms``,
+        ``batch`` ids a call (one script call holds Redis for its whole batch); (released ids,
+        whether the consumer left the group: not while its claimer's poison ends wait, which
+        the pruner takes over only from a consumer still in the group)."""
         keys = [self.keys.queue(task_type), self.keys.poison_ends(task_type, consumer)]
-        ((released, removed),) = await self._run([(lua.RELEASE, keys, [GROUP, consumer, idle_ms])])
-        return [i.decode() for i in released], bool(int(removed))
+        released: list[str] = []
+        start = "-"
+        while True:
+            ((ids, removed),) = await self._run(
+                [(lua.RELEASE, keys, [GROUP, consumer, idle_ms, start, batch])]
+            )
+            released += (i.decode() for i in ids)
+            if len(ids) < batch:
+                return released, bool(int(removed))
+            start = "(" + released[-1]
 
     async def own_name(
         self, task_type: str, consumer: str, owner: str, ttl_ms: int, take_from: str = ""
