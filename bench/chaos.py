@@ -15,7 +15,8 @@ test), injects the scenario's fault, and prints one JSON line:
   last node restarted) to the first start of a fire due after it; ``ran_during_faults``:
   fires due while a fault lasted that started before it ended;
 - ``node_exits``: node processes that exited on their own (a kill of ours is not one);
-- ``reclaimed``, ``actor_crashes``, ``redis_refused``: those lines in the nodes' logs
+- ``reclaimed``, ``actor_crashes``, ``redis_refused``, ``retry_unreadable``,
+  ``poison_held``: those lines in the nodes' logs
   (messages taken over from another consumer; actors that crashed; refusal runs begun);
 - ``tasks_before`` / ``tasks_after``: tasks stored before the run and after it.
 
@@ -64,13 +65,20 @@ the fault), then each dead letter is written once it is back, ``dead_letters`` =
 ``dead_letters_expected``), ``results-log-failing`` (every node's results log moved
 aside and a directory put at its path for ``--fault-s``, then removed: each write fails,
 as on a full disk; the batches wait for their lines, their messages renewed, and run none
-twice).
+twice), ``retry-unreadable`` (``flaky``'s failures, and retry contexts no version wrote put
+in every partition's retry index, due at once, for ``--fault-s``, then deleted: one without
+its task id, one whose attempt is no number, one without its payload; the dispatcher names
+each, ``retry_unreadable``, keeps it, ``unreadable_kept`` of ``unreadable_planted``, and
+dispatches every real retry meanwhile), ``poison-ends-rejected`` (``poison-kill`` with a
+string put at every consumer's poison-ends key as it joins the group, until a claimer has
+held the killer back for it, ``poison_held``, and ``--fault-s`` more: the fires read with
+the killer are taken over and run meanwhile, and the killer is dead-lettered once the keys
+are gone).
 The Redis-refusal and rejection scenarios involve no kill: any duplicate is a bug there.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import signal
@@ -83,7 +91,7 @@ import redis
 import redis.cluster
 import trio
 
-from actors.store.keys import GROUP
+from bench import chaos_faults
 from bench.common import child_pids
 from bench.fire import NAMESPACE, _analyse, _register, start_nodes, stop_nodes
 from bench.handlers import DOOMED
@@ -94,10 +102,13 @@ SCENARIOS = (
     "redis-restart", "redis-stall", "sentinel-failover", "cluster-failover", "cluster-kill",
     "kill-nodes", "kill-children", "stall-nodes", "flaky", "redis-busy", "redis-oom",
     "long-handler", "poison-kill", "stream-rejected", "partition-rejected",
-    "outcomes-rejected", "dlq-rejected", "results-log-failing",
+    "outcomes-rejected", "dlq-rejected", "results-log-failing", "retry-unreadable",
+    "poison-ends-rejected",
 )  # fmt: skip
 #: Scenarios whose handler fails one fire in ten on its first attempt (retries counted).
-FLAKY = ("flaky", "redis-oom")
+FLAKY = ("flaky", "redis-oom", "retry-unreadable")
+#: Scenarios with one fire whose handler kills its consumer process every time it runs.
+KILLERS = ("poison-kill", "poison-ends-rejected")
 #: A fire due this close to a fault (before or after) may be in flight when it strikes.
 REACH_MS = 15_000
 
@@ -152,8 +163,8 @@ def run(
                         "settings": ("consumers.bench.max_attempts=1",)}  # fmt: skip
         if types > 1:
             options["types"] = types
-        killer_s = t0_ms / 1000 + interval_s + 2  # poison-kill: when its fire is due
-        if scenario == "poison-kill":
+        killer_s = t0_ms / 1000 + interval_s + 2  # KILLERS: when its fire is due
+        if scenario in KILLERS:
             options |= {"handler": "bench.handlers:record_or_die", "processes": 1,
                         "settings": ("consumers.bench.max_deliveries=3",)}  # fmt: skip
             due_from, due_to = int(killer_s * 1000), int((killer_s + interval_s) * 1000)
@@ -161,10 +172,11 @@ def run(
         procs = start_nodes(workdir, url, nodes, concurrency, "info", **options)
         faults: list[tuple[float, float]] = []  # (start, end), wall-clock seconds
         exits = 0
+        planted: dict[str, Any] = {}  # retry-unreadable: what it planted, what was kept
         try:
             _sleep_until(t0_ms / 1000 + interval_s + 2)
             if sentinel is not None:
-                faults, exits = [_fail_over(sentinel)], 0
+                faults, exits = [chaos_faults.fail_over(sentinel)], 0
             elif cluster is not None:
                 start = time.time()
                 if scenario == "cluster-kill":
@@ -177,6 +189,12 @@ def run(
                 faults, exits = [(start, time.time())], 0
             elif scenario == "poison-kill":  # b0's one fire due in the interval from killer_s
                 faults = [(killer_s, killer_s + interval_s)]
+            elif scenario == "poison-ends-rejected":  # ... and its dead letter held back
+                _sleep_until(killer_s)
+                faults = [chaos_faults.reject_poison_ends(url, workdir, fault_s)]
+            elif scenario == "retry-unreadable":
+                planted = chaos_faults.unreadable_retries(server, n, fault_s)
+                faults = [planted.pop("fault")]
             else:
                 faults, exits = _inject(
                     scenario, server, procs, workdir, fault_s, every_s, concurrency, options,
@@ -186,13 +204,13 @@ def run(
             # (a loaded machine); the other faults end 15 s before the run does.
             failovers = faults if sentinel is not None or cluster is not None else []
             _sleep_until(max([t0_ms / 1000 + duration_s] + [end + 15 for _, end in failovers]))
-            if scenario == "poison-kill":
+            if scenario in KILLERS:
                 _wait_for_dead_letter(url)
             exits += sum(1 for p in procs if p.poll() is not None)
         finally:
             stop_nodes(procs)
         figures = _analyse(workdir, n, interval_s, duration_s, t0_ms, scenario in FLAKY)
-        extra = _fault_figures(workdir, faults)
+        extra = _fault_figures(workdir, faults) | planted
         if scenario == "dlq-rejected":  # every doomed fire's dead letter, each once
             with redis.Redis.from_url(url) as client:
                 dead = client.xrange(f"{{{NAMESPACE}:q:bench}}:dlq")
@@ -200,7 +218,7 @@ def run(
             extra["dead_letters_expected"] = _doomed_fires(workdir)
             noted = workdir / "pending_at_fault_end"
             extra["pending_at_fault_end"] = int(noted.read_text()) if noted.exists() else None
-        if scenario == "poison-kill":  # the killer's dead letter, and any other's
+        if scenario in KILLERS:  # the killer's dead letter, and any other's
             with redis.Redis.from_url(url) as client:
                 dead = client.xrange(f"{{{NAMESPACE}:q:bench}}:dlq")
             extra["dead_letters"] = len(dead)
@@ -243,18 +261,19 @@ def _inject(
         time.sleep(fault_s)
         return [(start, start + fault_s)], 0
     if scenario == "redis-busy":
-        return [_busy(server, fault_s)], 0
+        return [chaos_faults.busy(server, fault_s)], 0
     if scenario == "stream-rejected":  # a key of another kind where a stream should be
-        return [_reject_key(server, f"{{{NAMESPACE}:q:bench1}}:queue", fault_s)], 0
+        return [chaos_faults.reject_key(server, f"{{{NAMESPACE}:q:bench1}}:queue", fault_s)], 0
     if scenario == "partition-rejected":  # ... where a partition's schedule should be
-        return [_reject_key(server, f"{{{NAMESPACE}:3}}:schedule", fault_s)], 0
+        return [chaos_faults.reject_key(server, f"{{{NAMESPACE}:3}}:schedule", fault_s)], 0
     if scenario == "outcomes-rejected":  # ... where its history (the consumers' here) should be
-        return [_reject_key(server, f"{{{NAMESPACE}:3}}:history", fault_s)], 0
+        return [chaos_faults.reject_key(server, f"{{{NAMESPACE}:3}}:history", fault_s)], 0
     if scenario == "dlq-rejected":  # ... where the type's dead letters should be
         dlq = f"{{{NAMESPACE}:q:bench}}:dlq"
-        return [_reject_key(server, dlq, fault_s, _pending_at_end(server, workdir))], 0
+        note = chaos_faults.pending_at_end(server, workdir)
+        return [chaos_faults.reject_key(server, dlq, fault_s, note)], 0
     if scenario == "results-log-failing":
-        return [_fail_results_logs(workdir, len(procs), fault_s)], 0
+        return [chaos_faults.fail_results_logs(workdir, len(procs), fault_s)], 0
     if scenario == "redis-oom":
         client = redis.Redis.from_url(server.url)
         start = time.time()
@@ -271,7 +290,7 @@ def _inject(
             children = child_pids(procs[0].pid)
             if children:
                 start = time.time()
-                _kill(random.choice(children))
+                chaos_faults.kill(random.choice(children))
                 faults.append((start, start))
         elif scenario == "kill-nodes":
             i = random.randrange(len(procs))
@@ -294,80 +313,6 @@ def _inject(
                 procs[i].send_signal(signal.SIGCONT)
             faults.append((start, time.time()))
     return faults, exits
-
-
-def _reject_key(
-    server: RedisProcess, key: str, fault_s: float, before_end: Any = None
-) -> tuple[float, float]:
-    """``key`` (a stream, a schedule, a history) moved aside, if there, and a string put in
-    its place for ``fault_s`` (every call on it rejected: WRONGTYPE), then put back as it
-    was; ``before_end`` (a callable) is called just before."""
-    client = redis.Redis.from_url(server.url)
-    aside = f"{key}:aside"
-    start = time.time()
-    client.eval(
-        "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('RENAME', KEYS[1], KEYS[2]) end "
-        "redis.call('SET', KEYS[1], 'not a key')",
-        2, key, aside,
-    )  # fmt: skip
-    time.sleep(fault_s)
-    if before_end is not None:
-        before_end()
-    client.eval(
-        "redis.call('DEL', KEYS[1]) "
-        "if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('RENAME', KEYS[2], KEYS[1]) end",
-        2, key, aside,
-    )  # fmt: skip
-    client.close()
-    return start, time.time()
-
-
-def _fail_results_logs(workdir: Path, nodes: int, fault_s: float) -> tuple[float, float]:
-    """Each node's results log moved aside and a directory put at its path for
-    ``fault_s`` (every write fails, as on a full disk), then the directory removed."""
-    paths = [workdir / f"results-{i}.jsonl" for i in range(nodes)]
-    start = time.time()
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            path.rename(path.with_name(path.name + ".aside"))
-        path.mkdir()
-    time.sleep(fault_s)
-    for path in paths:
-        path.rmdir()
-    return start, time.time()
-
-
-def _busy(server: RedisProcess, fault_s: float) -> tuple[float, float]:
-    """A script that loops ``fault_s`` seconds on Redis's clock: past 100 ms every other
-    client is answered ``BUSY`` until it returns."""
-    client = redis.Redis.from_url(server.url, socket_timeout=fault_s + 30)
-    client.config_set("busy-reply-threshold", "100")
-    loop = (
-        "local t0 = redis.call('TIME') local s = tonumber(ARGV[1]) "
-        "while true do local t = redis.call('TIME') "
-        "if (t[1] - t0[1]) + (t[2] - t0[2]) / 1e6 > s then return 1 end end"
-    )
-    start = time.time()
-    client.eval(loop, 0, fault_s)
-    client.close()
-    return start, time.time()
-
-
-def _fail_over(sentinel: LocalSentinel) -> tuple[float, float]:
-    """SIGKILL the primary; the fault ends when the sentinels name the replica primary."""
-    start = time.time()
-    sentinel.primary.kill()
-    deadline = start + 60
-    while sentinel.master_port() != sentinel.replica.port:
-        if time.time() > deadline:
-            raise SystemExit("chaos: the sentinels promoted no replica within 60 s")
-        time.sleep(0.1)
-    return start, time.time()
-
-
-def _kill(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
 
 
 def _fault_figures(workdir: Path, faults: list[tuple[float, float]]) -> dict[str, Any]:
@@ -398,6 +343,8 @@ def _fault_figures(workdir: Path, faults: list[tuple[float, float]]) -> dict[str
         "reclaimed": sum(text.count('"event":"reclaimed"') for text in logs),
         "actor_crashes": sum(text.count('"event":"actor_crashed"') for text in logs),
         "redis_refused": sum(text.count('"event":"redis_refused"') for text in logs),
+        "retry_unreadable": sum(text.count('"event":"retry_unreadable"') for text in logs),
+        "poison_held": sum(text.count('"event":"poison_held"') for text in logs),
         "duplicates_explained": explained,
         "duplicates_unexplained": unexplained,
         "first_fresh_fire_s": round(min(fresh) / 1000, 3) if fresh else None,
@@ -436,19 +383,6 @@ def _wait_for_dead_letter(url: str) -> None:
     with redis.Redis.from_url(url) as client:
         while time.time() < deadline and not client.xlen(f"{{{NAMESPACE}:q:bench}}:dlq"):
             time.sleep(0.2)
-
-
-def _pending_at_end(server: RedisProcess, workdir: Path) -> Any:
-    """What ``dlq-rejected`` notes in the workdir as its fault ends: how many messages of
-    the type are pending (run or running, not acknowledged): with the dead fires'
-    partitions held back, theirs and those in flight, not every fire of the fault."""
-
-    def note() -> None:
-        with redis.Redis.from_url(server.url) as client:
-            summary: Any = client.xpending(f"{{{NAMESPACE}:q:bench}}:queue", GROUP)
-        (workdir / "pending_at_fault_end").write_text(str(summary["pending"]))
-
-    return note
 
 
 def _doomed_fires(workdir: Path) -> int:

@@ -48,6 +48,8 @@ def chaos(scenario: str, *args: str) -> dict[str, Any]:
         ("outcomes-rejected", ["--fault-s", "5"]),
         ("dlq-rejected", ["--fault-s", "5"]),
         ("results-log-failing", ["--fault-s", "5"]),
+        ("retry-unreadable", ["--fault-s", "5"]),
+        ("poison-ends-rejected", ["--fault-s", "3"]),
     ],
 )
 def test_nothing_is_lost_under(scenario: str, args: list[str]) -> None:
@@ -59,9 +61,17 @@ def test_nothing_is_lost_under(scenario: str, args: list[str]) -> None:
     assert figures["tasks_after"] == figures["tasks_before"] == 200
     if scenario != "flaky":
         assert figures["faults"] >= 1, figures
-    if scenario in ("flaky", "redis-oom"):
+    if scenario in ("flaky", "redis-oom", "retry-unreadable"):
         assert figures["failed_first"] > 0 and figures["retries_lost"] == 0, figures
-    if scenario == "poison-kill":  # the killer alone, not the fires read with it
+    if scenario == "retry-unreadable":  # each bad context named and kept, none run
+        planted = figures["unreadable_planted"]
+        assert figures["unreadable_kept"] == planted > 0, figures
+        assert figures["retry_unreadable"] >= planted, figures
+    if scenario == "poison-ends-rejected":  # the killer held back, then dead-lettered,
+        assert figures["poison_held"] >= 1, figures  # the claimers' rounds never refused
+        assert figures["redis_refused"] == 0, figures
+    if scenario in ("poison-kill", "poison-ends-rejected"):  # the killer alone, not the
+        # fires read with it
         assert figures["actor_crashes"] >= 1, figures
         assert figures["dead_letters"] == 1, figures
         assert figures["dead_letters_not_the_killer"] == 0, figures
@@ -81,7 +91,7 @@ def test_nothing_is_lost_under(scenario: str, args: list[str]) -> None:
         assert figures["pending_at_fault_end"] < figures["ran_during_faults"] / 2, figures
     if scenario in (
         "redis-busy", "redis-oom", "partition-rejected", "outcomes-rejected", "dlq-rejected",
-        "results-log-failing",
+        "results-log-failing", "retry-unreadable",
     ):  # fmt: skip
         assert figures["duplicates"] == 0, figures  # no kill: a duplicate is a bug
         assert figures["actor_crashes"] == 0, figures
