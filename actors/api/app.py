@@ -51,6 +51,7 @@ from actors.api.routes import (
     update_task,
     whoami,
 )
+from actors.api.unread_body import ReadUnreadBody
 from actors.api.upcoming import upcoming_fires
 from actors.observability.endpoint import SecurityHeaders
 
@@ -146,8 +147,9 @@ async def to_dashboard(_request: Request) -> Response:
 
 
 def build_app(services: ApiServices) -> ASGIApp:
-    """The API as an ASGI app: the routes, the dashboard, and the security headers on every
-    answer (``SecurityHeaders``)."""
+    """The API as an ASGI app: the routes, the dashboard, the security headers on every
+    answer (``SecurityHeaders``), and the rest of a body an answer left unread read and
+    dropped after it (``ReadUnreadBody``)."""
     document = openapi_document(ROUTES, {**BACKFILL_SCHEMAS, **ACTION_SCHEMAS, **LEDGER_SCHEMAS})
 
     async def serve_openapi(_request: Request) -> Response:
@@ -172,4 +174,4 @@ def build_app(services: ApiServices) -> ASGIApp:
         return Problem(405, "method_not_allowed", "method not allowed on this path").response()
 
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
-    return SecurityHeaders(app)
+    return SecurityHeaders(ReadUnreadBody(app, services.settings.max_body_bytes))

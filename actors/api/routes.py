@@ -4,7 +4,8 @@ in the same steps, in this order:
 
 1. refuse a body over ``max_body_bytes`` (413), and a signed endpoint's request whose
    signature headers are missing or malformed or whose timestamp is out of the window
-   (401), before reading it; then read it whole within ``BODY_READ_S`` (408);
+   (401), before reading it (what the client still sends of it is read and dropped after
+   the answer: ``actors.api.unread_body``); then read it whole within ``BODY_READ_S`` (408);
 2. verify the request's signature and nonce (``actors.api.signing``; 401/403) — every ``/v1``
    endpoint, reads included; only ``/healthz``, ``/readyz``, ``/metrics`` and
    ``/openapi.json`` are open (``/metrics`` to whom ``[metrics] allow`` and ``token_env``
