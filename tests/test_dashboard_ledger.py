@@ -218,3 +218,28 @@ def test_act_on_all_matching_shows_a_dry_run_then_applies_it(
     page.click("#bulk-apply")
     wait_text(page, "#bulk-preview", "trigger: 2 matched")
     wait_until(lambda: client.queues(kind)["undelivered"] == 2)
+
+    # The answer to an apply lost on its way back (the action ran): the plan stays, and
+    # Apply clicked again sends the same action id, which answers that action's counts
+    # rather than triggering each task a second time.
+    lost: list[str] = []
+
+    def lose_the_answer(route: Any) -> None:
+        body = route.request.post_data or ""
+        if not lost and '"dry_run":false' in body.replace(" ", ""):
+            lost.append(body)
+            route.fetch()  # the node applies it; its answer never reaches the page
+            route.abort()
+        else:
+            route.continue_()
+
+    page.route("**/v1/tasks/actions", lose_the_answer)
+    page.click("#bulk-dry")
+    wait_text(page, "#bulk-apply", "Apply trigger to 2 tasks")
+    page.click("#bulk-apply")
+    page.wait_for_selector("#error", state="visible")
+    wait_until(lambda: client.queues(kind)["undelivered"] == 4)
+    assert page.locator("#bulk-apply").is_visible()
+    page.click("#bulk-apply")
+    wait_text(page, "#bulk-preview", "trigger: 2 matched")
+    assert lost and client.queues(kind)["undelivered"] == 4  # not 6: applied once

@@ -15,10 +15,11 @@ does without ``--yes``).
 from __future__ import annotations
 
 import argparse
+import secrets
 from typing import Any
 
-from actors.admin.client import Client
-from actors.admin.exits import Result
+from actors.admin.client import ApiError, ApiUnavailable, Client
+from actors.admin.exits import EXIT_CONFLICT, Result
 from actors.admin.inputs import UsageError
 
 #: Selector keys that are filters; any other key is a label.
@@ -71,7 +72,8 @@ def add_selector_flags(parser: argparse.ArgumentParser, *, dry_run: bool = True)
         parser.set_defaults(dry_run_is_a_selector_flag=True)
     flag("--yes", action="store_true", help="with --selector: apply it")
     flag("--action-id", dest="action_id",
-         help="with --selector: your id for the action (a repeat continues it)")  # fmt: skip
+         help="with --selector: your id for the action (a repeat continues it; without "
+              "it the CLI names one, and says it if the apply is cut off)")  # fmt: skip
 
 
 def selected(args: argparse.Namespace) -> bool:
@@ -112,10 +114,32 @@ def run_action(api: Client, args: argparse.Namespace, **extra: Any) -> Result:
             f"tasks {args.action} --selector would {action} {shown}; add --yes to apply it "
             "(--dry-run only counts)"
         )
-    done = api.tasks_action(action, selector, every=every, action_id=args.action_id, **options)
+    # An id of the CLI's own when none is given: an action outlasting --timeout, or cut off
+    # by a failover, goes on in the node, and is seen through (never applied twice) by the
+    # same command with this id; a rerun without it would be another action (a trigger:
+    # every task fired again).
+    action_id = args.action_id or f"cli-{secrets.token_hex(8)}"
+    try:
+        done = api.tasks_action(action, selector, every=every, action_id=action_id, **options)
+    except ApiUnavailable as exc:
+        raise ApiUnavailable(f"{exc}; {_see_through(action_id)}") from None
+    except ApiError as exc:
+        if exc.status < 500:
+            raise
+        detail = f"{exc.detail}; {_see_through(action_id)}"
+        raise ApiError(exc.status, exc.code, detail, exc.errors) from None
     human = (
         f"{action} {done['action_id']}: {done['count']} tasks, {done['changed']} changed, "
         f"{done['unchanged']} unchanged, {done['failed_count']} failed"
     )
     human += "".join(f"\n  {f['task_id']}: {f['reason']}" for f in done["failed"])
+    if done["failed_count"]:  # done in part, as a task id's refused change: a conflict
+        return done, human, EXIT_CONFLICT
     return done, human
+
+
+def _see_through(action_id: str) -> str:
+    return (
+        f"action {action_id} may have been applied in part and go on: run the same command "
+        f"with --action-id {action_id} to see it through (an action id is applied once)"
+    )

@@ -21,8 +21,9 @@ Tables by default, --json for scripts (the API's JSON answer, unchanged).
 Errors are one line on stderr (--debug adds the traceback of an unexpected one).
 Exit status: 0 done; 2 usage error (bad flags, unreadable file, missing confirmation);
 3 not found (also: dlq replay of ids that are not there); 4 conflict (exists with another
-definition, or a transition not allowed); 5 invalid input; 6 not authenticated or not
-allowed; 7 the API (for migrate: Redis) is unreachable or unavailable; 1 anything else.
+definition, or a transition not allowed; an action or bulk add done in part); 5 invalid
+input; 6 not authenticated or not allowed; 7 the API (for migrate: Redis) is unreachable
+or unavailable (502, 503, 504); 1 anything else (a 500 too).
 """
 
 from __future__ import annotations

@@ -24,6 +24,6 @@ def exit_code(error: ApiError) -> int:
         return EXIT_INVALID
     if error.status in (401, 403):
         return EXIT_AUTH
-    if error.status >= 500:
+    if error.status in (502, 503, 504):  # Redis or a node away: try again later
         return EXIT_UNAVAILABLE
-    return EXIT_OTHER
+    return EXIT_OTHER  # a 500: a record that cannot be read, a bug (the node log says)

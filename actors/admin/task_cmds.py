@@ -13,7 +13,7 @@ from typing import Any
 from actors.admin.action_cmds import ACTIONS, add_selector_flags, run_action, selected
 from actors.admin.calls import ApiError
 from actors.admin.client import Client
-from actors.admin.exits import Result
+from actors.admin.exits import EXIT_CONFLICT, Result
 from actors.admin.inputs import (
     UsageError,
     add_label_flag,
@@ -52,6 +52,8 @@ def cmd_tasks_add(api: Client, args: argparse.Namespace) -> Result:
             f"{created['created']} created, {created['existing']} already existed, "
             f"{created['conflicts']} conflicts"
         )
+        if created["conflicts"]:  # as one task's conflict: exists with another definition
+            return created, human, EXIT_CONFLICT
         return created, human
     if args.type is None:
         raise UsageError("tasks add: give --type (or --file for bulk)")

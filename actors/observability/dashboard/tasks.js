@@ -182,14 +182,25 @@ document.getElementById("bulk-dry").addEventListener("click", () => act(async ()
 document.getElementById("bulk-apply").addEventListener("click", () => act(async () => {
   const body = bulk.plan;
   if (!body) throw new Error("act on all matching: make a dry run first");
+  // The plan (and its action id) stays until the API has answered it: an apply that fails
+  // (a timeout, a node away) is clicked again with the same id, which sees the action
+  // through instead of starting another.
+  const apply = document.getElementById("bulk-apply");
+  apply.disabled = true;
+  let done;
+  try {
+    done = await api("POST", "/v1/tasks/actions", null, { ...body, dry_run: false });
+  } finally {
+    apply.disabled = false;
+  }
   resetBulk();
-  const done = await api("POST", "/v1/tasks/actions", null, { ...body, dry_run: false });
+  const first = done.failed.length < done.failed_count ? ` (the first ${done.failed.length})` : "";
   const failed = done.failed.length
-    ? ` Failed: ${done.failed.map((f) => (typeof f === "object" ? `${f.task_id}: ${f.reason || f.error || ""}` : f)).join("; ")}.`
+    ? ` Failed${first}: ${done.failed.map((f) => (typeof f === "object" ? `${f.task_id}: ${f.reason || f.error || ""}` : f)).join("; ")}.`
     : "";
   document.getElementById("bulk-preview").textContent =
     `${body.action}: ${done.count} matched, ${done.changed} changed, ${done.unchanged} unchanged, ` +
-    `${done.failed.length} failed.${failed}`;
+    `${done.failed_count} failed.${failed}`;
   await refreshList();
 }));
 for (const id of ["bulk-action", "bulk-note", "bulk-start", "bulk-end"]) {
