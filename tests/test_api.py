@@ -283,6 +283,26 @@ def test_a_body_giving_a_key_twice_is_refused_and_changes_nothing(
     assert {client.get_task(t)["status"] for t in ids} == {"active"}
 
 
+def test_a_query_parameter_given_twice_is_refused_but_a_label_filter(
+    api: ApiNode, client: Client
+) -> None:
+    """A query read with its last value would list paused tasks alone for
+    ``status=active&status=paused``: refused, naming it; ``label`` filters add up."""
+    from actors.api.signing import sign
+
+    def get(path: str) -> httpx.Response:
+        headers = sign(client.key, "GET", path, b"", int(time.time() * 1000))
+        return httpx.get(api.url + path, headers=headers)
+
+    twice = get("/v1/tasks?type=idle&status=active&status=paused")
+    assert twice.status_code == 422, twice.text
+    assert "status: given more than once" in twice.json()["detail"]
+    tag = unique("lbl")
+    client.create_task("idle", EVERY_HOUR, None, tag, labels={"a": "1", "b": "2"})
+    both = get("/v1/tasks?type=idle&label=a%3D1&label=b%3D2")
+    assert both.status_code == 200 and [t["task_id"] for t in both.json()["tasks"]] == [tag]
+
+
 def test_bulk_create_is_all_or_nothing_on_invalid_input_and_reports_each_task(
     client: Client, db: redis.Redis, keys: Keys
 ) -> None:

@@ -153,7 +153,18 @@ def limit_param(query: Any, default: int) -> int:
     return int(raw)
 
 
+#: Query parameters that may be given more than once (each ``label`` filter is one more).
+REPEATABLE = frozenset({"label"})
+
+
 def only_keys(query: Any, allowed: set[str]) -> None:
+    """Refuse a query parameter the endpoint does not take, and one given twice that is
+    not ``REPEATABLE``: read with the last value, ``status=active&status=paused`` would
+    list the paused tasks alone (bodies refuse a key given twice for the same reason)."""
     unknown = sorted(set(query.keys()) - allowed)
     if unknown:
         raise invalid("; ".join(f"{k}: unknown query parameter" for k in unknown))
+    names = [name for name, _ in query.multi_items()]
+    twice = sorted({n for n in names if names.count(n) > 1} - REPEATABLE)
+    if twice:
+        raise invalid("; ".join(f"{k}: given more than once" for k in twice))
