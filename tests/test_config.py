@@ -65,6 +65,14 @@ def test_a_new_namespace_on_a_cluster_gets_partitions_enough_to_spread(tmp_path:
         ),
         ('[redis]\nurl = "unix:///r.sock?db=one"\n', "the db of 'unix:///r.sock?db=one' is a"),
         (
+            '[redis]\nurl = "redis://h/0?socket_timeout=fast"\n',
+            "redis.url: 'redis://h/0?socket_timeout=fast': Invalid value for 'socket_timeout'",
+        ),
+        (
+            '[redis]\nurl = "redis://h/0?ssl_cert_reqs=none&sockettimeout=1"\n',
+            "no such connection option: sockettimeout, ssl_cert_reqs",
+        ),
+        (
             '[redis]\nurl = "redis://h"\ntls_ca_file = "ca.crt"\n',
             "redis.tls_ca_file: TLS files go with a rediss://",
         ),

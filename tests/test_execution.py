@@ -338,6 +338,28 @@ def test_bad_handlers_are_config_errors_naming_the_type(target: str, message: st
     assert message in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("def run(ctx:\n", "SyntaxError: "),
+        ("raise RuntimeError('no config')\n", "RuntimeError: no config"),
+    ],
+)
+def test_a_handler_module_that_fails_to_import_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, message: str
+) -> None:
+    """A handler module with a syntax error, or whose own code raises as it is imported, is
+    a config error naming the type and the error (``--check`` and a start say it in one
+    line), not a traceback."""
+    name = f"broken_{abs(hash(source))}"
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError) as info:
+        resolve("email", f"{name}:run")
+    assert str(info.value).startswith(f"consumers.email.handler: importing '{name}' failed: ")
+    assert message in str(info.value)
+
+
 async def _set_idle(store: TaskStore, stream: str, owner: str, msg_id: str) -> None:
     """Make a pending message look abandoned (idle far past any lease)."""
     raw = store.client.raw

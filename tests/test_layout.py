@@ -242,6 +242,9 @@ def test_the_cli_migrates_a_namespace(db: Any, redis_url: str, namespace: str) -
                           timeout=60)  # fmt: skip
     assert down.returncode == 7 and "Connection refused" in down.stderr  # one line, no traceback
     assert "Traceback" not in down.stderr
+    bad = subprocess.run([*command[:-1], "redis://127.0.0.1:1/abc"], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert bad.returncode == 2 and "--redis: " in bad.stderr and "database number" in bad.stderr
     assert json.loads(db.hget(f"{namespace}:meta", "layout")) == LAYOUT_VERSION
 
 

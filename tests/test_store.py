@@ -304,6 +304,20 @@ async def test_a_payload_stored_deeper_than_clients_may_send_still_fires(
         await store.update(created.task_id, payload=deep)
 
 
+async def test_a_trigger_under_a_policy_that_is_none_is_invalid_and_writes_nothing(
+    store: TaskStore,
+) -> None:
+    """A store script's typo (``Skip``) is an InvalidTask naming the field, before anything
+    is written; it was a KeyError, which reads as TaskNotFound (a KeyError too)."""
+    spec = TaskSpec("email", Schedule("interval", every_s=60, overlap="skip"), task_id="typo")
+    await store.create(spec)
+    before = await store.client.execute("DBSIZE")
+    with pytest.raises(InvalidTask, match="overlap: must be one of") as refused:
+        await store.trigger("typo", "Skip")  # type: ignore[arg-type]
+    assert not isinstance(refused.value, KeyError)
+    assert await store.client.execute("DBSIZE") == before
+
+
 async def test_update_of_a_missing_task_is_not_found(store: TaskStore) -> None:
     with pytest.raises(TaskNotFound):
         await store.update("ghost", payload=1)

@@ -26,8 +26,13 @@ def cmd_migrate(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
 
-    async def run() -> int:
+    try:
         settings = RedisSection(url=args.redis, cluster=args.cluster)
+    except ValueError as exc:  # a URL that is not one, as [redis] url would be refused
+        print(f"metronome: --redis: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    async def run() -> int:
         client = RedisClient.from_settings(args.redis, settings)
         try:
             return await migrate(client, args.namespace, buckets=args.buckets, force=args.force)

@@ -103,6 +103,11 @@ def resolve(task_type: str, target: str) -> Handler:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"{where}: cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the module's own error (a SyntaxError, a failed setup)
+        raise ConfigError(
+            f"{where}: importing {module_name!r} failed: {type(exc).__name__}: {exc} (import "
+            "it in Python to see the traceback)"
+        ) from exc
     fn: Any = module
     for part in attr_path.split("."):
         fn = getattr(fn, part, None)

@@ -10,6 +10,7 @@ no catch-up window (an operator's fire is never too late) and no failure count.
 from __future__ import annotations
 
 import secrets
+import typing
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +62,9 @@ def check_overlap(task_id: str, own: Overlap, overlap: Overlap, status: str = "a
     them once the fire ahead has ended: the task's own policy tracks its fires, and the
     task is not finished (no poller claims a finished task; a paused one's start when it
     resumes, its grid ended meanwhile or not: the resume parks it until they have)."""
+    if overlap not in typing.get_args(Overlap):  # a store script's typo: no KeyError later
+        allowed = ", ".join(typing.get_args(Overlap))
+        raise InvalidTask(f"overlap: must be one of {allowed}, got {overlap!r}")
     if overlap in WITHOUT_POLICY:
         return
     if own == "allow_all":
