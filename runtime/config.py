@@ -9,7 +9,6 @@ near miss (``consumers.email: unknown key 'concurency' (did you mean 'concurrenc
 from __future__ import annotations
 
 import difflib
-import inspect
 import os
 import re
 import socket
@@ -22,7 +21,6 @@ from urllib.parse import unquote
 
 import attrs
 import cattrs
-import redis.connection
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
 from runtime.errors import ConfigError
@@ -181,29 +179,6 @@ def _plain_redis_url(value: str) -> None:
     for db in query.get("db", []):
         if not (db.isascii() and db.isdecimal()):
             raise ValueError(f"url: the db of {shown} is a database number, got {db!r}")
-    # An option of no value redis-py reads, or that no connection of its takes, failed the
-    # node in a traceback as it started (or at its first call).
-    unknown = sorted(set(query) - _url_options(parts.scheme))
-    if unknown:
-        raise ValueError(f"url: {shown}: no such connection option: {', '.join(unknown)}")
-    try:
-        redis.connection.parse_url(value)  # type: ignore[no-untyped-call]
-    except ValueError as exc:
-        raise ValueError(f"url: {shown}: {redact(str(exc))}") from None
-
-
-def _url_options(scheme: str) -> set[str]:
-    """What the query of a URL of ``scheme`` may set: the keywords of the redis-py
-    connection it makes (TLS options with ``rediss://`` alone)."""
-    kinds = {"rediss": redis.connection.SSLConnection,
-             "unix": redis.connection.UnixDomainSocketConnection}  # fmt: skip
-    kind = kinds.get(scheme, redis.connection.Connection)
-    names: set[str] = set()
-    for cls in kind.__mro__:
-        init = cls.__dict__.get("__init__")
-        if init is not None:
-            names |= set(inspect.signature(init).parameters) - {"self", "args", "kwargs"}
-    return names
 
 
 @attrs.frozen

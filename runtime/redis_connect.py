@@ -3,12 +3,46 @@ options, and URLs with their password hidden for logs."""
 
 from __future__ import annotations
 
+import inspect
 import ssl
+import urllib.parse
 from typing import Any
 
+import redis.connection
 import redis.sentinel
 
-from runtime.config import RedisSection, parse_sentinel_url
+from runtime.config import RedisSection, parse_sentinel_url, redact
+from runtime.errors import ConfigError
+
+
+def check_url_options(url: str) -> None:
+    """ConfigError naming ``redis.url`` for a ``redis://``, ``rediss://`` or ``unix://``
+    URL whose query sets an option redis-py cannot read (``socket_timeout=fast``) or its
+    connection does not take (a TLS option on ``redis://``): either failed the node in a
+    traceback as it started, or at its first call."""
+    shown = repr(redact(url))
+    parts = urllib.parse.urlsplit(url)
+    unknown = sorted(set(urllib.parse.parse_qs(parts.query)) - _url_options(parts.scheme))
+    if unknown:
+        raise ConfigError(f"redis.url: {shown}: no such connection option: {', '.join(unknown)}")
+    try:
+        redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise ConfigError(f"redis.url: {shown}: {redact(str(exc))}") from None
+
+
+def _url_options(scheme: str) -> set[str]:
+    """What the query of a URL of ``scheme`` may set: the keywords of the redis-py
+    connection it makes (TLS options with ``rediss://`` alone)."""
+    kinds = {"rediss": redis.connection.SSLConnection,
+             "unix": redis.connection.UnixDomainSocketConnection}  # fmt: skip
+    kind = kinds.get(scheme, redis.connection.Connection)
+    names: set[str] = set()
+    for cls in kind.__mro__:
+        init = cls.__dict__.get("__init__")
+        if init is not None:
+            names |= set(inspect.signature(init).parameters) - {"self", "args", "kwargs"}
+    return names
 
 
 def sentinel_master(url: str, settings: RedisSection, common: dict[str, Any]) -> Any:

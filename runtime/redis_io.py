@@ -60,7 +60,7 @@ from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.io_threads import IOThreads
 from runtime.logging import get_logger
 from runtime.redis_cluster_native import ClusterCalls, ClusterRoutes
-from runtime.redis_connect import sentinel_master, tls_options
+from runtime.redis_connect import check_url_options, sentinel_master, tls_options
 from runtime.redis_native import NativePool
 from runtime.redis_outages import OutageRiding
 from runtime.redis_replies import classify
@@ -139,6 +139,8 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
         }
         if url.startswith(("rediss://", "rediss+sentinel://")):
             common.update(tls_options(settings))
+        if not url.startswith(SENTINEL_SCHEMES):
+            check_url_options(url)
         if url.startswith(SENTINEL_SCHEMES):
             raw: Any = sentinel_master(url, settings, common)
         elif settings.cluster:

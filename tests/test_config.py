@@ -65,14 +65,6 @@ def test_a_new_namespace_on_a_cluster_gets_partitions_enough_to_spread(tmp_path:
         ),
         ('[redis]\nurl = "unix:///r.sock?db=one"\n', "the db of 'unix:///r.sock?db=one' is a"),
         (
-            '[redis]\nurl = "redis://h/0?socket_timeout=fast"\n',
-            "redis.url: 'redis://h/0?socket_timeout=fast': Invalid value for 'socket_timeout'",
-        ),
-        (
-            '[redis]\nurl = "redis://h/0?ssl_cert_reqs=none&sockettimeout=1"\n',
-            "no such connection option: sockettimeout, ssl_cert_reqs",
-        ),
-        (
             '[redis]\nurl = "redis://h"\ntls_ca_file = "ca.crt"\n',
             "redis.tls_ca_file: TLS files go with a rediss://",
         ),
@@ -158,6 +150,26 @@ def test_embedded_redis_cannot_be_a_cluster(tmp_path: Path) -> None:
     result = run_cli("--check", str(write(tmp_path, '[redis]\nurl = "embedded"\ncluster = true\n')))
     assert result.returncode == 2
     assert "redis.cluster: the embedded server is a single standalone Redis" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://h/0?socket_timeout=fast", "Invalid value for 'socket_timeout'"),
+        ("redis://:pw@h/0?ssl_cert_reqs=none&sockettimeout=1",
+         "no such connection option: sockettimeout, ssl_cert_reqs"),
+    ],
+)  # fmt: skip
+def test_a_url_option_redis_py_cannot_take_is_a_config_error(
+    tmp_path: Path, url: str, message: str
+) -> None:
+    """Read by redis-py as the node built its client, such an option failed the node in a
+    traceback (or at its first call): ``--check`` says it in one line naming the key."""
+    result = run_cli("--check", str(write(tmp_path, f'[redis]\nurl = "{url}"\n')))
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("config error: redis.url: ") and message in line
+    assert ":pw@" not in line
 
 
 def test_cli_check_validates_without_running() -> None:

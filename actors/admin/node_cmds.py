@@ -18,7 +18,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from actors.domain.errors import LayoutMismatch
     from actors.store.migrate import migrate
     from runtime.config import RedisSection
-    from runtime.errors import RedisUnavailable
+    from runtime.errors import ConfigError, RedisUnavailable
     from runtime.redis_io import RedisClient
 
     if not 1 <= args.buckets <= MAX_BUCKETS:
@@ -26,14 +26,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
 
-    try:
+    try:  # a URL that is not one, as [redis] url would be refused
         settings = RedisSection(url=args.redis, cluster=args.cluster)
-    except ValueError as exc:  # a URL that is not one, as [redis] url would be refused
+        client = RedisClient.from_settings(args.redis, settings)
+    except (ValueError, ConfigError) as exc:
         print(f"metronome: --redis: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
     async def run() -> int:
-        client = RedisClient.from_settings(args.redis, settings)
         try:
             return await migrate(client, args.namespace, buckets=args.buckets, force=args.force)
         finally:
