@@ -133,3 +133,10 @@ def test_schedule_preview_is_local_and_marks_dst_changes() -> None:
     assert fire["fire_ms"] == fire["due_ms"] + answer["offset_ms"]
     assert preview("schedule", "preview", "--every", "60", "-n", "0").returncode == 2
     assert preview("schedule", "preview").returncode == 2
+    # Unix seconds given for ms would name January 1970 (a one-shot due at once, a
+    # backfill of 1970): refused, saying how to write it.
+    seconds = preview("schedule", "preview", "--every", "60", "--from", "1767225600")
+    assert seconds.returncode == 2 and "looks like Unix seconds" in seconds.stderr
+    assert "1767225600000" in seconds.stderr
+    in_ms = preview("schedule", "preview", "--every", "60", "--from", "1767225600000", "-n", "1")
+    assert in_ms.returncode == 0, in_ms.stderr

@@ -158,8 +158,19 @@ def add_schedule_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: Unix milliseconds below this (March 1973) are taken for Unix seconds given by mistake:
+#: read as ms they name a time in January 1970 (a one-shot due at once, a backfill of 1970).
+#: A time that early is given as ISO 8601.
+SECONDS_LOOK = 10**11
+
+
 def parse_time(text: str, flag: str) -> int:
     if text.isascii() and text.isdecimal():
+        if int(text) < SECONDS_LOOK:
+            raise UsageError(
+                f"{flag}: {text} looks like Unix seconds; give Unix milliseconds "
+                f"({text}000) or ISO 8601 (2026-01-01T09:00:00+00:00)"
+            )
         return int(text)
     try:
         parsed = dt.datetime.fromisoformat(text)
