@@ -32,7 +32,7 @@ from actors.scheduling.ownership import Membership, wanted_partitions
 from actors.scheduling.poller import Poller, PollerSettings
 from actors.store import lua
 from actors.store.claim_replies import decode_state
-from actors.store.codes import STATE_NEXT_MS
+from actors.store.codes import DEFINITION_VALUES, STATE_NEXT_MS, STATE_STATUS
 from actors.store.definitions import DEFAULT_CACHED_DEFINITIONS
 from actors.store.enqueue import enqueue_fires
 from actors.store.flights import ENDED_OK, FlightEnd
@@ -40,7 +40,7 @@ from actors.store.keys import Keys
 from actors.store.ledger import task_history
 from actors.store.messages import Message
 from actors.store.migrate import migrate
-from actors.store.records import claim_of, pack_values
+from actors.store.records import ARRAY_HEADERS, claim_of, pack_values
 from actors.store.replies import (
     Commit,
     Fire,
@@ -568,6 +568,26 @@ async def _next_time_a_string(store: TaskStore, keys: Keys) -> None:
     await store.client.execute("HSET", states, "bad", pack_values(values))
 
 
+async def _status_none_has(store: TaskStore, keys: Keys) -> None:
+    """A state record that decodes, its status a code no version writes (a hand edit)."""
+    states = keys.states(0, keys.bucket_of("bad"))
+    values = decode_state(await store.client.execute("HGET", states, "bad"))
+    values[STATE_STATUS] = 7
+    await store.client.execute("HSET", states, "bad", pack_values(values))
+
+
+async def _payload_not_text(store: TaskStore, keys: Keys) -> None:
+    """A definition record that decodes, its payload a map, not JSON text (another
+    program): an enqueue's XADD refuses it after the fires before it in its call."""
+    definitions = keys.definitions(0, keys.bucket_of("bad"))
+    raw = await store.client.execute("HGET", definitions, "bad")
+    task_type, _, schedule, created = msgpack.unpackb(
+        ARRAY_HEADERS[DEFINITION_VALUES] + raw, raw=True
+    )
+    record = pack_values([task_type, {"to": "x"}, schedule, created])
+    await store.client.execute("HSET", definitions, "bad", record)
+
+
 async def _state_of_another_layout(store: TaskStore, keys: Keys) -> None:
     """A state record written as one MessagePack array (its first byte not a status)."""
     states = keys.states(0, keys.bucket_of("bad"))
@@ -587,6 +607,8 @@ async def _definition_gone(store: TaskStore, keys: Keys) -> None:
         (_definition_gone, "without a definition record"),
         (_next_time_a_string, "whole numbers"),
         (_state_of_another_layout, "values, not 9"),
+        (_status_none_has, "status 7 is none"),
+        (_payload_not_text, "payload must be JSON text"),
     ],
 )
 @pytest.mark.parametrize("cache", [PollerSettings().definition_cache, 0])

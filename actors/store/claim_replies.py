@@ -115,6 +115,8 @@ def claimed_task(
             f"state record: next_ms, updated_ms and fires must be whole numbers, "
             f"not {due_ms!r}, {version!r}, {fires!r}"
         )
+    if values[STATE_STATUS] != ACTIVE:  # a code no version writes: never fired as active
+        raise RecordError(f"state record: status {values[STATE_STATUS]!r} is none this version has")
     owed: int | None = owed_ms
     if owed_ms < due_ms or (owed_version is not None and version > owed_version):
         owed = owed_from_ms = None
@@ -125,8 +127,12 @@ def claimed_task(
 
 
 def decode_definition(raw: bytes) -> Definition:
-    """A definition record as a poller uses it (raises as ``unpackb`` does)."""
+    """A definition record as a poller uses it (raises as ``unpackb`` does). Its payload
+    must be a string (the JSON text): any other value would be refused by the enqueue's
+    XADD after the fires before it in the call were appended, a call sent again and again."""
     task_type, payload, sched, created = unpackb(_DEFINITION + raw, raw=True)
+    if type(payload) is not bytes:
+        raise RecordError(f"definition record: the payload must be JSON text, not {payload!r:.40}")
     return Definition(
         task_type.decode(), payload, _schedule(sched), created if type(created) is int else 0
     )
