@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 import trio
 
@@ -225,6 +226,30 @@ async def test_poison_message_goes_to_the_dlq(
     assert abs(int(entry["dead_ms"]) - await store.now_ms()) < 60_000  # Redis's clock
     assert records(record) == []
     assert await store.client.execute("XLEN", stream) == 0
+
+
+async def test_an_entry_with_more_fields_than_a_script_passes_on_is_dead_lettered_folded(
+    store: TaskStore, redis_url: str, namespace: str, tmp_path: Path, record: Path
+) -> None:
+    """Another program's entry of 5,000 fields: its dead letter keeps the first ones and
+    the rest in one field (``folded``), and is written; the entry does not stay pending
+    for good (one XADD of them all is past what Lua 5.1 passes to a call), and a fire
+    read after it runs."""
+    keys = await store.keys()
+    many = [x for i in range(5000) for x in (f"f{i}", f"v{i}")]
+    await store.client.execute("XADD", keys.queue("m"), "*", *many)
+    fields = ("task_id", "ok", "payload", "null", "attempt", "0", "due_ms", "1000")
+    await store.client.execute("XADD", keys.queue("m"), "*", *fields)
+    config = node_config(redis_url, namespace, tmp_path, {"m": consumer("noop")}, pollers=0)
+    async with running_node(config):
+        await wait_until(lambda: _stream_len(store, keys.dlq("m"), 1))
+        await wait_until(lambda: _async(len(records(record)) == 1))
+        await wait_until(lambda: _queue_done(store, "m"))
+    ((_, entry),) = await store.client.execute("XRANGE", keys.dlq("m"), "-", "+")
+    assert entry[b"reason"] == b"malformed" and entry[b"f0"] == b"v0"
+    rest = msgpack.unpackb(entry[b"folded"], raw=True)
+    kept = [k for k in entry if k.startswith(b"f") and k != b"folded"]
+    assert len(kept) + len(rest) // 2 == 5000 and rest[-2:] == [b"f4999", b"v4999"]
 
 
 async def _dead_in_history(store: TaskStore, task_id: str) -> bool:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 import redis
 import trio
@@ -203,6 +204,38 @@ async def test_a_poison_message_refused_at_maxmemory_holds_up_no_reclaim(
     assert reclaim.poisoned == [] and "OOM" in reclaim.held
     reclaim = await scripts.reclaim("t", "me", 1000, 10, 3, "n1")  # once Redis has room
     assert reclaim.poisoned == [ids[0]] and reclaim.held == ""
+
+
+async def test_a_poison_entry_with_more_fields_than_a_script_passes_on_is_dead_lettered(
+    own_client: RedisClient, namespace: str
+) -> None:
+    """A message carrying 5,000 fields (another program's) delivered max_deliveries times:
+    its dead letter keeps the first fields and the rest in one (``folded``), and is
+    written: one XADD of them all, past what Lua 5.1 passes to a call, failed the whole
+    reclaim, every claimer's, every round (no take-over, no dead letter, no trim)."""
+    store = TaskStore(own_client, namespace, default_partitions=4)
+    keys, scripts = await store.keys(), await store.scripts()
+    stream = keys.queue("t")
+    await own_client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
+    many = [x for i in range(5000) for x in (f"f{i}", f"v{i}")]
+    fields = ["task_id", "x0", "payload", "{}", "attempt", "0", "due_ms", "7"]
+    poison = (await own_client.execute("XADD", stream, "*", *fields, *many)).decode()
+    other = (await own_client.execute("XADD", stream, "*", *fields)).decode()
+    await own_client.execute("XREADGROUP", "GROUP", GROUP, "dead", "STREAMS", stream, ">")
+    for _ in range(2):  # delivered three times: poison at max_deliveries 3
+        await own_client.execute("XCLAIM", stream, GROUP, "dead", 0, poison)
+    raw = own_client.raw
+    await own_client.run_sync(
+        lambda: raw.xclaim(stream, GROUP, "dead", 0, [poison, other], idle=10**9, justid=True)
+    )
+    reclaim = await scripts.reclaim("t", "me", 1000, 10, 3, "n1")
+    assert reclaim.poisoned == [poison] and reclaim.held == ""
+    assert [r.msg_id for r in reclaim.claimed] == [other]
+    ((_, entry),) = await own_client.execute("XRANGE", keys.dlq("t"), "-", "+")
+    assert entry[b"reason"] == b"poison" and entry[b"task_id"] == b"x0"
+    rest = msgpack.unpackb(entry[b"folded"], raw=True)
+    kept = [k for k in entry if k.startswith(b"f") and k != b"folded"]
+    assert len(kept) + len(rest) // 2 == 5000 and rest[-2:] == [b"f4999", b"v4999"]
 
 
 def _busy_script(url: str, seconds: float) -> threading.Thread:

@@ -30,7 +30,7 @@ from actors.execution.completion import Outcome, fire_fields
 from actors.execution.flight import Flight
 from actors.store.flights import parse_policy
 from actors.store.messages import MalformedMessage, Message
-from actors.store.replies import DeadLetterWrite, Reclaimed
+from actors.store.replies import DeadLetterWrite, Reclaimed, folded
 from actors.store.scripts import Scripts
 from actors.store.streams import Streams
 from runtime.channels import Mailbox
@@ -332,7 +332,7 @@ class Reader:
             DeadLetterWrite(
                 msg_id,
                 {
-                    **fields,
+                    **folded(fields),
                     "reason": "malformed", "error": error, "node": self.node, "msg_id": msg_id,
                 },
             )

@@ -103,6 +103,10 @@ FATE_CODES = {
 #: "no time" (``lua/history.lua``, ``actors.store.history``).
 HISTORY_ENTRY = 12
 HISTORY_ERRORS = 5
+#: Most fields of a stream entry a dead letter carries as they are (``dead_letter.lua``
+#: and ``reclaim.lua`` pass them to one XADD: Lua 5.1 passes at most ~8,000 values to a
+#: call); past them, the rest go in one field, ``folded``.
+ENTRY_FIELDS = 3000
 NO_TIME = 65535
 
 LUA_NAMES: dict[str, int | str] = {
@@ -121,6 +125,7 @@ LUA_NAMES: dict[str, int | str] = {
     **FATE_CODES,
     "HISTORY_ENTRY": HISTORY_ENTRY,
     "HISTORY_ERRORS": HISTORY_ERRORS,
+    "ENTRY_FIELDS": ENTRY_FIELDS,
     "NO_TIME": NO_TIME,
     "STATE_VALUES": STATE_VALUES,
     "RUN_VALUES": RUN_VALUES,

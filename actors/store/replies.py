@@ -6,8 +6,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import msgpack
 
 from actors.domain.schedules import Schedule
+from actors.store.codes import ENTRY_FIELDS
 from actors.store.messages import Message
 from actors.store.records import (
     advanced_values,
@@ -203,7 +205,19 @@ class DeadLetterWrite:
     msg_id: str
     fields: Mapping[Any, Any]
     """Bytes keys and values only for an entry that was not a Metronome message: kept as
-    it was."""
+    it was (``folded`` when it has more fields than a script can pass on)."""
+
+
+def folded(fields: Mapping[bytes, bytes]) -> dict[bytes, bytes]:
+    """``fields`` as a dead letter carries them: past ``ENTRY_FIELDS`` (another program's
+    entry), the first ones, and the rest in one field, ``folded`` (MessagePack of their
+    flat list, as ``reclaim.lua`` folds a poison entry's), so the dead letter can be
+    written at all (its write failed: the entry stayed pending for good)."""
+    if len(fields) <= ENTRY_FIELDS:
+        return dict(fields)
+    items = list(fields.items())
+    rest = [x for pair in items[ENTRY_FIELDS:] for x in pair]
+    return {**dict(items[:ENTRY_FIELDS]), b"folded": msgpack.packb(rest, use_bin_type=False)}
 
 
 @attrs.frozen

@@ -44,12 +44,20 @@ local probe = redis.pcall('HGET', KEYS[3], '-')
 local ends_unkept = type(probe) == 'table' and probe.err
 local released = 365 * 24 * 3600 * 1000  -- ms: a stop's release gives ten years
 
+-- An entry with more than ENTRY_FIELDS fields (another program's) keeps its first ones in
+-- its dead letter, and the rest go in one field, 'folded' (MessagePack of their list): Lua
+-- 5.1 passes at most ~8,000 values to a call (XADD), so its dead letter could not be
+-- written otherwise, and the poison would fail every reclaim.
 local function full_form(id, raw)
   local f, fields = {}, {}
-  for j = 1, #raw, 2 do
-    f[raw[j]] = raw[j + 1]
-    fields[#fields + 1] = raw[j]
-    fields[#fields + 1] = raw[j + 1]
+  local kept = math.min(#raw, 2 * ENTRY_FIELDS)
+  for j = 1, #raw, 2 do f[raw[j]] = raw[j + 1] end
+  for j = 1, kept do fields[j] = raw[j] end
+  if #raw > kept then
+    local rest = {}
+    for j = kept + 1, #raw do rest[#rest + 1] = raw[j] end
+    fields[#fields + 1] = 'folded'
+    fields[#fields + 1] = cmsgpack.pack(rest)
   end
   local function add(name, value)
     if f[name] == nil and value ~= nil then
