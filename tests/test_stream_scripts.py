@@ -367,15 +367,19 @@ async def test_a_retry_of_a_task_created_again_under_its_id_is_dropped(
 @pytest.mark.parametrize(
     ("field", "value"),
     [("payload", None), ("attempt", "soon"), ("due_ms", "soon"), ("due_ms", "1733580000000.5"),
-     ("attempt", "1e3"), ("type", None), ("task_id", None)],
+     ("attempt", "1e3"), ("type", None), ("task_id", None), ("type", b"\xff\xfe"),
+     ("type", "no such/type"), ("o", b"\xff")],
 )  # fmt: skip
 async def test_a_retry_context_this_version_cannot_run_is_named_and_left_as_it_is(
-    redis_client: RedisClient, keys: Keys, scripts: Scripts, field: str, value: str | None
-) -> None:
+    redis_client: RedisClient, keys: Keys, scripts: Scripts, field: str,
+    value: str | bytes | None,
+) -> None:  # fmt: skip
     """A retry context missing a field, or with no whole number where one goes (a hand edit,
-    another program): named ``unreadable`` and left as it is, claimed a lease on, rather
-    than crashing the dispatcher at every claim (a field decoded from nothing) or failing
-    every retry of its type at the enqueue; the partition's other retries are claimed."""
+    another program; a type or policy code that is no text, or no type name): named
+    ``unreadable`` and left as it is, claimed a lease on, rather than crashing the
+    dispatcher at every claim (a field decoded from nothing, or from bytes no text is),
+    failing every retry of its type at the enqueue, or sent to a stream no one reads; the
+    partition's other retries are claimed."""
     store = TaskStore(redis_client, keys.namespace, default_partitions=keys.partitions)
     bad, kept = [t for t in (f"m{i}" for i in range(200)) if keys.partition_of(t) == 0][:2]
     for task_id in (bad, kept):

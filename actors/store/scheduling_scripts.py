@@ -35,6 +35,7 @@ from actors.store.replies import (
     RetryClaim,
 )
 from actors.store.task_scripts import Call, or_empty, raise_first_error, set_apart
+from runtime.config import check_name
 from runtime.redis_replies import PartRejected
 
 #: Most fires per enqueue script call: bounds how long one call holds Redis (~1-2 ms).
@@ -375,16 +376,19 @@ class SchedulingScripts(FlightScripts):
         for partition, reply in zip(partitions, replies, strict=True):
             flat = reply[RETRY_CLAIM_HEADER:]
             retries = []
+            unreadable = [sid.decode(errors="replace") for sid in reply[3] or ()]
             for i in range(0, len(flat), RETRY_CLAIM_ITEMS):
                 item = flat[i : i + RETRY_CLAIM_ITEMS]
                 sid, task_id, task_type, payload, attempt, due, prior, policy = item
-                fire = Fire(
-                    task_id.decode(), task_type.decode(), payload, int(due), int(attempt),
-                    prior.decode(), policy.decode(),
-                )  # fmt: skip
-                retries.append((sid.decode(), fire))
+                try:  # text no version writes (another program's): named, left claimed
+                    fire = Fire(
+                        task_id.decode(), check_name("type", task_type.decode()), payload,
+                        int(due), int(attempt), prior.decode(), policy.decode(),
+                    )  # fmt: skip
+                    retries.append((sid.decode(), fire))
+                except ValueError:  # UnicodeDecodeError too
+                    unreadable.append(sid.decode(errors="replace"))
             dropped = [sid.decode() for sid in reply[2] or ()]
-            unreadable = [sid.decode(errors="replace") for sid in reply[3] or ()]
             claim = RetryClaim(
                 partition, int(reply[0]), optional_ms(reply[1]), retries, dropped, unreadable
             )

@@ -17,7 +17,8 @@
 -- other retry of the partition. A context this version cannot run (its task id, type,
 -- payload, attempt or due time missing, or no number where one goes: written by hand or
 -- by another program) is named unreadable and left as it is, claimed a lease on (named
--- again then), never dropped without a word nor sent as a fire that would fail the type's enqueue.
+-- again then), never dropped without a word nor sent as a fire that would fail the type's enqueue
+-- (Scripts.claim_retries names those whose type or policy is no text, or no type name).
 -- Same claim-then-commit rule as claim_due: a dispatcher killed before commit_retries
 -- leaves the retry to be claimed again after the lease (maybe a duplicate, never a loss).
 local t = redis.call('TIME')
