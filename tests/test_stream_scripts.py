@@ -10,10 +10,11 @@ import trio
 
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
+from actors.store.enqueue import enqueue_fires
 from actors.store.keys import GROUP, Keys
 from actors.store.messages import Message
 from actors.store.records import OUTCOME_NAMES
-from actors.store.replies import DeadLetterWrite, OutcomeWrite, RetryWrite
+from actors.store.replies import DeadLetterWrite, Fire, OutcomeWrite, RetryWrite
 from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.redis_io import RedisClient
@@ -398,6 +399,35 @@ async def test_a_retry_context_this_version_cannot_run_is_named_and_left_as_it_i
     assert await redis_client.execute("EXISTS", context) == 1
     score = await redis_client.execute("ZSCORE", keys.retry(0), f"{bad}:1")
     assert float(score) > await redis_client.time_ms()  # claimed a lease on
+
+
+async def test_a_retry_claimed_again_names_every_earlier_claim_and_is_appended_once(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """Dispatcher A claims a retry, appends it and dies before its commit; B claims it a
+    lease later and dies before its enqueue (no markers); C's claim names both as prior,
+    so its enqueue finds A's append and appends nothing: naming B alone, it appended the
+    retry a second time."""
+    store = TaskStore(redis_client, keys.namespace, default_partitions=keys.partitions)
+    (task_id,) = [t for t in (f"p{i}" for i in range(200)) if keys.partition_of(t) == 0][:1]
+    await store.create(TaskSpec("t", Schedule("interval", every_s=3600), task_id=task_id))
+    await scripts.schedule_retries([RetryWrite(message(task_id, 0, "null"), 0, "boom")])
+    sid = f"{task_id}:1"
+
+    async def claim(token: str) -> Fire:
+        await redis_client.execute("ZADD", keys.retry(0), 0, sid)  # its lease run out
+        ((_, fire),) = (await scripts.claim_retries([0], token, 10, 60_000))[0].retries
+        return fire
+
+    first = await claim("A")
+    assert first.prior == ""
+    now = await redis_client.time_ms()
+    assert await enqueue_fires(scripts, [first], now, "test", 60_000, "A") == 1
+    assert (await claim("B")).prior == "A"
+    third = await claim("C")
+    assert third.prior == "B A"
+    assert await enqueue_fires(scripts, [third], now, "test", 60_000, "C") == 0
+    assert await redis_client.execute("XLEN", keys.queue("t")) == 1
 
 
 @pytest.mark.parametrize("broken", ["def", "state"])

@@ -99,6 +99,9 @@ FATE_CODES = {
     "FATE_OK": 0, "FATE_FAILED": 1, "FATE_DEAD": 2, "FATE_CANCELLED": 3, "FATE_SKIPPED": 4,
     "FATE_MISFIRED": 5, "FATE_EXPIRED": 6, "FATE_COALESCED": 7,
 }  # fmt: skip
+#: Most claims of one retry a claim names as prior (``claim_retries.lua``: each earlier
+#: claim not known committed, newest first).
+RETRY_PRIORS = 8
 #: A history entry's bytes, the failed entries' error lines kept, and the time code of
 #: "no time" (``lua/history.lua``, ``actors.store.history``).
 HISTORY_ENTRY = 12
@@ -122,6 +125,7 @@ LUA_NAMES: dict[str, int | str] = {
     "LEAN_CLAIM_ITEMS": LEAN_CLAIM_ITEMS,
     "RETRY_CLAIM_HEADER": RETRY_CLAIM_HEADER,
     "RETRY_CLAIM_ITEMS": RETRY_CLAIM_ITEMS,
+    "RETRY_PRIORS": RETRY_PRIORS,
     **FATE_CODES,
     "HISTORY_ENTRY": HISTORY_ENTRY,
     "HISTORY_ERRORS": HISTORY_ERRORS,

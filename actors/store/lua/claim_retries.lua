@@ -6,7 +6,8 @@
 --          {unreadable schedule ids}, schedule_id, task_id, type, payload, attempt, due_ms,
 --          prior, policy, ...}
 -- (a header of RETRY_CLAIM_HEADER items, then RETRY_CLAIM_ITEMS per retry); prior: the
--- token of an earlier claim never committed ('' if none; see enqueue.lua); policy: the
+-- tokens of earlier claims never committed, space separated ('' if none; see
+-- enqueue.lua); policy: the
 -- fire's policy code ('' if none). Dropped: retries of a task deleted or stopped since its
 -- fire failed, their contexts deleted (a stop is final, a deleted task has no more fires;
 -- a paused or finished task's retry still runs: its fire had started); a task deleted and
@@ -20,7 +21,10 @@
 -- again then), never dropped without a word nor sent as a fire that would fail the type's enqueue
 -- (Scripts.claim_retries names those whose type or policy is no text, or no type name).
 -- Same claim-then-commit rule as claim_due: a dispatcher killed before commit_retries
--- leaves the retry to be claimed again after the lease (maybe a duplicate, never a loss).
+-- leaves the retry to be claimed again after the lease (never a loss), and the claim
+-- names every earlier claim of it as prior (its 'claim', then its 'priors': newest first,
+-- at most RETRY_PRIORS): one killed before its enqueue left no markers, and the one
+-- before it may have appended the retry (enqueue.lua reads each prior's markers).
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local due = redis.call('ZRANGE', KEYS[1], '-inf', string.format('%d', now), 'BYSCORE',
@@ -35,6 +39,14 @@ local function reborn(b, id, born)
   local created = created_ms(tag, b, id)
   return created ~= false and tonumber(born) ~= (created or 0)
 end
+-- The claims before this one, newest first: the last claim, then the ones it named.
+local function priors(claim, earlier)
+  local tokens = {}
+  for token in string.gmatch((claim or '') .. ' ' .. (earlier or ''), '%S+') do
+    if #tokens < RETRY_PRIORS then tokens[#tokens + 1] = token end
+  end
+  return table.concat(tokens, ' ')
+end
 -- A whole number as the dispatcher reads one (tonumber takes '1.5', '1e3', '0x10', 'inf')
 local function whole(v) return v and string.match(v, '^%d+$') ~= nil end
 local dropped, unreadable = {}, {}
@@ -43,7 +55,7 @@ local out = {now, NONE, dropped, unreadable}
 for _, sid in ipairs(due) do
   local key = ARGV[1] .. sid
   local f = redis.call('HMGET', key, 'task_id', 'type', 'payload', 'attempt', 'due_ms', 'claim',
-    'o', 'born')
+    'o', 'born', 'priors')
   local b = f[1] and bucket_of(f[1], buckets)
   local s = f[1] and try_state(tag, b, f[1])
   if not f[1] and redis.call('EXISTS', key) == 0 then
@@ -59,11 +71,12 @@ for _, sid in ipairs(due) do
     redis.call('ZADD', KEYS[1], lease_until, sid)
     unreadable[#unreadable + 1] = sid
   else
-    redis.call('HSET', key, 'claim', ARGV[2])
+    local prior = priors(f[6], f[9])
+    redis.call('HSET', key, 'claim', ARGV[2], 'priors', prior)
     redis.call('ZADD', KEYS[1], lease_until, sid)
     out[#out + 1] = sid
     for j = 1, 5 do out[#out + 1] = f[j] end
-    out[#out + 1] = f[6] or ''
+    out[#out + 1] = prior
     out[#out + 1] = f[7] or ''
   end
 end

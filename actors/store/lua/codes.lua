@@ -17,6 +17,7 @@ local CLAIM_ITEMS = 3
 local LEAN_CLAIM_ITEMS = 2
 local RETRY_CLAIM_HEADER = 4
 local RETRY_CLAIM_ITEMS = 8
+local RETRY_PRIORS = 8
 local FATE_OK = 0
 local FATE_FAILED = 1
 local FATE_DEAD = 2

@@ -30,9 +30,9 @@ for i = 4, #ARGV, 9 do
   end
   if ARGV[i + 8] ~= '' then
     redis.call('HSET', ARGV[1] .. sid, 'o', ARGV[i + 8])
-    redis.call('HDEL', ARGV[1] .. sid, 'claim')
+    redis.call('HDEL', ARGV[1] .. sid, 'claim', 'priors')
   else
-    redis.call('HDEL', ARGV[1] .. sid, 'claim', 'o')
+    redis.call('HDEL', ARGV[1] .. sid, 'claim', 'priors', 'o')
   end
   redis.call('ZADD', KEYS[1], retry_at, sid)
   n = n + 1
