@@ -31,13 +31,18 @@ def check_url_options(url: str) -> None:
         raise ConfigError(f"redis.url: {shown}: {redact(str(exc))}") from None
 
 
+#: Options of redis-py's connection pool a URL may set as well (``max_connections``
+#: overrides ``[redis] max_connections``).
+_POOL_OPTIONS = frozenset({"max_connections", "timeout"})
+
+
 def _url_options(scheme: str) -> set[str]:
     """What the query of a URL of ``scheme`` may set: the keywords of the redis-py
-    connection it makes (TLS options with ``rediss://`` alone)."""
+    connection it makes (TLS options with ``rediss://`` alone), and of its pool."""
     kinds = {"rediss": redis.connection.SSLConnection,
              "unix": redis.connection.UnixDomainSocketConnection}  # fmt: skip
     kind = kinds.get(scheme, redis.connection.Connection)
-    names: set[str] = set()
+    names: set[str] = set(_POOL_OPTIONS)
     for cls in kind.__mro__:
         init = cls.__dict__.get("__init__")
         if init is not None:

@@ -22,7 +22,7 @@ from actors.store.keys import GROUP
 from actors.store.ledger import task_history
 from actors.store.messages import Message
 from actors.store.tasks import TaskStore
-from runtime.errors import ConfigError
+from runtime.errors import ConfigError, RuntimeStartError
 from runtime.redis_io import RedisClient
 from tests.execution_harness import (
     node_config,
@@ -364,25 +364,27 @@ def test_bad_handlers_are_config_errors_naming_the_type(target: str, message: st
 
 
 @pytest.mark.parametrize(
-    ("source", "message"),
+    ("source", "error", "message"),
     [
-        ("def run(ctx:\n", "SyntaxError: "),
-        ("raise RuntimeError('no config')\n", "RuntimeError: no config"),
+        ("def run(ctx:\n", ConfigError, "cannot import '{name}': "),
+        ("raise RuntimeError('no server')\n", RuntimeStartError,
+         "importing '{name}' failed: RuntimeError: no server"),
     ],
-)
-def test_a_handler_module_that_fails_to_import_is_a_config_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, message: str
+)  # fmt: skip
+def test_a_handler_module_that_fails_to_import_is_said_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, error: type, message: str
 ) -> None:
-    """A handler module with a syntax error, or whose own code raises as it is imported, is
-    a config error naming the type and the error (``--check`` and a start say it in one
-    line), not a traceback."""
+    """A handler module with a syntax error is a config error (exit 2: a restart will not
+    mend it); one whose own code raises as it is imported (a server away at boot) cannot
+    start (exit 1: restarted). Either names the type and the error in one line, not a
+    traceback."""
     name = f"broken_{abs(hash(source))}"
     (tmp_path / f"{name}.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(error) as info:
         resolve("email", f"{name}:run")
-    assert str(info.value).startswith(f"consumers.email.handler: importing '{name}' failed: ")
-    assert message in str(info.value)
+    assert str(info.value).startswith("consumers.email.handler: ")
+    assert message.format(name=name) in str(info.value)
 
 
 async def _set_idle(store: TaskStore, stream: str, owner: str, msg_id: str) -> None:

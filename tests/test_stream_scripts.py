@@ -401,6 +401,21 @@ async def test_a_retry_context_this_version_cannot_run_is_named_and_left_as_it_i
     assert float(score) > await redis_client.time_ms()  # claimed a lease on
 
 
+async def test_a_retry_of_a_task_gone_under_an_id_that_is_no_text_is_dropped_not_a_crash(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """Another program's retry, its schedule id bytes no text, its task gone: dropped and
+    named (the bytes shown replaced), not a decode that crashed the dispatcher at every
+    claim of its partition."""
+    sid = b"\xff\xfe:1"
+    context = keys.retry_context_prefix(0).encode() + sid
+    await redis_client.execute("HSET", context, "task_id", "ghost", "type", "t", "payload",
+                               "null", "attempt", "1", "due_ms", "1")  # fmt: skip
+    await redis_client.execute("ZADD", keys.retry(0), 0, sid)
+    (claim,) = await scripts.claim_retries([0], "tok", 10, 60_000)
+    assert claim.dropped == ["\ufffd\ufffd:1"] and claim.retries == []
+
+
 async def test_a_retry_claimed_again_names_every_earlier_claim_and_is_appended_once(
     redis_client: RedisClient, keys: Keys, scripts: Scripts
 ) -> None:

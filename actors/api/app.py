@@ -174,4 +174,4 @@ def build_app(services: ApiServices) -> ASGIApp:
         return Problem(405, "method_not_allowed", "method not allowed on this path").response()
 
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
-    return SecurityHeaders(ReadUnreadBody(app, services.settings.max_body_bytes))
+    return SecurityHeaders(ReadUnreadBody(app, 2 * services.settings.max_body_bytes))

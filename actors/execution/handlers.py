@@ -26,7 +26,7 @@ from typing import Any
 import attrs
 import structlog
 
-from runtime.errors import ConfigError
+from runtime.errors import ConfigError, RuntimeStartError
 from runtime.logging import get_logger
 
 #: The longest delay ``RetryLater`` takes: a year.
@@ -101,12 +101,12 @@ def resolve(task_type: str, target: str) -> Handler:
         raise ConfigError(f"{where}: {target!r} must look like 'package.module:function'")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
+    except (ImportError, SyntaxError) as exc:  # the config's, or the code's: a restart won't do
         raise ConfigError(f"{where}: cannot import {module_name!r}: {exc}") from exc
-    except Exception as exc:  # the module's own error (a SyntaxError, a failed setup)
-        raise ConfigError(
-            f"{where}: importing {module_name!r} failed: {type(exc).__name__}: {exc} (import "
-            "it in Python to see the traceback)"
+    except Exception as exc:  # the module's own setup failed (a server away at boot):
+        raise RuntimeStartError(  # said in one line, and the node restarted as for any
+            f"{where}: importing {module_name!r} failed: {type(exc).__name__}: {exc} "
+            "(import it in Python to see the traceback)"
         ) from exc
     fn: Any = module
     for part in attr_path.split("."):

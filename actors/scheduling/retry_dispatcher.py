@@ -103,8 +103,9 @@ class RetryDispatcher:
         for sid in (sid for c in claims for sid in c.unreadable):  # named each lease
             get_logger(actor=self.actor).warning(
                 "retry_unreadable", schedule_id=sid,
-                fix="its retry context lacks a field or holds no number where one goes: "
-                "mend or delete it (left as it is, named again a claim lease later)",
+                fix="its retry context lacks a field, holds no text or no type name where "
+                "one goes, or no number: mend or delete it (left as it is, named again a "
+                "claim lease later)",
             )  # fmt: skip
         fires: list[Fire] = []
         sids: list[str] = []

@@ -388,7 +388,7 @@ class SchedulingScripts(FlightScripts):
                     retries.append((sid.decode(), fire))
                 except ValueError:  # UnicodeDecodeError too
                     unreadable.append(sid.decode(errors="replace"))
-            dropped = [sid.decode() for sid in reply[2] or ()]
+            dropped = [sid.decode(errors="replace") for sid in reply[2] or ()]
             claim = RetryClaim(
                 partition, int(reply[0]), optional_ms(reply[1]), retries, dropped, unreadable
             )
