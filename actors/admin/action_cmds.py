@@ -63,7 +63,7 @@ def add_selector_flags(parser: argparse.ArgumentParser, *, dry_run: bool = True)
     flag = parser.add_argument
     flag("--selector", metavar="K=V,...",
          help="act on every task matching: type=, status=, next_before=, last_status=, "
-         "other keys are labels")  # fmt: skip
+         "last_fate=, other keys are labels")  # fmt: skip
     flag("--all", action="store_true", dest="all_tasks",
          help="with an empty --selector '': every task of the namespace")  # fmt: skip
     if dry_run:
