@@ -81,9 +81,11 @@ def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
     children: list[ChildSpec] = []
     url = config.redis.url
     if url == "embedded":
-        embedded = _embedded(config)
+        embedded = _embedded(config, lock=not invocation.check)
         children.append(ChildSpec("redis", embedded.run, shutdown_s=10))
-        url = embedded.url
+        # A check builds the clients and never connects them: no password is read (the
+        # main process makes it as it starts the server; none may be there yet).
+        url = f"unix://{embedded.socket_path}" if invocation.check else embedded.url
     roles = _Roles(config, url)
     grace = config.node.shutdown_grace_s
     parts = config.processes.parts()

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         enable_multiprocess()
     try:
         app = load_app(args.config)
-        invocation = Invocation(args.config.resolve(), args.part)
+        invocation = Invocation(args.config.resolve(), args.part, check=args.check)
         if args.check:
             app.build_tree(app.config, invocation)  # resolves handlers; starts nothing
             print(f"{args.config}: ok")

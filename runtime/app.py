@@ -36,6 +36,10 @@ class Invocation:
     """The node's config file, resolved: child processes are started with the same one."""
     part: str | None = None
     """``--part NAME``: this process is a child of a node and runs only part ``NAME``."""
+    check: bool = False
+    """``--check``: the tree is built to be checked, never run: nothing is locked or
+    written (a node may be running on the same files, and a check run as another user
+    would leave them that user's)."""
 
 
 @attrs.frozen

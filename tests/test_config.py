@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 from pathlib import Path
@@ -175,6 +176,24 @@ def test_a_url_option_redis_py_cannot_take_is_a_config_error(
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("config error: redis.url: ") and message in line
     assert ":pw@" not in line
+
+
+def test_check_locks_and_writes_nothing_of_an_embedded_servers_data_dir(
+    tmp_path: Path,
+) -> None:
+    """``--check`` beside a running node (its data dir locked) answers at once, and on a
+    fresh data dir creates nothing there: run as root before the first start, files it
+    made would be root's, and the node, started as its own user, could not open them."""
+    data = tmp_path / "data"
+    toml = f'[redis]\nurl = "embedded"\ndata_dir = "{data}"\nembedded_port = 6399\n'
+    fresh = run_cli("--check", str(write(tmp_path, toml)))
+    assert fresh.returncode == 0, fresh.stderr
+    assert not data.exists() or not any(data.iterdir())
+    data.mkdir(exist_ok=True)
+    with open(data / "metronome.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a running node holds it
+        busy = run_cli("--check", str(write(tmp_path, toml)))
+    assert busy.returncode == 0, busy.stderr
 
 
 def test_cli_check_validates_without_running() -> None:
