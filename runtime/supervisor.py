@@ -103,9 +103,10 @@ class _Running:
     done: trio.Event = attrs.field(factory=trio.Event)
     stopping: bool = False
     """Set when the supervisor stops the child on purpose: its exit is not a crash."""
-    started_at: float = attrs.field(factory=trio.current_time)
     up: bool = False
     """Its start succeeded (``task_status.started()``)."""
+    up_at: float | None = None
+    """When its start succeeded."""
 
 
 @attrs.frozen
@@ -227,7 +228,7 @@ class _SupervisorRun:
         outcome = await self._nursery.start(self._child_main, running)
         if isinstance(outcome, _StartFailed):
             return False
-        running.up = True
+        running.up, running.up_at = True, trio.current_time()
         running.ctx.health.mark_up(running.ctx.path)
         if restarting is not None:
             running.ctx.log.info("actor_restarted", **restarting)
@@ -280,7 +281,15 @@ class _SupervisorRun:
         self._history, exceeded = record_restart(
             self._history, now, self._policy.max_restarts, self._policy.period_s
         )
-        healthy = now - child.started_at >= self._policy.period_s
+        # Up a whole period before it failed: not a crash loop, the count starts again. A
+        # start that failed, however long it took (a server that never answered), and a
+        # supervisor below that gave up (its children crash-looped), count on: else a
+        # slow crash loop under a supervisor that outlives the period never gave up.
+        healthy = (
+            child.up_at is not None
+            and now - child.up_at >= self._policy.period_s
+            and not isinstance(event.error, (RestartIntensityExceeded, RestartAttemptsExceeded))
+        )
         attempts = 1 if healthy else self._attempts.get(child.spec.name, 0) + 1
         self._attempts[child.spec.name] = attempts
         limit = self._policy.max_attempts

@@ -436,6 +436,46 @@ async def test_a_slow_crash_loop_is_logged_every_attempt_and_escalates(
     assert len([e for e in events(journal) if e == ("start_failed", "broken")]) == 6
 
 
+async def test_a_start_that_fails_slowly_counts_on_and_gives_up(autojump_clock: Any) -> None:
+    """A child whose start fails after 15 s (a server that never answers), longer than the
+    5 s period: not healthy, it never came up; the attempts count on to max_attempts."""
+
+    async def never_ready(ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        await trio.sleep(15)
+        raise RuntimeError("no answer in 15 s")
+
+    tree = supervisor(
+        "sup", [ChildSpec("slow", never_ready)],
+        SupervisorSpec(period_s=5, backoff_base_s=1, backoff_cap_s=1, max_attempts=3),
+    )  # fmt: skip
+    with pytest.raises(RestartAttemptsExceeded):
+        await tree.run(root_ctx(), task_status=trio.TASK_STATUS_IGNORED)
+
+
+async def test_a_supervisor_below_that_gave_up_counts_on_at_its_parent(
+    autojump_clock: Any,
+) -> None:
+    """A leaf up 2 s then crashing, under a supervisor that gives up after 3 attempts (it
+    ran longer than its parent's 5 s period by then): each give-up counts on at the parent,
+    which gives up in turn, so the node stops (exit 1) instead of restarting the subtree
+    for ever."""
+    journal: Journal = []
+
+    async def brief(ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        journal.append(("start", "brief", trio.current_time()))
+        task_status.started()
+        await trio.sleep(2)
+        raise RuntimeError("up 2 s")
+
+    fast = SupervisorSpec(period_s=5, backoff_base_s=1, backoff_cap_s=1, max_attempts=3)
+    inner = supervisor("inner", [ChildSpec("brief", brief)], fast)
+    outer = supervisor("outer", [inner], fast)
+    with pytest.raises(RestartAttemptsExceeded) as info:
+        await outer.run(root_ctx(), task_status=trio.TASK_STATUS_IGNORED)
+    assert "inner failed 3 restarts in a row" in str(info.value)
+    assert len(starts_of(journal, "brief")) == 4 * 4  # four subtrees of four starts each
+
+
 async def test_a_child_that_stays_up_a_period_between_crashes_is_restarted_for_ever(
     autojump_clock: Any,
 ) -> None:
