@@ -126,6 +126,10 @@ class ChildProcess:
         if status == 0 or (stop_asked and status == -signal.SIGTERM):
             # -SIGTERM: stopped before it had set up its own handling (still starting).
             ctx.log.info("process_exited", pid=process.pid, asked=stop_asked)
+            if ctx.node_stopping.value:
+                # Drained with the node, before its supervisor's turn to stop it: wait
+                # for that turn (returning now would read as an exit to restart).
+                await ctx.wait_stop_requested()
             return
         raise ChildProcessFailed(f"{ctx.path}: process {process.pid} exited with status {status}")
 

@@ -129,6 +129,8 @@ async def test_parts_run_in_child_processes_and_stop_with_the_node(
     assert [e["asked"] for e in node.events("process_exited")] == [True, True, True]
     assert not node.events("process_killed")
     assert "shutdown_forced" not in {e["event"] for e in node.events()}
+    # Drained before their supervisor's turn to stop them: not restarted meanwhile.
+    assert not node.events("actor_restarting") and len(node.events("process_started")) == 3
 
 
 async def test_a_killed_child_is_restarted_alone_and_loses_no_fire(
