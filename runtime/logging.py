@@ -133,7 +133,7 @@ def configure(
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.WriteLoggerFactory(file=stream or sys.stdout),
+        logger_factory=structlog.WriteLoggerFactory(file=stream or _STDOUT),
         cache_logger_on_first_use=False,
     )
     structlog.contextvars.clear_contextvars()
@@ -162,40 +162,56 @@ def output_is_a_file() -> bool:
 def write_lines(text: str) -> None:
     """Write complete lines that are already formatted (a child process's, relayed by its
     node: one writer per stream, so lines of different processes never interleave)."""
-    stream = _output.stream or sys.stdout
+    stream = _output.stream or _STDOUT
     stream.write(text)
     stream.flush()
 
 
-class ToParent:
-    """A child process's stdout: the node's log file (``output_is_a_file``), or a pipe to
-    its node. Once the node at a pipe's other end is gone (the pipe is broken) lines have
-    nowhere to go, and are dropped instead of failing the work that logs them (a consumer
-    completing its fires while it stops). ``to_parent()`` gives it the ``TextIO`` type
-    ``configure`` takes (it only writes and flushes)."""
+class Lenient:
+    """Where a process's lines go (its stdout, or ``stream``): a write that fails is
+    dropped, counted in ``dropped``, instead of raised into the actor that logged it. A
+    raise crashed that actor, whose supervisor's own line failed too, up to the root: the
+    node stopped (exit 1) and crash-looped while, say, its log file's disk was full
+    (ENOSPC), or stopped at once when a pipe's reader went away (EPIPE): a child process
+    whose node is gone, a log shipper that died. A broken pipe is given up on; any other
+    error is tried again at the next write. Only writes and flushes (``as_text_io``
+    gives it the ``TextIO`` type ``configure`` takes)."""
 
-    def __init__(self, stream: TextIO) -> None:
-        self._stream: TextIO | None = stream
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = stream
+        """None: ``sys.stdout`` as it is at each write (tests replace it)."""
+        self._broken = False
+        self.dropped = 0
 
     def write(self, text: str) -> int:
-        if self._stream is not None:
+        if not self._broken:
             try:
-                return self._stream.write(text)
+                return (self._stream or sys.stdout).write(text)
             except BrokenPipeError:
-                self._stream = None
+                self._broken = True
+            except OSError:
+                pass
+        self.dropped += 1
         return len(text)
 
     def flush(self) -> None:
-        if self._stream is not None:
+        if not self._broken:
             try:
-                self._stream.flush()
+                (self._stream or sys.stdout).flush()
             except BrokenPipeError:
-                self._stream = None
+                self._broken = True
+            except OSError:
+                self.dropped += 1
+
+
+#: The process's stdout, written leniently.
+_STDOUT = cast(TextIO, Lenient())
 
 
 def to_parent(stream: TextIO) -> TextIO:
-    """``stream`` wrapped in ``ToParent``."""
-    return cast(TextIO, ToParent(stream))
+    """A child process's stdout (the node's log file, or a pipe to its node) as it writes
+    its lines: ``Lenient`` (once its node is gone, lines have nowhere to go)."""
+    return cast(TextIO, Lenient(stream))
 
 
 # One C-accelerated encoder for every fast-path line: a dict per line is encoded in C,
@@ -355,7 +371,7 @@ def _write(actor: str, level: str, events: Sequence[str], bodies: Sequence[str])
         f'{{"event":{_value(event)}{body},{tail_json}'
         for event, body in zip(events, bodies, strict=True)
     ]
-    stream = _output.stream or sys.stdout
+    stream = _output.stream or _STDOUT
     stream.write("\n".join(lines) + "\n")
     stream.flush()
 

@@ -26,7 +26,7 @@ The contract between the two, all of it here:
   ``O_APPEND``, a pipe, journald's socket, a terminal: whole only up to 4 KiB) gets the
   child's stdout through a pipe to the parent, which relays it to its own in whole lines:
   one writer, so lines of different processes never interleave however large a batch.
-  Once such a parent is gone, the child drops its lines (``runtime.logging.ToParent``).
+  Once such a parent is gone, the child drops its lines (``runtime.logging.Lenient``).
   Either way its lines name the part in ``node`` (``host-1/consumers-1``). Stderr is
   inherited.
 - **Health.** The parent writes to the child's stdin, one JSON line per change, what is

@@ -133,6 +133,40 @@ async def test_parts_run_in_child_processes_and_stop_with_the_node(
     assert not node.events("actor_restarting") and len(node.events("process_started")) == 3
 
 
+def _node_writing_to_a_pipe(config: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "runtime", str(config)], stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, cwd=REPO, env=env,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("processes", ["", "consumers = 1"])
+async def test_a_node_whose_log_reader_goes_away_keeps_firing(
+    store: TaskStore, tmp_path: Path, redis_url: str, namespace: str, record: Path,
+    processes: str,
+) -> None:  # fmt: skip
+    """The node's stdout is a pipe whose reader goes away (a log shipper that died): its
+    lines are dropped, its fires go on running, and it stops cleanly; a write that failed
+    raised into the actor logging it, up to the root (exit 1)."""
+    config = write_config(tmp_path, redis_url, namespace, processes=processes)
+    await store.create_many([TaskSpec("work", Schedule("interval", every_s=0.2))])
+    node = _node_writing_to_a_pipe(config)
+    try:
+        assert node.stdout is not None
+        assert b"node_started" in await trio.to_thread.run_sync(node.stdout.readline)
+        await wait_records(record, lambda r: len(r) >= 2, timeout_s=20)
+        node.stdout.close()  # the reader goes away
+        ran = len(records(record))
+        await wait_records(record, lambda r: len(r) >= ran + 10, timeout_s=20)
+        assert node.poll() is None
+        node.send_signal(signal.SIGTERM)
+        assert await trio.to_thread.run_sync(lambda: node.wait(30)) == 0
+    finally:
+        node.kill()
+        node.wait()
+
+
 async def test_a_killed_child_is_restarted_alone_and_loses_no_fire(
     store: TaskStore, tmp_path: Path, redis_url: str, namespace: str, record: Path
 ) -> None:
