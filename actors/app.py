@@ -112,7 +112,11 @@ def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
         children.append(roles.action_resumer())
     children.append(roles.presence(config.node.name))  # nothing depends on it
     children.append(_metrics_writer())  # last: it stops first (see _metrics_writer)
-    return supervisor("node", children, _spec(config, Strategy.REST_FOR_ONE))
+    # One for one: a child restarts alone. The embedded server, restarted, is waited for
+    # by the roles as any Redis outage is (they ride it out); stopping everything after it
+    # (each type draining its handlers, its last flush waiting for a server that could not
+    # come back until they all had) turned a second's crash into a long outage.
+    return supervisor("node", children, _spec(config, Strategy.ONE_FOR_ONE))
 
 
 def _part_tree(config: Config, part: str) -> ChildSpec:

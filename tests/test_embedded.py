@@ -3,6 +3,7 @@ a TCP port only with its password; a large dataset is waited for while it loads.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import stat
@@ -10,11 +11,19 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import redis
+import trio
 
+from actors.domain.model import TaskSpec
+from actors.domain.schedules import Schedule
+from actors.store.tasks import TaskStore
+from runtime.config import RedisSection
 from runtime.embedded_redis import find_server_binary
+from runtime.redis_io import RedisClient
 from runtime.testing.local_redis import free_port
 from tests.node_process import NodeProcess, alive
+from tests.waiting import until
 
 
 def embedded_config(
@@ -66,6 +75,55 @@ def test_a_killed_node_takes_its_server_along_and_restarts_cleanly_ten_times(
         finally:
             node.kill()
     assert not any(e["event"] == "actor_crashed" for e in node.events())
+
+
+def test_a_crashed_server_restarts_alone_and_the_node_fires_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded server killed (SIGKILL): the node starts it again, alone; the poller
+    and the consumers ride the outage out as for any Redis (none is stopped and started
+    again, which drained each type's handlers while the server stayed down), and the
+    fires go on."""
+    data = tmp_path / "data"
+    record = tmp_path / "handled.jsonl"
+    monkeypatch.setenv("METRONOME_TEST_RECORD", str(record))
+    consumers = (
+        "[scheduler]\npartitions = 4\nmax_tick_s = 0.05\n"
+        '[consumers.work]\nhandler = "tests.handlers.jobs:noop"\n'
+    )
+    config = embedded_config(tmp_path, "n1", data, free_port(), extra=consumers)
+    node = NodeProcess(config)
+    try:
+        ready = node.wait_for("embedded_redis_ready")[0]
+        node.wait_for("consumer_ready")
+        password = (data / "redis.password").read_text().strip()
+        trio.run(_every_second, f"unix://:{password}@{data.resolve() / 'redis.sock'}")
+
+        def runs() -> int:
+            return len(record.read_text().splitlines()) if record.exists() else 0
+
+        until(lambda: runs() >= 2, 30)
+        os.kill(ready["pid"], signal.SIGKILL)
+        node.wait_for("embedded_redis_ready", 2)
+        ran = runs()
+        until(lambda: runs() >= ran + 3, 60)  # fires go on after the server is back
+        assert len(node.events("poller_ready")) == 1 and len(node.events("consumer_ready")) == 1
+        restarting = {e["actor"] for e in node.events("actor_restarting")}
+        assert restarting == {"node/redis"}, restarting
+    finally:
+        node.signal(signal.SIGTERM)
+        assert node.wait() == 0
+
+
+async def _every_second(url: str) -> None:
+    """A task of type ``work`` due every second, created on the server at ``url``."""
+    client = RedisClient.from_settings(url, RedisSection(url=url))
+    try:
+        await TaskStore(client, "embedded-test").create(
+            TaskSpec("work", Schedule("interval", every_s=1))
+        )
+    finally:
+        await client.aclose()
 
 
 def test_ctrl_c_at_a_terminal_stops_the_node_before_its_server(tmp_path: Path) -> None:
