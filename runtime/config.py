@@ -175,8 +175,7 @@ def _plain_redis_url(value: str) -> None:
     path = parts.path.strip("/")
     if parts.scheme != "unix" and path and not (path.isascii() and path.isdecimal()):
         raise ValueError(f"url: the path of {shown} is a database number (/0), got {path!r}")
-    query = urllib.parse.parse_qs(parts.query)
-    for db in query.get("db", []):
+    for db in urllib.parse.parse_qs(parts.query).get("db", []):
         if not (db.isascii() and db.isdecimal()):
             raise ValueError(f"url: the db of {shown} is a database number, got {db!r}")
 

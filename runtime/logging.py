@@ -169,19 +169,18 @@ def write_lines(text: str) -> None:
 
 class Lenient:
     """Where a process's lines go (its stdout, or ``stream``): a write that fails is
-    dropped, counted in ``dropped``, instead of raised into the actor that logged it. A
-    raise crashed that actor, whose supervisor's own line failed too, up to the root: the
-    node stopped (exit 1) and crash-looped while, say, its log file's disk was full
-    (ENOSPC), or stopped at once when a pipe's reader went away (EPIPE): a child process
-    whose node is gone, a log shipper that died. A broken pipe is given up on; any other
-    error is tried again at the next write. Only writes and flushes (``as_text_io``
-    gives it the ``TextIO`` type ``configure`` takes)."""
+    dropped instead of raised into the actor that logged it. A raise crashed that actor,
+    whose supervisor's own line failed too, up to the root: the node stopped (exit 1) and
+    crash-looped while, say, its log file's disk was full (ENOSPC), or stopped at once
+    when a pipe's reader went away (EPIPE): a child process whose node is gone, a log
+    shipper that died. A broken pipe is given up on; any other error is tried again at
+    the next write. Only writes and flushes (``to_parent`` and ``_STDOUT`` give it the
+    ``TextIO`` type ``configure`` takes)."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self._stream = stream
         """None: ``sys.stdout`` as it is at each write (tests replace it)."""
         self._broken = False
-        self.dropped = 0
 
     def write(self, text: str) -> int:
         if not self._broken:
@@ -191,7 +190,6 @@ class Lenient:
                 self._broken = True
             except OSError:
                 pass
-        self.dropped += 1
         return len(text)
 
     def flush(self) -> None:
@@ -201,7 +199,7 @@ class Lenient:
             except BrokenPipeError:
                 self._broken = True
             except OSError:
-                self.dropped += 1
+                pass
 
 
 #: The process's stdout, written leniently.

@@ -9,7 +9,7 @@ hanging until its timeout, instead of the answer that says what was wrong.
 ``ReadUnreadBody`` sends such an answer whole but for its end, reads the rest of the body
 and drops it (nothing is kept), then ends the answer, after which the server may close or
 reuse the connection. The read is bounded in time and in bytes (twice ``max_body_bytes``:
-a body declared a little over the limit gets its 413 whole), and nothing read is kept.
+a body declared a little over the limit gets its 413 whole).
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@
 -- other retry of the partition. A context this version cannot run (its task id, type,
 -- payload, attempt or due time missing, or no number where one goes: written by hand or
 -- by another program) is named unreadable and left as it is, claimed a lease on (named
--- again then), never dropped without a word nor sent as a fire that would fail the type's enqueue
--- (Scripts.claim_retries names those whose type or policy is no text, or no type name).
+-- again then), never dropped without a word nor sent as a fire that would fail the type's
+-- enqueue (Scripts.claim_retries names those whose type or policy is no text, or no type
+-- name).
 -- Same claim-then-commit rule as claim_due: a dispatcher killed before commit_retries
 -- leaves the retry to be claimed again after the lease (never a loss), and the claim
 -- names every earlier claim of it as prior (its 'claim', then its 'priors': newest first,
@@ -60,14 +61,11 @@ for _, sid in ipairs(due) do
   local s = f[1] and try_state(tag, b, f[1])
   if not f[1] and redis.call('EXISTS', key) == 0 then
     redis.call('ZREM', KEYS[1], sid)  -- context gone: nothing to retry
-  elseif not f[1] then  -- a context without its task: not dropped without a word
-    redis.call('ZADD', KEYS[1], lease_until, sid)
-    unreadable[#unreadable + 1] = sid
-  elseif s == nil or (s and s[STATE_STATUS] == STOPPED) or reborn(b, f[1], f[8]) then
+  elseif f[1] and (s == nil or (s and s[STATE_STATUS] == STOPPED) or reborn(b, f[1], f[8])) then
     redis.call('DEL', key)
     redis.call('ZREM', KEYS[1], sid)
     dropped[#dropped + 1] = sid
-  elseif not (f[2] and f[3] and whole(f[4]) and whole(f[5])) then
+  elseif not (f[1] and f[2] and f[3] and whole(f[4]) and whole(f[5])) then
     redis.call('ZADD', KEYS[1], lease_until, sid)
     unreadable[#unreadable + 1] = sid
   else
