@@ -161,9 +161,10 @@ async def test_a_claim_takes_the_partition_and_writes_nothing_per_task(
     assert state == state_before and claim_of(state) is None
     fields = await owner(store, 0)
     newest = max(t.updated_ms for t in await store.get_many(["due", "later"]) if t)
-    assert int(fields.pop("version")) == newest  # may run ahead of the clock within a ms
+    # raised to the takeover: a task written after it, in the same ms too, gets a later one
+    assert int(fields.pop("version")) == max(newest, reply.now_ms)
     # tasks written since the takeover are owed nothing: a version after it is later
-    assert int(fields.pop("owed_version")) == max(newest, reply.now_ms - 1)
+    assert int(fields.pop("owed_version")) == max(newest, reply.now_ms)
     assert fields == {
         "poller": "A", "until": str(reply.now_ms + 60_000), "owed": "-1",
         "renewed": str(reply.now_ms), "owed_from": "-1",
@@ -384,6 +385,29 @@ async def test_a_dead_claim_under_a_longer_lease_than_the_takers_is_owed_from_it
     missing = [t for t in grid if t > blocked.now_ms and t not in dues]
     assert not missing, (blocked.now_ms, owed_end, missing)
     assert min(dues) >= renewed - 250, (renewed, sorted(dues)[:3])
+
+
+async def test_a_task_written_after_a_claim_has_a_later_version_than_its_renewal(
+    one_partition: TaskStore,
+) -> None:
+    """A takeover decides which tasks were written after the dead owner's last renewal
+    by their version (``updated_ms > owed_from``): a task written in the same millisecond
+    as the renewal, after it, must count as later, or the takeover fires up to
+    ``misfire_cap`` of its past times instead of applying its policy to them. Taken
+    and released many times over, so some writes fall in the renewal's millisecond."""
+    store = one_partition
+    scripts = await store.scripts()
+    for i in range(60):
+        await claim(store, f"p{i}", lease_ms=60_000)  # takes it over: renewed now
+        renewed = int((await owner(store, 0))["renewed"])
+        await store.create(TaskSpec("t", Schedule("interval", every_s=60), task_id=f"t{i}"))
+        task = await store.get(f"t{i}")
+        assert task is not None and task.updated_ms > renewed, (i, renewed)
+        assert await scripts.release_partitions([0], f"p{i}") == [0]
+        released = int((await owner(store, 0))["renewed"])
+        await store.update(f"t{i}", payload={"after": "release"})
+        task = await store.get(f"t{i}")
+        assert task is not None and task.updated_ms > released, (i, released)
 
 
 async def test_a_task_two_dead_owners_held_in_a_row_is_owed_every_time_they_blocked(

@@ -42,11 +42,13 @@
 --     At most one lease after the last one ended, so after a longer outage of every
 --     poller the misfire policy applies as usual. Only tasks written before the handover
 --     are owed: owed_version is the partition's last version given then (records.lua
---     new_version), or the handover's time less 1 ms if later, and a task created,
---     updated or resumed since has a later one.
+--     new_version), or the handover's time if later, and a task created, updated or
+--     resumed since has a later one.
 --   renewed: when the lease was last taken or renewed (or the partition released): no
 --     claim before it read a task written after it, and any claim after it applied the
---     misfire policy to the times it found missed. At a takeover it becomes owed_from: a
+--     misfire policy to the times it found missed. 'version' is raised to it there, so a
+--     task written in the same millisecond after the claim has a later version, one
+--     written before it not (the comparison is exact, whatever the clock's resolution). At a takeover it becomes owed_from: a
 --     task written after it has its times before it under its policy, those after it
 --     owed (tick_plan.plan_fire). Unknown (an earlier version's hash has none) or later
 --     than now (a clock that stepped back): NONE, every time from the due one owed.
@@ -80,14 +82,16 @@ if o[1] ~= me then
   owed = o[2] and math.min(now, tonumber(o[2]) + lease) or NONE
   -- (no version yet, or one an earlier version's writes left behind the clock: any task
   -- written before now is owed, as a write after it gets at least now)
-  owed_version = ms(math.max(tonumber(o[7] or 0), now - 1))
+  owed_version = ms(math.max(tonumber(o[7] or 0), now))
   local renewed = tonumber(o[8] or '')
   owed_from = renewed and renewed <= now and renewed or NONE
   writes = ms(tonumber(writes) + 1)
   fields = {'poller', me, 'owed', ms(owed), 'until', ms(now + lease), 'renewed', ms(now),
-            'writes', writes, 'owed_version', owed_version, 'owed_from', ms(owed_from)}
-elseif held_until - now < lease / 2 then
-  fields = {'until', ms(now + lease), 'renewed', ms(now)}  -- once half of it is gone
+            'writes', writes, 'owed_version', owed_version, 'owed_from', ms(owed_from),
+            'version', owed_version}
+elseif held_until - now < lease / 2 then  -- once half of it is gone
+  fields = {'until', ms(now + lease), 'renewed', ms(now),
+            'version', ms(math.max(tonumber(o[7] or 0), now))}
 end
 local priors, kept, forgotten = {}, {}, 0
 local oldest = now - tonumber(ARGV[7])

@@ -10,5 +10,8 @@ local t = redis.call('TIME')
 redis.call('HDEL', KEYS[1], 'poller')
 -- 'renewed' too: every claim it made was committed; none of them read a task written later
 local at = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000))
-redis.call('HSET', KEYS[1], 'until', at, 'renewed', at)
+-- ('version' raised to it: a task written after the release has a later one)
+local v = tonumber(redis.call('HGET', KEYS[1], 'version') or 0)
+redis.call('HSET', KEYS[1], 'until', at, 'renewed', at,
+  'version', string.format('%d', math.max(v, tonumber(at))))
 return 1
