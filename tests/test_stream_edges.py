@@ -627,3 +627,54 @@ async def test_what_a_failed_consumer_hands_back_counts_as_a_delivery(
     await leases.release(scripts, "t", identity, Flight(), "a", log, stopping=stopping)
     reclaim = await scripts.reclaim("t", "me", 1000, 10, 5, "n1")
     assert [(r.msg_id, r.deliveries) for r in reclaim.claimed] == [(msg, counted)]
+
+
+async def _cancel_other_messages(client: RedisClient, keys: Keys) -> list[str]:
+    """Two ``cancel_other`` messages (policy code ``C``: tasks c0 and c1, due 7) with a
+    cancel request each, and one request for a fire no message here names."""
+    stream = keys.queue("t")
+    await client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
+    ids = [
+        (
+            await client.execute(
+                "XADD", stream, "*", "task_id", f"c{i}", "payload", "{}", "attempt", "0",
+                "due_ms", "7", "o", "C",
+            )
+        ).decode()
+        for i in range(2)
+    ]  # fmt: skip
+    await client.execute("HSET", keys.cancels("t"), "c0:7", "1", "c1:7", "1", "other:7", "1")
+    return ids
+
+
+async def _requests(client: RedisClient, keys: Keys) -> set[str]:
+    return {k.decode() for k in await client.execute("HKEYS", keys.cancels("t"))}
+
+
+async def test_a_purged_cancel_other_fire_takes_its_cancel_request_with_it(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """A ``cancel_other`` fire asked to cancel and purged before any consumer read it
+    never ends through an ACK, which is where an ended fire's request goes: left, the
+    request (kept as long as the type's later requests push the hash's expiry on) would
+    cancel a later fire of the same schedule id, such as a backfill of the purged window.
+    A request for a fire not purged stays."""
+    ids = await _cancel_other_messages(redis_client, keys)
+    deleted, ended = await scripts.purge_queue("t", ids[0], 100)  # the first one only
+    assert deleted == 1 and [e.task_id for e in ended] == ["c0"]
+    assert await _requests(redis_client, keys) == {"c1:7", "other:7"}
+
+
+async def test_a_poisoned_cancel_other_fire_takes_its_cancel_request_with_it(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """The same for a ``cancel_other`` fire dead-lettered as poison by a reclaim: it never
+    ends through an ACK either."""
+    ids = await _cancel_other_messages(redis_client, keys)
+    await read_as(redis_client, keys, "c1")
+    for owner in ("c2", "c3"):
+        await redis_client.execute("XCLAIM", keys.queue("t"), GROUP, owner, 0, ids[0])
+    await set_idle(redis_client, keys, "c3", [ids[0]])
+    reclaim = await scripts.reclaim("t", "me", 1000, 10, 3, "n1")
+    assert reclaim.poisoned == [ids[0]]
+    assert await _requests(redis_client, keys) == {"c1:7", "other:7"}

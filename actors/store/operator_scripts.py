@@ -30,9 +30,8 @@ class OperatorScripts(FlightScripts):
     ) -> tuple[int, list[FlightEnd]]:
         """``purge_queue.lua``: delete up to ``count`` undelivered messages with ids up to
         ``upto``; how many it deleted, and the flights of tasks with a policy they end."""
-        ((deleted, ended),) = await self._run(
-            [(lua.PURGE_QUEUE, [self.keys.queue(task_type)], [GROUP, upto, count])]
-        )
+        keys = [self.keys.queue(task_type), self.keys.cancels(task_type)]
+        ((deleted, ended),) = await self._run([(lua.PURGE_QUEUE, keys, [GROUP, upto, count])])
         return int(deleted), ended_flights(ended, ENDED_DROPPED)
 
     async def trigger_time(self, task_id: str, now_ms: int) -> int:

@@ -141,7 +141,8 @@ class UpkeepScripts(FlightScripts):
         k = self.keys
         args = [GROUP, consumer, lease_ms, count, max_deliveries, node, task_type]
         args += [or_empty(sent_ms), max_delay_ms]
-        keys = [k.queue(task_type), k.dlq(task_type), k.poison_ends(task_type, consumer)]
+        keys = [k.queue(task_type), k.dlq(task_type), k.poison_ends(task_type, consumer),
+                k.cancels(task_type)]  # fmt: skip
         ((claimed, poisoned, stalled, now_ms, held),) = await self._run([(lua.RECLAIM, keys, args)])
         return Reclaim(
             claimed=[
