@@ -2,7 +2,8 @@
 
 This is the one place that decides which actors run on a node (asynq's ``NewServer``)::
 
-    node                        rest_for_one: later children need the earlier ones
+    node                        one_for_one: each child restarts alone (an embedded
+                                server too: the roles ride its outage out)
     ├── redis                   embedded server, only when [redis] url = "embedded"
     ├── scheduler               one_for_one
     │   ├── poller-0 …          [scheduler] pollers; each owns a share of the partitions

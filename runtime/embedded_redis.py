@@ -5,7 +5,8 @@ found on PATH, or the Valkey binary of the ``metronome-scheduler[embedded]`` ext
 listens on a Unix socket in ``data_dir`` (no port to collide with; ``embedded_port`` adds a
 loopback TCP port), keeps an append-only file there, and is stopped with SIGTERM (which makes
 it fsync the AOF) when the node stops. Its actor is ready once the server answers PING, so
-siblings started after it (``rest_for_one``) can rely on it. A server still loading its
+siblings started after it find it up (if it dies later, it restarts alone and they ride
+its outage out as any Redis's). A server still loading its
 data answers ``LOADING``: it is alive and making progress, so it is waited for however long
 that takes (a ``redis_loading`` line every few seconds); a start is given up only when the
 server exits, or gives no answer at all for 15 s (``runtime.redis_readiness``).

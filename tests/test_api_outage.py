@@ -14,9 +14,9 @@ import redis
 from actors.admin.client import ApiError, Client
 from actors.store.keys import Keys
 from runtime.embedded_redis import find_server_binary
-from runtime.testing.local_redis import RedisProcess
+from runtime.testing.local_redis import RedisProcess, free_port
 from runtime.version import __version__
-from tests.api_node import ADMIN, api_node, wait_until, write_api_config
+from tests.api_node import ADMIN, WORK_AND_DOOMED, api_node, wait_until, write_api_config
 
 
 @pytest.fixture
@@ -47,6 +47,33 @@ def test_requests_get_503_while_redis_is_down_and_readyz_tells(
         # Back: the node either recovers and serves again, or has given up meanwhile (exit
         # 1, for its service manager to restart it).
         wait_until(lambda: serving_again(api.url) or api.node.proc.poll() is not None, 20)
+
+
+def test_a_node_started_while_redis_is_away_answers_at_once_and_fires_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    """Redis not up when the node starts: its API answers at once (``/healthz`` 200,
+    ``/readyz`` 503 naming Redis, a request that needs Redis a 503 ``redis_unavailable``),
+    so an orchestrator's startup probe sees a live process instead of restarting it in a
+    loop; once Redis is up the node reads its namespace, is ready, and fires."""
+    server = RedisProcess(find_server_binary())
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    config = write_api_config(tmp_path / "node.toml", url, "late", consumers=WORK_AND_DOOMED)
+    try:
+        with api_node(config, "late") as api, Client(api.url, *ADMIN, timeout_s=10) as client:
+            assert httpx.get(api.url + "/healthz", timeout=10).status_code == 200
+            ready = httpx.get(api.url + "/readyz", timeout=10)
+            assert ready.status_code == 503 and ready.json()["redis"] is False
+            with pytest.raises(ApiError) as refused:
+                client.get_task("any")
+            assert (refused.value.status, refused.value.code) == (503, "redis_unavailable")
+            server.start(port=port)
+            wait_until(lambda: serving_again(api.url), 60)
+            client.create_task("work", {"kind": "interval", "every_s": 1}, None, "soon")
+            wait_until(lambda: any(e["task_id"] == "soon" for e in api.node.events("finished")), 60)
+    finally:
+        server.remove()
 
 
 def serving_again(url: str) -> bool:

@@ -728,9 +728,12 @@ async def test_a_poller_set_to_other_partitions_than_its_namespace_has_says_so(
     serves the stored ones and its pollers say so; one set to the stored number, or not
     set, says nothing."""
     with structlog.testing.capture_logs() as logs:
-        await run_pollers(store, 1, partitions=8)
-        await run_pollers(store, 1, partitions=4)
-        await run_pollers(store, 1)
+        for n, settings in enumerate([{"partitions": 8}, {"partitions": 4}, {}], 1):
+
+            async def logged(n: int = n) -> bool:  # it reads the layout once started
+                return bool(sum(e["event"] == "poller_ready" for e in logs) >= n)
+
+            await run_pollers(store, 1, until=logged, **settings)
     ready = [e for e in logs if e["event"] == "poller_ready"]
     assert [e["of"] for e in ready] == [4, 4, 4]
     differ = [e for e in logs if e["event"] == "partitions_differ"]

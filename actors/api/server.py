@@ -1,7 +1,9 @@
 """The API actor: serves ``actors.api.routes`` with hypercorn on trio.
 
-It is the last child of the node (``rest_for_one``): it starts once Redis, the scheduler and
-the consumers are up, and stops first. Stopping is graceful: a stop request makes hypercorn
+It is the last of the node's roles and stops first. It reads nothing from Redis before
+it serves, and neither do the roles started before it (each waits for Redis once started):
+a node started while Redis is away answers ``/healthz`` at once and ``/readyz`` with 503
+until Redis is back. Stopping is graceful: a stop request makes hypercorn
 refuse new connections and finish requests in flight within the node's grace.
 
 With ``[processes] api = N`` several processes serve one port: each binds its own socket
@@ -22,6 +24,7 @@ from actors.domain.api_keys import ApiKey
 from actors.observability.endpoint import ScrapeGate, serve_http
 from actors.observability.redis_gauges import RedisGauges
 from actors.store.apply_actions import ActionSettings
+from actors.store.keys import nonce_prefix
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext, TaskStatus
 
@@ -47,10 +50,13 @@ class ApiServer:
         """Bind with ``SO_REUSEPORT``: other API processes of this node serve the same port."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
-        keys = await self.store.client.ride_out(self.store.keys)  # Redis away: wait
+        # Nothing read from Redis first: with Redis away when the node starts, the API
+        # answers at once (/healthz 200, /readyz and what needs Redis 503) and serves
+        # once it is back, like a node whose Redis went away later.
         verifier = Verifier(
-            self.store.client, keys.nonce_prefix, self.keys, skew_ms=int(self.section.skew_s * 1000)
-        )
+            self.store.client, nonce_prefix(self.store.namespace), self.keys,
+            skew_ms=int(self.section.skew_s * 1000),
+        )  # fmt: skip
         services = ApiServices(
             self.store, Queues(self.store), verifier, self.section, ctx.health, self.gauges,
             ScrapeGate(self.metrics), ctx.log, self.actions,

@@ -96,11 +96,11 @@ class Claimer:
         """Whether ``poison_held`` was said for the refusal going on."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        task_status.started()  # before waiting for Redis: the node starts its other roles
         redis = self.store.client
         await redis.ride_out(self.store.keys)
         scripts = await self.store.scripts()
         self.actor = ctx.path
-        task_status.started()
         last_prune = trio.current_time()
         while True:
             await trio.sleep(self.settings.interval_s)

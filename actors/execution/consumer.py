@@ -156,10 +156,11 @@ class Consumer:
         """The fires of this run held back (``actors.execution.held_back``)."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
-        # Started before its Redis setup, unlike most actors: a setup Redis refuses (the
-        # type's stream key holding another kind of value, a permission missing on it) is
-        # waited out by this type alone, while the node starts everything after it (the
-        # other types, the API); a stop asked meanwhile ends the wait. The claimer takes
+        # Started before its Redis setup, as every role is: Redis away, or a setup it
+        # refuses (the type's stream key holding another kind of value, a permission
+        # missing on it), is waited out by this type alone, while the node starts
+        # everything after it (the other types, the API); a stop asked meanwhile ends
+        # the wait. The claimer takes
         # nothing until the name is set below (not an earlier incarnation's: cleared here).
         self.state.name, self.state.free.value = None, 0
         self.actor = ctx.path

@@ -124,7 +124,10 @@ class Poller:
         until ``max_tick_s`` has passed (tasks created meanwhile are noticed then)."""
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
-        """Actor: tick until cancelled; then hand the partitions back."""
+        """Actor: tick until cancelled; then hand the partitions back. Started before it
+        waits for Redis (the namespace's layout), so the node starts its other roles and
+        its API meanwhile."""
+        task_status.started()
         redis = self.store.client
         keys = await redis.ride_out(self.store.keys)
         scripts = await self.store.scripts()
@@ -144,7 +147,6 @@ class Poller:
                 f"{self.store.namespace!r} has {keys.partitions} (fixed when it was first "
                 "used): it keeps them",
             )  # fmt: skip
-        task_status.started()
         try:
             while True:
                 # Redis away: wait and tick again; what was claimed and not committed is

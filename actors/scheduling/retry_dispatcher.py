@@ -66,13 +66,13 @@ class RetryDispatcher:
         self._notices = Notices(self.actor, "retries_held_back", "retries_resumed")
 
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        task_status.started()  # before waiting for Redis: the node starts its other roles
         redis = self.store.client
         keys = await redis.ride_out(self.store.keys)
         scripts = await self.store.scripts()
         partitions = partitions_for(self.settings.index, self.settings.of, keys.partitions)
         self.actor = self._notices.actor = ctx.path
         ctx.log.info("retry_dispatcher_ready", partitions=partitions)
-        task_status.started()
         while True:
             result = await redis.ride_out(lambda: self.tick(scripts, partitions), ctx.path)
             shortest = min(self.settings.min_tick_s, self.settings.max_batch_delay_s)

@@ -94,6 +94,12 @@ def bucket_hash_of_bytes(task_id: bytes) -> int:
     return int.from_bytes(task_id, "big") % _BUCKET_PRIME
 
 
+def nonce_prefix(namespace: str) -> str:
+    """``Keys.nonce_prefix`` from the namespace alone: the API checks signatures before
+    it has read the namespace's layout (Redis away when its node started)."""
+    return f"{namespace}:nonce:"
+
+
 @attrs.frozen
 class Keys:
     namespace: str = attrs.field(validator=lambda _i, _a, v: check_name("namespace", v))
@@ -125,7 +131,7 @@ class Keys:
     @property
     def nonce_prefix(self) -> str:
         """API nonces (``actors.api.signing``): prefix .. key_id:nonce, each with an expiry."""
-        return f"{self.namespace}:nonce:"
+        return nonce_prefix(self.namespace)
 
     @property
     def node_numbers(self) -> str:
