@@ -24,9 +24,17 @@ Changes of topology:
 
 - ``MOVED`` (a slot now served by another master: a failover, a resharding) did not run
   the command. The slot's entry is updated from the reply and the call is sent again to
-  the master it names, up to ``_REDIRECTS`` times. ``ASK`` (a slot being migrated: the
-  target takes its keys only behind ``ASKING``) is followed for a script call by redis-py,
-  as is one still redirected after those tries; a read is sent behind ``ASKING`` here.
+  the master it names, up to ``_REDIRECTS`` times (one still moved after those tries is
+  followed by redis-py). ``ASK`` (a slot being migrated: the target takes its keys only
+  behind ``ASKING``) is followed for a single command, its one key named (a read, sent
+  behind ``ASKING`` here), never for a script: a script reads keys it builds from its
+  partition's tag (a task's bucket hashes), which the target would serve behind
+  ``ASKING`` as absent while they are still on the source, and act on (a due task whose
+  state is not there yet would be taken off its schedule). A script answered ``ASK`` is
+  sent again to its slot's master as for ``TRYAGAIN`` (below), and is transient past
+  that: the step waits until the slot has moved (then ``MOVED``). On the source, a
+  script that meets a key already moved fails with "non local key" before that command
+  runs, which is transient too (``runtime.redis_replies``).
 - A master unreachable (refused, reset, silent for the socket timeout) raises as on one
   server (the client reports ``RedisUnavailable``, actors wait and repeat their step). The
   map is then read again before the next call, and it is *stale*: the client's ``ping``,
@@ -324,7 +332,7 @@ class ClusterCalls:
                     if isinstance(reply, redis.exceptions.MovedError):
                         current.moved(reply, pool)
                         moved.append(i)
-                    elif isinstance(reply, redis.exceptions.TryAgainError):
+                    elif isinstance(reply, redis.exceptions.TryAgainError) or _asked(reply):
                         again.append(i)  # did not run: sent again alone, the rest kept
             todo = moved + again
             moved_any = moved_any or bool(moved)
@@ -335,8 +343,14 @@ class ClusterCalls:
         if moved_any:  # a master that lost its last slot keeps no idle connection
             for pool in current.off_the_map():
                 await pool.close_idle()
+        for i, r in enumerate(replies):
+            if _asked(r):  # a slot still migrating: never followed (module docstring)
+                replies[i] = redis.exceptions.TryAgainError(
+                    f"TRYAGAIN a script's slot is being migrated ({r}): sent again once it "
+                    "has moved"
+                )
         redirected = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.AskError)]
-        if redirected and not outage:  # ASK, or MOVED again and again: redis-py follows them
+        if redirected and not outage:  # MOVED again and again: redis-py follows them
             # ... unless a transient reply fails the whole call anyway (raised here, or in
             # place): what redis-py ran would be run again with the repeated step.
             classified = self._classified(replies, outages_in_place)
@@ -375,9 +389,10 @@ class ClusterCalls:
             try:
                 if not asking:
                     return await _on(current, pool.one(command))
-                (_, reply) = await _on(current, pool.pipelined(pack([("ASKING",), command]), 2))
-                if isinstance(reply, redis.exceptions.ResponseError):
-                    raise reply
+                (asked, reply) = await _on(current, pool.pipelined(pack([("ASKING",), command]), 2))
+                for answer in (asked, reply):  # ASKING refused (an ACL without it): said
+                    if isinstance(answer, redis.exceptions.ResponseError):
+                        raise answer
                 return reply
             except redis.exceptions.AskError as exc:  # MOVED too (a subclass)
                 pool = current.moved(exc, pool)
@@ -393,6 +408,13 @@ class ClusterCalls:
     async def _cluster_close(self, routes: ClusterRoutes) -> None:
         for pool in routes.all_pools():
             await pool.aclose()
+
+
+def _asked(reply: Reply) -> bool:
+    """Whether ``reply`` is ``ASK`` (a key of a slot being migrated), not ``MOVED``."""
+    return isinstance(reply, redis.exceptions.AskError) and not isinstance(
+        reply, redis.exceptions.MovedError
+    )
 
 
 def _read_long_ago(routes: ClusterRoutes) -> bool:

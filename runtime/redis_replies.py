@@ -6,8 +6,9 @@ table ``CLASSES`` maps each code a node can meet to one of four classes, and
 ``classify`` turns a reply into the exception its class calls for:
 
 - **transient** (``LOADING``, ``BUSY``, ``MASTERDOWN``, ``TRYAGAIN``, ``UNBLOCKED``,
-  ``READONLY``, ``CLUSTERDOWN``): a server starting, running a long script, or changing
-  roles. The same as unreachable for a moment: ``RedisUnavailable``; actors wait it out
+  ``READONLY``, ``CLUSTERDOWN``, a script's "non local key" on a Cluster): a server
+  starting, running a long script, changing roles, or a slot moving. The same as
+  unreachable for a moment: ``RedisUnavailable``; actors wait it out
   (``RedisClient.ride_out``), ``/readyz`` answers 503.
 - **refused write** (``OOM``, ``MISCONF``, ``NOREPLICAS``): the server is up and refuses
   to store anything. ``RedisRefused``: the step is repeated with backoff until Redis takes
@@ -93,6 +94,11 @@ class PartRejected(redis.exceptions.ResponseError):
 #: ``ERR`` replies that are about permission or configuration, not the command's data.
 _PERMISSION_PHRASES = ("can't run this command", "unknown command", "no permissions")
 
+#: ``ERR`` replies of a script on a Cluster whose slot is moving or whose cluster is down:
+#: a key it builds from its tag has left for the slot's next master (the command that met
+#: it did not run), or the cluster cannot serve it. Waited out like ``TRYAGAIN``.
+_TRANSIENT_PHRASES = ("non local key", "while the cluster is down")
+
 #: What an operator does about each class that is not transient (the log line says it).
 FIXES: dict[ReplyClass, str] = {
     ReplyClass.REFUSED_WRITE: (
@@ -132,6 +138,8 @@ def reply_class(error: BaseException | str) -> ReplyClass:
     if known is not None:
         return known
     lowered = text.lower()
+    if any(phrase in lowered for phrase in _TRANSIENT_PHRASES):
+        return ReplyClass.TRANSIENT
     if any(phrase in lowered for phrase in _PERMISSION_PHRASES):
         return ReplyClass.PERMISSION
     return ReplyClass.REJECTED

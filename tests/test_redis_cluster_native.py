@@ -149,23 +149,78 @@ async def test_a_slot_moved_to_another_master_is_followed(
     assert fields == [b"f", b"v"]
 
 
-async def test_a_slot_being_migrated_is_followed_behind_asking(
+async def test_a_slot_being_migrated_is_waited_for_by_a_script_and_followed_by_a_read(
     cluster: LocalCluster, client: RedisClient
 ) -> None:
+    """A script answered ASK is not sent behind ASKING: it waits (transient) until the slot
+    has moved, then runs on its new master (``MOVED``). A read of one key is followed
+    behind ASKING."""
     key = KEYS[2]
     assert await client.scripts(INCR, [([key], [])]) == [1]
     to = (owner(cluster, key) + 1) % 3
     source = migrate(cluster, key, to, finish=False)
     asked = stat(source, "ASK")
     # The key has moved, its slot not yet: the old master answers ASK.
-    assert await client.scripts(INCR, [([key], [])]) == [2]
+    with pytest.raises(RedisUnavailable, match="being migrated"):
+        await client.scripts(INCR, [([key], [])])
     assert stat(source, "ASK") > asked
     pipe = admin(cluster.nodes[to].port).pipeline(transaction=False)
-    assert pipe.execute_command("ASKING").get(key).execute() == [True, b"2"]
-    # A read is sent behind ASKING too.
+    assert pipe.execute_command("ASKING").get(key).execute() == [True, b"1"]  # not run
+    # A read is sent behind ASKING.
     asked = stat(source, "ASK")
-    assert await client.execute_unparsed("GET", key, slot_key=key) == b"2"
+    assert await client.execute_unparsed("GET", key, slot_key=key) == b"1"
     assert stat(source, "ASK") == asked + 1
+    slot = redis.crc.key_slot(key.encode())
+    target_id = admin(cluster.nodes[to].port).execute_command("CLUSTER", "MYID")
+    for node in cluster.nodes:
+        admin(node.port).execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    assert await client.scripts(INCR, [([key], [])]) == [2]
+
+
+#: A script in the shape of the partition scripts: it declares the partition's schedule
+#: and builds a task's state key from the tag (ARGV[1]); a state that is not there means
+#: a stale schedule entry, removed (``claim_due.lua``).
+CLAIM_LIKE = Script(
+    "claim_like",
+    "local s = redis.call('GET', ARGV[1] .. ':state') "
+    "if not s then redis.call('DEL', KEYS[1]) return 'removed' end return s",
+)
+
+
+@pytest.mark.parametrize("moved", ["declared", "built"])
+async def test_a_script_meeting_a_slot_half_migrated_waits_and_acts_on_nothing_absent(
+    cluster: LocalCluster, client: RedisClient, moved: str
+) -> None:
+    """A slot moving key by key (a resharding), a partition script's keys split between
+    the two masters. Its declared key moved first: the source answers ASK; followed
+    behind ASKING, the target would serve the state key (still on the source) as absent
+    and the script would remove the schedule entry for good. The key it builds moved
+    first: the source fails the script on it ("non local key"). Either way the call is
+    transient, nothing is removed, and once the slot has moved it runs as before."""
+    tag = "{part7}"
+    schedule, state = f"{tag}:schedule", f"{tag}:state"
+    home = owner(cluster, schedule)
+    src, dst = admin(cluster.nodes[home].port), admin(cluster.nodes[(home + 1) % 3].port)
+    src.set(schedule, "due")
+    src.set(state, "active")
+    slot = redis.crc.key_slot(schedule.encode())
+    src_id, dst_id = src.execute_command("CLUSTER", "MYID"), dst.execute_command("CLUSTER", "MYID")
+    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    port = cluster.nodes[(home + 1) % 3].port
+    first = schedule if moved == "declared" else state
+    src.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", first)
+    with pytest.raises(RedisUnavailable):
+        await client.scripts(CLAIM_LIKE, [([schedule], [tag])])
+    pipe = dst.pipeline(transaction=False)
+    assert pipe.execute_command("ASKING").exists(first).execute() == [True, 1]
+    rest = state if moved == "declared" else schedule
+    assert src.exists(rest) == 1  # neither removed
+    src.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", rest)
+    for node in cluster.nodes:
+        admin(node.port).execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+    assert await client.scripts(CLAIM_LIKE, [([schedule], [tag])]) == [b"active"]
+    assert dst.get(schedule) == b"due"
 
 
 async def test_a_killed_master_is_waited_for_until_its_replica_takes_over() -> None:
