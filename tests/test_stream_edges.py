@@ -660,8 +660,8 @@ async def test_a_purged_cancel_other_fire_takes_its_cancel_request_with_it(
     cancel a later fire of the same schedule id, such as a backfill of the purged window.
     A request for a fire not purged stays."""
     ids = await _cancel_other_messages(redis_client, keys)
-    deleted, ended = await scripts.purge_queue("t", ids[0], 100)  # the first one only
-    assert deleted == 1 and [e.task_id for e in ended] == ["c0"]
+    deleted, ended, last = await scripts.purge_queue("t", ids[0], 100)  # the first one only
+    assert (deleted, [e.task_id for e in ended], last) == (1, ["c0"], ids[0])
     assert await _requests(redis_client, keys) == {"c1:7", "other:7"}
 
 
@@ -678,3 +678,30 @@ async def test_a_poisoned_cancel_other_fire_takes_its_cancel_request_with_it(
     reclaim = await scripts.reclaim("t", "me", 1000, 10, 3, "n1")
     assert reclaim.poisoned == [ids[0]]
     assert await _requests(redis_client, keys) == {"c1:7", "other:7"}
+
+
+async def test_a_purge_whose_flight_ends_are_refused_deletes_nothing(
+    redis_client: RedisClient, namespace: str, keys: Keys
+) -> None:
+    """A purged fire of a task with an overlap policy ends the task's flight. Deleted
+    first, a flight end Redis then refused (a write under maxmemory, a key of another
+    kind) or a caller cut off between the two would leave the task's mark naming a fire
+    that is gone, and the task stuck behind it for good. The flights end first: refused,
+    the purge fails having deleted nothing, and a repeat finds the fire where it was."""
+    from actors.api.queues import Queues
+
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    stream = keys.queue("t")
+    await redis_client.execute("XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM")
+    await redis_client.execute(
+        "XADD", stream, "*", "task_id", "s0", "payload", "{}", "attempt", "0", "due_ms", "7",
+        "o", "S",
+    )  # fmt: skip
+    flights = (await store.keys()).flights(keys.partition_of("s0"))
+    await redis_client.execute("SET", flights, "not a hash")
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        await Queues(store).purge_queue("t")
+    assert await redis_client.execute("XLEN", stream) == 1
+    await redis_client.execute("DEL", flights)
+    assert await Queues(store).purge_queue("t") == 1
+    assert await redis_client.execute("XLEN", stream) == 0

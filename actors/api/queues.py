@@ -178,11 +178,17 @@ class Queues:
         scripts = await self.store.scripts()
         last, purged = as_text(newest[0][0]), 0
         while True:
-            deleted, ended = await scripts.purge_queue(task_type, last, PURGE_BATCH)
-            if ended:  # a purged fire of a task with an overlap policy ends its flight
+            # Looked at first: the flights the batch's fires hold (tasks with an overlap
+            # policy) end before the fires go, so a call cut off or refused in between
+            # leaves no task's mark naming a fire that is gone (purge_queue.lua).
+            found, ended, upto = await scripts.purge_queue(task_type, last, PURGE_BATCH, look=True)
+            if not found:
+                break
+            if ended:
                 await scripts.end_flights(ended)
+            deleted, _, _ = await scripts.purge_queue(task_type, upto, found)
             purged += deleted
-            if deleted < PURGE_BATCH:
+            if found < PURGE_BATCH:
                 break
         emit_events(ADMIN_ACTOR, [("queue_purged", {"type": task_type, "count": purged})])
         return purged

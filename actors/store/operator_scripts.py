@@ -26,13 +26,15 @@ class OperatorScripts(FlightScripts):
     # -- operators --------------------------------------------------------------------------
 
     async def purge_queue(
-        self, task_type: str, upto: str, count: int
-    ) -> tuple[int, list[FlightEnd]]:
+        self, task_type: str, upto: str, count: int, *, look: bool = False
+    ) -> tuple[int, list[FlightEnd], str]:
         """``purge_queue.lua``: delete up to ``count`` undelivered messages with ids up to
-        ``upto``; how many it deleted, and the flights of tasks with a policy they end."""
+        ``upto`` (``look``: only find them); how many, the flights of tasks with a policy
+        they end, and the last id (``''`` = none)."""
         keys = [self.keys.queue(task_type), self.keys.cancels(task_type)]
-        ((deleted, ended),) = await self._run([(lua.PURGE_QUEUE, keys, [GROUP, upto, count])])
-        return int(deleted), ended_flights(ended, ENDED_DROPPED)
+        args = [GROUP, upto, count, "1" if look else ""]
+        ((n, ended, last),) = await self._run([(lua.PURGE_QUEUE, keys, args)])
+        return int(n), ended_flights(ended, ENDED_DROPPED), last.decode()
 
     async def trigger_time(self, task_id: str, now_ms: int) -> int:
         """``trigger_time.lua``: a manual trigger's due time, ``now_ms`` or 1 ms past the

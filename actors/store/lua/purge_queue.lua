@@ -3,16 +3,25 @@
 -- KEYS[1]  the type's stream   KEYS[2]  its cancel hash (cancel_fires.lua, same slot)
 -- ARGV[1]  group   ARGV[2]  last id to consider (inclusive)
 -- ARGV[3]  most entries to delete in this call
--- Returns {the number deleted, ended}: ended lists task_id, due_ms, policy code of each
--- deleted message that has a policy (field o: its task's flight ends with it,
--- end_flights.lua). A deleted cancel_other fire's cancel request goes with it, as an
--- ended fire's goes with its ACK (ack.lua): left, it would cancel a later fire of the
--- same schedule id (a backfill of the purged window). Undelivered = after the group's last-delivered id (a group
--- delivers in id order); without a group every entry is undelivered. Callers loop until a
--- call deletes fewer than ARGV[3], bounded by ARGV[2] so new fires cannot keep it going.
+-- ARGV[4]  '1': look only (delete nothing): what a call would delete, so that the flights
+--          those fires hold are ended before the fires go
+-- Returns {the number deleted (or found), ended, the last id deleted (or found) or ''}:
+-- ended lists task_id, due_ms, policy code of each message that has a policy (field o:
+-- its task's flight ends with it, end_flights.lua). Callers look first, end those flights,
+-- then delete up to the last id found: a delete whose flights were not ended first (the
+-- flight calls refused, under maxmemory; the caller cut off) would leave the tasks' marks
+-- naming fires that are gone, and the tasks stuck behind them for good; a fire that a
+-- consumer reads in between runs with its flight ended, as if it had no policy.
+-- A deleted cancel_other fire's cancel request goes with it, as an ended fire's goes with
+-- its ACK (ack.lua): left, it would cancel a later fire of the same schedule id (a
+-- backfill of the purged window). Undelivered = after the group's last-delivered id (a
+-- group delivers in id order); without a group every entry is undelivered. Callers loop
+-- until a call finds fewer than ARGV[3], bounded by ARGV[2] so new fires cannot keep it
+-- going.
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {0, {}}
+  return {0, {}, ''}
 end
+local look = ARGV[4] == '1'
 local start = '-'
 for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
   local info = {}
@@ -24,14 +33,14 @@ end
 local entries = redis.call('XRANGE', KEYS[1], start, ARGV[2], 'COUNT', tonumber(ARGV[3]))
 local ended = {}
 for _, e in ipairs(entries) do
-  redis.call('XDEL', KEYS[1], e[1])
+  if not look then redis.call('XDEL', KEYS[1], e[1]) end
   local raw, f = e[2], {}
   for j = 1, #raw, 2 do f[raw[j]] = raw[j + 1] end
   if f.o and f.task_id and f.due_ms then
     ended[#ended + 1], ended[#ended + 2], ended[#ended + 3] = f.task_id, f.due_ms, f.o
-    if string.sub(f.o, 1, 1) == 'C' then
+    if not look and string.sub(f.o, 1, 1) == 'C' then
       redis.pcall('HDEL', KEYS[2], f.task_id .. ':' .. f.due_ms)  -- rejected: lapses
     end
   end
 end
-return {#entries, ended}
+return {#entries, ended, entries[1] and entries[#entries][1] or ''}
