@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.api.queues import _dead_letter
 from actors.store.history import _error_lines
 from actors.store.keys import CONSUMER_GONE_MS, GROUP
-from actors.store.ledger import _error_line
+from actors.store.ledger import _error_line, parse_entry
 from actors.store.queue_rows import error_line, queue_row
 from tests.error_texts import EXAMPLES
 
@@ -69,3 +70,18 @@ def test_error_line_is_the_exception_line_whatever_follows_it() -> None:
     assert [_error_line(text.encode()) for text, _ in EXAMPLES] == lines  # attention's
     stored = "".join(f"{due} 0 {line}\n" for due, line in enumerate(lines))  # history's
     assert _error_lines(stored.encode()) == {(due, 0): line for due, line in enumerate(lines)}
+
+
+def test_numbers_another_program_wrote_read_as_absent_not_as_a_crash() -> None:
+    """An attention entry, an error line of a task's history and a dead letter's time
+    hold numbers as text; one that is not a number Metronome writes (two signs, more
+    digits than ``int`` reads, another script's digits) is left out, or its entry's own
+    time used, never a ValueError that fails every page holding it with a 500."""
+    huge = "9" * 5000
+    assert parse_entry("x", b"dead 1 --5 email") is None
+    assert parse_entry("x", f"dead {huge} 5 email".encode()) is None
+    assert parse_entry("x", "dead ٣ 5 email".encode()) is None
+    entry = parse_entry("x", b"dead 1 -5 email")
+    assert entry is not None and (entry.since_ms, entry.due_ms, entry.type) == (1, -5, "email")
+    assert _error_lines(f"{huge} 1 boom\n12 1 ok".encode()) == {(12, 1): "ok"}
+    assert _dead_letter(b"1700000000000-0", [b"dead_ms", huge.encode()]).dead_ms == 1700000000000

@@ -14,7 +14,7 @@ import attrs
 from actors.store.codes import REPLAY_MALFORMED, REPLAY_MISSING
 from actors.store.keys import Keys
 from actors.store.messages import flat_fields
-from actors.store.queue_rows import as_text, error_line, queue_row, stream_id_ms
+from actors.store.queue_rows import as_text, error_line, queue_row, stored_number, stream_id_ms
 from actors.store.tasks import TaskStore
 from runtime.logging import emit_events
 
@@ -47,7 +47,9 @@ class DeadLetter:
 def _dead_letter(entry_id: bytes, raw: Any) -> DeadLetter:
     fields = {as_text(k): as_text(v) for k, v in flat_fields(raw).items()}
     dead_ms = fields.pop("dead_ms", None)
-    when = int(dead_ms) if dead_ms and dead_ms.isdecimal() else stream_id_ms(entry_id)
+    when = stored_number(dead_ms)
+    if when is None:  # not one Metronome wrote: the entry's own time
+        when = stream_id_ms(entry_id)
     return DeadLetter(as_text(entry_id), when, fields)
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import attrs
 
 from actors.store.codes import FATE_CODES, HISTORY_ENTRY, NO_TIME
+from actors.store.queue_rows import stored_number
 
 #: Fates in the order of their codes (``history.lua``). ``skipped`` carries its reason.
 FATES: tuple[tuple[str, str | None], ...] = (
@@ -131,8 +132,9 @@ def _error_lines(raw: bytes | None) -> dict[tuple[int, int], str]:
     for line in (raw or b"").decode(errors="replace").split("\n"):  # as error_line splits
         due, _, rest = line.partition(" ")
         attempt, _, text = rest.partition(" ")
-        if due.isdecimal() and attempt.isdecimal():
-            out.setdefault((int(due), min(int(attempt), 7)), text)
+        due_ms, tries = stored_number(due), stored_number(attempt)
+        if due_ms is not None and tries is not None:
+            out.setdefault((due_ms, min(tries, 7)), text)
     return out
 
 

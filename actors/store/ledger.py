@@ -25,7 +25,7 @@ from actors.domain.errors import InvalidTask, TaskNotFound
 from actors.store import lua
 from actors.store.codes import Code
 from actors.store.history import Occurrence, decode_ring
-from actors.store.queue_rows import short_error_line
+from actors.store.queue_rows import short_error_line, stored_number
 from actors.store.tasks import TaskStore
 
 #: Attention reasons, as the list and the gauge name them.
@@ -52,9 +52,12 @@ class AttentionEntry:
 def parse_entry(task_id: str, raw: bytes) -> AttentionEntry | None:
     """A stored attention entry, or None when it does not read (written by hand)."""
     parts = raw.decode(errors="replace").split(" ", 3)
-    if len(parts) != 4 or not parts[1].isdecimal() or not parts[2].lstrip("-").isdecimal():
+    if len(parts) != 4:
         return None
-    return AttentionEntry(task_id, parts[3], parts[0], int(parts[1]), int(parts[2]))
+    since, due = stored_number(parts[1]), stored_number(parts[2].removeprefix("-"))
+    if since is None or due is None:
+        return None
+    return AttentionEntry(task_id, parts[3], parts[0], since, -due if parts[2][:1] == "-" else due)
 
 
 async def task_history(
