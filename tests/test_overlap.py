@@ -493,5 +493,28 @@ async def test_a_cancel_request_made_while_a_fire_waits_for_its_retry_cancels_th
     assert cancelled[0] == f"{task_id}:{due}"
 
 
+@pytest.mark.parametrize("own", ["skip", "buffer_one"])
+async def test_a_trigger_under_cancel_other_cancels_the_running_fire_whatever_the_tasks_policy(
+    setup: Setup, redis_client: RedisClient, record: Path, own: str
+) -> None:
+    """An operator's trigger under ``cancel_other`` of a task whose own policy is another
+    (``skip``, ``buffer_one``) cancels the task's running fire, as the API says, and its
+    own fire runs once that one has ended; the request goes with the cancelled fire."""
+    task_id, due = await setup.task(3600, 0.0, overlap=own)
+    async with setup.node("blocked"):
+        await wait_records(record, lambda rs: any(r["event"] == "started" for r in rs), 30)
+        sid, queued = await setup.store.trigger(task_id, "cancel_other")
+        assert not queued  # waits for the running fire to end
+        await wait_records(
+            record,
+            lambda rs: any(r["event"] == "started" and r["schedule_id"] == sid for r in rs),
+            30,
+        )
+    cancelled = [r["schedule_id"] for r in records(record) if r["event"] == "cancelled"]
+    assert cancelled[0] == f"{task_id}:{due}"  # (the trigger's, at the node's stop, next)
+    keys = await setup.store.keys()
+    assert await redis_client.execute("HEXISTS", keys.cancels("work"), f"{task_id}:{due}") == 0
+
+
 async def _said(log_lines: Any, event: str) -> bool:
     return any(e["event"] == event for e in log_lines())

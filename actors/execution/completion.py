@@ -21,6 +21,7 @@ from actors.store.flights import (
     ENDED_DEAD,
     ENDED_EXPIRED,
     ENDED_OK,
+    TRACKED_LETTERS,
     FlightEnd,
     origin_and_allowance,
     parse_policy,
@@ -229,7 +230,9 @@ def decide(
         events=events,
         flights=_flight_ends(batch, retry) if policies else [],
         cancels_done=[
-            o.message.schedule_id for o in ok + dead + not_run if o.message.policy[:1] == "C"
+            o.message.schedule_id
+            for o in ok + dead + not_run
+            if o.message.policy[:1] in TRACKED_LETTERS
         ]
         if policies
         else [],

@@ -34,6 +34,7 @@ import trio_util
 
 from actors.execution.completion import Outcome
 from actors.execution.running import Runner, now_ms
+from actors.store.flights import TRACKED_LETTERS
 from actors.store.messages import Message
 
 #: Workers each newly woken worker wakes while messages are still queued (see the module).
@@ -72,8 +73,9 @@ class HandlerPool:
         self._idle_watchdog: trio.Event | None = None
         """Set by the next run to start, while the watchdog waits with nothing running."""
         self._replaceable: dict[str, tuple[Message, trio.CancelScope]] = {}
-        """Running messages of ``cancel_other`` tasks (by id), with their worker's scope:
-        a newer fire of the task may cancel them (``cancel``)."""
+        """Running tracked fires (a task with an overlap policy: ``TRACKED_LETTERS``), by
+        message id, with their worker's scope: a ``cancel_other`` fire of the task, its
+        own or an operator's, may cancel them (``cancel``)."""
         self._cancelled: set[str] = set()
         """Ids of the messages ``cancel`` cancelled, until their outcome is handed over."""
 
@@ -114,7 +116,7 @@ class HandlerPool:
                             wanted = min(FAN_OUT, len(self._queue) - self._waking)
                             if wanted > 0:
                                 self._wake(wanted)
-                        if message.policy and message.policy[0] == "C":
+                        if message.policy[:1] in TRACKED_LETTERS:
                             self._replaceable[message.msg_id] = (message, scope)
                         started_ms = now_ms()
                         self._busy[scope] = trio.current_time() + self.runner.timeout_s

@@ -48,6 +48,10 @@ from runtime.redis_replies import PartRejected
 #: Policy letters as messages and ``overlap.lua`` carry them.
 LETTERS = {"allow_all": "A", "skip": "S", "buffer_one": "1", "buffer_all": "B",
            "cancel_other": "C"}  # fmt: skip
+#: The letters of the policies whose fires are tracked (in flight, one at a time): any of
+#: them may be cancelled by a ``cancel_other`` fire, the task's own or an operator's
+#: trigger or backfill under ``cancel_other`` (whatever the task's own policy).
+TRACKED_LETTERS = frozenset(LETTERS.values()) - {"A"}
 #: Most due times a ``buffer_all`` task keeps waiting; later ones are not run (``overlap``).
 BUFFER_CAP = 1000
 #: A poller's claim lease by default (``[scheduler] claim_lease_ms``): until it has passed,

@@ -1,7 +1,8 @@
 -- ack: acknowledge finished messages of one stream.
 -- KEYS[1]  the type's stream   ARGV[1]  group   ARGV[2..]  message ids
 -- With KEYS[2], the type's cancel hash: ARGV[2] the number N of message ids, ARGV[3..2+N]
--- the ids, the rest schedule ids of ended cancel_other fires, whose cancel requests go
+-- the ids, the rest schedule ids of ended tracked fires (an overlap policy's: TRACKED_LETTERS
+-- in actors/store/flights.py), whose cancel requests go
 -- (one made while the fire ran and not taken before it ended would stay in a busy type's
 -- hash for good). A hash Redis rejects holds up no ACK: its requests lapse with it.
 -- Returns the number acknowledged (ids no longer pending, e.g. reclaimed and finished

@@ -12,9 +12,10 @@
 -- flight calls refused, under maxmemory; the caller cut off) would leave the tasks' marks
 -- naming fires that are gone, and the tasks stuck behind them for good; a fire that a
 -- consumer reads in between runs with its flight ended, as if it had no policy.
--- A deleted cancel_other fire's cancel request goes with it, as an ended fire's goes with
--- its ACK (ack.lua): left, it would cancel a later fire of the same schedule id (a
--- backfill of the purged window). Undelivered = after the group's last-delivered id (a
+-- A deleted tracked fire's cancel request (skip, buffer_*, cancel_other: a trigger or
+-- backfill under cancel_other may cancel any of them) goes with it, as an ended fire's
+-- goes with its ACK (ack.lua): left, it would cancel a later fire of the same schedule id
+-- (a backfill of the purged window). Undelivered = after the group's last-delivered id (a
 -- group delivers in id order); without a group every entry is undelivered. Callers loop
 -- until a call finds fewer than ARGV[3], bounded by ARGV[2] so new fires cannot keep it
 -- going.
@@ -38,7 +39,7 @@ for _, e in ipairs(entries) do
   for j = 1, #raw, 2 do f[raw[j]] = raw[j + 1] end
   if f.o and f.task_id and f.due_ms then
     ended[#ended + 1], ended[#ended + 2], ended[#ended + 3] = f.task_id, f.due_ms, f.o
-    if not look and string.sub(f.o, 1, 1) == 'C' then
+    if not look and f.o ~= '' and string.find('SBC1', string.sub(f.o, 1, 1), 1, true) then
       redis.pcall('HDEL', KEYS[2], f.task_id .. ':' .. f.due_ms)  -- rejected: lapses
     end
   end

@@ -5,7 +5,7 @@
 --          kept (a week) until the claimer has ended its flight and recorded it dead; while
 --          the key holds another kind of value, poison is held (below), not dead-lettered:
 --          its flight's end and its history entry would have nowhere to wait
--- KEYS[4]  the type's cancel hash (cancel_fires.lua, same slot): a poisoned cancel_other
+-- KEYS[4]  the type's cancel hash (cancel_fires.lua, same slot): a poisoned tracked
 --          fire's request goes with it, as an ended fire's goes with its ACK (ack.lua)
 -- ARGV[1]  group   ARGV[2]  this node's consumer   ARGV[3]  min idle ms (the lease)
 -- ARGV[4]  most messages to take   ARGV[5]  max deliveries   ARGV[6]  node name
@@ -117,7 +117,7 @@ for _, p in ipairs(pending) do
             -- checked above)
             redis.pcall('HSET', KEYS[3], id, cmsgpack.pack({now, task, due, o, attempt}))
             redis.pcall('PEXPIRE', KEYS[3], 604800000)
-            if string.sub(o, 1, 1) == 'C' then
+            if o ~= '' and string.find('SBC1', string.sub(o, 1, 1), 1, true) then
               redis.pcall('HDEL', KEYS[4], task .. ':' .. due)  -- rejected: lapses
             end
           end
