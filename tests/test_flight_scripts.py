@@ -310,3 +310,25 @@ async def test_an_operators_call_on_a_deleted_task_notes_nothing_not_run(
     assert [d for d, _ in decided["gone"].run] == [1000]
     assert decided["gone"].skipped == [2000, 3000]
     assert await scripts.client.execute("HGET", scripts.keys.not_run(0), "gone") is None
+
+
+async def test_an_operators_call_leaves_the_waiting_grid_fires_to_the_poller(
+    scripts: Scripts,
+) -> None:
+    """A buffer_all task's fire in flight ended with grid fires waiting and none started
+    yet: the task's poller starts them (woken by the end; a paused task's once it
+    resumes). An operator's trigger or backfill deciding about the task meanwhile runs its
+    own fire, and leaves them waiting: started by the call, a paused task's grid fire
+    would run during its pause, appended with the call's code (its origin the operator's,
+    without the task's catch-up window or failure count)."""
+    await _exists(scripts, "t")
+    first = await scripts.decide_overlaps("claim", {0: [Planned("t", "B", [1000, 2000, 3000])]})
+    assert first["t"].run == [(1000, True)]
+    await scripts.confirm_flights("claim", ["t"])
+    await scripts.end_flights([FlightEnd("t", ENDED_OK, 1000)])  # 2000 and 3000 wait
+    trigger = await scripts.decide_overlaps(
+        f"{MANUAL_TOKEN}1", {0: [Planned("t", "B", [5001])]}, grid=False
+    )
+    assert trigger["t"].run == [(5001, True)]
+    record = await _record(scripts, "t")
+    assert "2000" in record[3] and "3000" in record[3]  # still waiting, behind it

@@ -112,7 +112,12 @@ while i <= #ARGV do
         again = f.inflight
         f.by, f.at = token, now
       end
-    elseif f.inflight == '' and #f.waiting > 0 then  -- a waiting fire starts first
+    elseif f.inflight == '' and #f.waiting > 0
+        and (grid or string.sub(f.waiting[1], 1, 1) == 'm') then
+      -- a waiting fire starts first; an operator's call starts only an operator's fire
+      -- (a trigger or backfill held back): grid fires are left to the task's poller,
+      -- woken by the end of the fire ahead (a paused task's once it resumes), which
+      -- appends them with the task's own code, and the call's own fire starts
       start(table.remove(f.waiting, 1))
     end
     if f.replaced ~= '' then cancel[#cancel + 1] = f.replaced end  -- until it has ended
