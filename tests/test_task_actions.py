@@ -288,12 +288,13 @@ def test_a_last_fate_selector_is_kept_from_the_dry_run_to_the_apply(
     assert client.action_status(done["action_id"])["selector"] == selector
 
 
-def test_a_trigger_action_starting_a_waiting_fire_appends_that_fire(
+def test_a_trigger_action_on_a_paused_task_leaves_its_waiting_grid_fire_waiting(
     client: Client, api: ApiNode, redis_url: str
 ) -> None:
-    """A buffer_one task, paused with a fire waiting behind one that ended: the action's
-    overlap decision starts the waiting fire first, which is appended under its own due
-    time (its end then ends the flight), and the action's own fire waits behind it."""
+    """A buffer_one task, paused with a grid fire waiting behind one that ended: the
+    action's own fire runs (a manual run is an explicit request), and the grid fire keeps
+    waiting for the task's resume (started by the action, it would run during the pause,
+    appended with the action's code)."""
     kind = unique("buf").replace("-", "")
     schedule = {**FAR, "overlap": "buffer_one"}
     (task_id,) = [unique("b")]
@@ -314,5 +315,8 @@ def test_a_trigger_action_starting_a_waiting_fire_appends_that_fire(
     assert done["done"]
     db = redis.Redis.from_url(redis_url)
     entries: Any = db.xrange(Keys(api.namespace, 16).queue(kind))
-    assert [e[1][b"due_ms"] for e in entries] == [b"2000"]
+    assert [e[1][b"due_ms"] for e in entries] != [b"2000"] and len(entries) == 1
+    keys = Keys(api.namespace, 16)
+    flight: Any = db.hget(keys.flights(keys.partition_of(task_id)), task_id)
+    assert "2000" in flight.decode().split("|")[3]  # still waiting
     db.close()
