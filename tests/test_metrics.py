@@ -82,6 +82,7 @@ def test_events_become_samples_with_bounded_labels() -> None:
             ("dead", {**fire, "duration_ms": 1, "reason": "unrecoverable", "error": "x"}),
             ("dead", {"msg_id": "1-0", "type": kind, "reason": "poison"}),
             ("misfired", {**fire, "policy": "coalesce", "missed": 4, "fired": 1}),
+            ("not_run", {**fire, "reason": "paused", "count": 7}),  # one line for a pause's
             ("duplicate_dropped", fire), ("reclaimed", fire),
         ])  # fmt: skip
 
@@ -98,6 +99,7 @@ def test_events_become_samples_with_bounded_labels() -> None:
     assert get("metronome_dead_letters_total", reason="poison") == 1
     assert get("metronome_misfires_total", policy="coalesce") == 1
     assert get("metronome_fires_not_run_total", reason="coalesced") == 4
+    assert get("metronome_fires_not_run_total", reason="paused") == 7
     assert get("metronome_duplicates_dropped_total") == 1
     assert get("metronome_reclaims_total") == 1
     assert get("metronome_start_lag_seconds_bucket", le="0.05") == 1

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.domain.errors import InvalidTask
-from actors.domain.misfires import plan_fires
+from actors.domain.misfires import paused_past, plan_fires
 from actors.domain.model import parse_schedule
 from actors.domain.schedules import MAX_EVERY_S, Schedule, check_submitted
 from actors.scheduling.tick_plan import plan_fire
@@ -523,3 +523,23 @@ def test_a_submitted_schedule_in_the_hosts_own_zone_is_refused(zone: str) -> Non
     schedule = Schedule("cron", cron="0 9 * * *", tz=zone)
     with pytest.raises(ValueError, match=f"schedule.tz: '{zone}' is no zone of the world"):
         check_submitted(schedule, 1.0)
+
+
+def test_the_grid_times_a_pause_skipped_are_counted_within_the_grid() -> None:
+    """``paused_past``: from the task's next grid time up to the resume, none past the
+    grid's end or its ``max_runs``; a cron's walk counted (its last the latest before the
+    resume, also past the scan)."""
+    every = Schedule("interval", every_s=10, start_ms=0)
+    assert paused_past(every, 100_000, 130_000, 0) == (4, 130_000)
+    assert paused_past(every, 100_000, 99_999, 0) == (0, None)  # resumed before it came
+    assert paused_past(every, None, 130_000, 0) == (0, None)
+    capped = Schedule("interval", every_s=10, start_ms=0, max_runs=5)
+    assert paused_past(capped, 100_000, 200_000, 3) == (2, 110_000)
+    assert paused_past(capped, 100_000, 200_000, 5) == (0, None)
+    ended = Schedule("interval", every_s=10, start_ms=0, end_ms=125_000)
+    assert paused_past(ended, 100_000, 200_000, 0) == (3, 120_000)
+    cron = Schedule("cron", cron="*/5 * * * *", tz="UTC")
+    base = 1_800_000_000_000 - 1_800_000_000_000 % 300_000
+    assert paused_past(cron, base, base + 3_600_000, 0) == (13, base + 3_600_000)
+    count, last = paused_past(cron, base, base + 10 * 86_400_000 + 1, 0)
+    assert count > 1000 and last == base + 10 * 86_400_000  # a floor; the last exact

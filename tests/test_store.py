@@ -564,6 +564,49 @@ async def test_store_operations_write_lifecycle_lines(
               for e in log_lines() if e["actor"] == "store"]  # fmt: skip
     assert events == [
         ("created", task_id), ("updated", task_id), ("paused", task_id),
-        ("resumed", task_id), ("stopped", task_id), ("deleted", task_id),
+        ("resumed", task_id),
+        ("not_run", task_id),  # its first grid time, due at its creation: the pause skipped it
+        ("stopped", task_id), ("deleted", task_id),
         ("created", ANY), ("cleared", "to-clear"),
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("by_action", [False, True])
+async def test_a_resume_says_how_many_grid_times_the_pause_skipped(
+    store: TaskStore, redis_client: RedisClient, log_lines: Callable[[], list[dict[str, Any]]],
+    by_action: bool,
+) -> None:  # fmt: skip
+    """Every grid time runs or is not run for a named reason: those that passed while the
+    task was paused are skipped by its resume (it goes on from the next grid time), and
+    the resume says so: one ``not_run`` line (reason ``paused``) with their count and the
+    last of them, and the task's not-run record, which explain reads. A resume with
+    nothing skipped says nothing more."""
+    from actors.store.actions import ActionSpec, create_action
+    from actors.store.apply_actions import ActionSettings, apply_action
+
+    start = await store.now_ms() - 10_500
+    every_second = Schedule("interval", every_s=1, start_ms=start)
+    task_id = (await store.create(TaskSpec("t", every_second, task_id="p"))).task_id
+    later = Schedule("interval", every_s=60, start_ms=start + 70_000)  # none passed
+    quiet = (await store.create(TaskSpec("t", later, task_id="q"))).task_id
+    for t in (task_id, quiet):
+        await store.pause(t)
+    if by_action:
+        spec = ActionSpec.from_dict({"action": "resume", "selector": {"type": "t"}})
+        await create_action(store, "r1", spec, None, "me", 60_000)
+        await apply_action(store, "r1", "me", ActionSettings())
+    else:
+        for t in (task_id, quiet):
+            await store.resume(t)
+    lines = [e for e in log_lines() if e["event"] == "not_run"]
+    assert len(lines) == 1, lines
+    (line,) = lines
+    last = line["due_ms"]
+    assert (line["task_id"], line["reason"], line["type"]) == (task_id, "paused", "t")
+    assert (last - start) % 1000 == 0 and line["count"] == (last - start) // 1000 + 1 >= 11
+    assert line["schedule_id"] == f"{task_id}:{last}"
+    task = await store.get(task_id)
+    assert task is not None and task.next_run_ms == last + 1000  # goes on from the next one
+    keys = await store.keys()
+    record = await redis_client.execute("HGET", keys.not_run(keys.partition_of(task_id)), task_id)
+    assert record.decode() == f"{line['count']} paused {last} -"

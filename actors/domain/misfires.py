@@ -163,3 +163,30 @@ def _count_overdue(schedule: Schedule, due_ms: int, now_ms: int) -> int:
         return (now_ms - due_ms) // schedule.interval_ms() + 1
     # as far as the fires planned from the same walk go (a misfire_cap past the scan)
     return len(_overdue(schedule, due_ms, now_ms, schedule.misfire_cap))
+
+
+def paused_past(
+    schedule: Schedule, next_ms: int | None, now_ms: int, fires_so_far: int
+) -> tuple[int, int | None]:
+    """The grid times a pause skipped, as its resume at ``now_ms`` finds them: from
+    ``next_ms`` (the task's next grid time, where the pause left it) up to now, within
+    the grid's end and ``max_runs``: (how many, the last of them; ``(0, None)`` when
+    none). A cron's count walked past ``_MAX_CRON_SCAN`` is a floor, its last the latest
+    cron time before now. Not run for a named reason (``paused``), like any grid time
+    not run, they are counted and said, not planned (a resume goes on from the next grid
+    time after now: ``actors.store.placement.resume_point``)."""
+    last_ms = now_ms if schedule.end_ms is None else min(now_ms, schedule.end_ms)
+    if next_ms is None or next_ms > last_ms or schedule.kind == "once":
+        return 0, None
+    left = None if schedule.max_runs is None else max(0, schedule.max_runs - fires_so_far)
+    if schedule.kind == "interval":
+        every = schedule.interval_ms()
+        count = (last_ms - next_ms) // every + 1
+        if left is not None:
+            count = min(count, left)
+        return (count, next_ms + (count - 1) * every) if count else (0, None)
+    walk = _overdue(schedule, next_ms, last_ms, _MAX_CRON_SCAN)
+    if left is not None and len(walk) >= left:
+        return (left, walk[left - 1]) if left else (0, None)
+    cut = len(walk) > _MAX_CRON_SCAN  # the walk stopped before now: the count is a floor
+    return len(walk), _latest_cron(schedule, last_ms) if cut else walk[-1]

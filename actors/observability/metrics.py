@@ -109,7 +109,7 @@ _MISFIRE_REASON = {"coalesce": "coalesced", "skip": "misfire_skip", "fire_all": 
 #: The reasons ``metronome_fires_not_run_total`` keeps; any other counts as ``other``, so a
 #: line from a newer version cannot grow the label set.
 NOT_RUN_REASONS = frozenset(
-    {"overlap", "expired", "stopped", "updated", *_MISFIRE_REASON.values(), "other"}
+    {"overlap", "expired", "stopped", "updated", "paused", *_MISFIRE_REASON.values(), "other"}
 )
 
 
@@ -217,8 +217,10 @@ def _tally_events(
             missed = int(fields.get("missed", 0))  # grid times not fired one by one
             if missed > 0:
                 tally[(NOT_RUN, kind, _not_run_reason(_MISFIRE_REASON.get(policy)))] += missed
-        elif event == "not_run":  # one fire not run (overlap, expired, stopped, updated)
-            tally[(NOT_RUN, kind, _not_run_reason(fields.get("reason")))] += 1
+        elif event == "not_run":  # one fire not run (overlap, expired, stopped, updated),
+            count = fields.get("count", 1)  # or the many a pause skipped (paused)
+            n = count if type(count) is int and count > 0 else 1
+            tally[(NOT_RUN, kind, _not_run_reason(fields.get("reason")))] += n
         elif event == "duplicate_dropped":
             tally[(DUPLICATES, kind)] += 1
         elif event == "reclaimed":

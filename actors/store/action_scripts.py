@@ -33,6 +33,9 @@ class BatchItem:
     version: int | None = None
     """A resume's: the task's version its next time was placed from (another write since
     fails the task's resume, ``action_batch.lua``)."""
+    paused: tuple[int, int] | None = None
+    """A resume's: how many grid times the pause skipped and the last of them
+    (``actors.domain.misfires.paused_past``), noted not run; None: none."""
 
 
 @attrs.frozen
@@ -60,8 +63,10 @@ class ActionScripts(TaskScripts):
         ]  # fmt: skip
         for item in items:  # a group's last field: a mark's outcome, or a resume's tracked
             last_field = item.outcome or flag(item.tracked)
-            if item.version is not None:
-                last_field = f"{last_field}:{item.version}"
+            if item.version is not None or item.paused is not None:
+                last_field = f"{last_field}:{or_empty(item.version)}"
+            if item.paused is not None:
+                last_field = f"{last_field}:{item.paused[0]}:{item.paused[1]}"
             args += [item.task_id, k.bucket_of(item.task_id), or_empty(item.next_ms),
                      or_empty(item.score), last_field]  # fmt: skip
         keys = [k.schedule(partition), k.action_progress(partition, action_id)]

@@ -55,7 +55,7 @@ from actors.store.manual_fires import (
     on_grid,
 )
 from actors.store.notes import encode_note
-from actors.store.placement import resume_point
+from actors.store.placement import paused_line, paused_skips, resume_point
 from actors.store.replies import Fire
 from actors.store.selection import Selector, readable_tasks, select_partition, sorted_after
 from runtime.logging import emit_events
@@ -202,7 +202,7 @@ async def _batch(
             note = encode_note(spec.note, spec.action, now, state.key_id)
         items = [
             BatchItem(t.task_id, *resume_point(t, now), tracked=t.schedule.overlap != "allow_all",
-                      version=t.updated_ms)
+                      version=t.updated_ms, paused=paused_skips(t, now))
             if spec.action == "resume" else BatchItem(t.task_id)
             for t in chunk
         ]  # fmt: skip
@@ -212,15 +212,17 @@ async def _batch(
         retention_ms=RETENTION_MS, max_failures=MAX_FAILURES, last=last,
     )  # fmt: skip
     if reply.moved is None and action != "mark":
-        _log_changes(state, chunk, reply)
+        _log_changes(state, chunk, items, reply)
     return reply
 
 
-def _log_changes(state: ActionState, chunk: Sequence[Task], reply: BatchReply) -> None:
+def _log_changes(
+    state: ActionState, chunk: Sequence[Task], items: Sequence[BatchItem], reply: BatchReply
+) -> None:
     spec = state.spec
     event = _EVENTS[spec.action]
     lines: list[tuple[str, dict[str, Any]]] = []
-    for task, (code, status, dropped) in zip(chunk, reply.results, strict=True):
+    for task, item, (code, status, dropped) in zip(chunk, items, reply.results, strict=True):
         if code != 1:
             continue
         fields: dict[str, Any] = {"task_id": task.task_id}
@@ -230,6 +232,8 @@ def _log_changes(state: ActionState, chunk: Sequence[Task], reply: BatchReply) -
                 fields["note"] = spec.note
         fields["action_id"] = state.action_id
         lines.append((event, fields))
+        if item.paused is not None:
+            lines.append(paused_line(task, item.paused))
         lines += dropped_lines(task.task_id, task.type, dropped, "stopped")
     emit_events(_ACTOR, lines)
 

@@ -152,6 +152,8 @@ _NOT_RUN_WHY = {
     "was stopped)",
     "updated": "was dropped (updated: it waited behind the fire in flight when the task "
     "was given a schedule without an overlap policy)",
+    "paused": "was skipped (paused: it came while the task was paused, and a resume goes "
+    "on from the next grid time)",
 }
 
 

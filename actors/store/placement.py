@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
 from actors.domain.errors import InvalidTask
+from actors.domain.misfires import paused_past
 from actors.domain.model import Task
 from actors.domain.schedules import Schedule
+from actors.store.keys import schedule_id
 from actors.store.records import encode_schedule
 
 
@@ -109,6 +112,31 @@ def _revival(
     anchor = schedule.start_ms if schedule.kind == "interval" else None
     anchor = anchor or grid_ms or task.next_run_ms
     return resume_point(attrs.evolve(task, schedule=schedule, next_run_ms=anchor), now_ms)
+
+
+def paused_skips(task: Task, now_ms: int) -> tuple[int, int] | None:
+    """The grid times a paused task's pause skipped, resumed at ``now_ms``: (how many,
+    the last of them), None when none (``actors.domain.misfires.paused_past``)."""
+    count, last = paused_past(task.schedule, task.next_run_ms, now_ms, task.fires)
+    return None if last is None else (count, last)
+
+
+def paused_line(task: Task, skipped: tuple[int, int]) -> tuple[str, dict[str, Any]]:
+    """The ``not_run`` line of the grid times a resume found its pause skipped: one line
+    for them all (a long pause of a frequent task skips millions), with their count and
+    the last of them."""
+    count, last = skipped
+    return (
+        "not_run",
+        {
+            "task_id": task.task_id,
+            "schedule_id": schedule_id(task.task_id, last),
+            "type": task.type,
+            "due_ms": last,
+            "reason": "paused",
+            "count": count,
+        },
+    )
 
 
 def resume_point(task: Task, now_ms: int) -> tuple[int | None, int | None]:

@@ -157,6 +157,7 @@ class TaskScripts:
     async def set_status(
         self, task_id: str, action: str, next_ms: int | None = None, score: int | None = None,
         note: str = "", tracked: bool = False, version: int | None = None,
+        skipped: tuple[int, int] | None = None,
     ) -> tuple[int, str, list[int], str]:  # fmt: skip
         """``set_status.lua``: pause, resume (at ``next_ms``) or stop, keeping ``note``
         (``actors.store.notes``; '' = none) with the change; ``tracked``: the task's
@@ -164,7 +165,8 @@ class TaskScripts:
         flight holds); ``version``: the task's version a resume's ``next_ms`` was placed
         from (``Code.CONFLICT`` when another write moved it); (``Code``, status, the due
         times of the waiting fires a stop dropped: ``drop_waiting`` in ``flight.lua``, and
-        the task's type when it did)."""
+        the task's type when it did). ``skipped``: a resume's count and last of the grid
+        times the pause skipped, noted not run (``placement.paused_skips``)."""
         k, p = self.keys, self.keys.partition_of(task_id)
         ((code, status, dropped, task_type),) = await self._run(
             [
@@ -181,6 +183,7 @@ class TaskScripts:
                         note,
                         flag(tracked),
                         or_empty(version),
+                        "" if skipped is None else f"{skipped[0]}:{skipped[1]}",
                     ],
                 )
             ]

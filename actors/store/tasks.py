@@ -36,7 +36,7 @@ from actors.store.keys import (
 from actors.store.labels import STORE_ACTOR, TaskFilter, list_page
 from actors.store.namespace import meta_fields, meta_key, read_keys
 from actors.store.notes import encode_note
-from actors.store.placement import Placement, kept_grid, resume_point
+from actors.store.placement import Placement, kept_grid, paused_line, paused_skips, resume_point
 from actors.store.records import RecordError, decode_task, encode_schedule
 from actors.store.replies import TaskRow
 from actors.store.scripts import Scripts
@@ -379,14 +379,17 @@ class TaskStore:
             score: int | None = None
             version: int | None = None
             tracked = False
+            task = skipped = None
             if action == "resume":
                 task = await self._definition_and_state(task_id)
                 if task is not None:
-                    next_ms, score = resume_point(task, await self.now_ms())
+                    now = await self.now_ms()
+                    next_ms, score = resume_point(task, now)
+                    skipped = paused_skips(task, now)
                     tracked = task.schedule.overlap != "allow_all"
                     version = task.updated_ms
             code, status, dropped, task_type = await (await self.scripts()).set_status(
-                task_id, action, next_ms, score, stored, tracked, version
+                task_id, action, next_ms, score, stored, tracked, version, skipped
             )
             if code != Code.CONFLICT:
                 break
@@ -397,6 +400,8 @@ class TaskStore:
             event = {"pause": "paused", "resume": "resumed", "stop": "stopped"}[action]
             noted = {"note": note} if note is not None else {}
             lines = [(event, {"task_id": task_id, "status": status, **noted})]
+            if task is not None and skipped is not None:
+                lines.append(paused_line(task, skipped))
             emit_events(STORE_ACTOR, lines + dropped_lines(task_id, task_type, dropped, "stopped"))
         return status
 

@@ -15,7 +15,8 @@
 --          (mark: '1' changed, '0' unchanged, else why it failed; resume: FLAG_ON when the
 --          task's schedule has an overlap policy, flight.lua's holds_task, then ':' and the
 --          task's version its next_ms was placed from: a task another write changed since
---          fails, 'changed since it was read', to be resumed again)
+--          fails, 'changed since it was read', to be resumed again; then, when the pause
+--          skipped grid times, ':' and their 'count:last', noted not run: status.lua)
 -- Returns {-9, mark} when the mark is not ARGV[3] (another applier moved it, or the
 -- partition is done: the caller reads it again and goes on from there; nothing written),
 -- else {1, code, status or reason, dropped, ...} per task: code 1 changed, 0 unchanged,
@@ -40,9 +41,9 @@ for i = 9, #ARGV, 5 do
     code = delete_task(tag, b, id, KEYS[1]) and 1 or 0  -- gone already: unchanged
     if code == 1 then deleted = deleted + 1 end
   else
-    local tracked, version = string.match(given, '^([^:]*):?(.*)$')
+    local tracked, version, paused = string.match(given, '^([^:]*):?([^:]*):?(.*)$')
     code, status, dropped = change_status(tag, b, id, action, ARGV[i + 2], ARGV[i + 3],
-      ARGV[6], KEYS[1], tracked == FLAG_ON, version)
+      ARGV[6], KEYS[1], tracked == FLAG_ON, version, paused)
     if code == -1 then status = 'changed since it was read: ' .. action .. ' it again'
     elseif code == -2 then status = 'not found'
     elseif code == -3 then status = 'cannot ' .. action .. ' a ' .. status .. ' task' end

@@ -10,11 +10,13 @@
 -- since, an update's new schedule, answers CODE_CONFLICT, nothing done; a record no write
 -- has versioned since its creation has none, and is taken as read). A change replaces
 -- the task's note in <tag>:notes (the earlier note described a status the task has left);
--- nothing is written when nothing changes. Returns code, status, and the due times of
+-- nothing is written when nothing changes. paused: a resume's 'count:last' of the grid
+-- times the pause skipped ('' = none: actors.domain.misfires.paused_past), noted not run
+-- (reason 'paused') in the partition's not-run record. Returns code, status, and the due times of
 -- the fires a stop dropped (comma separated, '' = none: drop_waiting): code 1 changed,
 -- 0 already so, -1 conflict, -2 not found, -3 not allowed from status.
 local function change_status(tag, b, id, action, next_ms, score, note, schedule, tracked,
-                             version)
+                             version, paused)
   local s = get_state(tag, b, id)
   if not s then return CODE_NOT_FOUND, '', '' end
   local status = s[STATE_STATUS]
@@ -33,6 +35,8 @@ local function change_status(tag, b, id, action, next_ms, score, note, schedule,
   -- a new version (commit_fires)
   s[STATE_STATUS], s[STATE_UPDATED_MS] = target, new_version(tag, s[STATE_UPDATED_MS])
   if action == 'resume' then
+    local skipped, last = string.match(paused or '', '^(%d+):(%d+)$')
+    if skipped then note_not_run(tag .. ':notrun', id, tonumber(skipped), 'paused', last, '') end
     local f = get_flight(tag .. ':flight', id)
     if next_ms == '' and holds_task(f, tracked) then
       -- its grid ended during the pause with fires still waiting behind the one in
