@@ -29,7 +29,10 @@ over to its replica with no write lost: its writes paused, the replica caught up
 promoted with ``CLUSTER FAILOVER TAKEOVER``, as a manual ``CLUSTER FAILOVER`` does without
 the primaries' vote), ``cluster-kill`` (the same cluster; SIGKILL a primary, and
 ``--fault-s`` later promote its replica with ``CLUSTER FAILOVER TAKEOVER``: a primary lost
-with whatever it had not yet sent its replica), ``kill-nodes`` (SIGKILL a
+with whatever it had not yet sent its replica), ``cluster-reshard`` (three primaries;
+every slot holding the namespace's keys moved to the next primary, ten keys at a time,
+over about ``--fault-s``: partitions split between two primaries meanwhile),
+``kill-nodes`` (SIGKILL a
 random node every ``--every-s``, restart it 3 s later), ``kill-children`` (SIGKILL a random
 child process of a node run with ``[processes]``, every ``--every-s``), ``stall-nodes``
 (SIGSTOP a random node every ``--every-s`` for ``--fault-s``, then SIGCONT: frozen past its
@@ -103,7 +106,7 @@ SCENARIOS = (
     "kill-nodes", "kill-children", "stall-nodes", "flaky", "redis-busy", "redis-oom",
     "long-handler", "poison-kill", "stream-rejected", "partition-rejected",
     "outcomes-rejected", "dlq-rejected", "results-log-failing", "retry-unreadable",
-    "poison-ends-rejected",
+    "poison-ends-rejected", "cluster-reshard",
 )  # fmt: skip
 #: Scenarios whose handler fails one fire in ten on its first attempt (retries counted).
 FLAKY = ("flaky", "redis-oom", "retry-unreadable")
@@ -126,8 +129,9 @@ def run(
     if scenario == "sentinel-failover":
         sentinel = LocalSentinel(find_server_binary()).start()
         server, url = sentinel.primary, sentinel.url
-    elif scenario in ("cluster-failover", "cluster-kill"):
-        cluster = LocalCluster(find_server_binary(), replicas=True).start()
+    elif scenario in ("cluster-failover", "cluster-kill", "cluster-reshard"):
+        cluster = LocalCluster(find_server_binary(), replicas=scenario != "cluster-reshard")
+        cluster.start()
         server, url = cluster.nodes[0], cluster.url
     else:
         server = RedisProcess(
@@ -183,6 +187,8 @@ def run(
                     cluster.nodes[1].kill()  # not the one the nodes' URL names
                     time.sleep(fault_s)
                     cluster.take_over(1)
+                elif scenario == "cluster-reshard":
+                    start, _ = chaos_faults.reshard(cluster, fault_s)
                 else:
                     for index in range(len(cluster.nodes)):  # every shard changes hands
                         cluster.fail_over(index)

@@ -1,8 +1,8 @@
 """The faults ``bench chaos`` strikes with that are more than a signal: a key of another
 kind put where one of the namespace's should be, a results log made unwritable, a Lua busy
-loop, a Sentinel failover, records no version of Metronome wrote (a retry context it
-cannot run, a poison-ends key of another kind). Each returns the fault's (start, end) in
-wall-clock seconds."""
+loop, a Sentinel failover, a Cluster resharded under the nodes, records no version of
+Metronome wrote (a retry context it cannot run, a poison-ends key of another kind). Each
+returns the fault's (start, end) in wall-clock seconds."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import redis.crc
 
 from actors.store.keys import GROUP, Keys
 from bench.fire import NAMESPACE
-from runtime.testing.local_redis import LocalSentinel, RedisProcess
+from runtime.testing.local_redis import LocalCluster, LocalSentinel, RedisProcess
 
 
 def reject_key(
@@ -185,4 +186,37 @@ def reject_poison_ends(url: str, workdir: Path, fault_s: float) -> tuple[float, 
         for key in planted:
             if client.type(key) == b"string":
                 client.delete(key)
+    return start, time.time()
+
+
+def reshard(cluster: LocalCluster, fault_s: float) -> tuple[float, float]:
+    """Every slot that holds the namespace's keys moved to the next primary while the
+    nodes fire, the way ``redis-cli --cluster reshard`` moves them: the slot marked
+    importing and migrating, its keys migrated ten at a time (a partition's keys split
+    between two primaries meanwhile: scripts answered ``ASK``, or meeting a key already
+    moved), then given to its new primary; the moves spread over about ``fault_s``."""
+    primaries: list[Any] = [redis.Redis(port=n.port, socket_timeout=10) for n in cluster.nodes]
+    ids = [p.execute_command("CLUSTER", "MYID") for p in primaries]
+    slots: list[tuple[int, int]] = []  # (slot, index of its primary)
+    for index, primary in enumerate(primaries):
+        found = {
+            redis.crc.key_slot(key) for key in primary.scan_iter(match=f"*{NAMESPACE}*", count=1000)
+        }
+        slots += [(slot, index) for slot in sorted(found)]
+    start = time.time()
+    pause_s = fault_s / max(1, len(slots)) / 4
+    for slot, index in slots:
+        source, target = primaries[index], (index + 1) % len(primaries)
+        dest = primaries[target]
+        dest.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[index])
+        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target])
+        while keys := source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 10):
+            source.execute_command(
+                "MIGRATE", "127.0.0.1", cluster.nodes[target].port, "", 0, 10_000, "KEYS", *keys
+            )
+            time.sleep(pause_s)  # the slot half-moved meanwhile, as a long reshard leaves it
+        for primary in (dest, source, *primaries):  # the new owner first (as redis-cli)
+            primary.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
+    for primary in primaries:
+        primary.close()
     return start, time.time()
