@@ -542,4 +542,4 @@ def test_the_grid_times_a_pause_skipped_are_counted_within_the_grid() -> None:
     base = 1_800_000_000_000 - 1_800_000_000_000 % 300_000
     assert paused_past(cron, base, base + 3_600_000, 0) == (13, base + 3_600_000)
     count, last = paused_past(cron, base, base + 10 * 86_400_000 + 1, 0)
-    assert count > 1000 and last == base + 10 * 86_400_000  # a floor; the last exact
+    assert count >= 1000 and last == base + 10 * 86_400_000  # a floor; the last exact

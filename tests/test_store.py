@@ -610,3 +610,25 @@ async def test_a_resume_says_how_many_grid_times_the_pause_skipped(
     keys = await store.keys()
     record = await redis_client.execute("HGET", keys.not_run(keys.partition_of(task_id)), task_id)
     assert record.decode() == f"{line['count']} paused {last} -"
+
+
+async def test_a_resume_counts_no_grid_time_the_tasks_flight_decided_as_skipped(
+    store: TaskStore, log_lines: Callable[[], list[dict[str, Any]]]
+) -> None:
+    """A task with an overlap policy whose next time was decided already (in flight,
+    waiting: a claim whose commit the pause came before, a task parked on it) runs that
+    time; its resume counts only the grid times after it as skipped by the pause."""
+    from actors.store.flights import Planned
+
+    start = await store.now_ms() - 10_500
+    grid = Schedule("interval", every_s=1, start_ms=start, overlap="buffer_all")
+    task_id = (await store.create(TaskSpec("t", grid, task_id="f"))).task_id
+    scripts = await store.scripts()
+    keys = await store.keys()
+    decided = await scripts.decide_overlaps("claim", {keys.partition_of(task_id): [
+        Planned(task_id, "B", [start])]})  # fmt: skip
+    assert decided[task_id].run == [(start, True)]  # in flight: it runs
+    await store.pause(task_id)
+    await store.resume(task_id)
+    (line,) = [e for e in log_lines() if e["event"] == "not_run"]
+    assert line["count"] == (line["due_ms"] - start) // 1000  # not the one in flight

@@ -1,7 +1,8 @@
 """The API actor: serves ``actors.api.routes`` with hypercorn on trio.
 
-It is the last of the node's roles and stops first. It reads nothing from Redis before
-it serves, and neither do the roles started before it (each waits for Redis once started):
+It starts after the node's scheduling and execution roles and stops before them. It reads
+nothing from Redis before it serves, and neither do the roles started before it (each
+waits for Redis once started):
 a node started while Redis is away answers ``/healthz`` at once and ``/readyz`` with 503
 until Redis is back. Stopping is graceful: a stop request makes hypercorn
 refuse new connections and finish requests in flight within the node's grace.

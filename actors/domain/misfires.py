@@ -1,7 +1,8 @@
 """The misfire policy: what a claimed task fires now, and where its grid goes next.
 
 A poller claims a task once its grid time has come; by then later grid times may have
-come too (no poller ran, the task was paused past them, a poller died holding it).
+come too (no poller ran, a poller died holding it; a paused task's resume goes on from
+the next grid time instead: ``paused_past`` counts the ones it skipped).
 ``plan_fires`` decides, purely from the schedule and Redis's "now", which of those times
 fire (``coalesce``, ``skip``, ``fire_all`` capped at ``misfire_cap``; all of them, capped,
 for times owed after a poller's crash) and the next grid time. Apart from the grids
@@ -50,7 +51,7 @@ def plan_fires(
     """Apply the misfire policy to a task whose grid time ``due_ms`` has come (``<= now_ms``).
 
     A misfire is when the grid time after ``due_ms`` has come too: the task was not fired
-    while it should have been (no poller ran, or the task was paused past its time).
+    while it should have been (no poller ran).
 
     ``owed_until_ms``: a poller claimed ``due_ms`` and died before committing; its claim
     blocked the task until then. The grid times that came due while it did are late only
@@ -171,7 +172,7 @@ def paused_past(
     """The grid times a pause skipped, as its resume at ``now_ms`` finds them: from
     ``next_ms`` (the task's next grid time, where the pause left it) up to now, within
     the grid's end and ``max_runs``: (how many, the last of them; ``(0, None)`` when
-    none). A cron's count walked past ``_MAX_CRON_SCAN`` is a floor, its last the latest
+    none). A cron's count past ``_MAX_CRON_SCAN`` times is a floor, its last the latest
     cron time before now. Not run for a named reason (``paused``), like any grid time
     not run, they are counted and said, not planned (a resume goes on from the next grid
     time after now: ``actors.store.placement.resume_point``)."""
@@ -185,8 +186,32 @@ def paused_past(
         if left is not None:
             count = min(count, left)
         return (count, next_ms + (count - 1) * every) if count else (0, None)
-    walk = _overdue(schedule, next_ms, last_ms, _MAX_CRON_SCAN)
-    if left is not None and len(walk) >= left:
-        return (left, walk[left - 1]) if left else (0, None)
-    cut = len(walk) > _MAX_CRON_SCAN  # the walk stopped before now: the count is a floor
-    return len(walk), _latest_cron(schedule, last_ms) if cut else walk[-1]
+    cap = _MAX_CRON_SCAN if left is None else min(left, _MAX_CRON_SCAN)
+    walk = _cron_walk(schedule, next_ms, last_ms, cap + 1)
+    if len(walk) > cap:  # past the cap: a floor, the last one exact
+        if left is not None and left <= _MAX_CRON_SCAN:
+            return left, walk[left - 1] if left else None
+        return cap, _latest_cron(schedule, last_ms)
+    return (len(walk), walk[-1]) if walk else (0, None)
+
+
+def _cron_walk(schedule: Schedule, first_ms: int, last_ms: int, most: int) -> list[int]:
+    """A cron's times from ``first_ms`` (one of them) up to ``last_ms``, at most ``most``,
+    from one iterator (a fresh one a step costs about four times as much: a resume of
+    many cron tasks reads them all); a time at or before the one before it (an hour a
+    clock set back repeats) is passed over, as ``Schedule.next_after`` passes it."""
+    assert schedule.cron is not None
+    out = [first_ms]
+    start = dt.datetime.fromtimestamp(first_ms / 1000, tz=zoneinfo.ZoneInfo(schedule.tz))
+    try:
+        for t in cronsim.CronSim(schedule.cron, start):
+            if len(out) >= most:
+                break
+            ms = int(t.timestamp() * 1000)
+            if ms > last_ms:
+                break
+            if ms > out[-1]:
+                out.append(ms)
+    except (OverflowError, ValueError, StopIteration):
+        pass
+    return out

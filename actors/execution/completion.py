@@ -91,9 +91,10 @@ class Completion:
     flights: list[FlightEnd] = attrs.field(factory=list)
     """Fires of tasks with a policy that ended (``actors.store.flights``)."""
     cancels_done: list[str] = attrs.field(factory=list)
-    """The schedule ids of the ended fires of ``cancel_other`` tasks: a cancel request
-    for one that it ended before (``cancel_fires.lua``) goes with the ACKs, else the
-    request would stay in a busy type's cancel hash for good."""
+    """The schedule ids of the ended tracked fires (a task with an overlap policy:
+    ``TRACKED_LETTERS``, which a ``cancel_other`` fire may replace): a cancel request for
+    one that it ended before (``cancel_fires.lua``) goes with the ACKs, else the request
+    would stay in a busy type's cancel hash for good."""
 
     @property
     def durations_ms(self) -> list[int]:

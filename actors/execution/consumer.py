@@ -56,7 +56,7 @@ from runtime.logging import emit_encoded, emit_events, get_logger
 
 #: How long the flusher waits after the first completion for others to join its batch.
 FLUSH_GATHER_S = 0.005
-#: How often running ``cancel_other`` fires are checked for a cancel request.
+#: How often running tracked fires (``TRACKED_LETTERS``) are checked for a cancel request.
 CANCEL_CHECK_S = 0.5
 #: Most pending messages a starting consumer takes back from its earlier incarnation.
 RECOVER_MAX = 10_000

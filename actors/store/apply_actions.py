@@ -61,6 +61,7 @@ from actors.store.selection import Selector, readable_tasks, select_partition, s
 from runtime.logging import emit_events
 
 if TYPE_CHECKING:
+    from actors.store.scripts import Scripts
     from actors.store.tasks import TaskStore
 
 _ACTOR = "store"
@@ -200,12 +201,11 @@ async def _batch(
         now = await store.now_ms()
         if spec.note is not None:
             note = encode_note(spec.note, spec.action, now, state.key_id)
-        items = [
-            BatchItem(t.task_id, *resume_point(t, now), tracked=t.schedule.overlap != "allow_all",
-                      version=t.updated_ms, paused=paused_skips(t, now))
-            if spec.action == "resume" else BatchItem(t.task_id)
-            for t in chunk
-        ]  # fmt: skip
+        items = (
+            await _resumes(scripts, chunk, now)
+            if spec.action == "resume"
+            else [BatchItem(t.task_id) for t in chunk]
+        )
         action = spec.action
     reply = await scripts.action_batch(
         partition, state.action_id, action, mark, items, final=final, note=note,
@@ -214,6 +214,23 @@ async def _batch(
     if reply.moved is None and action != "mark":
         _log_changes(state, chunk, items, reply)
     return reply
+
+
+async def _resumes(scripts: Scripts, chunk: Sequence[Task], now: int) -> list[BatchItem]:
+    """The batch's resumes: each task's next time, and the grid times its pause skipped
+    after the latest one its flight decided. A cron's are walked (up to a thousand a
+    task): the loop lets the node's other work run between tasks."""
+    tracked = [t.task_id for t in chunk if t.schedule.overlap != "allow_all"]
+    decided = await scripts.latest_decided(tracked)
+    items = []
+    for t in chunk:
+        items.append(
+            BatchItem(t.task_id, *resume_point(t, now), tracked=t.schedule.overlap != "allow_all",
+                      version=t.updated_ms, paused=paused_skips(t, now, decided.get(t.task_id)))
+        )  # fmt: skip
+        if t.schedule.kind == "cron":
+            await trio.lowlevel.checkpoint()
+    return items
 
 
 def _log_changes(

@@ -309,6 +309,24 @@ class FlightScripts(TaskScripts):
                 decisions[item[0].decode()] = _decision(item)
         return decisions
 
+    async def latest_decided(self, task_ids: Sequence[str]) -> dict[str, int]:
+        """The latest grid time each task's flight decided (its record's last field: in
+        flight, waiting, skipped or run), for the tasks that have one, in one round trip:
+        a resume counts only the grid times after it as skipped by the pause."""
+        if not task_ids:
+            return {}
+        k = self.keys
+        raws = await self.client.pipeline(
+            [("HGET", k.flights(k.partition_of(t)), t) for t in task_ids]
+        )
+        out = {}
+        for task_id, raw in zip(task_ids, raws, strict=True):
+            if isinstance(raw, bytes) and b"|" in raw:  # another kind of value: none known
+                decided = stored_number(raw.rpartition(b"|")[2])
+                if decided is not None:
+                    out[task_id] = decided
+        return out
+
     async def confirm_flights(self, token: str, task_ids: Sequence[str]) -> None:
         """``confirm_flights.lua``: an operator's call appended the fires it put in flight."""
         by: dict[int, list[str]] = defaultdict(list)

@@ -114,10 +114,16 @@ def _revival(
     return resume_point(attrs.evolve(task, schedule=schedule, next_run_ms=anchor), now_ms)
 
 
-def paused_skips(task: Task, now_ms: int) -> tuple[int, int] | None:
+def paused_skips(task: Task, now_ms: int, decided_ms: int | None = None) -> tuple[int, int] | None:
     """The grid times a paused task's pause skipped, resumed at ``now_ms``: (how many,
-    the last of them), None when none (``actors.domain.misfires.paused_past``)."""
-    count, last = paused_past(task.schedule, task.next_run_ms, now_ms, task.fires)
+    the last of them), None when none (``actors.domain.misfires.paused_past``). Only
+    those after ``decided_ms``, the latest grid time its flight decided (a task with an
+    overlap policy: its next time may be one decided already, run or waiting: a task
+    parked on it, or paused between a claim and its commit)."""
+    first = task.next_run_ms
+    if first is not None and decided_ms is not None and first <= decided_ms:
+        first = task.schedule.next_after(decided_ms)
+    count, last = paused_past(task.schedule, first, now_ms, task.fires)
     return None if last is None else (count, last)
 
 

@@ -385,8 +385,10 @@ class TaskStore:
                 if task is not None:
                     now = await self.now_ms()
                     next_ms, score = resume_point(task, now)
-                    skipped = paused_skips(task, now)
                     tracked = task.schedule.overlap != "allow_all"
+                    scripts = await self.scripts()
+                    decided = (await scripts.latest_decided([task_id])) if tracked else {}
+                    skipped = paused_skips(task, now, decided.get(task_id))
                     version = task.updated_ms
             code, status, dropped, task_type = await (await self.scripts()).set_status(
                 task_id, action, next_ms, score, stored, tracked, version, skipped
