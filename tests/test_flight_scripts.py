@@ -332,3 +332,16 @@ async def test_an_operators_call_leaves_the_waiting_grid_fires_to_the_poller(
     assert trigger["t"].run == [(5001, True)]
     record = await _record(scripts, "t")
     assert "2000" in record[3] and "3000" in record[3]  # still waiting, behind it
+
+
+async def test_a_cancel_request_is_read_again_until_its_run_is_cancelled(
+    scripts: Scripts,
+) -> None:
+    """A consumer's look-up of cancel requests is repeated whole after a lost reply: it
+    must find them again (removed by the look-up itself, the repeat found none and the
+    replaced fire ran to its end). They are removed once the runs are cancelled."""
+    await scripts.cancel_fires({"t": ["a:1", "b:2"]})
+    assert await scripts.cancel_requests("t", ["a:1", "c:3"]) == ["a:1"]
+    assert await scripts.cancel_requests("t", ["a:1", "c:3"]) == ["a:1"]  # the repeat
+    await scripts.take_cancel_requests("t", ["a:1"])
+    assert await scripts.cancel_requests("t", ["a:1", "b:2"]) == ["b:2"]

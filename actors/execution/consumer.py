@@ -266,6 +266,10 @@ class Consumer:
                     functools.partial(scripts.cancel_requests, self.type, sids)
                 )
                 pool.cancel([running[sid] for sid in named])
+                if named:  # taken once cancelled: a lost reply before cancels nothing less
+                    await scripts.client.ride_out(
+                        functools.partial(scripts.take_cancel_requests, self.type, named)
+                    )
 
     @staticmethod
     async def _watch_stop(

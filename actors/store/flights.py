@@ -347,16 +347,19 @@ class FlightScripts(TaskScripts):
         )
 
     async def cancel_requests(self, task_type: str, sids: Sequence[str]) -> list[str]:
-        """Which of ``sids`` a cancel request names; those requests are taken (removed).
-        A request its fire ended before taking goes with the fire's ACK (``ack.lua``)."""
+        """Which of ``sids`` a cancel request names (read only: ``take_cancel_requests``
+        removes them once their runs are cancelled, so a repeat after a lost reply finds
+        them still). A request its fire ended before taking goes with the fire's ACK
+        (``ack.lua``)."""
         if not sids:
             return []
-        key = self.keys.cancels(task_type)
-        found = await self.client.execute("HMGET", key, *sids)
-        named = [sid for sid, at in zip(sids, found, strict=True) if at is not None]
-        if named:
-            await self.client.execute("HDEL", key, *named)
-        return named
+        found = await self.client.execute("HMGET", self.keys.cancels(task_type), *sids)
+        return [sid for sid, at in zip(sids, found, strict=True) if at is not None]
+
+    async def take_cancel_requests(self, task_type: str, sids: Sequence[str]) -> None:
+        """Remove these cancel requests: their runs are cancelled (a repeat removes none)."""
+        if sids:
+            await self.client.execute("HDEL", self.keys.cancels(task_type), *sids)
 
     def end_flight_calls(self, ends: Sequence[FlightEnd]) -> list[Call]:
         """``end_flights.lua`` calls, one per partition."""
