@@ -441,6 +441,16 @@ class Config:
             raise ValueError("processes.api: several API processes share one port: set api.bind")
         if self.processes.consumers and not self.consumers:
             raise ValueError("processes.consumers: needs at least one [consumers.<type>] section")
+        # A blocking read is answered after block_ms, and read with the socket timeout: one
+        # not well within it timed out on every idle stream (a false outage, every cycle).
+        limit_ms = self.redis.socket_timeout_s * 1000 / 2
+        for name, section in self.consumers.items():
+            if section.block_ms > limit_ms:
+                raise ValueError(
+                    f"consumers.{name}.block_ms: {section.block_ms} ms must be at most half "
+                    f"of redis.socket_timeout_s ({self.redis.socket_timeout_s:g} s): a read "
+                    "that waits that long for messages is read with the socket timeout"
+                )
         # Each type's consumer holds an I/O thread (a connection) for up to block_ms while it
         # waits for messages; the pollers', claimers' and API's calls need threads too.
         needed = len(self.consumers) + IO_THREADS_SPARE

@@ -90,6 +90,11 @@ def test_a_new_namespace_on_a_cluster_gets_partitions_enough_to_spread(tmp_path:
             + "".join(f'[consumers.t{i}]\nhandler = "actors.examples:echo"\n' for i in range(2)),
             "redis.max_connections: 9 is too few for 2 consumer types",
         ),
+        (
+            '[redis]\nsocket_timeout_s = 1\n[consumers.t]\nhandler = "actors.examples:echo"\n'
+            "block_ms = 2000\n",
+            "consumers.t.block_ms: 2000 ms must be at most half of redis.socket_timeout_s (1 s)",
+        ),
         ("[node]\nrestart_attempts = 0\n", "node.restart_attempts: must be within 1..10000"),
         # no infinity, no number past 2^53: refused here, not an overflow later
         ("[scheduler]\ndedupe_window_s = inf\n", "scheduler.dedupe_window_s: must be >= 0 and"),
