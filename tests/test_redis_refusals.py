@@ -540,3 +540,32 @@ async def test_a_consumer_waiting_out_its_setup_stops_when_asked(
     assert took < 30, took  # not the 60 s grace
     assert not _events(log_lines, "consumer_ready")
     assert not _events(log_lines, "actor_crashed")
+
+
+async def test_a_stop_whose_last_flush_redis_refuses_still_hands_the_fires_back(
+    server: RedisProcess, own_client: RedisClient, namespace: str, tmp_path: Path,
+    record: Path, log_lines: LogLines,
+) -> None:  # fmt: skip
+    """A node stops while Redis refuses writes (maxmemory): its consumer's last flush is
+    refused again and again. It gets half the cleanup's time; then what the consumer held
+    is handed back all the same (release.lua writes nothing Redis refuses then), to run
+    again at once elsewhere, not after a lease, and without a delivery counted against
+    it. Waiting on the flush for the whole cleanup left the release out."""
+    store = TaskStore(own_client, namespace, default_partitions=4)
+    section = ConsumerSection(handler="tests.handlers.jobs:sleepy")
+    config = node_config(server.url, namespace, tmp_path, {"slow": section}, grace_s=4.0)
+    await store.create(TaskSpec("slow", Schedule("once", at_ms=0), {"sleep_s": 1.5}))
+    try:
+        async with running_node(config):
+            await wait_until(lambda: _true(any(r["event"] == "started" for r in records(record))))
+            await own_client.execute("CONFIG", "SET", "maxmemory", "1")
+        keys = await store.keys()
+        raw = own_client.raw
+        (entry,) = await own_client.run_sync(
+            lambda: raw.xpending_range(keys.queue("slow"), GROUP, "-", "+", 10)
+        )  # ran, its outcome never written: pending, handed back (idle ten years)
+        assert entry["time_since_delivered"] >= 10**11, entry
+        assert _events(log_lines, "last_flush_cut")
+        assert _events(log_lines, "released")
+    finally:
+        await own_client.execute("CONFIG", "SET", "maxmemory", "0")

@@ -234,10 +234,21 @@ class Consumer:
             self.alone.forget_pool(self.state.free)
             self.state.name = None
             with ctx.cleanup():
-                await self._flush(scripts, flight)
-                if self.held.queues:  # one last try; else handed back with the rest
-                    async with self.state.pending_lock:
-                        await self.held.try_all(scripts, flight, self._say_settled)
+                # The last flush gets half the cleanup's time: one Redis keeps refusing
+                # (writes at maxmemory) is cut there, and what it held is handed back
+                # below all the same (release.lua writes nothing Redis refuses then) to
+                # run again elsewhere at once, not after a lease, counted as a delivery.
+                with trio.move_on_after(ctx.cleanup_grace_s / 2) as flushing:
+                    await self._flush(scripts, flight)
+                    if self.held.queues:  # one last try; else handed back with the rest
+                        async with self.state.pending_lock:
+                            await self.held.try_all(scripts, flight, self._say_settled)
+                if flushing.cancelled_caught:
+                    ctx.log.warning(
+                        "last_flush_cut", type=self.type, grace_s=ctx.cleanup_grace_s / 2,
+                        fix="Redis refused or did not answer the outcomes of the fires that "
+                        "ended last: they are handed back and run again",
+                    )  # fmt: skip
                 if lost:  # what is pending under the name is its new holder's too
                     ctx.log.error("consumer_name_lost", consumer=name, holder=lost[0])
                 else:  # under the lock: no reclaim's reply lands on what it hands back
