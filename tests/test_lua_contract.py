@@ -144,3 +144,12 @@ BY_NUMBER = re.compile(r"\b(?:s|st|state|r|run|s0|values)\[[0-9]+\]")
 def test_no_script_reads_a_record_by_number() -> None:
     found = [f"{f}: {m}" for f, source in SCRIPTS.items() for m in BY_NUMBER.findall(source)]
     assert found == [], "read it by name (STATE_*, RUN_* in actors/store/codes.py)"
+
+
+def test_the_tracked_policies_are_every_overlap_letter_but_allow_alls() -> None:
+    """``TRACKED_POLICIES`` (the scripts' copy) names the letters of ``flights.LETTERS``
+    whose fires are tracked: all but ``allow_all``'s."""
+    from actors.store.flights import LETTERS, TRACKED_LETTERS
+
+    assert frozenset(LETTERS.values()) - {LETTERS["allow_all"]} == TRACKED_LETTERS
+    assert set(codes.TRACKED_POLICIES) == TRACKED_LETTERS

@@ -106,11 +106,15 @@ RETRY_PRIORS = 8
 #: "no time" (``lua/history.lua``, ``actors.store.history``).
 HISTORY_ENTRY = 12
 HISTORY_ERRORS = 5
+NO_TIME = 65535
 #: Most fields of a stream entry a dead letter carries as they are (``dead_letter.lua``
 #: and ``reclaim.lua`` pass them to one XADD: Lua 5.1 passes at most ~8,000 values to a
 #: call); past them, the rest go in one field, ``folded``.
 ENTRY_FIELDS = 3000
-NO_TIME = 65535
+#: The first letters of the policy codes of tracked fires (an overlap policy's, every
+#: one but ``allow_all``'s ``A``: ``actors.store.flights.LETTERS``), which a
+#: ``cancel_other`` fire may replace: their cancel requests go with them.
+TRACKED_POLICIES = "1BCS"
 
 LUA_NAMES: dict[str, int | str] = {
     **{f"CODE_{code.name}": int(code) for code in Code},
@@ -130,6 +134,7 @@ LUA_NAMES: dict[str, int | str] = {
     "HISTORY_ENTRY": HISTORY_ENTRY,
     "HISTORY_ERRORS": HISTORY_ERRORS,
     "ENTRY_FIELDS": ENTRY_FIELDS,
+    "TRACKED_POLICIES": TRACKED_POLICIES,
     "NO_TIME": NO_TIME,
     "STATE_VALUES": STATE_VALUES,
     "RUN_VALUES": RUN_VALUES,

@@ -30,7 +30,7 @@ import attrs
 
 from actors.domain.schedules import Schedule
 from actors.store import lua
-from actors.store.codes import flag
+from actors.store.codes import TRACKED_POLICIES, flag
 from actors.store.history import DEFAULT_HISTORY
 from actors.store.keys import schedule_id
 from actors.store.queue_rows import stored_number
@@ -50,8 +50,9 @@ LETTERS = {"allow_all": "A", "skip": "S", "buffer_one": "1", "buffer_all": "B",
            "cancel_other": "C"}  # fmt: skip
 #: The letters of the policies whose fires are tracked (in flight, one at a time): any of
 #: them may be cancelled by a ``cancel_other`` fire, the task's own or an operator's
-#: trigger or backfill under ``cancel_other`` (whatever the task's own policy).
-TRACKED_LETTERS = frozenset(LETTERS.values()) - {"A"}
+#: trigger or backfill under ``cancel_other`` (whatever the task's own policy). The
+#: scripts read them as ``TRACKED_POLICIES``.
+TRACKED_LETTERS = frozenset(TRACKED_POLICIES)
 #: Most due times a ``buffer_all`` task keeps waiting; later ones are not run (``overlap``).
 BUFFER_CAP = 1000
 #: A poller's claim lease by default (``[scheduler] claim_lease_ms``): until it has passed,

@@ -48,7 +48,8 @@
 --     claim before it read a task written after it, and any claim after it applied the
 --     misfire policy to the times it found missed. 'version' is raised to it there, so a
 --     task written in the same millisecond after the claim has a later version, one
---     written before it not (the comparison is exact, whatever the clock's resolution). At a takeover it becomes owed_from: a
+--     written before it not (the comparison is exact, whatever the clock's resolution).
+--     At a takeover it becomes owed_from: a
 --     task written after it has its times before it under its policy, those after it
 --     owed (tick_plan.plan_fire). Unknown (an earlier version's hash has none) or later
 --     than now (a clock that stepped back): NONE, every time from the due one owed.
@@ -74,6 +75,8 @@ local lease = tonumber(ARGV[5])
 local owed, owed_version = tonumber(o[3] or NONE), o[6] or ''
 local owed_from = tonumber(o[9] or '')
 local fields = {}  -- the owner hash's changes, written in one HSET
+-- the partition's version raised to now, written with 'renewed' (above)
+local raised = ms(math.max(tonumber(o[7] or 0), now))
 -- the caller's states are the stored ones (no write since, and no other owner)
 local known = lean and ARGV[10] ~= '' and o[1] == me and writes == ARGV[10]
 if o[1] ~= me then
@@ -82,7 +85,7 @@ if o[1] ~= me then
   owed = o[2] and math.min(now, tonumber(o[2]) + lease) or NONE
   -- (no version yet, or one an earlier version's writes left behind the clock: any task
   -- written before now is owed, as a write after it gets at least now)
-  owed_version = ms(math.max(tonumber(o[7] or 0), now))
+  owed_version = raised
   local renewed = tonumber(o[8] or '')
   owed_from = renewed and renewed <= now and renewed or NONE
   writes = ms(tonumber(writes) + 1)
@@ -90,8 +93,7 @@ if o[1] ~= me then
             'writes', writes, 'owed_version', owed_version, 'owed_from', ms(owed_from),
             'version', owed_version}
 elseif held_until - now < lease / 2 then  -- once half of it is gone
-  fields = {'until', ms(now + lease), 'renewed', ms(now),
-            'version', ms(math.max(tonumber(o[7] or 0), now))}
+  fields = {'until', ms(now + lease), 'renewed', ms(now), 'version', raised}
 end
 local priors, kept, forgotten = {}, {}, 0
 local oldest = now - tonumber(ARGV[7])

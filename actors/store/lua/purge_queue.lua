@@ -39,7 +39,7 @@ for _, e in ipairs(entries) do
   for j = 1, #raw, 2 do f[raw[j]] = raw[j + 1] end
   if f.o and f.task_id and f.due_ms then
     ended[#ended + 1], ended[#ended + 2], ended[#ended + 3] = f.task_id, f.due_ms, f.o
-    if not look and f.o ~= '' and string.find('SBC1', string.sub(f.o, 1, 1), 1, true) then
+    if not look and f.o ~= '' and string.find(TRACKED_POLICIES, string.sub(f.o, 1, 1), 1, true) then
       redis.pcall('HDEL', KEYS[2], f.task_id .. ':' .. f.due_ms)  -- rejected: lapses
     end
   end

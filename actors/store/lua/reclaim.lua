@@ -117,7 +117,7 @@ for _, p in ipairs(pending) do
             -- checked above)
             redis.pcall('HSET', KEYS[3], id, cmsgpack.pack({now, task, due, o, attempt}))
             redis.pcall('PEXPIRE', KEYS[3], 604800000)
-            if o ~= '' and string.find('SBC1', string.sub(o, 1, 1), 1, true) then
+            if o ~= '' and string.find(TRACKED_POLICIES, string.sub(o, 1, 1), 1, true) then
               redis.pcall('HDEL', KEYS[4], task .. ':' .. due)  -- rejected: lapses
             end
           end

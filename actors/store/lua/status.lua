@@ -12,8 +12,8 @@
 -- the task's note in <tag>:notes (the earlier note described a status the task has left);
 -- nothing is written when nothing changes. paused: a resume's 'count:last' of the grid
 -- times the pause skipped ('' = none: actors.domain.misfires.paused_past), noted not run
--- (reason 'paused') in the partition's not-run record. Returns code, status, and the due times of
--- the fires a stop dropped (comma separated, '' = none: drop_waiting): code 1 changed,
+-- (reason 'paused') in the partition's not-run record. Returns code, status, and the due
+-- times of the fires a stop dropped (comma separated, '' = none: drop_waiting): code 1 changed,
 -- 0 already so, -1 conflict, -2 not found, -3 not allowed from status.
 local function change_status(tag, b, id, action, next_ms, score, note, schedule, tracked,
                              version, paused)
