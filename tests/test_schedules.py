@@ -108,6 +108,46 @@ def test_cron_in_a_fall_back_fold(zone: str, day: tuple[int, int, int], repeated
     assert [b - a for a, b in itertools.pairwise(fold)] == [30 * 60 * 1000] * 5
 
 
+@pytest.mark.parametrize(
+    ("zone", "cron"),
+    [
+        ("Europe/Berlin", "*/7 * * * *"),
+        ("America/New_York", "15,45 1-3 * * *"),
+        ("Australia/Lord_Howe", "*/10 1-3 * * *"),  # a 30-minute clock change
+        ("America/Santiago", "0 * * * *"),  # the change at midnight
+        ("Pacific/Chatham", "45 2-4 * * *"),
+    ],
+)
+@pytest.mark.parametrize("month", [3, 4, 9, 10, 11])
+def test_a_crons_missed_times_across_a_clock_change_are_its_grid_each_once(
+    zone: str, cron: str, month: int
+) -> None:
+    """A poller back after three days planning ``fire_all`` fires (and counting the
+    misses past the cap) walks the same times as the grid does one ``next_after`` at a
+    time, through whatever clock change the days hold."""
+    schedule = Schedule("cron", cron=cron, tz=zone, misfire="fire_all", misfire_cap=10_000)
+    for day in (1, 8, 15, 22, 29):
+        due = schedule.first_due(ms(zone, 2024, month, day))
+        assert due is not None
+        now = due + 3 * 24 * 3_600_000
+        grid = [t for t in run_grid(schedule, due, 1_200) if t <= now]
+        plan = plan_fires(schedule, due, now, 0)
+        assert list(plan.fires) == grid[: len(plan.fires)]
+        assert len(plan.fires) == min(len(grid), 1_001)  # the scan's bound
+        assert plan.next_ms == schedule.next_after(plan.fires[-1]) or len(grid) > 1_001
+
+
+def test_a_crons_missed_times_walked_from_inside_the_repeated_hour_are_its_grid() -> None:
+    zone = "America/New_York"
+    schedule = Schedule("cron", cron="*/20 * * * *", tz=zone, misfire="fire_all")
+    second_pass = dt.datetime(2024, 11, 3, 1, 0, fold=1, tzinfo=zoneinfo.ZoneInfo(zone))
+    due = int(second_pass.timestamp() * 1000)
+    assert schedule.next_after(due - 1) == due  # a grid time of the second pass
+    plan = plan_fires(schedule, due, due + 3 * 3_600_000, 0)
+    assert list(plan.fires) == run_grid(schedule, due, 10)
+    assert iso(zone, plan.fires[1]) == "2024-11-03T01:20:00-05:00"
+
+
 @pytest.mark.parametrize("misfire", ["coalesce", "fire_all", "skip"])
 def test_a_cron_planned_from_inside_the_repeated_hour_fires_each_time_once(misfire: str) -> None:
     """A task created, resumed or claimed late in the second pass of the hour a fall-back

@@ -152,11 +152,7 @@ def _overdue(schedule: Schedule, due_ms: int, now_ms: int, cap: int) -> list[int
         count = (now_ms - due_ms) // every + 1
         head = [due_ms + k * every for k in range(min(cap, count))]
         return [*head, due_ms + (count - 1) * every] if count > cap else head
-    out, cur = [due_ms], schedule.next_after(due_ms)
-    while cur is not None and cur <= now_ms and len(out) <= max(cap, _MAX_CRON_SCAN):
-        out.append(cur)
-        cur = schedule.next_after(cur)
-    return out
+    return _cron_walk(schedule, due_ms, now_ms, max(cap, _MAX_CRON_SCAN) + 1)
 
 
 def _count_overdue(schedule: Schedule, due_ms: int, now_ms: int) -> int:
@@ -196,11 +192,15 @@ def paused_past(
 
 
 def _cron_walk(schedule: Schedule, first_ms: int, last_ms: int, most: int) -> list[int]:
-    """A cron's times from ``first_ms`` (one of them) up to ``last_ms``, at most ``most``,
-    from one iterator (a fresh one a step costs about four times as much: a resume of
-    many cron tasks reads them all); a time at or before the one before it (an hour a
-    clock set back repeats) is passed over, as ``Schedule.next_after`` passes it."""
+    """A cron's times from ``first_ms`` (one of them) up to ``last_ms`` (within the grid's
+    end), at most ``most``: the chain of ``Schedule.next_after`` from ``first_ms``, walked
+    on one iterator. A fresh iterator a step (``next_after``) costs three to four times as
+    much, and a poller back from an outage, or a resume, walks a missed day of a
+    per-minute cron for each such task. A time at or before the one before it (an hour a
+    clock set back repeats) is passed over, as ``next_after`` passes it."""
     assert schedule.cron is not None
+    if schedule.end_ms is not None:
+        last_ms = min(last_ms, schedule.end_ms)
     out = [first_ms]
     start = dt.datetime.fromtimestamp(first_ms / 1000, tz=zoneinfo.ZoneInfo(schedule.tz))
     try:
