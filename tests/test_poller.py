@@ -465,8 +465,8 @@ class EndsAFireBeforeCommitting(Poller):
 
     ends: list[FlightEnd] = []
 
-    async def _apply_policies(self, scripts: Scripts, token: str, plan: Any) -> Any:
-        decided = await super()._apply_policies(scripts, token, plan)
+    async def _apply_policies(self, scripts: Scripts, token: str, plan: Any, writes: Any) -> Any:
+        decided = await super()._apply_policies(scripts, token, plan, writes)
         if self.ends:
             await scripts.end_flights(self.ends)
             self.ends = []

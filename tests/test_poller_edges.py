@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 import trio
 
 from actors.domain.model import TaskSpec
-from actors.domain.schedules import Schedule
+from actors.domain.schedules import Overlap, Schedule
 from actors.scheduling.poller import Poller, PollerSettings
-from actors.store.flights import Planned
+from actors.store.flights import Decision, Planned
 from actors.store.replies import Fire, FireCommit, fire_commit, held_commit
+from actors.store.scripts import Scripts
 from actors.store.tasks import TaskStore
 from runtime.logging import get_logger
 from runtime.redis_io import RedisClient
@@ -265,3 +268,75 @@ async def test_fires_a_claim_made_before_a_pause_are_counted_against_max_runs(
     assert await stream_fires(store, "t") == []  # nothing more enqueued (none was here)
     resumed = await store.get("m")
     assert resumed is not None and (resumed.status, resumed.fires) == ("finished", 1)
+
+
+class _WriteBeforeDecision(Scripts):
+    """The poller's scripts, with an API write made once between a claim and its overlap
+    decision (an operator's update landing in that window)."""
+
+    def __init__(self, scripts: Scripts, write: Callable[[], Awaitable[object]]) -> None:
+        super().__init__(scripts.client, scripts.keys)
+        self._write: Callable[[], Awaitable[object]] | None = write
+
+    async def decide_overlaps(self, *args: Any, **kwargs: Any) -> dict[str, Decision]:
+        if self._write is not None:
+            write, self._write = self._write, None
+            await write()
+        return await super().decide_overlaps(*args, **kwargs)
+
+
+async def _due_times(store: TaskStore, task_type: str) -> list[int]:
+    return [int(f["due_ms"]) for f in await stream_fires(store, task_type)]
+
+
+async def test_a_task_updated_between_its_claim_and_decision_runs_its_new_schedule(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A skip task claimed on its grid, then updated to a one-shot before the claim's
+    overlap decision: the old schedule's decision is not written over the flight record
+    the update reset (its grid time would count as decided, and the one-shot, earlier,
+    would never run nor be said not run); the one-shot runs."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    start = await store.now_ms() - 10
+    await store.create(
+        TaskSpec("t", Schedule("interval", every_s=60, start_ms=start, overlap="skip"), task_id="s")
+    )
+    once_at = start - 1000
+    one_shot = Schedule("once", at_ms=once_at, overlap="skip")
+    scripts = await store.scripts()
+    poller = Poller(store, PollerSettings())
+    racing = _WriteBeforeDecision(scripts, lambda: store.update("s", schedule=one_shot))
+    await poller.tick(racing, [0], get_logger())
+    assert await _due_times(store, "t") == []  # the old grid time: not decided
+    for _ in range(3):
+        await poller.tick(scripts, [0], get_logger())
+        if await _due_times(store, "t"):
+            break
+        await trio.sleep(0.01)
+    assert await _due_times(store, "t") == [once_at]
+
+
+async def test_a_policy_changed_to_allow_all_between_claim_and_decision_leaves_none_waiting(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A buffer_all task claimed for three missed times, changed to allow_all on the same
+    grid before the decision: no flight record of the old policy is written (it would
+    hold two fires waiting that allow_all runs anyway, to start again once the task is
+    back on a tracked policy); each time runs once."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    start = await store.now_ms() - 2500
+
+    def every(overlap: Overlap) -> Schedule:
+        return Schedule("interval", every_s=1, start_ms=start, overlap=overlap, misfire="fire_all")
+
+    await store.create(TaskSpec("t", every("buffer_all"), task_id="b"))
+    scripts = await store.scripts()
+    poller = Poller(store, PollerSettings())
+    racing = _WriteBeforeDecision(scripts, lambda: store.update("b", schedule=every("allow_all")))
+    await poller.tick(racing, [0], get_logger())
+    keys = scripts.keys
+    assert await redis_client.execute("HGET", keys.flights(0), "b") is None
+    await poller.tick(scripts, [0], get_logger())
+    dues = await _due_times(store, "t")
+    assert dues[:3] == [start, start + 1000, start + 2000]
+    assert len(dues) == len(set(dues))

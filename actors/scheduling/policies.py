@@ -19,7 +19,7 @@ Each fire not run is one ``not_run`` line (reason ``overlap`` or ``expired``), c
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -96,10 +96,12 @@ async def apply_policies(
     planned: list[tuple[int, Claimed, FirePlan]],
     history: int = DEFAULT_HISTORY,
     takeover_ms: int = 0,
+    writes: Mapping[int, int] | None = None,
 ) -> PolicyFires:
     """The fires of ``planned`` (partition, task, plan) that run; ``overlap.lua`` is
     called only if a task has an overlap policy or an expired fire. A repeat (same
-    ``token``) decides the same again."""
+    ``token``) decides the same again. ``writes``: each partition's count of API writes
+    as claimed (a task changed since is not decided for: ``decide_overlaps``)."""
     out = PolicyFires()
     asked: dict[int, list[Planned]] = defaultdict(list)
     claimed: dict[str, tuple[Claimed, FirePlan, str]] = {}
@@ -122,15 +124,17 @@ async def apply_policies(
             dues = []
         if policy.tracked or expired:
             ends = plan.next_ms is None
-            asked[partition].append(
-                Planned(task.task_id, policy.letter, dues, expired, ends, task.type)
+            item = Planned(
+                task.task_id, policy.letter, dues, expired, ends, task.type, task.updated_ms
             )
+            asked[partition].append(item)
             claimed[task.task_id] = (task, plan, code)
     if not asked:
         return out
     decisions = await scripts.decide_overlaps(
-        token, asked, history=history, takeover_ms=takeover_ms, rejected=out.rejected
-    )
+        token, asked, history=history, takeover_ms=takeover_ms, rejected=out.rejected,
+        writes=writes,
+    )  # fmt: skip
     gone = {r.part for r in out.rejected}
     if gone:  # their plain fires too: the partition is claimed and planned again later
         partition_of = scripts.keys.partition_of

@@ -276,7 +276,8 @@ class Poller:
             )
         claims = await self._claim(scripts, partitions, token, log, aside)
         plan = plan_claims(claims, debug_enabled())
-        decided = await self._apply_policies(scripts, token, plan)
+        writes = {c.partition: c.writes for c in claims}
+        decided = await self._apply_policies(scripts, token, plan, writes)
         if decided.rejected:  # left out: its tasks planned again when claimed again
             for rejected in decided.rejected:
                 self._aside.add(rejected, aside)
@@ -291,7 +292,6 @@ class Poller:
         )
         if decided.waits:  # another decider's fire in flight: decided when claimed again
             commits = hold_back(commits, plan.plans, decided.waits)
-        writes = {c.partition: c.writes for c in claims}
         w = await self._enqueue_and_commit(scripts, token, plan, decided.fires, commits, writes)
         for rejected in w.aside:  # its commit sent again before its next claim
             self._aside.add(rejected, aside)
@@ -358,7 +358,9 @@ class Poller:
                     self._unreadable.add(task_id)
                     log.error("task_unreadable", task_id=task_id, error=problem)
 
-    async def _apply_policies(self, scripts: Scripts, token: str, plan: TickPlan) -> PolicyFires:
+    async def _apply_policies(
+        self, scripts: Scripts, token: str, plan: TickPlan, writes: dict[int, int]
+    ) -> PolicyFires:
         """The planned fires through the tasks' catch-up windows and overlap policies
         (``actors.scheduling.policies``): the running fires a ``cancel_other`` fire
         replaces are cancelled; each fire not run is a ``not_run`` line, written by the tick
@@ -372,6 +374,7 @@ class Poller:
                 plan.planned,
                 self.settings.history,
                 self.settings.claim_lease_ms,
+                writes,
             )
         )
         if decided.cancels:

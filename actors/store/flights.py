@@ -208,6 +208,10 @@ class Planned:
     """The plan ends the task's grid (no grid time after these)."""
     task_type: str = ""
     """The task's type (the attention list's entry names it)."""
+    version: int = 0
+    """The task's version as its claim read it (``Claimed.updated_ms``): a poller's
+    decision for a task an API write changed since (``decide_overlaps``' ``writes``)
+    decides nothing."""
 
 
 @attrs.frozen
@@ -282,6 +286,7 @@ class FlightScripts(TaskScripts):
         history: int = DEFAULT_HISTORY,
         takeover_ms: int = 0,
         rejected: list[PartRejected] | None = None,
+        writes: Mapping[int, int] | None = None,
     ) -> dict[str, Decision]:
         """``overlap.lua`` per partition: the decision for every planned task, by id.
         ``token``: the claim's (confirmed by its commit) or the operator call's (confirmed
@@ -291,14 +296,20 @@ class FlightScripts(TaskScripts):
         taken as dead: the claim lease; before, it may be on its way to its append);
         ``rejected``: a partition whose call Redis rejects (its keys of another kind) goes
         there as ``PartRejected``, its tasks left undecided (without it the first error is
-        raised)."""
+        raised); ``writes``: each partition's count of API writes as its claim read it
+        (``PartitionClaim.writes``): when an API write came since, a task whose version is
+        no longer ``Planned.version`` (updated, paused, resumed, stopped, deleted) is not
+        decided for (its ``wait_ms`` is 1: its commit finds it changed and leaves it to
+        its next claim), so no decision of a definition gone is written over the flight
+        record the write reset."""
         calls: list[Call] = []
         for partition, tasks in planned.items():
+            claimed = "" if writes is None else writes.get(partition, "")
             args: list[Any] = [BUFFER_CAP, token, flag(grid), self.keys.tag(partition),
-                               history, self.keys.buckets, takeover_ms]  # fmt: skip
+                               history, self.keys.buckets, takeover_ms, claimed]  # fmt: skip
             for t in tasks:
-                args += [t.task_id, t.task_type, t.letter, flag(t.ends), len(t.dues),
-                         len(t.expired), *t.dues, *t.expired]  # fmt: skip
+                args += [t.task_id, t.task_type, t.letter, flag(t.ends), t.version,
+                         len(t.dues), len(t.expired), *t.dues, *t.expired]  # fmt: skip
             keys = [self.keys.flights(partition), self.keys.not_run(partition)]
             calls.append((lua.OVERLAP, keys, args))
         decisions: dict[str, Decision] = {}

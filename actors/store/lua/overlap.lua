@@ -15,10 +15,18 @@
 -- ARGV[7]  ms after which a fire another claim or call put in flight, unconfirmed, is
 --          taken as its decider's that died (appended again): its decider may still be
 --          on its way to its append until then (0: at once)
--- ARGV[8..] per task: task_id, type, policy (A allow_all: expired times noted only, S skip,
+-- ARGV[8]  the partition's count of API writes as the claim read it ('' : not checked, an
+--          operator's call): when it moved, a task whose version is no longer the claimed
+--          one (updated, paused, resumed, stopped, deleted since) is not decided for: its
+--          wait is 1 ms, so its commit, which finds it changed, leaves it to its next claim
+--          (a decision of the old definition would write over the flight record the write
+--          reset: a grid time of the new schedule taken as decided, fires made to wait
+--          that the new policy runs at once)
+-- ARGV[9..] per task: task_id, type, policy (A allow_all: expired times noted only, S skip,
 --           1 buffer_one, B buffer_all, C cancel_other), FLAG_ON if the plan ends the task's
---           grid ('' otherwise), n, m, then n planned due times (in order), then m expired
---           due times (later than the catch-up window: not run, only noted)
+--           grid ('' otherwise), its version as claimed, n, m, then n planned due times (in
+--           order), then m expired due times (later than the catch-up window: not run, only
+--           noted)
 -- Returns per task: {task_id, due times to enqueue (comma separated; prefixed 'r' when an
 -- earlier decision put it in flight and was never confirmed: if the enqueue finds it
 -- appended already, that copy is the one in flight; then 'm' when an operator's call
@@ -51,13 +59,16 @@ local cap, token = tonumber(ARGV[1]), ARGV[2]
 local grid = ARGV[3] == FLAG_ON
 local tag, keep, buckets = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local takeover = tonumber(ARGV[7])
+local written = grid and ARGV[8] ~= ''
+  and (redis.call('HGET', tag .. ':poller', 'writes') or '0') ~= ARGV[8]
 local out = {}
 local now = now_ms()
-local i = 8
+local i = 9
 while i <= #ARGV do
   local id, task_type, policy, ends = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3] == FLAG_ON
-  local n, m = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
-  local first = i + 6
+  local version = ARGV[i + 4]
+  local n, m = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
+  local first = i + 7
   i = first + n + m
   local run, skipped, cancel, blocking, park, wait = {}, {}, {}, '', '', ''
   -- The task's state, read once when needed (try_state: nil when deleted, false when it
@@ -70,6 +81,10 @@ while i <= #ARGV do
   end
   local function exists() return task_state() ~= nil end
   local f = policy ~= 'A' and get_flight(KEYS[1], id)
+  if f and written then
+    local s = task_state()
+    if not s or ms(s[STATE_UPDATED_MS] or 0) ~= version then f, wait = false, '1' end
+  end
   local decided = grid and f and f.hw  -- the latest grid time decided before this call
   local before = {}  -- the times in flight or waiting before this call
   if decided then
