@@ -44,6 +44,7 @@ Cluster routing (``runtime.redis_cluster_native``), riding out outages and refus
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import threading
 import time
@@ -112,6 +113,10 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
         self._clock: tuple[float, int] | None = None  # (local monotonic s, Redis ms) at reading
         self._down_since: float | None = None
         """Monotonic time of the first failed call of the current outage; None: reachable."""
+        self._replica_seen = False
+        """A call met ``READONLY`` (``DirectCalls._classified`` notes it in place): the
+        server behind the URL is a replica now, and the next call connects anew
+        (``_connect_anew``)."""
         self._refused: RedisRefused | None = None
         """The refusal that began the current run of refused steps; None: none."""
         self._refused_steps = 0
@@ -193,10 +198,15 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
             except redis.exceptions.ResponseError as exc:
                 if isinstance(exc, NoScriptError):
                     raise
+                if isinstance(exc, redis.exceptions.ReadOnlyError):
+                    self._replica_seen = True
                 classified = classify(exc, self.description)
                 if classified is exc:
                     raise
                 raise classified from exc
+            finally:
+                if self._replica_seen:
+                    await self._connect_anew()
         except RedisRefused:
             if self._down_since is not None:  # refused: so it answers
                 self._mark_up()
@@ -404,6 +414,21 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
         """The redis-py client, for code that runs inside ``run_sync`` only (a cluster
         client may connect on first use)."""
         return self._raw
+
+    async def _connect_anew(self) -> None:
+        """After a ``READONLY`` reply: the server this node is connected to was demoted (a
+        failover behind one address: a managed endpoint's DNS name moved to the new
+        primary). Its connections still work, as a replica's, so nothing else would ever
+        replace them; every idle one is closed, and the next call connects to whatever
+        the address names now (one in use is closed when its own call meets the reply).
+        A Sentinel client asks the sentinels anew by itself; a Cluster is redirected."""
+        self._replica_seen = False
+        if self.is_cluster:
+            return
+        with contextlib.suppress(Exception):  # closing sockets: nothing to report
+            self._raw.connection_pool.disconnect(inuse_connections=False)
+        if self._native is not None:
+            await self._native.close_idle()
 
     async def aclose(self) -> None:
         """Close the pool once in-flight calls (even abandoned ones, each bounded by its

@@ -14,9 +14,10 @@ the database is not 0), hiredis's parser with redis-py's error classes, so the r
 the ones ``runtime.redis_wire`` reads from redis-py's connection, error replies returned in
 place. At most ``max_connections`` calls run at once; more wait in order.
 
-Failures: a connection that cannot be made, breaks, or stays silent for the socket timeout
-raises ``redis.exceptions.ConnectionError`` / ``TimeoutError`` (the client maps them as it
-does redis-py's); the connection is dropped. An error reply redis-py raises rather than
+Failures: a connection that cannot be made, breaks, stays silent for the socket timeout, or
+takes longer than it to take a call's bytes (a server that stopped reading) raises
+``redis.exceptions.ConnectionError`` / ``TimeoutError`` (the client maps them as it does
+redis-py's); the connection is dropped. An error reply redis-py raises rather than
 returns (``LOADING``, ``NOAUTH``, ``WRONGPASS``: its ``ConnectionError`` kinds) is raised
 likewise, after the call's other replies were read. A call is never sent twice: as redis-py
 checks a pooled connection before it sends, an idle connection the server has closed (a
@@ -201,12 +202,19 @@ class NativePool:
             await self._drop(conn)
             raise
 
-    @staticmethod
-    async def _send(conn: _Connection, packed: bytes) -> None:
-        try:
-            await conn.stream.send_all(packed)
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise redis.exceptions.ConnectionError(f"Error on the connection: {exc!r}") from exc
+    async def _send(self, conn: _Connection, packed: bytes) -> None:
+        """All of ``packed`` within the socket timeout (as redis-py's ``sendall`` has it):
+        a server that stops reading (paused, stopped, its network gone silent) fills the
+        socket's buffers, and a call larger than they are would wait for it for good, no
+        outage ever said. Timed out, its commands may have run in part: the caller drops
+        the connection, as for a silent read."""
+        with trio.move_on_after(self._timeout_s) as scope:
+            try:
+                await conn.stream.send_all(packed)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise redis.exceptions.ConnectionError(f"Error on the connection: {exc!r}") from exc
+        if scope.cancelled_caught:
+            raise redis.exceptions.TimeoutError("Timeout writing to socket")
 
     async def _receive(
         self, conn: _Connection, count: int, timeout_s: float | None = None
@@ -360,7 +368,7 @@ async def pipelined_on_each(
         for i in order:
             sent.add(i)  # from the first byte on, its commands may run
             try:
-                await NativePool._send(conns[i], jobs[i][1])
+                await jobs[i][0]._send(conns[i], jobs[i][1])
             except SERVER_LOST as exc:
                 if not each:
                     raise

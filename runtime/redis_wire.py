@@ -86,6 +86,7 @@ class DirectCalls:
     description: str
     is_cluster: bool
     _native: NativePool | None
+    _replica_seen: bool
 
     @property
     def _raw(self) -> Any:
@@ -182,6 +183,8 @@ class DirectCalls:
                 reply, NoScriptError
             ):
                 continue
+            if isinstance(reply, redis.exceptions.ReadOnlyError):
+                self._replica_seen = True  # the client connects anew (RedisClient._mapped)
             if not outages_in_place and reply_class(reply) is ReplyClass.TRANSIENT:
                 raise redis.exceptions.ConnectionError(reply_text(reply))
             # In place: transient (RedisUnavailable), refused, or rejected (the reply itself).

@@ -4,6 +4,7 @@ server, cancellation, and an abandoned write that ``wait_abandoned`` waits for."
 
 from __future__ import annotations
 
+import signal
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from runtime.errors import RedisRefused, RedisUnavailable
 from runtime.redis_io import RedisClient, Script
 from runtime.redis_wire import if_all_succeeded
 from runtime.testing.local_redis import RedisProcess
+from tests.waiting import eventually
 
 ECHO = Script("echo", "return {KEYS[1], ARGV[1]}")
 SET = Script("set", "redis.call('SET', KEYS[1], ARGV[1]) return 1")
@@ -315,3 +317,71 @@ async def test_calls_abandoned_while_another_is_waited_for_are_each_settled(
     finally:
         await client.aclose()
         await admin.aclose()
+
+
+async def test_a_call_too_large_for_a_stopped_servers_buffers_times_out(
+    own_server: RedisProcess, namespace: str
+) -> None:
+    """A stopped server (SIGSTOP: a VM paused, a process frozen) reads nothing; a call
+    larger than the sockets' buffers cannot be sent in full. It fails as an outage within
+    the socket timeout, as through redis-py, rather than waiting for the server for good;
+    once the server runs again, so do the calls."""
+    client = client_for(own_server.url, socket_timeout_s=0.5)
+    key = f"{namespace}:big"
+    try:
+        assert await client.scripts(SET, [([key], ["0"])]) == [1]
+        assert own_server.process is not None
+        own_server.process.send_signal(signal.SIGSTOP)
+        try:
+            with trio.fail_after(60), pytest.raises(RedisUnavailable, match="Timeout"):
+                await client.scripts(SET, [([key], ["x" * (32 << 20)])])
+        finally:
+            own_server.process.send_signal(signal.SIGCONT)
+        with trio.fail_after(30):
+            while True:
+                try:
+                    assert await client.scripts(SET, [([f"{key}:after"], ["1"])]) == [1]
+                    break
+                except RedisUnavailable:
+                    await trio.sleep(0.1)
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("native_io", [True, False])
+async def test_a_demoted_server_is_left_for_whatever_its_address_names_next(
+    own_server: RedisProcess, native_io: bool, namespace: str
+) -> None:
+    """The server behind the URL becomes a replica (a failover that moves a DNS name to
+    the new primary leaves the old one answering at its address): its ``READONLY`` reply
+    is an outage, and the connections that met it are closed, so the next call connects
+    anew (to the new primary, once the name points there) instead of writing to the
+    replica for good."""
+    primary = RedisProcess(find_server_binary()).start()
+    client = client_for(own_server.url, native_io=native_io)
+    admin = client_for(own_server.url, native_io=False)
+    key = f"{namespace}:k"
+    try:
+        assert await client.scripts(SET, [([key], ["1"])]) == [1]
+        assert await client.execute("GET", key) == b"1"
+        before = await _client_ids(admin)
+        await admin.execute("REPLICAOF", "127.0.0.1", primary.port)
+        with pytest.raises(RedisUnavailable, match="READONLY"):
+            await client.scripts(SET, [([key], ["2"])])
+
+        async def old_ones_closed() -> bool:
+            return not before & await _client_ids(admin)
+
+        await eventually(old_ones_closed, what="the connections to the replica closed")
+    finally:
+        await client.aclose()
+        await admin.aclose()
+        primary.remove()
+
+
+async def _client_ids(admin: RedisClient) -> set[bytes]:
+    """The ids of the server's connections but ``admin``'s own."""
+    own = await admin.execute("CLIENT", "ID")
+    listed = await admin.execute("CLIENT", "LIST")
+    ids = {line.split(b" ", 1)[0].removeprefix(b"id=") for line in listed.splitlines()}
+    return ids - {str(own).encode()}
