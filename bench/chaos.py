@@ -32,6 +32,10 @@ the primaries' vote), ``cluster-kill`` (the same cluster; SIGKILL a primary, and
 with whatever it had not yet sent its replica), ``cluster-reshard`` (three primaries;
 every slot holding the namespace's keys moved to the next primary, ten keys at a time,
 over about ``--fault-s``: partitions split between two primaries meanwhile),
+``endpoint-failover`` (a primary and its replica behind one address, a proxy standing for
+a managed endpoint's DNS name: the replica promoted with no write lost, the old primary
+made its replica, answering ``READONLY`` on the connections the nodes hold, and the
+address pointed at the new primary: ``bench.chaos_endpoint``),
 ``kill-nodes`` (SIGKILL a
 random node every ``--every-s``, restart it 3 s later), ``kill-children`` (SIGKILL a random
 child process of a node run with ``[processes]``, every ``--every-s``), ``stall-nodes``
@@ -94,10 +98,9 @@ import redis
 import redis.cluster
 import trio
 
-from bench import chaos_faults
+from bench import chaos_endpoint, chaos_faults, chaos_figures
 from bench.common import child_pids
 from bench.fire import NAMESPACE, _analyse, _register, start_nodes, stop_nodes
-from bench.handlers import DOOMED
 from runtime.embedded_redis import find_server_binary
 from runtime.testing.local_redis import LocalCluster, LocalSentinel, RedisProcess
 
@@ -106,14 +109,12 @@ SCENARIOS = (
     "kill-nodes", "kill-children", "stall-nodes", "flaky", "redis-busy", "redis-oom",
     "long-handler", "poison-kill", "stream-rejected", "partition-rejected",
     "outcomes-rejected", "dlq-rejected", "results-log-failing", "retry-unreadable",
-    "poison-ends-rejected", "cluster-reshard",
+    "poison-ends-rejected", "cluster-reshard", "endpoint-failover",
 )  # fmt: skip
 #: Scenarios whose handler fails one fire in ten on its first attempt (retries counted).
 FLAKY = ("flaky", "redis-oom", "retry-unreadable")
 #: Scenarios with one fire whose handler kills its consumer process every time it runs.
 KILLERS = ("poison-kill", "poison-ends-rejected")
-#: A fire due this close to a fault (before or after) may be in flight when it strikes.
-REACH_MS = 15_000
 
 
 def run(
@@ -126,7 +127,13 @@ def run(
         raise SystemExit("chaos: --duration-s must leave room: at least 4 intervals + 20 s")
     sentinel: LocalSentinel | None = None
     cluster: LocalCluster | None = None
-    if scenario == "sentinel-failover":
+    pair: tuple[RedisProcess, RedisProcess, chaos_endpoint.SwitchingProxy] | None = None
+    aof = ["--appendonly", "yes", "--appendfsync", "everysec"]
+    if scenario == "endpoint-failover":
+        server, replica = chaos_endpoint.start_pair(find_server_binary(), aof)
+        pair = (server, replica, chaos_endpoint.SwitchingProxy(server.port))
+        url = pair[2].url
+    elif scenario == "sentinel-failover":
         sentinel = LocalSentinel(find_server_binary()).start()
         server, url = sentinel.primary, sentinel.url
     elif scenario in ("cluster-failover", "cluster-kill", "cluster-reshard"):
@@ -134,9 +141,7 @@ def run(
         cluster.start()
         server, url = cluster.nodes[0], cluster.url
     else:
-        server = RedisProcess(
-            find_server_binary(), ["--appendonly", "yes", "--appendfsync", "everysec"]
-        ).start()
+        server = RedisProcess(find_server_binary(), aof).start()
         url = server.url
     workdir = Path(server.dir) / "bench"
     workdir.mkdir()
@@ -149,7 +154,9 @@ def run(
             _register, url, n, interval_s, "fire_all", cluster is not None, None, "allow_all",
             types,
         )  # fmt: skip
-        before = _count_tasks(url if cluster is not None else server.url, cluster is not None)
+        before = chaos_figures.count_tasks(
+            url if cluster is not None else server.url, cluster is not None
+        )
         options: dict[str, Any] = {
             "handler": "bench.handlers:record_flushed", "lease_s": 5.0,
             "cluster": cluster is not None,
@@ -181,6 +188,8 @@ def run(
             _sleep_until(t0_ms / 1000 + interval_s + 2)
             if sentinel is not None:
                 faults, exits = [chaos_faults.fail_over(sentinel)], 0
+            elif pair is not None:
+                faults = [chaos_endpoint.fail_over(pair[2], pair[0], pair[1])]
             elif cluster is not None:
                 start = time.time()
                 if scenario == "cluster-kill":
@@ -208,7 +217,7 @@ def run(
                 )  # fmt: skip
             # The fires owed at a failover's end get 15 s to start, however late it ended
             # (a loaded machine); the other faults end 15 s before the run does.
-            failovers = faults if sentinel is not None or cluster is not None else []
+            failovers = faults if sentinel or cluster or pair else []
             _sleep_until(max([t0_ms / 1000 + duration_s] + [end + 15 for _, end in failovers]))
             if scenario in KILLERS:
                 _wait_for_dead_letter(url)
@@ -216,12 +225,12 @@ def run(
         finally:
             stop_nodes(procs)
         figures = _analyse(workdir, n, interval_s, duration_s, t0_ms, scenario in FLAKY)
-        extra = _fault_figures(workdir, faults) | planted
+        extra = chaos_figures.fault_figures(workdir, faults) | planted
         if scenario == "dlq-rejected":  # every doomed fire's dead letter, each once
             with redis.Redis.from_url(url) as client:
                 dead = client.xrange(f"{{{NAMESPACE}:q:bench}}:dlq")
             extra["dead_letters"] = len(dead)
-            extra["dead_letters_expected"] = _doomed_fires(workdir)
+            extra["dead_letters_expected"] = chaos_figures.doomed_fires(workdir)
             noted = workdir / "pending_at_fault_end"
             extra["pending_at_fault_end"] = int(noted.read_text()) if noted.exists() else None
         if scenario in KILLERS:  # the killer's dead letter, and any other's
@@ -231,7 +240,7 @@ def run(
             extra["dead_letters_not_the_killer"] = sum(
                 1 for _, f in dead if (f[b"task_id"], f[b"reason"]) != (b"b0", b"poison")
             )
-        after = _count_tasks(
+        after = chaos_figures.count_tasks(
             sentinel.replica.url if sentinel is not None else url, cluster is not None
         )
     finally:
@@ -241,6 +250,9 @@ def run(
             cluster.remove()
         else:
             server.remove()
+        if pair is not None:
+            pair[2].close()
+            pair[1].remove()
     return {
         "scenario": scenario, "n": n, "interval_s": interval_s, "duration_s": duration_s,
         "nodes": nodes, "fault_s": fault_s, "faults": len(faults), **figures, **extra,
@@ -321,58 +333,6 @@ def _inject(
     return faults, exits
 
 
-def _fault_figures(workdir: Path, faults: list[tuple[float, float]]) -> dict[str, Any]:
-    """Duplicates split by whether a fault explains them; time to the first fresh fire."""
-    starts: dict[tuple[str, int, int], list[float]] = {}
-    for path in workdir.glob("fires-*.txt"):
-        for line in path.read_text().splitlines():
-            task_id, due_text, start, *attempt = line.split()
-            key = (task_id, int(due_text), int(attempt[0]) if attempt else 0)
-            starts.setdefault(key, []).append(float(start))
-    explained = unexplained = 0
-    for (_task, due, _attempt), times in starts.items():
-        if len(times) < 2:
-            continue
-        near = any(s * 1000 - REACH_MS <= due <= e * 1000 + REACH_MS for s, e in faults)
-        explained += near
-        unexplained += not near
-    ran_during = sum(
-        1 for (_, due, _), times in starts.items()
-        if any(s * 1000 <= due and min(times) <= e * 1000 for s, e in faults)
-    )  # fmt: skip
-    fresh: list[float] = []
-    if faults:
-        end_ms = max(e for _, e in faults) * 1000
-        fresh = [min(t) - end_ms for (_, due, _), t in starts.items() if due >= end_ms]
-    logs = [p.read_text(errors="replace") for p in workdir.glob("node-*.log")]
-    return {
-        "reclaimed": sum(text.count('"event":"reclaimed"') for text in logs),
-        "actor_crashes": sum(text.count('"event":"actor_crashed"') for text in logs),
-        "redis_refused": sum(text.count('"event":"redis_refused"') for text in logs),
-        "retry_unreadable": sum(text.count('"event":"retry_unreadable"') for text in logs),
-        "poison_held": sum(text.count('"event":"poison_held"') for text in logs),
-        "duplicates_explained": explained,
-        "duplicates_unexplained": unexplained,
-        "first_fresh_fire_s": round(min(fresh) / 1000, 3) if fresh else None,
-        "ran_during_faults": ran_during,
-    }
-
-
-def _count_tasks(url: str, cluster: bool = False) -> int:
-    """Tasks stored in the bench namespace: definitions across every bucket."""
-    client: Any = redis.cluster.RedisCluster.from_url(url) if cluster else redis.Redis.from_url(url)
-    try:
-        meta = client.hgetall(f"{NAMESPACE}:meta")
-        partitions, buckets = int(meta[b"partitions"]), int(meta[b"buckets"])
-        pipe = client.pipeline(transaction=False)
-        for p in range(partitions):
-            for b in range(buckets):
-                pipe.hlen(f"{{{NAMESPACE}:{p}}}:def:{b}")
-        return sum(int(x) for x in pipe.execute())
-    finally:
-        client.close()
-
-
 def _sleep_until(when_s: float) -> None:
     time.sleep(max(0.0, when_s - time.time()))
 
@@ -389,14 +349,3 @@ def _wait_for_dead_letter(url: str) -> None:
     with redis.Redis.from_url(url) as client:
         while time.time() < deadline and not client.xlen(f"{{{NAMESPACE}:q:bench}}:dlq"):
             time.sleep(0.2)
-
-
-def _doomed_fires(workdir: Path) -> int:
-    """The fires of the doomed tasks that started (each one dead letter)."""
-    fires = set()
-    for path in workdir.glob("fires-*.txt"):
-        for line in path.read_text().splitlines():
-            task_id, due, *_ = line.split()
-            if task_id in DOOMED:
-                fires.add((task_id, due))
-    return len(fires)

@@ -35,6 +35,7 @@ def chaos(scenario: str, *args: str) -> dict[str, Any]:
         ("redis-restart", ["--fault-s", "3"]),
         ("redis-stall", ["--fault-s", "3"]),
         ("sentinel-failover", []),
+        ("endpoint-failover", []),
         ("cluster-failover", []),
         ("cluster-kill", ["--fault-s", "3"]),
         ("kill-nodes", ["--every-s", "5"]),
