@@ -216,3 +216,48 @@ async def test_a_decision_made_again_is_recorded_once_and_a_deleted_task_gets_no
     keys = await store.keys()
     ring = await store.client.execute("HGET", keys.history(keys.partition_of(task_id)), task_id)
     assert ring is None
+
+
+async def test_grid_times_an_operators_cancel_other_fire_displaces_are_occurrences(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A buffer_all task with a fire in flight and two grid times waiting; an operator's
+    trigger under ``cancel_other`` displaces the two: each is in the history as skipped
+    (and the task on the attention list), as when the poller's own decision displaces
+    them."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    now = await store.now_ms()
+    later = Schedule("interval", every_s=3600, start_ms=now + 3_600_000, overlap="buffer_all")
+    await store.create(TaskSpec("work", later, task_id="b"))
+    scripts = await store.scripts()
+    running, waiting = now - 3000, [now - 2000, now - 1000]
+    planned = {0: [Planned("b", "B", [running, *waiting], task_type="work")]}
+    assert (await scripts.decide_overlaps("claim", planned))["b"].run == [(running, True)]
+    await scripts.confirm_flights("claim", ["b"])
+    await store.trigger("b", "cancel_other")
+    history = await task_history(store, "b")
+    assert [(o.fate, o.reason, o.origin, o.due_ms) for o in history] == [
+        ("skipped", "overlap", "schedule", d) for d in reversed(waiting)
+    ]
+    assert await attention_counts(store) == {("work", "skipped"): 1}
+
+
+async def test_an_operators_fire_a_grid_decision_displaces_is_no_scheduled_occurrence(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A cancel_other task's trigger waits behind its fire in flight; the next grid time's
+    decision displaces it: said not run, but not written into the history as a scheduled
+    occurrence (it is none of the grid's)."""
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    now = await store.now_ms()
+    later = Schedule("interval", every_s=3600, start_ms=now + 3_600_000, overlap="cancel_other")
+    await store.create(TaskSpec("work", later, task_id="c"))
+    scripts = await store.scripts()
+    planned = {0: [Planned("c", "C", [now - 3000], task_type="work")]}
+    await scripts.decide_overlaps("claim", planned)
+    await scripts.confirm_flights("claim", ["c"])
+    sid, _ = await store.trigger("c", "cancel_other")
+    triggered = int(sid.rpartition(":")[2])
+    grid = {0: [Planned("c", "C", [now - 500], task_type="work")]}
+    assert triggered in (await scripts.decide_overlaps("claim-2", grid))["c"].skipped
+    assert triggered not in {o.due_ms for o in await task_history(store, "c")}

@@ -99,7 +99,7 @@ async def fire_under(
     # A token of this call: the decision is confirmed once the append went through; left
     # unconfirmed (the call died), a decision about the task a claim lease later appends it.
     token = f"{MANUAL_TOKEN}{secrets.token_hex(6)}"
-    planned = {partition: [Planned(task_id, letter, list(dues))]}
+    planned = {partition: [Planned(task_id, letter, list(dues), task_type=task_type)]}
     decisions = await scripts.decide_overlaps(token, planned, grid=False, takeover_ms=takeover_ms)
     decision = decisions[task_id]
     if decision.cancel:

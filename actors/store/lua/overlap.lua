@@ -71,6 +71,14 @@ while i <= #ARGV do
   local first = i + 7
   i = first + n + m
   local run, skipped, cancel, blocking, park, wait = {}, {}, {}, '', '', ''
+  -- skipped times that are an operator's fires (a trigger or backfill), not grid times:
+  -- said not run, but no occurrence of the grid for the history (a grid time is there as
+  -- decided before; a trigger never is one)
+  local operators = {}
+  local function skip(d, manual)
+    skipped[#skipped + 1] = d
+    if manual then operators[d] = true end
+  end
   -- The task's state, read once when needed (try_state: nil when deleted, false when it
   -- cannot be read): a deleted task's fires not run are noted nowhere (its records are
   -- gone, and a task created again under the id must not inherit the notes).
@@ -154,18 +162,21 @@ while i <= #ARGV do
       if d == f.inflight and not grid and d ~= again then
         -- an operator's fire (a backfill) of the time whose own fire is in flight: not
         -- run beside it, nor held (it would wait behind itself), and said so
-        skipped[#skipped + 1], blocking = d, d
+        skip(d, true)
+        blocking = d
       elseif d == f.inflight or waiting[d] or (grid and f.hw and tonumber(d) <= f.hw) then
         -- decided before: in flight, waiting, or (a grid time) skipped, run or ended
       elseif f.inflight ~= '' and policy ~= 'S' and cannot_wait() then
-        skipped[#skipped + 1], blocking = d, f.inflight
+        skip(d, not grid)
+        blocking = f.inflight
       elseif f.inflight == '' then
         start(held .. d)
       elseif policy == 'C' then
         local last = run[#run]
         if last == f.inflight or last == 'm' .. f.inflight then  -- put in flight now
           run[#run] = nil  -- never appended: replaced at once, never runs
-          skipped[#skipped + 1], blocking = f.inflight, d
+          skip(f.inflight, last ~= f.inflight)
+          blocking = d
           start(held .. d)
         else  -- cancelled wherever it is; the newest due time waits for it to end
           if f.replaced ~= f.inflight then
@@ -173,14 +184,16 @@ while i <= #ARGV do
           end
           for _, w in ipairs(f.waiting) do
             local due = string.gsub(w, '^m', '')
-            skipped[#skipped + 1], waiting[due] = due, nil
+            skip(due, due ~= w)
+            waiting[due] = nil
           end
           f.waiting, waiting[d], blocking = {held .. d}, true, f.inflight
         end
       elseif (policy == '1' and #f.waiting == 0) or (policy == 'B' and #f.waiting < cap) then
         f.waiting[#f.waiting + 1], waiting[d] = held .. d, true
       else
-        skipped[#skipped + 1], blocking = d, f.inflight
+        skip(d, not grid)
+        blocking = f.inflight
       end
     end
     if grid and n + m > 0 then  -- the latest grid time decided: expired ones count too
@@ -235,10 +248,16 @@ while i <= #ARGV do
     note_not_run(KEYS[2], id, #skipped, 'overlap', skipped[#skipped], blocking)
   end
   if fresh > 0 and noted then note_not_run(KEYS[2], id, fresh, 'expired', expired[#expired], '') end
-  if grid and #skipped + #expired > 0 and exists() then
-    local fates = {}
-    for _, d in ipairs(skipped) do fates[#fates + 1] = {tonumber(d), FATE_SKIPPED} end
+  -- The grid times not run go into the history, whoever decided (an operator's
+  -- cancel_other fire displaces the grid fires waiting)
+  local fates = {}
+  for _, d in ipairs(skipped) do
+    if not operators[d] then fates[#fates + 1] = {tonumber(d), FATE_SKIPPED} end
+  end
+  if grid then
     for _, d in ipairs(expired) do fates[#fates + 1] = {tonumber(d), FATE_EXPIRED} end
+  end
+  if #fates > 0 and exists() then
     table.sort(fates, function(a, b) return a[1] < b[1] end)
     local recorded = false
     for _, e in ipairs(fates) do
