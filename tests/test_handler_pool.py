@@ -447,6 +447,35 @@ async def test_ctrl_c_raised_by_a_plain_handler_on_its_thread_fails_its_run(
     assert runs["t1"].result == "ok"
 
 
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, GeneratorExit])
+async def test_ctrl_c_raised_by_an_async_handler_fails_its_run(raised: type[BaseException]) -> None:
+    """The node receives SIGINT itself, so trio never raises ``KeyboardInterrupt`` in a
+    task: one out of an async handler (or a ``GeneratorExit``, which trio never throws
+    into a running task), bare or from the handler's nursery, is the handler's own, and
+    fails its run. Let through, it ended the node, and every node that took the message
+    over after it, until the message counted as poison."""
+
+    async def handler(ctx: HandlerContext) -> str:
+        if ctx.task_id == "t0":
+            raise raised()
+        if ctx.task_id == "t1":
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_raise, raised())
+        return "ok"
+
+    h = Harness(handler, size=1, timeout_s=60)
+    async with h.running() as pool:
+        await h.run_all(pool, [message(0), message(1), message(2)])
+    runs = h.by_task()
+    assert runs["t0"].error is not None and raised.__name__ in runs["t0"].error
+    assert runs["t1"].error is not None and raised.__name__ in runs["t1"].error
+    assert runs["t2"].result == "ok"
+
+
+async def _raise(exc: BaseException) -> None:
+    raise exc
+
+
 async def test_retry_later_and_unrecoverable_raised_in_a_handlers_nursery_are_heeded() -> None:
     """trio wraps the errors of a handler's nursery in a group: ``RetryLater`` raised in
     one still retries after the delay it asks (the longest of several), ``Unrecoverable``

@@ -34,10 +34,12 @@ def now_ms() -> int:
 MAX_HUNG_THREADS = 1000
 
 
-#: What a handler's run lets through: its cancellation (a timeout, the node stopping), Ctrl-C
-#: and a coroutine being closed. Any other error ends the run as failed, never the node: a
-#: node that died of a message would take it back at its restart and die again.
-_GOES_ON = (trio.Cancelled, KeyboardInterrupt, GeneratorExit)
+#: What a handler's run lets through: its cancellation (a timeout, the node stopping). Any
+#: other error ends the run as failed, never the node: a node that died of a message would
+#: take it back at its restart and die again. ``KeyboardInterrupt`` too: the node receives
+#: SIGINT itself (``runtime.node``), so trio never raises it in a task, and one out of a
+#: handler is the handler's own (as is a ``GeneratorExit``: trio closes no running task).
+_GOES_ON = trio.Cancelled
 
 
 class HandlerInterrupt(Exception):
@@ -139,15 +141,16 @@ class Runner:
             )
         except BaseExceptionGroup as group:  # a handler's nursery: errors in a group
             cancelled = group.subgroup(_GOES_ON)
-            if cancelled is not None:  # the run cancelled (timed out, the node stopping),
-                raise cancelled from None  # or Ctrl-C: that alone goes on, never SystemExit
+            if cancelled is not None:  # the run cancelled (timed out, the node stopping):
+                raise cancelled from None  # that alone goes on
             return _group_outcome(message, started_ms, group)
         except Exception as exc:
             return Outcome(message, started_ms, now_ms(), error=describe_error(exc))
         except BaseException as exc:
-            # sys.exit() in a handler (a CLI's main called as a function), or another error
-            # outside Exception (asyncio.CancelledError from an event loop the handler ran):
-            # the run fails; only the run's own cancellation and Ctrl-C go on
+            # sys.exit() in a handler (a CLI's main called as a function), KeyboardInterrupt
+            # or GeneratorExit it raised, or another error outside Exception
+            # (asyncio.CancelledError from an event loop the handler ran): the run fails;
+            # only the run's own cancellation goes on
             if isinstance(exc, _GOES_ON):
                 raise
             return Outcome(message, started_ms, now_ms(), error=describe_error(exc))
