@@ -165,13 +165,15 @@ class Reader:
         malformed: list[tuple[str, dict[bytes, bytes], str]],
         stopping: trio_util.AsyncBool,
     ) -> None:
-        """Read messages: in flight (renewed, released at the end), then started."""
+        """Read messages: in flight (renewed, released at the end), then started. Each
+        one's first delivery (read now, or by a read whose reply was lost: never seen
+        anywhere), so a catch-up window judges it."""
         for message in messages:
             self.flight.messages[message.msg_id] = message
         if malformed:
             await self._dead_letter_malformed(malformed)
         if messages and not stopping.value:
-            await self.begin(messages)
+            await self.begin(messages, first=True)
 
     async def read_recovered(self, entries: list[Reclaimed], stopping: trio_util.AsyncBool) -> None:
         """What an earlier incarnation of our name left pending (``recover.lua``): already
@@ -272,10 +274,16 @@ class Reader:
                 self.flight.messages[message.msg_id] = message
                 await self.begin([message])
 
-    async def begin(self, messages: list[Message], *, alone: bool = False) -> None:
+    async def begin(
+        self, messages: list[Message], *, alone: bool = False, first: bool = False
+    ) -> None:
         """Drop duplicates (dedupe window), then start the rest (``HandlerPool.submit``),
         once no suspect of the process has the turn (unless ``alone``: the suspect's):
-        waited for before the checks and the start lag, and again right before the start."""
+        waited for before the checks and the start lag, and again right before the start.
+        ``first``: the messages' first delivery, which a catch-up window judges
+        (``_unexpired``); taken over from another consumer, or left by an earlier
+        incarnation of ours, a fire may have started there on time: it runs again, never
+        not at all."""
         if not alone and self.alone.closed:
             await self.alone.wait_to_start()
         runnable = messages
@@ -291,7 +299,7 @@ class Reader:
                 for m in duplicates:  # acknowledged: no longer ours to renew or release
                     self.flight.messages.pop(m.msg_id, None)
                 emit_events(self.actor, [("duplicate_dropped", fire_fields(m)) for m in duplicates])
-        if any(m.policy for m in runnable):
+        if first and any(m.policy for m in runnable):
             runnable = await self._unexpired(runnable)
         now_ms = int(time.time() * 1000)
         # A debug line (the fire's info line, written when it ends, has its start time);
