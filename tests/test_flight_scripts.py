@@ -3,11 +3,22 @@ poller or an operator's call dying half-way leaves behind."""
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Sequence
 
+import pytest
+import trio
+import trio.testing
+import trio_util
+
+from actors.execution.cancels import cancel_requested
+from actors.execution.completion import Outcome
+from actors.execution.handlers import Handler, HandlerContext
+from actors.execution.pool import HandlerPool
+from actors.execution.running import Runner
 from actors.store.flights import ENDED_DEAD, ENDED_OK, FlightEnd, Planned
 from actors.store.keys import Keys
 from actors.store.manual_fires import MANUAL_TOKEN
+from actors.store.messages import Message
 from actors.store.replies import Fire
 from actors.store.scripts import Scripts
 from runtime.redis_io import RedisClient
@@ -345,3 +356,45 @@ async def test_a_cancel_request_is_read_again_until_its_run_is_cancelled(
     assert await scripts.cancel_requests("t", ["a:1", "c:3"]) == ["a:1"]  # the repeat
     await scripts.take_cancel_requests("t", ["a:1"])
     assert await scripts.cancel_requests("t", ["a:1", "b:2"]) == ["b:2"]
+
+
+async def test_a_cancel_request_whose_run_ended_before_it_was_cancelled_stays(
+    scripts: Scripts,
+) -> None:
+    """A consumer looks up the cancel requests of its running fires; one run fails (to be
+    retried) while the look-up is on its way. Nothing was cancelled, so the request
+    stays: the retry of the replaced fire is cancelled as it starts, not run to its end."""
+    await scripts.cancel_fires({"t": ["t0:0"]})
+    fail_now, ended = trio.Event(), trio.Event()
+    outcomes: list[Outcome] = []
+
+    async def handler(ctx: HandlerContext) -> None:
+        await fail_now.wait()
+        raise RuntimeError("to be retried")
+
+    def done(outcome: Outcome) -> None:
+        outcomes.append(outcome)
+        ended.set()
+
+    class EndsWhileLooking(Scripts):
+        async def cancel_requests(self, task_type: str, sids: Sequence[str]) -> list[str]:
+            found = await super().cancel_requests(task_type, sids)
+            fail_now.set()
+            await ended.wait()
+            return found
+
+    replaced = Message(
+        msg_id="1-0", task_id="t0", schedule_id="t0:0", type="t", payload_json="null",
+        attempt=0, due_ms=0, enq_ms=0, payload=None, policy="C",
+    )  # fmt: skip
+    runner = Runner(Handler(name="h", fn=handler, is_async=True), 60, 1)
+    looking = EndsWhileLooking(scripts.client, scripts.keys)
+    async with trio.open_nursery() as nursery:
+        pool = HandlerPool(runner, 1, trio_util.AsyncValue(1), done, nursery, "test")
+        pool.submit([replaced])
+        await trio.testing.wait_all_tasks_blocked()  # running
+        assert await cancel_requested(looking, pool, "t") == []
+        nursery.cancel_scope.cancel()
+    (outcome,) = outcomes
+    assert outcome.not_run is None and outcome.error is not None  # failed, not cancelled
+    assert await scripts.cancel_requests("t", ["t0:0"]) == ["t0:0"]

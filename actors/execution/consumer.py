@@ -33,6 +33,7 @@ import trio_util
 
 from actors.execution import leases
 from actors.execution.alone import Alone
+from actors.execution.cancels import watch_cancels
 from actors.execution.completion import Completion, RetryPolicy, decide
 from actors.execution.completion_group import CompletionGroup
 from actors.execution.flight import Flight
@@ -56,8 +57,6 @@ from runtime.logging import emit_encoded, emit_events, get_logger
 
 #: How long the flusher waits after the first completion for others to join its batch.
 FLUSH_GATHER_S = 0.005
-#: How often running tracked fires (``TRACKED_LETTERS``) are checked for a cancel request.
-CANCEL_CHECK_S = 0.5
 #: Most pending messages a starting consumer takes back from its earlier incarnation.
 RECOVER_MAX = 10_000
 
@@ -211,7 +210,7 @@ class Consumer:
                     self.held.retry_forever, self.state.pending_lock, scripts, flight,
                     self._say_settled,
                 )  # fmt: skip
-                helpers.start_soon(self._watch_cancels, scripts, pool)
+                helpers.start_soon(watch_cancels, scripts, pool, self.type)
                 helpers.start_soon(self._watch_stop, ctx, stopping, self.state)
                 suspects = [e for e in recovered if e.alone]
                 if suspects:
@@ -263,24 +262,6 @@ class Consumer:
         # Drained because the node is stopping: wait for our turn (returning now would
         # read as an exit to restart).
         await ctx.wait_stop_requested()
-
-    async def _watch_cancels(self, scripts: Scripts, pool: HandlerPool) -> None:
-        """Cancel the running fires a ``cancel_other`` fire of their task replaced,
-        wherever it was decided (``cancel_fires.lua``): looked up every
-        ``CANCEL_CHECK_S`` while such fires run here, not at all otherwise."""
-        while True:
-            await trio.sleep(CANCEL_CHECK_S)
-            running = pool.replaceable()
-            if running:
-                sids = list(running)
-                named = await scripts.client.ride_out(
-                    functools.partial(scripts.cancel_requests, self.type, sids)
-                )
-                pool.cancel([running[sid] for sid in named])
-                if named:  # taken once cancelled: a lost reply before cancels nothing less
-                    await scripts.client.ride_out(
-                        functools.partial(scripts.take_cancel_requests, self.type, named)
-                    )
 
     @staticmethod
     async def _watch_stop(

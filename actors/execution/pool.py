@@ -148,14 +148,18 @@ class HandlerPool:
         """Running fires a newer fire of their task may cancel: schedule_id -> message id."""
         return {m.schedule_id: msg_id for msg_id, (m, _) in self._replaceable.items()}
 
-    def cancel(self, msg_ids: list[str]) -> None:
+    def cancel(self, msg_ids: list[str]) -> set[str]:
         """Cancel these runs (a ``cancel_other`` fire replaced them): each one's outcome is
-        ``cancelled``, acknowledged and not retried."""
+        ``cancelled``, acknowledged and not retried. The ids of the runs cancelled (those
+        still running)."""
+        cancelled = set()
         for msg_id in msg_ids:
             entry = self._replaceable.pop(msg_id, None)
             if entry is not None:
                 self._cancelled.add(msg_id)
                 entry[1].cancel()
+                cancelled.add(msg_id)
+        return cancelled
 
     async def watch_timeouts(self) -> None:
         """Cancel each run that outlives the timeout (see the module); runs forever."""
