@@ -5,12 +5,14 @@ real Redis; the records are written as such a writer would."""
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
+import msgpack
 import pytest
 import redis
 
@@ -116,6 +118,47 @@ def test_values_json_has_no_form_for_are_shown_by_name(
     assert [t["payload"] for t in listed] == [{"n": "NaN"}]
     assert process not in [n.get("process") for n in client.nodes()["processes"]]  # dropped
     assert db.hget(keys.nodes, process) is None
+
+
+def test_json_nested_past_the_decoders_depth_is_named_or_shown(
+    client: Client, db: redis.Redis, keys: Keys
+) -> None:
+    """A payload, a note or an acknowledgement another program stored as JSON nested
+    deeper than the decoder follows: the task is named unreadable (a read answers so, a
+    listing goes past it, an action leaves it as it is), the note and acknowledgement are
+    shown as unreadable; a NaN nested hundreds deep is shown by name."""
+    kind = unique("kind")
+    deep, nan, fine = _create(client, kind, 3)
+
+    def with_payload(task_id: str, payload: str) -> None:
+        p, bucket = keys.partition_of(task_id), keys.bucket_of(task_id)
+        stored = db.hget(keys.definitions(p, bucket), task_id)
+        assert isinstance(stored, bytes)
+        kind_, _, schedule, created = msgpack.Unpacker(io.BytesIO(stored), raw=True)
+        record = b"".join(msgpack.packb(v) for v in (kind_, payload.encode(), schedule, created))
+        db.hset(keys.definitions(p, bucket), task_id, record)
+
+    with_payload(deep, "[" * 5000 + "]" * 5000)
+    with_payload(nan, "[" * 500 + "NaN" + "]" * 500)
+    p = keys.partition_of(fine)
+    db.hset(keys.notes(p), fine, "[" * 5000 + "]" * 5000)
+    db.hset(keys.acks(p), fine, "[" * 5000 + "]" * 5000)
+
+    with pytest.raises(ApiError) as failed:
+        client.get_task(deep)
+    assert failed.value.code == "unreadable_record", failed.value
+    shown = client.get_task(nan)["payload"]
+    for _ in range(500):
+        (shown,) = shown
+    assert shown == "NaN"
+    facts = client.explain(fine)
+    assert "unreadable" in facts["note"], facts["note"]
+    page = client.list_tasks(kind)
+    assert sorted(t["task_id"] for t in page["tasks"]) == sorted([nan, fine])
+    assert [u["task_id"] for u in page["unreadable"]] == [deep]
+    done = client.tasks_action("pause", {"type": kind})
+    assert (done["changed"], done["failed_count"]) == (2, 0), done
+    assert client.delete_task(deep)["deleted"] is True
 
 
 def test_an_action_whose_record_cannot_be_read_is_named_and_the_resumer_goes_on(

@@ -195,5 +195,5 @@ def _stored_spec(action_id: str, text: str) -> Any:
     not JSON (another program's record): said as such, not as a conflict."""
     try:
         return json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past its depth
         raise unreadable_action(action_id, exc) from exc

@@ -32,11 +32,22 @@ class JsonAnswer(JSONResponse):
 
 
 def finite(value: Any) -> Any:
-    """``value`` with every NaN or infinite float, at any depth, as its name."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    return value
+    """``value`` with every NaN or infinite float, at any depth, as its name: walked with
+    a stack of its own, not by recursion (a payload nested deeper than Python's recursion
+    limit is answered too)."""
+    root = [value]
+    todo: list[tuple[Any, Any]] = [(root, 0)]
+    while todo:
+        holder, key = todo.pop()
+        item = holder[key]
+        if isinstance(item, float) and not math.isfinite(item):
+            holder[key] = "NaN" if math.isnan(item) else ("Infinity" if item > 0 else "-Infinity")
+        elif isinstance(item, dict):
+            copy = dict(item)
+            holder[key] = copy
+            todo += [(copy, k) for k in copy]
+        elif isinstance(item, list | tuple):
+            items = list(item)
+            holder[key] = items
+            todo += [(items, i) for i in range(len(items))]
+    return root[0]

@@ -75,7 +75,7 @@ async def read_nodes(store: TaskStore) -> list[dict[str, Any]]:
         try:
             report = json.loads(text)
             age = now - int(report["seen_ms"])
-        except (ValueError, KeyError, TypeError, OverflowError):  # OverflowError: 1e400
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):  # 1e400, depth
             stale.append(field)  # not a report this version wrote: drop it
             continue
         if age > FORGET_AFTER_S * 1000:

@@ -214,6 +214,6 @@ async def acknowledgement(store: TaskStore, task_id: str) -> dict[str, Any] | No
         return None
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past the decoder's depth
         return {"unreadable": raw.decode(errors="replace")[:200]}
     return value if isinstance(value, dict) else {"unreadable": str(value)[:200]}

@@ -70,7 +70,7 @@ def decode_note(raw: bytes | str | None) -> dict[str, Any] | None:
     text = _text(raw)
     try:
         note = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past the decoder's depth
         note = None
     if not isinstance(note, dict):
         return {"unreadable": text[:_SHOWN]}

@@ -286,7 +286,8 @@ def decode_task(
             last_error=None if error is None else error.decode(errors="replace"),
             labels=task_labels,
         )
-    except (RecordError, ValueError, TypeError, IndexError, AttributeError) as exc:
+    except (RecordError, ValueError, TypeError, IndexError, AttributeError, RecursionError) as exc:
+        # RecursionError: JSON nested past what the decoder follows (another program's)
         raise RecordError(
             f"task {task_id!r}: its {where} record is not one Metronome wrote: {exc}"
         ) from exc
