@@ -678,6 +678,29 @@ def test_dead_letters_list_show_replay_and_purge(
     assert db.xlen(keys.dlq("doomed")) == 0
 
 
+def test_dead_letters_a_consumer_would_not_read_stay_and_are_said_malformed(
+    client: Client, db: redis.Redis, keys: Keys
+) -> None:
+    """Dead letters another program wrote with the fields of a message but values no
+    consumer reads (a payload that is not JSON, a due time that is no whole number in
+    range): a replay leaves them in the DLQ, counted malformed, rather than moving them
+    to come back at once as new dead letters; the readable one moves."""
+    kind = unique("foreign")
+    dlq = keys.dlq(kind)
+    bad = [
+        db.xadd(dlq, {"task_id": "t", "payload": "not json", "due_ms": "1000"}),
+        db.xadd(dlq, {"task_id": "t", "payload": "{}", "due_ms": "abc"}),
+        db.xadd(dlq, {"task_id": "t", "payload": "{}", "due_ms": "-5"}),
+        db.xadd(dlq, {"task_id": "t", "payload": "{}", "due_ms": "9" * 20}),
+    ]
+    good = db.xadd(dlq, {"task_id": "t", "payload": '{"n":1}', "due_ms": "1000"})
+    result = client.replay(kind)
+    assert (result["replayed"], result["malformed"]) == (1, 4), result
+    left = [entry_id for entry_id, _ in db.xrange(dlq)]
+    assert left == bad and good not in left
+    assert db.xlen(keys.queue(kind)) == 1
+
+
 def test_replay_all_moves_every_dead_letter_back(
     client: Client, db: redis.Redis, keys: Keys, record_file: Path
 ) -> None:

@@ -13,7 +13,7 @@ import attrs
 
 from actors.store.codes import REPLAY_MALFORMED, REPLAY_MISSING
 from actors.store.keys import Keys
-from actors.store.messages import flat_fields
+from actors.store.messages import MalformedMessage, Message, flat_fields
 from actors.store.queue_rows import as_text, error_line, queue_row, stored_number, stream_id_ms
 from actors.store.tasks import TaskStore
 from runtime.logging import emit_events
@@ -133,12 +133,15 @@ class Queues:
 
     async def replay(self, task_type: str, entry_ids: list[str]) -> dict[str, str]:
         """Move dead letters back to the stream; entry id -> new stream id, 'missing' or
-        'malformed' (kept)."""
+        'malformed' (kept: an entry a consumer would not read as a message, its payload
+        not JSON or its due time not a whole number in range, say; moved, it would only
+        come back as a new dead letter)."""
         scripts = await self.store.scripts()
         results: dict[str, str] = {}
         for i in range(0, len(entry_ids), REPLAY_BATCH):
-            batch = entry_ids[i : i + REPLAY_BATCH]
-            replies = await scripts.replay_dead(task_type, batch)
+            batch = await self._not_malformed(task_type, entry_ids[i : i + REPLAY_BATCH])
+            results |= dict.fromkeys(entry_ids[i : i + REPLAY_BATCH], REPLAY_MALFORMED)
+            replies = await scripts.replay_dead(task_type, batch) if batch else []
             events = []
             for entry, (outcome, task_id) in zip(batch, replies, strict=True):
                 results[entry] = outcome
@@ -149,6 +152,24 @@ class Queues:
             # these moved unsaid (a retry of the call finds them missing).
             emit_events(ADMIN_ACTOR, events)
         return results
+
+    async def _not_malformed(self, task_type: str, entry_ids: list[str]) -> list[str]:
+        """The ids of ``entry_ids`` that are gone (the script says so) or that a consumer
+        reads as a message once replayed (attempt 0, queued now)."""
+        keys = await self.store.keys()
+        dlq = keys.dlq(task_type)
+        found = await self.store.client.pipeline([("XRANGE", dlq, e, e) for e in entry_ids])
+        kept = []
+        for entry, reply in zip(entry_ids, found, strict=True):
+            if isinstance(reply, list) and reply:
+                fields = {**flat_fields(reply[0][1]), b"attempt": b"0"}
+                fields.pop(b"enq_ms", None)
+                try:
+                    Message.decode(entry, fields, task_type)
+                except MalformedMessage:
+                    continue
+            kept.append(entry)
+        return kept
 
     async def replay_all(self, task_type: str) -> dict[str, int]:
         """Replay every dead letter of a type present when the call starts (not ones that
