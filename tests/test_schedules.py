@@ -565,6 +565,19 @@ def test_a_submitted_schedule_in_the_hosts_own_zone_is_refused(zone: str) -> Non
         check_submitted(schedule, 1.0)
 
 
+@pytest.mark.parametrize(("start_ms", "end_ms"), [(T0 + 1, None), (None, T0 - 1), (T0 + 1, T0 + 2)])
+def test_a_submitted_one_shot_outside_its_bounds_is_refused(
+    start_ms: int | None, end_ms: int | None
+) -> None:
+    """A one-shot time before ``start_ms`` fired all the same, one after ``end_ms`` never:
+    either is a task that does not do what it says; refused, naming ``at_ms``."""
+    schedule = Schedule("once", at_ms=T0, start_ms=start_ms, end_ms=end_ms)
+    with pytest.raises(ValueError, match=r"schedule\.at_ms: .* outside start_ms\.\.end_ms"):
+        check_submitted(schedule, 1.0)
+    check_submitted(attrs.evolve(schedule, start_ms=None, end_ms=None), 1.0)
+    check_submitted(attrs.evolve(schedule, start_ms=T0, end_ms=T0), 1.0)
+
+
 def test_the_grid_times_a_pause_skipped_are_counted_within_the_grid() -> None:
     """``paused_past``: from the task's next grid time up to the resume, none past the
     grid's end or its ``max_runs``; a cron's walk counted (its last the latest before the

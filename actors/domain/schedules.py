@@ -149,8 +149,9 @@ def check_submitted(schedule: Schedule, min_interval_s: float) -> None:
     satisfies (a stored one written by an older version stays readable): an interval of at
     least ``min_interval_s`` (``[api] min_interval_s``), a cron of exactly five fields
     (cronsim would read a sixth as seconds, which the docs do not promise), a named time
-    zone (not the host's own), and a spread that fits between two fires. ValueError
-    naming the field otherwise."""
+    zone (not the host's own), a spread that fits between two fires, and a one-shot time
+    within the schedule's bounds (``start_ms`` bounds no other one-shot time: such a task
+    fired at ``at_ms`` regardless). ValueError naming the field otherwise."""
     if schedule.every_s is not None and schedule.every_s < min_interval_s:
         raise ValueError(
             f"schedule.every_s: must be at least {min_interval_s:g} s on this node "
@@ -168,6 +169,12 @@ def check_submitted(schedule: Schedule, min_interval_s: float) -> None:
         )
     if schedule.spread_s:
         _check_spread(schedule)
+    at, start, end = schedule.at_ms, schedule.start_ms, schedule.end_ms
+    if at is not None and ((start is not None and at < start) or (end is not None and at > end)):
+        raise ValueError(
+            f"schedule.at_ms: {at} is outside start_ms..end_ms ({start}..{end}): the "
+            "one-shot would never fire (leave the bounds out of a one-shot schedule)"
+        )
 
 
 #: Names of the zone database that are no zone of the world: the host's own (a link each
