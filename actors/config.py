@@ -243,6 +243,19 @@ def _bind(_inst: object, attr: attrs.Attribute[Any], value: str) -> None:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdecimal() or int(port) > 65535:
         raise ValueError(f"{attr.name}: {value!r} must be host:port, e.g. 127.0.0.1:8080")
+    # An address written as numbers must be one (256.1.1.1 passed, and failed only when
+    # the listener started: a crash loop, then the node gave up); a name is looked up then.
+    bracketed = host.startswith("[") and host.endswith("]")
+    if bracketed or ":" in host or host.replace(".", "").isdecimal():
+        try:
+            address = ipaddress.ip_address(host[1:-1] if bracketed else host)
+        except ValueError:
+            address = None
+        if address is None or (address.version == 6) != bracketed:
+            raise ValueError(
+                f"{attr.name}: {host!r} in {value!r} is not an IP address (an IPv6 one in "
+                "brackets: [::1]:8080)"
+            )
 
 
 #: What the examples' secrets say (deploy/node.toml, deploy/k8s): refused on an API that

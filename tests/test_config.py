@@ -214,6 +214,20 @@ def test_cli_help_explains_usage() -> None:
     assert "SIGTERM" in result.stdout
 
 
+@pytest.mark.parametrize("section", ["api", "metrics"])
+@pytest.mark.parametrize("bind", ["256.1.1.1:8080", "1.2.3:8080", "::1:8080", "[nope]:8080"])
+def test_a_bind_address_that_is_no_ip_address_is_a_config_error(
+    tmp_path: Path, section: str, bind: str
+) -> None:
+    """An address written as numbers that is none passed the check and failed only when
+    the listener started: the actor crash-looped, and the node gave up."""
+    keys = '[[api.keys]]\nid = "admin"\nsecret = "0123456789abcdef0123"\n'
+    toml = f'[{section}]\nbind = "{bind}"\n' + (keys if section == "api" else "")
+    result = run_cli("--check", str(write(tmp_path, toml)))
+    assert result.returncode == 2, result.stderr
+    assert "is not an IP address" in result.stderr and bind in result.stderr
+
+
 @pytest.mark.parametrize(("bind", "refused"), [("0.0.0.0:0", True), ("127.0.0.1:0", False)])
 def test_a_placeholder_secret_is_refused_on_an_api_that_listens_beyond_this_host(
     tmp_path: Path, bind: str, refused: bool
