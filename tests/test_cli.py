@@ -347,6 +347,17 @@ def test_a_number_flag_given_nan_or_infinity_is_a_usage_error(api: ApiNode) -> N
         assert "must be a finite number" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_a_timeout_of_no_time_or_a_time_past_year_9999_is_a_usage_error(api: ApiNode) -> None:
+    for args, said in (
+        (["--timeout", "-1", "tasks", "ls"], "must be more than 0 seconds"),
+        (["--timeout", "0", "tasks", "ls"], "must be more than 0 seconds"),
+        (["tasks", "add", "--type", "work", "--at", "9" * 5000], "past year 9999"),
+    ):
+        done = run(api, *args)
+        assert done.returncode == 2, (args, done.returncode, done.stderr)
+        assert said in done.stderr and "unexpected error" not in done.stderr, done.stderr
+
+
 def test_output_cut_short_by_a_closed_pipe_ends_quietly(api: ApiNode, tmp_path: Path) -> None:
     lines = [json.dumps({"type": "work", "schedule": {"kind": "cron", "cron": "0 0 1 1 *"}})
              for _ in range(3000)]  # fmt: skip

@@ -43,7 +43,7 @@ from actors.admin.exits import (
     EXIT_USAGE,
     exit_code,
 )
-from actors.admin.inputs import InvalidArgument, UsageError, checked_name, finite
+from actors.admin.inputs import InvalidArgument, UsageError, checked_name, seconds
 from actors.admin.ledger_cmds import add_ledger_commands
 from actors.admin.node_cmds import add_node_commands, cmd_migrate, serve_node
 from actors.admin.preview_cli import add_schedule_parser, run_schedule
@@ -92,7 +92,7 @@ def _add_global_flags(parser: argparse.ArgumentParser) -> None:
         help="API key secret; prefer METRONOME_SECRET: flags show in process lists",
     )
     parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
-    parser.add_argument("--timeout", type=finite, default=30.0, help="seconds per request")
+    parser.add_argument("--timeout", type=seconds, default=30.0, help="seconds per request")
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an unexpected error")  # fmt: skip
 

@@ -13,7 +13,7 @@ from typing import Any
 from actors.domain.errors import InvalidTask
 from actors.domain.labels import parse_label_filters
 from actors.domain.model import decode_json
-from actors.domain.schedules import Misfire, Overlap
+from actors.domain.schedules import MAX_MS, Misfire, Overlap
 from actors.store.history import FATE_NAMES
 from actors.store.records import OUTCOME_NAMES
 from runtime.config import check_name
@@ -115,6 +115,14 @@ def finite(text: str) -> float:
     return value
 
 
+def seconds(text: str) -> float:
+    """A flag's positive, finite number of seconds (``argparse`` type)."""
+    value = finite(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text!r}")
+    return value
+
+
 def add_schedule_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("schedule (one of --every, --cron, --at)")
     group.add_argument("--every", type=finite, metavar="SECONDS", help="fire every N seconds")
@@ -166,6 +174,8 @@ SECONDS_LOOK = 10**11
 
 def parse_time(text: str, flag: str) -> int:
     if text.isascii() and text.isdecimal():
+        if len(text) > len(str(MAX_MS)):  # nor would int() read 4,300 digits and more
+            raise UsageError(f"{flag}: {text[:20]}... is past year 9999 in Unix milliseconds")
         if int(text) < SECONDS_LOOK:
             raise UsageError(
                 f"{flag}: {text} looks like Unix seconds; give Unix milliseconds "
