@@ -246,6 +246,23 @@ async def test_a_poller_gone_from_this_host_leaves_the_membership_at_once(
     assert await store.client.execute("ZSCORE", keys.pollers, dead) is None
 
 
+async def test_a_member_alive_until_further_ahead_than_any_poller_says_is_dropped(
+    store: TaskStore,
+) -> None:
+    """Another program's entry in the membership, alive until 1e300, would hold partitions
+    no poller claims, their tasks never fired; one further ahead than ten leases (an hour
+    at least) is dropped. A live poller of another host, within that, is trusted."""
+    keys = await store.keys()
+    now = await store.now_ms()
+    await store.client.execute(
+        "ZADD", keys.pollers, "1e300", "ghost", now + 3_500_000, "elsewhere:1:slow"
+    )
+    scripts = await store.scripts()
+    live = await scripts.poller_members("here:1:live", 10_000)
+    assert live == ["elsewhere:1:slow", "here:1:live"]
+    assert await store.client.execute("ZSCORE", keys.pollers, "ghost") is None
+
+
 async def test_a_dead_pollers_claimed_fires_are_not_coalesced_away(
     one_partition: TaskStore,
 ) -> None:
