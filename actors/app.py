@@ -190,6 +190,7 @@ class _Roles:
             default_partitions=self.config.new_namespace_partitions(),
             default_buckets=self.config.scheduler.buckets,
             takeover_ms=self.config.scheduler.claim_lease_ms,
+            history=self.config.scheduler.history,
         )
 
     def scheduler(self) -> ChildSpec:

@@ -242,6 +242,31 @@ async def test_grid_times_an_operators_cancel_other_fire_displaces_are_occurrenc
     assert await attention_counts(store) == {("work", "skipped"): 1}
 
 
+@pytest.mark.parametrize("keep", [0, 40])
+async def test_an_operators_decision_keeps_the_history_at_the_configured_length(
+    redis_client: RedisClient, namespace: str, keep: int
+) -> None:
+    """``[scheduler] history`` holds for the grid times an operator's fire displaces: a
+    ring of 30 is not cut to the default 20, and with none kept no ring is written."""
+    store = TaskStore(redis_client, namespace, default_partitions=1, history=keep)
+    now = await store.now_ms()
+    later = Schedule("interval", every_s=3600, start_ms=now + 3_600_000, overlap="buffer_all")
+    await store.create(TaskSpec("work", later, task_id="b"))
+    scripts = await store.scripts()
+    past = [now - 100_000 + i for i in range(30)]
+    noted = {0: [Planned("b", "A", [], past, task_type="work")]}
+    await scripts.decide_overlaps("expired", noted, history=keep)
+    running, waiting = now - 3000, [now - 2000, now - 1000]
+    planned = {0: [Planned("b", "B", [running, *waiting], task_type="work")]}
+    await scripts.decide_overlaps("claim", planned, history=keep)
+    await scripts.confirm_flights("claim", ["b"])
+    await store.trigger("b", "cancel_other")
+    history = await task_history(store, "b")
+    assert len(history) == (32 if keep else 0)
+    counts = await attention_counts(store)  # kept with no history too, as for the poller's
+    assert counts.get(("work", "skipped"), 0) == 1, counts
+
+
 async def test_an_operators_fire_a_grid_decision_displaces_is_no_scheduled_occurrence(
     redis_client: RedisClient, namespace: str
 ) -> None:

@@ -341,7 +341,7 @@ async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) 
                 return flags
 
             fates = await fire_under(scripts, task.task_id, task.type, [due], overlap, append,
-                                     _ACTOR, store.takeover_ms)  # fmt: skip
+                                     _ACTOR, store.takeover_ms, store.history)  # fmt: skip
             outcomes[task.task_id] = "0" if fates[due] in (HELD, SKIPPED) else "1"
             queued[task.task_id] = fates[due] == APPENDED
             if fates[due] in (HELD, SKIPPED):  # held: its poller appends it once the fire

@@ -183,8 +183,9 @@ async def append_fires(
         # too. A decision starts at most one fire; the rest wait or are skipped.
         await pacer.before(1)
     fates = await fire_under(
-        scripts, task.task_id, task.type, fresh, overlap, append, _ACTOR, store.takeover_ms
-    )
+        scripts, task.task_id, task.type, fresh, overlap, append, _ACTOR, store.takeover_ms,
+        store.history,
+    )  # fmt: skip
     decided = [d for d in fresh if fates[d] in (HELD, SKIPPED)]
     if decided:
         await _mark(store, task, decided)

@@ -83,14 +83,16 @@ def check_overlap(task_id: str, own: Overlap, overlap: Overlap, status: str = "a
 
 async def fire_under(
     scripts: Scripts, task_id: str, task_type: str, dues: Sequence[int], overlap: Overlap,
-    append: Append, actor: str, takeover_ms: int,
+    append: Append, actor: str, takeover_ms: int, history: int,
 ) -> dict[int, str]:  # fmt: skip
     """Per due time of ``dues``, its fate (``APPENDED``, ``DUPLICATE``, ``HELD``,
     ``SKIPPED``). ``append`` writes the messages (the trigger's or backfill's way). The
     caller has checked ``overlap`` against the task's own (``check_overlap``).
     ``takeover_ms``: how old a poller's (or another call's) unconfirmed fire must be
     before this call appends it again, taking its decider as dead: the pollers' claim
-    lease (``TaskStore``'s; a poller alive is on its way to its append until then)."""
+    lease (``TaskStore``'s; a poller alive is on its way to its append until then).
+    ``history``: the occurrences kept per task (``[scheduler] history``): grid times this
+    call's fire displaces go into the ring."""
     letter = LETTERS[overlap]
     if letter == "A":
         flags = await append(dues, "")
@@ -100,7 +102,9 @@ async def fire_under(
     # unconfirmed (the call died), a decision about the task a claim lease later appends it.
     token = f"{MANUAL_TOKEN}{secrets.token_hex(6)}"
     planned = {partition: [Planned(task_id, letter, list(dues), task_type=task_type)]}
-    decisions = await scripts.decide_overlaps(token, planned, grid=False, takeover_ms=takeover_ms)
+    decisions = await scripts.decide_overlaps(
+        token, planned, grid=False, history=history, takeover_ms=takeover_ms
+    )
     decision = decisions[task_id]
     if decision.cancel:
         sids = [schedule_id(task_id, d) for d in decision.cancel]
@@ -166,8 +170,9 @@ async def trigger(store: TaskStore, task_id: str, overlap: Overlap, actor: str) 
         return [True] * len(fires)
 
     queued = await fire_under(
-        scripts, task_id, task.type, [due], overlap, append, actor, store.takeover_ms
-    )
+        scripts, task_id, task.type, [due], overlap, append, actor, store.takeover_ms,
+        store.history,
+    )  # fmt: skip
     fate = queued[due] == APPENDED
     sid = schedule_id(task_id, due)
     emit_events(actor, [("triggered", {"task_id": task_id, "schedule_id": sid, "queued": fate})])

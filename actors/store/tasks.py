@@ -28,7 +28,7 @@ from actors.store import backfill as backfilling
 from actors.store import backfill_window, manual_fires, type_scans
 from actors.store.codes import Code, raise_for_code
 from actors.store.flights import DEFAULT_CLAIM_LEASE_MS, dropped_lines
-from actors.store.history import latest_fate
+from actors.store.history import DEFAULT_HISTORY, latest_fate
 from actors.store.keys import (
     DEFAULT_BUCKETS,
     Keys,
@@ -75,6 +75,7 @@ class TaskStore:
         default_partitions: int = 16,
         default_buckets: int = DEFAULT_BUCKETS,
         takeover_ms: int = DEFAULT_CLAIM_LEASE_MS,
+        history: int = DEFAULT_HISTORY,
     ) -> None:
         self.client = client
         self.namespace = check_name("namespace", namespace)
@@ -82,6 +83,9 @@ class TaskStore:
         """The pollers' claim lease (``[scheduler] claim_lease_ms``): how old a poller's
         unconfirmed fire in flight must be before an operator's trigger, backfill or action
         appends it again (``manual_fires.fire_under``)."""
+        self.history = history
+        """Occurrences kept per task (``[scheduler] history``): the length an operator's
+        decision keeps the ring at when it records grid times its fire displaced."""
         self._default_partitions = default_partitions
         self._default_buckets = default_buckets
         self._keys: Keys | None = None
