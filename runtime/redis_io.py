@@ -46,6 +46,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -425,8 +426,9 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
         self._replica_seen = False
         if self.is_cluster:
             return
-        with contextlib.suppress(Exception):  # closing sockets: nothing to report
-            self._raw.connection_pool.disconnect(inuse_connections=False)
+        pool = self._raw.connection_pool
+        if isinstance(pool, redis.BlockingConnectionPool):  # Sentinel's: not needed
+            _disconnect_idle(pool)
         if self._native is not None:
             await self._native.close_idle()
 
@@ -448,3 +450,23 @@ class RedisClient(DirectCalls, ClusterCalls, OutageRiding):
                     self._raw_client.close()
 
             await trio.to_thread.run_sync(drain_and_close)
+
+
+def _disconnect_idle(pool: redis.BlockingConnectionPool) -> None:
+    """Close the connections of ``pool`` that no call holds: each taken out of the pool's
+    queue first, so no thread takes one while it is closed (the pool's own ``disconnect``
+    closes a list it read, which a thread may take from meanwhile), then put back, to
+    connect anew at its next use. A thread asking the pool meanwhile waits (the queue
+    blocks it) the few microseconds this takes."""
+    taken: list[Any] = []
+    with contextlib.suppress(queue.Empty):
+        while True:
+            taken.append(pool.pool.get_nowait())
+    try:
+        for conn in taken:
+            if conn is not None:
+                with contextlib.suppress(Exception):  # closing a socket: nothing to report
+                    conn.disconnect()
+    finally:
+        for conn in taken:
+            pool.pool.put_nowait(conn)

@@ -50,6 +50,8 @@ from runtime.config import RedisSection
 Reply = Any
 
 _READ_SIZE = 65536
+#: The most of a call sent under one socket timeout (``NativePool._send``).
+_SEND_SLICE = 1 << 20
 #: A sentinel hiredis returns while a reply is incomplete.
 _MORE = object()
 
@@ -203,18 +205,24 @@ class NativePool:
             raise
 
     async def _send(self, conn: _Connection, packed: bytes) -> None:
-        """All of ``packed`` within the socket timeout (as redis-py's ``sendall`` has it):
-        a server that stops reading (paused, stopped, its network gone silent) fills the
-        socket's buffers, and a call larger than they are would wait for it for good, no
-        outage ever said. Timed out, its commands may have run in part: the caller drops
-        the connection, as for a silent read."""
-        with trio.move_on_after(self._timeout_s) as scope:
-            try:
-                await conn.stream.send_all(packed)
-            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                raise redis.exceptions.ConnectionError(f"Error on the connection: {exc!r}") from exc
-        if scope.cancelled_caught:
-            raise redis.exceptions.TimeoutError("Timeout writing to socket")
+        """All of ``packed``, each ``_SEND_SLICE`` of it within the socket timeout (as
+        redis-py sends a call in pieces, each under its timeout): a server that stops
+        reading (paused, stopped, its network gone silent) fills the socket's buffers, and
+        a call larger than they are would wait for it for good, no outage ever said; a
+        large call to a server that reads slowly still goes through. Timed out, its
+        commands may have run in part: the caller drops the connection, as for a silent
+        read."""
+        view = memoryview(packed)
+        for start in range(0, len(view), _SEND_SLICE):
+            with trio.move_on_after(self._timeout_s) as scope:
+                try:
+                    await conn.stream.send_all(view[start : start + _SEND_SLICE])
+                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    raise redis.exceptions.ConnectionError(
+                        f"Error on the connection: {exc!r}"
+                    ) from exc
+            if scope.cancelled_caught:
+                raise redis.exceptions.TimeoutError("Timeout writing to socket")
 
     async def _receive(
         self, conn: _Connection, count: int, timeout_s: float | None = None
