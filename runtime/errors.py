@@ -55,6 +55,11 @@ class ChildProcessFailed(Exception):
     """A child process of the node (``runtime.process``) exited with a non-zero status."""
 
 
+class ChildProcessGaveUp(ChildProcessFailed):
+    """A child process's own tree gave up (``runtime.process.EXIT_PART_GAVE_UP``): a crash
+    loop in there, however long it took, counts toward its parent's giving up."""
+
+
 class RedisUnavailable(Exception):
     """Redis did not answer (connection refused or lost, timeout), or answered that it
     cannot serve for a moment (``LOADING``, ``BUSY``, a server changing roles)."""

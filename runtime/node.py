@@ -22,6 +22,7 @@ import trio
 from runtime.actor import ActorContext
 from runtime.errors import RestartIntensityExceeded
 from runtime.logging import get_logger
+from runtime.process import EXIT_PART_GAVE_UP
 from runtime.supervisor import ChildSpec
 from runtime.version import __version__
 
@@ -49,7 +50,7 @@ async def run_node(root: ChildSpec, *, shutdown_grace_s: float, child: bool = Fa
             finished = True
         except RestartIntensityExceeded as exc:
             log.critical("node_gave_up", error=str(exc))
-            return EXIT_GAVE_UP
+            return EXIT_PART_GAVE_UP if child else EXIT_GAVE_UP
         finally:
             nursery.cancel_scope.cancel()  # ends the signal handler
     if not finished:

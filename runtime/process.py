@@ -34,7 +34,11 @@ The contract between the two, all of it here:
   out), so a child serving the API reports on the whole node in ``/readyz``.
 - **Exit.** Status 0 after a stop the parent asked for is a normal stop; 0 otherwise (the
   child was stopped by someone else) is a normal exit, restarted if permanent; anything
-  else is a crash, except death by our SIGTERM while it was still starting up.
+  else is a crash, except death by our SIGTERM while it was still starting up. Status
+  ``EXIT_PART_GAVE_UP`` says the child's own tree gave up (its actors crash-looped): a
+  crash that never counts as the child having stayed up, so a part that keeps giving up
+  makes its parent's supervisor give up in turn, and the node exits 1, however slowly
+  each give-up came (a child's backoffs outlast its parent's period).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ import trio
 import trio_util
 
 from runtime.actor import ActorContext, TaskStatus
-from runtime.errors import ChildProcessFailed
+from runtime.errors import ChildProcessFailed, ChildProcessGaveUp
 from runtime.logging import output_is_a_file, write_lines
 
 #: How much sooner than its parent a child must be done stopping: at most 1 s, or a tenth
@@ -60,6 +64,8 @@ GRACE_MARGIN_S = 1.0
 
 #: After a child exits, how long its output may take to reach end-of-file.
 RELAY_DRAIN_S = 1.0
+#: A child's exit status when its own tree gave up (1 is any Python error's).
+EXIT_PART_GAVE_UP = 3
 
 
 def child_grace_s(grace_s: float) -> float:
@@ -119,9 +125,11 @@ class ChildProcess:
                 with trio.CancelScope(shield=True):
                     await process.wait()
                 ctx.log.warning("process_killed", pid=process.pid)
-            if process.stdin is not None:
-                with trio.CancelScope(shield=True):
+            with trio.CancelScope(shield=True):  # each restart would leak its pipes
+                if process.stdin is not None:
                     await process.stdin.aclose()
+                if process.stdout is not None:
+                    await process.stdout.aclose()
         status = process.returncode
         if status == 0 or (stop_asked and status == -signal.SIGTERM):
             # -SIGTERM: stopped before it had set up its own handling (still starting).
@@ -131,7 +139,10 @@ class ChildProcess:
                 # for that turn (returning now would read as an exit to restart).
                 await ctx.wait_stop_requested()
             return
-        raise ChildProcessFailed(f"{ctx.path}: process {process.pid} exited with status {status}")
+        failed = f"{ctx.path}: process {process.pid} exited with status {status}"
+        if status == EXIT_PART_GAVE_UP:
+            raise ChildProcessGaveUp(f"{failed}: its actors gave up")
+        raise ChildProcessFailed(failed)
 
 
 async def _report_health(ctx: ActorContext, stdin: trio.abc.SendStream) -> None:

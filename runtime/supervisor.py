@@ -34,7 +34,7 @@ import trio
 import trio_util
 
 from runtime.actor import ActorContext, ActorFn, TaskStatus
-from runtime.errors import RestartAttemptsExceeded, RestartIntensityExceeded
+from runtime.errors import ChildProcessGaveUp, RestartAttemptsExceeded, RestartIntensityExceeded
 from runtime.intensity import backoff_s, record_restart
 
 
@@ -288,7 +288,9 @@ class _SupervisorRun:
         healthy = (
             child.up_at is not None
             and now - child.up_at >= self._policy.period_s
-            and not isinstance(event.error, (RestartIntensityExceeded, RestartAttemptsExceeded))
+            and not isinstance(
+                event.error, (RestartIntensityExceeded, RestartAttemptsExceeded, ChildProcessGaveUp)
+            )
         )
         attempts = 1 if healthy else self._attempts.get(child.spec.name, 0) + 1
         self._attempts[child.spec.name] = attempts

@@ -180,3 +180,41 @@ def test_console_log_format_is_for_humans(tmp_path: Path) -> None:
     assert not started.lstrip().startswith("{")  # not JSON
     assert "node/worker" in started
     assert node.lines == []  # no line parsed as JSON
+
+
+def test_a_child_process_that_keeps_giving_up_makes_the_node_give_up(tmp_path: Path) -> None:
+    """A part's actors crash-loop until its own tree gives up, slower than its parent's
+    period (its backoffs): counted as the child having stayed up, it was restarted for
+    good and the node never exited. A give-up counts as one: after three in a row the
+    node gives up and exits 1, for its service manager to see."""
+    path = sleepy(tmp_path, finish_s=0.1, crash=True)
+    path.write_text(path.read_text() + "crash_after_s = 0.6\npart = true\n")
+    node = NodeProcess(path)
+    try:
+        assert node.wait(timeout_s=120) == 1
+    finally:
+        node.kill()
+    assert node.events("node_gave_up")
+
+
+def test_a_restarted_child_process_leaves_no_pipe_behind(tmp_path: Path) -> None:
+    """The parent relays a child's output through a pipe (its own stdout is one here): a
+    killed child's end of it is closed with it, not left to a garbage collection that an
+    idle parent may not run for minutes (each restart held one more descriptor)."""
+    path = sleepy(tmp_path, finish_s=0.1)
+    path.write_text(path.read_text() + "part = true\n")
+    node = NodeProcess(path)
+
+    def pipes() -> int:
+        fds = Path(f"/proc/{node.proc.pid}/fd")
+        return sum(1 for fd in fds.iterdir() if os.readlink(fd).startswith("pipe:"))
+
+    try:
+        node.wait_for("process_started")
+        before = pipes()
+        for restarts in (1, 2):
+            os.kill(node.events("process_started")[-1]["pid"], signal.SIGKILL)
+            node.wait_for("process_started", restarts + 1)
+        assert pipes() == before
+    finally:
+        node.kill()
