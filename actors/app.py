@@ -163,7 +163,7 @@ def _embedded(config: Config, *, lock: bool = True) -> EmbeddedRedis:
 
 def _process(part: str, invocation: Invocation, grace_s: float) -> ChildSpec:
     """A child process running ``part``; it drains within its own (shorter) grace."""
-    process = ChildProcess(part_argv(invocation.config_path, part))
+    process = ChildProcess(part_argv(invocation.config_path, part, invocation.config_digest))
     return ChildSpec(part, process.run, graceful=True, shutdown_s=grace_s)
 
 

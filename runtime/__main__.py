@@ -52,6 +52,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="run only part NAME of the node, as a child process of it (the node starts these "
         "itself for [processes]; see runtime/process.py)",
     )
+    parser.add_argument(
+        "--config-digest",
+        metavar="SHA256",
+        help="with --part: refuse NODE_TOML unless it is still the file the node read",
+    )
     return parser.parse_args(argv)
 
 
@@ -63,7 +68,14 @@ def main(argv: list[str] | None = None) -> int:
         enable_multiprocess()
     try:
         app = load_app(args.config)
-        invocation = Invocation(args.config.resolve(), args.part, check=args.check)
+        if args.config_digest and app.digest != args.config_digest:
+            raise ConfigError(
+                f"{args.config}: changed since its node started (a part runs the file its "
+                "node read): restart the node to apply the change"
+            )
+        invocation = Invocation(
+            args.config.resolve(), args.part, check=args.check, config_digest=app.digest
+        )
         if args.check:
             app.build_tree(app.config, invocation)  # resolves handlers; starts nothing
             print(f"{args.config}: ok")

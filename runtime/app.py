@@ -40,6 +40,10 @@ class Invocation:
     """``--check``: the tree is built to be checked, never run: nothing is locked or
     written (a node may be running on the same files, and a check run as another user
     would leave them that user's)."""
+    config_digest: str = ""
+    """The digest of the config file as this node read it (``LoadedApp.digest``): its
+    child processes are started with it, and refuse a file changed since (a part would
+    run another namespace, Redis or handlers than the rest of its node)."""
 
 
 @attrs.frozen
@@ -48,11 +52,13 @@ class LoadedApp:
     node: NodeSection
     log: LogSection
     build_tree: Callable[[Any, Invocation], ChildSpec]
+    digest: str = ""
+    """A digest of the config file's bytes as read."""
 
 
 def load_app(path: Path) -> LoadedApp:
     """Read ``path``, import its application and build the typed config, or raise ConfigError."""
-    data = load_toml(path)
+    data, digest = load_toml(path)
     node_table = data.get("node", {})
     app_name = node_table.get("app", DEFAULT_APP) if isinstance(node_table, dict) else DEFAULT_APP
     if not isinstance(app_name, str):
@@ -66,4 +72,4 @@ def load_app(path: Path) -> LoadedApp:
     if config_cls is None or not callable(build_tree):
         raise ConfigError(f"{path}: node.app: {app_name!r} defines no Config and build_tree")
     config = structure(data, config_cls, str(path))
-    return LoadedApp(config, config.node, config.log, build_tree)
+    return LoadedApp(config, config.node, config.log, build_tree, digest)

@@ -9,6 +9,7 @@ near miss (``consumers.email: unknown key 'concurency' (did you mean 'concurrenc
 from __future__ import annotations
 
 import difflib
+import hashlib
 import os
 import re
 import socket
@@ -263,13 +264,18 @@ def _strict_scalar(kind: type[Any]) -> Any:
 converter = make_converter()
 
 
-def load_toml(path: Path) -> dict[str, Any]:
+def load_toml(path: Path) -> tuple[dict[str, Any], str]:
+    """The file's tables, and a digest of its bytes (a child process of the node checks it
+    reads the file its node read: ``runtime.app.Invocation.config_digest``)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text: {exc}") from exc
     try:
-        return tomllib.loads(text)
+        return tomllib.loads(text), hashlib.sha256(raw).hexdigest()
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
 

@@ -73,9 +73,11 @@ def child_grace_s(grace_s: float) -> float:
     return grace_s - min(GRACE_MARGIN_S, grace_s / 10)
 
 
-def part_argv(config_path: Path, part: str) -> list[str]:
-    """The command that runs part ``part`` of the node configured by ``config_path``."""
-    return [sys.executable, "-m", "runtime", str(config_path.resolve()), "--part", part]
+def part_argv(config_path: Path, part: str, config_digest: str = "") -> list[str]:
+    """The command that runs part ``part`` of the node configured by ``config_path``, which
+    refuses the file if its digest is no longer ``config_digest`` (when given)."""
+    argv = [sys.executable, "-m", "runtime", str(config_path.resolve()), "--part", part]
+    return argv + (["--config-digest", config_digest] if config_digest else [])
 
 
 class ChildProcess:

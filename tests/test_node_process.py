@@ -218,3 +218,23 @@ def test_a_restarted_child_process_leaves_no_pipe_behind(tmp_path: Path) -> None
         assert pipes() == before
     finally:
         node.kill()
+
+
+def test_a_child_process_refuses_a_config_changed_since_its_node_started(
+    tmp_path: Path,
+) -> None:
+    """A child process restarted after its node's file was changed (config management
+    putting the next version in place) would run another config than the rest of its
+    node (another namespace, Redis, handlers): it refuses, naming the file, and the node
+    gives up, for its service manager to restart it whole on the new file."""
+    path = sleepy(tmp_path, finish_s=0.1)
+    path.write_text(path.read_text() + "part = true\n")
+    node = NodeProcess(path)
+    try:
+        node.wait_for("process_started")
+        path.write_text(path.read_text() + "# the next version\n")
+        os.kill(node.events("process_started")[-1]["pid"], signal.SIGKILL)
+        assert node.wait(timeout_s=120) == 1
+    finally:
+        node.kill()
+    assert "changed since its node started" in node.stderr_text()

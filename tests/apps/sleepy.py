@@ -54,7 +54,7 @@ def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
     )
     if not section.part or invocation.part is not None:
         return tree
-    child = ChildProcess(part_argv(invocation.config_path, "worker"))
+    child = ChildProcess(part_argv(invocation.config_path, "worker", invocation.config_digest))
     return supervisor(
         "node",
         [ChildSpec("worker", child.run, graceful=True, shutdown_s=30)],
