@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 from typing import Any
 
 import attrs
@@ -106,7 +107,9 @@ class SchedulerSection:
     lateness. It caps ``min_tick_s`` (whose longer pauses gather more fires a tick for
     less CPU): 10 keeps the enqueue lag a poller adds to ~10 ms at any rate, at some CPU
     below ~10,000 fires/s (docs/PERFORMANCE.md); raise it to trade lateness for CPU."""
-    claim_lease_ms: int = attrs.field(default=DEFAULT_CLAIM_LEASE_MS, validator=within(100))
+    claim_lease_ms: int = attrs.field(
+        default=DEFAULT_CLAIM_LEASE_MS, validator=within(100, 3_600_000)
+    )
     """How long a poller's hold on a partition lasts without renewal (every tick renews
     it): a poller that dies delays its partitions' fires by at most about this long (they
     are fired late, not missed). Also how long a fire a poller put in flight, unconfirmed,
@@ -246,16 +249,33 @@ def _bind(_inst: object, attr: attrs.Attribute[Any], value: str) -> None:
     # An address written as numbers must be one (256.1.1.1 passed, and failed only when
     # the listener started: a crash loop, then the node gave up); a name is looked up then.
     bracketed = host.startswith("[") and host.endswith("]")
-    if bracketed or ":" in host or host.replace(".", "").isdecimal():
-        try:
-            address = ipaddress.ip_address(host[1:-1] if bracketed else host)
-        except ValueError:
-            address = None
-        if address is None or (address.version == 6) != bracketed:
-            raise ValueError(
-                f"{attr.name}: {host!r} in {value!r} is not an IP address (an IPv6 one in "
-                "brackets: [::1]:8080)"
-            )
+    if bracketed or ":" in host:
+        ok = bracketed and _is_ipv6(host[1:-1])
+    elif host.replace(".", "").isdecimal():
+        ok = _is_ipv4(host)
+    else:
+        ok = True
+    if not ok:
+        raise ValueError(
+            f"{attr.name}: {host!r} in {value!r} is not an IP address (an IPv6 one in "
+            "brackets: [::1]:8080)"
+        )
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        return ipaddress.ip_address(text).version == 6
+    except ValueError:
+        return False
+
+
+def _is_ipv4(text: str) -> bool:
+    """In any form the system's resolver takes (``127.1`` and ``0`` too: they bind)."""
+    try:
+        socket.inet_aton(text)
+    except OSError:
+        return False
+    return True
 
 
 #: What the examples' secrets say (deploy/node.toml, deploy/k8s): refused on an API that

@@ -101,7 +101,7 @@ def test_a_new_namespace_on_a_cluster_gets_partitions_enough_to_spread(tmp_path:
         ("[node]\nshutdown_grace_s = inf\n", "node.shutdown_grace_s: must be > 0 and at most"),
         (
             "[scheduler]\nclaim_lease_ms = 100000000000000000000\n",
-            "scheduler.claim_lease_ms: must be >= 100 and at most 2^53",
+            "scheduler.claim_lease_ms: must be within 100..3600000",
         ),
         ('[consumers.t]\nhandler = "actors.examples:echo"\nlease_s = inf\n', "lease_s: must be"),
     ],
@@ -215,7 +215,7 @@ def test_cli_help_explains_usage() -> None:
 
 
 @pytest.mark.parametrize("section", ["api", "metrics"])
-@pytest.mark.parametrize("bind", ["256.1.1.1:8080", "1.2.3:8080", "::1:8080", "[nope]:8080"])
+@pytest.mark.parametrize("bind", ["256.1.1.1:8080", "1.2.3.4.5:8080", "::1:8080", "[nope]:8080"])
 def test_a_bind_address_that_is_no_ip_address_is_a_config_error(
     tmp_path: Path, section: str, bind: str
 ) -> None:

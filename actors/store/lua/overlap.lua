@@ -50,7 +50,8 @@
 -- buffer_all: all wait (up to ARGV[1]), in order; cancel_other: the one in flight is asked
 -- to cancel (cancel_fires.lua; asked again at every decision until it ends) and the
 -- newest due time waits for it to end.
--- Repeats are safe: the same claim sent again after a lost reply, or any decision after
+-- Repeats are safe (but a claim's for a task changed since: ARGV[8]): the same claim sent
+-- again after a lost reply, or any decision after
 -- a poller or API call died before its append was confirmed, enqueues the fire in flight
 -- again (the enqueue markers drop a copy where the dying claim had appended one; past the
 -- dedupe window it may run twice, as at-least-once allows, never not at all); a grid time
