@@ -2,7 +2,8 @@
 (``python -m runtime --version``: print the version and exit).
 
 Exit status: 0 after a clean stop, 1 when the root supervisor gave up, 2 on a usage or
-configuration error (one line on stderr naming the problem).
+configuration error (one line on stderr naming the problem); a ``--part`` child whose own
+tree gave up exits 88 (``runtime.process.EXIT_PART_GAVE_UP``), for its node to count.
 """
 
 from __future__ import annotations

@@ -64,8 +64,10 @@ GRACE_MARGIN_S = 1.0
 
 #: After a child exits, how long its output may take to reach end-of-file.
 RELAY_DRAIN_S = 1.0
-#: A child's exit status when its own tree gave up (1 is any Python error's).
-EXIT_PART_GAVE_UP = 3
+#: A child's exit status when its own tree gave up: one no Python error (1), usage or
+#: config error (2) or common convention uses, so a handler's ``sys.exit(3)`` is no
+#: give-up.
+EXIT_PART_GAVE_UP = 88
 
 
 def child_grace_s(grace_s: float) -> float:

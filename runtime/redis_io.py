@@ -468,5 +468,5 @@ def _disconnect_idle(pool: redis.BlockingConnectionPool) -> None:
                 with contextlib.suppress(Exception):  # closing a socket: nothing to report
                     conn.disconnect()
     finally:
-        for conn in taken:
+        for conn in reversed(taken):  # a LIFO queue: its order as it was
             pool.pool.put_nowait(conn)

@@ -205,13 +205,12 @@ class NativePool:
             raise
 
     async def _send(self, conn: _Connection, packed: bytes) -> None:
-        """All of ``packed``, each ``_SEND_SLICE`` of it within the socket timeout (as
-        redis-py sends a call in pieces, each under its timeout): a server that stops
-        reading (paused, stopped, its network gone silent) fills the socket's buffers, and
-        a call larger than they are would wait for it for good, no outage ever said; a
-        large call to a server that reads slowly still goes through. Timed out, its
-        commands may have run in part: the caller drops the connection, as for a silent
-        read."""
+        """All of ``packed``, each ``_SEND_SLICE`` of it within the socket timeout: a
+        server that stops reading (paused, stopped, its network gone silent) fills the
+        socket's buffers, and a call larger than they are would wait for it for good, no
+        outage ever said; a large call to a server that reads slowly still goes through
+        (it is not timed out as a whole). Timed out, its commands may have run in part: the
+        caller drops the connection, as for a silent read."""
         view = memoryview(packed)
         for start in range(0, len(view), _SEND_SLICE):
             with trio.move_on_after(self._timeout_s) as scope:

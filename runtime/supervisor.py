@@ -37,6 +37,10 @@ from runtime.actor import ActorContext, ActorFn, TaskStatus
 from runtime.errors import ChildProcessGaveUp, RestartAttemptsExceeded, RestartIntensityExceeded
 from runtime.intensity import backoff_s, record_restart
 
+#: How long a child whose own supervisor gave up must have run for that give-up to count
+#: as a fresh failure, not one more of a crash loop (``_on_exit``).
+GAVE_UP_FORGOTTEN_S = 3600.0
+
 
 class Strategy(enum.Enum):
     ONE_FOR_ONE = "one_for_one"
@@ -284,13 +288,15 @@ class _SupervisorRun:
         # Up a whole period before it failed: not a crash loop, the count starts again. A
         # start that failed, however long it took (a server that never answered), and a
         # supervisor below that gave up (its children crash-looped), count on: else a
-        # slow crash loop under a supervisor that outlives the period never gave up.
-        healthy = (
-            child.up_at is not None
-            and now - child.up_at >= self._policy.period_s
-            and not isinstance(
-                event.error, (RestartIntensityExceeded, RestartAttemptsExceeded, ChildProcessGaveUp)
-            )
+        # slow crash loop under a supervisor that outlives the period never gave up;
+        # unless that supervisor had run ``GAVE_UP_FORGOTTEN_S`` first (no crash loop's
+        # backoffs take as long: it gave up once in a long while, a fresh count).
+        gave_up = isinstance(
+            event.error, (RestartIntensityExceeded, RestartAttemptsExceeded, ChildProcessGaveUp)
+        )
+        up_s = None if child.up_at is None else now - child.up_at
+        healthy = up_s is not None and (
+            up_s >= GAVE_UP_FORGOTTEN_S if gave_up else up_s >= self._policy.period_s
         )
         attempts = 1 if healthy else self._attempts.get(child.spec.name, 0) + 1
         self._attempts[child.spec.name] = attempts

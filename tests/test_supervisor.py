@@ -497,6 +497,31 @@ async def test_a_child_that_stays_up_a_period_between_crashes_is_restarted_for_e
     assert {e["attempt"] for e in logs if e["event"] == "actor_restarting"} == {1}
 
 
+async def test_a_supervisor_below_that_gave_up_after_hours_up_is_a_fresh_count(
+    autojump_clock: Any,
+) -> None:
+    """A subtree that runs for hours, then crash-loops and gives up, once in a long while
+    (no crash loop's backoffs take an hour): each give-up starts its parent's count again,
+    so months of rare give-ups never add up to the parent giving up."""
+    journal: Journal = []
+
+    async def rare(ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        journal.append(("start", "rare", trio.current_time()))
+        task_status.started()
+        if len(starts_of(journal, "rare")) % 3 == 1:
+            await trio.sleep(2 * 3600)  # hours up, then a crash loop of three
+        raise RuntimeError("down")
+
+    fast = SupervisorSpec(period_s=5, backoff_base_s=1, backoff_cap_s=1, max_attempts=2)
+    inner = supervisor("inner", [ChildSpec("rare", rare)], fast)
+    outer = supervisor("outer", [inner], fast)
+    with structlog.testing.capture_logs() as logs:
+        await run_for(outer, 5 * 2 * 3600 + 60)
+    assert len(starts_of(journal, "rare")) >= 5 * 3
+    attempts = [(e["actor"], e["attempt"]) for e in logs if e["event"] == "actor_restarting"]
+    assert {a for actor, a in attempts if actor.endswith("/inner")} == {1}, attempts
+
+
 async def test_a_supervisor_has_started_only_once_its_children_have(autojump_clock: Any) -> None:
     """OTP: a child whose start fails is restarted before its supervisor reports ready, so
     a sibling started after that supervisor never runs before it is whole."""
