@@ -24,9 +24,11 @@ Changes of topology:
 
 - ``MOVED`` (a slot now served by another master: a failover, a resharding) did not run
   the command. The slot's entry is updated from the reply and the call is sent again to
-  the master it names, up to ``_REDIRECTS`` times (one still moved after those tries is
-  followed by redis-py). ``ASK`` (a slot being migrated: the target takes its keys only
-  behind ``ASKING``) is followed for a single command, its one key named (a read, sent
+  the master it names, up to ``_REDIRECTS`` times (one still moved after those tries, the
+  masters disagreeing on the slot's owner, is transient: the map is read again and the
+  step repeated; never followed through redis-py, which follows ``ASK`` for scripts).
+  ``ASK`` (a slot being migrated: the target takes its keys only behind ``ASKING``) is
+  followed for a single command, its one key named (a read, sent
   behind ``ASKING`` here), never for a script: a script reads keys it builds from its
   partition's tag (a task's bucket hashes), which the target would serve behind
   ``ASKING`` as absent while they are still on the source, and act on (a due task whose
@@ -44,8 +46,9 @@ Changes of topology:
 - ``TRYAGAIN`` (a slot half-migrated: a call's keys split between two masters) did not
   run the call either: it is sent again alone after 50, 100 and 150 ms, the rest of the
   batch not sent again meanwhile. Past that, and for ``CLUSTERDOWN``, the reply is
-  transient: the call fails (before any redirect is followed through redis-py), and
-  ``ride_out`` repeats the whole step with the probe's backoff (PING still answers).
+  transient: the call fails, and ``ride_out`` repeats the whole step with the probe's
+  backoff (PING still answers); a ``CLUSTERDOWN`` also has the map read again (a master
+  cut off from the others answers it while its replica takes its slots over).
 
 The order of calls on one master is the pipeline's; calls on different masters run in any
 order relative to each other (as ``RedisClient.mixed_scripts`` says of every Cluster).
@@ -343,31 +346,27 @@ class ClusterCalls:
         if moved_any:  # a master that lost its last slot keeps no idle connection
             for pool in current.off_the_map():
                 await pool.close_idle()
+        relearn = False
         for i, r in enumerate(replies):
             if _asked(r):  # a slot still migrating: never followed (module docstring)
                 replies[i] = redis.exceptions.TryAgainError(
                     f"TRYAGAIN a script's slot is being migrated ({r}): sent again once it "
                     "has moved"
                 )
-        redirected = [i for i, r in enumerate(replies) if isinstance(r, redis.exceptions.AskError)]
-        if redirected and not outage:  # MOVED again and again: redis-py follows them
-            # ... unless a transient reply fails the whole call anyway (raised here, or in
-            # place): what redis-py ran would be run again with the repeated step.
-            classified = self._classified(replies, outages_in_place)
-            if not any(is_outage(r) for r in classified):
-                asked = [calls[i] for i in redirected]
-                try:
-                    followed = await self._threads.run(
-                        lambda: self._evalsha_loading(asked, outages_in_place)
-                    )
-                except FAILED_MIDWAY as exc:
-                    if not outages_in_place:
-                        raise
-                    followed = [stand_in(exc, self.description)] * len(redirected)
-                if any(self._is_outage(r) for r in followed):  # whether they ran is unknown
-                    current.failed()
-                for i, reply in zip(redirected, followed, strict=True):
-                    replies[i] = reply
+            elif isinstance(r, redis.exceptions.MovedError):
+                # MOVED again and again (the masters disagree on the slot's owner), or left
+                # beside an outage: it did not run. Not followed through redis-py, which
+                # follows ASK for scripts too, nor handed on as a rejection: the step waits
+                # and is repeated with the map read again.
+                replies[i] = redis.exceptions.TryAgainError(
+                    f"TRYAGAIN a script's slot is moving ({r}): sent again once the masters "
+                    "agree on its owner"
+                )
+                relearn = True
+            elif isinstance(r, redis.exceptions.ClusterDownError):
+                relearn = True  # a master cut off from the others: the map is read again
+        if relearn:
+            current.failed()
         return self._classified(replies, outages_in_place)
 
     def _is_outage(self, reply: Reply) -> bool:
@@ -397,6 +396,9 @@ class ClusterCalls:
             except redis.exceptions.AskError as exc:  # MOVED too (a subclass)
                 pool = current.moved(exc, pool)
                 asking = not isinstance(exc, redis.exceptions.MovedError)
+            except redis.exceptions.ClusterDownError:
+                current.failed()  # a master cut off from the others: the map is read again
+                raise
         raise redis.exceptions.ConnectionError(f"the slot of {key!r} was redirected too often")
 
     async def _cluster_wait_abandoned(self, routes: ClusterRoutes) -> bool:

@@ -14,6 +14,7 @@ import redis
 import redis.crc
 import trio
 
+from runtime import redis_cluster_native
 from runtime.config import RedisSection
 from runtime.embedded_redis import find_server_binary
 from runtime.errors import RedisUnavailable
@@ -237,6 +238,40 @@ async def test_a_script_meeting_a_slot_half_migrated_waits_and_acts_on_nothing_a
         admin(node.port).execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
     assert await _once_moved(client, CLAIM_LIKE, [schedule], [tag]) == b"active"
     assert dst.get(schedule) == b"due"
+
+
+async def test_a_script_still_moved_past_its_redirects_waits_and_acts_on_nothing_absent(
+    cluster: LocalCluster, client: RedisClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node's map names a third master for a slot half migrated (the masters
+    disagreeing on its owner: answered MOVED past ``_REDIRECTS``, here none). Sent on
+    through redis-py, the script met ASK there and was followed behind ASKING: the target
+    served the state key, still on the source, as absent, and the script removed its
+    schedule entry. It is transient instead, and nothing is removed."""
+    tag = "{part9}"
+    schedule, state = f"{tag}:schedule", f"{tag}:state"
+    home = owner(cluster, schedule)
+    src, dst = admin(cluster.nodes[home].port), admin(cluster.nodes[(home + 1) % 3].port)
+    src.set(schedule, "due")
+    src.set(state, "active")
+    assert await client.scripts(CLAIM_LIKE, [([schedule], [tag])]) == [b"active"]
+    await client.run_sync(lambda: client.raw.get(schedule))  # redis-py's own map learned
+    slot = redis.crc.key_slot(schedule.encode())
+    src_id, dst_id = src.execute_command("CLUSTER", "MYID"), dst.execute_command("CLUSTER", "MYID")
+    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    port = cluster.nodes[(home + 1) % 3].port
+    src.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", schedule)
+    routes = client._routes
+    assert routes is not None
+    routes._slots[slot] = ("127.0.0.1", cluster.nodes[(home + 2) % 3].port)  # a stale map
+    routes._by_key = {}
+    monkeypatch.setattr(redis_cluster_native, "_REDIRECTS", 0)
+    with pytest.raises(RedisUnavailable, match="TRYAGAIN"):
+        await client.scripts(CLAIM_LIKE, [([schedule], [tag])])
+    pipe = dst.pipeline(transaction=False)
+    assert pipe.execute_command("ASKING").exists(schedule).execute() == [True, 1]
+    assert src.exists(state) == 1
 
 
 async def test_a_killed_master_is_waited_for_until_its_replica_takes_over() -> None:
