@@ -130,6 +130,41 @@ async def test_a_held_trigger_a_dead_poller_started_is_appended_as_the_operators
     assert again["x"].manual == {state.created_ms}  # the operator's: no catch-up window
 
 
+async def test_an_appended_trigger_is_not_decided_again_when_its_batch_is_repeated(
+    redis_client: RedisClient, namespace: str
+) -> None:
+    """A buffer_one trigger action appends a task's fire (nothing in flight) and its
+    applier dies before marking the batch; the fire runs and ends, another fire of the
+    task is in flight when the batch is applied again. Decided again, the action's fire
+    waited behind that one and its poller appended it a second time; the repeat finds it
+    appended and counts it changed, as the first run did, deciding nothing."""
+    from actors.store.actions import read_action
+    from actors.store.apply_actions import _trigger
+    from actors.store.flights import FlightEnd, Planned
+
+    store = TaskStore(redis_client, namespace, default_partitions=1)
+    await store.create(
+        TaskSpec("work", Schedule("interval", every_s=3600, overlap="skip"), task_id="x")
+    )
+    spec = ActionSpec.from_dict(
+        {"action": "trigger", "overlap": "buffer_one", "selector": {"ids": ["x"]}}
+    )
+    await create_action(store, "a4", spec, None, "me", 60_000)
+    state = await read_action(store, "a4")
+    task = await store.get("x")
+    assert state is not None and task is not None
+    keys, scripts = await store.keys(), await store.scripts()
+    assert await _trigger(store, state, [task]) == {"x": "1"}  # appended; then it died
+    await scripts.end_flights([FlightEnd("x", 0, state.created_ms)])  # it ran and ended
+    await trio.sleep(0.01)
+    sid, _ = await store.trigger("x", "skip")  # another fire of the task in flight
+    assert await _trigger(store, state, [task]) == {"x": "1"}  # the batch again
+    await scripts.end_flights([FlightEnd("x", 0, int(sid.split(":")[1]))])
+    started = await scripts.decide_overlaps("claim", {0: [Planned("x", "S", [])]})
+    assert state.created_ms not in [d for d, _ in started["x"].run]
+    assert await redis_client.execute("HGET", keys.not_run(0), "x") is None
+
+
 async def _a_trigger_held_then_its_fire_ahead_ended(
     store: TaskStore, schedule: Schedule, action_id: str
 ) -> tuple[ActionState, Task]:

@@ -312,10 +312,14 @@ async def _trigger(store: TaskStore, state: ActionState, tasks: Sequence[Task]) 
         keys = await store.keys()
         for task in tasks:
             marker = keys.action_fired(task.type, state.action_id)
-            if await store.client.execute("HGET", marker, task.task_id) == HELD_MARK.encode():
-                # held back by this action before: its poller appends it, maybe has (and
-                # it has run): a decision now could start it again, and append it twice
-                outcomes[task.task_id], queued[task.task_id] = "0", False
+            decided = await store.client.execute("HGET", marker, task.task_id)
+            if decided is not None:
+                # decided by this action before (its applier died before the mark): held
+                # back ('h': its poller appends it, maybe has, and it has run), or appended
+                # (it may have run and ended too). A decision now could start it again, and
+                # append it twice: the earlier one stands, and is counted as it was.
+                held = decided == HELD_MARK.encode()
+                outcomes[task.task_id], queued[task.task_id] = ("0" if held else "1"), False
                 continue
 
             due = dues[task.task_id]
