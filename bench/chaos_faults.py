@@ -7,6 +7,7 @@ returns the fault's (start, end) in wall-clock seconds."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import time
@@ -53,9 +54,14 @@ def fail_results_logs(workdir: Path, nodes: int, fault_s: float) -> tuple[float,
     paths = [workdir / f"results-{i}.jsonl" for i in range(nodes)]
     start = time.time()
     for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            path.rename(path.with_name(path.name + ".aside"))
-        path.mkdir()
+        for attempt in itertools.count():
+            with contextlib.suppress(FileNotFoundError):
+                path.rename(path.with_name(f"{path.name}.aside{attempt}"))
+            try:
+                path.mkdir()
+                break
+            except FileExistsError:  # a node's write made the file again meanwhile
+                continue
     time.sleep(fault_s)
     for path in paths:
         path.rmdir()
