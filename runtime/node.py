@@ -89,9 +89,15 @@ async def _follow_parent(ctx: ActorContext, scope: trio.CancelScope, grace_s: fl
 
 async def _watch_parent(ctx: ActorContext, scope: trio.CancelScope, grace_s: float) -> None:
     """Take the parent's health reports from stdin, and stop when it ends: only the parent
-    holds the pipe's other end."""
+    holds the pipe's other end. Read through a copy of fd 0 that no process started here
+    inherits; fd 0 itself becomes /dev/null, so a handler's subprocess (which inherits
+    stdin by default) neither reads the reports nor keeps the pipe open."""
     pending = b""
-    async with trio.lowlevel.FdStream(os.dup(0)) as stdin:
+    reports = os.dup(0)  # not inheritable (PEP 446)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    async with trio.lowlevel.FdStream(reports) as stdin:
         async for chunk in stdin:
             *lines, pending = (pending + chunk).split(b"\n")
             for line in lines:

@@ -18,7 +18,9 @@ The contract between the two, all of it here:
   stop becomes immediate.
 - **Orphans.** The child's stdin is a pipe whose other end only the parent holds. If the
   parent dies, even by SIGKILL, the kernel closes it, the child reads end-of-file and
-  stops gracefully: a child never outlives its node for long.
+  stops gracefully: a child never outlives its node for long. The child reads it through
+  a copy no process it starts inherits (its fd 0 becomes /dev/null), so a handler's
+  subprocess neither takes the parent's lines nor holds the pipe open.
 - **Output.** Where the parent's stdout is a regular file opened for appending (``>>``),
   the child inherits it and writes its lines there itself, each batch in one write, which
   a local filesystem appends whole (``runtime.logging.output_is_a_file``); it goes on

@@ -238,3 +238,21 @@ def test_a_child_process_refuses_a_config_changed_since_its_node_started(
     finally:
         node.kill()
     assert "changed since its node started" in node.stderr_text()
+
+
+def test_a_child_process_keeps_its_parents_pipe_from_what_it_starts(tmp_path: Path) -> None:
+    """A child process reads its node's health reports on stdin: a subprocess a handler
+    starts inherits stdin by default, and could read the reports (lost to the child) or
+    keep the pipe open. The child reads a copy no process inherits; its fd 0 is
+    /dev/null."""
+    path = sleepy(tmp_path, finish_s=0.1)
+    path.write_text(path.read_text() + "part = true\n")
+    node = NodeProcess(path)
+    try:
+        (started,) = node.wait_for("process_started")
+        stdin = Path(f"/proc/{started['pid']}/fd/0")
+        until(lambda: os.readlink(stdin) == os.devnull, 30)
+        node.signal(signal.SIGTERM)
+        assert node.wait(timeout_s=30) == 0  # the reports' end still stops it
+    finally:
+        node.kill()
