@@ -204,6 +204,23 @@ CLAIM_LIKE = Script(
 )
 
 
+def _half_migrating(cluster: LocalCluster, tag: str) -> tuple[Any, Any, int, Any, int]:
+    """``{tag}:schedule`` (``due``) and ``{tag}:state`` (``active``) on their slot's master,
+    the slot then marked as migrating to the next master, no key moved yet: (source,
+    target, slot, the target's id, the target's port)."""
+    schedule = f"{tag}:schedule"
+    home = owner(cluster, schedule)
+    port = cluster.nodes[(home + 1) % 3].port
+    src, dst = admin(cluster.nodes[home].port), admin(port)
+    src.set(schedule, "due")
+    src.set(f"{tag}:state", "active")
+    slot = redis.crc.key_slot(schedule.encode())
+    src_id, dst_id = src.execute_command("CLUSTER", "MYID"), dst.execute_command("CLUSTER", "MYID")
+    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    return src, dst, slot, dst_id, port
+
+
 @pytest.mark.parametrize("moved", ["declared", "built"])
 async def test_a_script_meeting_a_slot_half_migrated_waits_and_acts_on_nothing_absent(
     cluster: LocalCluster, client: RedisClient, moved: str
@@ -216,15 +233,7 @@ async def test_a_script_meeting_a_slot_half_migrated_waits_and_acts_on_nothing_a
     transient, nothing is removed, and once the slot has moved it runs as before."""
     tag = "{part7}"
     schedule, state = f"{tag}:schedule", f"{tag}:state"
-    home = owner(cluster, schedule)
-    src, dst = admin(cluster.nodes[home].port), admin(cluster.nodes[(home + 1) % 3].port)
-    src.set(schedule, "due")
-    src.set(state, "active")
-    slot = redis.crc.key_slot(schedule.encode())
-    src_id, dst_id = src.execute_command("CLUSTER", "MYID"), dst.execute_command("CLUSTER", "MYID")
-    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
-    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
-    port = cluster.nodes[(home + 1) % 3].port
+    src, dst, slot, dst_id, port = _half_migrating(cluster, tag)
     first = schedule if moved == "declared" else state
     src.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", first)
     with pytest.raises(RedisUnavailable):
@@ -251,16 +260,9 @@ async def test_a_script_still_moved_past_its_redirects_waits_and_acts_on_nothing
     tag = "{part9}"
     schedule, state = f"{tag}:schedule", f"{tag}:state"
     home = owner(cluster, schedule)
-    src, dst = admin(cluster.nodes[home].port), admin(cluster.nodes[(home + 1) % 3].port)
-    src.set(schedule, "due")
-    src.set(state, "active")
+    src, dst, slot, _, port = _half_migrating(cluster, tag)
     assert await client.scripts(CLAIM_LIKE, [([schedule], [tag])]) == [b"active"]
     await client.run_sync(lambda: client.raw.get(schedule))  # redis-py's own map learned
-    slot = redis.crc.key_slot(schedule.encode())
-    src_id, dst_id = src.execute_command("CLUSTER", "MYID"), dst.execute_command("CLUSTER", "MYID")
-    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
-    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
-    port = cluster.nodes[(home + 1) % 3].port
     src.execute_command("MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", schedule)
     routes = client._routes
     assert routes is not None
