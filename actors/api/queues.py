@@ -139,8 +139,9 @@ class Queues:
         scripts = await self.store.scripts()
         results: dict[str, str] = {}
         for i in range(0, len(entry_ids), REPLAY_BATCH):
-            batch = await self._not_malformed(task_type, entry_ids[i : i + REPLAY_BATCH])
-            results |= dict.fromkeys(entry_ids[i : i + REPLAY_BATCH], REPLAY_MALFORMED)
+            chunk = entry_ids[i : i + REPLAY_BATCH]
+            results |= dict.fromkeys(chunk, REPLAY_MALFORMED)  # but those sent, below
+            batch = await self._not_malformed(task_type, chunk)
             replies = await scripts.replay_dead(task_type, batch) if batch else []
             events = []
             for entry, (outcome, task_id) in zip(batch, replies, strict=True):
