@@ -242,15 +242,22 @@ def _unique_keys(_inst: object, attr: attrs.Attribute[Any], value: list[ApiKeySe
         raise ValueError(f"{attr.name}: key ids must be unique; repeated: {', '.join(duplicates)}")
 
 
+def split_bind(value: str) -> tuple[str, str, bool]:
+    """``host:port`` into the host (brackets of an IPv6 address taken off), the port as
+    written, and whether the host was bracketed. No checks: ``_bind`` validates."""
+    host, _, port = value.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    return (host[1:-1] if bracketed else host), port, bracketed
+
+
 def _bind(_inst: object, attr: attrs.Attribute[Any], value: str) -> None:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdecimal() or int(port) > 65535:
+    host, port, bracketed = split_bind(value)
+    if ":" not in value or not host or not port.isdecimal() or int(port) > 65535:
         raise ValueError(f"{attr.name}: {value!r} must be host:port, e.g. 127.0.0.1:8080")
     # An address written as numbers must be one (256.1.1.1 passed, and failed only when
     # the listener started: a crash loop, then the node gave up); a name is looked up then.
-    bracketed = host.startswith("[") and host.endswith("]")
     if bracketed or ":" in host:
-        ok = bracketed and _is_ipv6(host[1:-1])
+        ok = bracketed and _is_ipv6(host)
     elif host.replace(".", "").isdecimal():
         ok = _is_ipv4(host)
     else:
@@ -354,7 +361,7 @@ class ApiSection:
     @property
     def exposed(self) -> bool:
         """Whether the API listens beyond this host (``bind`` not a loopback address)."""
-        host = self.bind.rpartition(":")[0].strip("[]")
+        host = split_bind(self.bind)[0]
         if host == "localhost":
             return False
         try:

@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 
-from runtime.testing.local_redis import RedisProcess, free_port
+from runtime.testing.local_redis import RedisProcess, free_port, pause_until_caught_up
 
 
 class SwitchingProxy:
@@ -107,13 +107,7 @@ def fail_over(
     new: Any = redis.Redis(port=replica.port, socket_timeout=10)
     start = time.time()
     try:
-        old.execute_command("CLIENT", "PAUSE", 30_000, "WRITE")
-        wanted = old.info("replication")["master_repl_offset"]
-        deadline = time.monotonic() + 30
-        while new.info("replication").get("slave_repl_offset", -1) < wanted:
-            if time.monotonic() > deadline:
-                raise SystemExit("chaos: the replica did not catch up with its primary")
-            time.sleep(0.02)
+        pause_until_caught_up(old, new, 30_000, time.monotonic() + 30)
         new.replicaof("NO", "ONE")
         old.replicaof("127.0.0.1", replica.port)
         proxy.switch(replica.port)

@@ -20,7 +20,7 @@ from actors.api.app import build_app
 from actors.api.queues import Queues
 from actors.api.routes import ApiServices
 from actors.api.signing import Verifier
-from actors.config import ApiSection, MetricsSection
+from actors.config import ApiSection, MetricsSection, split_bind
 from actors.domain.api_keys import ApiKey
 from actors.observability.endpoint import ScrapeGate, serve_http
 from actors.observability.redis_gauges import RedisGauges
@@ -71,8 +71,7 @@ class ApiServer:
 
     def _shared_bind(self) -> str:
         """Bind the port ourselves with ``SO_REUSEPORT`` and hand hypercorn the descriptor."""
-        host, _, port = self.section.bind.rpartition(":")
-        host = host.strip("[]")
+        host, port, _ = split_bind(self.section.bind)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:

@@ -46,6 +46,18 @@ def removed_if_it_fails(setup: LocalCluster | LocalSentinel) -> Iterator[None]:
         raise
 
 
+def pause_until_caught_up(primary: Any, replica: Any, pause_ms: int, deadline: float) -> None:
+    """Pause writes to ``primary`` (for ``pause_ms`` at most) and wait until ``replica`` has
+    every write it took: what a failover does first so that none is lost. ``RuntimeError``
+    once ``deadline`` (``time.monotonic()``) passes; the pause is the caller's to end."""
+    primary.execute_command("CLIENT", "PAUSE", pause_ms, "WRITE")
+    wanted = primary.info("replication").get("master_repl_offset")
+    while replica.info("replication").get("slave_repl_offset", -1) < wanted:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the replica did not catch up with its primary")
+        time.sleep(0.02)
+
+
 class RedisProcess:
     """One redis-server process on a loopback port, in its own temp dir."""
 
@@ -241,12 +253,7 @@ class LocalCluster:
                 try:
                     if replica.info("replication").get("role") == "master":
                         return
-                    primary.execute_command("CLIENT", "PAUSE", int(timeout_s * 1000), "WRITE")
-                    wanted = primary.info("replication").get("master_repl_offset")
-                    while replica.info("replication").get("slave_repl_offset", -1) < wanted:
-                        if time.monotonic() > deadline:
-                            raise RuntimeError("the replica did not catch up with its primary")
-                        time.sleep(0.02)
+                    pause_until_caught_up(primary, replica, int(timeout_s * 1000), deadline)
                     replica.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
                     # Unpaused only once it knows it is a replica: a paused write let
                     # through before would be acknowledged, then lost in its resync.
