@@ -19,10 +19,11 @@ local n = 0
 for i = 4, #ARGV, 9 do
   local sid = ARGV[i]
   local retry_at = string.format('%d', now + tonumber(ARGV[i + 1]))
+  -- Every read before the first write: a script stopped by an error keeps what it wrote.
+  local born = created_ms(tag, bucket_of(ARGV[i + 2], buckets), ARGV[i + 2])
   redis.call('HSET', ARGV[1] .. sid, 'task_id', ARGV[i + 2], 'type', ARGV[i + 3],
     'payload', ARGV[i + 4], 'attempt', ARGV[i + 5], 'due_ms', ARGV[i + 6],
     'last_error', ARGV[i + 7], 'retry_at_ms', retry_at)
-  local born = created_ms(tag, bucket_of(ARGV[i + 2], buckets), ARGV[i + 2])
   if born then  -- nil or false: none to keep
     redis.call('HSET', ARGV[1] .. sid, 'born', ms(born))
   else
