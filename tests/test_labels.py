@@ -307,7 +307,7 @@ async def test_a_type_created_or_deleted_mid_listing_repeats_and_skips_nothing(
     seen: list[str] = []
     page, cursor = await store.list_tasks(limit=40)
     seen += [t.task_id for t in page]
-    assert cursor is not None and cursor.endswith("-sms")  # within the second type
+    assert cursor is not None and cursor.partition("~")[0].endswith("-sms")  # in the second type
     await store.create(TaskSpec("alerts", EVERY_MINUTE, task_id="alerts-0"))  # sorts first
     while cursor is not None:
         page, cursor = await store.list_tasks(cursor=cursor, limit=7)

@@ -154,12 +154,36 @@ async def test_list_pages_with_a_cursor_and_filters(store: TaskStore) -> None:
         if cursor is None:
             break
     assert pages > 2
-    assert sorted(seen) == sorted(c.task_id for c in a)  # each once: pages end between buckets
+    assert sorted(seen) == sorted(c.task_id for c in a)  # each once
     paused, _ = await store.list_tasks(task_type="a", status="paused", limit=1000)
     assert sorted(t.task_id for t in paused) == sorted(c.task_id for c in a[:7])
     everything, cursor = await store.list_tasks(limit=1000)
     assert cursor is None
     assert len({t.task_id for t in everything}) == 270
+
+
+async def test_no_page_holds_more_than_its_limit_and_each_task_is_listed_once(
+    store: TaskStore,
+) -> None:
+    """A page that fills inside a bucket ends there, its cursor naming the last id listed:
+    the next page starts after it in that bucket (whole buckets, read fourfold a round
+    trip, overran ``limit`` = 1 by dozens)."""
+    a = await store.create_many(
+        [TaskSpec("a", EVERY_MINUTE, i, task_id=f"a{i}", labels={"k": "v"}) for i in range(300)]
+    )
+    b = await store.create_many([TaskSpec("b", EVERY_MINUTE, i) for i in range(40)])
+    cases = [({"task_type": "a"}, a), ({"labels": {"k": "v"}}, a), ({}, a + b)]
+    for filters, created in cases:
+        for limit in (1, 7, 64):
+            seen: list[str] = []
+            cursor = None
+            while True:
+                page, cursor = await store.list_tasks(cursor=cursor, limit=limit, **filters)
+                assert len(page) <= limit, (filters, limit, len(page))
+                seen += [t.task_id for t in page]
+                if cursor is None:
+                    break
+            assert sorted(seen) == sorted(c.task_id for c in created), (filters, limit)
 
 
 async def test_a_few_tasks_are_listed_in_one_page_with_the_default_buckets(

@@ -174,27 +174,35 @@ async def list_page(
     names = types if not (wanted.task_type or wanted.labels) else None
     position = ListCursor.parse(cursor, len(indexes), keys.partitions, keys.buckets, names)
     tasks: list[Task] = []
+    last: tuple[int, str] | None = None  # (bucket, id) of the last task in ``tasks``
     calls, read = 0, 0
     density = _Density()  # of the index being read: each index's buckets fill alike
     while position is not None and len(tasks) < limit and calls < max_calls:
         if read >= MAX_LIST_READ:  # a short page now, the rest from its cursor
             break
         calls += 1
-        # A cursor stands between buckets: whole buckets are read (~60 tasks each when
-        # the namespace is sized for its tasks), so a page may pass ``limit`` by one.
+        # A bucket's ids in order: a page that fills in a bucket ends at an id in it.
         index, first = position.type_index, position.bucket
         end = min(first + density.span, keys.buckets)
         key_of = functools.partial(indexes[index], position.partition)
-        members = await index_members(store.client, key_of, range(first, end))
-        found = await store.get_many([task_id for task_id, _ in members], unreadable)
+        members = sorted(
+            (bucket, task_id)
+            for task_id, bucket in await index_members(store.client, key_of, range(first, end))
+            if position.after is None or bucket != first or task_id > position.after
+        )
+        found = await store.get_many([task_id for _, task_id in members], unreadable)
         # a type's index may name an id of another type now (its task deleted when its
         # definition could not be read, then created again as another type): listed
         # under its own type's index alone
         of_type = types[index] if not wanted.labels else None
-        tasks += [
-            t for t in found
-            if t is not None and wanted.matches(t) and of_type in (None, t.type)
-        ]  # fmt: skip
+        for place, task in zip(members, found, strict=True):
+            if task is None or not wanted.matches(task) or of_type not in (None, task.type):
+                continue
+            if len(tasks) == limit:  # the page is full: the next one starts after ``last``
+                assert last is not None  # appended in this round trip (limit >= 1)
+                return tasks, attrs.evolve(position, bucket=last[0], after=last[1]).format(names)
+            tasks.append(task)
+            last = place
         read += len(members)
         position = position.advance(end, len(indexes), keys.partitions, keys.buckets)
         if position is not None and position.type_index != index:

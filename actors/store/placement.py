@@ -163,13 +163,17 @@ def resume_point(task: Task, now_ms: int) -> tuple[int | None, int | None]:
 @attrs.frozen
 class ListCursor:
     """Where a listing stands: which index (of the types listed, or the label index),
-    partition, next bucket. Opaque to clients. A listing of every type names the type too
-    (``t-p-b-<type>``): the types are read again for each page, and a type created
-    meanwhile moves the others' places."""
+    partition, next bucket, and in that bucket the last task id a page ended on (a
+    bucket's ids are listed in order, so a page holds ``limit`` tasks at most). Opaque to
+    clients. A listing of every type names the type too (``t-p-b-<type>``): the types are
+    read again for each page, and a type created meanwhile moves the others' places. The
+    id follows the first ``~`` (a type holds none)."""
 
     type_index: int
     partition: int
     bucket: int
+    after: str | None = None
+    """Ids up to this one in ``bucket`` were listed already."""
 
     @classmethod
     def parse(
@@ -181,9 +185,12 @@ class ListCursor:
             return None
         if text is None:
             return cls(0, 0, 0)
-        parts = text.split("-", 3)
+        place, tilde, after = text.partition("~")
+        parts = place.split("-", 3)
         try:
             t, p, b = (int(x) for x in parts[:3])
+            if tilde and not after:
+                raise ValueError("no task id after '~'")
         except ValueError:
             raise InvalidTask(f"cursor: {text!r} is not a cursor this listing returned") from None
         named = len(parts) == 4
@@ -196,8 +203,8 @@ class ListCursor:
             if t == len(names):
                 return None  # its type and every one after it are gone: the listing is done
             if names[t] != parts[3]:  # its type is gone: on with the next one, from its start
-                p, b = 0, 0
-        return cls(t, p, b)
+                return cls(t, 0, 0)
+        return cls(t, p, b, after if tilde else None)
 
     def advance(self, bucket: int, types: int, partitions: int, buckets: int) -> ListCursor | None:
         """The position after reading up to ``bucket`` (exclusive), or None at the end."""
@@ -211,4 +218,6 @@ class ListCursor:
 
     def format(self, names: Sequence[str] | None = None) -> str:
         place = f"{self.type_index}-{self.partition}-{self.bucket}"
-        return place if names is None else f"{place}-{names[self.type_index]}"
+        if names is not None:
+            place = f"{place}-{names[self.type_index]}"
+        return place if self.after is None else f"{place}~{self.after}"
