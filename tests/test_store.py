@@ -172,7 +172,11 @@ async def test_no_page_holds_more_than_its_limit_and_each_task_is_listed_once(
         [TaskSpec("a", EVERY_MINUTE, i, task_id=f"a{i}", labels={"k": "v"}) for i in range(300)]
     )
     b = await store.create_many([TaskSpec("b", EVERY_MINUTE, i) for i in range(40)])
-    cases = [({"task_type": "a"}, a), ({"labels": {"k": "v"}}, a), ({}, a + b)]
+    cases: list[tuple[dict[str, Any], list[Any]]] = [
+        ({"task_type": "a"}, a),
+        ({"labels": {"k": "v"}}, a),
+        ({}, a + b),
+    ]
     for filters, created in cases:
         for limit in (1, 7, 64):
             seen: list[str] = []
