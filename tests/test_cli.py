@@ -543,3 +543,31 @@ def test_history_attention_and_acknowledge(api: ApiNode) -> None:
     assert explained["history"][0]["fate"] == "dead"
     assert explained["acknowledged"]["note"] == "expected in the test"
     assert explained["attention"] is None
+
+
+def test_control_characters_from_a_handler_reach_no_terminal_raw(api: ApiNode) -> None:
+    """A handler's error quoting its input (escape sequences that clear the screen, set
+    the window title, colour the text) is printed written out, never raw: only newline
+    and tab pass, in every view that shows the error."""
+    task_id = f"cli-{time.monotonic_ns()}"
+    said = "bad input: \x1b]0;pwned\x07\x1b[2J\x1b[31mRED\r\x9b1m"
+    ok_json(api, "tasks", "add", "--type", "doomed", "--id", task_id, "--payload",
+            json.dumps({"say": said}), "--at", str(int(time.time() * 1000)))  # fmt: skip
+
+    def dead() -> Any:
+        page = ok_json(api, "dlq", "ls", "doomed")
+        return next((d for d in page["dead_letters"] if d["task_id"] == task_id), None)
+
+    entry = wait_until(dead, timeout_s=60)
+    assert entry["error_line"].endswith(said)  # the JSON keeps the text as it was
+    views = [
+        ["tasks", "get", task_id], ["tasks", "explain", task_id], ["tasks", "history", task_id],
+        ["attention", "--type", "doomed"], ["dlq", "ls", "doomed"],
+        ["dlq", "show", "doomed", entry["entry_id"]],
+    ]  # fmt: skip
+    for view in views:
+        shown = run(api, *view)
+        assert shown.returncode == 0, (view, shown.stderr)
+        raw = {c for c in shown.stdout if ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F} - {"\n", "\t"}
+        assert not raw, (view, raw)
+        assert "\\x1b]0;pwned\\x07" in shown.stdout, (view, shown.stdout)

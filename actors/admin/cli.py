@@ -48,6 +48,7 @@ from actors.admin.ledger_cmds import add_ledger_commands
 from actors.admin.node_cmds import add_node_commands, cmd_migrate, serve_node
 from actors.admin.preview_cli import add_schedule_parser, run_schedule
 from actors.admin.queue_cmds import add_dlq_commands, add_queue_commands
+from actors.admin.tables import terminal_safe
 from actors.admin.task_cmds import add_task_commands
 from actors.domain.model import MAX_TASK_ID
 from runtime.version import __version__
@@ -124,11 +125,12 @@ def _run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"status": exc.status, "code": exc.code, "detail": exc.detail,
                               "errors": exc.errors}))  # fmt: skip
-        print(f"metronome: {exc.detail} ({exc.status} {exc.code})", file=sys.stderr)
+        print(f"metronome: {terminal_safe(exc.detail)} ({exc.status} {exc.code})", file=sys.stderr)
         return exit_code(exc)
     except ApiUnavailable as exc:
         print(f"metronome: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
+    human = terminal_safe(human)
     print(json.dumps(data, indent=2) if args.json else human)
     if status and status[0] != EXIT_OK:  # done in part: say so where errors go
         print(f"metronome: {human.splitlines()[0]}", file=sys.stderr)

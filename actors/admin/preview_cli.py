@@ -24,7 +24,7 @@ from actors.admin.inputs import (
     parse_time,
     schedule_from,
 )
-from actors.admin.tables import table
+from actors.admin.tables import table, terminal_safe
 from actors.domain.errors import InvalidTask
 from actors.domain.model import MAX_TASK_ID, parse_schedule
 from actors.domain.preview import MAX_PREVIEW, preview, rows
@@ -90,7 +90,7 @@ def run_schedule(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(answer, indent=2))
     else:
-        print(render(answer["fires"], answer["tz"], answer["notes"]))
+        print(terminal_safe(render(answer["fires"], answer["tz"], answer["notes"])))
     return EXIT_OK
 
 

@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from actors.store.notes import describe_note
+
+#: C0 controls but newline and tab, DEL and the C1 controls (a terminal may take U+009B
+#: for an escape sequence's start).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with its control characters written out (``\\x1b``): what the CLI prints
+    comes from handlers, payloads and stored records (a handler's error message quoting
+    its input), and read raw by a terminal an escape sequence clears the screen, moves the
+    cursor over earlier lines or sets the window title."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def when(ms: int | None) -> str:

@@ -102,8 +102,10 @@ async def asks_retry(ctx: HandlerContext) -> None:
 
 
 async def hopeless(ctx: HandlerContext) -> None:
+    """Fails for good, saying the payload's ``say`` (a handler quoting its input)."""
     _record(ctx, "failed")
-    raise Unrecoverable("never going to work")
+    said = ctx.payload.get("say") if isinstance(ctx.payload, dict) else None
+    raise Unrecoverable(said or "never going to work")
 
 
 def not_a_handler() -> None:
