@@ -353,13 +353,14 @@ async def test_a_late_start_checks_the_attention_list_an_on_time_one_does_not(
     assert await store.client.execute("HGET", keys.runs(0, keys.bucket_of(late)), late) is None
 
 
-async def test_a_run_record_that_cannot_be_read_fails_its_group_before_any_write(
+async def test_a_run_record_that_cannot_be_decoded_is_that_tasks_alone(
     store: TaskStore,
 ) -> None:
     """Task ``bad``'s run record is cut short (a hand edit, another version): the outcome
-    call of its partition fails naming it and its key, and writes nothing for the task
-    beside it, however often it is tried (a row written before the failing one would be
-    written again at every try, its run count climbing). Mended, both are written once."""
+    call writes the task beside it in full, and ``bad``'s history, but not ``bad``'s
+    counts, its record left as it is (naming it in the reply); a run record Redis refuses
+    to read (a bucket of another kind) fails the group before any write, as a partition
+    key of another kind does."""
     tasks = await _tasks(store, {"t": 2})
     good, bad = tasks["t"]
     keys = await store.keys()
@@ -367,11 +368,17 @@ async def test_a_run_record_that_cannot_be_read_fails_its_group_before_any_write
     await store.client.execute("HSET", runs_key, bad, b"\xcd\x01")
     scripts = await store.scripts()
     due = 1_700_000_000_000
-    for _ in range(3):
-        with pytest.raises(ResponseError, match=f"run record of task {bad}"):
-            await scripts.record_outcomes([_ok(good, due, 5), _ok(bad, due, 5)], "t")
-    found = await store.get(good)
-    assert found is not None and found.runs == 0
-    await store.client.execute("HDEL", runs_key, bad)
     assert await scripts.record_outcomes([_ok(good, due, 5), _ok(bad, due, 5)], "t") == 2
-    assert [(await store.get(t)).runs for t in (good, bad)] == [1, 1]  # type: ignore[union-attr]
+    assert await scripts.record_outcomes([_ok(good, due + 1, 5), _ok(bad, due + 1, 5)], "t") == 2
+    found = await store.get(good)
+    assert found is not None and found.runs == 2
+    assert await store.client.execute("HGET", runs_key, bad) == b"\xcd\x01"
+    assert [o.due_ms for o in await _ring(store, bad)] == [due + 1, due]
+    await store.client.execute("HDEL", runs_key, bad)
+    assert await scripts.record_outcomes([_ok(bad, due + 2, 5)], "t") == 1
+    assert (await store.get(bad)).runs == 1  # type: ignore[union-attr]
+    other = keys.runs(0, keys.bucket_of(good))
+    await store.client.execute("DEL", other)
+    await store.client.execute("SET", other, "not a hash")
+    with pytest.raises(ResponseError, match=f"^WRONGTYPE .*run record of task {good}"):
+        await scripts.record_outcomes([_ok(good, due + 3, 5)], "t")

@@ -393,3 +393,40 @@ async def test_a_malformed_entry_whose_dead_letter_redis_rejects_stops_no_read(
     assert entry[1][b"hello"] == b"world"
     assert not await _pending_ids(store, "m")
     assert not [e for e in log_lines() if e["event"] == "actor_crashed"]
+
+
+async def test_a_task_whose_run_record_cannot_be_decoded_holds_back_no_other_fire(
+    redis_client: RedisClient, redis_url: str, namespace: str, tmp_path: Path, record: Path,
+    log_lines: LogLines,
+) -> None:  # fmt: skip
+    """One task's run record holds bytes no version writes (a hand edit, another program):
+    the other tasks of its partition go on completing (their runs counted, no partition
+    held back, as when that record failed the whole partition's outcome call); its own
+    fires run, go to its history and are named in ``task_unreadable`` lines, its record
+    left as it is."""
+    store = TaskStore(redis_client, namespace, default_partitions=4)
+    section = ConsumerSection(handler="tests.handlers.jobs:noop", lease_s=10)
+    config = node_config(redis_url, namespace, tmp_path, {"work": section})
+    ids, _ = await periodic_tasks(store, count=16, every_s=0.5)
+    keys = await store.keys()
+    bad = ids[0]
+    neighbours = [t for t in ids[1:] if keys.partition_of(t) == keys.partition_of(bad)]
+    assert neighbours
+    runs_key = keys.runs(keys.partition_of(bad), keys.bucket_of(bad))
+    await redis_client.execute("HSET", runs_key, bad, b"\xcd\x01")
+
+    async def neighbours_completing() -> bool:
+        return await _fewest_runs(store, neighbours) >= 4
+
+    async def bad_in_history() -> bool:
+        raw = await redis_client.execute("HGET", keys.history(keys.partition_of(bad)), bad)
+        return raw is not None and len(decode_ring(raw)) >= 3
+
+    async with running_node(config):
+        await wait_until(neighbours_completing)
+        await wait_until(bad_in_history)
+    assert not [e for e in log_lines() if e["event"] == "completions_held_back"]
+    named = [e for e in log_lines() if e["event"] == "task_unreadable"]
+    assert named and {e["task_id"] for e in named} == {bad}
+    assert await redis_client.execute("HGET", runs_key, bad) == b"\xcd\x01"
+    assert sum(r["task_id"] == bad for r in records(record)) >= 3

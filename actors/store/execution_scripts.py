@@ -25,6 +25,7 @@ from actors.store.flights import (
 )
 from actors.store.history import Ledger
 from actors.store.keys import GROUP
+from actors.store.labels import say_unreadable
 from actors.store.messages import Message
 from actors.store.records import pack_array
 from actors.store.replies import (
@@ -151,18 +152,19 @@ class ExecutionScripts(UpkeepScripts):
         shared = shared_parts([write], self.keys.partition_of)
         total = 0
         for reply in await self._run([self._shared_call(s) for s in shared]):
-            for updated, error in zip(reply, self._group_errors(reply), strict=True):
+            for group, error in zip(reply, self._group_errors(reply), strict=True):
                 if error is not None:
                     raise error
-                total += int(updated)
+                total += _updated(group)
         return total
 
     def _group_errors(self, reply: Any) -> list[Exception | None]:
         """``record_outcomes.lua``'s reply: each group's error (None: written in full; a
-        group's count is an integer, its error a string)."""
+        group's count is an integer, or a list of it and the tasks whose counts could
+        not be decoded, each said here; its error a string)."""
         return [
             None
-            if isinstance(group, int)
+            if isinstance(group, (int, list))
             else classify(
                 ResponseError(group.decode() if isinstance(group, bytes) else str(group)),
                 self.client.description,
@@ -240,6 +242,9 @@ class ExecutionScripts(UpkeepScripts):
                 _failed(w, partition, reply, errors)
             return
         if shared.part[0] == OUTCOMES:
+            for group in reply:
+                if isinstance(group, list):  # names tasks whose counts were not written
+                    _updated(group)
             outcomes = self._group_errors(reply)
             for (w, _), error in zip(shared.shares, outcomes, strict=True):
                 if error is None:
@@ -251,6 +256,27 @@ class ExecutionScripts(UpkeepScripts):
             w.written.add(shared.part)
         if shared.part[0] == FLIGHTS:
             paused_by_write(paused_of([reply]), shared.shares)
+
+
+def _updated(group: int | list[Any]) -> int:
+    """A ``record_outcomes.lua`` group's count of tasks updated; a ``task_unreadable``
+    line for each task it names whose run record could not be decoded (its outcome went
+    to its history and attention, not to its counts)."""
+    if isinstance(group, int):
+        return group
+    say_unreadable([(_text(t), RUN_UNREADABLE) for t in group[1:]])
+    return int(group[0])
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+#: What a ``task_unreadable`` line says of a task whose run record cannot be decoded.
+RUN_UNREADABLE = (
+    "its run record (runs, retries, last status) cannot be decoded: an outcome of it went "
+    "to its history, not its counts; delete and create the task again to mend it"
+)
 
 
 def _failed(

@@ -15,7 +15,10 @@
 -- Returns, per group, the number of its tasks updated (a deleted task is skipped), or the
 -- error its write met (a string): a group whose write fails (a key of the wrong type) ends
 -- there and the next group goes on, so one batch's trouble never makes another batch's
--- rows fail (and be written again).
+-- rows fail (and be written again). A group with tasks whose run record (or the state
+-- record it starts from) cannot be decoded (a hand edit, another program) answers
+-- {number, task ids...}: those tasks' history and attention are written, their counts
+-- are not (their record is left as it is), and no other task's outcome waits on them.
 -- ok resets the consecutive-failure count (retries) and forgets the last error; retry and
 -- dead increase it and keep the error in the partition's errors hash; a fire not run
 -- changes neither. Every outcome is an occurrence in the task's history; dead, expired
@@ -77,23 +80,25 @@ local function is_count(v)
 end
 
 local function record_group(a, first, last, task_type, late)
-  -- Every row's run record read first (a task's rows share one, updated in turn): one
-  -- that cannot be read, or a partition key of another kind a row would write (wrong),
+  -- Every row's run record read first (a task's rows share one, updated in turn): a key
+  -- Redis refuses to read, or a partition key of another kind a row would write (wrong),
   -- fails the group before it writes anything, naming the task, so the consumer's tries
-  -- again (actors/execution/held_back.py) write nothing twice.
-  local runs = {}
+  -- again (actors/execution/held_back.py) write nothing twice. A record that reads but
+  -- does not decode is that task's alone: it is left as it is (unread[id]).
+  local runs, unread, named = {}, {}, {}
   for i = first, last, 11 do
     local id, b = a[i], a[i + 1]
     if runs[id] == nil then
       local ok, r = pcall(get_run, tag, b, id)
-      local bad = not ok and (type(r) == 'table' and r.err or 'ERR ' .. tostring(r))
-      if ok and r and not (is_count(r[RUN_RUNS]) and is_count(r[RUN_RETRIES])
-          and is_count(r[RUN_LAST_STATUS])) then
-        bad = 'ERR values of another kind'
+      local text = not ok and (type(r) == 'table' and r.err or tostring(r))
+      if text and string.match(text, '^%u[%u_]* ') then  -- Redis's reply: its code first
+        error({err = text .. ' (the run record of task ' .. id .. ', ' .. tag .. ':run:' ..
+          b .. ', cannot be read)'})  -- (WRONGTYPE, NOPERM): the caller classifies it
       end
-      if bad then  -- Redis's code first (WRONGTYPE, NOPERM): the caller classifies it
-        error({err = bad .. ' (the run record of task ' .. id .. ', ' .. tag .. ':run:' ..
-          b .. ', cannot be read)'})
+      if not ok or (r and not (is_count(r[RUN_RUNS]) and is_count(r[RUN_RETRIES])
+          and is_count(r[RUN_LAST_STATUS]))) then
+        r, unread[id] = {}, true
+        named[#named + 1] = id
       end
       runs[id] = r or false
     end
@@ -135,10 +140,11 @@ local function record_group(a, first, last, task_type, late)
       end
       -- the run record last: should a write above fail all the same (the keys were
       -- checked before the group's first row), its count has not moved
-      if outcome <= 2 then put_run(tag, b, id, r) end
+      if outcome <= 2 and not unread[id] then put_run(tag, b, id, r) end
       n = n + 1
     end
   end
+  if #named > 0 then return {n, unpack(named)} end
   return n
 end
 
