@@ -262,6 +262,34 @@ async def test_retry_contexts_claim_and_commit(
     assert again[0].lost == [] and again[0].earliest_ms == committed[0].earliest_ms
 
 
+async def test_a_failure_met_again_keeps_the_retry_its_message_wrote_and_its_claim(
+    redis_client: RedisClient, keys: Keys, scripts: Scripts
+) -> None:
+    """A failed message whose consumer died before its ACK is run again and fails again:
+    its retry, claimed by a dispatcher meanwhile, is kept as it is, claim and all, so the
+    dispatcher's commit forgets it and no second claim sends that attempt again (the
+    write cleared the claim, and the retry ran twice). A failure of an earlier attempt met
+    late leaves a later attempt's retry as it is."""
+    a = next(t for t in (f"t{i}" for i in range(100)) if keys.partition_of(t) == 0)
+    store = TaskStore(redis_client, keys.namespace, default_partitions=keys.partitions)
+    await store.create(TaskSpec("t", Schedule("interval", every_s=3600), task_id=a))
+    failed = RetryWrite(message(a, 0, "null"), 0, "boom")
+    await scripts.schedule_retries([failed])
+    (claim,) = await scripts.claim_retries([0], "tok1", 10, 60_000)
+    assert [sid for sid, _ in claim.retries] == [f"{a}:1"]
+    await scripts.schedule_retries([RetryWrite(message(a, 0, "null"), 0, "boom again")])
+    context = keys.retry_context_prefix(0) + f"{a}:1"
+    assert await redis_client.execute("HGET", context, "claim") == b"tok1"
+    assert (await scripts.commit_retries("tok1", {0: [f"{a}:1"]}))[0].lost == []
+    (again,) = await scripts.claim_retries([0], "tok2", 10, 60_000)
+    assert again.retries == []
+    later = RetryWrite(message(a, 1, "null"), 10**9, "third")
+    await scripts.schedule_retries([later])
+    await scripts.schedule_retries([RetryWrite(message(a, 0, "null"), 0, "stale")])
+    assert await redis_client.execute("HGET", context, "attempt") == b"2"
+    assert await redis_client.execute("HGET", context, "last_error") == b"third"
+
+
 async def test_a_trigger_key_of_another_kind_is_read_as_none(
     redis_client: RedisClient, keys: Keys, scripts: Scripts
 ) -> None:

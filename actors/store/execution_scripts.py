@@ -91,7 +91,7 @@ class ExecutionScripts(UpkeepScripts):
             m = r.message
             args += [
                 m.schedule_id, r.delay_ms, m.task_id, m.type, m.payload_json,
-                m.attempt + 1, m.due_ms, r.error, m.policy,
+                m.attempt + 1, m.due_ms, r.error, m.policy, m.msg_id,
             ]  # fmt: skip
         return (lua.SCHEDULE_RETRIES, [k.retry(partition)], args)
 
