@@ -309,7 +309,15 @@ def test_bad_input_is_one_line_and_a_documented_exit_status(api: ApiNode, tmp_pa
         (["tasks", "add", "--type", "work", "--every", "0.001"], 5, "min_interval_s"),
         (["tasks", "add", "--type", "work", "--every", "1e308"], 5, "schedule.every_s"),
         (["tasks", "get", "a/b"], 5, "task id 'a/b'"),
+        (["dlq", "show", "doomed", "a/b"], 5, "entry id 'a/b'"),
         (["dlq", "replay", "doomed", "1-0"], 3),
+        # flags the command would ignore, or one takes back what the other says
+        (["tasks", "add", "--file", str(duplicate), "--type", "other", "--every", "5",
+          "--label", "env=prod"], 2, "--file takes no --type, --label, --every"),
+        (["tasks", "update", f"{tag}-x", "--no-labels", "--label", "x=y"], 2, "not both"),
+        (["tasks", "ls", "--all", "--cursor", "0-0-0"], 2, "--all or --cursor"),
+        (["schedule", "preview", "--every", "60", "--from", "0001-01-01T00:00:00+14:00"], 2,
+         "--from", "outside 1970-01-01..9999-12-31"),
         (["queues", "purge", "work"], 2, "--yes"),
     ]  # fmt: skip
     for args, status, *expected in cases:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 from actors.admin.backfill_cmds import add_backfill_commands
@@ -99,11 +100,15 @@ def _add_global_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_arguments(args: argparse.Namespace) -> None:
-    """Ids and types are checked here: one like ``a/b`` would reach no endpoint at all."""
+    """Ids, types and entry ids are checked here: one like ``a/b`` would reach no endpoint
+    at all."""
     if getattr(args, "task_id", None) is not None:
         checked_name("task id", args.task_id, MAX_TASK_ID)
     if getattr(args, "command", None) in ("tasks", "dlq") and getattr(args, "type", None):
         checked_name("type", args.type)
+    entry = getattr(args, "entry_id", None)
+    if entry is not None and not re.fullmatch(r"[0-9]{1,20}-[0-9]{1,20}", entry):
+        raise InvalidArgument(f"entry id {entry!r} is not a stream entry id (like 1700000000000-0)")
 
 
 def _run(args: argparse.Namespace) -> int:

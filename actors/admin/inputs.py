@@ -188,7 +188,10 @@ def parse_time(text: str, flag: str) -> int:
         raise UsageError(f"{flag}: {text!r} is neither ISO 8601 nor Unix milliseconds") from None
     if parsed.tzinfo is None:
         raise UsageError(f"{flag}: {text!r} needs a time zone offset, e.g. +00:00 or Z")
-    return int(parsed.timestamp() * 1000)
+    ms = int(parsed.timestamp() * 1000)
+    if not 0 <= ms <= MAX_MS:
+        raise UsageError(f"{flag}: {text!r} is outside 1970-01-01..9999-12-31 UTC")
+    return ms
 
 
 _MODIFIERS = (
@@ -205,6 +208,15 @@ _PLAIN = {
 
 def _kinds(args: argparse.Namespace) -> list[str]:
     return [k for k in ("every", "cron", "at") if getattr(args, k) is not None]
+
+
+def schedule_flags_given(args: argparse.Namespace) -> list[str]:
+    """The schedule flags given (``--every``, ``--jitter``, ...), as written."""
+    return [
+        "--" + f.replace("_", "-")
+        for f in ("every", "cron", "at", *_MODIFIERS)
+        if getattr(args, f) is not None
+    ]
 
 
 def modifiers_only(args: argparse.Namespace) -> bool:

@@ -25,6 +25,7 @@ from actors.admin.inputs import (
     modifiers_only,
     payload_from,
     read_text,
+    schedule_flags_given,
     schedule_from,
     tasks_from,
 )
@@ -36,6 +37,16 @@ from actors.domain.schedules import Overlap
 
 def cmd_tasks_add(api: Client, args: argparse.Namespace) -> Result:
     if args.file is not None:
+        given = [
+            flag
+            for flag, value in (("--type", args.type), ("--id", args.id),
+                                ("--payload", args.payload), ("--label", args.labels or None))
+            if value is not None
+        ] + schedule_flags_given(args)  # fmt: skip
+        if given:  # each task of the file says its own: these would be ignored
+            raise UsageError(
+                f"tasks add: --file takes no {', '.join(given)} (each task in it says its own)"
+            )
         if args.batch < 1:
             raise UsageError(f"--batch: must be at least 1, got {args.batch}")
         tasks = tasks_from(read_text(args.file, "--file"), args.file)
@@ -97,6 +108,8 @@ def cmd_tasks_get(api: Client, args: argparse.Namespace) -> Result:
 
 def cmd_tasks_ls(api: Client, args: argparse.Namespace) -> Result:
     filters = list_filters(args)
+    if args.all and args.cursor is not None:
+        raise UsageError("tasks ls: --all lists from the start: give --all or --cursor")
     if args.all:
         unreadable: list[dict[str, str]] = []
         tasks = list(api.iter_tasks(args.type, args.status, unreadable, **filters))
@@ -123,6 +136,8 @@ def cmd_tasks_update(api: Client, args: argparse.Namespace) -> Result:
         changes["schedule"] = schedule
     if args.payload is not None:
         changes["payload"] = payload_from(args.payload)
+    if args.labels and args.no_labels:
+        raise UsageError("tasks update: give --label or --no-labels, not both")
     if args.labels or args.no_labels:
         changes["labels"] = labels_from(args.labels)
     if not changes:
