@@ -317,6 +317,8 @@ def _format_problem(exc: BaseException, type_: type | None) -> str:
         return f"must be one of {allowed}"
     if isinstance(exc, ValueError | TypeError) and str(exc):
         return str(exc)
+    if isinstance(exc, OverflowError):  # an integer no float holds: 1 and 400 zeros
+        return "is too large a number"
     return cattrs.v.format_exception(exc, type_)
 
 

@@ -264,6 +264,25 @@ def _raw_post(api: ApiNode, client: Client, path: str, raw: bytes) -> httpx.Resp
     return httpx.post(api.url + path, content=raw, headers=headers)
 
 
+def test_a_problems_fields_are_key_paths_a_client_cannot_forge(
+    api: ApiNode, client: Client
+) -> None:
+    """``errors[].field`` names a key path or nothing: a message with ``": "`` in it (the
+    known keys) is not cut into a field, nor is a quoted id holding ``"; b: c"`` taken
+    for a problem of a field ``b``; an integer no float holds is named too large."""
+    unknown = _problem(client, {"type": "idle", "schedule": EVERY_HOUR, "colour": 1})
+    assert [e["field"] for e in unknown.errors] == [""], unknown.errors
+    assert "unknown key 'colour'" in unknown.errors[0]["message"]
+    with pytest.raises(ApiError) as forged:
+        client.request("GET", "/v1/tasks/a;%20b:%20c")
+    assert [e["field"] for e in forged.value.errors] == ["task_id"], forged.value.errors
+    huge = b'{"type": "idle", "schedule": {"kind": "interval", "every_s": 1' + b"0" * 400 + b"}}"
+    response = _raw_post(api, client, "/v1/tasks", huge)
+    assert response.status_code == 422
+    (error,) = response.json()["errors"]
+    assert error["field"] == "schedule.every_s" and "too large" in error["message"], error
+
+
 def test_a_body_giving_a_key_twice_is_refused_and_changes_nothing(
     api: ApiNode, client: Client
 ) -> None:

@@ -9,6 +9,7 @@ typed errors to HTTP statuses; anything not in it is a 500 that reveals nothing.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import attrs
@@ -73,12 +74,35 @@ class Problem(Exception):
         )
 
 
+#: A field as problems name one: a key path (``schedule.cron``, ``tasks[3].task_id``).
+_KEY_PATH = re.compile(
+    r"[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])*(\.[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])*)*"
+)
+
+
+def _parts(detail: str) -> list[str]:
+    """``detail`` split at each ``"; "`` outside quotes: a value quoted in a message (a
+    client's id, ``'a; b: c'``) is never taken for another field's problem."""
+    parts, start, quote = [], 0, ""
+    for i, c in enumerate(detail):
+        if quote:
+            if c == quote and detail[i - 1] != "\\":
+                quote = ""
+        elif c in "'\"" and (i == 0 or detail[i - 1] in " ([{=,"):  # not "task's"
+            quote = c
+        elif c == ";" and detail.startswith("; ", i):
+            parts.append(detail[start:i])
+            start = i + 2
+    return [*parts, detail[start:]]
+
+
 def invalid(detail: str) -> Problem:
-    """A 422 whose ``errors`` split ``detail`` (``field: message; ...``) by field."""
+    """A 422 whose ``errors`` split ``detail`` (``field: message; ...``) by field; a part
+    whose head is no key path is a message of no field."""
     errors = []
-    for part in detail.split("; "):
+    for part in _parts(detail):
         field, sep, message = part.partition(": ")
-        if not sep:
+        if not sep or not _KEY_PATH.fullmatch(field):
             field, message = "", part
         inner, sep, rest = message.partition(": ")
         if sep and inner.startswith(f"{field}."):  # "schedule: schedule.cron: ..." nests
