@@ -382,3 +382,35 @@ async def test_a_run_record_that_cannot_be_decoded_is_that_tasks_alone(
     await store.client.execute("SET", other, "not a hash")
     with pytest.raises(ResponseError, match=f"^WRONGTYPE .*run record of task {good}"):
         await scripts.record_outcomes([_ok(good, due + 3, 5)], "t")
+
+
+async def test_a_late_entry_leaves_with_an_on_time_scheduled_fire_not_a_manual_one(
+    store: TaskStore,
+) -> None:
+    """A task listed late stays listed through an ok no lateness is judged for (a retry, a
+    trigger, a backfill: it says nothing of the schedule's fires) and leaves with its next
+    scheduled fire on time; a dead entry leaves with any ok."""
+    late_task, dead_task = (await _tasks(store, {"t": 2}))["t"]
+    keys = await store.keys()
+    scripts = await store.scripts()
+    due, ledger = 1_700_000_000_000, Ledger(late_ms=1000)
+    await scripts.record_outcomes([_ok(late_task, due, 5000)], "t", ledger)
+    dead = OutcomeWrite(dead_task, 2, due + 20, "boom", due, due + 5, allowed_ms=0)
+    await scripts.record_outcomes([dead], "t", ledger)
+    listed = f"{keys.tag(0)}:attention"
+
+    async def reason(task_id: str) -> str | None:
+        raw = await store.client.execute("HGET", listed, task_id)
+        return None if raw is None else raw.decode().split(" ")[0]
+
+    assert (await reason(late_task), await reason(dead_task)) == ("late", "dead")
+    manual = [  # origin 1: a trigger's fire, not judged (allowed_ms None)
+        OutcomeWrite(t, 0, due + 50, "", due + 40, due + 41, origin=1)
+        for t in (late_task, dead_task)
+    ]
+    await scripts.record_outcomes(manual, "t", ledger)
+    assert (await reason(late_task), await reason(dead_task)) == ("late", None)
+    await scripts.record_outcomes([_ok(late_task, due + 60_000, 5)], "t", ledger)
+    assert await reason(late_task) is None
+    counts = await store.client.execute("HGETALL", f"{keys.tag(0)}:attention:counts")
+    assert all(int(v) == 0 for v in counts.values()), counts

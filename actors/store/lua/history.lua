@@ -24,14 +24,17 @@ local function time_code(v)
   return 32768 + math.min(32766, math.floor(v / 1000))
 end
 
--- Put a task on the attention list (reason), or take it off (nil). The count per type and
--- reason moves with it; an entry whose reason stays keeps the time it came.
-local function set_attention(tag, id, reason, due, task_type, now)
+-- Put a task on the attention list (reason), or take it off (nil) unless its entry's
+-- reason is kept (an ok not judged late or on time, a retry's or a trigger's, leaves a
+-- 'late' entry: it says nothing of the schedule's fires). The count per type and reason
+-- moves with it; an entry whose reason stays keeps the time it came.
+local function set_attention(tag, id, reason, due, task_type, now, kept)
   local key, counts = tag .. ':attention', tag .. ':attention:counts'
   local old = redis.call('HGET', key, id)
   local since = now
   if old then
     local oreason, osince, _, otype = string.match(old, '^(%S+) (%S+) (%S+) (.*)$')
+    if not reason and kept and oreason == kept then return end
     if oreason == reason and otype == task_type then since = osince end
     redis.call('HINCRBY', counts, (otype or '') .. ' ' .. (oreason or ''), -1)
   end

@@ -136,7 +136,8 @@ local function record_group(a, first, last, task_type, late)
       end
       if reason then now, listed = now or now_ms(), true end
       if reason or (fate == FATE_OK and listed) then  -- an ok on time takes the task off
-        set_attention(tag, id, reason, due, task_type, reason and ms(now) or '')
+        set_attention(tag, id, reason, due, task_type, reason and ms(now) or '',
+          not allowed and 'late' or nil)
       end
       -- the run record last: should a write above fail all the same (the keys were
       -- checked before the group's first row), its count has not moved
