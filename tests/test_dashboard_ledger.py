@@ -180,6 +180,28 @@ def test_the_task_list_narrows_to_tasks_needing_attention(
     assert page.locator(f'#tasks tr[data-task="{doomed}"]').is_visible()
 
 
+def test_a_filter_edited_after_a_dry_run_asks_for_another_before_apply(
+    page: Any, api: ApiNode, client: Client
+) -> None:
+    """A dry run's Apply is for the filters it was made with: once one is edited, Apply
+    is gone until a dry run of what the form now shows (it applied the old selector)."""
+    kind = f"edit{time.monotonic_ns() % 10**9}"  # no consumer: its tasks only list
+    for i, tenant in enumerate(("acme", "beta")):
+        client.create_task(kind, YEARLY, None, f"{kind}-{i}", labels={"tenant": tenant})
+    sign_in(page, api, ADMIN)
+    page.click('#tabs button[data-view="tasks"]')
+    page.fill("#list-type", kind)
+    page.fill("#list-labels", "tenant=acme")
+    page.select_option("#bulk-action", "pause")
+    page.click("#bulk-dry")
+    wait_text(page, "#bulk-apply", "Apply pause to 1 task")
+    page.fill("#list-labels", "tenant=beta")
+    assert page.locator("#bulk-apply").is_hidden()
+    page.select_option("#list-status", "active")
+    assert page.locator("#bulk-apply").is_hidden()
+    assert {client.get_task(f"{kind}-{i}")["status"] for i in range(2)} == {"active"}
+
+
 def test_act_on_all_matching_shows_a_dry_run_then_applies_it(
     page: Any, api: ApiNode, client: Client
 ) -> None:

@@ -3,7 +3,9 @@
 // with a note (POST /v1/tasks/{id}/acknowledge), which takes it off the list.
 "use strict";
 
-const attentionList = { cursor: null, seq: 0 };
+/** The cursor of the rows shown and the filters it was made with (edits to the filter
+ * fields take effect at the next List, never mid-list through "More"). */
+const attentionList = { cursor: null, filters: null, seq: 0 };
 
 function attentionRow(item) {
   const note = el("input", { class: "ack-note", placeholder: "note", maxlength: "500" });
@@ -24,12 +26,15 @@ async function renderAttention(more = false) {
   const status = document.getElementById("attention-status");
   const body = document.querySelector("#attention tbody");
   const seq = ++attentionList.seq;  // the latest request's answer is the one shown
-  const page = await optional("GET", "/v1/attention", {
+  const filters = more && attentionList.filters ? attentionList.filters : {
     type: document.getElementById("att-type").value.trim(),
     reason: document.getElementById("att-reason").value,
-    limit: 100, cursor: more ? attentionList.cursor : null,
+  };
+  const page = await optional("GET", "/v1/attention", {
+    ...filters, limit: 100, cursor: more ? attentionList.cursor : null,
   });
   if (seq !== attentionList.seq) return;
+  attentionList.filters = filters;
   if (page === null) {
     body.replaceChildren();
     status.textContent = "The attention list is not available on this node.";

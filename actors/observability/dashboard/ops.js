@@ -29,7 +29,7 @@ async function refreshRates(types) {
   if (!before) return;
   const dt = (now.at - before.at) / 1000;
   for (const type of types) {
-    const done = ["ok", "retried", "dead"].reduce((sum, o) => sum +
+    const done = ["ok", "retried", "dead", "cancelled"].reduce((sum, o) => sum +
       (now.values[`metronome_fires_finished_total|${type}|${o}|`] || 0) -
       (before.values[`metronome_fires_finished_total|${type}|${o}|`] || 0), 0);
     const rate = dt > 0 ? done / dt : 0;
@@ -95,7 +95,8 @@ async function renderDlq() {
   if (!select.value) await renderQueues();
   const type = select.value;
   const body = document.querySelector("#dlq tbody");
-  if (!type) { body.replaceChildren(); return; }
+  const status = document.getElementById("dlq-status");
+  if (!type) { body.replaceChildren(); status.textContent = ""; return; }
   const page = await api("GET", `/v1/dlq/${encodeURIComponent(type)}`, { limit: 200 });
   body.replaceChildren(...page.dead_letters.map((d) => el("tr", { "data-entry": d.entry_id },
     el("td", {}, d.entry_id), el("td", {}, when(d.dead_ms)), el("td", {}, d.task_id),
@@ -116,6 +117,11 @@ async function renderDlq() {
           await api("POST", `/v1/dlq/${encodeURIComponent(type)}/purge`, null, { entry_ids: [d.entry_id] });
           await renderDlq();
         }) }, "Purge"))))));
+  // The newest 200 are shown: say so when there are more (replay all and purge all take
+  // them all; the CLI and the API page through the rest).
+  status.textContent = page.next_cursor
+    ? `The newest ${page.dead_letters.length} shown; more are older (metronome dlq ls ${type} --before ${page.next_cursor}).`
+    : "";
 }
 
 async function renderPartitions() {

@@ -203,6 +203,9 @@ document.getElementById("bulk-apply").addEventListener("click", () => act(async 
     `${done.failed_count} failed.${failed}`;
   await refreshList();
 }));
-for (const id of ["bulk-action", "bulk-note", "bulk-start", "bulk-end"]) {
+// A dry run's plan is for the action and the filters it was made with: editing any of
+// them asks for a dry run again before Apply.
+for (const id of ["bulk-action", "bulk-note", "bulk-start", "bulk-end", "list-type",
+  "list-status", "list-labels", "list-last", "list-fate", "list-attention"]) {
   document.getElementById(id).addEventListener("input", resetBulk);
 }
