@@ -276,6 +276,10 @@ def test_a_problems_fields_are_key_paths_a_client_cannot_forge(
     with pytest.raises(ApiError) as forged:
         client.request("GET", "/v1/tasks/a;%20b:%20c")
     assert [e["field"] for e in forged.value.errors] == ["task_id"], forged.value.errors
+    label = _problem(
+        client, {"type": "idle", "schedule": EVERY_HOUR, "labels": {"team-a": "x; y: z"}}
+    )
+    assert [e["field"] for e in label.errors] == ["labels.team-a"], label.errors
     huge = b'{"type": "idle", "schedule": {"kind": "interval", "every_s": 1' + b"0" * 400 + b"}}"
     response = _raw_post(api, client, "/v1/tasks", huge)
     assert response.status_code == 422

@@ -318,6 +318,8 @@ def test_bad_input_is_one_line_and_a_documented_exit_status(api: ApiNode, tmp_pa
         (["tasks", "ls", "--all", "--cursor", "0-0-0"], 2, "--all or --cursor"),
         (["schedule", "preview", "--every", "60", "--from", "0001-01-01T00:00:00+14:00"], 2,
          "--from", "outside 1970-01-01..9999-12-31"),
+        (["schedule", "preview", "--every", "60", "--from", "999999999999999"], 2,
+         "--from", "past year 9999"),
         (["queues", "purge", "work"], 2, "--yes"),
     ]  # fmt: skip
     for args, status, *expected in cases:

@@ -190,6 +190,35 @@ async def test_no_page_holds_more_than_its_limit_and_each_task_is_listed_once(
             assert sorted(seen) == sorted(c.task_id for c in created), (filters, limit)
 
 
+async def test_a_task_whose_records_cannot_be_read_is_named_once_across_pages(
+    store: TaskStore,
+) -> None:
+    """Pages ending inside a bucket: a task that cannot be read is named by the page that
+    went past it, not also by the one before (its round trip read it too)."""
+    created = await store.create_many(
+        [TaskSpec("a", EVERY_MINUTE, i, task_id=f"u{i}") for i in range(120)]
+    )
+    keys = await store.keys()
+    bad = [c.task_id for c in created[::9]]
+    for task_id in bad:
+        definitions = keys.definitions(keys.partition_of(task_id), keys.bucket_of(task_id))
+        await store.client.execute("HSET", definitions, task_id, b"\xc1\xc1")
+    listed: list[str] = []
+    named: list[str] = []
+    cursor = None
+    while True:
+        unreadable: list[tuple[str, str]] = []
+        page, cursor = await store.list_tasks(
+            task_type="a", cursor=cursor, limit=5, unreadable=unreadable
+        )
+        listed += [t.task_id for t in page]
+        named += [task_id for task_id, _ in unreadable]
+        if cursor is None:
+            break
+    assert sorted(named) == sorted(bad)
+    assert sorted(listed) == sorted(c.task_id for c in created if c.task_id not in bad)
+
+
 async def test_a_few_tasks_are_listed_in_one_page_with_the_default_buckets(
     redis_client: RedisClient, namespace: str
 ) -> None:

@@ -288,6 +288,15 @@ async def test_a_failure_met_again_keeps_the_retry_its_message_wrote_and_its_cla
     await scripts.schedule_retries([RetryWrite(message(a, 0, "null"), 0, "stale")])
     assert await redis_client.execute("HGET", context, "attempt") == b"2"
     assert await redis_client.execute("HGET", context, "last_error") == b"third"
+    # The task deleted and created again under its id: its fire of that due time (a
+    # backfill's) gets a retry of its own; the old task's would be dropped when claimed.
+    await store.delete(a)
+    await store.create(TaskSpec("t", Schedule("interval", every_s=3600), task_id=a))
+    backfilled = Message("9-0", a, f"{a}:1", "t", "null", 0, 1, 1, payload=None)
+    await scripts.schedule_retries([RetryWrite(backfilled, 0, "new task")])
+    assert await redis_client.execute("HGET", context, "attempt") == b"1"
+    (claimed,) = await scripts.claim_retries([0], "tok3", 10, 60_000)
+    assert [(sid, f.attempt) for sid, f in claimed.retries] == [(f"{a}:1", 1)]
 
 
 async def test_a_trigger_key_of_another_kind_is_read_as_none(

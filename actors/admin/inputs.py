@@ -176,6 +176,8 @@ def parse_time(text: str, flag: str) -> int:
     if text.isascii() and text.isdecimal():
         if len(text) > len(str(MAX_MS)):  # nor would int() read 4,300 digits and more
             raise UsageError(f"{flag}: {text[:20]}... is past year 9999 in Unix milliseconds")
+        if int(text) > MAX_MS:
+            raise UsageError(f"{flag}: {text} is past year 9999 in Unix milliseconds")
         if int(text) < SECONDS_LOOK:
             raise UsageError(
                 f"{flag}: {text} looks like Unix seconds; give Unix milliseconds "

@@ -74,10 +74,9 @@ class Problem(Exception):
         )
 
 
-#: A field as problems name one: a key path (``schedule.cron``, ``tasks[3].task_id``).
-_KEY_PATH = re.compile(
-    r"[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])*(\.[A-Za-z_][A-Za-z0-9_]*(\[[0-9]+\])*)*"
-)
+#: A field as problems name one: a key path (``schedule.cron``, ``tasks[3].task_id``,
+#: ``labels.team-a``), never words, quotes or brackets of a message.
+_KEY_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-\[\]]*")
 
 
 def _parts(detail: str) -> list[str]:

@@ -1,7 +1,7 @@
 """A partition whose outcome writes Redis rejects holds back its own fires' completion only.
 
 Redis rejects a batch's write in one partition (``rejected_alone``: a key there holding
-another kind of value, a record no script can read) for as long as the key stays so.
+another kind of value, a read Redis refuses) for as long as the key stays so.
 Waited on like an outage, that one partition would hold up the whole completion of the
 type on every node that runs one of its fires: a batch is acknowledged all or nothing,
 later batches wait behind it under the pending lock, and then the reads. So the consumer

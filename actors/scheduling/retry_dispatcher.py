@@ -18,8 +18,9 @@ it rejects, holds back its own retries only (``retries_held_back``, once): the o
 claimed, appended and committed; an outage or a refusal of every write is waited out.
 
 A dispatcher killed between 1 and 3 leaves the retry to be claimed again after the lease:
-late, never lost, and appended once (the new claim names the old one as prior, and
-``enqueue.lua`` finds what it appended). One stalled past the lease between 1 and 2 (a
+late, never lost, and appended once within ``dedupe_window_s`` (the new claim names the
+old one as prior, and ``enqueue.lua`` finds what it appended; with the window off, maybe
+twice). One stalled past the lease between 1 and 2 (a
 frozen process) may append a retry another dispatcher took over and appended: a
 duplicate, recognisable by its schedule_id and attempt, as for a stalled poller.
 """

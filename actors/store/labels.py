@@ -190,17 +190,21 @@ async def list_page(
             for task_id, bucket in await index_members(store.client, key_of, range(first, end))
             if position.after is None or bucket != first or task_id > position.after
         )
+        named = len(unreadable) if unreadable is not None else 0
         found = await store.get_many([task_id for _, task_id in members], unreadable)
         # a type's index may name an id of another type now (its task deleted when its
         # definition could not be read, then created again as another type): listed
         # under its own type's index alone
         of_type = types[index] if not wanted.labels else None
-        for place, task in zip(members, found, strict=True):
-            if task is None or not wanted.matches(task) or of_type not in (None, task.type):
-                continue
+        for k, (place, task) in enumerate(zip(members, found, strict=True)):
             if len(tasks) == limit:  # the page is full: the next one starts after ``last``
                 assert last is not None  # appended in this round trip (limit >= 1)
+                if unreadable is not None:  # those after it are the next page's to name
+                    later = {task_id for _, task_id in members[k:]}
+                    unreadable[named:] = [u for u in unreadable[named:] if u[0] not in later]
                 return tasks, attrs.evolve(position, bucket=last[0], after=last[1]).format(names)
+            if task is None or not wanted.matches(task) or of_type not in (None, task.type):
+                continue
             tasks.append(task)
             last = place
         read += len(members)

@@ -145,8 +145,10 @@ local function record_group(a, first, last, task_type, late)
       n = n + 1
     end
   end
-  if #named > 0 then return {n, unpack(named)} end
-  return n
+  if #named == 0 then return n end
+  local out = {n}  -- (no unpack: a group may name more tasks than it takes)
+  for _, id in ipairs(named) do out[#out + 1] = id end
+  return out
 end
 
 local a = cmsgpack.unpack(ARGV[5])

@@ -21,19 +21,21 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tag, buckets = ARGV[2], tonumber(ARGV[3])
--- Save the retry of group i unless it is written already (or a later attempt's is), and
--- scheduled: a call stopped after writing a context (its retry zset of another kind)
--- writes it in full when sent again.
+-- Save the retry of group i unless it is written already (or a later attempt's is) for
+-- the same task (not one deleted since and created again under its id: its retry is
+-- dropped when claimed), and scheduled: a call stopped after writing a context (its
+-- retry zset of another kind) writes it in full when sent again.
 local function save(i)
   local sid = ARGV[i]
-  local held = redis.call('HMGET', ARGV[1] .. sid, 'from', 'attempt')
+  -- Every read before the first write: a script stopped by an error keeps what it wrote.
+  local born = created_ms(tag, bucket_of(ARGV[i + 2], buckets), ARGV[i + 2])
+  local held = redis.call('HMGET', ARGV[1] .. sid, 'from', 'attempt', 'born')
   if (held[1] == ARGV[i + 9] or (tonumber(held[2]) or -1) > tonumber(ARGV[i + 5]))
+      and (held[3] or '') == (born and ms(born) or '')
       and redis.call('ZSCORE', KEYS[1], sid) then
     return
   end
   local retry_at = string.format('%d', now + tonumber(ARGV[i + 1]))
-  -- Every read before the first write: a script stopped by an error keeps what it wrote.
-  local born = created_ms(tag, bucket_of(ARGV[i + 2], buckets), ARGV[i + 2])
   redis.call('HSET', ARGV[1] .. sid, 'task_id', ARGV[i + 2], 'type', ARGV[i + 3],
     'payload', ARGV[i + 4], 'attempt', ARGV[i + 5], 'due_ms', ARGV[i + 6],
     'last_error', ARGV[i + 7], 'retry_at_ms', retry_at, 'from', ARGV[i + 9])
