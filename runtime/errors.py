@@ -5,6 +5,8 @@
 - ``RestartIntensityExceeded``: a supervisor gave up; its parent decides what happens next.
 - ``ChildProcessFailed``: a part of the node running as a child process exited with an
   error status; like any crash, its supervisor restarts it.
+- ``GiveUpNow``: a failure no restart mends (a child refusing the node's changed config):
+  every supervisor above it gives up at once.
 - ``RedisUnavailable``: Redis could not be reached, timed out, or answered that it cannot
   serve for a moment (loading, busy, changing roles). Actors wait it out
   (``RedisClient.ride_out``); the API answers 503.
@@ -53,6 +55,13 @@ class RestartAttemptsExceeded(RestartIntensityExceeded):
 
 class ChildProcessFailed(Exception):
     """A child process of the node (``runtime.process``) exited with a non-zero status."""
+
+
+class GiveUpNow(Exception):
+    """A child failed in a way no restart mends: a child process refusing its node's
+    config, changed on disk since the node started (``runtime.process``). Its supervisor
+    stops its children and gives up at once, and so does each one above it: the node
+    exits 1, to be started again whole by its service manager."""
 
 
 class ChildProcessGaveUp(ChildProcessFailed):

@@ -20,15 +20,15 @@ import signal
 import trio
 
 from runtime.actor import ActorContext
-from runtime.errors import RestartIntensityExceeded
+from runtime.errors import GiveUpNow, RestartIntensityExceeded
 from runtime.logging import get_logger
+from runtime.process import EXIT_CONFIG as EXIT_CONFIG  # re-exported: __main__ exits with it
 from runtime.process import EXIT_PART_GAVE_UP
 from runtime.supervisor import ChildSpec
 from runtime.version import __version__
 
 EXIT_OK = 0
 EXIT_GAVE_UP = 1
-EXIT_CONFIG = 2
 
 
 async def run_node(root: ChildSpec, *, shutdown_grace_s: float, child: bool = False) -> int:
@@ -48,7 +48,7 @@ async def run_node(root: ChildSpec, *, shutdown_grace_s: float, child: bool = Fa
         try:
             await root.run(ctx, task_status=trio.TASK_STATUS_IGNORED)
             finished = True
-        except RestartIntensityExceeded as exc:
+        except (RestartIntensityExceeded, GiveUpNow) as exc:
             log.critical("node_gave_up", error=str(exc))
             return EXIT_PART_GAVE_UP if child else EXIT_GAVE_UP
         finally:

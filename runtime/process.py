@@ -40,7 +40,10 @@ The contract between the two, all of it here:
   ``EXIT_PART_GAVE_UP`` says the child's own tree gave up (its actors crash-looped): a
   crash that never counts as the child having stayed up, so a part that keeps giving up
   makes its parent's supervisor give up in turn, and the node exits 1, however slowly
-  each give-up came (a child's backoffs outlast its parent's period).
+  each give-up came (a child's backoffs outlast its parent's period). Status
+  ``EXIT_CONFIG`` says the child refused its node's config (the file changed on disk
+  since the node started): every supervisor gives up at once (``GiveUpNow``), the node
+  exits 1 to be started again whole on the new file.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ import trio
 import trio_util
 
 from runtime.actor import ActorContext, TaskStatus
-from runtime.errors import ChildProcessFailed, ChildProcessGaveUp
+from runtime.errors import ChildProcessFailed, ChildProcessGaveUp, GiveUpNow
 from runtime.logging import output_is_a_file, write_lines
 
 #: How much sooner than its parent a child must be done stopping: at most 1 s, or a tenth
@@ -66,6 +69,9 @@ GRACE_MARGIN_S = 1.0
 
 #: After a child exits, how long its output may take to reach end-of-file.
 RELAY_DRAIN_S = 1.0
+#: A child's exit status when it refuses its node's config (``runtime.node.EXIT_CONFIG``):
+#: the file changed on disk since the node started. No restart mends that.
+EXIT_CONFIG = 2
 #: A child's exit status when its own tree gave up: one no Python error (1), usage or
 #: config error (2) or common convention uses, so a handler's ``sys.exit(3)`` is no
 #: give-up.
@@ -148,6 +154,8 @@ class ChildProcess:
         failed = f"{ctx.path}: process {process.pid} exited with status {status}"
         if status == EXIT_PART_GAVE_UP:
             raise ChildProcessGaveUp(f"{failed}: its actors gave up")
+        if status == EXIT_CONFIG:  # its node's file changed (or cannot be read) since
+            raise GiveUpNow(f"{failed}: it refused its node's config (its stderr says why)")
         raise ChildProcessFailed(failed)
 
 

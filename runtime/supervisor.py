@@ -34,7 +34,12 @@ import trio
 import trio_util
 
 from runtime.actor import ActorContext, ActorFn, TaskStatus
-from runtime.errors import ChildProcessGaveUp, RestartAttemptsExceeded, RestartIntensityExceeded
+from runtime.errors import (
+    ChildProcessGaveUp,
+    GiveUpNow,
+    RestartAttemptsExceeded,
+    RestartIntensityExceeded,
+)
 from runtime.intensity import backoff_s, record_restart
 
 #: How long a child whose own supervisor gave up must have run for that give-up to count
@@ -160,7 +165,7 @@ class _SupervisorRun:
         self._stopped = False
 
     async def run(self, task_status: TaskStatus) -> None:
-        gave_up: RestartIntensityExceeded | None = None
+        gave_up: RestartIntensityExceeded | GiveUpNow | None = None
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             all_up = await self._ensure_started(restarting=None)
@@ -175,7 +180,7 @@ class _SupervisorRun:
                 task_status.started()
                 if not self._stopped:
                     await self._supervise()
-            except RestartIntensityExceeded as exc:
+            except (RestartIntensityExceeded, GiveUpNow) as exc:
                 gave_up = exc
             finally:
                 # Whether we return (stop requested) or give up, children are gone by now;
@@ -276,6 +281,10 @@ class _SupervisorRun:
         restart = child.spec.restart is Restart.PERMANENT or (
             child.spec.restart is Restart.TRANSIENT and abnormal
         )
+        if isinstance(event.error, GiveUpNow):  # no restart mends it: up, at once
+            self._log.error("actor_gave_up", child=child.spec.name, error=str(event.error))
+            await self._stop_all()
+            raise event.error
         if not restart:
             self._specs.remove(child.spec)
             child.ctx.health.forget(child.ctx.path)

@@ -226,7 +226,8 @@ def test_a_child_process_refuses_a_config_changed_since_its_node_started(
     """A child process restarted after its node's file was changed (config management
     putting the next version in place) would run another config than the rest of its
     node (another namespace, Redis, handlers): it refuses, naming the file, and the node
-    gives up, for its service manager to restart it whole on the new file."""
+    gives up at once, for its service manager to restart it whole on the new file (no
+    restart mends it: restarted with backoff, as a crash, it took minutes of refusals)."""
     path = sleepy(tmp_path, finish_s=0.1)
     path.write_text(path.read_text() + "part = true\n")
     node = NodeProcess(path)
@@ -238,6 +239,8 @@ def test_a_child_process_refuses_a_config_changed_since_its_node_started(
     finally:
         node.kill()
     assert "changed since its node started" in node.stderr_text()
+    assert len(node.events("process_started")) == 2  # the first, and the one that refused
+    assert node.events("node_gave_up")
 
 
 def test_a_child_process_keeps_its_parents_pipe_from_what_it_starts(tmp_path: Path) -> None:
