@@ -54,6 +54,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "itself for [processes]; see runtime/process.py)",
     )
     parser.add_argument(
+        "--report-fd",
+        metavar="FD",
+        type=int,
+        help="with --part: write health reports to the node on this inherited descriptor",
+    )
+    parser.add_argument(
         "--config-digest",
         metavar="SHA256",
         help="with --part: refuse NODE_TOML unless it is still the file the node read",
@@ -94,7 +100,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.part is not None:
             grace_s = child_grace_s(grace_s)
         return trio.run(
-            partial(run_node, root, shutdown_grace_s=grace_s, child=args.part is not None)
+            partial(
+                run_node,
+                root,
+                shutdown_grace_s=grace_s,
+                child=args.part is not None,
+                report_fd=args.report_fd if args.part is not None else None,
+            )
         )
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)

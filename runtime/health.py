@@ -7,7 +7,9 @@ process, shared by every ``ActorContext`` of its tree.
 
 A node that runs parts of itself in child processes (``runtime.process``) sends each child
 what is down in the main process (its own actors, and each child process as one actor),
-so a child's ``/readyz`` reports on the whole node, not only on itself.
+so a child's ``/readyz`` reports on the whole node, not only on itself. Each child reports
+back what is down in it, and whether its tree has started yet: until it has, and while
+any of its actors is down, the main process is not ready either.
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ class Health:
     _up: set[str] = attrs.field(factory=set)
     _elsewhere: dict[str, str] = attrs.field(factory=dict)
     """Down in the node's main process, as its last report said (child processes only)."""
+    _reported: dict[str, dict[str, str]] = attrs.field(factory=dict)
+    """Down in each child process, as its last report said (main process only), by the
+    path of the actor that runs it."""
     restarts: dict[str, int] = attrs.field(factory=dict)
     """Restarts of each actor path since the process started (what a dashboard shows)."""
     changes: trio_util.AsyncValue[int] = attrs.field(factory=lambda: trio_util.AsyncValue(0))
-    """Counts changes to this process's own record: wait on it to report them."""
+    """Counts changes to this process's record and its children's reports: wait on it to
+    report them."""
 
     def mark_up(self, path: str) -> None:
         self._down.pop(path, None)
@@ -49,12 +55,26 @@ class Health:
         """What the node's main process reported down (replaces the previous report)."""
         self._elsewhere = dict(down)
 
+    def report(self, source: str, down: dict[str, str]) -> None:
+        """What the child process that ``source`` runs reported down (replaces its previous
+        report; ``{}`` once it is gone)."""
+        if down:
+            self._reported[source] = dict(down)
+        else:
+            self._reported.pop(source, None)
+        self.changes.value += 1  # for the other children (runtime.process._report_health)
+
     def down(self, *, local_only: bool = False) -> dict[str, str]:
-        """Actors that should be running and are not, with why (``crashed``, ``stopped``);
-        with the main process's report unless ``local_only``."""
-        if local_only or not self._elsewhere:
+        """Actors that should be running and are not, with why (``crashed``, ``stopped``,
+        ``starting``); with the main process's and the child processes' reports unless
+        ``local_only``."""
+        if local_only:
             return dict(self._down)
-        return {**self._elsewhere, **self._down}
+        merged = dict(self._elsewhere)
+        for down in self._reported.values():
+            merged.update(down)
+        merged.update(self._down)
+        return merged
 
     def up(self) -> list[str]:
         return sorted(self._up)

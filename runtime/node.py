@@ -31,22 +31,28 @@ EXIT_OK = 0
 EXIT_GAVE_UP = 1
 
 
-async def run_node(root: ChildSpec, *, shutdown_grace_s: float, child: bool = False) -> int:
+async def run_node(
+    root: ChildSpec, *, shutdown_grace_s: float, child: bool = False, report_fd: int | None = None
+) -> int:
     """Run the tree under ``root`` until a signal stops it or it gives up; return the exit code.
 
-    ``child``: this process is a part of a node, started by it (module docstring).
+    ``child``: this process is a part of a node, started by it (module docstring), which
+    reads its health reports from ``report_fd``.
     """
     log = get_logger(actor=root.name)
     ctx = ActorContext(root.name, shutdown_grace_s, log)
     log.info("node_started", version=__version__, pid=os.getpid())
     finished = False
+    started = _Started(ctx)
     async with trio.open_nursery() as nursery:
         if child:
             nursery.start_soon(_follow_parent, ctx, nursery.cancel_scope, shutdown_grace_s)
+            if report_fd is not None:
+                nursery.start_soon(_report_to_parent, ctx, report_fd, started)
         else:
             nursery.start_soon(_handle_signals, ctx, nursery.cancel_scope, shutdown_grace_s)
         try:
-            await root.run(ctx, task_status=trio.TASK_STATUS_IGNORED)
+            await root.run(ctx, task_status=started)
             finished = True
         except (RestartIntensityExceeded, GiveUpNow) as exc:
             log.critical("node_gave_up", error=str(exc))
@@ -57,6 +63,40 @@ async def run_node(root: ChildSpec, *, shutdown_grace_s: float, child: bool = Fa
         log.warning("shutdown_forced", grace_s=shutdown_grace_s)
     log.info("node_stopped")
     return EXIT_OK
+
+
+class _Started:
+    """The root's task status: whether its tree has started (a child process tells its
+    parent, ``_report_to_parent``)."""
+
+    def __init__(self, ctx: ActorContext) -> None:
+        self.ctx = ctx
+        self.done = False
+
+    def started(self, value: object = None) -> None:
+        self.done = True
+        self.ctx.health.changes.value += 1  # a change to report
+
+
+async def _report_to_parent(ctx: ActorContext, fd: int, started: _Started) -> None:
+    """Tell the parent, one JSON line per change, whether this part's tree has started and
+    what is down in it (``runtime.process._take_reports``). Written through a copy of
+    ``fd`` that no process started here inherits; a parent gone ends the reports."""
+    copy = os.dup(fd)  # not inheritable (PEP 446)
+    os.close(fd)
+    sent: tuple[bool, dict[str, str]] | None = None
+    async with trio.lowlevel.FdStream(copy) as out:
+        while True:
+            seen = ctx.health.changes.value  # a change during the send is not missed
+            now = (started.done, ctx.health.down(local_only=True))
+            if now != sent:
+                line = json.dumps({"ready": now[0], "down": now[1]}).encode() + b"\n"
+                try:
+                    await out.send_all(line)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return  # the parent is gone: stdin's end stops this process
+                sent = now
+            await ctx.health.changes.wait_value(lambda v, seen=seen: v != seen)
 
 
 def _request_stop(ctx: ActorContext, scope: trio.CancelScope, grace_s: float, **why: str) -> None:

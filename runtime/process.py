@@ -32,8 +32,15 @@ The contract between the two, all of it here:
   Either way its lines name the part in ``node`` (``host-1/consumers-1``). Stderr is
   inherited.
 - **Health.** The parent writes to the child's stdin, one JSON line per change, what is
-  down in the main process (``{"down": {path: reason}}``; the child's own actor left
-  out), so a child serving the API reports on the whole node in ``/readyz``.
+  down in the node but in that child (``{"down": {path: reason}}``: the main process's
+  actors, each child process as one actor, and what the other children reported), so a
+  child serving the API reports on the whole node in ``/readyz``. The child writes back,
+  on a pipe of its own (``--report-fd``), one line per change: whether its tree has
+  started and what is down in it (``{"ready": bool, "down": {...}}``). Until its tree
+  has started (``<path>/(starting)``) and while an actor in it is down (under the child
+  process's path: ``node/processes/consumers-1/consumers/email``), the node is not ready:
+  a consumer process still importing its handlers, or restarted after a kill, is no
+  consumer yet.
 - **Exit.** Status 0 after a stop the parent asked for is a normal stop; 0 otherwise (the
   child was stopped by someone else) is a normal exit, restarted if permanent; anything
   else is a crash, except death by our SIGTERM while it was still starting up. Status
@@ -49,6 +56,7 @@ The contract between the two, all of it here:
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -67,6 +75,8 @@ from runtime.logging import output_is_a_file, write_lines
 GRACE_MARGIN_S = 1.0
 
 
+#: The name under which a child process whose tree has not started yet is down.
+STARTING = "(starting)"
 #: After a child exits, how long its output may take to reach end-of-file.
 RELAY_DRAIN_S = 1.0
 #: A child's exit status when it refuses its node's config (``runtime.node.EXIT_CONFIG``):
@@ -101,10 +111,19 @@ class ChildProcess:
         # output_is_a_file); any other output gets the child's lines through a pipe,
         # relayed in whole lines.
         direct = output_is_a_file()
-        process = await trio.lowlevel.open_process(
-            self.argv, stdin=subprocess.PIPE, stdout=None if direct else subprocess.PIPE
-        )
+        reports, report_end = os.pipe()  # the child's, written at the other end
+        try:
+            process = await trio.lowlevel.open_process(
+                [*self.argv, "--report-fd", str(report_end)], stdin=subprocess.PIPE,
+                stdout=None if direct else subprocess.PIPE, pass_fds=(report_end,),
+            )  # fmt: skip
+        except BaseException:
+            os.close(reports)
+            raise
+        finally:
+            os.close(report_end)
         ctx.log.info("process_started", pid=process.pid)
+        ctx.health.report(ctx.path, {f"{ctx.path}/{STARTING}": "starting"})
         stop_asked = False
         relayed = trio.Event()
         try:
@@ -114,6 +133,7 @@ class ChildProcess:
                     relayed.set()
                 else:
                     nursery.start_soon(_relay_lines, process.stdout, relayed)
+                nursery.start_soon(_take_reports, ctx, reports)
 
                 async def relay_stop() -> None:
                     nonlocal stop_asked
@@ -132,6 +152,7 @@ class ChildProcess:
                     await relayed.wait()
                 nursery.cancel_scope.cancel()
         finally:
+            ctx.health.report(ctx.path, {})  # its own line in /readyz from here (crashed...)
             if process.returncode is None:
                 process.kill()
                 with trio.CancelScope(shield=True):
@@ -160,17 +181,48 @@ class ChildProcess:
 
 
 async def _report_health(ctx: ActorContext, stdin: trio.abc.SendStream) -> None:
-    """Tell the child what is down here, now and after every change."""
+    """Tell the child what is down in the node but in itself, now and after every change."""
     sent: dict[str, str] | None = None
     while True:
-        down = {p: r for p, r in ctx.health.down(local_only=True).items() if p != ctx.path}
+        seen = ctx.health.changes.value  # a change during the send is not missed
+        down = {  # the main process's, and the other children's reports
+            p: r
+            for p, r in ctx.health.down().items()
+            if p != ctx.path and not p.startswith(f"{ctx.path}/")
+        }
         if down != sent:
             try:
                 await stdin.send_all(json.dumps({"down": down}).encode() + b"\n")
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return  # the child is gone; its exit is handled by run()
             sent = down
-        await ctx.health.changes.wait_transition()
+        await ctx.health.changes.wait_value(lambda v, seen=seen: v != seen)
+
+
+async def _take_reports(ctx: ActorContext, fd: int) -> None:
+    """Take a child's reports on its health (``runtime.node``: one JSON line per change,
+    ``{"ready": bool, "down": {path: reason}}``) into the node's, its paths under this
+    actor's (``node/processes/consumers-1/consumers/email``): not ready until its tree has
+    started, nor while an actor in it is down. Owns ``fd``."""
+    pending = b""
+    async with trio.lowlevel.FdStream(fd) as stream:
+        async for chunk in stream:
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                try:
+                    report = json.loads(line)
+                    down = {
+                        f"{ctx.path}/{str(path).partition('/')[2] or path}": str(why)
+                        for path, why in report["down"].items()
+                    }
+                    if not report["ready"]:
+                        down[f"{ctx.path}/{STARTING}"] = "starting"
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    ctx.log.warning(
+                        "process_report_unreadable", line=line[:200].decode(errors="replace")
+                    )
+                    continue
+                ctx.health.report(ctx.path, down)
 
 
 async def _relay_lines(stdout: trio.abc.ReceiveStream, done: trio.Event) -> None:

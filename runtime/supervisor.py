@@ -168,6 +168,8 @@ class _SupervisorRun:
         gave_up: RestartIntensityExceeded | GiveUpNow | None = None
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            for spec in self._specs:  # down until started: /readyz waits for every child
+                self._ctx.health.mark_down(f"{self._ctx.path}/{spec.name}", "starting")
             all_up = await self._ensure_started(restarting=None)
             nursery.start_soon(self._forward_stop_request)
             try:

@@ -462,3 +462,57 @@ def test_an_api_process_reports_the_whole_node_in_readyz(
         node.kill()
     assert (503, {"node/processes/consumers-1": "crashed"}) in seen
     assert seen[-1] == (200, {})
+
+
+def test_the_node_is_not_ready_before_its_consumer_process_is(
+    tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """A consumer process counted as started from its fork, still importing its handlers
+    and starting its actors, and the node's /readyz said 200 seconds before that (and a
+    fraction of a second after a kill, while the new one was): each child reports whether
+    its tree has started and what is down in it, and the node is ready only once it has
+    (its last actor started, as in a one-process node)."""
+    port = free_port()
+    config = write_config(
+        tmp_path, redis_url, namespace, processes="consumers = 1", extra=api_section(port)
+    )
+    node = NodeProcess(config)
+    url = f"http://127.0.0.1:{port}/readyz"
+
+    def child_started(count: int) -> dict[str, Any]:
+        """The ``count``-th start of the consumer process's last actor (its tree is up)."""
+        until(lambda: len(last_started()) >= count, 60, what="the child's tree started")
+        return last_started()[count - 1]
+
+    def last_started() -> list[dict[str, Any]]:
+        return [
+            e for e in node.events("actor_started")
+            if e["node"] == "n1/consumers-1" and e["actor"] == "node/metrics-writer"
+        ]  # fmt: skip
+
+    def first_ready_ms(http: httpx.Client) -> tuple[int, list[Any]]:
+        """When /readyz first answers 200 (ms), and what it answered before."""
+        seen: list[Any] = []
+        deadline = time.monotonic() + 60  # generous: a loaded machine starts slowly
+        while time.monotonic() < deadline:
+            try:
+                answer = http.get(url, headers=signed_probe())
+            except httpx.TransportError:  # not listening yet
+                continue
+            if answer.status_code == 200:
+                return int(time.time() * 1000), seen
+            seen.append(answer.json()["actors_down"])
+        raise AssertionError(f"never ready: {seen[-3:]}")
+
+    try:
+        with httpx.Client() as http:
+            ready_ms, _ = first_ready_ms(http)
+            assert child_started(1)["ts_ms"] <= ready_ms  # not before the child's tree was
+            os.kill(children(node)["consumers-1"], signal.SIGKILL)
+            until(lambda: http.get(url).status_code == 503, 30, what="not ready after a kill")
+            ready_ms, seen = first_ready_ms(http)
+            assert child_started(2)["ts_ms"] <= ready_ms, seen
+        node.signal(signal.SIGTERM)
+        assert node.wait() == 0
+    finally:
+        node.kill()
