@@ -3,7 +3,7 @@
 Shutdown order: the first SIGINT/SIGTERM asks the root supervisor to stop, which stops its
 children in reverse start order, each within its own grace; if the whole node is not down
 within ``shutdown_grace_s`` everything left is cancelled (cleanups still run, shielded and
-bounded). A second signal cancels at once.
+bounded). A second signal cancels at once; later ones wait for those cleanups too.
 
 A node's child process (``--part``, see ``runtime.process``) follows its parent instead:
 SIGTERM (any number of them) or the end of its stdin (the parent is gone) stops it
@@ -44,21 +44,27 @@ async def run_node(
     log.info("node_started", version=__version__, pid=os.getpid())
     finished = False
     started = _Started(ctx)
-    async with trio.open_nursery() as nursery:
+    # The tree runs in a scope of its own: the signal handler outlives its cancellation
+    # (the grace over, or a second signal), so more signals while the cleanups run
+    # (shielded, each bounded by its own grace) find it there, not Python's default
+    # handling, which killed the process mid-cleanup (its last flush cut off).
+    tree = trio.CancelScope()
+    async with trio.open_nursery() as helpers:
         if child:
-            nursery.start_soon(_follow_parent, ctx, nursery.cancel_scope, shutdown_grace_s)
+            helpers.start_soon(_follow_parent, ctx, tree, shutdown_grace_s)
             if report_fd is not None:
-                nursery.start_soon(_report_to_parent, ctx, report_fd, started)
+                helpers.start_soon(_report_to_parent, ctx, report_fd, started)
         else:
-            nursery.start_soon(_handle_signals, ctx, nursery.cancel_scope, shutdown_grace_s)
+            helpers.start_soon(_handle_signals, ctx, tree, shutdown_grace_s)
         try:
-            await root.run(ctx, task_status=started)
-            finished = True
+            with tree:
+                await root.run(ctx, task_status=started)
+                finished = True
         except (RestartIntensityExceeded, GiveUpNow) as exc:
             log.critical("node_gave_up", error=str(exc))
             return EXIT_PART_GAVE_UP if child else EXIT_GAVE_UP
         finally:
-            nursery.cancel_scope.cancel()  # ends the signal handler
+            helpers.cancel_scope.cancel()  # ends the signal handler
     if not finished:
         log.warning("shutdown_forced", grace_s=shutdown_grace_s)
     log.info("node_stopped")

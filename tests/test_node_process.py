@@ -66,6 +66,29 @@ def test_grace_exceeded_forces_the_stop(tmp_path: Path) -> None:
     assert not node.events("worker_finished")
 
 
+def test_signals_during_the_last_cleanups_leave_them_to_finish(tmp_path: Path) -> None:
+    """Past the grace (or a second signal) the tree is cancelled and its cleanups run,
+    shielded and bounded: more signals then (Ctrl-C pressed again, a second kill) are
+    taken by the node, which finishes them and exits 0, not by Python's default handling
+    (killed mid-cleanup by SIGTERM, a KeyboardInterrupt traceback for SIGINT)."""
+    path = sleepy(tmp_path, finish_s=60, grace_s=1.0)
+    path.write_text(path.read_text() + "cleanup_s = 3\n")
+    node = NodeProcess(path)
+    try:
+        node.wait_for("actor_started")
+        node.signal(signal.SIGTERM)
+        node.wait_for("cleanup_started")  # the grace is over: the tree was cancelled
+        node.signal(signal.SIGTERM)
+        node.signal(signal.SIGINT)
+        node.signal(signal.SIGINT)
+        assert node.wait(timeout_s=60) == 0
+    finally:
+        node.kill()
+    names = [e["event"] for e in node.events()]
+    assert "cleanup_done" in names and names[-1] == "node_stopped"
+    assert "KeyboardInterrupt" not in node.stderr_text()
+
+
 def test_second_signal_stops_at_once(tmp_path: Path) -> None:
     node = NodeProcess(sleepy(tmp_path, finish_s=60, grace_s=60))
     try:

@@ -2,7 +2,8 @@
 
 ``[sleepy] finish_s``: how long its graceful worker needs to finish after a stop request.
 ``[sleepy] crash``: the worker crashes at once, forever (to make the root give up), or
-``crash_after_s`` after each start. ``[sleepy] part``: the worker's tree runs in a child
+``crash_after_s`` after each start. ``[sleepy] cleanup_s``: a shielded cleanup that long
+once the worker is cancelled. ``[sleepy] part``: the worker's tree runs in a child
 process (``--part worker``), under a parent that gives up after three failed restarts in a
 row, each one counted unless the child stayed up a second.
 """
@@ -25,6 +26,8 @@ class SleepySection:
     crash: bool = False
     crash_after_s: float = 0.0
     part: bool = False
+    cleanup_s: float = 0.0
+    """How long the worker's shielded cleanup takes once it is cancelled (0: none)."""
 
 
 @attrs.frozen
@@ -42,10 +45,17 @@ def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
         if section.crash:
             await trio.sleep(section.crash_after_s)
             raise RuntimeError("sleepy worker crashed on purpose")
-        await ctx.wait_stop_requested()
-        ctx.log.info("worker_finishing", finish_s=section.finish_s)
-        await trio.sleep(section.finish_s)
-        ctx.log.info("worker_finished")
+        try:
+            await ctx.wait_stop_requested()
+            ctx.log.info("worker_finishing", finish_s=section.finish_s)
+            await trio.sleep(section.finish_s)
+            ctx.log.info("worker_finished")
+        finally:
+            if section.cleanup_s:
+                with ctx.cleanup():
+                    ctx.log.info("cleanup_started")
+                    await trio.sleep(section.cleanup_s)
+                    ctx.log.info("cleanup_done")
 
     tree = supervisor(
         "node",
