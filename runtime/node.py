@@ -1,13 +1,13 @@
 """Run one node: a root supervisor, signal handling, and the exit status.
 
-Shutdown order: the first SIGINT/SIGTERM asks the root supervisor to stop, which stops its
+Shutdown order: the first SIGINT/SIGTERM/SIGHUP asks the root supervisor to stop, which stops its
 children in reverse start order, each within its own grace; if the whole node is not down
 within ``shutdown_grace_s`` everything left is cancelled (cleanups still run, shielded and
 bounded). A second signal cancels at once; later ones wait for those cleanups too.
 
 A node's child process (``--part``, see ``runtime.process``) follows its parent instead:
 SIGTERM (any number of them) or the end of its stdin (the parent is gone) stops it
-gracefully, SIGINT is ignored, and an immediate stop is the parent's SIGKILL. Its stdin
+gracefully, SIGINT and SIGHUP are ignored, and an immediate stop is the parent's SIGKILL. Its stdin
 also carries the parent's health reports (what is down in the main process).
 """
 
@@ -113,8 +113,13 @@ def _request_stop(ctx: ActorContext, scope: trio.CancelScope, grace_s: float, **
     scope.deadline = min(scope.deadline, trio.current_time() + grace_s)
 
 
+#: What stops a node gracefully: SIGHUP too (a terminal's hangup, an SSH session closed
+#: on a node started without nohup), whose default action killed it with no drain.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 async def _handle_signals(ctx: ActorContext, scope: trio.CancelScope, grace_s: float) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async for signum in signals:
             name = signal.Signals(signum).name
             if not ctx.stop_requested.value:
@@ -127,8 +132,8 @@ async def _handle_signals(ctx: ActorContext, scope: trio.CancelScope, grace_s: f
 async def _follow_parent(ctx: ActorContext, scope: trio.CancelScope, grace_s: float) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_parent, ctx, scope, grace_s)
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for signum in signals:
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:  # all but SIGTERM: the
+            async for signum in signals:  # group's (a terminal's), the parent relays them
                 if signum == signal.SIGTERM and not ctx.stop_requested.value:
                     _request_stop(ctx, scope, grace_s, signal="SIGTERM")
 

@@ -516,3 +516,23 @@ def test_the_node_is_not_ready_before_its_consumer_process_is(
         assert node.wait() == 0
     finally:
         node.kill()
+
+
+def test_a_hangup_stops_the_node_and_its_children_gracefully(
+    tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """SIGHUP to the node's process group (a terminal's hangup: an SSH session closed on a
+    node started without nohup) killed every process at once, no drain, no release: the
+    node stops gracefully, as on SIGTERM, and its children wait for it to relay the stop."""
+    config = write_config(tmp_path, redis_url, namespace, processes="consumers = 1")
+    node = NodeProcess(config, own_group=True)
+    try:
+        node.wait_for("consumer_ready")
+        node.signal_group(signal.SIGHUP)
+        assert node.wait() == 0
+    finally:
+        node.kill()
+    (asked,) = [e for e in node.events("shutdown_requested") if e["node"] == "n1"]
+    assert asked["signal"] == "SIGHUP"
+    child_lines = [e["event"] for e in node.events() if e["node"] == "n1/consumers-1"]
+    assert "consumer_stopped" in child_lines and child_lines[-1] == "node_stopped"
