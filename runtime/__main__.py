@@ -1,9 +1,10 @@
-"""``python -m runtime node.toml``: run one node until SIGINT/SIGTERM
+"""``python -m runtime node.toml``: run one node until SIGINT/SIGTERM/SIGHUP
 (``python -m runtime --version``: print the version and exit).
 
 Exit status: 0 after a clean stop, 1 when the root supervisor gave up, 2 on a usage or
 configuration error (one line on stderr naming the problem); a ``--part`` child whose own
-tree gave up exits 88 (``runtime.process.EXIT_PART_GAVE_UP``), for its node to count.
+tree gave up exits 88 (``runtime.process.EXIT_PART_GAVE_UP``), for its node to count, and
+one that refuses its node's config 89 (``EXIT_PART_CONFIG``), for its node to give up.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from runtime import logging as node_logging
 from runtime.app import Invocation, load_app
 from runtime.errors import ConfigError, RuntimeStartError
 from runtime.metrics import enable_multiprocess
-from runtime.node import EXIT_CONFIG, EXIT_GAVE_UP, run_node
-from runtime.process import child_grace_s
+from runtime.node import EXIT_CONFIG, EXIT_GAVE_UP, ignore_the_groups_signals, run_node
+from runtime.process import EXIT_PART_CONFIG, child_grace_s
 from runtime.version import __version__
 
 USAGE = """\
@@ -69,6 +70,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.part is not None:
+        ignore_the_groups_signals()  # before the imports: a Ctrl-C then is the node's too
     if not args.check:
         # Before anything imports prometheus-client: every process of the node writes its
         # samples where /metrics sums them (runtime/metrics.py).
@@ -110,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        # A part its node started (it reads our reports) must know no restart mends it.
+        return EXIT_PART_CONFIG if args.report_fd is not None else EXIT_CONFIG
     except RuntimeStartError as exc:
         print(f"cannot start: {exc}", file=sys.stderr)
         return EXIT_GAVE_UP

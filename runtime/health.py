@@ -44,8 +44,11 @@ class Health:
         self.changes.value += 1
 
     def forget(self, path: str) -> None:
-        self._up.discard(path)
-        self._down.pop(path, None)
+        """``path`` and every actor under it ended on purpose (a temporary supervisor
+        dropped: its children's marks go with it)."""
+        under = f"{path}/"
+        self._up = {p for p in self._up if p != path and not p.startswith(under)}
+        self._down = {p: r for p, r in self._down.items() if p != path and not p.startswith(under)}
         self.changes.value += 1
 
     def note_restart(self, path: str) -> None:

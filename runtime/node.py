@@ -22,13 +22,13 @@ import trio
 from runtime.actor import ActorContext
 from runtime.errors import GiveUpNow, RestartIntensityExceeded
 from runtime.logging import get_logger
-from runtime.process import EXIT_CONFIG as EXIT_CONFIG  # re-exported: __main__ exits with it
 from runtime.process import EXIT_PART_GAVE_UP
 from runtime.supervisor import ChildSpec
 from runtime.version import __version__
 
 EXIT_OK = 0
 EXIT_GAVE_UP = 1
+EXIT_CONFIG = 2
 
 
 async def run_node(
@@ -113,13 +113,23 @@ def _request_stop(ctx: ActorContext, scope: trio.CancelScope, grace_s: float, **
     scope.deadline = min(scope.deadline, trio.current_time() + grace_s)
 
 
-#: What stops a node gracefully: SIGHUP too (a terminal's hangup, an SSH session closed
-#: on a node started without nohup), whose default action killed it with no drain.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+def stop_signals() -> list[signal.Signals]:
+    """What stops a node gracefully: SIGINT, SIGTERM, and SIGHUP (a terminal's hangup, an
+    SSH session closed on a node started without nohup: its default action killed the
+    node with no drain) unless the node was started with it ignored (``nohup``)."""
+    hangup = [] if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN else [signal.SIGHUP]
+    return [signal.SIGINT, signal.SIGTERM, *hangup]
+
+
+def ignore_the_groups_signals() -> None:
+    """A child process's first step: SIGINT and SIGHUP, sent to the whole process group by
+    a terminal, are its parent's to relay (as SIGTERM), also while it starts or ends."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 async def _handle_signals(ctx: ActorContext, scope: trio.CancelScope, grace_s: float) -> None:
-    with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+    with trio.open_signal_receiver(*stop_signals()) as signals:
         async for signum in signals:
             name = signal.Signals(signum).name
             if not ctx.stop_requested.value:
@@ -132,9 +142,9 @@ async def _handle_signals(ctx: ActorContext, scope: trio.CancelScope, grace_s: f
 async def _follow_parent(ctx: ActorContext, scope: trio.CancelScope, grace_s: float) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_watch_parent, ctx, scope, grace_s)
-        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:  # all but SIGTERM: the
-            async for signum in signals:  # group's (a terminal's), the parent relays them
-                if signum == signal.SIGTERM and not ctx.stop_requested.value:
+        with trio.open_signal_receiver(signal.SIGTERM) as signals:  # the others ignored
+            async for _ in signals:  # (ignore_the_groups_signals)
+                if not ctx.stop_requested.value:
                     _request_stop(ctx, scope, grace_s, signal="SIGTERM")
 
 

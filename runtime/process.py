@@ -48,7 +48,7 @@ The contract between the two, all of it here:
   crash that never counts as the child having stayed up, so a part that keeps giving up
   makes its parent's supervisor give up in turn, and the node exits 1, however slowly
   each give-up came (a child's backoffs outlast its parent's period). Status
-  ``EXIT_CONFIG`` says the child refused its node's config (the file changed on disk
+  ``EXIT_PART_CONFIG`` says the child refused its node's config (the file changed on disk
   since the node started): every supervisor gives up at once (``GiveUpNow``), the node
   exits 1 to be started again whole on the new file.
 """
@@ -79,9 +79,11 @@ GRACE_MARGIN_S = 1.0
 STARTING = "(starting)"
 #: After a child exits, how long its output may take to reach end-of-file.
 RELAY_DRAIN_S = 1.0
-#: A child's exit status when it refuses its node's config (``runtime.node.EXIT_CONFIG``):
-#: the file changed on disk since the node started. No restart mends that.
-EXIT_CONFIG = 2
+#: A child's exit status when it refuses its node's config: the file changed on disk
+#: since the node started (or no longer reads). No restart mends that. One no Python
+#: error, usage or config error of a command line uses: a handler's ``os._exit(2)`` is a
+#: crash like any other.
+EXIT_PART_CONFIG = 89
 #: A child's exit status when its own tree gave up: one no Python error (1), usage or
 #: config error (2) or common convention uses, so a handler's ``sys.exit(3)`` is no
 #: give-up.
@@ -147,6 +149,8 @@ class ChildProcess:
                 assert process.stdin is not None
                 nursery.start_soon(_report_health, ctx, process.stdin)
                 await process.wait()
+                # Not ready from here: its last report said what was up in it.
+                ctx.health.report(ctx.path, {f"{ctx.path}/(exited)": "exited"})
                 # Its last lines; bounded, in case a process it started holds the pipe.
                 with trio.move_on_after(RELAY_DRAIN_S):
                     await relayed.wait()
@@ -175,7 +179,7 @@ class ChildProcess:
         failed = f"{ctx.path}: process {process.pid} exited with status {status}"
         if status == EXIT_PART_GAVE_UP:
             raise ChildProcessGaveUp(f"{failed}: its actors gave up")
-        if status == EXIT_CONFIG:  # its node's file changed (or cannot be read) since
+        if status == EXIT_PART_CONFIG:  # its node's file changed (or no longer reads)
             raise GiveUpNow(f"{failed}: it refused its node's config (its stderr says why)")
         raise ChildProcessFailed(failed)
 

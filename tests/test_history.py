@@ -286,3 +286,29 @@ async def test_an_operators_fire_a_grid_decision_displaces_is_no_scheduled_occur
     grid = {0: [Planned("c", "C", [now - 500], task_type="work")]}
     assert triggered in (await scripts.decide_overlaps("claim-2", grid))["c"].skipped
     assert triggered not in {o.due_ms for o in await task_history(store, "c")}
+
+
+async def test_a_task_created_again_after_an_earlier_versions_delete_starts_with_no_past(
+    store: TaskStore,
+) -> None:
+    """A delete by an earlier version left a task's history, attention entry and
+    acknowledgement behind: the task created again under its id showed the old
+    occurrences and sat on the attention list. A create clears them."""
+    task_id = await _task(store, 3600, start_in_ms=3_600_000)
+    scripts = await store.scripts()
+    keys = await store.keys()
+    partition, bucket = keys.partition_of(task_id), keys.bucket_of(task_id)
+    due = 1_700_000_000_000
+    dead = OutcomeWrite(task_id, 2, due + 50, "boom", due, due + 5, allowed_ms=0)
+    await scripts.record_outcomes([dead], "work", Ledger())
+    await store.client.execute("HSET", f"{keys.tag(partition)}:acks", task_id, "an old ack")
+    assert await _on_list(store, task_id, "dead")
+    for key in (keys.definitions(partition, bucket), keys.states(partition, bucket)):
+        await store.client.execute("HDEL", key, task_id)  # what the earlier delete took
+    await store.client.execute("ZREM", keys.schedule(partition), task_id)
+    await store.create(TaskSpec("work", Schedule("interval", every_s=3600), task_id=task_id))
+    assert await task_history(store, task_id) == []
+    assert not await _on_list(store, task_id, "dead")
+    assert await store.client.execute("HGET", f"{keys.tag(partition)}:acks", task_id) is None
+    counts = await attention_counts(store)
+    assert not any(counts.values()), counts

@@ -374,3 +374,21 @@ async def test_a_state_bucket_of_another_kind_is_named_where_tasks_are_counted(
     (line,) = [x for x in log_lines() if x["event"] == "task_count_incomplete"]
     assert (line["buckets"], line["keys"], line["level"]) == (1, [broken], "warning")
     assert line["error"].startswith("WRONGTYPE")
+
+
+def test_start_lag_counts_a_retry_or_manual_fire_from_when_it_was_appended() -> None:
+    """Start lag says whether consumers keep up: a scheduled fire's first attempt counts
+    from its due time, a retry (its backoff), a trigger, backfill or replay (a past due
+    time) from when it was appended, or MetronomeStartLagHigh fired on idle consumers."""
+    from actors.execution.reading import lag_from
+    from actors.store.flights import with_origin
+    from actors.store.messages import Message
+
+    def message(attempt: int, policy: str = "") -> Message:
+        return Message("1-0", "t", "t:1000", "w", "null", attempt, 1_000, 61_000, None, policy)
+
+    assert lag_from(message(0)) == 1_000
+    assert lag_from(message(0, "S")) == 1_000  # a tracked scheduled fire
+    assert lag_from(message(1)) == 61_000
+    for letter in "tbr":  # trigger, backfill, replay
+        assert lag_from(message(0, with_origin("S", letter))) == 61_000

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -87,6 +88,25 @@ def test_signals_during_the_last_cleanups_leave_them_to_finish(tmp_path: Path) -
     names = [e["event"] for e in node.events()]
     assert "cleanup_done" in names and names[-1] == "node_stopped"
     assert "KeyboardInterrupt" not in node.stderr_text()
+
+
+def test_a_node_started_under_nohup_keeps_running_through_a_hangup(tmp_path: Path) -> None:
+    """Started with SIGHUP ignored (``nohup``), a node leaves it ignored: a hangup of the
+    session it was started from does not stop it (a SIGHUP stops only a node that would
+    have died of one)."""
+    node = NodeProcess(
+        sleepy(tmp_path, finish_s=0.1), launcher=("nohup", sys.executable, "-m", "runtime")
+    )
+    try:
+        node.wait_for("actor_started")
+        node.signal(signal.SIGHUP)
+        node.signal(signal.SIGTERM)
+        assert node.wait(timeout_s=30) == 0
+    finally:
+        node.kill()
+    said = [e for e in node.events() if e["event"].startswith("shutdown")]
+    assert said[0]["signal"] == "SIGTERM", said
+    assert not [e for e in said if e.get("signal") == "SIGHUP"], said
 
 
 def test_second_signal_stops_at_once(tmp_path: Path) -> None:

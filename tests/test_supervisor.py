@@ -560,3 +560,38 @@ async def test_a_temporary_child_failing_its_start_does_not_hold_up_the_rest(
     )  # fmt: skip
     await run_for(tree, 5)
     assert events(journal)[:2] == [("start_failed", "once"), ("start", "after")]
+
+
+async def test_children_are_down_until_started_and_a_dropped_subtree_is_forgotten(
+    autojump_clock: Any,
+) -> None:
+    """/readyz waits for every actor: one not started yet (its earlier sibling still
+    starting) is down, ``starting``. A temporary supervisor whose start gave up is dropped
+    with every mark under it (its children's ``starting`` and ``crashed`` kept /readyz at
+    503 for good)."""
+    journal: Journal = []
+
+    async def slow(ctx: ActorContext, *, task_status: TaskStatus) -> None:
+        await trio.sleep(3)
+        task_status.started()
+        await trio.sleep_forever()
+
+    doomed = supervisor(
+        "doomed",
+        [ChildSpec("bad", recorder(journal, "bad", lambda n: "crash_before_ready")),
+         ChildSpec("after", recorder(journal, "after"))],
+        SupervisorSpec(max_attempts=1, backoff_base_s=0.01),
+        restart=Restart.TEMPORARY,
+    )  # fmt: skip
+    tree = supervisor("sup", [ChildSpec("slow", slow), doomed, ChildSpec("last", slow)])
+    ctx = root_ctx()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: tree.run(ctx, task_status=trio.TASK_STATUS_IGNORED))
+        await trio.sleep(1)
+        assert ctx.health.down() == {
+            "node/slow": "starting", "node/doomed": "starting", "node/last": "starting"
+        }  # fmt: skip
+        await trio.sleep(10)
+        assert ctx.health.down() == {}, ctx.health.down()
+        assert ctx.health.up() == ["node/last", "node/slow"]
+        ctx.stop_requested.value = True

@@ -54,7 +54,7 @@ def records_prelude() -> str:
     return _read("codes") + _read("records")
 
 
-CREATE_TASKS = _load_labelled("create_tasks")
+CREATE_TASKS = _script("create_tasks", "records", "labels", "history")
 CLAIM_DUE = _load("claim_due", records=True)
 READ_DEFINITIONS = _load("read_definitions")
 DEFER_UNREADABLE = _load("defer_unreadable")

@@ -37,6 +37,10 @@ for i = 2, #ARGV, 8 do
       redis.call('ZADD', KEYS[1], score, id)
     end
     put_state(tag, b, id, s)
+    -- A task created again under an id starts with no occurrences, attention entry or
+    -- acknowledgement: a delete by an earlier version left them (history.lua).
+    forget_history(tag, id)
+    redis.call('HDEL', tag .. ':acks', id)
     redis.call('HSET', tag .. ':type:' .. typ .. ':' .. b, id, '')
     if labels ~= '' then put_labels(tag, b, id, labels) end
     out[#out + 1] = CODE_OK
