@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -105,6 +106,21 @@ def _observe_structlog(
     return event
 
 
+def _below(threshold: int, _logger: Any, name: str, event: MutableMapping[str, Any]) -> Any:
+    """structlog processor: drop a line below the configured level, once observed."""
+    if _LEVEL_NUMBERS.get(name, logging.INFO) < threshold:
+        raise structlog.DropEvent
+    return event
+
+
+#: structlog's method names as levels (``exception`` is ``error``).
+_LEVEL_NUMBERS = {
+    "debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+    "warn": logging.WARNING, "error": logging.ERROR, "exception": logging.ERROR,
+    "critical": logging.CRITICAL, "fatal": logging.CRITICAL, "msg": logging.INFO,
+}  # fmt: skip
+
+
 def configure(
     *, node: str, format: str = "json", level: str = "info", stream: TextIO | None = None
 ) -> None:
@@ -122,17 +138,22 @@ def configure(
     exc_processors: list[Any] = (
         [] if format == "console" else [structlog.processors.format_exc_info]
     )
+    threshold = logging.getLevelName(level.upper())
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
-            _observe_structlog,
+            _observe_structlog,  # every line counts, whatever is written (below)
+            functools.partial(_below, threshold),
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True, key="time"),
             _epoch_ms,
             *exc_processors,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        # Lines below info are dropped before any processor (debug calls cost nothing);
+        # those of info and up reach the observers (metrics count restarts, refusals,
+        # held-back steps: warnings) and are written from the configured level.
+        wrapper_class=structlog.make_filtering_bound_logger(min(threshold, logging.INFO)),
         logger_factory=structlog.WriteLoggerFactory(file=stream or _STDOUT),
         cache_logger_on_first_use=False,
     )

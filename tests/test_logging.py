@@ -74,6 +74,29 @@ def test_encoded_lines_in_console_format_are_rendered_from_their_fields(
     ]
 
 
+def test_a_warning_is_observed_at_level_error_and_not_written(output: io.StringIO) -> None:
+    """Metrics count every step at any level: a warning (an actor restarting, a refusal)
+    logged at ``level = "error"`` reaches the observers, and only the error is written
+    (the filter dropped the warning before any observer saw it)."""
+    node_logging.configure(node="n1", stream=output, level="error")
+    seen: list[tuple[str, Events]] = []
+
+    def observer(actor: str, events: Events) -> None:
+        seen.append((actor, list(events)))
+
+    observe_events(observer)
+    try:
+        log = node_logging.get_logger(actor="node/x")
+        log.warning("actor_restarting", attempt=1)
+        log.error("actor_crashed")
+        log.debug("never_built")
+    finally:
+        stop_observing(observer)
+    assert [events[0][0] for _, events in seen] == ["actor_restarting", "actor_crashed"]
+    (line,) = output.getvalue().splitlines()
+    assert json.loads(line)["event"] == "actor_crashed"
+
+
 def test_no_line_is_written_below_its_level(output: io.StringIO) -> None:
     node_logging.configure(node="n1", stream=output, level="warning")
     seen: list[tuple[str, Events]] = []

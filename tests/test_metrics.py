@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 import trio
 import yaml
 from prometheus_client import REGISTRY
@@ -24,10 +25,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
+from actors.execution.reading import lag_from
 from actors.observability.metrics import count_events
 from actors.observability.metrics_writer import MetricsWriter
+from actors.observability.redis_gauges import RedisGauges
+from actors.store.flights import with_origin
+from actors.store.messages import Message
 from actors.store.tasks import TaskStore
 from runtime.actor import ActorContext
+from runtime.config import RedisSection
+from runtime.embedded_redis import find_server_binary
 from runtime.logging import (
     emit_encoded,
     emit_events,
@@ -37,6 +44,7 @@ from runtime.logging import (
     stop_observing,
 )
 from runtime.redis_io import RedisClient
+from runtime.testing.local_redis import RedisProcess
 from tests.execution_harness import records, wait_until
 from tests.node_process import NodeProcess
 from tests.test_processes import api_section, free_port, write_config
@@ -380,9 +388,6 @@ def test_start_lag_counts_a_retry_or_manual_fire_from_when_it_was_appended() -> 
     """Start lag says whether consumers keep up: a scheduled fire's first attempt counts
     from its due time, a retry (its backoff), a trigger, backfill or replay (a past due
     time) from when it was appended, or MetronomeStartLagHigh fired on idle consumers."""
-    from actors.execution.reading import lag_from
-    from actors.store.flights import with_origin
-    from actors.store.messages import Message
 
     def message(attempt: int, policy: str = "") -> Message:
         return Message("1-0", "t", "t:1000", "w", "null", attempt, 1_000, 61_000, None, policy)
@@ -392,3 +397,26 @@ def test_start_lag_counts_a_retry_or_manual_fire_from_when_it_was_appended() -> 
     assert lag_from(message(1)) == 61_000
     for letter in "tbr":  # trigger, backfill, replay
         assert lag_from(message(0, with_origin("S", letter))) == 61_000
+
+
+async def test_a_stalled_redis_reads_as_down_before_a_scrape_times_out() -> None:
+    """Redis stalled (every command paused): the gauges' reading answers Redis down after
+    a bound, not when the pause ends (a scrape timed out first and the node read as down,
+    the alert for Redis never firing)."""
+    server = RedisProcess(find_server_binary()).start()
+    section = RedisSection(url=server.url, socket_timeout_s=60)
+    client = RedisClient.from_settings(server.url, section)
+    pauser: Any = redis.Redis.from_url(server.url)
+    try:
+        store = TaskStore(client, "stall", default_partitions=2)
+        await store.create(TaskSpec("work", Schedule("interval", every_s=60)))
+        gauges = RedisGauges(store, cache_s=0)
+        assert (await gauges.refresh()).up
+        pauser.execute_command("CLIENT", "PAUSE", 4_000, "ALL")  # past the 2 s bound
+        assert not (await gauges.refresh()).up
+        await trio.to_thread.run_sync(pauser.ping)  # the pause over
+        assert (await gauges.refresh()).up
+    finally:
+        pauser.close()
+        await client.aclose()
+        server.stop()

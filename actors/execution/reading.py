@@ -28,7 +28,7 @@ import trio_util
 from actors.execution.alone import Alone
 from actors.execution.completion import Outcome, fire_fields
 from actors.execution.flight import Flight
-from actors.store.flights import parse_policy
+from actors.store.flights import origin_of, parse_policy
 from actors.store.messages import MalformedMessage, Message
 from actors.store.replies import DeadLetterWrite, Reclaimed, folded
 from actors.store.scripts import Scripts
@@ -308,11 +308,11 @@ class Reader:
         if debug_enabled():
             emit_events(
                 self.actor,
-                [("running", fire_fields(m, start_lag_ms=now_ms - m.due_ms)) for m in runnable],
+                [("running", fire_fields(m, start_lag_ms=now_ms - lag_from(m))) for m in runnable],
                 level="debug",
             )
         elif runnable:
-            lags = [now_ms - m.due_ms for m in runnable]
+            lags = [now_ms - lag_from(m) for m in runnable]
             notify_observers(
                 self.actor, [("runs_started", {"type": self.type, "start_lags_ms": lags})]
             )
@@ -389,3 +389,12 @@ def _decoded(
         except MalformedMessage as exc:
             malformed.append((entry.msg_id, entry.fields, str(exc)))
     return messages, malformed
+
+
+def lag_from(m: Message) -> int:
+    """What a start's lag counts from: a scheduled fire's first attempt, its due time;
+    anything else, when it was appended (a retry's backoff, a backfill's past grid time,
+    a replay's wait in the dead letters are no lateness of the consumers)."""
+    if m.attempt or (m.policy and origin_of(m.policy)):
+        return m.enq_ms
+    return m.due_ms

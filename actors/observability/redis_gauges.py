@@ -7,8 +7,9 @@ tasks: the types, per type its stream facts (``XLEN``, ``XINFO GROUPS``/``CONSUM
 ``XPENDING`` summary, DLQ ``XLEN``), per partition the ``ZCARD`` of the schedule and retry
 sets, and per partition the attention list's counts (``actors.store.ledger``). Readings
 are cached for ``cache_s``, so scrapes by several Prometheus servers (or a dashboard) cost
-Redis one reading per interval. Redis unreachable is a reading too:
-``metronome_redis_up 0`` and the last queue figures are left out rather than made up.
+Redis one reading per interval. Redis unreachable, or slower to answer than
+``READ_TIMEOUT_S`` (stalled), is a reading too: ``metronome_redis_up 0`` and the last
+queue figures are left out rather than made up.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from runtime.errors import RedisUnavailable
 from runtime.logging import get_logger
 from runtime.redis_io import ResponseError
 from runtime.redis_replies import reply_text
+
+#: Longest a reading may take: Redis slower than that is down to a scrape.
+READ_TIMEOUT_S = 2.0
 
 
 @attrs.frozen
@@ -72,8 +76,12 @@ class RedisGauges:
             if self.reading is not None and time.monotonic() - self.reading.at < self.cache_s:
                 return self.reading
             try:
-                self.reading = await self._read()
-            except RedisUnavailable:
+                # Bounded well inside a scrape's timeout (Prometheus': its interval, 5 s
+                # here): a stalled Redis answers "down", not a scrape that times out and
+                # reads as the node itself down.
+                with trio.fail_after(READ_TIMEOUT_S):
+                    self.reading = await self._read()
+            except (RedisUnavailable, trio.TooSlowError):
                 self.reading = Reading(time.monotonic(), up=False)
             except ResponseError as exc:  # a key of another kind: the scrape still answers
                 get_logger(actor="node/metrics").warning(
