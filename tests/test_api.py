@@ -244,6 +244,22 @@ def test_a_schedule_stored_before_a_rule_refuses_it_may_be_sent_again(
             await redis.aclose()
 
     trio.run(create)
+    # Created again as it is stored (a deploy script's create at every run): it exists.
+    again = client.request("POST", "/v1/tasks", body={
+        "type": "idle", "task_id": task_id, "schedule": slow.to_dict()
+    })  # fmt: skip
+    assert again == {"task_id": task_id, "created": False}
+    bulk = client.request("POST", "/v1/tasks/bulk", body={"tasks": [
+        {"type": "idle", "task_id": task_id, "schedule": slow.to_dict()}
+    ]})  # fmt: skip
+    assert (bulk["created"], bulk["existing"]) == (0, 1)
+    for body in (  # another task, or another payload: held to the rules
+        {"type": "idle", "task_id": unique("newer"), "schedule": slow.to_dict()},
+        {"type": "idle", "task_id": task_id, "schedule": slow.to_dict(), "payload": 1},
+    ):
+        with pytest.raises(ApiError) as refused:
+            client.request("POST", "/v1/tasks", body=body)
+        assert refused.value.errors[0]["field"] == "schedule.every_s", refused.value.errors
     client.update_task(task_id, payload={"v": 2}, schedule=slow.to_dict())
     assert client.get_task(task_id)["payload"] == {"v": 2}
     with pytest.raises(ApiError) as refused:

@@ -50,6 +50,7 @@ from actors.observability.partitions import read_partitions
 from actors.observability.presence import read_nodes
 from actors.observability.redis_gauges import RedisGauges
 from actors.store.apply_actions import ActionSettings
+from actors.store.records import RecordError
 from actors.store.tasks import KEEP, TaskStore
 from runtime.errors import RedisUnavailable
 from runtime.health import Health
@@ -123,10 +124,26 @@ def _check_spec(call: Call, spec: TaskSpec, where: str = "") -> list[str]:
     return problems
 
 
+async def _stored_as_given(call: Call, spec: TaskSpec) -> bool:
+    """Whether ``spec`` names a task stored with this very definition: created again, it
+    is answered as existing (200, ``created: false``) even where this version's rules
+    for new schedules refuse it (a task an earlier version stored: a deploy script that
+    creates its tasks at every run must not start failing)."""
+    if spec.task_id is None:
+        return False
+    try:
+        task = await call.store.get(spec.task_id)
+    except RecordError:
+        return False
+    return task is not None and (task.type, task.payload, task.schedule, task.labels) == (
+        spec.type, spec.payload, spec.schedule, spec.labels
+    )  # fmt: skip
+
+
 async def create_task(call: Call) -> Response:
     spec = parse_spec(bodies.json_body(call.body))
     problems = _check_spec(call, spec)
-    if problems:
+    if problems and not await _stored_as_given(call, spec):
         raise invalid("; ".join(problems))
     created = await call.store.create(spec)
     return ok(
@@ -147,7 +164,9 @@ async def bulk_create(call: Call) -> Response:
     problems = [f"tasks{p}" for p in problems]
     first_index: dict[str, int] = {}
     for i, spec in enumerate(specs if not problems else []):
-        problems += _check_spec(call, spec, f"tasks[{i}].")
+        refused = _check_spec(call, spec, f"tasks[{i}].")
+        if refused and not await _stored_as_given(call, spec):
+            problems += refused
         if spec.task_id is None:
             continue
         if spec.task_id in first_index:
