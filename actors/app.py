@@ -112,7 +112,7 @@ def build_tree(config: Config, invocation: Invocation) -> ChildSpec:
     if config.actions.resumer:
         children.append(roles.action_resumer())
     children.append(roles.presence(config.node.name))  # nothing depends on it
-    children.append(_metrics_writer())  # last: it stops first (see _metrics_writer)
+    children.append(_metrics_writer(config))  # last: it stops first (see _metrics_writer)
     # One for one: a child restarts alone. The embedded server, restarted, is waited for
     # by the roles as any Redis outage is (they ride it out); stopping everything after it
     # (each type draining its handlers, its last flush waiting for a server that could not
@@ -137,14 +137,14 @@ def _part_tree(config: Config, part: str) -> ChildSpec:
         child = roles.consumers()
     presence = roles.presence(f"{config.node.name}/{part}")
     return supervisor(
-        "node", [child, presence, _metrics_writer()], _spec(config, Strategy.ONE_FOR_ONE)
+        "node", [child, presence, _metrics_writer(config)], _spec(config, Strategy.ONE_FOR_ONE)
     )
 
 
-def _metrics_writer() -> ChildSpec:
+def _metrics_writer(config: Config) -> ChildSpec:
     """Writes the process's metric counts about every 0.25 s; a tree's last child, so it
     stops first and the roles' last counts are written at once."""
-    return ChildSpec("metrics-writer", MetricsWriter().run, shutdown_s=3)
+    return ChildSpec("metrics-writer", MetricsWriter(sorted(config.consumers)).run, shutdown_s=3)
 
 
 def _spec(config: Config, strategy: Strategy) -> SupervisorSpec:

@@ -45,10 +45,13 @@ class Health:
 
     def forget(self, path: str) -> None:
         """``path`` and every actor under it ended on purpose (a temporary supervisor
-        dropped: its children's marks go with it)."""
+        dropped: its children's marks go with it, and a child process's reports)."""
         under = f"{path}/"
         self._up = {p for p in self._up if p != path and not p.startswith(under)}
         self._down = {p: r for p, r in self._down.items() if p != path and not p.startswith(under)}
+        self._reported = {
+            s: d for s, d in self._reported.items() if s != path and not s.startswith(under)
+        }
         self.changes.value += 1
 
     def note_restart(self, path: str) -> None:

@@ -123,9 +123,15 @@ def stop_signals() -> list[signal.Signals]:
 
 def ignore_the_groups_signals() -> None:
     """A child process's first step: SIGINT and SIGHUP, sent to the whole process group by
-    a terminal, are its parent's to relay (as SIGTERM), also while it starts or ends."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    a terminal, are its parent's to relay (as SIGTERM), also while it starts or ends.
+    Caught and dropped rather than ignored: an ignored signal stays ignored in every
+    program a handler starts (``exec`` resets only caught ones)."""
+    signal.signal(signal.SIGINT, _dropped)
+    signal.signal(signal.SIGHUP, _dropped)
+
+
+def _dropped(_signum: int, _frame: object) -> None:
+    """A signal a child process leaves to its parent."""
 
 
 async def _handle_signals(ctx: ActorContext, scope: trio.CancelScope, grace_s: float) -> None:

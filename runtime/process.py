@@ -60,6 +60,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -126,6 +127,7 @@ class ChildProcess:
             os.close(report_end)
         ctx.log.info("process_started", pid=process.pid)
         ctx.health.report(ctx.path, {f"{ctx.path}/{STARTING}": "starting"})
+        exited = {f"{ctx.path}/(exited)": "exited"}  # from its exit to its next start
         stop_asked = False
         relayed = trio.Event()
         try:
@@ -135,7 +137,7 @@ class ChildProcess:
                     relayed.set()
                 else:
                     nursery.start_soon(_relay_lines, process.stdout, relayed)
-                nursery.start_soon(_take_reports, ctx, reports)
+                nursery.start_soon(_take_reports, ctx, reports, lambda: process.returncode)
 
                 async def relay_stop() -> None:
                     nonlocal stop_asked
@@ -149,14 +151,16 @@ class ChildProcess:
                 assert process.stdin is not None
                 nursery.start_soon(_report_health, ctx, process.stdin)
                 await process.wait()
-                # Not ready from here: its last report said what was up in it.
-                ctx.health.report(ctx.path, {f"{ctx.path}/(exited)": "exited"})
+                # Not ready from here until its next start: its last report said what was
+                # up in it, and its supervisor may take a while to see the exit (it waits
+                # out another child's backoff).
+                ctx.health.report(ctx.path, exited)
                 # Its last lines; bounded, in case a process it started holds the pipe.
                 with trio.move_on_after(RELAY_DRAIN_S):
                     await relayed.wait()
                 nursery.cancel_scope.cancel()
         finally:
-            ctx.health.report(ctx.path, {})  # its own line in /readyz from here (crashed...)
+            ctx.health.report(ctx.path, exited)  # replaced at its next start
             if process.returncode is None:
                 process.kill()
                 with trio.CancelScope(shield=True):
@@ -203,11 +207,12 @@ async def _report_health(ctx: ActorContext, stdin: trio.abc.SendStream) -> None:
         await ctx.health.changes.wait_value(lambda v, seen=seen: v != seen)
 
 
-async def _take_reports(ctx: ActorContext, fd: int) -> None:
+async def _take_reports(ctx: ActorContext, fd: int, status: Callable[[], int | None]) -> None:
     """Take a child's reports on its health (``runtime.node``: one JSON line per change,
     ``{"ready": bool, "down": {path: reason}}``) into the node's, its paths under this
     actor's (``node/processes/consumers-1/consumers/email``): not ready until its tree has
-    started, nor while an actor in it is down. Owns ``fd``."""
+    started, nor while an actor in it is down; what is still in the pipe once the process
+    has exited (``status`` is its exit status) is passed over. Owns ``fd``."""
     pending = b""
     async with trio.lowlevel.FdStream(fd) as stream:
         async for chunk in stream:
@@ -226,7 +231,8 @@ async def _take_reports(ctx: ActorContext, fd: int) -> None:
                         "process_report_unreadable", line=line[:200].decode(errors="replace")
                     )
                     continue
-                ctx.health.report(ctx.path, down)
+                if status() is None:  # its exit said already: not ready
+                    ctx.health.report(ctx.path, down)
 
 
 async def _relay_lines(stdout: trio.abc.ReceiveStream, done: trio.Event) -> None:

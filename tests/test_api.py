@@ -235,15 +235,23 @@ def test_a_schedule_stored_before_a_rule_refuses_it_may_be_sent_again(
     is accepted; a schedule changed is held to the rules."""
     task_id = unique("older")
     slow = Schedule("interval", every_s=0.5, start_ms=LATER)  # below [api] min_interval_s
+    hashed_id = unique("hashed")
+    hashed = Schedule("cron", cron="H * * * * *", start_ms=LATER)  # six fields, one H
 
     async def create() -> None:
         redis = RedisClient.from_settings(redis_url, RedisSection(url=redis_url))
         try:
-            await TaskStore(redis, api.namespace).create(TaskSpec("idle", slow, task_id=task_id))
+            store = TaskStore(redis, api.namespace)
+            await store.create(TaskSpec("idle", slow, task_id=task_id))
+            await store.create(TaskSpec("idle", hashed, task_id=hashed_id))
         finally:
             await redis.aclose()
 
     trio.run(create)
+    again = client.request("POST", "/v1/tasks", body={
+        "type": "idle", "task_id": hashed_id, "schedule": hashed.to_dict()
+    })  # fmt: skip
+    assert again == {"task_id": hashed_id, "created": False}  # stored with H resolved
     # Created again as it is stored (a deploy script's create at every run): it exists.
     again = client.request("POST", "/v1/tasks", body={
         "type": "idle", "task_id": task_id, "schedule": slow.to_dict()

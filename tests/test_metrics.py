@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from actors.domain.model import TaskSpec
 from actors.domain.schedules import Schedule
 from actors.execution.reading import lag_from
-from actors.observability.metrics import count_events
+from actors.observability.metrics import count_events, declare_series
 from actors.observability.metrics_writer import MetricsWriter
 from actors.observability.redis_gauges import RedisGauges
 from actors.store.flights import with_origin
@@ -420,3 +420,25 @@ async def test_a_stalled_redis_reads_as_down_before_a_scrape_times_out() -> None
         pauser.close()
         await client.aclose()
         server.stop()
+
+
+def test_the_series_the_alerts_watch_are_laid_down_at_zero() -> None:
+    """``increase()`` never sees a series' first count: a type's first dead letter of a
+    reason, a first refusal of a kind, would not fire their alerts. A node lays those
+    series down at 0 when it starts."""
+    kind = f"zero{time.monotonic_ns()}"
+    assert (
+        REGISTRY.get_sample_value(
+            "metronome_dead_letters_total", {"type": kind, "reason": "failed"}
+        )
+        is None
+    )
+    declare_series([kind])
+    for reason in ("failed", "unrecoverable", "poison", "malformed"):
+        labels = {"type": kind, "reason": reason}
+        assert REGISTRY.get_sample_value("metronome_dead_letters_total", labels) == 0.0
+    for refusal in ("refused_write", "permission", "rejected"):
+        assert (
+            REGISTRY.get_sample_value("metronome_redis_refusals_total", {"kind": refusal})
+            is not None
+        )

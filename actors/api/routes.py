@@ -135,8 +135,9 @@ async def _stored_as_given(call: Call, spec: TaskSpec) -> bool:
         task = await call.store.get(spec.task_id)
     except RecordError:
         return False
+    stored = spec.schedule.for_task(spec.task_id)  # H fields resolved, as create stores it
     return task is not None and (task.type, task.payload, task.schedule, task.labels) == (
-        spec.type, spec.payload, spec.schedule, spec.labels
+        spec.type, spec.payload, stored, spec.labels
     )  # fmt: skip
 
 

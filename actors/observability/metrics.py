@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import Counter as Tally
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import Counter, Histogram
@@ -103,6 +104,22 @@ GIVE_UPS = Counter(
     "Supervisors that gave up on a child (restart intensity or attempts exceeded).",
     ["actor"],
 )
+
+#: The kinds of refusal and reasons of dead letters a series is laid down for at 0.
+REFUSAL_KINDS = ("refused_write", "permission", "rejected")
+DEAD_REASONS = ("failed", "unrecoverable", "poison", "malformed")
+
+
+def declare_series(types: Iterable[str]) -> None:
+    """Lay down at 0 the series the alerts watch with ``increase()``, which never sees a
+    series' first count: Redis refusals by kind, and the dead letters of ``types`` by
+    reason (a first dead letter, a first refusal would go unseen)."""
+    for kind in REFUSAL_KINDS:
+        _child(REDIS_REFUSALS, (kind,))
+    for task_type in types:
+        for reason in DEAD_REASONS:
+            _child(DEAD, (task_type, reason))
+
 
 #: A ``misfired`` line's policy -> the reason its missed grid times were not run.
 _MISFIRE_REASON = {"coalesce": "coalesced", "skip": "misfire_skip", "fire_all": "misfire_cap"}

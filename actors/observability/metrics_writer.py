@@ -13,9 +13,11 @@ later than its line.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import trio
 
-from actors.observability.metrics import gather_writes, write_gathered
+from actors.observability.metrics import declare_series, gather_writes, write_gathered
 from runtime.actor import ActorContext, TaskStatus
 
 #: How often the gathered counts are written (a scrape interval is seconds).
@@ -25,10 +27,15 @@ FAILURE_EVERY_S = 60.0
 
 
 class MetricsWriter:
+    def __init__(self, types: Sequence[str] = ()) -> None:
+        self.types = types
+        """The node's task types: their dead letters' series are laid down at 0."""
+
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         """Actor: gather this process's counts and write them every ``WRITE_EVERY_S``."""
         said_at: float | None = None  # when a failed write was last said
         try:
+            declare_series(self.types)
             gather_writes(True)
             task_status.started()
             while True:
