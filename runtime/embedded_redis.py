@@ -134,9 +134,17 @@ class EmbeddedRedis:
         credentials = f":{password}@" if password else ""
         return f"unix://{credentials}{self.socket_path}"
 
-    def command(self, binary: str) -> list[str]:
+    def restoring(self) -> bool:
+        """Whether the data dir holds a snapshot to restore (``dump.rdb``: a backup put in
+        place) and no AOF: with the AOF on, the server would start empty beside it."""
+        return (self.data_dir / "dump.rdb").exists() and not (
+            self.data_dir / "appendonlydir"
+        ).exists()
+
+    def command(self, binary: str, restoring: bool = False) -> list[str]:
         """The server's command line; with a password, ``-`` (the rest of its config,
-        the password, comes on its stdin: a command line is visible to every user)."""
+        the password, comes on its stdin: a command line is visible to every user).
+        ``restoring``: the AOF off, so the snapshot is loaded (``run`` turns it on)."""
         return [
             binary,
             "--port", str(self.port),
@@ -144,7 +152,7 @@ class EmbeddedRedis:
             "--unixsocket", str(self.socket_path),
             "--unixsocketperm", "700",
             "--dir", str(self.data_dir.resolve()),
-            "--appendonly", "yes",
+            "--appendonly", "no" if restoring else "yes",
             "--appendfsync", "everysec",
             "--save", "",
             "--logfile", "redis.log",
@@ -155,7 +163,7 @@ class EmbeddedRedis:
     async def run(self, ctx: ActorContext, *, task_status: TaskStatus) -> None:
         """Actor: start the server, report ready once it answers, crash if it dies."""
         binary = find_server_binary(self.binary)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.make_data_dir()
         if len(str(self.socket_path)) > _MAX_SOCKET_PATH:
             raise RuntimeStartError(
                 f"[redis] data_dir {str(self.data_dir)!r} is too long for a Unix socket path; "
@@ -169,8 +177,11 @@ class EmbeddedRedis:
             self.socket_path.unlink(missing_ok=True)
             password = self.password()
             config = f"requirepass {password}\n" if password else None
-            process = _spawn(self.command(binary), lock, config)
+            restoring = self.restoring()
+            process = _spawn(self.command(binary, restoring), lock, config)
             await self._wait_ready(process, password, ctx)
+            if restoring:
+                await self._keep_restored(password, ctx)
             ctx.log.info(
                 "embedded_redis_ready",
                 binary=binary,
@@ -199,8 +210,14 @@ class EmbeddedRedis:
         held = _HELD_LOCKS.get(path)
         if held is not None:
             return held
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        self.make_data_dir()
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise RuntimeStartError(
+                f"[redis] data_dir {str(self.data_dir)!r} cannot be used: {exc.strerror} "
+                f"({path}); the node's user must own it"
+            ) from None
         deadline = time.monotonic() + _LOCK_WAIT_S
         while True:
             try:
@@ -222,6 +239,43 @@ class EmbeddedRedis:
         if self.port:  # under the lock: one writer, before any client reads it
             ensure_password(self.password_path)
         return fd
+
+    async def _keep_restored(self, password: str | None, ctx: ActorContext) -> None:
+        """The snapshot loaded: turn the AOF on (its first file written from the data, as
+        Redis does for ``CONFIG SET appendonly yes``) and wait until it is whole before
+        the node uses the server, so a crash now finds the data in the AOF; then move the
+        snapshot aside, its job done (``dump.rdb.restored``)."""
+        client = probe_client(self.socket_path, password)
+        try:
+            keys = await trio.to_thread.run_sync(client.dbsize)
+            await trio.to_thread.run_sync(client.config_set, "appendonly", "yes")
+            while True:
+                info = await trio.to_thread.run_sync(client.info, "persistence")
+                if info.get("aof_enabled") and not (
+                    info.get("aof_rewrite_in_progress") or info.get("aof_rewrite_scheduled")
+                ):
+                    break
+                await trio.sleep(0.05)
+            if info.get("aof_last_bgrewrite_status") != "ok":
+                raise RuntimeStartError(
+                    f"embedded redis-server could not write its AOF from {self.data_dir}/"
+                    "dump.rdb (redis.log says why); the snapshot is left in place"
+                )
+        finally:
+            client.close()
+        os.replace(self.data_dir / "dump.rdb", self.data_dir / "dump.rdb.restored")
+        ctx.log.info("embedded_redis_restored", keys=keys, snapshot="dump.rdb.restored")
+
+    def make_data_dir(self) -> None:
+        """The data dir, made the node's user's alone (mode 700) when it is made here: it
+        holds every payload and result. One that cannot be made or used is a start error
+        naming it (a file in its path, another user's directory), not a traceback."""
+        try:
+            self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RuntimeStartError(
+                f"[redis] data_dir {str(self.data_dir)!r} cannot be made: {exc.strerror}"
+            ) from None
 
     async def _wait_ready(
         self, process: subprocess.Popen[bytes], password: str | None, ctx: ActorContext

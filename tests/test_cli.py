@@ -268,9 +268,10 @@ def test_exit_codes_for_bad_input_bad_credentials_and_no_server(api: ApiNode) ->
 def test_serve_is_python_m_runtime(api: ApiNode, node_config: Path) -> None:
     # --check resolves every key, so the reader key's secret must be in the environment.
     reader_secret = {"TEST_READER_SECRET": READER[1]}
-    checked = run_process(api, "serve", str(node_config), "--check", env=reader_secret)
-    assert checked.returncode == 0, checked.stderr
-    assert checked.stdout.strip().endswith(": ok")
+    for args in ([str(node_config), "--check"], ["--check", str(node_config)]):
+        checked = run_process(api, "serve", *args, env=reader_secret)
+        assert checked.returncode == 0, checked.stderr
+        assert checked.stdout.strip().endswith(": ok")
 
 
 def one_line_refusal(done: subprocess.CompletedProcess[str], status: int, *words: str) -> None:

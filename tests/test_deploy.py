@@ -105,6 +105,7 @@ def test_the_wheel_carries_the_lua_scripts_and_every_package(tmp_path: Path) -> 
     for package in ("actors/admin", "actors/api", "actors/execution", "actors/scheduling",
                     "runtime", "metronome"):  # fmt: skip
         assert f"{package}/__init__.py" in names
+    assert "metronome/py.typed" in names  # handler authors' mypy reads its types
 
 
 def test_the_image_builds_its_wheel_from_every_package_pyproject_names() -> None:

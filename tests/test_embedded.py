@@ -282,3 +282,54 @@ def _unauthenticated_ping(port: int) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
         conn.sendall(b"PING\r\n")
         return conn.recv(1024)
+
+
+def test_a_snapshot_put_in_an_empty_data_dir_is_restored_and_kept(tmp_path: Path) -> None:
+    """The backup restore: a snapshot (``dump.rdb``) put in place of the data dir. With
+    the AOF on, the server started empty beside it and the node wrote on (every task
+    lost, and later starts never read the snapshot): the node loads it, writes its AOF
+    from it, and moves it aside; the next start reads the AOF. A data dir made here is
+    the node's user's alone."""
+    data = tmp_path / "data"
+    config = embedded_config(tmp_path, "n1", data, 0)
+    node = NodeProcess(config)
+    try:
+        node.wait_for("embedded_redis_ready")
+        assert stat.S_IMODE(data.stat().st_mode) == 0o700
+        client = socket_client(data)
+        client.set("kept", "from the backup")
+        client.save()  # dump.rdb in the data dir: the snapshot a backup takes
+        client.close()
+        node.signal(signal.SIGTERM)
+        assert node.wait() == 0
+    finally:
+        node.kill()
+    restored = tmp_path / "restored"
+    restored.mkdir()
+    (data / "dump.rdb").rename(restored / "dump.rdb")
+    config = embedded_config(tmp_path, "n2", restored, 0)
+    for start in range(2):  # the restore, then a start from the AOF it wrote
+        node = NodeProcess(config)
+        try:
+            node.wait_for("embedded_redis_ready")
+            client = socket_client(restored)
+            assert client.get("kept") == b"from the backup", start
+            client.close()
+            node.signal(signal.SIGTERM)
+            assert node.wait() == 0
+        finally:
+            node.kill()
+        assert len(node.events("embedded_redis_restored")) == (1 if start == 0 else 0)
+    assert (restored / "dump.rdb.restored").exists() and not (restored / "dump.rdb").exists()
+
+
+def test_a_data_dir_that_cannot_be_made_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    config = embedded_config(tmp_path, "n1", tmp_path / "afile" / "data", 0)
+    node = NodeProcess(config)
+    try:
+        assert node.wait(timeout_s=60) == 1
+    finally:
+        node.kill()
+    err = node.stderr_text()
+    assert "cannot start: [redis] data_dir" in err and "Traceback" not in err, err

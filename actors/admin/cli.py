@@ -146,8 +146,10 @@ def _run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """The console script. Exit statuses: the module docstring."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:  # the rest is python -m runtime's, --check first too
+        return serve_node(argv[1:])
     args = build_parser().parse_args(argv)
-    if args.command == "serve":
+    if args.command == "serve":  # after global options: the rest from its file on
         return serve_node(args.node_args)
     try:
         if args.command == "migrate":
