@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import trio
 
-from actors.execution.results_log import ResultsLog, append_waiting
+from actors.execution.results_log import ResultsLog, append_waiting, encode_result
 from runtime.logging import get_logger
 
 LINES_PER_WRITER, BATCH = 2000, 10
@@ -132,3 +132,14 @@ def test_a_processs_first_write_mends_a_part_line_an_earlier_one_left(tmp_path: 
     log.append_lines(['{"n":3}'])
     log.append_lines(['{"n":4}'])
     assert path.read_text().splitlines() == ['{"n":1}', '{"n":2,"cu', '{"n":3}', '{"n":4}']
+
+
+def test_a_result_no_json_or_text_carries_is_written_as_what_it_is() -> None:
+    """A handler's result becomes JSON whatever it is: an int past 4,300 digits has no
+    text in Python (str raises), which crashed the consumer mid-flush and left its
+    batch acknowledged without a single results line."""
+    big = json.loads(encode_result(10**5000))
+    assert big == "<int without text>"
+    assert json.loads(encode_result(float("nan"))) == "nan"
+    assert json.loads(encode_result({"a": [1, "b"]})) == {"a": [1, "b"]}
+    assert json.loads(encode_result(7)) == 7

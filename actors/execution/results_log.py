@@ -65,9 +65,9 @@ def encode_result(result: Any) -> str:
     ran, and an error here would leave its batch unacknowledged, to run again. A lone
     surrogate is escaped when the line is written (``append_lines``)."""
     kind = type(result)
-    if result is None or kind is int or kind is str:  # most results: the fast encoder
-        return encode_value(result)
     try:
+        if result is None or kind is int or kind is str:  # most results: the fast encoder
+            return encode_value(result)  # (an int past 4,300 digits has no text: raises)
         return _encode_result(result)
     except Exception:
         return encode_value(_text_of(result))
