@@ -413,6 +413,8 @@ def test_list_filters_by_type_and_status_and_pages_with_a_cursor(client: Client)
     everything = [t["task_id"] for t in client.iter_tasks("idle")]
     assert {f"{tag}-{i}" for i in range(25)} <= set(everything)
     assert len(everything) == len(set(everything))
+    in_small_pages = [t["task_id"] for t in client.iter_tasks("idle", limit=7)]  # page size
+    assert sorted(in_small_pages) == sorted(everything)
     bad_queries = [
         ({"limit": "0"}, "limit"),
         ({"status": "sleeping"}, "status"),

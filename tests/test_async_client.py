@@ -18,10 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+import httpx
 import pytest
 
 from actors.admin.async_client import AsyncClient
-from actors.admin.calls import Call, Endpoints
+from actors.admin.calls import Call, Endpoints, decode
 from actors.admin.client import ApiError, ApiUnavailable, Client
 from actors.api.app import ROUTES
 from actors.api.endpoint import Endpoint
@@ -278,3 +279,16 @@ def test_the_async_client_signs_a_call_when_it_is_awaited() -> None:
     assert inspect.iscoroutine(pending)
     pending.close()
     asyncio.run(client.aclose())
+
+
+def test_an_answer_that_is_not_the_apis_is_an_api_error() -> None:
+    """Every refusal is an ``ApiError`` (docs/API.md): a 2xx that is not JSON (a proxy's
+    login page) raised a JSONDecodeError, and an error whose JSON is no object an
+    AttributeError."""
+    with pytest.raises(ApiError) as page:
+        decode(httpx.Response(200, text="<html>sign in</html>"))
+    assert page.value.code == "not_the_api" and "sign in" in page.value.detail
+    with pytest.raises(ApiError) as listed:
+        decode(httpx.Response(502, json=["bad gateway"]))
+    assert listed.value.status == 502 and "bad gateway" in listed.value.detail
+    assert decode(httpx.Response(200, json={"a": 1})) == {"a": 1}

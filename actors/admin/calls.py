@@ -89,15 +89,23 @@ def decode(response: httpx.Response, answers: frozenset[int] = frozenset()) -> A
     if response.status_code >= 400 and response.status_code not in answers:
         try:
             problem = response.json()
-            raise ApiError(
-                response.status_code,
-                str(problem.get("code", "error")),
-                str(problem.get("detail", response.text)),
-                problem.get("errors"),
-            )
         except ValueError:
             raise ApiError(response.status_code, "error", response.text[:500]) from None
-    return response.json()
+        if not isinstance(problem, dict):  # a proxy's answer, not the API's
+            raise ApiError(response.status_code, "error", response.text[:500])
+        raise ApiError(
+            response.status_code,
+            str(problem.get("code", "error")),
+            str(problem.get("detail", response.text)),
+            problem.get("errors"),
+        )
+    try:
+        return response.json()
+    except ValueError:  # a 2xx or 3xx not the API's (a login page, a redirect)
+        raise ApiError(
+            response.status_code, "not_the_api",
+            f"the answer is not JSON: {response.text[:200]!r} (is the URL the API's?)",
+        ) from None  # fmt: skip
 
 
 def unavailable(url: str, exc: httpx.TransportError) -> ApiUnavailable:

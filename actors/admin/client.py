@@ -82,11 +82,13 @@ class Client(Endpoints[dict[str, Any]]):
         **filters: Any,
     ) -> Iterator[dict[str, Any]]:
         """Every task matching, following the cursor page by page (``filters``: those of
-        ``list_tasks``); the tasks whose records the node cannot read are appended to
-        ``unreadable`` when it is given (``{"task_id", "error"}`` each)."""
+        ``list_tasks``, ``limit`` the size of each page); the tasks whose records the node
+        cannot read are appended to ``unreadable`` when it is given (``{"task_id",
+        "error"}`` each)."""
         cursor = None
+        size = filters.pop("limit", PAGE)  # a page's size: every task is listed
         while True:
-            page = self.list_tasks(task_type, status, cursor, PAGE, **filters)
+            page = self.list_tasks(task_type, status, cursor, size, **filters)
             if unreadable is not None:
                 unreadable += page.get("unreadable", [])
             yield from page["tasks"]
