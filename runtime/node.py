@@ -22,7 +22,7 @@ import trio
 from runtime.actor import ActorContext
 from runtime.errors import GiveUpNow, RestartIntensityExceeded
 from runtime.logging import get_logger
-from runtime.process import EXIT_PART_GAVE_UP
+from runtime.process import EXIT_PART_GAVE_UP, lines_of, send_changes
 from runtime.supervisor import ChildSpec
 from runtime.version import __version__
 
@@ -87,22 +87,14 @@ class _Started:
 async def _report_to_parent(ctx: ActorContext, fd: int, started: _Started) -> None:
     """Tell the parent, one JSON line per change, whether this part's tree has started and
     what is down in it (``runtime.process._take_reports``). Written through a copy of
-    ``fd`` that no process started here inherits; a parent gone ends the reports."""
+    ``fd`` that no process started here inherits; a parent gone ends the reports (its
+    stdin's end stops this process)."""
     copy = os.dup(fd)  # not inheritable (PEP 446)
     os.close(fd)
-    sent: tuple[bool, dict[str, str]] | None = None
     async with trio.lowlevel.FdStream(copy) as out:
-        while True:
-            seen = ctx.health.changes.value  # a change during the send is not missed
-            now = (started.done, ctx.health.down(local_only=True))
-            if now != sent:
-                line = json.dumps({"ready": now[0], "down": now[1]}).encode() + b"\n"
-                try:
-                    await out.send_all(line)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return  # the parent is gone: stdin's end stops this process
-                sent = now
-            await ctx.health.changes.wait_value(lambda v, seen=seen: v != seen)
+        await send_changes(
+            ctx, out, lambda: {"ready": started.done, "down": ctx.health.down(local_only=True)}
+        )
 
 
 def _request_stop(ctx: ActorContext, scope: trio.CancelScope, grace_s: float, **why: str) -> None:
@@ -159,16 +151,13 @@ async def _watch_parent(ctx: ActorContext, scope: trio.CancelScope, grace_s: flo
     holds the pipe's other end. Read through a copy of fd 0 that no process started here
     inherits; fd 0 itself becomes /dev/null, so a handler's subprocess (which inherits
     stdin by default) neither reads the reports nor keeps the pipe open."""
-    pending = b""
     reports = os.dup(0)  # not inheritable (PEP 446)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
     async with trio.lowlevel.FdStream(reports) as stdin:
-        async for chunk in stdin:
-            *lines, pending = (pending + chunk).split(b"\n")
-            for line in lines:
-                _take_report(ctx, line)
+        async for line in lines_of(stdin):
+            _take_report(ctx, line)
     if not ctx.stop_requested.value:
         _request_stop(ctx, scope, grace_s, reason="parent_gone")
 

@@ -60,9 +60,10 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import trio
 import trio_util
@@ -190,21 +191,46 @@ class ChildProcess:
 
 async def _report_health(ctx: ActorContext, stdin: trio.abc.SendStream) -> None:
     """Tell the child what is down in the node but in itself, now and after every change."""
-    sent: dict[str, str] | None = None
-    while True:
-        seen = ctx.health.changes.value  # a change during the send is not missed
-        down = {  # the main process's, and the other children's reports
-            p: r
-            for p, r in ctx.health.down().items()
-            if p != ctx.path and not p.startswith(f"{ctx.path}/")
+
+    def down() -> dict[str, dict[str, str]]:  # the main process's, the other children's
+        return {
+            "down": {
+                p: r
+                for p, r in ctx.health.down().items()
+                if p != ctx.path and not p.startswith(f"{ctx.path}/")
+            }
         }
-        if down != sent:
+
+    await send_changes(ctx, stdin, down)  # its end gone: its exit is handled by run()
+
+
+async def send_changes(
+    ctx: ActorContext, stream: trio.abc.SendStream, now: Callable[[], Any]
+) -> None:
+    """Write ``now()`` to ``stream`` as a JSON line at once and again whenever a change to
+    ``ctx.health`` changes it (one made while a line is being sent is not missed), until
+    the other end is gone. Both ends of the health pipes (``_report_health``,
+    ``runtime.node``) report so."""
+    sent: Any = None
+    while True:
+        seen = ctx.health.changes.value
+        value = now()
+        if value != sent:
             try:
-                await stdin.send_all(json.dumps({"down": down}).encode() + b"\n")
+                await stream.send_all(json.dumps(value).encode() + b"\n")
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return  # the child is gone; its exit is handled by run()
-            sent = down
+                return
+            sent = value
         await ctx.health.changes.wait_value(lambda v, seen=seen: v != seen)
+
+
+async def lines_of(stream: trio.abc.ReceiveStream) -> AsyncIterator[bytes]:
+    """The lines ``stream`` carries (without their newline), until it ends."""
+    pending = b""
+    async for chunk in stream:
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            yield line
 
 
 async def _take_reports(ctx: ActorContext, fd: int, status: Callable[[], int | None]) -> None:
@@ -213,26 +239,23 @@ async def _take_reports(ctx: ActorContext, fd: int, status: Callable[[], int | N
     actor's (``node/processes/consumers-1/consumers/email``): not ready until its tree has
     started, nor while an actor in it is down; what is still in the pipe once the process
     has exited (``status`` is its exit status) is passed over. Owns ``fd``."""
-    pending = b""
     async with trio.lowlevel.FdStream(fd) as stream:
-        async for chunk in stream:
-            *lines, pending = (pending + chunk).split(b"\n")
-            for line in lines:
-                try:
-                    report = json.loads(line)
-                    down = {
-                        f"{ctx.path}/{str(path).partition('/')[2] or path}": str(why)
-                        for path, why in report["down"].items()
-                    }
-                    if not report["ready"]:
-                        down[f"{ctx.path}/{STARTING}"] = "starting"
-                except (ValueError, KeyError, TypeError, AttributeError):
-                    ctx.log.warning(
-                        "process_report_unreadable", line=line[:200].decode(errors="replace")
-                    )
-                    continue
-                if status() is None:  # its exit said already: not ready
-                    ctx.health.report(ctx.path, down)
+        async for line in lines_of(stream):
+            try:
+                report = json.loads(line)
+                down = {
+                    f"{ctx.path}/{str(path).partition('/')[2] or path}": str(why)
+                    for path, why in report["down"].items()
+                }
+                if not report["ready"]:
+                    down[f"{ctx.path}/{STARTING}"] = "starting"
+            except (ValueError, KeyError, TypeError, AttributeError):
+                ctx.log.warning(
+                    "process_report_unreadable", line=line[:200].decode(errors="replace")
+                )
+                continue
+            if status() is None:  # its exit said already: not ready
+                ctx.health.report(ctx.path, down)
 
 
 async def _relay_lines(stdout: trio.abc.ReceiveStream, done: trio.Event) -> None:
